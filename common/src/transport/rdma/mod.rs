@@ -1,0 +1,2 @@
+//! NVMe/RDMA (NVMe over Fabrics RDMA Transport Specification): the RDMA CM private data exchanged at
+//! connection setup.

@@ -1,0 +1,2 @@
+//! NVMe/TCP (NVMe/TCP Transport Specification 1.0): PDUs, digests and a streaming PDU decoder.
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! nvmf-host library. The controller logic lands with its issue; see ../shared/design/ARCHITECTURE.md.
+#![deny(missing_docs)]

@@ -1,0 +1,1 @@
+//! Cross-crate integration tests and the test VM harness.
