@@ -14,3 +14,9 @@ pub use cqe::CompletionQueueEntry;
 pub use sgl::{SglDescriptor, SglSubtype};
 pub use sqe::{DataPointerKind, SubmissionQueueEntry};
 pub use status::{Status, StatusCodeType};
+
+pub mod admin;
+pub mod features;
+pub mod identify;
+pub mod io;
+pub mod log_page;

@@ -1,0 +1,1 @@
+//! NVMe Qualified Names: validation and the well-known discovery NQN.

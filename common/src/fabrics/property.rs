@@ -1,0 +1,1 @@
+//! Fabrics Property Get / Property Set and the controller properties they reach: CAP, VS, CC, CSTS.

@@ -1,0 +1,1 @@
+//! Identify (admin opcode 0x06): the command view and the data structures it returns: Identify Controller, Identify Namespace, Active Namespace ID list and the Namespace Identification Descriptor list.

@@ -1,0 +1,1 @@
+//! RDMA CM private data for NVMe/RDMA: the connect request, accept and reject formats.

@@ -1,0 +1,1 @@
+//! NVMe/TCP header and data digests (CRC32C).

@@ -1,0 +1,1 @@
+//! NVMe/TCP PDUs: the common header and every PDU type.
