@@ -1,5 +1,4 @@
 //! NVMe/RDMA (NVMe over Fabrics RDMA Transport Specification): the RDMA CM private data exchanged at
 //! connection setup.
-#![forbid(unsafe_code)]
 
 pub mod private_data;

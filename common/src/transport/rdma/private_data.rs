@@ -1,1 +1,2 @@
 //! RDMA CM private data for NVMe/RDMA: the connect request, accept and reject formats.
+#![forbid(unsafe_code)]
