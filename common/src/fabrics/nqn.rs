@@ -151,6 +151,16 @@ pub fn nqn_field_text(field: &[u8; NQN_FIELD_LEN]) -> Result<&str, NqnError> {
     Ok(text)
 }
 
+/// Write `text` NUL-padded into a 256-byte NQN field without judging its grammar (the counterpart of
+/// [`nqn_field_text`]): at most 223 bytes, no control characters.
+pub fn write_nqn_field_text(field: &mut [u8; NQN_FIELD_LEN], text: &str) -> Result<(), NqnError> {
+    check_text(text)?;
+    let bytes = text.as_bytes();
+    field[..bytes.len()].copy_from_slice(bytes);
+    field[bytes.len()..].fill(0);
+    Ok(())
+}
+
 fn check_text(text: &str) -> Result<(), NqnError> {
     if text.len() > NQN_MAX_LEN {
         return Err(NqnError::TooLong { len: text.len() });
@@ -283,6 +293,11 @@ mod tests {
         assert_eq!(Nqn::from_field(&bad), Err(NqnError::NotUtf8));
         // Lenient reading keeps names that are not NQNs by the grammar.
         assert_eq!(nqn_field_text(&field("testnqn")).unwrap(), "testnqn");
+        let mut out = [0xaau8; NQN_FIELD_LEN];
+        write_nqn_field_text(&mut out, "testnqn").unwrap();
+        assert_eq!(out, field("testnqn"));
+        assert_eq!(write_nqn_field_text(&mut out, &"a".repeat(224)), Err(NqnError::TooLong { len: 224 }));
+        assert_eq!(write_nqn_field_text(&mut out, "a\nb"), Err(NqnError::ControlCharacter));
         let mut out = [0xaau8; NQN_FIELD_LEN];
         Nqn::new(DISCOVERY_NQN).unwrap().write_field(&mut out);
         assert_eq!(out, f);
