@@ -14,8 +14,8 @@
 //! | 46 | cattr (u8; bit 2 = disable SQ flow control) |
 //! | 48 | kato (u32, milliseconds) |
 //!
-//! Connect data: hostid[16] @0, cntlid u16 @16 (0xFFFF asks for a dynamic controller), subnqn[256] @256,
-//! hostnqn[256] @512, the rest reserved.
+//! Connect data: `hostid[16]` @0, cntlid u16 @16 (0xFFFF asks for a dynamic controller), `subnqn[256]` @256,
+//! `hostnqn[256]` @512, the rest reserved.
 //!
 //! The completion's dword 0 is command specific: on success it holds the controller ID and the
 //! authentication requirements ([`ConnectResponse`]); with status Connect Invalid Parameters it says

@@ -6,7 +6,7 @@
 //! Header: genctr u64 @0, numrec u64 @8, recfmt u16 @16, reserved to 1024, then `numrec` entries.
 //!
 //! Entry: trtype @0, adrfam @1, subtype @2, treq @3, portid u16 @4, cntlid u16 @6, asqsz u16 @8, eflags
-//! u16 @10, trsvcid[32] @32, subnqn[256] @256, traddr[256] @512, tsas[256] @768 (RDMA: qptype @768,
+//! u16 @10, `trsvcid[32]` @32, `subnqn[256]` @256, `traddr[256]` @512, `tsas[256]` @768 (RDMA: qptype @768,
 //! prtype @769, cms @770, pkey u16 @772; TCP: sectype @768).
 //!
 //! A host usually reads the page in pieces (Get Log Page with an offset) and may read less than the
