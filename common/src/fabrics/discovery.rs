@@ -41,7 +41,10 @@ pub fn log_page_len(entries: usize) -> Option<usize> {
 }
 
 macro_rules! wire_enum {
-    ($(#[$doc:meta])* $name:ident, $field:literal, $allowed:literal { $($(#[$vdoc:meta])* $variant:ident = $value:literal),* $(,)? }) => {
+    (
+        $(#[$doc:meta])* $name:ident, $field:literal, $allowed:literal
+        { $($(#[$vdoc:meta])* $variant:ident = $value:literal),* $(,)? }
+    ) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum $name {
@@ -613,7 +616,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn arbitrary_pages_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4200), numrec in any::<u64>()) {
+        fn arbitrary_pages_never_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..4200),
+            numrec in any::<u64>(),
+        ) {
             let mut bytes = bytes;
             if bytes.len() >= 18 {
                 bytes[8..16].copy_from_slice(&(numrec % 6).to_le_bytes());
@@ -646,13 +652,16 @@ mod tests {
 
         #[test]
         fn entry_round_trip(portid in any::<u16>(), cntlid in any::<u16>(), asqsz in any::<u16>(), ef in any::<u16>(),
-                            tq in any::<u8>(), svc in "[0-9]{1,5}", addr in "[0-9a-f.:]{1,39}", name in "[a-z0-9]{1,40}",
+                            tq in any::<u8>(), svc in "[0-9]{1,5}", addr in "[0-9a-f.:]{1,39}",
+                            name in "[a-z0-9]{1,40}",
                             pkey in any::<u16>(), genctr in any::<u64>()) {
             let subnqn = format!("nqn.2014-08.org.example:{name}");
             let e = DiscoveryLogEntry {
                 trtype: TransportType::Rdma, adrfam: AddressFamily::Ib, subtype: SubsystemType::Referral,
                 treq: tq, portid, cntlid, asqsz, eflags: ef, trsvcid: &svc, subnqn: &subnqn, traddr: &addr,
-                tsas: Tsas::Rdma { qptype: RdmaQpType::Datagram, prtype: RdmaProviderType::Ib, cms: RdmaCms::RdmaCm, pkey },
+                tsas: Tsas::Rdma {
+                    qptype: RdmaQpType::Datagram, prtype: RdmaProviderType::Ib, cms: RdmaCms::RdmaCm, pkey,
+                },
             };
             let b = e.to_bytes().unwrap();
             prop_assert_eq!(DiscoveryLogEntry::parse(&b).unwrap(), e);

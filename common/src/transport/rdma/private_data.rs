@@ -309,7 +309,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn request_round_trip(qid in any::<u16>(), hrqsize in any::<u16>(), hsqsize in any::<u16>(), cntlid in any::<u16>()) {
+        fn request_round_trip(
+            qid in any::<u16>(), hrqsize in any::<u16>(), hsqsize in any::<u16>(), cntlid in any::<u16>(),
+        ) {
             let r = RdmaCmRequest { qid, hrqsize, hsqsize, cntlid };
             prop_assert_eq!(RdmaCmRequest::parse(&r.to_bytes()), Ok(r));
             let a = RdmaCmAccept { crqsize: hrqsize };
