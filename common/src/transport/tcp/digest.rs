@@ -155,22 +155,27 @@ mod tests {
 
     #[test]
     fn nvme_tcp_capsule_response_header_digest() {
-        // A CapsuleResp PDU as Linux nvmet-tcp sends it with header digests on (struct nvme_tcp_rsp_pdu):
-        // type 5, flags HDGSTF, hlen 24, pdo 0, plen 28; CQE of command 0x1234 with SQ head 1, status 0.
-        let header = [
+        // The first CapsuleResp Linux 6.12 nvmet-tcp sent with header digests on (the Connect response of the
+        // discovery connection in tests/fixtures/kernel-tcp/digest-discovery.controller-to-host.bin, byte
+        // 128): type 5, flags HDGSTF, hlen 24, pdo 0, plen 28; CQE dw0 1 (cntlid), sqhd 1, cid 0, status 0;
+        // then the kernel's HDGST.
+        let pdu = [
             0x05, 0x01, 0x18, 0x00, 0x1c, 0x00, 0x00, 0x00, // common header
-            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // dw0, dw1
-            0x01, 0x00, 0x00, 0x00, 0x34, 0x12, 0x00, 0x00, // sqhd, sqid, cid, status
+            0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // dw0, dw1
+            0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // sqhd, sqid, cid, status
+            0x42, 0x62, 0x33, 0x32, // HDGST
         ];
-        let digest = header_digest(&header);
-        assert_eq!(digest, reference_crc32c(&header));
-        let bytes = digest_to_bytes(digest);
-        assert!(verify(&header, bytes).is_ok());
-        let mut corrupt = header;
+        let (header, hdgst) = pdu.split_at(24);
+        let hdgst: [u8; 4] = hdgst.try_into().unwrap();
+        assert_eq!(header_digest(header), 0x3233_6242);
+        assert_eq!(reference_crc32c(header), 0x3233_6242);
+        assert!(verify(header, hdgst).is_ok());
+        let mut corrupt = [0u8; 24];
+        corrupt.copy_from_slice(header);
         corrupt[20] ^= 0x01;
-        let e = verify(&corrupt, bytes).unwrap_err();
-        assert_eq!(e.received, digest);
-        assert_ne!(e.computed, digest);
+        let e = verify(&corrupt, hdgst).unwrap_err();
+        assert_eq!(e.received, 0x3233_6242);
+        assert_ne!(e.computed, 0x3233_6242);
     }
 
     #[test]

@@ -1355,6 +1355,20 @@ mod tests {
     }
 
     #[test]
+    fn c2h_term_req_the_linux_host_recognises() {
+        // The C2HTermReq tests/vm/termreq-probe.py sent to the Linux 6.12 host, which logged "Received
+        // C2HTermReq (FES = Invalid PDU Header Field)" (tests/fixtures/kernel-tcp/README.md).
+        let mut b = vec![0x03, 0x00, 0x18, 0x00, 0x18, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00];
+        b.extend_from_slice(&[0u8; 10]);
+        let (p, layout) = Pdu::parse(&b, &NONE, 0).unwrap();
+        let t =
+            TermReq { direction: Direction::ControllerToHost, fes: FatalErrorStatus::InvalidPduHeaderField, fei: 0 };
+        assert_eq!(p, Pdu::TermReq(t));
+        assert_eq!((layout.plen, layout.data_len), (24, 0));
+        assert_eq!(Pdu::TermReq(t).to_bytes(&[], &NONE).unwrap(), b);
+    }
+
+    #[test]
     fn capsule_command_layout() {
         // struct nvme_tcp_cmd_pdu: hdr, then the 64-byte struct nvme_command at byte 8.
         let mut sqe = SubmissionQueueEntry::new(opcode::FABRICS);
