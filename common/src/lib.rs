@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 pub mod fabrics;
+pub mod fuzzing;
 pub mod nvme;
 pub mod transport;
 pub mod wire;

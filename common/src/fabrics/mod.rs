@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod connect;
-pub mod discovery;
 pub mod disconnect;
+pub mod discovery;
 pub mod nqn;
 pub mod property;
