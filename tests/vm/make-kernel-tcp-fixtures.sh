@@ -2,7 +2,8 @@
 # Turn the pcaps written by capture-kernel-tcp.sh into common/tests/fixtures/kernel-tcp/:
 #   tests/vm/make-kernel-tcp-fixtures.sh CAPTURE_DIR
 # Each TCP connection becomes <session>-<connection>.{host-to-controller,controller-to-host}.bin;
-# the pcaps are kept xz-compressed; PDU listings go to <file>.pdus.txt for review.
+# the pcaps are kept xz-compressed; every stream's PDU listing goes to pdus.txt, and the PDU counts per
+# stream (the README's table) are printed.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CAP=${1:?capture dir}
@@ -13,6 +14,13 @@ for s in nodigest digest; do
   xz -9 -c "$CAP/$s.pcap" > "$FIX/$s.pcap.xz"
 done
 xz -9 -c "$CAP/termreq.pcap" > "$FIX/termreq.pcap.xz"
-for f in "$FIX"/*.bin; do
-  echo "$(basename "$f"): $(python3 "$HERE/nvme-tcp-pdus.py" "$f" --summary)"
+: > "$FIX/pdus.txt"
+for s in nodigest digest; do
+  for c in discovery admin io; do
+    for d in host-to-controller controller-to-host; do
+      f=$s-$c.$d.bin
+      { echo "== $f"; python3 "$HERE/nvme-tcp-pdus.py" "$FIX/$f"; echo; } >> "$FIX/pdus.txt"
+      echo "| \`${f%.bin}\` | $(python3 "$HERE/nvme-tcp-pdus.py" "$FIX/$f" --summary) |"
+    done
+  done
 done

@@ -1,0 +1,27 @@
+//! Storage backends and the per-reactor io_uring I/O engine.
+//!
+//! This module owns everything that touches namespace storage:
+//! - [`Storage`]: one namespace's storage (null, memory, regular file or block device), opened once at start and
+//!   shared by every reactor through an `Arc`. It knows its block size, capacity and capabilities.
+//! - [`IoEngine`]: one per reactor thread. It owns one io_uring, a [`BufferPool`] of aligned data buffers registered
+//!   with that ring as fixed buffers, and an in-flight table that owns the association between a command's tag and
+//!   the buffer the kernel is using, so the kernel never holds memory we might free.
+//!
+//! Threading: an `IoEngine` is used by the reactor thread that created it only (it is `!Sync`); `Storage` is
+//! `Send + Sync`. Nothing here blocks on the data path except `BLKDISCARD` on block devices (a synchronous ioctl)
+//! and the one-time probes done by [`Storage::open`].
+//!
+//! `unsafe` lives in two files: `pool.rs` (the mmap'd buffer region) and `ring.rs` (io_uring pushes and
+//! registrations, eventfd, ioctls/fallocate probes). Everything else is safe code.
+
+mod engine;
+mod error;
+mod memory;
+mod pool;
+mod ring;
+mod storage;
+
+pub use engine::{EngineConfig, IoCompletion, IoEngine, IoOp};
+pub use error::BackendError;
+pub use pool::{BufferId, BufferPool};
+pub use storage::{Storage, StorageSpec};

@@ -1,0 +1,298 @@
+//! The kernel interface of the backend: one io_uring per engine, its eventfd, and the few direct syscalls
+//! (fallocate/statx probes, block device ioctls).
+//!
+//! All `unsafe` of the I/O path is here. The ring only accepts buffers as [`IoBuffer`]s, which only the pool can
+//! make (for a buffer it has marked in flight), so every address handed to the kernel points into the pool's live
+//! mapping; the engine keeps the buffer in flight until the CQE for it has been reaped and never drops the pool
+//! while ops are in flight.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::path::Path;
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use super::pool::{BufferPool, IoBuffer};
+use super::BackendError;
+
+/// `_IOR(0x12, 114, size_t)`: device size in bytes (generic ioctl encoding: x86_64, aarch64, riscv64).
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+/// `_IO(0x12, 119)`: discard a byte range `[start, len]`.
+const BLKDISCARD: libc::c_ulong = 0x1277;
+
+/// A descriptor in either form, so one builder expression serves both.
+#[derive(Clone, Copy)]
+enum FdRef {
+    Fixed(types::Fixed),
+    Raw(types::Fd),
+}
+
+macro_rules! with_fd {
+    ($fd:expr, |$f:ident| $body:expr) => {
+        match $fd {
+            FdRef::Fixed($f) => $body,
+            FdRef::Raw($f) => $body,
+        }
+    };
+}
+
+fn build_entry(fd: FdRef, op: RingOp, fixed_buffers: bool) -> squeue::Entry {
+    match op {
+        RingOp::Read { buf, offset } => with_fd!(fd, |f| if fixed_buffers {
+            opcode::ReadFixed::new(f, buf.ptr(), buf.len(), buf.fixed_index()).offset(offset).build()
+        } else {
+            opcode::Read::new(f, buf.ptr(), buf.len()).offset(offset).build()
+        }),
+        RingOp::Write { buf, offset, fua } => {
+            let flags = if fua { libc::RWF_DSYNC } else { 0 };
+            with_fd!(fd, |f| if fixed_buffers {
+                opcode::WriteFixed::new(f, buf.ptr(), buf.len(), buf.fixed_index())
+                    .offset(offset)
+                    .rw_flags(flags)
+                    .build()
+            } else {
+                opcode::Write::new(f, buf.ptr(), buf.len()).offset(offset).rw_flags(flags).build()
+            })
+        }
+        RingOp::Fsync => with_fd!(fd, |f| opcode::Fsync::new(f).flags(types::FsyncFlags::DATASYNC).build()),
+        RingOp::Fallocate { mode, offset, len } => {
+            with_fd!(fd, |f| opcode::Fallocate::new(f, len).offset(offset).mode(mode).build())
+        }
+    }
+}
+
+/// How an SQE names the file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FileRef {
+    /// A slot of the ring's registered file table.
+    Fixed(u32),
+    /// A plain descriptor (fallback when the kernel refuses a sparse file table); the caller keeps it open until
+    /// the CQE arrives.
+    Raw(RawFd),
+}
+
+/// One operation for the ring.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RingOp {
+    Read {
+        buf: IoBuffer,
+        offset: u64,
+    },
+    Write {
+        buf: IoBuffer,
+        offset: u64,
+        fua: bool,
+    },
+    /// fdatasync.
+    Fsync,
+    Fallocate {
+        mode: i32,
+        offset: u64,
+        len: u64,
+    },
+}
+
+/// An io_uring with the pool registered as fixed buffers and an eventfd signalled on completions.
+pub(crate) struct Ring {
+    ring: IoUring,
+    event_fd: File,
+    fixed_buffers: bool,
+    file_slots: u32,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("sq_entries", &self.ring.params().sq_entries())
+            .field("cq_entries", &self.ring.params().cq_entries())
+            .field("fixed_buffers", &self.fixed_buffers)
+            .field("file_slots", &self.file_slots)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ring {
+    /// Sets up a ring of `entries` SQEs (CQ twice that), registers `pool` as fixed buffers (plain Read/Write if the
+    /// kernel refuses, e.g. RLIMIT_MEMLOCK), a sparse table of `file_slots` fixed files (0 if refused) and an
+    /// eventfd.
+    pub(crate) fn new(entries: u32, pool: &BufferPool, file_slots: u32) -> Result<Self, BackendError> {
+        let ring_err = |action| move |source| BackendError::Ring { action, source };
+        let ring = IoUring::builder().setup_clamp().build(entries).map_err(ring_err("setup"))?;
+        // SAFETY: eventfd(2) with valid flags; the returned descriptor is owned by nobody else.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(BackendError::Ring { action: "eventfd", source: io::Error::last_os_error() });
+        }
+        // SAFETY: `fd` is a fresh descriptor we own exclusively.
+        let event_fd = unsafe { File::from_raw_fd(fd) };
+        ring.submitter().register_eventfd(event_fd.as_raw_fd()).map_err(ring_err("register eventfd"))?;
+
+        let iovecs = pool.fixed_iovecs();
+        // SAFETY: every iovec lies inside the pool's mapping, which outlives the ring: the engine drops the ring
+        // first (field order) and the pool only after that. The kernel pins the pages while registered.
+        let fixed_buffers = match unsafe { ring.submitter().register_buffers(&iovecs) } {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot register the buffer pool with io_uring; using unregistered buffers");
+                false
+            }
+        };
+        let file_slots = match ring.submitter().register_files_sparse(file_slots) {
+            Ok(()) => file_slots,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot register a fixed file table; using plain descriptors");
+                0
+            }
+        };
+        Ok(Ring { ring, event_fd, fixed_buffers, file_slots })
+    }
+
+    /// Number of fixed file slots (0: use [`FileRef::Raw`]).
+    pub(crate) fn file_slots(&self) -> u32 {
+        self.file_slots
+    }
+
+    /// Completion queue size: the engine keeps at most this many ops in the kernel so the CQ cannot overflow.
+    pub(crate) fn cq_entries(&self) -> u32 {
+        self.ring.params().cq_entries()
+    }
+
+    /// Points fixed file `slot` at `fd` (the ring takes its own reference to the file).
+    pub(crate) fn register_file(&mut self, slot: u32, fd: RawFd) -> io::Result<()> {
+        self.ring.submitter().register_files_update(slot, &[fd]).map(drop)
+    }
+
+    /// Empties fixed file `slot`; ops already submitted keep their reference to the file.
+    pub(crate) fn unregister_file(&mut self, slot: u32) -> io::Result<()> {
+        self.ring.submitter().register_files_update(slot, &[-1]).map(drop)
+    }
+
+    /// Whether the SQ has no free entry.
+    pub(crate) fn sq_full(&mut self) -> bool {
+        self.ring.submission().is_full()
+    }
+
+    /// Number of SQEs pushed and not yet submitted.
+    pub(crate) fn sq_pending(&mut self) -> usize {
+        self.ring.submission().len()
+    }
+
+    /// Queues `op` on `file` with `user_data`. `Err(())` when the SQ is full.
+    pub(crate) fn push(&mut self, user_data: u64, file: FileRef, op: RingOp) -> Result<(), ()> {
+        let fd = match file {
+            FileRef::Fixed(slot) => FdRef::Fixed(types::Fixed(slot)),
+            FileRef::Raw(fd) => FdRef::Raw(types::Fd(fd)),
+        };
+        let entry = build_entry(fd, op, self.fixed_buffers).user_data(user_data);
+        // SAFETY: buffers in `op` are `IoBuffer`s, which point into the pool's mapping and stay reserved (in
+        // flight) until the engine reaps this entry's CQE (see the module docs); a `Fixed` slot refers to a
+        // registered file the kernel holds a reference to, and a `Raw` fd is kept open by the engine (it holds the
+        // `Arc<Storage>`) until completion.
+        unsafe { self.ring.submission().push(&entry) }.map_err(drop)
+    }
+
+    /// Submits every pushed SQE with one `io_uring_enter` (none if nothing is pending). Retries on EINTR.
+    pub(crate) fn submit(&mut self) -> io::Result<usize> {
+        if self.sq_pending() == 0 {
+            return Ok(0);
+        }
+        loop {
+            match self.ring.submit() {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Submits and blocks until at least one completion is available (used when draining at drop).
+    pub(crate) fn submit_and_wait_one(&mut self) -> io::Result<usize> {
+        self.ring.submit_and_wait(1)
+    }
+
+    /// Drains the CQ without blocking, calling `f(user_data, result)` for each CQE.
+    pub(crate) fn drain_completions(&mut self, mut f: impl FnMut(u64, i32)) {
+        for cqe in self.ring.completion() {
+            f(cqe.user_data(), cqe.result());
+        }
+    }
+
+    /// The eventfd registered with the ring.
+    pub(crate) fn event_fd(&self) -> RawFd {
+        self.event_fd.as_raw_fd()
+    }
+
+    /// Makes the eventfd readable (completions that did not come from the kernel are ready).
+    pub(crate) fn signal_event_fd(&self) {
+        if let Err(e) = (&self.event_fd).write_all(&1u64.to_ne_bytes()) {
+            tracing::warn!(error = %e, "eventfd write failed");
+        }
+    }
+
+    /// Resets the eventfd counter (non-blocking; a no-op when it is zero).
+    pub(crate) fn drain_event_fd(&self) {
+        let mut counter = [0u8; 8];
+        let _ = (&self.event_fd).read(&mut counter);
+    }
+}
+
+/// `fallocate(2)`, synchronously (probes at open, the WriteZeroes fallback).
+pub(crate) fn fallocate(fd: RawFd, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: fallocate reads no memory of ours; a bad fd only yields EBADF.
+    if unsafe { libc::fallocate(fd, mode, offset, len) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Direct I/O alignment of a file from `statx(STATX_DIOALIGN)`: (memory alignment, offset alignment); zeros when
+/// the filesystem does not support O_DIRECT; `None` when the kernel cannot say.
+pub(crate) fn dio_alignment(path: &Path) -> Option<(u32, u32)> {
+    let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpath` is a NUL-terminated string and `stx` a writable statx that outlive the call.
+    let rc = unsafe { libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, libc::STATX_DIOALIGN, &mut stx) };
+    if rc != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return None;
+    }
+    Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
+}
+
+/// A block device's size in bytes (`BLKGETSIZE64`).
+pub(crate) fn block_device_size(fd: RawFd) -> io::Result<u64> {
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer, which points to a live u64.
+    if unsafe { libc::ioctl(fd, BLKGETSIZE64, &mut size as *mut u64) } == 0 {
+        Ok(size)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A block device's logical block size (`BLKSSZGET`).
+pub(crate) fn block_device_logical_block_size(fd: RawFd) -> io::Result<u32> {
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int to the pointer, which points to a live c_int.
+    if unsafe { libc::ioctl(fd, libc::BLKSSZGET, &mut size as *mut libc::c_int) } == 0 {
+        u32::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Discards `[offset, offset + len)` of a block device (`BLKDISCARD`). Synchronous: blocks the calling reactor
+/// until the device has processed the discard.
+pub(crate) fn block_device_discard(fd: RawFd, offset: u64, len: u64) -> io::Result<()> {
+    let range: [u64; 2] = [offset, len];
+    // SAFETY: BLKDISCARD reads two u64 from the pointer, which points to a live [u64; 2].
+    if unsafe { libc::ioctl(fd, BLKDISCARD, range.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

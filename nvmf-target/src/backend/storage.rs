@@ -1,0 +1,413 @@
+//! One namespace's storage: what it is, how big, which block size and which capabilities.
+//!
+//! Opened once at start (or when a namespace is added) by the control plane, then shared by all reactors through
+//! an `Arc<Storage>`. Opening may block (open, stat, ioctls, probes); nothing here blocks afterwards, except
+//! [`Storage::flush_blocking`], meant for shutdown.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::memory::MemoryStore;
+use super::{ring, BackendError};
+
+/// What to open: a spec from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageSpec {
+    /// Reads return zeros, writes are discarded.
+    Null {
+        /// Capacity in bytes.
+        size: u64,
+        /// Logical block size in bytes.
+        block_size: u32,
+    },
+    /// RAM, zero until written, lost at exit.
+    Memory {
+        /// Capacity in bytes.
+        size: u64,
+        /// Logical block size in bytes.
+        block_size: u32,
+    },
+    /// A regular file (its size is the capacity) or a block device.
+    Path {
+        /// The file or device.
+        path: PathBuf,
+        /// Logical block size in bytes; at least a block device's logical block size.
+        block_size: u32,
+    },
+}
+
+impl StorageSpec {
+    /// Parses `null:SIZE`, `memory:SIZE` (SIZE in bytes or with a K/M/G/T suffix, powers of 1024) or a path.
+    pub fn parse(spec: &str, block_size: u32) -> Result<Self, BackendError> {
+        let invalid = || BackendError::InvalidSpec(spec.to_owned());
+        if let Some(size) = spec.strip_prefix("null:") {
+            Ok(StorageSpec::Null { size: parse_size(size).ok_or_else(invalid)?, block_size })
+        } else if let Some(size) = spec.strip_prefix("memory:") {
+            Ok(StorageSpec::Memory { size: parse_size(size).ok_or_else(invalid)?, block_size })
+        } else if spec.is_empty() {
+            Err(invalid())
+        } else {
+            Ok(StorageSpec::Path { path: PathBuf::from(spec), block_size })
+        }
+    }
+
+    /// The configured logical block size.
+    pub fn block_size(&self) -> u32 {
+        match self {
+            StorageSpec::Null { block_size, .. }
+            | StorageSpec::Memory { block_size, .. }
+            | StorageSpec::Path { block_size, .. } => *block_size,
+        }
+    }
+}
+
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, shift) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 10),
+        (i, 'm' | 'M') => (&s[..i], 20),
+        (i, 'g' | 'G') => (&s[..i], 30),
+        (i, 't' | 'T') => (&s[..i], 40),
+        _ => (s, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
+}
+
+/// How Write Zeroes is carried out on a regular file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ZeroMode {
+    /// `fallocate(FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE)`: keeps the allocation.
+    ZeroRange,
+    /// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`: the filesystem lacks ZERO_RANGE (tmpfs).
+    PunchHole,
+    /// Neither is supported.
+    Unsupported,
+}
+
+/// A regular file or block device.
+#[derive(Debug)]
+pub(crate) struct FileBacking {
+    pub(crate) file: File,
+    pub(crate) path: PathBuf,
+    /// Opened with O_DIRECT.
+    pub(crate) direct: bool,
+    pub(crate) zero_mode: ZeroMode,
+}
+
+/// The kind of storage, matched on the hot path.
+#[derive(Debug)]
+pub(crate) enum Kind {
+    Null,
+    Memory(MemoryStore),
+    File(FileBacking),
+    BlockDevice(FileBacking),
+}
+
+/// One namespace's storage, shared by all reactors (`Arc`). Opened once at start.
+#[derive(Debug)]
+pub struct Storage {
+    /// Unique per process: the engines' key for their fixed-file slots.
+    id: u64,
+    kind: Kind,
+    block_size: u32,
+    capacity: u64,
+    discard: bool,
+    volatile_write_cache: bool,
+}
+
+static NEXT_STORAGE_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Storage {
+    /// Opens `spec`: validates the block size and capacity, opens files and devices (O_DIRECT when the
+    /// filesystem/device allows it for this block size, buffered with a warning otherwise) and probes what they
+    /// support.
+    pub fn open(spec: &StorageSpec) -> Result<Storage, BackendError> {
+        let block_size = spec.block_size();
+        if !(512..=4096).contains(&block_size) || !block_size.is_power_of_two() {
+            return Err(BackendError::InvalidBlockSize(block_size));
+        }
+        let check_size = |what: &str, size: u64| {
+            if size == 0 || size % u64::from(block_size) != 0 {
+                Err(BackendError::InvalidSize { what: what.to_owned(), size, block_size })
+            } else {
+                Ok(())
+            }
+        };
+        let (kind, capacity, discard, volatile_write_cache) = match spec {
+            StorageSpec::Null { size, .. } => {
+                check_size("null", *size)?;
+                (Kind::Null, *size, true, false)
+            }
+            StorageSpec::Memory { size, .. } => {
+                check_size("memory", *size)?;
+                let store = MemoryStore::new(*size).ok_or(BackendError::MemoryTooLarge(*size))?;
+                (Kind::Memory(store), *size, true, false)
+            }
+            StorageSpec::Path { path, .. } => {
+                let io_err = |action| move |source| BackendError::Io { action, path: path.clone(), source };
+                let meta = std::fs::metadata(path).map_err(io_err("stat"))?;
+                if meta.file_type().is_block_device() {
+                    open_block_device(path, block_size)?
+                } else if meta.is_file() {
+                    check_size(&path.display().to_string(), meta.len())?;
+                    open_file(path, block_size, meta.len())?
+                } else {
+                    return Err(BackendError::UnsupportedFileType(path.clone()));
+                }
+            }
+        };
+        let storage = Storage {
+            id: NEXT_STORAGE_ID.fetch_add(1, Ordering::Relaxed),
+            kind,
+            block_size,
+            capacity,
+            discard,
+            volatile_write_cache,
+        };
+        tracing::info!(
+            storage = %storage.describe(),
+            block_size,
+            capacity,
+            discard,
+            write_zeroes = storage.supports_write_zeroes(),
+            "storage opened"
+        );
+        Ok(storage)
+    }
+
+    /// Logical block size in bytes (512..=4096).
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Capacity in logical blocks.
+    pub fn num_blocks(&self) -> u64 {
+        self.capacity / u64::from(self.block_size)
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Whether writes may sit in a volatile cache until a Flush: true for files and block devices (we never open
+    /// them O_SYNC; a block device whose queue reports "write through" is the exception), false for null/memory.
+    pub fn volatile_write_cache(&self) -> bool {
+        self.volatile_write_cache
+    }
+
+    /// Whether Discard (Dataset Management deallocate) does anything: punch hole on files, BLKDISCARD on devices
+    /// that advertise it, free chunks on memory. After a discard, files and memory read zeros; a block device
+    /// reads whatever it reads.
+    pub fn supports_discard(&self) -> bool {
+        self.discard
+    }
+
+    /// Whether Write Zeroes is supported (it is, except on files whose filesystem has neither ZERO_RANGE nor
+    /// PUNCH_HOLE).
+    pub fn supports_write_zeroes(&self) -> bool {
+        match &self.kind {
+            Kind::File(f) => f.zero_mode != ZeroMode::Unsupported,
+            Kind::Null | Kind::Memory(_) | Kind::BlockDevice(_) => true,
+        }
+    }
+
+    /// Whether data bypasses the page cache (O_DIRECT). False for null/memory and buffered fallbacks.
+    pub fn is_direct(&self) -> bool {
+        match &self.kind {
+            Kind::File(f) | Kind::BlockDevice(f) => f.direct,
+            Kind::Null | Kind::Memory(_) => false,
+        }
+    }
+
+    /// A short description for logs: `null`, `memory`, or the path.
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            Kind::Null => "null".to_owned(),
+            Kind::Memory(_) => "memory".to_owned(),
+            Kind::File(f) | Kind::BlockDevice(f) => f.path.display().to_string(),
+        }
+    }
+
+    /// Makes written data durable, synchronously (`fdatasync`). For shutdown (CC.SHN), not for the data path —
+    /// reactors send [`IoOp::Flush`](super::IoOp::Flush) through their engine.
+    pub fn flush_blocking(&self) -> std::io::Result<()> {
+        match &self.kind {
+            Kind::File(f) | Kind::BlockDevice(f) => f.file.sync_data(),
+            Kind::Null | Kind::Memory(_) => Ok(()),
+        }
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    /// The file descriptor of a file or block device.
+    pub(crate) fn raw_fd(&self) -> Option<RawFd> {
+        match &self.kind {
+            Kind::File(f) | Kind::BlockDevice(f) => Some(f.file.as_raw_fd()),
+            Kind::Null | Kind::Memory(_) => None,
+        }
+    }
+}
+
+/// Opens read-write, with O_DIRECT when `direct`; on EINVAL (the filesystem refuses O_DIRECT) retries buffered.
+/// Returns the file and whether it is direct.
+fn open_rw(path: &Path, direct: bool) -> Result<(File, bool), BackendError> {
+    let open = |flags| OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC | flags).open(path);
+    if direct {
+        match open(libc::O_DIRECT) {
+            Ok(file) => return Ok((file, true)),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(path = %path.display(), "O_DIRECT refused by the filesystem; using buffered I/O");
+            }
+            Err(source) => return Err(BackendError::Io { action: "open", path: path.to_owned(), source }),
+        }
+    }
+    let file = open(0).map_err(|source| BackendError::Io { action: "open", path: path.to_owned(), source })?;
+    Ok((file, false))
+}
+
+/// Regular file: O_DIRECT when statx says direct I/O at this block size and our 4096-byte buffer alignment works;
+/// probes punch hole and zero range beyond EOF (no data changes).
+fn open_file(path: &Path, block_size: u32, size: u64) -> Result<(Kind, u64, bool, bool), BackendError> {
+    let want_direct = match ring::dio_alignment(path) {
+        Some((mem, offset)) if mem > 0 && offset > 0 && mem <= 4096 && offset <= block_size => true,
+        Some((0, _) | (_, 0)) | None => {
+            tracing::warn!(path = %path.display(), "the filesystem offers no O_DIRECT; using buffered I/O");
+            false
+        }
+        Some((mem, offset)) => {
+            tracing::warn!(
+                path = %path.display(), mem, offset, block_size,
+                "O_DIRECT alignment exceeds the block size or buffer alignment; using buffered I/O"
+            );
+            false
+        }
+    };
+    let (file, direct) = open_rw(path, want_direct)?;
+    let fd = file.as_raw_fd();
+    let probe_len = u64::from(block_size);
+    let punch = ring::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, size, probe_len).is_ok();
+    let zero_range =
+        ring::fallocate(fd, libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, size, probe_len).is_ok();
+    if zero_range && punch {
+        // Give back the block the probe may have allocated past EOF.
+        let _ = ring::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, size, probe_len);
+    }
+    let zero_mode = match (zero_range, punch) {
+        (true, _) => ZeroMode::ZeroRange,
+        (false, true) => ZeroMode::PunchHole,
+        (false, false) => ZeroMode::Unsupported,
+    };
+    let backing = FileBacking { file, path: path.to_owned(), direct, zero_mode };
+    Ok((Kind::File(backing), size, punch, true))
+}
+
+/// Block device: size from BLKGETSIZE64, logical block size from BLKSSZGET, discard/write cache from sysfs.
+fn open_block_device(path: &Path, block_size: u32) -> Result<(Kind, u64, bool, bool), BackendError> {
+    let (file, direct) = open_rw(path, true)?;
+    let fd = file.as_raw_fd();
+    let io_err = |action| move |source| BackendError::Io { action, path: path.to_owned(), source };
+    let size = ring::block_device_size(fd).map_err(io_err("BLKGETSIZE64"))?;
+    let logical = ring::block_device_logical_block_size(fd).map_err(io_err("BLKSSZGET"))?;
+    if block_size < logical {
+        return Err(BackendError::BlockSizeBelowDevice { path: path.to_owned(), block_size, logical });
+    }
+    let capacity = size - size % u64::from(block_size);
+    if capacity == 0 {
+        return Err(BackendError::InvalidSize { what: path.display().to_string(), size, block_size });
+    }
+    let rdev = file.metadata().map_err(io_err("stat"))?.rdev();
+    let queue_attr = |name: &str| -> Option<String> {
+        let dev = format!("/sys/dev/block/{}:{}", libc::major(rdev), libc::minor(rdev));
+        // A partition's queue attributes live in its parent disk's directory.
+        [format!("{dev}/queue/{name}"), format!("{dev}/../queue/{name}")]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .map(|s| s.trim().to_owned())
+    };
+    let discard = queue_attr("discard_max_bytes").and_then(|s| s.parse::<u64>().ok()).is_some_and(|n| n > 0);
+    let volatile_write_cache = queue_attr("write_cache").is_none_or(|s| s != "write through");
+    let backing = FileBacking { file, path: path.to_owned(), direct, zero_mode: ZeroMode::ZeroRange };
+    Ok((Kind::BlockDevice(backing), capacity, discard, volatile_write_cache))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_specs() {
+        assert_eq!(StorageSpec::parse("null:1G", 512).unwrap(), StorageSpec::Null { size: 1 << 30, block_size: 512 });
+        assert_eq!(
+            StorageSpec::parse("memory:64m", 4096).unwrap(),
+            StorageSpec::Memory { size: 64 << 20, block_size: 4096 }
+        );
+        assert_eq!(
+            StorageSpec::parse("memory:8192", 512).unwrap(),
+            StorageSpec::Memory { size: 8192, block_size: 512 }
+        );
+        assert_eq!(
+            StorageSpec::parse("/dev/vdb", 512).unwrap(),
+            StorageSpec::Path { path: "/dev/vdb".into(), block_size: 512 }
+        );
+        for bad in ["null:", "memory:x", "null:99999999999T", ""] {
+            assert!(StorageSpec::parse(bad, 512).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes_and_block_sizes_are_validated() {
+        assert!(matches!(
+            Storage::open(&StorageSpec::Null { size: 1 << 20, block_size: 1000 }),
+            Err(BackendError::InvalidBlockSize(1000))
+        ));
+        assert!(matches!(
+            Storage::open(&StorageSpec::Null { size: 1 << 20, block_size: 8192 }),
+            Err(BackendError::InvalidBlockSize(8192))
+        ));
+        assert!(matches!(
+            Storage::open(&StorageSpec::Memory { size: 1000, block_size: 512 }),
+            Err(BackendError::InvalidSize { .. })
+        ));
+        assert!(matches!(
+            Storage::open(&StorageSpec::Memory { size: 0, block_size: 512 }),
+            Err(BackendError::InvalidSize { .. })
+        ));
+        let s = Storage::open(&StorageSpec::Memory { size: 1 << 20, block_size: 4096 }).unwrap();
+        assert_eq!((s.block_size(), s.num_blocks(), s.volatile_write_cache()), (4096, 256, false));
+        assert!(s.supports_discard() && s.supports_write_zeroes());
+    }
+
+    #[test]
+    fn file_size_must_be_a_block_multiple() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join("odd");
+        std::fs::write(&path, vec![0u8; 1000]).unwrap();
+        assert!(matches!(
+            Storage::open(&StorageSpec::Path { path: path.clone(), block_size: 512 }),
+            Err(BackendError::InvalidSize { .. })
+        ));
+        std::fs::write(&path, b"").unwrap();
+        assert!(matches!(
+            Storage::open(&StorageSpec::Path { path, block_size: 512 }),
+            Err(BackendError::InvalidSize { .. })
+        ));
+        assert!(matches!(
+            Storage::open(&StorageSpec::Path { path: dir.path().to_owned(), block_size: 512 }),
+            Err(BackendError::UnsupportedFileType(_))
+        ));
+        assert!(matches!(
+            Storage::open(&StorageSpec::Path { path: dir.path().join("missing"), block_size: 512 }),
+            Err(BackendError::Io { action: "stat", .. })
+        ));
+    }
+}

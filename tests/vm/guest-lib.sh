@@ -1,0 +1,198 @@
+# Helpers for test VM scenarios (bash). Every scenario the harness runs has sourced this file already; in an
+# interactive guest shell: . "$NVMF_GUEST_LIB". Progress goes to stderr; functions that produce a value (a
+# device path) print it on stdout, so `dev=$(host_connect ...)` works. Every wait is bounded.
+#
+#   nullblk_create NAME SIZE_MIB              memory-backed null_blk through configfs -> /dev/NAME
+#   nvmet_subsys NQN DEVICE [NSID]            kernel target subsystem (any host) with one namespace
+#   nvmet_subsys_nullblk NQN [SIZE_MIB]       the same, backed by a fresh memory-backed null_blk
+#   nvmet_tcp_port ID ADDR SVCID NQN...       kernel target port (tcp / rdma), exporting the subsystems
+#   nvmet_rdma_port ID ADDR SVCID NQN...
+#   nvmet_teardown                            remove every port, subsystem and namespace
+#   host_connect TRTYPE ADDR SVCID NQN [ARGS] kernel host connect (nvme-cli) -> the namespace's /dev/nvmeXnY
+#   host_disconnect NQN
+#   fio_verify DEV [SECONDS] [ENGINE]         random writes with crc32c verification (default 10 s, libaio)
+#   start_daemon NAME CMD...                  run CMD in the background, output to $NVMF_VM_LOGS/NAME.log
+#   stop_daemon NAME [SECONDS]                SIGTERM, then SIGKILL after SECONDS (10); returns its status
+#   wait_until SECONDS CMD...                 retry CMD every 0.2 s until it succeeds or SECONDS pass
+#   wait_tcp_listen PORT [SECONDS]            until something listens on TCP PORT
+#   collect_logs [DIR]                        dmesg, nvmet configfs, nvme/rdma state -> DIR ($NVMF_VM_LOGS)
+#   step CMD...                               run CMD, log it with its status and duration
+#
+# Environment: NVMF_RDMA_ADDR (10.77.0.1, rxe0's address on dummy0), NVMF_VM_LOGS (a folder shared with the
+# host when the harness was given one, else /run/nvmf-logs).
+
+NVMET=/sys/kernel/config/nvmet
+NULLB=/sys/kernel/config/nullb
+: "${NVMF_RDMA_ADDR:=10.77.0.1}"
+: "${NVMF_VM_LOGS:=/run/nvmf-logs}"
+mkdir -p "$NVMF_VM_LOGS" /run/nvmf-daemons
+
+_uptime() { local up _; read -r up _ </proc/uptime; echo "$up"; }
+log() { echo "[$(_uptime)] $*" >&2; }
+fail() { echo "FAIL: $*" >&2; return 1; }
+
+_usecs() { echo "${EPOCHREALTIME/./}"; }
+step() {
+  local t0 rc dt
+  t0=$(_usecs)
+  log "\$ $*"
+  "$@"
+  rc=$?
+  dt=$(($(_usecs) - t0))
+  log "  (rc=$rc, $((dt / 1000000)).$((dt / 100000 % 10)) s)"
+  return $rc
+}
+
+# Builtins only in the loop: every exec costs 0.3-1 s under TCG.
+wait_until() {
+  local end=$((SECONDS + $1))
+  shift
+  until "$@" 2>/dev/null; do
+    ((SECONDS >= end)) && return 1
+    sleep 0.2
+  done
+}
+
+wait_tcp_listen() { wait_until "${2:-10}" _tcp_listening "$1"; }
+_tcp_listening() { [ -n "$(ss -Hltn "sport = :$1")" ]; }
+
+nullblk_create() {
+  local name=$1 size=$2 d=$NULLB/$1
+  [ -d $NULLB ] || modprobe null_blk || { fail "null_blk unavailable"; return 1; }
+  mkdir "$d" && echo "$size" > "$d/size" && echo 512 > "$d/blocksize" && echo 1 > "$d/memory_backed" &&
+    echo 1 > "$d/power" || { fail "cannot create null_blk $name"; return 1; }
+  wait_until 5 test -b "/dev/$name" || { fail "/dev/$name did not appear"; return 1; }
+  log "null_blk /dev/$name: $size MiB, memory-backed"
+  echo "/dev/$name"
+}
+
+nvmet_subsys() {
+  local nqn=$1 dev=$2 nsid=${3:-1} s=$NVMET/subsystems/$1
+  [ -d $NVMET ] || modprobe nvmet || { fail "nvmet unavailable"; return 1; }
+  mkdir -p "$s" && echo 1 > "$s/attr_allow_any_host" && mkdir "$s/namespaces/$nsid" &&
+    echo -n "$dev" > "$s/namespaces/$nsid/device_path" && echo 1 > "$s/namespaces/$nsid/enable" ||
+    { fail "cannot create nvmet subsystem $nqn (namespace $nsid = $dev)"; return 1; }
+  log "nvmet subsystem $nqn: namespace $nsid = $dev"
+}
+
+_nullblk_seq=0
+nvmet_subsys_nullblk() {
+  local dev
+  _nullblk_seq=$((_nullblk_seq + 1))
+  dev=$(nullblk_create "nvmfnb$_nullblk_seq" "${2:-256}") || return 1
+  nvmet_subsys "$1" "$dev"
+}
+
+_nvmet_port() {
+  local id=$1 trtype=$2 addr=$3 svcid=$4 p=$NVMET/ports/$1 nqn
+  shift 4
+  modprobe "nvmet_$trtype" || { fail "nvmet_$trtype unavailable"; return 1; }
+  mkdir "$p" && echo "$trtype" > "$p/addr_trtype" && echo ipv4 > "$p/addr_adrfam" &&
+    echo "$addr" > "$p/addr_traddr" && echo "$svcid" > "$p/addr_trsvcid" ||
+    { fail "cannot create nvmet port $id ($trtype $addr:$svcid)"; return 1; }
+  for nqn in "$@"; do
+    ln -s "$NVMET/subsystems/$nqn" "$p/subsystems/$nqn" || { fail "cannot export $nqn on port $id"; return 1; }
+  done
+  log "nvmet port $id: $trtype $addr:$svcid exports ${*:-nothing}"
+}
+nvmet_tcp_port() { _nvmet_port "$1" tcp "$2" "$3" "${@:4}"; }
+nvmet_rdma_port() { _nvmet_port "$1" rdma "$2" "$3" "${@:4}"; }
+
+nvmet_teardown() {
+  local p s n
+  for p in "$NVMET"/ports/*; do
+    [ -d "$p" ] || continue
+    rm -f "$p"/subsystems/* 2>/dev/null
+    rmdir "$p"
+  done
+  for s in "$NVMET"/subsystems/*; do
+    [ -d "$s" ] || continue
+    for n in "$s"/namespaces/*; do
+      [ -d "$n" ] || continue
+      echo 0 > "$n/enable"
+      rmdir "$n"
+    done
+    rmdir "$s"
+  done
+}
+
+# The block device of the first namespace of the connected subsystem NQN.
+_namespace_of() {
+  local s
+  for s in /sys/class/nvme-subsystem/*; do
+    [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+    ls "$s" | grep -E '^nvme[0-9]+n[0-9]+$' | head -1
+  done
+}
+
+host_connect() {
+  local trtype=$1 addr=$2 svcid=$3 nqn=$4 ns=""
+  shift 4
+  modprobe "nvme_$trtype" || { fail "nvme_$trtype unavailable"; return 1; }
+  timeout 60 nvme connect -t "$trtype" -a "$addr" -s "$svcid" -n "$nqn" "$@" >&2 ||
+    { fail "nvme connect -t $trtype -a $addr -s $svcid -n $nqn failed"; return 1; }
+  wait_until 10 _has_namespace "$nqn" || { fail "no namespace of $nqn appeared"; return 1; }
+  ns=$(_namespace_of "$nqn")
+  log "connected $nqn over $trtype $addr:$svcid: /dev/$ns"
+  echo "/dev/$ns"
+}
+_has_namespace() { local ns; ns=$(_namespace_of "$1"); [ -n "$ns" ] && [ -b "/dev/$ns" ]; }
+
+host_disconnect() {
+  timeout 60 nvme disconnect -n "$1" >&2 || { fail "nvme disconnect -n $1 failed"; return 1; }
+}
+
+fio_verify() {
+  local dev=$1 secs=${2:-10} engine=${3:-libaio} out=$NVMF_VM_LOGS/fio-$(basename "$1").log
+  timeout $((secs + 60)) fio --name=verify --filename="$dev" --ioengine="$engine" --direct=1 \
+    --rw=randwrite --bs=4k --iodepth=16 --size=64M --time_based --runtime="$secs" \
+    --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 --group_reporting > "$out" 2>&1
+  local rc=$?
+  local verified
+  verified=$(sed -n 's/.*issued rwts: total=\([0-9]*\),.*/\1/p' "$out")
+  grep -E 'WRITE:|err=|issued rwts' "$out" >&2
+  [ $rc = 0 ] || { cat "$out" >&2; fail "fio verify on $dev: rc=$rc"; return 1; }
+  [ "${verified:-0}" -gt 0 ] || { fail "fio on $dev verified nothing (no verify reads)"; return 1; }
+  log "fio verify on $dev: ok ($verified blocks read back and verified)"
+}
+
+start_daemon() {
+  local name=$1
+  shift
+  "$@" > "$NVMF_VM_LOGS/$name.log" 2>&1 &
+  echo $! > "/run/nvmf-daemons/$name.pid"
+  log "started $name (pid $!): $*"
+}
+
+stop_daemon() {
+  local name=$1 secs=${2:-10} pid rc
+  pid=$(cat "/run/nvmf-daemons/$name.pid" 2>/dev/null) || { fail "no daemon $name"; return 1; }
+  kill -TERM "$pid" 2>/dev/null
+  if ! wait_until "$secs" _gone "$pid"; then
+    log "$name did not stop within $secs s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null
+  fi
+  wait "$pid" 2>/dev/null
+  rc=$?
+  rm -f "/run/nvmf-daemons/$name.pid"
+  log "stopped $name: status $rc"
+  return $rc
+}
+_gone() { ! kill -0 "$1" 2>/dev/null || [ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
+
+collect_logs() {
+  local dir=${1:-$NVMF_VM_LOGS}
+  mkdir -p "$dir"
+  dmesg > "$dir/dmesg.txt" 2>&1
+  {
+    echo "# nvme list"; nvme list 2>&1
+    echo "# rdma link"; rdma link 2>&1
+    echo "# ip addr"; ip addr 2>&1
+    echo "# lsmod"; lsmod 2>&1
+  } > "$dir/state.txt"
+  if [ -d "$NVMET" ]; then
+    find "$NVMET" -maxdepth 6 \( -type f -o -type l \) 2>/dev/null | while read -r f; do
+      if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"; else echo "$f = $(head -c 200 "$f" 2>/dev/null | tr '\n' ' ')"; fi
+    done > "$dir/nvmet-configfs.txt"
+  fi
+}
