@@ -1,0 +1,340 @@
+//! The target's configuration: the validated model ([`TargetConfig`] and its parts), loading from TOML with
+//! located errors, and printing the effective configuration back as TOML.
+//!
+//! Loading is two passes over the text: serde into the file schema (`schema`, unknown keys rejected), then
+//! `validate` into this module's types, where every default is filled in (derived serial numbers and namespace
+//! identifiers included), so the daemon never has to know a default. Errors of either pass are placed at a file,
+//! line and column with the key path (see [`crate::error`]). Runs on the control plane at start-up (and on reload);
+//! it reads one file and never blocks on anything else.
+//!
+//! The file's sections: `[target]` (controller limits), `[[listener]]` (+ `[listener.tcp]`), `[[subsystem]]` (+
+//! `[[subsystem.namespace]]`), `[discovery]`, `[reactors]`, `[metrics]`, `[logging]`. `config/examples/target.toml`
+//! documents every key with its default and allowed values.
+
+mod schema;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::document::SpanIndex;
+use crate::error::{ConfigError, Location, Problem};
+use crate::ids::{Eui64, Nguid, Uuid};
+
+pub(crate) use schema::*;
+pub(crate) use validate::validate;
+
+/// Default NVMe/TCP and NVMe/RDMA port (IANA "nvme-over-fabrics" is 4420; 8009 is the discovery port).
+pub const DEFAULT_PORT: u16 = 4420;
+/// Conventional port of a discovery-only listener.
+pub const DISCOVERY_PORT: u16 = 8009;
+
+/// A fabric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// NVMe/TCP.
+    Tcp,
+    /// NVMe/RDMA.
+    Rdma,
+}
+
+impl Transport {
+    /// The URL scheme and TOML spelling: `tcp` or `rdma`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Rdma => "rdma",
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The whole validated target configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetConfig {
+    /// `[target]`: limits every controller advertises.
+    pub limits: ControllerLimits,
+    /// `[[listener]]`: where hosts connect (at least one).
+    pub listeners: Vec<ListenerConfig>,
+    /// `[[subsystem]]`: the NVM subsystems exported (NQNs unique).
+    pub subsystems: Vec<SubsystemConfig>,
+    /// `[discovery]`.
+    pub discovery: DiscoveryConfig,
+    /// `[reactors]`.
+    pub reactors: ReactorConfig,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
+    /// `[logging]`.
+    pub logging: LoggingConfig,
+}
+
+/// `[target]`: controller limits, the same for every subsystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerLimits {
+    /// Maximum data transfer size in bytes (Identify Controller MDTS, as a power of two times 4 KiB); a power of
+    /// two from 4 KiB to 16 MiB. Default 1 MiB. Pool buffers are at least this large.
+    pub mdts: u32,
+    /// Most entries in one queue (CAP.MQES + 1), 32..=65536 (Linux's admin queue has 32). Default 128.
+    pub max_queue_size: u32,
+    /// Most I/O queues one controller may be granted (Set Features Number of Queues), 1..=65534. Default 128.
+    pub max_io_queues: u16,
+    /// Keep-alive timer granularity in milliseconds (Identify Controller KAS is this / 100), a multiple of 100
+    /// from 100 to 6553500. Default 100.
+    pub keep_alive_granularity_ms: u32,
+    /// Longest keep-alive timeout (KATO) a host may ask for, in milliseconds; at least the granularity.
+    /// Default 3600000 (one hour).
+    pub keep_alive_max_ms: u32,
+}
+
+impl ControllerLimits {
+    /// Identify Controller KAS: keep-alive granularity in units of 100 ms.
+    pub fn kas(&self) -> u16 {
+        // Validated: keep_alive_granularity_ms ≤ 6_553_500.
+        u16::try_from(self.keep_alive_granularity_ms / 100).unwrap_or(u16::MAX)
+    }
+
+    /// CAP.MQES: the largest queue size, 0's based.
+    pub fn mqes(&self) -> u16 {
+        // Validated: max_queue_size ≤ 65536.
+        u16::try_from(self.max_queue_size - 1).unwrap_or(u16::MAX)
+    }
+}
+
+/// `[[listener]]`: one address a transport listens on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    /// IP address and port (default port 4420).
+    pub address: SocketAddr,
+    /// Most entries in one queue on this listener: at most `[target].max_queue_size`, which is the default.
+    pub max_queue_size: u32,
+    /// Largest in-capsule data in bytes (IOCCSZ = (64 + this) / 16); a multiple of 16, at most MDTS. Default 16 KiB
+    /// (Linux nvmet's TCP default).
+    pub in_capsule_data_size: u32,
+    /// The fabric and its own options.
+    pub transport: ListenerTransport,
+}
+
+impl ListenerConfig {
+    /// The fabric.
+    pub fn transport_type(&self) -> Transport {
+        match self.transport {
+            ListenerTransport::Tcp(_) => Transport::Tcp,
+            ListenerTransport::Rdma => Transport::Rdma,
+        }
+    }
+}
+
+impl fmt::Display for ListenerConfig {
+    /// `tcp://127.0.0.1:4420`, `rdma://[::1]:4420`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.transport_type(), self.address)
+    }
+}
+
+/// The fabric of a listener with that fabric's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenerTransport {
+    /// NVMe/TCP with `[listener.tcp]`.
+    Tcp(TcpOptions),
+    /// NVMe/RDMA (its options will be a `[listener.rdma]` table).
+    Rdma,
+}
+
+/// `[listener.tcp]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// Grant a header digest (HDGST) when the host's ICReq asks for one. Default true.
+    pub header_digest: bool,
+    /// Grant a data digest (DDGST) when the host's ICReq asks for one. Default true.
+    pub data_digest: bool,
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        TcpOptions { header_digest: true, data_digest: true }
+    }
+}
+
+/// `[[subsystem]]`: one NVM subsystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubsystemConfig {
+    /// Subsystem NQN (valid by NVMe Base 2.0 §4.5, not the discovery NQN, unique in the target).
+    pub nqn: String,
+    /// Serial number (Identify Controller SN): 1..=20 printable ASCII characters. Default: derived from the NQN
+    /// ([`crate::ids::derive_serial`]).
+    pub serial: String,
+    /// Model number (Identify Controller MN): 1..=40 printable ASCII characters. Default `nvmf-rs`.
+    pub model: String,
+    /// Any host may connect. Default: true when `hosts` is empty. True with hosts listed is rejected, and so is
+    /// false with none.
+    pub allow_any_host: bool,
+    /// Host NQNs allowed to connect when `allow_any_host` is false (valid NQNs, unique).
+    pub hosts: Vec<String>,
+    /// Lowest controller ID handed out, 1..=0xFFEF. Default 1.
+    pub cntlid_min: u16,
+    /// Highest controller ID handed out, `cntlid_min..=0xFFEF`. Default 0xFFEF.
+    pub cntlid_max: u16,
+    /// Identify Controller NN: the largest NSID, 1..=0xFFFFFFFE. Default 1024.
+    pub max_namespaces: u32,
+    /// `[[subsystem.namespace]]`: the namespaces, in file order (NSIDs unique).
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// `[[subsystem.namespace]]`: one namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceConfig {
+    /// Namespace ID, 1..=`max_namespaces`, unique in its subsystem. Default: one more than the previous
+    /// namespace's (1 for the first).
+    pub nsid: u32,
+    /// Where the data lives.
+    pub backend: NamespaceBackend,
+    /// Logical block size in bytes: 512 or 4096. Default 512.
+    pub block_size: u32,
+    /// Namespace UUID. Default: derived ([`crate::ids::derive_uuid`]). Unique in the target.
+    pub uuid: Uuid,
+    /// Namespace NGUID. Default: derived ([`crate::ids::derive_nguid`]). Unique in the target.
+    pub nguid: Nguid,
+    /// Namespace EUI-64. Default: derived ([`crate::ids::derive_eui64`]). Unique in the target.
+    pub eui64: Eui64,
+}
+
+/// The storage behind a namespace: exactly one of `path`, `memory`, `null` in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamespaceBackend {
+    /// A block device or regular file (`path = "/dev/nvme0n1"`). A relative path in a file is relative to the
+    /// configuration file's directory. Its size is the device's or file's.
+    Path(PathBuf),
+    /// RAM of `size` bytes, zero-filled at start, lost at exit (`memory = "1GiB"`). A multiple of the block size.
+    Memory {
+        /// Capacity in bytes.
+        size: u64,
+    },
+    /// Discards writes and reads zeroes, `size` bytes (`null = "1TiB"`). A multiple of the block size.
+    Null {
+        /// Capacity in bytes.
+        size: u64,
+    },
+}
+
+/// `[discovery]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiscoveryConfig {
+    /// Serve the discovery subsystem (`nqn.2014-08.org.nvmexpress.discovery`) on every listener. Default true.
+    pub enabled: bool,
+}
+
+/// `[reactors]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReactorConfig {
+    /// Number of reactor threads, 1..=1024. Default: the length of `cpus` if given, else the CPUs available to the
+    /// process when the configuration was loaded.
+    pub threads: usize,
+    /// CPUs to pin reactors to, reactor `i` on `cpus[i]` (CPU numbers 0..=1023, unique, as many as `threads`).
+    /// Empty: not pinned. Default empty.
+    pub cpus: Vec<usize>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Address of the Prometheus `/metrics` endpoint, e.g. `127.0.0.1:9420`. Default: none (no endpoint).
+    pub listen: Option<SocketAddr>,
+}
+
+/// Suggested metrics address (documented in the example; not a default).
+pub const SUGGESTED_METRICS_LISTEN: &str = "127.0.0.1:9420";
+
+/// `[logging]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggingConfig {
+    /// `tracing` filter: comma-separated directives, each `LEVEL` or `TARGET=LEVEL`, levels `trace`, `debug`,
+    /// `info`, `warn`, `error`, `off` (e.g. `"info,nvmf_target::tcp=debug"`). The `RUST_LOG` environment variable,
+    /// when set, is the daemon's to prefer. Default `info`.
+    pub level: String,
+    /// Output format. Default text.
+    pub format: LogFormat,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl TargetConfig {
+    /// Read and validate the configuration file at `path`. Relative namespace paths are taken relative to the
+    /// file's directory.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let base = path.parent().filter(|dir| !dir.as_os_str().is_empty());
+        load(&text, &path.display().to_string(), base)
+    }
+
+    /// Validate configuration `text`; `origin` names it in errors (a path, or e.g. `<string>`). Relative
+    /// namespace paths stay as written (relative to the working directory).
+    pub fn from_str(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        load(text, origin, None)
+    }
+}
+
+fn load(text: &str, origin: &str, base: Option<&Path>) -> Result<TargetConfig, ConfigError> {
+    let raw: RawTargetConfig = toml::from_str(text).map_err(|error| syntax_error(&error, text, origin))?;
+    validate(&raw, base, available_cpus()).map_err(|problem| place(problem, text, origin))
+}
+
+/// CPUs this process may run on (1 when unknown).
+pub(crate) fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// A TOML parse or type error, placed and given its key path.
+fn syntax_error(error: &toml::de::Error, text: &str, origin: &str) -> ConfigError {
+    let offset = error.span().map_or(0, |span| span.start);
+    let key = SpanIndex::parse(text).map(|index| index.path_at(offset)).filter(|key| !key.segments().is_empty());
+    // serde names Rust types in "expected ..."; say it in TOML's words.
+    let message = error.message().trim_end();
+    let message = if message.is_empty() { "invalid TOML syntax here" } else { message };
+    let message = message
+        .replace('\n', "; ")
+        .replace("expected i64", "expected an integer")
+        .replace("expected u64", "expected an integer")
+        .replace("expected a sequence", "expected an array")
+        .replace("expected a map", "expected a table");
+    ConfigError::Syntax { location: Location::at(origin, text, offset), key, message }
+}
+
+/// A validation problem, placed at its key (or the nearest table present in the file).
+fn place(problem: Problem, text: &str, origin: &str) -> ConfigError {
+    let offset = SpanIndex::parse(text).map_or(0, |index| index.span_of(&problem.key).start);
+    ConfigError::Invalid {
+        location: Location::at(origin, text, offset),
+        key: problem.key,
+        problem: problem.problem,
+        allowed: problem.allowed,
+    }
+}
+
+impl fmt::Display for TargetConfig {
+    /// The effective configuration as TOML, every default written out; it loads back as the same configuration.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = toml::to_string(&validate::to_raw(self)).map_err(|_| fmt::Error)?;
+        f.write_str(&text)
+    }
+}

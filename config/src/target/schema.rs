@@ -1,0 +1,195 @@
+//! The target configuration file as written: every key optional where the schema gives a default, values kept
+//! as typed in the file so that validation can say precisely what is wrong. Unknown keys are rejected
+//! (`deny_unknown_fields`) with the parser's list of the keys allowed there.
+//!
+//! The same types, filled in completely, are what [`super::TargetConfig`]'s `Display` serializes, so the printed
+//! effective configuration reads back as itself.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::{LogFormat, Transport};
+
+/// The whole file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTargetConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<RawLimits>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<RawDiscovery>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reactors: Option<RawReactors>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<RawMetrics>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logging: Option<RawLogging>,
+    #[serde(default, rename = "listener", skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<RawListener>,
+    #[serde(default, rename = "subsystem", skip_serializing_if = "Vec::is_empty")]
+    pub subsystems: Vec<RawSubsystem>,
+}
+
+/// `[target]`: controller limits shared by every subsystem.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mdts: Option<RawSize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queue_size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_io_queues: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_alive_granularity_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_alive_max_ms: Option<i64>,
+}
+
+/// `[[listener]]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListener {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<Transport>,
+    pub address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queue_size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_capsule_data_size: Option<RawSize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<RawTcp>,
+}
+
+/// `[listener.tcp]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTcp {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_digest: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_digest: Option<bool>,
+}
+
+/// `[[subsystem]]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSubsystem {
+    pub nqn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_any_host: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cntlid_min: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cntlid_max: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_namespaces: Option<i64>,
+    #[serde(default, rename = "namespace", skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<RawNamespace>,
+}
+
+/// `[[subsystem.namespace]]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNamespace {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsid: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<RawSize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub null: Option<RawSize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nguid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eui64: Option<String>,
+}
+
+/// `[discovery]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDiscovery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+/// `[reactors]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawReactors {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Vec<i64>>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMetrics {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+}
+
+/// `[logging]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLogging {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<LogFormat>,
+}
+
+/// A size as written: a string with a unit (`"1GiB"`) or a TOML integer of bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RawSize {
+    Text(String),
+    Bytes(i64),
+}
+
+impl Serialize for RawSize {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RawSize::Text(text) => serializer.serialize_str(text),
+            RawSize::Bytes(bytes) => serializer.serialize_i64(*bytes),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RawSize {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SizeVisitor;
+        impl Visitor<'_> for SizeVisitor {
+            type Value = RawSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size: a string such as \"1GiB\" or an integer number of bytes")
+            }
+            fn visit_i64<E: de::Error>(self, bytes: i64) -> Result<RawSize, E> {
+                Ok(RawSize::Bytes(bytes))
+            }
+            fn visit_u64<E: de::Error>(self, bytes: u64) -> Result<RawSize, E> {
+                i64::try_from(bytes).map(RawSize::Bytes).map_err(|_| E::custom("size does not fit in 63 bits"))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<RawSize, E> {
+                Ok(RawSize::Text(text.to_owned()))
+            }
+        }
+        deserializer.deserialize_any(SizeVisitor)
+    }
+}

@@ -1,0 +1,384 @@
+//! Loading and validation: every error message, with its line and column, and the effective configuration.
+
+use super::*;
+
+const BASE: &str = r#"[[listener]]
+address = "127.0.0.1"
+
+[[subsystem]]
+nqn = "nqn.2024-01.io.example:disk"
+
+[[subsystem.namespace]]
+memory = "1GiB"
+"#;
+
+fn load(text: &str) -> Result<TargetConfig, ConfigError> {
+    TargetConfig::from_str(text, "t.toml")
+}
+
+const CASES: &[(&str, &str, &str)] = &[
+    // (name, text, message)
+    ("syntax", "a = ",
+        "t.toml:1:5: invalid TOML syntax here"),
+    ("syntax_header", "[x\n",
+        "t.toml:1:3: invalid table header; expected `.`, `]`"),
+    ("duplicate_key", "[[listener]]\naddress = \"::1\"\naddress = \"::2\"\n",
+        "t.toml:3:1: duplicate key `address` in table `listener`"),
+    ("unknown_section", "[reactor]\nthreads = 1\n",
+        "t.toml:1:2: reactor: unknown field `reactor`, expected one of `target`, `discovery`, `reactors`, `metrics`, `logging`, `listener`, `subsystem`"),
+    ("unknown_key", "@[[subsystem.namespace]]@blocksize = 4096\n",
+        "t.toml:9:1: subsystem[0].namespace[0].blocksize: unknown field `blocksize`, expected one of `nsid`, `path`, `memory`, `null`, `block_size`, `uuid`, `nguid`, `eui64`"),
+    ("wrong_type", "@[[listener]]@port = \"4420\"\n",
+        "t.toml:3:8: listener[0].port: invalid type: string \"4420\", expected an integer"),
+    ("bad_variant", "@[[listener]]@transport = \"udp\"\n",
+        "t.toml:3:13: listener[0].transport: unknown variant `udp`, expected `tcp` or `rdma`"),
+    ("missing_field", "[[listener]]\nport = 1\n",
+        "t.toml:1:1: listener[0]: missing field `address`"),
+    ("size_type", "@[[subsystem.namespace]]@null = 1.5\n",
+        "t.toml:9:8: subsystem[0].namespace[0].null: invalid type: floating point `1.5`, expected a size: a string such as \"1GiB\" or an integer number of bytes"),
+    ("array_type", "[reactors]\ncpus = 3\n@@",
+        "t.toml:2:8: reactors.cpus: invalid type: integer `3`, expected an array"),
+    ("no_listener", "[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n",
+        "t.toml:1:1: (top level): no [[listener]] is configured; allowed: one or more [[listener]] tables"),
+    ("nothing_served", "[discovery]\nenabled = false\n[[listener]]\naddress = \"::\"\n",
+        "t.toml:1:1: (top level): no [[subsystem]] is configured and discovery is disabled: nothing would be served; allowed: one or more [[subsystem]] tables, or [discovery] enabled = true"),
+    ("mdts_not_pow2", "[target]\nmdts = \"3MiB\"\n@@",
+        "t.toml:2:8: target.mdts: MDTS 3MiB is not allowed; allowed: a power of two from 4KiB to 16MiB"),
+    ("mdts_bad_size", "[target]\nmdts = \"1 parsec\"\n@@",
+        "t.toml:2:8: target.mdts: size \"1 parsec\" has an unknown unit \"parsec\"; allowed: a whole number of bytes with an optional unit: K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"1GiB\""),
+    ("mdts_negative", "[target]\nmdts = -4096\n@@",
+        "t.toml:2:8: target.mdts: size -4096 is negative; allowed: a whole number of bytes with an optional unit: K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"1GiB\""),
+    ("max_queue_size", "[target]\nmax_queue_size = 16\n@@",
+        "t.toml:2:18: target.max_queue_size: queue size 16 is out of range; allowed: 32..=65536"),
+    ("max_io_queues", "[target]\nmax_io_queues = 0\n@@",
+        "t.toml:2:17: target.max_io_queues: I/O queue count 0 is out of range; allowed: 1..=65534"),
+    ("kas_range", "[target]\nkeep_alive_granularity_ms = 50\n@@",
+        "t.toml:2:29: target.keep_alive_granularity_ms: granularity 50 is out of range; allowed: a multiple of 100 from 100 to 6553500"),
+    ("kas_multiple", "[target]\nkeep_alive_granularity_ms = 150\n@@",
+        "t.toml:2:29: target.keep_alive_granularity_ms: granularity 150 is not a multiple of 100; allowed: a multiple of 100 from 100 to 6553500"),
+    ("kato_max", "[target]\nkeep_alive_granularity_ms = 1000\nkeep_alive_max_ms = 500\n@@",
+        "t.toml:3:21: target.keep_alive_max_ms: timeout 500 is out of range; allowed: 1000..=4294967295 (at least keep_alive_granularity_ms)"),
+    ("address", "[[listener]]\naddress = \"localhost\"\n",
+        "t.toml:2:11: listener[0].address: \"localhost\" is not an IP address; allowed: an IPv4 or IPv6 address literal such as \"0.0.0.0\", \"127.0.0.1\", \"::\" or \"::1\" (no host name, brackets or port)"),
+    ("address_with_port", "[[listener]]\naddress = \"127.0.0.1:4420\"\n",
+        "t.toml:2:11: listener[0].address: \"127.0.0.1:4420\" is not an IP address; allowed: an IPv4 or IPv6 address literal such as \"0.0.0.0\", \"127.0.0.1\", \"::\" or \"::1\" (no host name, brackets or port)"),
+    ("port", "@[[listener]]@port = 0\n",
+        "t.toml:3:8: listener[0].port: port 0 is out of range; allowed: 1..=65535 (4420, or 8009 for discovery)"),
+    ("listener_queue", "@[[listener]]@max_queue_size = 256\n",
+        "t.toml:3:18: listener[0].max_queue_size: queue size 256 is out of range; allowed: 32..=128 ([target] max_queue_size)"),
+    ("in_capsule", "@[[listener]]@in_capsule_data_size = 100\n",
+        "t.toml:3:24: listener[0].in_capsule_data_size: in-capsule data size 100 is not allowed; allowed: a multiple of 16 from 0 to 1MiB ([target] mdts)"),
+    ("in_capsule_too_big", "@[[listener]]@in_capsule_data_size = \"2MiB\"\n",
+        "t.toml:3:24: listener[0].in_capsule_data_size: in-capsule data size 2097152 is not allowed; allowed: a multiple of 16 from 0 to 1MiB ([target] mdts)"),
+    ("tcp_on_rdma", "@[[listener]]@transport = \"rdma\"\ntcp = { header_digest = false }\n",
+        "t.toml:4:1: listener[0].tcp: [listener.tcp] options on an rdma listener; allowed: a [listener.tcp] table only with transport = \"tcp\""),
+    ("duplicate_listener", "[[listener]]\naddress = \"127.0.0.1\"\nport = 4420\n@@",
+        "t.toml:4:1: listener[1]: tcp://127.0.0.1:4420 is also listener[0]; allowed: each transport, address and port once"),
+    ("nqn", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"testnqn\"\n",
+        "t.toml:4:7: subsystem[0].nqn: \"testnqn\" is not a valid NQN: NQN does not start with \"nqn.\"; allowed: an NQN \"nqn.yyyy-mm.reverse.domain[:name]\" or \"nqn.2014-08.org.nvmexpress:uuid:<UUID>\", at most 223 bytes"),
+    ("discovery_nqn", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"nqn.2014-08.org.nvmexpress.discovery\"\n",
+        "t.toml:4:7: subsystem[0].nqn: the discovery subsystem's NQN cannot name an NVM subsystem; allowed: any other NQN ([discovery] enables the discovery subsystem)"),
+    ("duplicate_nqn", "@@[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n",
+        "t.toml:10:7: subsystem[1].nqn: NQN \"nqn.2024-01.io.example:disk\" is also subsystem[0]'s; allowed: a different NQN for each subsystem"),
+    ("serial_long", "@[[subsystem]]@serial = \"123456789012345678901\"\n",
+        "t.toml:6:10: subsystem[0].serial: serial number \"123456789012345678901\" is 21 bytes long; allowed: 1 to 20 printable ASCII characters"),
+    ("serial_empty", "@[[subsystem]]@serial = \"\"\n",
+        "t.toml:6:10: subsystem[0].serial: serial number \"\" is 0 bytes long; allowed: 1 to 20 printable ASCII characters"),
+    ("model_char", "@[[subsystem]]@model = \"disk\\u00e9\"\n",
+        "t.toml:6:9: subsystem[0].model: model \"diské\" contains 'é'; allowed: 1 to 40 printable ASCII characters"),
+    ("host_nqn", "@[[subsystem]]@hosts = [\"nqn.2014-08.org.nvmexpress:uuid:x\"]\n",
+        "t.toml:6:10: subsystem[0].hosts[0]: \"nqn.2014-08.org.nvmexpress:uuid:x\" is not a valid NQN: NQN UUID is not 8-4-4-4-12 hexadecimal digits; allowed: an NQN \"nqn.yyyy-mm.reverse.domain[:name]\" or \"nqn.2014-08.org.nvmexpress:uuid:<UUID>\", at most 223 bytes"),
+    ("host_twice", "@[[subsystem]]@hosts = [\"nqn.2024-01.io.example:h\", \"nqn.2024-01.io.example:h\"]\n",
+        "t.toml:6:38: subsystem[0].hosts[1]: host \"nqn.2024-01.io.example:h\" is also hosts[0]; allowed: each host NQN once"),
+    ("any_host_and_hosts", "@[[subsystem]]@allow_any_host = true\nhosts = [\"nqn.2024-01.io.example:h\"]\n",
+        "t.toml:6:18: subsystem[0].allow_any_host: allow_any_host = true contradicts the hosts list; allowed: allow_any_host = false with hosts, or no hosts list"),
+    ("no_host_at_all", "@[[subsystem]]@allow_any_host = false\n",
+        "t.toml:6:18: subsystem[0].allow_any_host: allow_any_host = false with no hosts listed: no host could connect; allowed: hosts = [\"nqn...\"] with allow_any_host = false, or allow_any_host = true"),
+    ("cntlid_range", "@[[subsystem]]@cntlid_min = 0\n",
+        "t.toml:6:14: subsystem[0].cntlid_min: cntlid_min 0 is out of range; allowed: 1..=65519 (0xFFEF)"),
+    ("cntlid_range_max", "@[[subsystem]]@cntlid_max = 65520\n",
+        "t.toml:6:14: subsystem[0].cntlid_max: cntlid_max 65520 is out of range; allowed: 1..=65519 (0xFFEF)"),
+    ("cntlid_order", "@[[subsystem]]@cntlid_min = 10\ncntlid_max = 9\n",
+        "t.toml:7:14: subsystem[0].cntlid_max: cntlid_min 10 is greater than cntlid_max 9; allowed: cntlid_min <= cntlid_max"),
+    ("cntlid_order_default_max", "@[[subsystem]]@cntlid_min = 65519\n",
+        "accepted"),
+    ("max_namespaces", "@[[subsystem]]@max_namespaces = 0\n",
+        "t.toml:6:18: subsystem[0].max_namespaces: max_namespaces 0 is out of range; allowed: 1..=4294967294"),
+    ("nsid_zero", "@[[subsystem.namespace]]@nsid = 0\n",
+        "t.toml:9:8: subsystem[0].namespace[0].nsid: NSID 0 is out of range; allowed: 1..=1024 (max_namespaces), unique in the subsystem"),
+    ("nsid_over_nn", "@[[subsystem]]@max_namespaces = 4\n@[[subsystem.namespace]]@nsid = 5\n",
+        "t.toml:10:8: subsystem[0].namespace[0].nsid: NSID 5 is out of range; allowed: 1..=4 (max_namespaces), unique in the subsystem"),
+    ("nsid_duplicate", "@@[[subsystem.namespace]]\nnsid = 1\nnull = \"1TiB\"\n",
+        "t.toml:10:8: subsystem[0].namespace[1].nsid: NSID 1 is also namespace[0]'s; allowed: 1..=1024 (max_namespaces), unique in the subsystem"),
+    ("nsid_duplicate_implicit", "@[[subsystem.namespace]]@nsid = 2\n[[subsystem.namespace]]\nnull = \"1G\"\nnsid = 1\n[[subsystem.namespace]]\nnull = \"1G\"\n",
+        "t.toml:13:1: subsystem[0].namespace[2].nsid: NSID 2 (counted on from the previous namespace) is also namespace[0]'s; allowed: 1..=1024 (max_namespaces), unique in the subsystem"),
+    ("no_backend", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n[[subsystem.namespace]]\nnsid = 1\n",
+        "t.toml:5:1: subsystem[0].namespace[0]: the namespace has no backend; allowed: exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\" or null = \"SIZE\""),
+    ("two_backends", "@[[subsystem.namespace]]@path = \"/dev/null\"\n",
+        "t.toml:8:10: subsystem[0].namespace[0].memory: the namespace has both path and memory; allowed: exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\" or null = \"SIZE\""),
+    ("empty_path", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n[[subsystem.namespace]]\npath = \"\"\n",
+        "t.toml:6:8: subsystem[0].namespace[0].path: the path is empty; allowed: a block device or file path"),
+    ("size_multiple", "@@[[subsystem.namespace]]\nblock_size = 4096\nnull = 6144\n",
+        "t.toml:11:8: subsystem[0].namespace[1].null: size 6144 is not a positive multiple of the block size 4096; allowed: a positive multiple of 4096 bytes, e.g. \"1GiB\""),
+    ("size_zero", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n[[subsystem.namespace]]\nnull = 0\n",
+        "t.toml:6:8: subsystem[0].namespace[0].null: size 0 is not a positive multiple of the block size 512; allowed: a positive multiple of 512 bytes, e.g. \"1GiB\""),
+    ("size_unit", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n[[subsystem.namespace]]\nnull = \"1PB\"\n",
+        "t.toml:6:8: subsystem[0].namespace[0].null: size \"1PB\" has an unknown unit \"pb\"; allowed: a whole number of bytes with an optional unit: K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"1GiB\""),
+    ("block_size", "@[[subsystem.namespace]]@block_size = 1024\n",
+        "t.toml:9:14: subsystem[0].namespace[0].block_size: block size 1024 is not supported; allowed: 512 or 4096"),
+    ("uuid", "@[[subsystem.namespace]]@uuid = \"not-a-uuid\"\n",
+        "t.toml:9:8: subsystem[0].namespace[0].uuid: \"not-a-uuid\" is not a UUID; allowed: a UUID such as \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", not all zero"),
+    ("nguid", "@[[subsystem.namespace]]@nguid = \"00\"\n",
+        "t.toml:9:9: subsystem[0].namespace[0].nguid: NGUID \"00\" is not 32 hexadecimal digits; allowed: 32 hexadecimal digits, not all zero"),
+    ("eui64", "@[[subsystem.namespace]]@eui64 = \"0000000000000000\"\n",
+        "t.toml:9:9: subsystem[0].namespace[0].eui64: an all-zero EUI-64 means \"no EUI-64\" to a host; allowed: 16 hexadecimal digits, not all zero"),
+    ("uuid_duplicate", "@[[subsystem.namespace]]@uuid = \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\"\n[[subsystem.namespace]]\nnull = \"1G\"\nuuid = \"F81D4FAE-7DEC-11D0-A765-00A0C91E6BF6\"\n",
+        "t.toml:12:8: subsystem[0].namespace[1].uuid: UUID f81d4fae-7dec-11d0-a765-00a0c91e6bf6 is also subsystem[0].namespace[0].uuid's; allowed: a UUID unique in the target (omit it to derive one)"),
+    ("threads", "[reactors]\nthreads = 0\n@@",
+        "t.toml:2:11: reactors.threads: thread count 0 is out of range; allowed: 1..=1024"),
+    ("threads_vs_cpus", "[reactors]\nthreads = 3\ncpus = [0, 1]\n@@",
+        "t.toml:2:11: reactors.threads: 3 threads but 2 CPUs in cpus; allowed: as many threads as CPUs listed (or omit threads)"),
+    ("cpu_range", "[reactors]\ncpus = [0, 4096]\n@@",
+        "t.toml:2:12: reactors.cpus[1]: CPU 4096 is out of range; allowed: CPU numbers 0..=1023, each once"),
+    ("cpu_twice", "[reactors]\ncpus = [1, 1]\n@@",
+        "t.toml:2:12: reactors.cpus[1]: CPU 1 is listed twice; allowed: CPU numbers 0..=1023, each once"),
+    ("cpus_empty", "[reactors]\ncpus = []\n@@",
+        "t.toml:2:8: reactors.cpus: the CPU list is empty; allowed: one or more CPU numbers, or no cpus key"),
+    ("metrics", "[metrics]\nlisten = \"9420\"\n@@",
+        "t.toml:2:10: metrics.listen: \"9420\" is not an address and port; allowed: ADDRESS:PORT such as \"127.0.0.1:9420\" or \"[::1]:9420\", port 1..=65535"),
+    ("metrics_port_zero", "[metrics]\nlisten = \"127.0.0.1:0\"\n@@",
+        "t.toml:2:10: metrics.listen: \"127.0.0.1:0\" is not an address and port; allowed: ADDRESS:PORT such as \"127.0.0.1:9420\" or \"[::1]:9420\", port 1..=65535"),
+    ("log_level", "[logging]\nlevel = \"verbose\"\n@@",
+        "t.toml:2:9: logging.level: log directive \"verbose\" is not understood; allowed: comma-separated LEVEL or TARGET=LEVEL directives, LEVEL one of trace, debug, info, warn, error, off; TARGET a Rust module path such as nvmf_target::tcp"),
+    ("log_directive", "[logging]\nlevel = \"info,nvmf target=debug\"\n@@",
+        "t.toml:2:9: logging.level: log directive \"nvmf target=debug\" is not understood; allowed: comma-separated LEVEL or TARGET=LEVEL directives, LEVEL one of trace, debug, info, warn, error, off; TARGET a Rust module path such as nvmf_target::tcp"),
+    ("log_format", "[logging]\nformat = \"xml\"\n@@",
+        "t.toml:2:10: logging.format: unknown variant `xml`, expected `text` or `json`"),
+];
+
+/// Expand a case: `@HEADER@EXTRA` appends EXTRA to BASE's table HEADER; a text ending in `@@` is prepended to
+/// BASE; `@@TEXT` is appended to BASE.
+fn expand(text: &str) -> String {
+    if let Some(rest) = text.strip_prefix("@@") {
+        format!("{BASE}{rest}")
+    } else if let Some(prefix) = text.strip_suffix("@@") {
+        format!("{prefix}{BASE}")
+    } else if let Some(rest) = text.strip_prefix('@') {
+        let mut out = BASE.to_owned();
+        let mut rest = rest;
+        loop {
+            let (header, after) = rest.split_once('@').expect("@HEADER@EXTRA");
+            let (extra, next) = after.split_once("\n@").map_or((after, None), |(e, n)| (e, Some(n)));
+            out = with_text(&out, header, &format!("{}\n", extra.trim_end_matches('\n')));
+            match next {
+                Some(next) => rest = next,
+                None => return out,
+            }
+        }
+    } else {
+        text.to_owned()
+    }
+}
+
+fn with_text(base: &str, header: &str, extra: &str) -> String {
+    let body = base.find(&format!("{header}\n")).expect("header in BASE") + header.len() + 1;
+    // The end of that table's body: the next blank line or header, or the end.
+    let end = base[body..].find("\n\n").map_or(base.len(), |at| body + at + 1);
+    let end = base[body..end].find("\n[").map_or(end, |at| body + at + 1);
+    format!("{}{extra}{}", &base[..end], &base[end..])
+}
+
+#[test]
+fn every_error_message() {
+    let mut failures = Vec::new();
+    for &(name, text, expected) in CASES {
+        let text = expand(text);
+        let actual = match load(&text) {
+            Ok(_) => "accepted".to_owned(),
+            Err(error) => error.to_string(),
+        };
+        if actual != expected {
+            failures.push(format!("    (\"{name}\", ..., {actual:?}),"));
+        }
+    }
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn defaults_are_filled_in() {
+    let config = load(BASE).unwrap();
+    assert_eq!(
+        config.limits,
+        ControllerLimits {
+            mdts: 1 << 20,
+            max_queue_size: 128,
+            max_io_queues: 128,
+            keep_alive_granularity_ms: 100,
+            keep_alive_max_ms: 3_600_000
+        }
+    );
+    assert_eq!((config.limits.kas(), config.limits.mqes()), (1, 127));
+    let listener = &config.listeners[0];
+    assert_eq!(listener.to_string(), "tcp://127.0.0.1:4420");
+    assert_eq!(listener.max_queue_size, 128);
+    assert_eq!(listener.in_capsule_data_size, 16384);
+    assert_eq!(listener.transport, ListenerTransport::Tcp(TcpOptions { header_digest: true, data_digest: true }));
+    let subsystem = &config.subsystems[0];
+    assert_eq!(subsystem.serial, crate::ids::derive_serial("nqn.2024-01.io.example:disk"));
+    assert_eq!(subsystem.model, "nvmf-rs");
+    assert!(subsystem.allow_any_host && subsystem.hosts.is_empty());
+    assert_eq!((subsystem.cntlid_min, subsystem.cntlid_max, subsystem.max_namespaces), (1, 0xFFEF, 1024));
+    let namespace = &subsystem.namespaces[0];
+    assert_eq!(namespace.nsid, 1);
+    assert_eq!(namespace.backend, NamespaceBackend::Memory { size: 1 << 30 });
+    assert_eq!(namespace.block_size, 512);
+    assert_eq!(namespace.uuid, crate::ids::derive_uuid(&subsystem.nqn, 1));
+    assert_eq!(namespace.nguid, crate::ids::derive_nguid(&subsystem.nqn, 1));
+    assert_eq!(namespace.eui64, crate::ids::derive_eui64(&subsystem.nqn, 1));
+    assert!(config.discovery.enabled);
+    assert_eq!(config.reactors, ReactorConfig { threads: available_cpus(), cpus: vec![] });
+    assert_eq!(config.metrics.listen, None);
+    assert_eq!(config.logging, LoggingConfig { level: "info".into(), format: LogFormat::Text });
+    // Loading twice gives the same identifiers: nothing is random.
+    assert_eq!(load(BASE).unwrap(), config);
+}
+
+#[test]
+fn nsids_count_on_from_the_previous_namespace() {
+    let text = format!("{BASE}nsid = 5\n[[subsystem.namespace]]\nnull = \"1TiB\"\n[[subsystem.namespace]]\nnsid = 2\npath = \"/dev/null\"\n");
+    let config = load(&text).unwrap();
+    let nsids: Vec<u32> = config.subsystems[0].namespaces.iter().map(|ns| ns.nsid).collect();
+    assert_eq!(nsids, [5, 6, 2]);
+    let ids: Vec<_> = config.subsystems[0].namespaces.iter().map(|ns| ns.uuid).collect();
+    assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+}
+
+#[test]
+fn hosts_rdma_pinning_and_explicit_values() {
+    let text = r#"
+[target]
+mdts = 131072
+max_queue_size = 1024
+keep_alive_granularity_ms = 1000
+
+[reactors]
+cpus = [2, 3, 5]
+
+[metrics]
+listen = "[::1]:9420"
+
+[logging]
+level = "warn,nvmf_target::tcp=debug"
+format = "json"
+
+[[listener]]
+transport = "rdma"
+address = "::"
+port = 8009
+in_capsule_data_size = 0
+
+[[listener]]
+address = "0.0.0.0"
+max_queue_size = 64
+[listener.tcp]
+data_digest = false
+
+[[subsystem]]
+nqn = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6"
+serial = "SN 1"
+model = "Model ~ X"
+hosts = ["nqn.2024-01.io.example:h1", "nqn.2024-01.io.example:h2"]
+cntlid_min = 10
+cntlid_max = 10
+max_namespaces = 1
+
+[[subsystem.namespace]]
+nsid = 1
+null = "1TB"
+block_size = 4096
+uuid = "{f81d4fae-7dec-11d0-a765-00a0c91e6bf6}"
+nguid = "00112233445566778899aabbccddeeff"
+eui64 = "0123456789ABCDEF"
+"#;
+    let config = load(text).unwrap();
+    assert_eq!(config.limits.mdts, 128 << 10);
+    assert_eq!(config.limits.kas(), 10);
+    assert_eq!(config.limits.keep_alive_max_ms, 3_600_000);
+    assert_eq!(config.reactors, ReactorConfig { threads: 3, cpus: vec![2, 3, 5] });
+    assert_eq!(config.metrics.listen, Some("[::1]:9420".parse().unwrap()));
+    assert_eq!(config.logging.format, LogFormat::Json);
+    assert_eq!(config.listeners[0].to_string(), "rdma://[::]:8009");
+    assert_eq!(config.listeners[0].transport, ListenerTransport::Rdma);
+    assert_eq!(config.listeners[0].max_queue_size, 1024);
+    assert_eq!(config.listeners[0].in_capsule_data_size, 0);
+    assert_eq!(config.listeners[1].max_queue_size, 64);
+    assert_eq!(
+        config.listeners[1].transport,
+        ListenerTransport::Tcp(TcpOptions { header_digest: true, data_digest: false })
+    );
+    let subsystem = &config.subsystems[0];
+    assert!(!subsystem.allow_any_host);
+    assert_eq!(subsystem.hosts.len(), 2);
+    assert_eq!((subsystem.serial.as_str(), subsystem.model.as_str()), ("SN 1", "Model ~ X"));
+    assert_eq!((subsystem.cntlid_min, subsystem.cntlid_max), (10, 10));
+    let namespace = &subsystem.namespaces[0];
+    assert_eq!(namespace.backend, NamespaceBackend::Null { size: 1_000_000_000_000 });
+    assert_eq!(namespace.block_size, 4096);
+    assert_eq!(namespace.uuid.to_string(), "f81d4fae-7dec-11d0-a765-00a0c91e6bf6");
+    assert_eq!(namespace.nguid.as_bytes()[15], 0xff);
+    assert_eq!(namespace.eui64.to_string(), "0123456789abcdef");
+}
+
+#[test]
+fn display_reads_back_as_the_same_configuration() {
+    for text in [BASE.to_owned(), format!("[reactors]\ncpus = [1]\n[metrics]\nlisten = \"127.0.0.1:9420\"\n{BASE}")] {
+        let config = load(&text).unwrap();
+        let printed = config.to_string();
+        assert!(printed.contains("[[subsystem.namespace]]\nnsid = 1\nmemory = \"1GiB\""), "{printed}");
+        assert_eq!(load(&printed).unwrap(), config, "{printed}");
+    }
+    let rdma = load("[[listener]]\ntransport = \"rdma\"\naddress = \"::1\"\n").unwrap();
+    assert!(!rdma.to_string().contains("[listener.tcp]"));
+    assert_eq!(load(&rdma.to_string()).unwrap(), rdma);
+}
+
+#[test]
+fn from_file_names_the_file_and_resolves_relative_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("target.toml");
+    std::fs::write(&path, BASE.replace("memory = \"1GiB\"", "path = \"disk.img\"")).unwrap();
+    let config = TargetConfig::from_file(&path).unwrap();
+    assert_eq!(config.subsystems[0].namespaces[0].backend, NamespaceBackend::Path(dir.path().join("disk.img")));
+
+    std::fs::write(&path, format!("{BASE}block_size = 520\n")).unwrap();
+    let message = TargetConfig::from_file(&path).unwrap_err().to_string();
+    assert_eq!(
+        message,
+        format!(
+            "{}:9:14: subsystem[0].namespace[0].block_size: block size 520 is not supported; allowed: 512 or 4096",
+            path.display()
+        )
+    );
+
+    let missing = dir.path().join("missing.toml");
+    let error = TargetConfig::from_file(&missing).unwrap_err();
+    assert!(matches!(error, ConfigError::Read { .. }));
+    assert!(error.to_string().starts_with(&format!("{}: cannot read the configuration file: ", missing.display())));
+    assert!(error.location().is_none());
+}
+
+#[test]
+fn from_str_keeps_relative_paths() {
+    let config = load(&BASE.replace("memory = \"1GiB\"", "path = \"disk.img\"")).unwrap();
+    assert_eq!(config.subsystems[0].namespaces[0].backend, NamespaceBackend::Path("disk.img".into()));
+}
+
+#[test]
+fn every_rejection_has_a_line() {
+    for &(name, text, _) in CASES {
+        if let Err(error) = load(&expand(text)) {
+            let location = error.location().unwrap_or_else(|| panic!("{name}: no location"));
+            assert!(location.line >= 1 && location.column >= 1, "{name}");
+        }
+    }
+}

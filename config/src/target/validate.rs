@@ -1,0 +1,563 @@
+//! From the file schema to [`TargetConfig`]: range and consistency checks, defaults filled in.
+//!
+//! Every check returns a [`Problem`] naming the key path, what was found and what is allowed; the loader adds the
+//! line. The first problem found is reported.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use nvmf_common::fabrics::nqn::{validate_nqn, DISCOVERY_NQN};
+
+use super::*;
+use crate::error::{KeyPath, Problem};
+use crate::ids::{self, Eui64, Nguid};
+use crate::size::{format_size, parse_size};
+
+pub(crate) const NQN_ALLOWED: &str =
+    "an NQN \"nqn.yyyy-mm.reverse.domain[:name]\" or \"nqn.2014-08.org.nvmexpress:uuid:<UUID>\", at most 223 bytes";
+const ADDRESS_ALLOWED: &str = "an IPv4 or IPv6 address literal such as \"0.0.0.0\", \"127.0.0.1\", \"::\" or \"::1\" \
+                               (no host name, brackets or port)";
+const BACKEND_ALLOWED: &str =
+    "exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\" or null = \"SIZE\"";
+const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
+
+/// Defaults of `[target]`, `[[subsystem]]` and `[[listener]]`.
+pub(crate) const DEFAULT_MDTS: u32 = 1 << 20;
+pub(crate) const DEFAULT_MAX_QUEUE_SIZE: u32 = 128;
+pub(crate) const DEFAULT_MAX_IO_QUEUES: u16 = 128;
+pub(crate) const DEFAULT_KEEP_ALIVE_GRANULARITY_MS: u32 = 100;
+pub(crate) const DEFAULT_KEEP_ALIVE_MAX_MS: u32 = 3_600_000;
+pub(crate) const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
+pub(crate) const DEFAULT_MODEL: &str = "nvmf-rs";
+pub(crate) const DEFAULT_MAX_NAMESPACES: u32 = 1024;
+pub(crate) const CNTLID_MIN: u16 = 1;
+pub(crate) const CNTLID_MAX: u16 = 0xFFEF;
+pub(crate) const DEFAULT_BLOCK_SIZE: u32 = 512;
+
+/// An integer in `range`, converted to `T`.
+fn int_in<T: TryFrom<i64>>(
+    value: i64,
+    range: std::ops::RangeInclusive<i64>,
+    key: &KeyPath,
+    what: &str,
+    allowed: impl Display,
+) -> Result<T, Problem> {
+    let out_of_range = || Problem::new(key.clone(), format!("{what} {value} is out of range"), allowed.to_string());
+    if !range.contains(&value) {
+        return Err(out_of_range());
+    }
+    T::try_from(value).map_err(|_| out_of_range())
+}
+
+fn size_of(raw: &RawSize, key: &KeyPath) -> Result<u64, Problem> {
+    match raw {
+        RawSize::Text(text) => parse_size(text).map_err(|error| error.at(key.clone())),
+        RawSize::Bytes(bytes) => u64::try_from(*bytes)
+            .map_err(|_| Problem::new(key.clone(), format!("size {bytes} is negative"), crate::size::SIZE_SYNTAX)),
+    }
+}
+
+fn printable_ascii(text: &str, max: usize, key: &KeyPath, what: &str) -> Result<String, Problem> {
+    let allowed = format!("1 to {max} printable ASCII characters");
+    if text.is_empty() || text.len() > max {
+        return Err(Problem::new(key.clone(), format!("{what} {text:?} is {} bytes long", text.len()), allowed));
+    }
+    if let Some(bad) = text.chars().find(|c| !(' '..='~').contains(c)) {
+        return Err(Problem::new(key.clone(), format!("{what} {text:?} contains {bad:?}"), allowed));
+    }
+    Ok(text.to_owned())
+}
+
+pub(crate) fn check_nqn(nqn: &str, key: &KeyPath) -> Result<(), Problem> {
+    validate_nqn(nqn)
+        .map_err(|error| Problem::new(key.clone(), format!("{nqn:?} is not a valid NQN: {error}"), NQN_ALLOWED))
+}
+
+/// Validate `raw`. `base` resolves relative namespace paths; `cpus` is the default reactor count.
+pub(crate) fn validate(raw: &RawTargetConfig, base: Option<&Path>, cpus: usize) -> Result<TargetConfig, Problem> {
+    let root = KeyPath::root();
+    let limits = limits(raw.target.as_ref().cloned().unwrap_or_default(), &root.key("target"))?;
+    if raw.listeners.is_empty() {
+        return Err(Problem::new(root.clone(), "no [[listener]] is configured", "one or more [[listener]] tables"));
+    }
+    let mut listeners = Vec::with_capacity(raw.listeners.len());
+    let mut seen_listeners = HashMap::new();
+    for (i, raw_listener) in raw.listeners.iter().enumerate() {
+        let key = root.key("listener").index(i);
+        let listener = listener(raw_listener, &limits, &key)?;
+        if let Some(first) = seen_listeners.insert((listener.transport_type(), listener.address), i) {
+            return Err(Problem::new(
+                key,
+                format!("{listener} is also listener[{first}]"),
+                "each transport, address and port once",
+            ));
+        }
+        listeners.push(listener);
+    }
+    let discovery = DiscoveryConfig { enabled: raw.discovery.as_ref().and_then(|d| d.enabled).unwrap_or(true) };
+    if raw.subsystems.is_empty() && !discovery.enabled {
+        return Err(Problem::new(
+            root.clone(),
+            "no [[subsystem]] is configured and discovery is disabled: nothing would be served",
+            "one or more [[subsystem]] tables, or [discovery] enabled = true",
+        ));
+    }
+    let mut subsystems = Vec::with_capacity(raw.subsystems.len());
+    let mut nqns = HashMap::new();
+    let mut identifiers = Identifiers::default();
+    for (i, raw_subsystem) in raw.subsystems.iter().enumerate() {
+        let key = root.key("subsystem").index(i);
+        let subsystem = subsystem(raw_subsystem, base, &key, &mut identifiers)?;
+        if let Some(first) = nqns.insert(subsystem.nqn.clone(), i) {
+            return Err(Problem::new(
+                key.key("nqn"),
+                format!("NQN {:?} is also subsystem[{first}]'s", subsystem.nqn),
+                "a different NQN for each subsystem",
+            ));
+        }
+        subsystems.push(subsystem);
+    }
+    Ok(TargetConfig {
+        limits,
+        listeners,
+        subsystems,
+        discovery,
+        reactors: reactors(raw.reactors.as_ref().cloned().unwrap_or_default(), &root.key("reactors"), cpus)?,
+        metrics: metrics(raw.metrics.as_ref(), &root.key("metrics"))?,
+        logging: logging(raw.logging.as_ref(), &root.key("logging"))?,
+    })
+}
+
+fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
+    let mdts = match &raw.mdts {
+        None => DEFAULT_MDTS,
+        Some(size) => {
+            let key = key.key("mdts");
+            let bytes = size_of(size, &key)?;
+            let allowed = "a power of two from 4KiB to 16MiB";
+            if !bytes.is_power_of_two() || !(4096..=16 << 20).contains(&bytes) {
+                return Err(Problem::new(key, format!("MDTS {} is not allowed", format_size(bytes)), allowed));
+            }
+            u32::try_from(bytes).map_err(|_| Problem::new(key, "MDTS too large", allowed))?
+        }
+    };
+    let max_queue_size = match raw.max_queue_size {
+        None => DEFAULT_MAX_QUEUE_SIZE,
+        Some(value) => int_in(value, 32..=65536, &key.key("max_queue_size"), "queue size", "32..=65536")?,
+    };
+    let max_io_queues = match raw.max_io_queues {
+        None => DEFAULT_MAX_IO_QUEUES,
+        Some(value) => int_in(value, 1..=65534, &key.key("max_io_queues"), "I/O queue count", "1..=65534")?,
+    };
+    let keep_alive_granularity_ms = match raw.keep_alive_granularity_ms {
+        None => DEFAULT_KEEP_ALIVE_GRANULARITY_MS,
+        Some(value) => {
+            let key = key.key("keep_alive_granularity_ms");
+            let allowed = "a multiple of 100 from 100 to 6553500";
+            let ms: u32 = int_in(value, 100..=6_553_500, &key, "granularity", allowed)?;
+            if ms % 100 != 0 {
+                return Err(Problem::new(key, format!("granularity {ms} is not a multiple of 100"), allowed));
+            }
+            ms
+        }
+    };
+    let keep_alive_max_ms = match raw.keep_alive_max_ms {
+        None => DEFAULT_KEEP_ALIVE_MAX_MS.max(keep_alive_granularity_ms),
+        Some(value) => {
+            let low = i64::from(keep_alive_granularity_ms);
+            let allowed = format!("{low}..={} (at least keep_alive_granularity_ms)", u32::MAX);
+            int_in(value, low..=i64::from(u32::MAX), &key.key("keep_alive_max_ms"), "timeout", allowed)?
+        }
+    };
+    Ok(ControllerLimits { mdts, max_queue_size, max_io_queues, keep_alive_granularity_ms, keep_alive_max_ms })
+}
+
+/// Parse an IP address literal.
+pub(crate) fn ip_address(text: &str, key: &KeyPath) -> Result<IpAddr, Problem> {
+    text.parse().map_err(|_| Problem::new(key.clone(), format!("{text:?} is not an IP address"), ADDRESS_ALLOWED))
+}
+
+fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Result<ListenerConfig, Problem> {
+    let ip = ip_address(&raw.address, &key.key("address"))?;
+    let port = match raw.port {
+        None => DEFAULT_PORT,
+        Some(port) => int_in(port, 1..=65535, &key.key("port"), "port", "1..=65535 (4420, or 8009 for discovery)")?,
+    };
+    let max_queue_size = match raw.max_queue_size {
+        None => limits.max_queue_size,
+        Some(value) => {
+            let allowed = format!("32..={} ([target] max_queue_size)", limits.max_queue_size);
+            int_in(value, 32..=i64::from(limits.max_queue_size), &key.key("max_queue_size"), "queue size", allowed)?
+        }
+    };
+    let in_capsule_data_size = match &raw.in_capsule_data_size {
+        None => DEFAULT_IN_CAPSULE_DATA_SIZE.min(limits.mdts),
+        Some(size) => {
+            let key = key.key("in_capsule_data_size");
+            let bytes = size_of(size, &key)?;
+            let allowed = format!("a multiple of 16 from 0 to {} ([target] mdts)", format_size(u64::from(limits.mdts)));
+            if bytes % 16 != 0 || bytes > u64::from(limits.mdts) {
+                return Err(Problem::new(key, format!("in-capsule data size {bytes} is not allowed"), allowed));
+            }
+            u32::try_from(bytes).map_err(|_| Problem::new(key, "in-capsule data size too large", allowed))?
+        }
+    };
+    let transport = match (raw.transport.unwrap_or(Transport::Tcp), &raw.tcp) {
+        (Transport::Tcp, tcp) => {
+            let tcp = tcp.clone().unwrap_or_default();
+            ListenerTransport::Tcp(TcpOptions {
+                header_digest: tcp.header_digest.unwrap_or(true),
+                data_digest: tcp.data_digest.unwrap_or(true),
+            })
+        }
+        (Transport::Rdma, None) => ListenerTransport::Rdma,
+        (Transport::Rdma, Some(_)) => {
+            return Err(Problem::new(
+                key.key("tcp"),
+                "[listener.tcp] options on an rdma listener",
+                "a [listener.tcp] table only with transport = \"tcp\"",
+            ))
+        }
+    };
+    Ok(ListenerConfig { address: SocketAddr::new(ip, port), max_queue_size, in_capsule_data_size, transport })
+}
+
+/// Namespace identifiers seen so far in the target, with where, to reject duplicates.
+#[derive(Default)]
+struct Identifiers {
+    uuids: HashMap<Uuid, KeyPath>,
+    nguids: HashMap<Nguid, KeyPath>,
+    eui64s: HashMap<Eui64, KeyPath>,
+}
+
+fn unique<T: std::hash::Hash + Eq + Display>(
+    seen: &mut HashMap<T, KeyPath>,
+    value: T,
+    key: KeyPath,
+    what: &str,
+) -> Result<(), Problem> {
+    if let Some(first) = seen.get(&value) {
+        return Err(Problem::new(
+            key,
+            format!("{what} {value} is also {first}'s"),
+            format!("a {what} unique in the target (omit it to derive one)"),
+        ));
+    }
+    seen.insert(value, key);
+    Ok(())
+}
+
+fn subsystem(
+    raw: &RawSubsystem,
+    base: Option<&Path>,
+    key: &KeyPath,
+    identifiers: &mut Identifiers,
+) -> Result<SubsystemConfig, Problem> {
+    check_nqn(&raw.nqn, &key.key("nqn"))?;
+    if raw.nqn == DISCOVERY_NQN {
+        return Err(Problem::new(
+            key.key("nqn"),
+            "the discovery subsystem's NQN cannot name an NVM subsystem",
+            "any other NQN ([discovery] enables the discovery subsystem)",
+        ));
+    }
+    let serial = match &raw.serial {
+        None => ids::derive_serial(&raw.nqn),
+        Some(serial) => printable_ascii(serial, 20, &key.key("serial"), "serial number")?,
+    };
+    let model = printable_ascii(raw.model.as_deref().unwrap_or(DEFAULT_MODEL), 40, &key.key("model"), "model")?;
+    let mut hosts = Vec::with_capacity(raw.hosts.len());
+    for (i, host) in raw.hosts.iter().enumerate() {
+        let host_key = key.key("hosts").index(i);
+        check_nqn(host, &host_key)?;
+        if let Some(first) = hosts.iter().position(|h| h == host) {
+            return Err(Problem::new(host_key, format!("host {host:?} is also hosts[{first}]"), "each host NQN once"));
+        }
+        hosts.push(host.clone());
+    }
+    let allow_any_host = match (raw.allow_any_host, hosts.is_empty()) {
+        (None, no_hosts) => no_hosts,
+        (Some(true), false) => {
+            return Err(Problem::new(
+                key.key("allow_any_host"),
+                "allow_any_host = true contradicts the hosts list",
+                "allow_any_host = false with hosts, or no hosts list",
+            ))
+        }
+        (Some(false), true) => {
+            return Err(Problem::new(
+                key.key("allow_any_host"),
+                "allow_any_host = false with no hosts listed: no host could connect",
+                "hosts = [\"nqn...\"] with allow_any_host = false, or allow_any_host = true",
+            ))
+        }
+        (Some(allow), _) => allow,
+    };
+    let cntlid_allowed = format!("{CNTLID_MIN}..={CNTLID_MAX} (0x{CNTLID_MAX:04X})");
+    let cntlid_range = i64::from(CNTLID_MIN)..=i64::from(CNTLID_MAX);
+    let cntlid_min = match raw.cntlid_min {
+        None => CNTLID_MIN,
+        Some(value) => int_in(value, cntlid_range.clone(), &key.key("cntlid_min"), "cntlid_min", &cntlid_allowed)?,
+    };
+    let cntlid_max = match raw.cntlid_max {
+        None => CNTLID_MAX,
+        Some(value) => int_in(value, cntlid_range, &key.key("cntlid_max"), "cntlid_max", &cntlid_allowed)?,
+    };
+    if cntlid_min > cntlid_max {
+        return Err(Problem::new(
+            key.key(if raw.cntlid_max.is_some() { "cntlid_max" } else { "cntlid_min" }),
+            format!("cntlid_min {cntlid_min} is greater than cntlid_max {cntlid_max}"),
+            "cntlid_min <= cntlid_max",
+        ));
+    }
+    let max_namespaces = match raw.max_namespaces {
+        None => DEFAULT_MAX_NAMESPACES,
+        Some(value) => int_in(value, 1..=0xFFFF_FFFE, &key.key("max_namespaces"), "max_namespaces", "1..=4294967294")?,
+    };
+    let mut namespaces = Vec::with_capacity(raw.namespaces.len());
+    let mut nsids = HashMap::new();
+    let mut next_nsid = 1i64;
+    for (i, raw_namespace) in raw.namespaces.iter().enumerate() {
+        let ns_key = key.key("namespace").index(i);
+        let nsid_value = raw_namespace.nsid.unwrap_or(next_nsid);
+        let nsid_key = ns_key.key("nsid");
+        let allowed = format!("1..={max_namespaces} (max_namespaces), unique in the subsystem");
+        let nsid: u32 = int_in(nsid_value, 1..=i64::from(max_namespaces), &nsid_key, "NSID", &allowed)?;
+        if let Some(first) = nsids.insert(nsid, i) {
+            let how = if raw_namespace.nsid.is_some() { "" } else { " (counted on from the previous namespace)" };
+            return Err(Problem::new(nsid_key, format!("NSID {nsid}{how} is also namespace[{first}]'s"), allowed));
+        }
+        next_nsid = i64::from(nsid) + 1;
+        let namespace = namespace(raw_namespace, &raw.nqn, nsid, base, &ns_key)?;
+        unique(&mut identifiers.uuids, namespace.uuid, ns_key.key("uuid"), "UUID")?;
+        unique(&mut identifiers.nguids, namespace.nguid, ns_key.key("nguid"), "NGUID")?;
+        unique(&mut identifiers.eui64s, namespace.eui64, ns_key.key("eui64"), "EUI-64")?;
+        namespaces.push(namespace);
+    }
+    Ok(SubsystemConfig {
+        nqn: raw.nqn.clone(),
+        serial,
+        model,
+        allow_any_host,
+        hosts,
+        cntlid_min,
+        cntlid_max,
+        max_namespaces,
+        namespaces,
+    })
+}
+
+fn namespace(
+    raw: &RawNamespace,
+    subnqn: &str,
+    nsid: u32,
+    base: Option<&Path>,
+    key: &KeyPath,
+) -> Result<NamespaceConfig, Problem> {
+    let block_size = match raw.block_size {
+        None => DEFAULT_BLOCK_SIZE,
+        Some(512) => 512,
+        Some(4096) => 4096,
+        Some(other) => {
+            return Err(Problem::new(
+                key.key("block_size"),
+                format!("block size {other} is not supported"),
+                "512 or 4096",
+            ))
+        }
+    };
+    let sized = |name: &str, raw_size: &RawSize| -> Result<u64, Problem> {
+        let size_key = key.key(name);
+        let size = size_of(raw_size, &size_key)?;
+        if size == 0 || size % u64::from(block_size) != 0 {
+            return Err(Problem::new(
+                size_key,
+                format!("size {size} is not a positive multiple of the block size {block_size}"),
+                format!("a positive multiple of {block_size} bytes, e.g. \"1GiB\""),
+            ));
+        }
+        Ok(size)
+    };
+    let backend = match (&raw.path, &raw.memory, &raw.null) {
+        (None, None, None) => return Err(Problem::new(key.clone(), "the namespace has no backend", BACKEND_ALLOWED)),
+        (Some(path), None, None) => {
+            if path.is_empty() {
+                return Err(Problem::new(key.key("path"), "the path is empty", "a block device or file path"));
+            }
+            let path = PathBuf::from(path);
+            NamespaceBackend::Path(match base {
+                Some(base) if path.is_relative() => base.join(path),
+                _ => path,
+            })
+        }
+        (None, Some(size), None) => NamespaceBackend::Memory { size: sized("memory", size)? },
+        (None, None, Some(size)) => NamespaceBackend::Null { size: sized("null", size)? },
+        (path, memory, _) => {
+            // Two or more: name the second in the order path, memory, null.
+            let (first, second) = match (path.is_some(), memory.is_some()) {
+                (true, true) => ("path", "memory"),
+                (true, false) => ("path", "null"),
+                (false, _) => ("memory", "null"),
+            };
+            return Err(Problem::new(
+                key.key(second),
+                format!("the namespace has both {first} and {second}"),
+                BACKEND_ALLOWED,
+            ));
+        }
+    };
+    let uuid = match &raw.uuid {
+        None => ids::derive_uuid(subnqn, nsid),
+        Some(text) => ids::parse_uuid(text).map_err(|error| error.at(key.key("uuid")))?,
+    };
+    let nguid = match &raw.nguid {
+        None => ids::derive_nguid(subnqn, nsid),
+        Some(text) => Nguid::parse(text).map_err(|error| error.at(key.key("nguid")))?,
+    };
+    let eui64 = match &raw.eui64 {
+        None => ids::derive_eui64(subnqn, nsid),
+        Some(text) => Eui64::parse(text).map_err(|error| error.at(key.key("eui64")))?,
+    };
+    Ok(NamespaceConfig { nsid, backend, block_size, uuid, nguid, eui64 })
+}
+
+fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<ReactorConfig, Problem> {
+    let mut cpus = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, &cpu) in raw.cpus.iter().flatten().enumerate() {
+        let cpu_key = key.key("cpus").index(i);
+        let cpu: usize = int_in(cpu, 0..=1023, &cpu_key, "CPU", "CPU numbers 0..=1023, each once")?;
+        if !seen.insert(cpu) {
+            return Err(Problem::new(cpu_key, format!("CPU {cpu} is listed twice"), "CPU numbers 0..=1023, each once"));
+        }
+        cpus.push(cpu);
+    }
+    if raw.cpus.is_some() && cpus.is_empty() {
+        return Err(Problem::new(key.key("cpus"), "the CPU list is empty", "one or more CPU numbers, or no cpus key"));
+    }
+    let threads = match raw.threads {
+        None if !cpus.is_empty() => cpus.len(),
+        None => available.clamp(1, 1024),
+        Some(value) => {
+            let threads: usize = int_in(value, 1..=1024, &key.key("threads"), "thread count", "1..=1024")?;
+            if !cpus.is_empty() && threads != cpus.len() {
+                return Err(Problem::new(
+                    key.key("threads"),
+                    format!("{threads} threads but {} CPUs in cpus", cpus.len()),
+                    "as many threads as CPUs listed (or omit threads)",
+                ));
+            }
+            threads
+        }
+    };
+    Ok(ReactorConfig { threads, cpus })
+}
+
+/// Parse `ADDR:PORT` (IPv6 in brackets), port 1..=65535.
+pub(crate) fn socket_address(text: &str, key: &KeyPath) -> Result<SocketAddr, Problem> {
+    let allowed = "ADDRESS:PORT such as \"127.0.0.1:9420\" or \"[::1]:9420\", port 1..=65535";
+    match text.parse::<SocketAddr>() {
+        Ok(address) if address.port() != 0 => Ok(address),
+        _ => Err(Problem::new(key.clone(), format!("{text:?} is not an address and port"), allowed)),
+    }
+}
+
+fn metrics(raw: Option<&RawMetrics>, key: &KeyPath) -> Result<MetricsConfig, Problem> {
+    let listen = raw.and_then(|m| m.listen.as_deref()).map(|text| socket_address(text, &key.key("listen")));
+    Ok(MetricsConfig { listen: listen.transpose()? })
+}
+
+fn logging(raw: Option<&RawLogging>, key: &KeyPath) -> Result<LoggingConfig, Problem> {
+    let level = raw.and_then(|l| l.level.clone()).unwrap_or_else(|| "info".to_owned());
+    let allowed = "comma-separated LEVEL or TARGET=LEVEL directives, LEVEL one of trace, debug, info, warn, error, \
+                   off; TARGET a Rust module path such as nvmf_target::tcp";
+    for directive in level.split(',') {
+        let directive = directive.trim();
+        let (target, lvl) = directive.rsplit_once('=').map_or((None, directive), |(t, l)| (Some(t), l));
+        let target_ok = target.is_none_or(|t| {
+            !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '-')
+        });
+        if !target_ok || !LEVELS.contains(&lvl.to_ascii_lowercase().as_str()) {
+            return Err(Problem::new(
+                key.key("level"),
+                format!("log directive {directive:?} is not understood"),
+                allowed,
+            ));
+        }
+    }
+    Ok(LoggingConfig { level, format: raw.and_then(|l| l.format).unwrap_or(LogFormat::Text) })
+}
+
+/// The file schema of `config` with every value written out.
+pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
+    let limits = &config.limits;
+    RawTargetConfig {
+        target: Some(RawLimits {
+            mdts: Some(RawSize::Text(format_size(u64::from(limits.mdts)))),
+            max_queue_size: Some(i64::from(limits.max_queue_size)),
+            max_io_queues: Some(i64::from(limits.max_io_queues)),
+            keep_alive_granularity_ms: Some(i64::from(limits.keep_alive_granularity_ms)),
+            keep_alive_max_ms: Some(i64::from(limits.keep_alive_max_ms)),
+        }),
+        discovery: Some(RawDiscovery { enabled: Some(config.discovery.enabled) }),
+        reactors: Some(RawReactors {
+            threads: i64::try_from(config.reactors.threads).ok(),
+            cpus: (!config.reactors.cpus.is_empty())
+                .then(|| config.reactors.cpus.iter().filter_map(|&cpu| i64::try_from(cpu).ok()).collect()),
+        }),
+        metrics: config.metrics.listen.map(|listen| RawMetrics { listen: Some(listen.to_string()) }),
+        logging: Some(RawLogging { level: Some(config.logging.level.clone()), format: Some(config.logging.format) }),
+        listeners: config
+            .listeners
+            .iter()
+            .map(|listener| RawListener {
+                transport: Some(listener.transport_type()),
+                address: listener.address.ip().to_string(),
+                port: Some(i64::from(listener.address.port())),
+                max_queue_size: Some(i64::from(listener.max_queue_size)),
+                in_capsule_data_size: Some(RawSize::Text(format_size(u64::from(listener.in_capsule_data_size)))),
+                tcp: match listener.transport {
+                    ListenerTransport::Tcp(tcp) => {
+                        Some(RawTcp { header_digest: Some(tcp.header_digest), data_digest: Some(tcp.data_digest) })
+                    }
+                    ListenerTransport::Rdma => None,
+                },
+            })
+            .collect(),
+        subsystems: config
+            .subsystems
+            .iter()
+            .map(|subsystem| RawSubsystem {
+                nqn: subsystem.nqn.clone(),
+                serial: Some(subsystem.serial.clone()),
+                model: Some(subsystem.model.clone()),
+                allow_any_host: Some(subsystem.allow_any_host),
+                hosts: subsystem.hosts.clone(),
+                cntlid_min: Some(i64::from(subsystem.cntlid_min)),
+                cntlid_max: Some(i64::from(subsystem.cntlid_max)),
+                max_namespaces: Some(i64::from(subsystem.max_namespaces)),
+                namespaces: subsystem.namespaces.iter().map(namespace_to_raw).collect(),
+            })
+            .collect(),
+    }
+}
+
+fn namespace_to_raw(namespace: &NamespaceConfig) -> RawNamespace {
+    let (path, memory, null) = match &namespace.backend {
+        NamespaceBackend::Path(path) => (Some(path.to_string_lossy().into_owned()), None, None),
+        NamespaceBackend::Memory { size } => (None, Some(RawSize::Text(format_size(*size))), None),
+        NamespaceBackend::Null { size } => (None, None, Some(RawSize::Text(format_size(*size)))),
+    };
+    RawNamespace {
+        nsid: Some(i64::from(namespace.nsid)),
+        path,
+        memory,
+        null,
+        block_size: Some(i64::from(namespace.block_size)),
+        uuid: Some(namespace.uuid.hyphenated().to_string()),
+        nguid: Some(namespace.nguid.to_string()),
+        eui64: Some(namespace.eui64.to_string()),
+    }
+}
