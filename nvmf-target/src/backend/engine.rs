@@ -14,6 +14,7 @@
 //! Discard on a block device is a synchronous `BLKDISCARD` ioctl (it blocks the reactor while the device works).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Weak};
@@ -155,6 +156,27 @@ impl InFlightTable {
     }
 }
 
+/// Hashes a `u64` storage id to itself.
+#[derive(Debug, Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed; fold anything else in for completeness.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 #[derive(Debug)]
 struct FileSlot {
     slot: u32,
@@ -172,8 +194,8 @@ pub struct IoEngine {
     ready: VecDeque<IoCompletion>,
     /// The eventfd was written for the current `ready` entries.
     ready_signalled: bool,
-    /// Storage id → fixed file slot.
-    files: HashMap<u64, FileSlot>,
+    /// Storage id → fixed file slot (looked up per op: ids are unique counters, no need for SipHash).
+    files: HashMap<u64, FileSlot, BuildHasherDefault<IdHasher>>,
     free_file_slots: Vec<u32>,
 }
 
@@ -231,7 +253,7 @@ impl IoEngine {
             in_flight,
             ready: VecDeque::with_capacity(1024),
             ready_signalled: false,
-            files: HashMap::new(),
+            files: HashMap::default(),
             free_file_slots,
         })
     }
@@ -680,6 +702,25 @@ mod tests {
         let (storage, path) = file_storage(dir.path(), 4 << 20, 4096);
         assert_eq!(storage.num_blocks(), 1024);
         exercise(&storage, Some(&path));
+    }
+
+    #[test]
+    fn file_storage_buffered_round_trips() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join("ns.img");
+        std::fs::write(&path, vec![0u8; 4 << 20]).unwrap();
+        let spec = StorageSpec::Path { path: path.clone(), block_size: 512 };
+        let storage = Arc::new(Storage::open_buffered(&spec).unwrap());
+        assert!(!storage.is_direct());
+        exercise(&storage, Some(&path));
+    }
+
+    #[test]
+    fn engine_moves_to_its_reactor_thread() {
+        fn send<T: Send>() {}
+        send::<IoEngine>();
+        let engine = small_engine(8, 1, 1);
+        std::thread::spawn(move || drop(engine)).join().unwrap();
     }
 
     #[test]

@@ -7,6 +7,15 @@
 //!   with that ring as fixed buffers, and an in-flight table that owns the association between a command's tag and
 //!   the buffer the kernel is using, so the kernel never holds memory we might free.
 //!
+//! Typical reactor turn: for each command needing storage, `alloc` a buffer (None = pool exhausted: hold the
+//! command), fill it for a Write, `push(tag, &storage, op, Some(buf))` (`Err(op)` = ring full: `submit`, `reap`,
+//! retry); once per turn `submit()` (one syscall) and `reap(|c| ...)`; route `c.tag` back to the queue; `release`
+//! the buffer once its data has been sent. Sleep on [`IoEngine::event_fd`] with the sockets.
+//!
+//! RDMA (later): the pool is one contiguous region. [`BufferPool::region_len`] and [`BufferPool::buffer_offset`]
+//! are public; the base address (`BufferPool::region_ptr`) is crate-internal so only the transport code in this
+//! crate can register the region with a NIC, and it must only let the NIC touch buffers it owns.
+//!
 //! Threading: an `IoEngine` is used by the reactor thread that created it only (it is `!Sync`); `Storage` is
 //! `Send + Sync`. Nothing here blocks on the data path except `BLKDISCARD` on block devices (a synchronous ioctl)
 //! and the one-time probes done by [`Storage::open`].

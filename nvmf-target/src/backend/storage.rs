@@ -125,6 +125,16 @@ impl Storage {
     /// filesystem/device allows it for this block size, buffered with a warning otherwise) and probes what they
     /// support.
     pub fn open(spec: &StorageSpec) -> Result<Storage, BackendError> {
+        Self::open_with(spec, true)
+    }
+
+    /// Opens files and devices without O_DIRECT (tests of the buffered path on filesystems that take O_DIRECT).
+    #[cfg(test)]
+    pub(crate) fn open_buffered(spec: &StorageSpec) -> Result<Storage, BackendError> {
+        Self::open_with(spec, false)
+    }
+
+    fn open_with(spec: &StorageSpec, allow_direct: bool) -> Result<Storage, BackendError> {
         let block_size = spec.block_size();
         if !(512..=4096).contains(&block_size) || !block_size.is_power_of_two() {
             return Err(BackendError::InvalidBlockSize(block_size));
@@ -150,10 +160,10 @@ impl Storage {
                 let io_err = |action| move |source| BackendError::Io { action, path: path.clone(), source };
                 let meta = std::fs::metadata(path).map_err(io_err("stat"))?;
                 if meta.file_type().is_block_device() {
-                    open_block_device(path, block_size)?
+                    open_block_device(path, block_size, allow_direct)?
                 } else if meta.is_file() {
                     check_size(&path.display().to_string(), meta.len())?;
-                    open_file(path, block_size, meta.len())?
+                    open_file(path, block_size, meta.len(), allow_direct)?
                 } else {
                     return Err(BackendError::UnsupportedFileType(path.clone()));
                 }
@@ -277,21 +287,27 @@ fn open_rw(path: &Path, direct: bool) -> Result<(File, bool), BackendError> {
 
 /// Regular file: O_DIRECT when statx says direct I/O at this block size and our 4096-byte buffer alignment works;
 /// probes punch hole and zero range beyond EOF (no data changes).
-fn open_file(path: &Path, block_size: u32, size: u64) -> Result<(Kind, u64, bool, bool), BackendError> {
-    let want_direct = match ring::dio_alignment(path) {
-        Some((mem, offset)) if mem > 0 && offset > 0 && mem <= 4096 && offset <= block_size => true,
-        Some((0, _) | (_, 0)) | None => {
-            tracing::warn!(path = %path.display(), "the filesystem offers no O_DIRECT; using buffered I/O");
-            false
-        }
-        Some((mem, offset)) => {
-            tracing::warn!(
-                path = %path.display(), mem, offset, block_size,
-                "O_DIRECT alignment exceeds the block size or buffer alignment; using buffered I/O"
-            );
-            false
-        }
-    };
+fn open_file(
+    path: &Path,
+    block_size: u32,
+    size: u64,
+    allow_direct: bool,
+) -> Result<(Kind, u64, bool, bool), BackendError> {
+    let want_direct = allow_direct
+        && match ring::dio_alignment(path) {
+            Some((mem, offset)) if mem > 0 && offset > 0 && mem <= 4096 && offset <= block_size => true,
+            Some((0, _) | (_, 0)) | None => {
+                tracing::warn!(path = %path.display(), "the filesystem offers no O_DIRECT; using buffered I/O");
+                false
+            }
+            Some((mem, offset)) => {
+                tracing::warn!(
+                    path = %path.display(), mem, offset, block_size,
+                    "O_DIRECT alignment exceeds the block size or buffer alignment; using buffered I/O"
+                );
+                false
+            }
+        };
     let (file, direct) = open_rw(path, want_direct)?;
     let fd = file.as_raw_fd();
     let probe_len = u64::from(block_size);
@@ -312,8 +328,12 @@ fn open_file(path: &Path, block_size: u32, size: u64) -> Result<(Kind, u64, bool
 }
 
 /// Block device: size from BLKGETSIZE64, logical block size from BLKSSZGET, discard/write cache from sysfs.
-fn open_block_device(path: &Path, block_size: u32) -> Result<(Kind, u64, bool, bool), BackendError> {
-    let (file, direct) = open_rw(path, true)?;
+fn open_block_device(
+    path: &Path,
+    block_size: u32,
+    allow_direct: bool,
+) -> Result<(Kind, u64, bool, bool), BackendError> {
+    let (file, direct) = open_rw(path, allow_direct)?;
     let fd = file.as_raw_fd();
     let io_err = |action| move |source| BackendError::Io { action, path: path.to_owned(), source };
     let size = ring::block_device_size(fd).map_err(io_err("BLKGETSIZE64"))?;
@@ -343,6 +363,12 @@ fn open_block_device(path: &Path, block_size: u32) -> Result<(Kind, u64, bool, b
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn storage_is_shared_across_reactors() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Storage>();
+    }
 
     #[test]
     fn parse_specs() {
