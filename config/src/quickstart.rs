@@ -287,3 +287,166 @@ impl NamespaceSpec {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::{ListenerTransport, TcpOptions};
+    use clap::Parser;
+
+    fn flags(args: &[&str]) -> QuickStart {
+        #[derive(Debug, Parser)]
+        struct Cli {
+            #[command(flatten)]
+            quick: QuickStart,
+        }
+        Cli::try_parse_from(std::iter::once("nvmf-target").chain(args.iter().copied())).unwrap().quick
+    }
+
+    fn error(args: &[&str]) -> String {
+        flags(args).to_config().expect_err("the flags should be rejected").to_string()
+    }
+
+    #[test]
+    fn no_flags_export_a_memory_namespace_on_localhost() {
+        let quick = flags(&[]);
+        assert!(quick.is_empty());
+        let config = quick.to_config().unwrap();
+        assert_eq!(config.listeners.len(), 1);
+        assert_eq!(config.listeners[0].to_string(), "tcp://127.0.0.1:4420");
+        assert_eq!(config.listeners[0].transport, ListenerTransport::Tcp(TcpOptions::default()));
+        let subsystem = &config.subsystems[0];
+        assert_eq!(subsystem.nqn, DEFAULT_NQN);
+        assert!(subsystem.allow_any_host);
+        let namespace = &subsystem.namespaces[0];
+        assert_eq!((namespace.nsid, namespace.block_size), (1, 512));
+        assert_eq!(namespace.backend, NamespaceBackend::Memory { size: 1 << 30 });
+        assert_eq!(namespace.uuid, ids::derive_uuid(DEFAULT_NQN, 1));
+        assert_eq!(config.metrics.listen, None);
+        assert!(config.discovery.enabled);
+        // Same flags, same identifiers: a restart keeps them.
+        assert_eq!(flags(&[]).to_config().unwrap(), config);
+        // The printed configuration loads as the same configuration.
+        assert_eq!(TargetConfig::from_str(&config.to_string(), "printed").unwrap(), config);
+    }
+
+    #[test]
+    fn every_flag() {
+        let quick = flags(&[
+            "--listen",
+            "tcp://0.0.0.0:4420",
+            "--listen",
+            "rdma://[fe80::1]",
+            "--namespace",
+            "/dev/nvme0n1",
+            "--namespace",
+            "null:1TiB,block-size=4096,eui64=0123456789abcdef",
+            "--namespace",
+            "memory:64M,uuid=f81d4fae-7dec-11d0-a765-00a0c91e6bf6,nguid=00112233445566778899aabbccddeeff",
+            "--nqn",
+            "nqn.2024-01.com.example:disk",
+            "--allow-host",
+            "nqn.2024-01.com.example:host1",
+            "--allow-host",
+            "nqn.2024-01.com.example:host2",
+            "--metrics",
+            "127.0.0.1:9420",
+        ]);
+        assert!(!quick.is_empty());
+        let config = quick.to_config().unwrap();
+        let listeners: Vec<String> = config.listeners.iter().map(ToString::to_string).collect();
+        assert_eq!(listeners, ["tcp://0.0.0.0:4420", "rdma://[fe80::1]:4420"]);
+        let subsystem = &config.subsystems[0];
+        assert_eq!(subsystem.nqn, "nqn.2024-01.com.example:disk");
+        assert!(!subsystem.allow_any_host);
+        assert_eq!(subsystem.hosts, ["nqn.2024-01.com.example:host1", "nqn.2024-01.com.example:host2"]);
+        let ns = &subsystem.namespaces;
+        assert_eq!(ns.iter().map(|ns| ns.nsid).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(ns[0].backend, NamespaceBackend::Path("/dev/nvme0n1".into()));
+        assert_eq!(ns[0].nguid, ids::derive_nguid("nqn.2024-01.com.example:disk", 1));
+        assert_eq!(ns[1].backend, NamespaceBackend::Null { size: 1 << 40 });
+        assert_eq!(ns[1].block_size, 4096);
+        assert_eq!(ns[1].eui64.to_string(), "0123456789abcdef");
+        assert_eq!(ns[1].uuid, ids::derive_uuid("nqn.2024-01.com.example:disk", 2));
+        assert_eq!(ns[2].backend, NamespaceBackend::Memory { size: 64 << 20 });
+        assert_eq!(ns[2].uuid.to_string(), "f81d4fae-7dec-11d0-a765-00a0c91e6bf6");
+        assert_eq!(ns[2].nguid.to_string(), "00112233445566778899aabbccddeeff");
+        assert_eq!(config.metrics.listen, Some("127.0.0.1:9420".parse().unwrap()));
+    }
+
+    #[test]
+    fn listen_spec_errors() {
+        let cases: &[(&str, &str)] = &[
+            ("127.0.0.1:4420", "\"127.0.0.1:4420\" has no scheme"),
+            ("udp://127.0.0.1:4420", "transport \"udp\" is not supported"),
+            ("tcp://[::1", "\"tcp://[::1\" has no closing bracket"),
+            ("tcp://[::1]4420", "\"4420\" after the address is not :PORT"),
+            ("tcp://::1:4420", "IPv6 address in \"tcp://::1:4420\" is not in brackets"),
+            ("tcp://localhost:4420", "\"localhost\" is not an IP address"),
+            ("tcp://1.2.3.4:0", "port \"0\" is not 1..=65535"),
+            ("tcp://1.2.3.4:65536", "port \"65536\" is not 1..=65535"),
+            ("tcp://1.2.3.4:", "port \"\" is not 1..=65535"),
+        ];
+        for &(text, problem) in cases {
+            let error = ListenSpec::parse(text).unwrap_err();
+            assert_eq!(error.problem, problem, "{text}");
+            assert_eq!(error.allowed, LISTEN_ALLOWED);
+        }
+        assert_eq!(ListenSpec::parse("tcp://[::1]:4421").unwrap().to_string(), "tcp://[::1]:4421");
+        assert_eq!(ListenSpec::parse("rdma://10.0.0.1").unwrap().to_string(), "rdma://10.0.0.1:4420");
+    }
+
+    #[test]
+    fn namespace_spec_errors() {
+        let cases: &[(&str, &str)] = &[
+            ("", "the namespace has no backend; allowed: PATH, memory:SIZE or null:SIZE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB"),
+            ("memory", "memory needs a size; allowed: PATH, memory:SIZE or null:SIZE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB"),
+            ("null:1X", "size \"1X\" has an unknown unit \"x\"; allowed: a whole number of bytes with an optional unit: K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"1GiB\""),
+            ("/f,size=1", "option \"size\" is unknown; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096"),
+            ("/f,uuid", "option \"uuid\" is not NAME=VALUE; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096"),
+            ("/f,block-size=1024", "block size \"1024\" is not supported; allowed: 512 or 4096"),
+            ("/f,block-size=512,block-size=512", "option \"block-size\" is given twice; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096"),
+            ("/f,uuid=x", "\"x\" is not a UUID; allowed: a UUID such as \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", not all zero"),
+            ("/f,nguid=1", "NGUID \"1\" is not 32 hexadecimal digits; allowed: 32 hexadecimal digits, not all zero"),
+            ("/f,eui64=0000000000000000", "an all-zero EUI-64 means \"no EUI-64\" to a host; allowed: 16 hexadecimal digits, not all zero"),
+        ];
+        for &(text, message) in cases {
+            assert_eq!(NamespaceSpec::parse(text).unwrap_err().to_string(), message, "{text}");
+        }
+        let spec = NamespaceSpec::parse("./memory:1G").unwrap();
+        assert_eq!(spec.backend, NamespaceBackend::Path("./memory:1G".into()));
+    }
+
+    #[test]
+    fn validation_errors_name_the_flag() {
+        assert_eq!(
+            error(&["--listen", "tcp://10.0.0.1", "--listen", "ftp://x"]),
+            format!("--listen \"ftp://x\": transport \"ftp\" is not supported; allowed: {LISTEN_ALLOWED}")
+        );
+        assert_eq!(
+            error(&["--listen", "tcp://10.0.0.1", "--listen", "tcp://10.0.0.1:4420"]),
+            "--listen \"tcp://10.0.0.1:4420\": tcp://10.0.0.1:4420 is also listener[0]; allowed: each transport, \
+             address and port once"
+        );
+        assert_eq!(
+            error(&["--namespace", "/dev/sda", "--namespace", "memory:1000"]),
+            "--namespace \"memory:1000\": size 1000 is not a positive multiple of the block size 512; allowed: a \
+             positive multiple of 512 bytes, e.g. \"1GiB\""
+        );
+        let uuid = "f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
+        let second = format!("null:1G,uuid={uuid}");
+        assert_eq!(
+            error(&["--namespace", &format!("null:1G,uuid={uuid}"), "--namespace", &second]),
+            format!(
+                "--namespace {second:?}: UUID {uuid} is also subsystem[0].namespace[0].uuid's; allowed: a UUID \
+                 unique in the target (omit it to derive one)"
+            )
+        );
+        assert!(error(&["--nqn", "nqn.2014-08.org.nvmexpress.discovery"])
+            .starts_with("--nqn \"nqn.2014-08.org.nvmexpress.discovery\": the discovery subsystem's NQN"));
+        assert!(error(&["--nqn", "disk"]).starts_with("--nqn \"disk\": \"disk\" is not a valid NQN"));
+        assert!(error(&["--allow-host", "nqn.2024-01.io.x:h", "--allow-host", "h2"])
+            .starts_with("--allow-host \"h2\": \"h2\" is not a valid NQN: NQN does not start with \"nqn.\""));
+        assert!(error(&["--metrics", "9420"]).starts_with("--metrics \"9420\": \"9420\" is not an address and port"));
+    }
+}
