@@ -11,7 +11,8 @@
 //! Short reads/writes are not resubmitted: they complete with an error (`UnexpectedEof`/`WriteZero`) that the
 //! controller maps to an internal-error status. With O_DIRECT inside the checked capacity they do not happen; a
 //! file truncated behind our back, or a buffered write hitting ENOSPC part-way, is an error either way.
-//! Discard on a block device is a synchronous `BLKDISCARD` ioctl (it blocks the reactor while the device works).
+//! Discard on a block device goes through io_uring (`BLOCK_URING_CMD_DISCARD`, Linux 6.12+); on older kernels it
+//! falls back to the synchronous `BLKDISCARD` ioctl, which blocks the reactor while the device works.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -110,6 +111,11 @@ enum Expect {
     Read(u32),
     Write(u32),
     Done,
+    /// An async block discard; on EOPNOTSUPP (kernel without the command) it is redone with the ioctl.
+    BlockDiscard {
+        offset: u64,
+        len: u64,
+    },
 }
 
 /// One op in the kernel.
@@ -118,8 +124,9 @@ struct InFlight {
     tag: u64,
     buffer: Option<BufferId>,
     expect: Expect,
-    /// Keeps a plain descriptor open until completion (only when no fixed-file slot was available).
-    _storage: Option<Arc<Storage>>,
+    /// Keeps a plain descriptor open until completion (when no fixed-file slot was available, and for block
+    /// discards, which may be redone synchronously).
+    storage: Option<Arc<Storage>>,
 }
 
 /// Fixed-capacity slab keyed by the CQE user data.
@@ -197,6 +204,8 @@ pub struct IoEngine {
     /// Storage id → fixed file slot (looked up per op: ids are unique counters, no need for SipHash).
     files: HashMap<u64, FileSlot, BuildHasherDefault<IdHasher>>,
     free_file_slots: Vec<u32>,
+    /// Discard block devices through io_uring (until a kernel says it cannot).
+    async_block_discard: bool,
 }
 
 fn refused(message: &'static str) -> io::Error {
@@ -255,6 +264,7 @@ impl IoEngine {
             ready_signalled: false,
             files: HashMap::default(),
             free_file_slots,
+            async_block_discard: true,
         })
     }
 
@@ -372,7 +382,7 @@ impl IoEngine {
             IoOp::WriteZeroes { .. } if backing.zero_mode == ZeroMode::Unsupported => {
                 Some(Err(unsupported("write zeroes not supported")))
             }
-            IoOp::Discard { offset, len } if block_device => {
+            IoOp::Discard { offset, len } if block_device && !self.async_block_discard => {
                 Some(ring::block_device_discard(storage.raw_fd().unwrap_or(-1), offset, len).map(|()| 0))
             }
             _ => None,
@@ -384,7 +394,7 @@ impl IoEngine {
         if self.ring.sq_full() || self.in_flight.is_full() {
             return Err(op);
         }
-        let (file, keep) = match self.file_ref(storage) {
+        let (file, mut keep) = match self.file_ref(storage) {
             Ok(f) => f,
             Err(e) => {
                 self.complete_now(tag, Err(e));
@@ -416,13 +426,18 @@ impl IoEngine {
                 };
                 (RingOp::Fallocate { mode: mode | keep_size, offset, len }, None, Expect::Done)
             }
+            (IoOp::Discard { offset, len }, _) if block_device => {
+                // The ioctl fallback at completion needs the descriptor still open.
+                keep = Some(Arc::clone(storage));
+                (RingOp::BlockDiscard { offset, len }, None, Expect::BlockDiscard { offset, len })
+            }
             (IoOp::Discard { offset, len }, _) => {
                 let mode = libc::FALLOC_FL_PUNCH_HOLE | keep_size;
                 (RingOp::Fallocate { mode, offset, len }, None, Expect::Done)
             }
             (IoOp::Read { .. } | IoOp::Write { .. }, None) => unreachable!("handled as immediate above"),
         };
-        let entry = InFlight { tag, buffer, expect, _storage: keep };
+        let entry = InFlight { tag, buffer, expect, storage: keep };
         let Some(key) = self.in_flight.insert(entry) else {
             // Checked above; undo and hand the op back rather than lose it.
             if let Some(id) = buffer {
@@ -503,6 +518,7 @@ impl IoEngine {
         }
         self.ready_signalled = false;
         let (pool, in_flight) = (&mut self.pool, &mut self.in_flight);
+        let mut async_block_discard = self.async_block_discard;
         self.ring.drain_completions(|user_data, res| {
             let Some(entry) = in_flight.remove(user_data) else {
                 tracing::error!(user_data, "completion for no op in flight");
@@ -511,8 +527,20 @@ impl IoEngine {
             if let Some(id) = entry.buffer {
                 pool.finish_io(id);
             }
-            f(IoCompletion { tag: entry.tag, result: cqe_result(res, entry.expect) });
+            let result = match (entry.expect, &entry.storage) {
+                (Expect::BlockDiscard { offset, len }, Some(storage)) if res == -libc::EOPNOTSUPP => {
+                    // This kernel has no io_uring block discard: use the (synchronous) ioctl from now on.
+                    if async_block_discard {
+                        tracing::info!("io_uring block discard unsupported; using BLKDISCARD");
+                        async_block_discard = false;
+                    }
+                    ring::block_device_discard(storage.raw_fd().unwrap_or(-1), offset, len).map(|()| 0)
+                }
+                (expect, _) => cqe_result(res, expect),
+            };
+            f(IoCompletion { tag: entry.tag, result });
         });
+        self.async_block_discard = async_block_discard;
     }
 
     /// Ops pushed whose completion has not been delivered by `reap` yet.
@@ -545,7 +573,7 @@ fn cqe_result(res: i32, expect: Expect) -> Result<u32, io::Error> {
         Expect::Write(len) => {
             Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {done} of {len} bytes")))
         }
-        Expect::Done => Ok(0),
+        Expect::Done | Expect::BlockDiscard { .. } => Ok(0),
     }
 }
 
@@ -944,6 +972,12 @@ mod tests {
             assert_eq!(storage.capacity(), 8 << 20);
             assert!(storage.is_direct());
             exercise(&storage, None);
+            // Discard went through io_uring (this kernel is 6.12+), not the ioctl fallback.
+            let mut engine = small_engine(8, 1, 2);
+            write_at(&mut engine, &storage, 0, &[0x5a; 4096], false);
+            assert_eq!(run(&mut engine, &storage, IoOp::Discard { offset: 0, len: 4096 }, None).unwrap(), 0);
+            assert!(engine.async_block_discard);
+            assert_eq!(read_at(&mut engine, &storage, 0, 4096), vec![0u8; 4096]);
         });
         let _ = std::process::Command::new("losetup").args(["-d", &dev]).status();
         if let Err(panic) = result {

@@ -17,8 +17,8 @@
 //! crate can register the region with a NIC, and it must only let the NIC touch buffers it owns.
 //!
 //! Threading: an `IoEngine` is used by the reactor thread that created it only (it is `!Sync`); `Storage` is
-//! `Send + Sync`. Nothing here blocks on the data path except `BLKDISCARD` on block devices (a synchronous ioctl)
-//! and the one-time probes done by [`Storage::open`].
+//! `Send + Sync`. Nothing here blocks on the data path except `BLKDISCARD` on block devices when the kernel
+//! lacks io_uring block discard (before 6.12), and the one-time probes done by [`Storage::open`].
 //!
 //! `unsafe` lives in two files: `pool.rs` (the mmap'd buffer region) and `ring.rs` (io_uring pushes and
 //! registrations, eventfd, ioctls/fallocate probes). Everything else is safe code.

@@ -18,6 +18,8 @@ use super::BackendError;
 
 /// `_IOR(0x12, 114, size_t)`: device size in bytes (generic ioctl encoding: x86_64, aarch64, riscv64).
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+/// `_IO(0x12, 0)`: the block layer's io_uring discard command.
+const BLOCK_URING_CMD_DISCARD: u32 = 0x1200;
 /// `_IO(0x12, 119)`: discard a byte range `[start, len]`.
 const BLKDISCARD: libc::c_ulong = 0x1277;
 
@@ -59,6 +61,12 @@ fn build_entry(fd: FdRef, op: RingOp, fixed_buffers: bool) -> squeue::Entry {
         RingOp::Fallocate { mode, offset, len } => {
             with_fd!(fd, |f| opcode::Fallocate::new(f, len).offset(offset).mode(mode).build())
         }
+        RingOp::BlockDiscard { offset, len } => {
+            // The kernel reads the start from `addr` and the length from `addr3`, where the command bytes begin.
+            let mut cmd = [0u8; 16];
+            cmd[..8].copy_from_slice(&len.to_ne_bytes());
+            with_fd!(fd, |f| opcode::UringCmd16::new(f, BLOCK_URING_CMD_DISCARD).addr(Some(offset)).cmd(cmd).build())
+        }
     }
 }
 
@@ -88,6 +96,11 @@ pub(crate) enum RingOp {
     Fsync,
     Fallocate {
         mode: i32,
+        offset: u64,
+        len: u64,
+    },
+    /// `BLOCK_URING_CMD_DISCARD` on a block device (Linux 6.12+; older kernels answer EOPNOTSUPP).
+    BlockDiscard {
         offset: u64,
         len: u64,
     },
