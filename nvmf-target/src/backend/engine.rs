@@ -303,6 +303,7 @@ impl IoEngine {
     /// it must not be in flight already. Nothing reaches the kernel until [`IoEngine::submit`]; null/memory ops (and
     /// ops the engine refuses, which complete with an error) complete at once and are delivered by the next
     /// [`IoEngine::reap`]. `Err(op)` when the ring or the in-flight table is full: submit, reap, and retry.
+    /// Tags are opaque and need not be unique (several ops of one command may share one).
     pub fn push(&mut self, tag: u64, storage: &Arc<Storage>, op: IoOp, buf: Option<BufferId>) -> Result<(), IoOp> {
         let range = match op {
             IoOp::Read { offset, len } | IoOp::Write { offset, len, .. } => Some((offset, u64::from(len))),
@@ -741,6 +742,35 @@ mod tests {
         let storage = Arc::new(Storage::open_buffered(&spec).unwrap());
         assert!(!storage.is_direct());
         exercise(&storage, Some(&path));
+    }
+
+    #[test]
+    fn reactors_share_one_storage() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let (file, _path) = file_storage(dir.path(), 1 << 20, 512);
+        let memory = Arc::new(Storage::open(&StorageSpec::Memory { size: 1 << 20, block_size: 512 }).unwrap());
+        for storage in [file, memory] {
+            let threads: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let storage = Arc::clone(&storage);
+                    std::thread::spawn(move || {
+                        let mut engine = small_engine(16, 1, 8);
+                        for i in 0..32u64 {
+                            let offset = (i * 2 + t) * 8192;
+                            write_at(&mut engine, &storage, offset, &pattern(offset, 8192), false);
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            let mut engine = small_engine(16, 1, 8);
+            for block in 0..64u64 {
+                let offset = block * 8192;
+                assert!(read_at(&mut engine, &storage, offset, 8192) == pattern(offset, 8192), "block {block}");
+            }
+        }
     }
 
     #[test]
