@@ -17,7 +17,7 @@ use crate::error::{KeyPath, KeySegment};
 /// A parsed value with only its shape kept.
 #[derive(Debug)]
 enum Node {
-    Table(Vec<(Spanned<String>, Spanned<Node>)>),
+    Table(Vec<(Key, Spanned<Node>)>),
     Array(Vec<Spanned<Node>>),
     Leaf,
 }
@@ -63,11 +63,71 @@ impl<'de> Visitor<'de> for NodeVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
         let mut entries = Vec::new();
-        while let Some(key) = map.next_key::<Spanned<String>>()? {
+        while let Some(key) = map.next_key::<Key>()? {
+            if key.span.is_none() {
+                // Only a datetime's private field has no span: the value is a leaf.
+                let _ = map.next_value::<serde::de::IgnoredAny>()?;
+                return Ok(Node::Leaf);
+            }
             let value = map.next_value::<Spanned<Node>>()?;
             entries.push((key, value));
         }
         Ok(Node::Table(entries))
+    }
+}
+
+/// A table key with its span. `toml::Spanned<String>` cannot be used: toml hands a datetime to serde as a map
+/// whose one key has no span, and `Spanned` fails on it. So this speaks `Spanned`'s protocol (a struct with these
+/// reserved names, which toml's key deserializer recognises) and also accepts a plain string (span `None`). The
+/// span tests below catch any change of the protocol.
+#[derive(Debug)]
+struct Key {
+    name: String,
+    span: Option<Range<usize>>,
+}
+
+impl Key {
+    fn get_ref(&self) -> &String {
+        &self.name
+    }
+
+    fn span(&self) -> Range<usize> {
+        self.span.clone().unwrap_or(0..0)
+    }
+}
+
+const SPANNED_NAME: &str = "$__serde_spanned_private_Spanned";
+const SPANNED_FIELDS: &[&str] =
+    &["$__serde_spanned_private_start", "$__serde_spanned_private_end", "$__serde_spanned_private_value"];
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table key")
+            }
+            fn visit_str<E>(self, name: &str) -> Result<Key, E> {
+                Ok(Key { name: name.to_owned(), span: None })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Key, A::Error> {
+                let (mut start, mut end, mut name) = (None, None, None);
+                while let Some(field) = map.next_key::<String>()? {
+                    match field.as_str() {
+                        f if f == SPANNED_FIELDS[0] => start = Some(map.next_value::<usize>()?),
+                        f if f == SPANNED_FIELDS[1] => end = Some(map.next_value::<usize>()?),
+                        _ => name = Some(map.next_value::<String>()?),
+                    }
+                }
+                let missing = || serde::de::Error::custom("spanned key without its span");
+                Ok(Key {
+                    name: name.ok_or_else(missing)?,
+                    span: Some(start.ok_or_else(missing)?..end.ok_or_else(missing)?),
+                })
+            }
+        }
+        deserializer.deserialize_struct(SPANNED_NAME, SPANNED_FIELDS, KeyVisitor)
     }
 }
 

@@ -311,8 +311,15 @@ fn syntax_error(error: &toml::de::Error, text: &str, origin: &str) -> ConfigErro
     // serde names Rust types in "expected ..."; say it in TOML's words.
     let message = error.message().trim_end();
     let message = if message.is_empty() { "invalid TOML syntax here" } else { message };
+    // toml reports tables and date-times as serde maps.
+    let found = if text.get(offset..).is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit())) {
+        "invalid type: date-time"
+    } else {
+        "invalid type: table"
+    };
     let message = message
         .replace('\n', "; ")
+        .replace("invalid type: map", found)
         .replace("expected i64", "expected an integer")
         .replace("expected u64", "expected an integer")
         .replace("expected a sequence", "expected an array")

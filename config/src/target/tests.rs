@@ -382,3 +382,39 @@ fn every_rejection_has_a_line() {
         }
     }
 }
+
+#[test]
+fn datetime_values_are_type_errors_with_a_key() {
+    let text = expand("@[[listener]]@port = 1979-05-27\n");
+    assert_eq!(
+        load(&text).unwrap_err().to_string(),
+        "t.toml:3:8: listener[0].port: invalid type: date-time, expected an integer"
+    );
+    let text = expand("@[[listener]]@port = { number = 4420 }\n");
+    assert_eq!(
+        load(&text).unwrap_err().to_string(),
+        "t.toml:3:8: listener[0].port: invalid type: table, expected an integer"
+    );
+    // A date-time elsewhere does not stop the index from placing a later error.
+    let text = expand("@[[listener]]@tcp = { header_digest = 1979-05-27T07:32:00Z }\n");
+    assert_eq!(
+        load(&text).unwrap_err().to_string(),
+        "t.toml:3:25: listener[0].tcp.header_digest: invalid type: date-time, expected a boolean"
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Any edit of a valid file loads or fails with a located error; nothing panics.
+    #[test]
+    fn edited_files_never_panic(at in 0usize..BASE.len(), insert in "[\\[\\]=\"a-z0-9.,\n :{}-]{0,12}") {
+        let mut text = BASE.to_owned();
+        let at = (0..=at).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.insert_str(at, &insert);
+        if let Err(error) = load(&text) {
+            let location = error.location().expect("file errors are located");
+            proptest::prop_assert!(location.line <= text.lines().count() + 1);
+        }
+    }
+}
