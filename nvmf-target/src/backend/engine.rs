@@ -633,9 +633,7 @@ mod tests {
                 return got;
             }
             assert!(Instant::now() < deadline, "timed out with {} of {want} completions", got.len());
-            let mut pfd = libc::pollfd { fd: engine.event_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd for the duration of the call.
-            unsafe { libc::poll(&mut pfd, 1, 100) };
+            ring::poll_readable(engine.event_fd(), 100);
             engine.clear_event_fd();
         }
     }
@@ -920,9 +918,7 @@ mod tests {
         let mut engine = small_engine(8, 1, 4);
         engine.push(3, &storage, IoOp::Flush, None).unwrap();
         assert_eq!(engine.submit().unwrap(), 0, "nothing for the kernel");
-        let mut pfd = libc::pollfd { fd: engine.event_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd for the duration of the call.
-        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 1000) }, 1);
+        assert!(ring::poll_readable(engine.event_fd(), 1000));
         let mut tags = Vec::new();
         engine.reap(|c| tags.push(c.tag));
         assert_eq!(tags, [3]);

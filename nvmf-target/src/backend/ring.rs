@@ -309,3 +309,11 @@ pub(crate) fn block_device_discard(fd: RawFd, offset: u64, len: u64) -> io::Resu
         Err(io::Error::last_os_error())
     }
 }
+
+/// Waits up to `timeout_ms` for `fd` to become readable (tests stand in for the reactor's poller).
+#[cfg(test)]
+pub(crate) fn poll_readable(fd: RawFd, timeout_ms: i32) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd that outlives the call.
+    unsafe { libc::poll(&mut pfd, 1, timeout_ms) == 1 }
+}
