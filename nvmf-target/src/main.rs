@@ -1,6 +1,42 @@
-//! The nvmf-target daemon.
+//! The nvmf-target daemon: parse the command line, load the configuration, start tracing, run the target until
+//! SIGTERM/SIGINT.
 
-fn main() {
-    eprintln!("nvmf-target: not yet implemented: this build has the wire layer only");
-    std::process::exit(2);
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use nvmf_config::{QuickStart, TargetConfig};
+
+/// Export local storage as NVMe over Fabrics subsystems.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Configuration file (TOML); the quick-start flags are ignored with it.
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Validate the configuration, print the effective configuration and exit.
+    #[arg(long)]
+    check: bool,
+    #[command(flatten)]
+    quick: QuickStart,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let config = match &cli.config {
+        Some(path) => TargetConfig::from_file(path)?,
+        None => cli.quick.to_config()?,
+    };
+    if cli.check {
+        print!("{config}");
+        return Ok(());
+    }
+    nvmf_target::logging::init(&config.logging);
+    let signals = nvmf_target::signals::Signals::new().context("installing signal handlers")?;
+    let running = nvmf_target::daemon::start(&config).context("starting the target")?;
+    nvmf_target::daemon::print_ready(&config, &running);
+    signals.wait_for_termination();
+    tracing::info!("shutting down");
+    running.shutdown();
+    Ok(())
 }

@@ -1,0 +1,212 @@
+//! Starting and stopping a whole target from its validated configuration: open every namespace's storage, build
+//! the controller model, start the reactors, then the acceptor. Runs on the control thread (main); nothing here is
+//! on the data path.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use nvmf_common::fabrics::discovery::{AddressFamily, TcpSecurityType, TransportType, Tsas};
+use nvmf_config::size::format_size;
+use nvmf_config::target::{ListenerTransport, NamespaceBackend};
+use nvmf_config::TargetConfig;
+
+use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
+use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams, Target, TargetError, TargetParams};
+use crate::listener::{Acceptor, ListenerError, TcpListenerSpec};
+use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
+use crate::tcp::TcpTransportConfig;
+
+/// Why the target could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A namespace's storage could not be opened.
+    #[error("subsystem {subsystem} namespace {nsid}: {source}")]
+    Storage {
+        /// Subsystem NQN.
+        subsystem: String,
+        /// Namespace ID.
+        nsid: u32,
+        /// Cause.
+        #[source]
+        source: BackendError,
+    },
+    /// The controller model rejected the configuration.
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// A reactor could not start.
+    #[error(transparent)]
+    Reactor(#[from] ReactorError),
+    /// A listener could not be opened.
+    #[error(transparent)]
+    Listener(#[from] ListenerError),
+    /// A transport this build does not serve yet.
+    #[error("listener {0}: the RDMA transport is not implemented yet; use tcp://")]
+    UnsupportedTransport(String),
+}
+
+/// A running target.
+#[derive(Debug)]
+pub struct RunningTarget {
+    target: Arc<Target>,
+    reactors: Arc<Vec<ReactorHandle>>,
+    acceptor: Acceptor,
+    storages: Vec<Arc<Storage>>,
+}
+
+/// Open the storage of every namespace, start `config.reactors.threads` reactors and listen on every listener.
+pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
+    let mut storages = Vec::new();
+    let mut subsystems = Vec::with_capacity(config.subsystems.len());
+    for s in &config.subsystems {
+        let mut params = SubsystemParams::new(s.nqn.clone());
+        params.serial = s.serial.clone();
+        params.model = s.model.clone();
+        params.allow_any_host = s.allow_any_host;
+        params.hosts = s.hosts.clone();
+        params.cntlid_range = s.cntlid_min..=s.cntlid_max;
+        params.max_namespaces = s.max_namespaces;
+        for ns in &s.namespaces {
+            let spec = match &ns.backend {
+                NamespaceBackend::Path(path) => StorageSpec::Path { path: path.clone(), block_size: ns.block_size },
+                NamespaceBackend::Memory { size } => StorageSpec::Memory { size: *size, block_size: ns.block_size },
+                NamespaceBackend::Null { size } => StorageSpec::Null { size: *size, block_size: ns.block_size },
+            };
+            let storage = Arc::new(Storage::open(&spec).map_err(|source| StartError::Storage {
+                subsystem: s.nqn.clone(),
+                nsid: ns.nsid,
+                source,
+            })?);
+            tracing::info!(subsystem = %s.nqn, nsid = ns.nsid, storage = %storage.describe(), "namespace");
+            storages.push(Arc::clone(&storage));
+            let mut namespace = NamespaceParams::new(ns.nsid, storage);
+            namespace.uuid = Some(*ns.uuid.as_bytes());
+            namespace.nguid = Some(*ns.nguid.as_bytes());
+            namespace.eui64 = Some(*ns.eui64.as_bytes());
+            params.namespaces.push(namespace);
+        }
+        subsystems.push(params);
+    }
+
+    let mut listener_specs = Vec::with_capacity(config.listeners.len());
+    let mut listener_params = Vec::with_capacity(config.listeners.len());
+    for (i, l) in config.listeners.iter().enumerate() {
+        let ListenerTransport::Tcp(options) = l.transport else {
+            return Err(StartError::UnsupportedTransport(l.to_string()));
+        };
+        let port_id = u16::try_from(i + 1).unwrap_or(u16::MAX);
+        let tcp = TcpTransportConfig {
+            in_capsule_data_size: l.in_capsule_data_size,
+            header_digest: options.header_digest,
+            data_digest: options.data_digest,
+            ..TcpTransportConfig::default()
+        };
+        listener_specs.push(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp) });
+        listener_params.push(ListenerParams {
+            port_id,
+            trtype: TransportType::Tcp,
+            adrfam: if l.address.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
+            traddr: l.address.ip().to_string(),
+            trsvcid: l.address.port().to_string(),
+            tsas: Tsas::Tcp { sectype: TcpSecurityType::None },
+        });
+    }
+
+    let limits = &config.limits;
+    let target_params = TargetParams {
+        mdts: limits.mdts,
+        max_queue_entries: limits.max_queue_size,
+        max_io_queues: limits.max_io_queues,
+        kato_max_ms: limits.keep_alive_max_ms,
+        discovery_enabled: config.discovery.enabled,
+        listeners: listener_params,
+        ..TargetParams::default()
+    };
+    let target = Target::new(target_params, subsystems)?;
+
+    let engine = EngineConfig {
+        buffer_size: usize::try_from(limits.mdts).unwrap_or(usize::MAX).max(EngineConfig::default().buffer_size),
+        ..EngineConfig::default()
+    };
+    let mut reactors = Vec::with_capacity(config.reactors.threads);
+    for index in 0..config.reactors.threads {
+        let reactor_config =
+            ReactorConfig { index, cpu: config.reactors.cpus.get(index).copied(), engine: engine.clone() };
+        match ReactorHandle::spawn(reactor_config, Arc::clone(&target)) {
+            Ok(r) => reactors.push(r),
+            Err(e) => {
+                for r in reactors {
+                    r.shutdown();
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    let reactors = Arc::new(reactors);
+    let acceptor = match Acceptor::start(&listener_specs, Arc::clone(&reactors)) {
+        Ok(a) => a,
+        Err(e) => {
+            stop_reactors(reactors);
+            return Err(e.into());
+        }
+    };
+    Ok(RunningTarget { target, reactors, acceptor, storages })
+}
+
+fn stop_reactors(reactors: Arc<Vec<ReactorHandle>>) {
+    match Arc::try_unwrap(reactors) {
+        Ok(reactors) => reactors.into_iter().for_each(ReactorHandle::shutdown),
+        Err(_) => tracing::error!("reactors still shared at shutdown"),
+    }
+}
+
+impl RunningTarget {
+    /// The controller model (subsystems, namespaces) for reconfiguration and inspection.
+    pub fn target(&self) -> &Arc<Target> {
+        &self.target
+    }
+
+    /// The addresses the listeners are bound to, in configuration order.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        self.acceptor.local_addrs()
+    }
+
+    /// Connections served now, over all reactors.
+    pub fn connections(&self) -> usize {
+        self.reactors.iter().map(ReactorHandle::connections).sum()
+    }
+
+    /// Stop: close the listeners, end every association (in-flight storage ops complete first), then flush every
+    /// namespace's storage so that acknowledged writes are durable.
+    pub fn shutdown(self) {
+        let RunningTarget { acceptor, reactors, storages, .. } = self;
+        acceptor.stop();
+        stop_reactors(reactors);
+        for storage in storages {
+            if let Err(e) = storage.flush_blocking() {
+                tracing::error!(storage = %storage.describe(), error = %e, "flush at shutdown failed");
+            }
+        }
+    }
+}
+
+/// Print what the target serves and how a Linux host connects to it (stdout, for people and scripts).
+pub fn print_ready(config: &TargetConfig, running: &RunningTarget) {
+    for (listener, local) in config.listeners.iter().zip(running.local_addrs()) {
+        println!("nvmf-target: listening on {}://{local}", listener.transport_type());
+    }
+    let Some(first) = running.local_addrs().first() else { return };
+    for s in &config.subsystems {
+        let namespaces: Vec<String> = s
+            .namespaces
+            .iter()
+            .map(|ns| match &ns.backend {
+                NamespaceBackend::Path(path) => format!("nsid {}: {}", ns.nsid, path.display()),
+                NamespaceBackend::Memory { size } => format!("nsid {}: memory:{}", ns.nsid, format_size(*size)),
+                NamespaceBackend::Null { size } => format!("nsid {}: null:{}", ns.nsid, format_size(*size)),
+            })
+            .collect();
+        println!("nvmf-target: subsystem {} ({})", s.nqn, namespaces.join(", "));
+        println!("nvmf-target: connect with: nvme connect -t tcp -a {} -s {} -n {}", first.ip(), first.port(), s.nqn);
+    }
+    println!("nvmf-target: ready");
+}

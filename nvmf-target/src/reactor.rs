@@ -1,0 +1,399 @@
+//! Reactors: the data-path threads. Each reactor owns one `mio::Poll`, one [`IoEngine`] (io_uring + buffer pool)
+//! and the TCP connections handed to it; after the hand-over a connection's commands touch no lock and no other
+//! thread. A reactor sleeps in `epoll_wait` on its sockets, its engine's eventfd and a waker (new connections,
+//! asynchronous events from other threads, shutdown), and never blocks anywhere else.
+//!
+//! One turn: handle socket readiness (read, decode, execute, queue output), submit every storage op queued during the
+//! turn with one `io_uring_enter`, reap completions and turn them into responses, flush output, and every tick run
+//! each queue's timers (keep-alive, held AERs, commands waiting for a buffer). A connection that ended stays until its
+//! storage ops have completed, so the kernel never writes into a buffer we reused.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::backend::{EngineConfig, IoCompletion, IoEngine};
+use crate::controller::{split_storage_tag, Queue, Target, TransportInfo};
+use crate::tcp::{TcpConnection, TcpTransportConfig};
+
+const WAKER: Token = Token(0);
+const ENGINE: Token = Token(1);
+const FIRST_CONNECTION: usize = 2;
+
+/// How often queues' timers run when nothing else wakes the reactor.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Errors starting a reactor.
+#[derive(Debug, thiserror::Error)]
+pub enum ReactorError {
+    /// The I/O engine could not be created.
+    #[error("reactor {index}: I/O engine: {source}")]
+    Engine {
+        /// Reactor index.
+        index: usize,
+        /// Cause.
+        #[source]
+        source: crate::backend::BackendError,
+    },
+    /// epoll / eventfd / thread creation failed.
+    #[error("reactor {index}: {what}: {source}")]
+    Os {
+        /// Reactor index.
+        index: usize,
+        /// What failed.
+        what: &'static str,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What a reactor needs to know.
+#[derive(Debug, Clone)]
+pub struct ReactorConfig {
+    /// Reactor index (thread name, logs).
+    pub index: usize,
+    /// CPU to pin the thread to.
+    pub cpu: Option<usize>,
+    /// The I/O engine's ring and buffer pool.
+    pub engine: EngineConfig,
+}
+
+/// A TCP connection accepted on a listener.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The socket (non-blocking).
+    pub stream: std::net::TcpStream,
+    /// The peer.
+    pub peer: SocketAddr,
+    /// The listener's port ID (discovery log).
+    pub port_id: u16,
+    /// The listener's NVMe/TCP settings.
+    pub tcp: Arc<TcpTransportConfig>,
+}
+
+enum Message {
+    Accept(Accepted),
+    Shutdown,
+}
+
+/// The control side of a running reactor.
+#[derive(Debug)]
+pub struct ReactorHandle {
+    tx: Sender<Message>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ReactorHandle {
+    /// Start a reactor thread serving `target`. Returns once the thread's engine is up (so a configuration error
+    /// surfaces here, not later).
+    pub fn spawn(config: ReactorConfig, target: Arc<Target>) -> Result<Self, ReactorError> {
+        let index = config.index;
+        let os = |what| move |source| ReactorError::Os { index, what, source };
+        let poll = Poll::new().map_err(os("epoll"))?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(os("waker"))?);
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let thread_waker = Arc::clone(&waker);
+        let thread_connections = Arc::clone(&connections);
+        let thread = std::thread::Builder::new()
+            .name(format!("nvmf-reactor-{index}"))
+            .spawn(move || {
+                if let Some(cpu) = config.cpu {
+                    pin_to_cpu(cpu);
+                }
+                let engine = match IoEngine::new(&config.engine) {
+                    Ok(engine) => engine,
+                    Err(source) => {
+                        let _ = ready_tx.send(Err(ReactorError::Engine { index, source }));
+                        return;
+                    }
+                };
+                let mut reactor = match Reactor::new(index, poll, engine, target, rx, thread_waker, thread_connections)
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                reactor.run();
+            })
+            .map_err(os("thread"))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(ReactorError::Os { index, what: "thread", source: io::Error::other("reactor died") }),
+        }
+        Ok(ReactorHandle { tx, waker, thread: Some(thread), connections })
+    }
+
+    /// Hand an accepted connection to this reactor.
+    pub fn accept(&self, accepted: Accepted) {
+        if self.tx.send(Message::Accept(accepted)).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// Connections this reactor serves now.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Close every connection, wait for storage ops in flight, and end the thread.
+    pub fn shutdown(mut self) {
+        let _ = self.tx.send(Message::Shutdown);
+        let _ = self.waker.wake();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn pin_to_cpu(cpu: usize) {
+    let mut set = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and sched_setaffinity only touch that set, whose
+    // size we pass; pid 0 is the calling thread.
+    let rc = unsafe {
+        let set = set.assume_init_mut();
+        libc::CPU_SET(cpu, set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set)
+    };
+    if rc != 0 {
+        tracing::warn!(cpu, error = %io::Error::last_os_error(), "could not pin reactor thread");
+    }
+}
+
+struct Connection {
+    tcp: TcpConnection,
+    /// Still registered with the poll (removed when it closes).
+    registered: bool,
+}
+
+struct Reactor {
+    index: usize,
+    poll: Poll,
+    engine: IoEngine,
+    target: Arc<Target>,
+    rx: Receiver<Message>,
+    waker: Arc<Waker>,
+    /// Connections by slot (token = FIRST_CONNECTION + slot, queue key = slot).
+    connections: Vec<Option<Connection>>,
+    free: Vec<usize>,
+    live: Arc<std::sync::atomic::AtomicUsize>,
+    /// Set by other threads (AER events) to make the next turn run every queue's `poll`.
+    poll_queues: Arc<AtomicBool>,
+    completions: Vec<IoCompletion>,
+    shutting_down: bool,
+}
+
+impl Reactor {
+    fn new(
+        index: usize,
+        poll: Poll,
+        engine: IoEngine,
+        target: Arc<Target>,
+        rx: Receiver<Message>,
+        waker: Arc<Waker>,
+        live: Arc<std::sync::atomic::AtomicUsize>,
+    ) -> Result<Self, ReactorError> {
+        let fd = engine.event_fd();
+        poll.registry()
+            .register(&mut SourceFd(&fd), ENGINE, Interest::READABLE)
+            .map_err(|source| ReactorError::Os { index, what: "register eventfd", source })?;
+        Ok(Reactor {
+            index,
+            poll,
+            engine,
+            target,
+            rx,
+            waker,
+            connections: Vec::new(),
+            free: Vec::new(),
+            live,
+            poll_queues: Arc::new(AtomicBool::new(false)),
+            completions: Vec::with_capacity(1024),
+            shutting_down: false,
+        })
+    }
+
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut next_tick = Instant::now() + TICK;
+        loop {
+            let now = Instant::now();
+            let timeout = next_tick.saturating_duration_since(now);
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(reactor = self.index, error = %e, "epoll failed; reactor stops");
+                    return;
+                }
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => self.drain_messages(),
+                    ENGINE => self.engine.clear_event_fd(),
+                    Token(t) => {
+                        let slot = t - FIRST_CONNECTION;
+                        if event.is_readable() || event.is_read_closed() || event.is_error() {
+                            self.with_connection(slot, |c, engine| c.tcp.on_readable(engine));
+                        }
+                        if event.is_writable() {
+                            self.with_connection(slot, |c, engine| c.tcp.on_writable(engine));
+                        }
+                    }
+                }
+            }
+            self.complete_storage();
+            let now = Instant::now();
+            if now >= next_tick || self.poll_queues.swap(false, Ordering::AcqRel) {
+                for slot in 0..self.connections.len() {
+                    self.with_connection(slot, |c, engine| c.tcp.poll(engine, now).map(|()| true));
+                }
+                next_tick = now + TICK;
+                self.complete_storage();
+            }
+            self.flush_and_reap();
+            if self.shutting_down && self.connections.iter().all(Option::is_none) {
+                tracing::debug!(reactor = self.index, "reactor stopped");
+                return;
+            }
+        }
+    }
+
+    /// Submit queued storage ops, then turn completions into responses until no more arrive without waiting.
+    fn complete_storage(&mut self) {
+        loop {
+            if let Err(e) = self.engine.submit() {
+                tracing::error!(reactor = self.index, error = %e, "io_uring submit failed");
+            }
+            let mut completions = std::mem::take(&mut self.completions);
+            self.engine.reap(|c| completions.push(c));
+            if completions.is_empty() {
+                self.completions = completions;
+                return;
+            }
+            for c in completions.drain(..) {
+                let (key, slot) = split_storage_tag(c.tag);
+                let Some(Some(conn)) = usize::try_from(key).ok().and_then(|k| self.connections.get_mut(k)) else {
+                    tracing::error!(reactor = self.index, tag = c.tag, "storage completion for no connection");
+                    continue;
+                };
+                conn.tcp.io_completed(&mut self.engine, slot, c.result);
+            }
+            self.completions = completions;
+        }
+    }
+
+    /// Write queued output of every connection and drop connections that ended and have nothing in flight.
+    fn flush_and_reap(&mut self) {
+        for slot in 0..self.connections.len() {
+            let wants = matches!(&self.connections[slot], Some(c) if c.tcp.wants_write());
+            if wants {
+                self.with_connection(slot, |c, engine| c.tcp.on_writable(engine));
+            }
+            let done = matches!(&self.connections[slot], Some(c) if c.tcp.is_closed() && c.tcp.in_flight() == 0);
+            if done {
+                if let Some(mut c) = self.connections[slot].take() {
+                    if c.registered {
+                        let _ = self.poll.registry().deregister(c.tcp.stream_mut());
+                    }
+                    self.free.push(slot);
+                    self.live.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Run `f` on a live connection; an error or a close ends the connection (its socket leaves the poll).
+    fn with_connection(
+        &mut self,
+        slot: usize,
+        f: impl FnOnce(&mut Connection, &mut IoEngine) -> Result<bool, crate::tcp::ConnectionError>,
+    ) {
+        let Some(Some(conn)) = self.connections.get_mut(slot) else { return };
+        if conn.tcp.is_closed() && !conn.registered {
+            return;
+        }
+        let open = match f(conn, &mut self.engine) {
+            Ok(open) => open,
+            Err(e) => {
+                tracing::info!(reactor = self.index, error = %e, "connection ended");
+                false
+            }
+        };
+        if (!open || conn.tcp.is_closed()) && conn.registered {
+            let _ = self.poll.registry().deregister(conn.tcp.stream_mut());
+            conn.registered = false;
+        }
+    }
+
+    fn drain_messages(&mut self) {
+        while let Ok(message) = self.rx.try_recv() {
+            match message {
+                Message::Accept(accepted) => self.add_connection(accepted),
+                Message::Shutdown => self.begin_shutdown(),
+            }
+        }
+    }
+
+    fn add_connection(&mut self, accepted: Accepted) {
+        if self.shutting_down {
+            return;
+        }
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.connections.push(None);
+            self.connections.len() - 1
+        });
+        let local = accepted.stream.local_addr().ok().map(|a| a.ip());
+        let mut stream = TcpStream::from_std(accepted.stream);
+        let _ = stream.set_nodelay(true);
+        let token = Token(FIRST_CONNECTION + slot);
+        if let Err(e) = self.poll.registry().register(&mut stream, token, Interest::READABLE | Interest::WRITABLE) {
+            tracing::warn!(reactor = self.index, peer = %accepted.peer, error = %e, "cannot register connection");
+            self.free.push(slot);
+            return;
+        }
+        let mut info = TransportInfo::tcp(
+            accepted.port_id,
+            accepted.tcp.in_capsule_data_size,
+            u64::try_from(slot).unwrap_or(u64::MAX),
+        );
+        info.local_address = local;
+        let mut queue = Queue::new(Arc::clone(&self.target), info);
+        let flag = Arc::clone(&self.poll_queues);
+        let waker = Arc::clone(&self.waker);
+        queue.set_event_notifier(Arc::new(move || {
+            flag.store(true, Ordering::Release);
+            let _ = waker.wake();
+        }));
+        tracing::debug!(reactor = self.index, peer = %accepted.peer, slot, "connection accepted");
+        self.connections[slot] =
+            Some(Connection { tcp: TcpConnection::new(stream, queue, &accepted.tcp), registered: true });
+        self.live.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Stop accepting, end every connection (their queues tear down their associations); the loop ends once
+    /// every storage op in flight has completed.
+    fn begin_shutdown(&mut self) {
+        self.shutting_down = true;
+        for slot in 0..self.connections.len() {
+            self.with_connection(slot, |c, engine| {
+                c.tcp.shutdown(engine);
+                Ok(false)
+            });
+        }
+    }
+}
