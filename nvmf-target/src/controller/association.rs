@@ -1,0 +1,605 @@
+//! The controller of an association: what the admin queue and the I/O queues of one host connection share.
+//!
+//! A [`Controller`] is created by an admin-queue Connect and lives until that queue goes away (disconnect,
+//! keep-alive expiry, subsystem removal). Its admin-level state — CC/CSTS, features, the asynchronous event
+//! queue, the Changed Namespace List and Error Information logs, the I/O queues connected — is behind a
+//! `Mutex`, taken by admin commands, at Connect and by control-plane notifications, never per I/O. What I/O
+//! queues must see cheaply is mirrored in atomics: `ready` (CSTS.RDY), `io_epoch` (bumped by a controller
+//! reset: I/O queues of an older epoch end), `terminated`, the write-cache enable and KATO.
+//!
+//! Counters: every queue owns a [`QueueCounters`] whose fields are atomics written by that queue's reactor
+//! alone with a plain load + store (no locked read-modify-write on the data path); the SMART log sums them on
+//! demand (plus the totals of queues that already went away).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nvmf_common::fabrics::property::{
+    Capabilities, ControllerConfiguration, ControllerStatus, ShutdownNotification, ShutdownStatus, Version,
+};
+use nvmf_common::nvme::admin::AsyncEvent;
+use nvmf_common::nvme::identify::NSID_LIST_ENTRIES;
+use nvmf_common::nvme::log_page::ErrorInformationEntry;
+use nvmf_common::nvme::Status;
+
+use super::subsystem::Subsystem;
+use super::EventNotifier;
+
+/// Version reported in VS and Identify Controller VER: NVMe 1.3.0 (everything a 1.3 fabrics controller
+/// needs is implemented; 2.0 would add mandatory Identify CNS values and log pages we do not serve).
+pub const VERSION: Version = Version::V1_3;
+
+/// Asynchronous Event Request Limit, 0's based (AERL): up to 4 held AERs.
+pub const AERL: u8 = 3;
+
+/// Error Information Log Entries, 0's based (ELPE): the newest 16 errors are kept.
+pub const ELPE: u8 = 15;
+
+/// Keep Alive Support (KAS) in 100 ms units: the timer's granularity. KATO is rounded up to a multiple of it.
+pub const KAS: u16 = 10;
+
+/// CAP.TO: worst-case time for CSTS.RDY to follow CC.EN, in 500 ms units (we are immediate; hosts wait
+/// at most this long).
+const CAP_TO: u8 = 15;
+
+/// SMART and metrics counters of one queue. Written only by the reactor owning the queue (load + store, so no
+/// locked instruction per I/O), read by anyone.
+#[derive(Debug, Default)]
+pub struct QueueCounters {
+    read_commands: AtomicU64,
+    write_commands: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    media_errors: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// A copy of counters, summed over queues.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CounterSnapshot {
+    /// Read and Compare commands completed successfully.
+    pub read_commands: u64,
+    /// Write and Write Zeroes commands completed successfully.
+    pub write_commands: u64,
+    /// Bytes returned by Read.
+    pub bytes_read: u64,
+    /// Bytes stored by Write.
+    pub bytes_written: u64,
+    /// Commands failed by a storage error.
+    pub media_errors: u64,
+    /// Commands completed with any error status.
+    pub errors: u64,
+}
+
+impl std::ops::AddAssign for CounterSnapshot {
+    fn add_assign(&mut self, o: Self) {
+        self.read_commands = self.read_commands.wrapping_add(o.read_commands);
+        self.write_commands = self.write_commands.wrapping_add(o.write_commands);
+        self.bytes_read = self.bytes_read.wrapping_add(o.bytes_read);
+        self.bytes_written = self.bytes_written.wrapping_add(o.bytes_written);
+        self.media_errors = self.media_errors.wrapping_add(o.media_errors);
+        self.errors = self.errors.wrapping_add(o.errors);
+    }
+}
+
+/// Single-writer increment: the owning reactor is the only writer, so load + store cannot lose updates.
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+impl QueueCounters {
+    pub(crate) fn read(&self, bytes: u64) {
+        bump(&self.read_commands, 1);
+        bump(&self.bytes_read, bytes);
+    }
+
+    pub(crate) fn compare(&self) {
+        bump(&self.read_commands, 1);
+    }
+
+    pub(crate) fn write(&self, bytes: u64) {
+        bump(&self.write_commands, 1);
+        bump(&self.bytes_written, bytes);
+    }
+
+    pub(crate) fn error(&self, media: bool) {
+        bump(&self.errors, 1);
+        if media {
+            bump(&self.media_errors, 1);
+        }
+    }
+
+    /// The current values.
+    pub fn snapshot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            read_commands: self.read_commands.load(Ordering::Relaxed),
+            write_commands: self.write_commands.load(Ordering::Relaxed),
+            bytes_read: self.bytes_read.load(Ordering::Relaxed),
+            bytes_written: self.bytes_written.load(Ordering::Relaxed),
+            media_errors: self.media_errors.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Event kinds that are masked once reported until the host reads their log page (NVMe Base 2.0 §5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    NamespaceAttribute,
+    DiscoveryLog,
+}
+
+impl EventKind {
+    fn bit(self) -> u32 {
+        match self {
+            EventKind::NamespaceAttribute => 1 << 0,
+            EventKind::DiscoveryLog => 1 << 1,
+        }
+    }
+
+    /// The Asynchronous Event Configuration bit enabling the event.
+    fn aec_bit(self) -> u32 {
+        match self {
+            EventKind::NamespaceAttribute => 1 << 8,
+            EventKind::DiscoveryLog => 1 << 31,
+        }
+    }
+
+    fn event(self) -> AsyncEvent {
+        match self {
+            EventKind::NamespaceAttribute => AsyncEvent::NAMESPACE_ATTRIBUTE_CHANGED,
+            EventKind::DiscoveryLog => AsyncEvent::DISCOVERY_LOG_PAGE_CHANGE,
+        }
+    }
+}
+
+/// What a CC write asks the caller to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CcOutcome {
+    /// Done; complete the Property Set.
+    Done,
+    /// CC.SHN was set: flush every namespace, then call [`Controller::shutdown_complete`].
+    Shutdown,
+}
+
+/// A queue's wake-up callback, printable.
+#[derive(Clone)]
+pub(crate) struct Notifier(pub(crate) EventNotifier);
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notifier")
+    }
+}
+
+impl Notifier {
+    pub(crate) fn notify(&self) {
+        (self.0)();
+    }
+}
+
+/// An I/O queue connected to the controller.
+#[derive(Debug)]
+struct IoQueueEntry {
+    qid: u16,
+    epoch: u32,
+    counters: Arc<QueueCounters>,
+    notifier: Option<Notifier>,
+}
+
+/// The Changed Namespace List (log 04h) being accumulated.
+#[derive(Debug, Default)]
+pub(crate) struct ChangedNamespaces {
+    pub(crate) nsids: Vec<u32>,
+    pub(crate) overflow: bool,
+}
+
+/// Admin-level state, behind [`Controller`]'s mutex.
+#[derive(Debug)]
+pub(crate) struct ControllerState {
+    pub(crate) cc: ControllerConfiguration,
+    pub(crate) csts: ControllerStatus,
+    pub(crate) aec: u32,
+    pub(crate) granted_io_queues: u16,
+    io_queues: Vec<IoQueueEntry>,
+    events: VecDeque<AsyncEvent>,
+    masked: u32,
+    pub(crate) changed: ChangedNamespaces,
+    pub(crate) error_count: u64,
+    pub(crate) errors: VecDeque<ErrorInformationEntry>,
+    admin_counters: Option<Arc<QueueCounters>>,
+    retired: CounterSnapshot,
+    admin_notifier: Option<Notifier>,
+}
+
+impl ControllerState {
+    /// Number of I/O queues connected.
+    pub(crate) fn io_queue_count(&self) -> usize {
+        self.io_queues.len()
+    }
+}
+
+/// The controller of one association (NVMe-oF dynamic controller model).
+#[derive(Debug)]
+pub struct Controller {
+    cntlid: u16,
+    subsystem: Arc<Subsystem>,
+    hostnqn: String,
+    hostid: [u8; 16],
+    max_io_queues: u16,
+    ready: AtomicBool,
+    io_epoch: AtomicU32,
+    terminated: AtomicBool,
+    event_pending: AtomicBool,
+    write_cache: AtomicBool,
+    kato_ms: AtomicU32,
+    state: Mutex<ControllerState>,
+}
+
+/// KATO rounded up to the KAS granularity (0 stays 0: disabled).
+pub(crate) fn round_kato(kato_ms: u32) -> u32 {
+    let unit = u32::from(KAS) * 100;
+    kato_ms.div_ceil(unit).saturating_mul(unit)
+}
+
+impl Controller {
+    /// A controller `cntlid` of `subsystem` for host `hostnqn`/`hostid`, disabled, with KATO `kato_ms`.
+    pub(crate) fn new(
+        cntlid: u16,
+        subsystem: Arc<Subsystem>,
+        hostnqn: &str,
+        hostid: [u8; 16],
+        kato_ms: u32,
+        max_io_queues: u16,
+        write_cache: bool,
+    ) -> Self {
+        let aec = if subsystem.is_discovery() {
+            EventKind::DiscoveryLog.aec_bit()
+        } else {
+            EventKind::NamespaceAttribute.aec_bit()
+        };
+        Controller {
+            cntlid,
+            hostnqn: hostnqn.to_owned(),
+            hostid,
+            max_io_queues,
+            ready: AtomicBool::new(false),
+            io_epoch: AtomicU32::new(0),
+            terminated: AtomicBool::new(false),
+            event_pending: AtomicBool::new(false),
+            write_cache: AtomicBool::new(write_cache),
+            kato_ms: AtomicU32::new(round_kato(kato_ms)),
+            state: Mutex::new(ControllerState {
+                cc: ControllerConfiguration::default(),
+                csts: ControllerStatus::default(),
+                // Like Linux nvmet, the notices we support start enabled: a host that never sets the feature
+                // still learns about namespace changes.
+                aec,
+                granted_io_queues: max_io_queues,
+                io_queues: Vec::new(),
+                events: VecDeque::with_capacity(4),
+                masked: 0,
+                changed: ChangedNamespaces::default(),
+                error_count: 0,
+                errors: VecDeque::with_capacity(usize::from(ELPE) + 1),
+                admin_counters: None,
+                retired: CounterSnapshot::default(),
+                admin_notifier: None,
+            }),
+            subsystem,
+        }
+    }
+
+    /// Controller ID.
+    pub fn cntlid(&self) -> u16 {
+        self.cntlid
+    }
+
+    /// The subsystem.
+    pub fn subsystem(&self) -> &Arc<Subsystem> {
+        &self.subsystem
+    }
+
+    /// Host NQN from the admin Connect.
+    pub fn hostnqn(&self) -> &str {
+        &self.hostnqn
+    }
+
+    /// Host Identifier from the admin Connect.
+    pub fn hostid(&self) -> [u8; 16] {
+        self.hostid
+    }
+
+    /// True for a discovery controller.
+    pub fn is_discovery(&self) -> bool {
+        self.subsystem.is_discovery()
+    }
+
+    /// CSTS.RDY.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The association has ended; its queues must close.
+    pub fn is_terminated(&self) -> bool {
+        self.terminated.load(Ordering::Acquire)
+    }
+
+    /// Current I/O queue epoch; a controller reset bumps it and every I/O queue of an older epoch ends.
+    pub fn io_epoch(&self) -> u32 {
+        self.io_epoch.load(Ordering::Acquire)
+    }
+
+    /// Keep Alive Timeout in milliseconds (0: disabled), rounded up to KAS.
+    pub fn kato_ms(&self) -> u32 {
+        self.kato_ms.load(Ordering::Relaxed)
+    }
+
+    /// Volatile write cache enabled (Set Features 06h); when disabled every write is FUA.
+    pub fn write_cache_enabled(&self) -> bool {
+        self.write_cache.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_write_cache(&self, enabled: bool) {
+        self.write_cache.store(enabled, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_kato(&self, kato_ms: u32) {
+        self.kato_ms.store(round_kato(kato_ms), Ordering::Relaxed);
+    }
+
+    /// Maximum I/O queues the target grants.
+    pub fn max_io_queues(&self) -> u16 {
+        self.max_io_queues
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ControllerState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// CSTS as the host reads it.
+    pub fn csts(&self) -> ControllerStatus {
+        self.lock().csts
+    }
+
+    /// CC as the host last wrote it.
+    pub fn cc(&self) -> ControllerConfiguration {
+        self.lock().cc
+    }
+
+    /// CAP for this controller.
+    pub fn cap(max_queue_entries: u32) -> Capabilities {
+        Capabilities {
+            // 0's based; the target parameters keep max_queue_entries within 2..=32768.
+            mqes: u16::try_from(max_queue_entries.saturating_sub(1)).unwrap_or(u16::MAX),
+            cqr: true,
+            to: CAP_TO,
+            css: Capabilities::CSS_NVM,
+            mpsmin: 0,
+            mpsmax: 0,
+            ..Capabilities::default()
+        }
+    }
+
+    /// Register the admin queue's counters and wake-up callback.
+    pub(crate) fn attach_admin_queue(&self, counters: Arc<QueueCounters>, notifier: Option<Notifier>) {
+        let mut state = self.lock();
+        state.admin_counters = Some(counters);
+        state.admin_notifier = notifier;
+    }
+
+    /// Handle a CC write (NVMe Base 2.0 §3.6 and Linux nvmet's `nvmet_update_cc`): enabling checks the
+    /// configuration (IOSQES 6 / IOCQES 4 on I/O controllers, MPS 0, AMS 0, CSS NVM or admin-only) and sets
+    /// CSTS.RDY or CSTS.CFS; disabling resets the controller (CSTS.RDY clear, every I/O queue ends); setting
+    /// SHN starts a shutdown the caller completes.
+    pub(crate) fn set_cc(&self, value: u32) -> Result<CcOutcome, Status> {
+        let new = ControllerConfiguration::from_u32(value).map_err(|_| Status::INVALID_FIELD.with_dnr())?;
+        let mut state = self.lock();
+        let old = state.cc;
+        state.cc = new;
+        let mut outcome = CcOutcome::Done;
+        if new.en && !old.en {
+            let io_sizes_ok = self.is_discovery() || (new.iosqes == 6 && new.iocqes == 4);
+            // CSS 000b NVM, 111b admin only (CAP.CSS advertises NVM; Linux nvmet accepts both).
+            let css_ok = new.css == 0 || new.css == 0b111;
+            if io_sizes_ok && new.mps == 0 && new.ams == 0 && css_ok {
+                state.csts.rdy = true;
+                state.csts.cfs = false;
+                self.ready.store(true, Ordering::Release);
+                tracing::debug!(cntlid = self.cntlid, "controller enabled");
+            } else {
+                tracing::warn!(cntlid = self.cntlid, cc = value, "invalid controller configuration: CSTS.CFS");
+                state.csts.cfs = true;
+            }
+        }
+        if !new.en && old.en {
+            self.reset_locked(&mut state);
+        }
+        if new.shn != ShutdownNotification::None && old.shn == ShutdownNotification::None {
+            state.csts.shst = ShutdownStatus::Occurring;
+            outcome = CcOutcome::Shutdown;
+        }
+        if new.shn == ShutdownNotification::None && old.shn != ShutdownNotification::None {
+            state.csts.shst = ShutdownStatus::Normal;
+        }
+        Ok(outcome)
+    }
+
+    /// Controller reset: CSTS.RDY and CFS clear, shutdown status normal, every I/O queue of the association
+    /// ends (their queues see the new epoch and close).
+    fn reset_locked(&self, state: &mut ControllerState) {
+        state.csts.rdy = false;
+        state.csts.cfs = false;
+        state.csts.shst = ShutdownStatus::Normal;
+        self.ready.store(false, Ordering::Release);
+        self.io_epoch.fetch_add(1, Ordering::AcqRel);
+        for q in state.io_queues.drain(..) {
+            state.retired += q.counters.snapshot();
+            if let Some(notifier) = q.notifier {
+                notifier.notify();
+            }
+        }
+        tracing::debug!(cntlid = self.cntlid, "controller reset");
+    }
+
+    /// Every namespace is flushed: CSTS.SHST = complete.
+    pub(crate) fn shutdown_complete(&self) {
+        let mut state = self.lock();
+        if state.csts.shst == ShutdownStatus::Occurring {
+            state.csts.shst = ShutdownStatus::Complete;
+        }
+        tracing::debug!(cntlid = self.cntlid, "shutdown complete");
+    }
+
+    /// Whether I/O queue `qid` may connect now: `Ok` or the status to answer.
+    pub(crate) fn attach_io_queue(
+        &self,
+        qid: u16,
+        counters: Arc<QueueCounters>,
+        notifier: Option<Notifier>,
+    ) -> Result<u32, IoQueueRefusal> {
+        let mut state = self.lock();
+        if !state.csts.rdy {
+            return Err(IoQueueRefusal::NotReady);
+        }
+        if qid > state.granted_io_queues {
+            return Err(IoQueueRefusal::QidAboveGranted(state.granted_io_queues));
+        }
+        if state.io_queues.iter().any(|q| q.qid == qid) {
+            return Err(IoQueueRefusal::AlreadyConnected);
+        }
+        let epoch = self.io_epoch();
+        state.io_queues.push(IoQueueEntry { qid, epoch, counters, notifier });
+        Ok(epoch)
+    }
+
+    /// I/O queue `qid` of `epoch` went away: keep its counters' totals, free the qid.
+    pub(crate) fn detach_io_queue(&self, qid: u16, epoch: u32) {
+        let mut state = self.lock();
+        if let Some(pos) = state.io_queues.iter().position(|q| q.qid == qid && q.epoch == epoch) {
+            let q = state.io_queues.swap_remove(pos);
+            state.retired += q.counters.snapshot();
+        }
+    }
+
+    /// Number of I/O queues connected.
+    pub fn io_queue_count(&self) -> usize {
+        self.lock().io_queues.len()
+    }
+
+    /// End the association: mark it terminated, forget it in the subsystem and wake every queue so that it
+    /// closes. Idempotent.
+    pub fn terminate(&self) {
+        if self.terminated.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.ready.store(false, Ordering::Release);
+        self.subsystem.unregister_controller(self.cntlid);
+        let notifiers: Vec<Notifier> = {
+            let state = self.lock();
+            state.io_queues.iter().filter_map(|q| q.notifier.clone()).chain(state.admin_notifier.clone()).collect()
+        };
+        let (cntlid, subsystem, host) = (self.cntlid, self.subsystem.nqn(), &self.hostnqn);
+        tracing::info!(cntlid, subsystem, host, "association ended");
+        for notifier in notifiers {
+            notifier.notify();
+        }
+    }
+
+    /// A namespace of the subsystem was added or removed: remember it in the Changed Namespace List and
+    /// raise a Namespace Attribute Changed event unless disabled or masked.
+    pub(crate) fn namespace_changed(&self, nsid: u32) {
+        let notifier = {
+            let mut state = self.lock();
+            let changed = &mut state.changed;
+            if !changed.overflow && !changed.nsids.contains(&nsid) {
+                if changed.nsids.len() < NSID_LIST_ENTRIES {
+                    changed.nsids.push(nsid);
+                } else {
+                    changed.overflow = true;
+                }
+            }
+            self.raise_locked(&mut state, EventKind::NamespaceAttribute)
+        };
+        if let Some(notifier) = notifier {
+            notifier.notify();
+        }
+    }
+
+    /// The discovery log changed: raise a Discovery Log Page Change event unless disabled or masked.
+    pub(crate) fn discovery_log_changed(&self) {
+        let notifier = {
+            let mut state = self.lock();
+            self.raise_locked(&mut state, EventKind::DiscoveryLog)
+        };
+        if let Some(notifier) = notifier {
+            notifier.notify();
+        }
+    }
+
+    /// Queue `kind`'s event if enabled and not masked; returns the admin queue's notifier to call.
+    fn raise_locked(&self, state: &mut ControllerState, kind: EventKind) -> Option<Notifier> {
+        if state.aec & kind.aec_bit() == 0 || state.masked & kind.bit() != 0 {
+            return None;
+        }
+        state.masked |= kind.bit();
+        state.events.push_back(kind.event());
+        self.event_pending.store(true, Ordering::Release);
+        state.admin_notifier.clone()
+    }
+
+    /// The host read `kind`'s log page without RAE: the event may be reported again.
+    pub(crate) fn unmask_locked(state: &mut ControllerState, kind: EventKind) {
+        state.masked &= !kind.bit();
+    }
+
+    /// An event may be waiting for an AER (cheap check for the admin queue's poll).
+    pub(crate) fn has_pending_event(&self) -> bool {
+        self.event_pending.load(Ordering::Acquire)
+    }
+
+    /// The oldest undelivered event.
+    pub(crate) fn take_event_locked(&self, state: &mut ControllerState) -> Option<AsyncEvent> {
+        let event = state.events.pop_front();
+        if state.events.is_empty() {
+            self.event_pending.store(false, Ordering::Release);
+        }
+        event
+    }
+
+    /// Keep an Error Information log entry (newest first, at most ELPE + 1).
+    pub(crate) fn record_error(&self, mut entry: ErrorInformationEntry) {
+        let mut state = self.lock();
+        state.error_count = state.error_count.wrapping_add(1).max(1);
+        entry.error_count = state.error_count;
+        if state.errors.len() > usize::from(ELPE) {
+            state.errors.pop_back();
+        }
+        state.errors.push_front(entry);
+    }
+
+    /// Counters summed over every queue the association has had.
+    pub fn counters(&self) -> CounterSnapshot {
+        let state = self.lock();
+        let mut total = state.retired;
+        for q in &state.io_queues {
+            total += q.counters.snapshot();
+        }
+        if let Some(admin) = &state.admin_counters {
+            total += admin.snapshot();
+        }
+        total
+    }
+}
+
+/// Why an I/O queue Connect is refused by the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IoQueueRefusal {
+    /// CSTS.RDY is clear.
+    NotReady,
+    /// The QID is above the number of I/O queues granted (the value).
+    QidAboveGranted(u16),
+    /// An I/O queue with this QID is connected.
+    AlreadyConnected,
+}

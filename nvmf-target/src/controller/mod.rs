@@ -1,0 +1,43 @@
+//! The transport-agnostic NVMe-oF controller: the target's model (Target, Subsystem, Namespace, Controller,
+//! the discovery controller) and [`Queue`], the per-connection command state machine every transport drives.
+//!
+//! What lives where:
+//! - [`target`]: [`Target`] (subsystems by NQN, the discovery subsystem, the listeners the discovery log
+//!   reports) and its plain constructor parameters.
+//! - [`subsystem`]: [`Subsystem`] and [`Namespace`]; the namespace table is an `Arc<NamespaceTable>` snapshot
+//!   plus an `AtomicU64` generation that queues compare per command and refresh on change.
+//! - [`association`]: [`Controller`], the state an association's queues share (CC/CSTS, features, keep-alive
+//!   timeout, asynchronous events, changed-namespace and error logs, SMART counters).
+//! - `admin`: Identify, Get Log Page and Get/Set Features, answered into byte buffers.
+//! - `discovery`: the Discovery Log Page the discovery controller serves.
+//! - `io`: validation of I/O commands (NSID, LBA range, SGL vs. transfer length, MDTS).
+//! - [`queue`]: [`Queue`], [`Step`], [`SlotId`], [`QueueError`].
+//!
+//! Threading: a [`Queue`] is owned by one reactor thread and never blocks; the data path touches no lock (the
+//! namespace table is cached per queue; counters are single-writer atomics written with plain load/store).
+//! The [`Controller`]'s `Mutex` is taken by admin commands, at Connect and on namespace changes, never per I/O.
+//! Control-plane calls ([`Subsystem::add_namespace`], [`Target::add_subsystem`], …) run on any thread; they
+//! notify the queues concerned through the callback registered with [`Queue::set_event_notifier`], after
+//! which the reactor calls [`Queue::poll`].
+
+pub mod association;
+pub mod queue;
+pub mod subsystem;
+pub mod target;
+
+mod admin;
+mod discovery;
+mod io;
+
+#[cfg(test)]
+mod tests;
+
+pub use association::{Controller, QueueCounters};
+pub use queue::{split_storage_tag, storage_tag, Queue, QueueError, SlotId, Step};
+pub use subsystem::{Namespace, NamespaceParams, NamespaceTable, Subsystem, SubsystemError, SubsystemParams};
+pub use target::{ListenerParams, Target, TargetError, TargetParams, TransportInfo};
+
+/// A callback that wakes the reactor owning a queue (e.g. `mio::Waker::wake`). Called from any thread, with
+/// no controller lock held, when the queue has something to do in [`Queue::poll`]: an asynchronous event to
+/// deliver, or its association torn down.
+pub type EventNotifier = std::sync::Arc<dyn Fn() + Send + Sync>;

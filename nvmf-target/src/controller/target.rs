@@ -1,0 +1,243 @@
+//! The target: its subsystems by NQN, the discovery subsystem, the limits every controller advertises and the
+//! listeners the discovery log reports.
+//!
+//! Shared by every reactor (`Arc<Target>`). The subsystem map is read at Connect and by discovery log reads
+//! (an `RwLock`, never on the data path); adding or removing a subsystem bumps the discovery generation
+//! counter and notifies discovery controllers.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use nvmf_common::fabrics::discovery::{AddressFamily, TransportType, Tsas};
+use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
+
+use super::subsystem::{Subsystem, SubsystemError, SubsystemParams};
+
+/// Smallest MDTS a target may advertise, in bytes.
+pub const MIN_MDTS: u32 = 4096;
+
+/// Largest number of queue entries (`max_queue_entries`): a queue's slots are twice its entries and are
+/// numbered with 16 bits.
+pub const MAX_QUEUE_ENTRIES: u32 = 32768;
+
+/// The target could not be built or changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// A subsystem is invalid.
+    #[error(transparent)]
+    Subsystem(#[from] SubsystemError),
+    /// Two subsystems have the same NQN.
+    #[error("subsystem {0} is defined twice")]
+    DuplicateSubsystem(String),
+    /// No subsystem has this NQN.
+    #[error("no subsystem {0}")]
+    UnknownSubsystem(String),
+    /// A target parameter is out of range.
+    #[error("target parameter {name} = {value} is invalid; allowed: {allowed}")]
+    InvalidParameter {
+        /// The parameter.
+        name: &'static str,
+        /// Its value.
+        value: u64,
+        /// What would be valid.
+        allowed: &'static str,
+    },
+}
+
+/// A transport address the target listens on, as the discovery log reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerParams {
+    /// Port ID (the discovery log's PORTID; [`TransportInfo::port_id`] names it for a connection).
+    pub port_id: u16,
+    /// Transport type.
+    pub trtype: TransportType,
+    /// Address family.
+    pub adrfam: AddressFamily,
+    /// Transport address (for IP: the address; a wildcard is replaced by the connection's local address).
+    pub traddr: String,
+    /// Transport service ID (for IP: the port number).
+    pub trsvcid: String,
+    /// Transport specific address subtype (RDMA QP/provider/CM, TCP security type).
+    pub tsas: Tsas,
+}
+
+/// Target-wide limits and identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetParams {
+    /// Maximum Data Transfer Size in bytes: a power of two, at least 4096 (and at most the I/O engine's
+    /// buffer size). Advertised as Identify MDTS in 4 KiB units.
+    pub mdts: u32,
+    /// Maximum entries per queue (CAP.MQES + 1), 2..=32768.
+    pub max_queue_entries: u32,
+    /// Maximum I/O queues per controller (Number of Queues granted at most), 1..=65534.
+    pub max_io_queues: u16,
+    /// Largest Keep Alive Timeout a host may ask for, in milliseconds (Connect or Set Features).
+    pub kato_max_ms: u32,
+    /// Serve the discovery subsystem.
+    pub discovery_enabled: bool,
+    /// Listeners reported in the discovery log.
+    pub listeners: Vec<ListenerParams>,
+    /// Serial number of the discovery controller.
+    pub serial: String,
+}
+
+impl Default for TargetParams {
+    fn default() -> Self {
+        TargetParams {
+            mdts: 1 << 20,
+            max_queue_entries: 128,
+            max_io_queues: 64,
+            kato_max_ms: 600_000,
+            discovery_enabled: true,
+            listeners: Vec::new(),
+            serial: "nvmf-rs".to_owned(),
+        }
+    }
+}
+
+impl TargetParams {
+    fn validate(&self) -> Result<(), TargetError> {
+        let invalid = |name, value: u64, allowed| Err(TargetError::InvalidParameter { name, value, allowed });
+        if self.mdts < MIN_MDTS || !self.mdts.is_power_of_two() {
+            return invalid("mdts", self.mdts.into(), "a power of two >= 4096");
+        }
+        if !(2..=MAX_QUEUE_ENTRIES).contains(&self.max_queue_entries) {
+            return invalid("max_queue_entries", self.max_queue_entries.into(), "2..=32768");
+        }
+        if self.max_io_queues == 0 || self.max_io_queues == u16::MAX {
+            return invalid("max_io_queues", self.max_io_queues.into(), "1..=65534");
+        }
+        if self.serial.is_empty() || self.serial.len() > 20 || !self.serial.bytes().all(|c| (0x20..0x7f).contains(&c)) {
+            return invalid("serial", 0, "1..=20 printable ASCII characters");
+        }
+        Ok(())
+    }
+
+    /// Identify Controller MDTS: log2 of `mdts` in 4 KiB pages (CAP.MPSMIN = 0).
+    pub fn mdts_field(&self) -> u8 {
+        u8::try_from((self.mdts / MIN_MDTS).trailing_zeros()).unwrap_or(0)
+    }
+}
+
+/// What a transport tells the controller about a connection, at [`Queue::new`](super::Queue::new).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportInfo {
+    /// Transport type: TCP accepts Transport SGL Data Blocks, RDMA Keyed SGL Data Blocks.
+    pub trtype: TransportType,
+    /// In-capsule data bytes the transport accepts on I/O queues (Identify IOCCSZ = (64 + this) / 16).
+    pub in_capsule_data_size: u32,
+    /// The listener ([`ListenerParams::port_id`]) the connection came through: the discovery log lists that
+    /// port's entries.
+    pub port_id: u16,
+    /// The connection's local address, reported instead of a wildcard listener address in the discovery log.
+    pub local_address: Option<IpAddr>,
+    /// The reactor's key for this queue: storage tags are `(queue_key << 16) | slot` (see
+    /// [`storage_tag`](super::storage_tag)).
+    pub queue_key: u64,
+}
+
+impl TransportInfo {
+    /// A TCP connection through `port_id` with `in_capsule_data_size` bytes of in-capsule data.
+    pub fn tcp(port_id: u16, in_capsule_data_size: u32, queue_key: u64) -> Self {
+        TransportInfo { trtype: TransportType::Tcp, in_capsule_data_size, port_id, local_address: None, queue_key }
+    }
+}
+
+/// The NVMe-oF target.
+#[derive(Debug)]
+pub struct Target {
+    params: TargetParams,
+    subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
+    discovery: Arc<Subsystem>,
+    genctr: AtomicU64,
+}
+
+impl Target {
+    /// Build a target from its parameters and subsystems.
+    pub fn new(params: TargetParams, subsystems: Vec<SubsystemParams>) -> Result<Arc<Self>, TargetError> {
+        params.validate()?;
+        let mut map = BTreeMap::new();
+        for s in subsystems {
+            let subsystem = Subsystem::new(s)?;
+            let nqn = subsystem.nqn().to_owned();
+            if map.insert(nqn.clone(), subsystem).is_some() {
+                return Err(TargetError::DuplicateSubsystem(nqn));
+            }
+        }
+        Ok(Arc::new(Target {
+            discovery: Subsystem::discovery(params.serial.clone()),
+            params,
+            subsystems: RwLock::new(map),
+            genctr: AtomicU64::new(1),
+        }))
+    }
+
+    /// The target's limits and listeners.
+    pub fn params(&self) -> &TargetParams {
+        &self.params
+    }
+
+    /// The subsystem a Connect names: an NVM subsystem, or the discovery subsystem when enabled.
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        if nqn == DISCOVERY_NQN {
+            return self.params.discovery_enabled.then(|| Arc::clone(&self.discovery));
+        }
+        self.subsystems.read().unwrap_or_else(|e| e.into_inner()).get(nqn).cloned()
+    }
+
+    /// Every NVM subsystem, by NQN.
+    pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
+        self.subsystems.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// The discovery subsystem.
+    pub fn discovery_subsystem(&self) -> &Arc<Subsystem> {
+        &self.discovery
+    }
+
+    /// Discovery log generation counter (GENCTR).
+    pub fn discovery_genctr(&self) -> u64 {
+        self.genctr.load(Ordering::Acquire)
+    }
+
+    /// Add a subsystem; the discovery log changes.
+    pub fn add_subsystem(&self, params: SubsystemParams) -> Result<Arc<Subsystem>, TargetError> {
+        let subsystem = Subsystem::new(params)?;
+        {
+            let mut map = self.subsystems.write().unwrap_or_else(|e| e.into_inner());
+            if map.contains_key(subsystem.nqn()) {
+                return Err(TargetError::DuplicateSubsystem(subsystem.nqn().to_owned()));
+            }
+            map.insert(subsystem.nqn().to_owned(), Arc::clone(&subsystem));
+        }
+        tracing::info!(subsystem = %subsystem.nqn(), "subsystem added");
+        self.discovery_changed();
+        Ok(subsystem)
+    }
+
+    /// Remove a subsystem: its associations end (their queues close) and the discovery log changes.
+    pub fn remove_subsystem(&self, nqn: &str) -> Result<Arc<Subsystem>, TargetError> {
+        let subsystem = self
+            .subsystems
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(nqn)
+            .ok_or_else(|| TargetError::UnknownSubsystem(nqn.to_owned()))?;
+        for controller in subsystem.controllers() {
+            controller.terminate();
+        }
+        tracing::info!(subsystem = %nqn, "subsystem removed");
+        self.discovery_changed();
+        Ok(subsystem)
+    }
+
+    /// Bump GENCTR and tell discovery controllers (Discovery Log Page Change notice).
+    pub fn discovery_changed(&self) {
+        self.genctr.fetch_add(1, Ordering::AcqRel);
+        for controller in self.discovery.controllers() {
+            controller.discovery_log_changed();
+        }
+    }
+}
