@@ -120,8 +120,19 @@ fn kernel_nvmet_rdma_fio_verify() {
 #[test]
 fn cargo_binary_runs_in_guest() {
     let probe = env!("CARGO_BIN_EXE_vm-probe");
-    let vm = vm("cargo_binary_runs_in_guest").rxe(true).modules(["nvmet"]).deadline(Duration::from_secs(120));
-    let Some(out) = vm.run_or_skip(probe) else {
+    let name = "cargo_binary_runs_in_guest";
+    let vm = vm(name).rxe(true).modules(["nvmet"]).nvme_drive(64 << 20).deadline(Duration::from_secs(120));
+    let Some(out) = vm.run_or_skip(&format!(
+        r#"
+{probe}
+# The daemon helpers, with a stand-in daemon that exits 7 on SIGTERM.
+start_daemon standin bash -c 'trap "echo stopping; exit 7" TERM; echo serving; while :; do sleep 0.2; done'
+wait_until 10 grep -q serving "$NVMF_VM_LOGS/standin.log"
+stop_daemon standin 10
+echo "daemon status: $?"
+test -b /dev/nvme0n1 && echo "emulated nvme: $(cat /sys/class/nvme/nvme0/transport) $(blockdev --getsize64 /dev/nvme0n1)"
+"#
+    )) else {
         return;
     };
     out.assert_success();
@@ -129,11 +140,20 @@ fn cargo_binary_runs_in_guest() {
     assert!(out.kernel_release.starts_with("6.12."), "{}", out.report());
     assert_stdout_has(&out, "uverbs0: present");
     assert_stdout_has(&out, "nvmet-configfs: present");
+    assert_stdout_has(&out, "daemon status: 7");
+    assert_stdout_has(&out, "emulated nvme: pcie 67108864");
+    // What the guest left in the logs folder: the daemon's log and collect_logs' files.
+    let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
+    let standin = std::fs::read_to_string(logs.join("standin.log")).unwrap_or_default();
+    assert!(standin.contains("serving") && standin.contains("stopping"), "standin.log: {standin:?}");
+    for file in ["dmesg.txt", "state.txt", "stdout.txt", "stderr.txt", "console.log"] {
+        assert!(logs.join(file).is_file(), "{file} missing in {}", logs.display());
+    }
 }
 
 #[test]
 fn hung_scenario_is_killed_at_its_deadline() {
-    let vm = vm("hung_scenario_is_killed_at_its_deadline").deadline(Duration::from_secs(30));
+    let vm = vm("hung_scenario_is_killed_at_its_deadline").deadline(Duration::from_secs(45));
     let Some(out) = vm.run_or_skip(
         r#"
 echo "<2>nvmf-vm: this scenario hangs now" > /dev/kmsg

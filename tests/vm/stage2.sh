@@ -52,8 +52,11 @@ if [ -f $ctl/cmd ]; then
   fi
 else
   stty sane 2>/dev/null
+  [ -n "${NVMF_VM_TTY_SIZE:-}" ] && stty rows ${NVMF_VM_TTY_SIZE% *} cols ${NVMF_VM_TTY_SIZE#* } 2>/dev/null
+  export TERM=${NVMF_VM_TERM:-vt100}
   echo "nvmf-vm: interactive shell; the guest helpers: . \$NVMF_GUEST_LIB; power off with Ctrl-D or Ctrl-A X"
-  bash -i
+  # A new session that opens the serial port makes it its controlling terminal: job control, Ctrl-C.
+  setsid -w bash -c 'exec bash -i <>/dev/ttyS1 >&0 2>&1' 
   status=$?
 fi
 read -r t _ </proc/uptime && echo "$t" > $ctl/t-end

@@ -334,6 +334,12 @@ impl Vm {
             (Some(_), None) => wall_time.saturating_sub(boot_time),
             _ => Duration::ZERO,
         };
+        if let Some(logs) = &self.logs {
+            // The run's own record beside what the guest collected, for CI artifacts and post-mortems.
+            let _ = fs::write(logs.join("stdout.txt"), &stdout);
+            let _ = fs::copy(run.path.join("stderr"), logs.join("stderr.txt"));
+            let _ = fs::copy(run.path.join("console.log"), logs.join("console.log"));
+        }
         Ok(Some(VmOutput {
             name: self.name.clone(),
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
@@ -369,6 +375,17 @@ impl Vm {
             shell_quote(&cwd.to_string_lossy()),
             shell_quote(&self.name),
         );
+        if script.is_none() {
+            // The host terminal's size and type, so that full-screen programs in the guest fit.
+            let size = Command::new("stty").arg("size").stdin(Stdio::inherit()).stderr(Stdio::null()).output();
+            if let Some(size) = size.ok().filter(|o| o.status.success()) {
+                let size = String::from_utf8_lossy(&size.stdout).trim().to_owned();
+                envfile.push_str(&format!("NVMF_VM_TTY_SIZE={}\n", shell_quote(&size)));
+            }
+            if let Ok(term) = env::var("TERM") {
+                envfile.push_str(&format!("NVMF_VM_TERM={}\n", shell_quote(&term)));
+            }
+        }
         if env_flag("NVMF_VM_TRACE") {
             envfile.push_str("NVMF_VM_TRACE=1\n");
         }
