@@ -1,7 +1,7 @@
 //! NVMe/TCP transport of the target (NVMe/TCP Transport Specification 1.0).
 //!
-//! One `TcpConnection` per accepted socket: it owns the socket (non-blocking `mio::net::TcpStream`), the
-//! controller's `Queue` for that connection, a `PduDecoder` from
+//! One [`TcpConnection`] per accepted socket: it owns the socket (non-blocking `mio::net::TcpStream`), the
+//! controller's [`crate::controller::Queue`] for that connection, a `PduDecoder` from
 //! `nvmf_common::transport::tcp` (all wire work is done there), a send queue and the per-command transfer
 //! state. It negotiates ICReq/ICResp, hands command capsules (with in-capsule data) to the queue, solicits
 //! host data with R2Ts and places H2CData into the command's engine buffer, sends read data as C2HData
@@ -13,20 +13,24 @@
 //! socket leaves bytes queued until the next writable event, and reading pauses while the send backlog
 //! is large. No lock, no allocation per command once its tables are warm.
 //!
-//! - [`config`]: [`TcpTransportConfig`], the port's settings.
-//! - `connection` (next): `TcpConnection`, the state machine and socket I/O.
-//! - `outgoing`: framing of ICResp, R2T, C2HData, CapsuleResp and C2HTermReq.
-//! - `transfer`: per-command R2T/H2CData bookkeeping.
-//! - `send`: the vectored, zero-copy send queue.
+//! - [`config`] — [`TcpTransportConfig`], the port's settings.
+//! - `connection` — [`TcpConnection`], the state machine and socket I/O.
+//! - `outgoing` — framing of ICResp, R2T, C2HData, CapsuleResp and C2HTermReq.
+//! - `transfer` — per-command R2T/H2CData bookkeeping.
+//! - `send` — the vectored, zero-copy send queue.
+//! - [`error`] — [`ConnectionError`], why a connection ended.
 
 pub mod config;
-// Used by the connection, which lands once the controller's Queue does.
-#[allow(dead_code)]
+mod connection;
+pub mod error;
 mod outgoing;
-#[allow(dead_code)]
 mod send;
-#[allow(dead_code)]
 mod transfer;
 
 pub use config::TcpTransportConfig;
+pub use connection::TcpConnection;
+pub use error::ConnectionError;
 pub use transfer::ProtocolViolation;
+
+#[cfg(test)]
+mod tests;

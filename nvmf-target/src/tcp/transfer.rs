@@ -132,6 +132,7 @@ impl<B: Copy, S: Copy> TransferTable<B, S> {
     }
 
     /// The state of `slot`.
+    #[cfg(test)]
     pub(crate) fn get(&self, slot: u16) -> SlotState<B, S> {
         self.slots.get(usize::from(slot)).copied().unwrap_or_default()
     }

@@ -1,0 +1,620 @@
+//! [`TcpConnection`]: one NVMe/TCP connection (one queue pair) driven by its reactor.
+//!
+//! Receive path: bytes are read into a per-connection buffer and fed to the `PduDecoder`, which returns
+//! whole, checked PDUs (header digests verified, lengths bounded). Before ICReq only ICReq is accepted;
+//! after it CapsuleCmd and H2CData (and H2CTermReq). Each command is handed to the `Queue`, whose
+//! [`Step`] says what the transport does next: solicit host data (R2T), send data and the response, or
+//! nothing yet.
+//!
+//! Send path: PDUs are framed into the connection's `SendQueue` and written with vectored writes when the
+//! reactor calls [`TcpConnection::on_writable`] (after a batch of events or when the socket drains). A
+//! command's slot is released back to the queue only once every byte referencing its buffer was written.
+//!
+//! Errors: a malformed PDU or one the protocol state does not allow ends the connection with a C2HTermReq
+//! (FES/FEI per NVMe/TCP 1.0); a data digest error fails only its command (Transient Transport Error); a
+//! closed or reset socket, an H2CTermReq or a fatal queue error ends the connection. Ending always tells
+//! the queue (`Queue::disconnect`); storage I/O still in flight completes through
+//! [`TcpConnection::io_completed`] afterwards, and the reactor keeps the connection until
+//! [`TcpConnection::in_flight`] is 0.
+//!
+//! Runs on its reactor thread only; never blocks.
+
+use std::io::{self, Read};
+use std::net::Shutdown;
+use std::time::Instant;
+
+use mio::net::TcpStream;
+use nvmf_common::fabrics::connect::Connect;
+use nvmf_common::nvme::cqe::CompletionQueueEntry;
+use nvmf_common::nvme::sqe::SubmissionQueueEntry;
+use nvmf_common::nvme::status::Status;
+use nvmf_common::transport::tcp::pdu::MAX_ENCODED_HEADER_LEN;
+use nvmf_common::transport::tcp::{
+    DecoderConfig, Direction, FatalErrorStatus, Framing, H2cData, Pdu, PduDecoder, PduError,
+};
+use nvmf_common::wire::WireError;
+
+use super::config::TcpTransportConfig;
+use super::error::ConnectionError;
+use super::outgoing::{negotiate, queue_c2h_data, queue_pdu, queue_r2t, queue_response, queue_term_req};
+use super::send::SendQueue;
+use super::transfer::{ProtocolViolation, SlotState, TransferTable};
+use crate::backend::{BufferId, IoEngine};
+use crate::controller::{Queue, QueueError, SlotId, Step};
+
+/// Commands a connection may fail after data digest errors before it is ended (each keeps a queue slot
+/// and a buffer until then; see `Session::fail_command`).
+const MAX_STRANDED_SLOTS: u32 = 4;
+
+/// Where the connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the host's ICReq.
+    AwaitingIcReq,
+    /// ICResp sent: commands flow.
+    Live,
+    /// Ended; the queue was told. Only storage completions are still accepted.
+    Closed,
+}
+
+/// What a received PDU asks of the connection beyond the session's own state.
+enum Handled {
+    /// Nothing more.
+    Done,
+    /// ICReq accepted: decode later PDUs with this framing.
+    Negotiated(Framing),
+}
+
+/// A fatal error found while handling a PDU.
+enum Fatal {
+    /// Send a C2HTermReq for this violation (with the offending header), then close.
+    Violation(ProtocolViolation, Pdu, usize),
+    /// Close without a TermReq.
+    Close(ConnectionError),
+}
+
+/// The state a PDU handler touches: everything but the socket, receive buffer and decoder.
+#[derive(Debug)]
+struct Session {
+    config: TcpTransportConfig,
+    queue: Queue,
+    phase: Phase,
+    framing: Framing,
+    transfers: TransferTable<BufferId, SlotId>,
+    send: SendQueue<BufferId, SlotId>,
+    /// Reused by `poll`.
+    steps: Vec<Step>,
+    /// Slots whose bytes were all written, reused by `flush`.
+    done: Vec<SlotId>,
+    /// CID of a Connect asking to disable SQ flow control, until its response.
+    connect_disabling_sq_flow: Option<u16>,
+    /// The host disabled SQ flow control (C2HData SUCCESS may replace the CapsuleResp).
+    sq_flow_control_disabled: bool,
+    /// SQHD of the last completion the queue produced (used for completions the transport makes itself).
+    last_sqhd: u16,
+    /// CID of the command in each slot, as far as the transport has seen it (the R2T's CCCID).
+    cids: Vec<Option<u16>>,
+    /// Commands failed by the transport after a data digest error whose slots the queue cannot take back
+    /// (see `fail_command`); they are freed when the connection ends.
+    stranded_slots: u32,
+}
+
+/// One NVMe/TCP connection: socket, queue, decoder, send queue and per-command transfer state (see the
+/// module docs).
+pub struct TcpConnection {
+    stream: TcpStream,
+    decoder: PduDecoder,
+    /// Receive buffer; `rbuf[rstart..rend]` is read and not yet decoded.
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    /// Reading stopped because the send backlog is over the limit.
+    read_paused: bool,
+    session: Session,
+}
+
+impl std::fmt::Debug for TcpConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the buffers: a receive buffer is hundreds of KiB.
+        f.debug_struct("TcpConnection")
+            .field("peer", &self.stream.peer_addr().ok())
+            .field("phase", &self.session.phase)
+            .field("framing", &self.session.framing)
+            .field("qid", &self.session.queue.qid())
+            .field("buffered", &(self.rend - self.rstart))
+            .field("send_backlog", &self.session.send.pending_bytes())
+            .field("read_paused", &self.read_paused)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TcpConnection {
+    /// A connection on an accepted, non-blocking `stream`, serving `queue` (created for this connection,
+    /// before Connect). Nothing is read or written until the reactor reports readiness.
+    pub fn new(stream: TcpStream, queue: Queue, config: &TcpTransportConfig) -> Self {
+        let config = config.normalized();
+        // Until ICReq only a 128-byte ICReq is legitimate: accept no PDU data at all.
+        let decoder = PduDecoder::new(DecoderConfig::new(Direction::HostToController, 0));
+        let transfers = TransferTable::new(config.max_r2t_len, config.maxh2cdata);
+        TcpConnection {
+            stream,
+            decoder,
+            rbuf: vec![0; config.receive_buffer_size],
+            rstart: 0,
+            rend: 0,
+            read_paused: false,
+            session: Session {
+                config,
+                queue,
+                phase: Phase::AwaitingIcReq,
+                framing: Framing::default(),
+                transfers,
+                send: SendQueue::new(),
+                steps: Vec::new(),
+                done: Vec::new(),
+                connect_disabling_sq_flow: None,
+                sq_flow_control_disabled: false,
+                last_sqhd: 0,
+                cids: Vec::new(),
+                stranded_slots: 0,
+            },
+        }
+    }
+
+    /// The socket, to register with (or deregister from) the reactor's `mio::Poll`.
+    pub fn stream_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    /// The connection's queue.
+    pub fn queue(&self) -> &Queue {
+        &self.session.queue
+    }
+
+    /// Whether the connection has ended (the reactor keeps it until [`TcpConnection::in_flight`] is 0).
+    pub fn is_closed(&self) -> bool {
+        self.session.phase == Phase::Closed
+    }
+
+    /// Storage operations of this connection's queue still in flight.
+    pub fn in_flight(&self) -> usize {
+        self.session.queue.in_flight()
+    }
+
+    /// Whether bytes wait to be written: the reactor should call [`TcpConnection::on_writable`] (now, after
+    /// the batch of events it is handling, and when the socket becomes writable).
+    pub fn wants_write(&self) -> bool {
+        self.session.phase != Phase::Closed && !self.session.send.is_empty()
+    }
+
+    /// Socket readable: read what is there, decode PDUs, drive the queue, queue output and flush it.
+    /// `Ok(true)`: the connection lives on; `Ok(false)`: the host closed it; `Err`: it was ended (after a
+    /// C2HTermReq where the error calls for one). Once it returned anything but `Ok(true)` the connection
+    /// is closed and later calls return `Ok(false)`.
+    pub fn on_readable(&mut self, engine: &mut IoEngine) -> Result<bool, ConnectionError> {
+        if self.session.phase == Phase::Closed {
+            return Ok(false);
+        }
+        match self.receive(engine) {
+            Ok(open) => {
+                if !open {
+                    self.close(engine);
+                    return Ok(false);
+                }
+                self.flush(engine)?;
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Socket writable, or output was queued: write as much as the socket takes, release the commands
+    /// whose bytes are all out, and resume reading if it was paused for backpressure. Same return values
+    /// as [`TcpConnection::on_readable`].
+    pub fn on_writable(&mut self, engine: &mut IoEngine) -> Result<bool, ConnectionError> {
+        if self.session.phase == Phase::Closed {
+            return Ok(false);
+        }
+        self.flush(engine)?;
+        if self.read_paused && !self.session.backlogged() {
+            self.read_paused = false;
+            return self.on_readable(engine);
+        }
+        Ok(true)
+    }
+
+    /// A storage completion for this connection's queue (`slot` from the completion's tag). Queues the
+    /// resulting output; the reactor flushes it with [`TcpConnection::on_writable`] after its batch.
+    pub fn io_completed(&mut self, engine: &mut IoEngine, slot: SlotId, result: Result<u32, io::Error>) {
+        let step = self.session.queue.io_completed(engine, slot, result);
+        if self.session.phase == Phase::Closed {
+            // The queue released the slot itself (it is dead); nothing goes out.
+            return;
+        }
+        if let Err(fatal) = self.session.apply(engine, step, None) {
+            let _ = self.fail(engine, fatal);
+        }
+    }
+
+    /// Every reactor turn: let the queue complete held commands, run its keep-alive timer and retry
+    /// commands that waited for a buffer; queue the output. An `Err` ends the connection.
+    pub fn poll(&mut self, engine: &mut IoEngine, now: Instant) -> Result<(), ConnectionError> {
+        if self.session.phase == Phase::Closed {
+            return Ok(());
+        }
+        let mut steps = std::mem::take(&mut self.session.steps);
+        let polled = self.session.queue.poll(engine, now, &mut steps);
+        let mut result = Ok(());
+        for step in steps.drain(..) {
+            if let Err(fatal) = self.session.apply(engine, step, None) {
+                result = self.fail(engine, fatal);
+                break;
+            }
+        }
+        self.session.steps = steps;
+        result?;
+        if let Err(e) = polled {
+            tracing::info!(error = %e, "queue ended the connection");
+            self.close(engine);
+            return Err(ConnectionError::Queue(e));
+        }
+        Ok(())
+    }
+
+    /// End the connection now (target shutdown): write what the socket takes of the queued output, then
+    /// close the socket and tell the queue. Storage I/O in flight still completes through
+    /// [`TcpConnection::io_completed`].
+    pub fn shutdown(&mut self, engine: &mut IoEngine) {
+        if self.session.phase != Phase::Closed {
+            let _ = self.flush(engine);
+            self.close(engine);
+        }
+    }
+
+    /// Read and handle PDUs until the socket is drained or reading pauses. `Ok(false)`: end of stream.
+    fn receive(&mut self, engine: &mut IoEngine) -> Result<bool, ConnectionError> {
+        loop {
+            self.decode_buffered(engine)?;
+            if self.session.phase == Phase::Closed {
+                return Ok(false);
+            }
+            if self.read_paused {
+                return Ok(true);
+            }
+            self.rstart = 0;
+            self.rend = 0;
+            match self.stream.read(&mut self.rbuf) {
+                Ok(0) => return Ok(false),
+                Ok(n) => self.rend = n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "NVMe/TCP connection read failed");
+                    self.close(engine);
+                    return Err(ConnectionError::Io(e));
+                }
+            }
+        }
+    }
+
+    /// Decode and handle the PDUs in `rbuf[rstart..rend]`, stopping early when the send backlog is over
+    /// its limit (the rest stays buffered).
+    fn decode_buffered(&mut self, engine: &mut IoEngine) -> Result<(), ConnectionError> {
+        while self.rstart < self.rend {
+            if self.session.backlogged() {
+                self.read_paused = true;
+                return Ok(());
+            }
+            let feed = self.decoder.feed(&self.rbuf[self.rstart..self.rend]);
+            self.rstart += feed.consumed;
+            let handled = match feed.result {
+                Ok(None) => continue,
+                Ok(Some(received)) => self.session.handle(engine, received.pdu, received.data),
+                Err(PduError::DataDigest { pdu, .. }) => {
+                    self.session.data_digest_error(engine, &pdu).map(|()| Handled::Done)
+                }
+                Err(e) => {
+                    let fes = e.fes().unwrap_or(FatalErrorStatus::InvalidPduHeaderField);
+                    tracing::warn!(error = %e, "malformed NVMe/TCP PDU; terminating the connection");
+                    let mut header = [0u8; 128];
+                    let data = self.decoder.term_req_data();
+                    header[..data.len()].copy_from_slice(data);
+                    let n = data.len();
+                    self.terminate(engine, fes, e.fei(), &header[..n]);
+                    return Err(ConnectionError::Pdu(e));
+                }
+            };
+            match handled {
+                Ok(Handled::Done) => {}
+                Ok(Handled::Negotiated(framing)) => {
+                    self.decoder.set_framing(framing);
+                    let c = &self.session.config;
+                    self.decoder.set_max_data_len(c.in_capsule_data_size.max(c.maxh2cdata));
+                }
+                Err(fatal) => return self.fail(engine, fatal),
+            }
+        }
+        Ok(())
+    }
+
+    /// Write queued output and release the commands whose bytes are all written.
+    fn flush(&mut self, engine: &mut IoEngine) -> Result<(), ConnectionError> {
+        let s = &mut self.session;
+        let result = s.send.flush(&mut self.stream, |b| engine.buffer(b), &mut s.done);
+        s.release_done(engine);
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::debug!(error = %e, "NVMe/TCP connection write failed");
+                self.close(engine);
+                Err(ConnectionError::Io(e))
+            }
+        }
+    }
+
+    /// End the connection for `fatal`.
+    fn fail(&mut self, engine: &mut IoEngine, fatal: Fatal) -> Result<(), ConnectionError> {
+        match fatal {
+            Fatal::Violation(v, pdu, data_len) => {
+                tracing::warn!(violation = %v, pdu = pdu.pdu_type().name(), "NVMe/TCP protocol violation; terminating the connection");
+                let mut header = [0u8; MAX_ENCODED_HEADER_LEN];
+                let n = pdu
+                    .encode_header(data_len, &self.session.framing, &mut header)
+                    .map(|layout| layout.hlen)
+                    .unwrap_or(0);
+                self.terminate(engine, v.fes, v.fei, &header[..n]);
+                Err(ConnectionError::Protocol(v))
+            }
+            Fatal::Close(e) => {
+                self.close(engine);
+                Err(e)
+            }
+        }
+    }
+
+    /// Send a C2HTermReq (best effort: whatever the socket takes now) and close.
+    fn terminate(&mut self, engine: &mut IoEngine, fes: FatalErrorStatus, fei: u32, header: &[u8]) {
+        if queue_term_req(&mut self.session.send, fes, fei, header).is_ok() {
+            let _ = self.flush(engine);
+        }
+        self.close(engine);
+    }
+
+    /// End the connection: release what was answered, tell the queue, shut the socket.
+    fn close(&mut self, engine: &mut IoEngine) {
+        let s = &mut self.session;
+        if s.phase == Phase::Closed {
+            return;
+        }
+        s.phase = Phase::Closed;
+        s.send.clear(&mut s.done);
+        s.release_done(engine);
+        s.transfers.clear();
+        s.queue.disconnect(engine);
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+impl Session {
+    fn backlogged(&self) -> bool {
+        self.send.pending_bytes() > self.config.max_send_backlog
+    }
+
+    /// Release to the queue the slots whose bytes were all written.
+    fn release_done(&mut self, engine: &mut IoEngine) {
+        for slot in self.done.drain(..) {
+            self.transfers.set(slot.index(), SlotState::Idle);
+            self.queue.release(engine, slot);
+        }
+    }
+
+    /// Handle one whole, valid PDU.
+    fn handle(&mut self, engine: &mut IoEngine, pdu: Pdu, data: &[u8]) -> Result<Handled, Fatal> {
+        let violation =
+            |fes, fei, reason, data_len| Err(Fatal::Violation(ProtocolViolation::new(fes, fei, reason), pdu, data_len));
+        match (self.phase, pdu) {
+            (_, Pdu::TermReq(t)) => {
+                tracing::info!(fes = %t.fes, fei = t.fei, "host sent H2CTermReq");
+                Err(Fatal::Close(ConnectionError::HostTerminated { fes: t.fes, fei: t.fei }))
+            }
+            (Phase::AwaitingIcReq, Pdu::IcReq(icreq)) => {
+                let n = negotiate(&icreq, &self.config);
+                // ICResp goes out without digests: they apply from the next PDU on.
+                queue_pdu(&mut self.send, &Pdu::IcResp(n.icresp), &Framing::default()).map_err(encode)?;
+                self.framing = n.framing;
+                self.transfers.set_max_r2t(n.maxr2t, self.config.max_r2t_per_command);
+                self.phase = Phase::Live;
+                tracing::debug!(framing = ?n.framing, maxr2t = n.maxr2t, "NVMe/TCP connection initialized");
+                Ok(Handled::Negotiated(n.framing))
+            }
+            (Phase::AwaitingIcReq, _) => {
+                violation(FatalErrorStatus::PduSequenceError, 0, "a PDU other than ICReq before ICReq", data.len())
+            }
+            (_, Pdu::IcReq(_)) => violation(FatalErrorStatus::PduSequenceError, 0, "a second ICReq", 0),
+            (_, Pdu::CapsuleCommand(c)) => {
+                if data.len() > usize::try_from(self.config.in_capsule_data_size).unwrap_or(usize::MAX) {
+                    return violation(
+                        FatalErrorStatus::DataTransferLimitExceeded,
+                        0,
+                        "in-capsule data exceeds the IOCCSZ we advertise",
+                        data.len(),
+                    );
+                }
+                self.note_connect(&c.sqe);
+                let step = self.queue.command(engine, &c.sqe, data).map_err(queue_error)?;
+                self.apply(engine, step, Some(c.sqe.cid))?;
+                Ok(Handled::Done)
+            }
+            (_, Pdu::H2cData(h)) => {
+                self.h2c_data(engine, &h, Some(data))?;
+                Ok(Handled::Done)
+            }
+            // The decoder only lets host-to-controller PDUs through.
+            (_, _) => violation(FatalErrorStatus::InvalidPduHeaderField, 0, "PDU type not sent by hosts", 0),
+        }
+    }
+
+    /// Remember a Connect that disables SQ flow control, so that its successful response turns the
+    /// C2HData SUCCESS optimisation on.
+    fn note_connect(&mut self, sqe: &SubmissionQueueEntry) {
+        if let Ok(connect) = Connect::from_sqe(sqe) {
+            self.connect_disabling_sq_flow = connect.disable_sq_flow_control().then_some(sqe.cid);
+        }
+    }
+
+    /// An H2CData PDU: check it against its transfer, place its data, solicit more or hand the command back.
+    /// `data` is None after a data digest error.
+    fn h2c_data(&mut self, engine: &mut IoEngine, h: &H2cData, data: Option<&[u8]>) -> Result<(), Fatal> {
+        let violation = |v| Fatal::Violation(v, Pdu::H2cData(*h), usize::try_from(h.datal).unwrap_or(0));
+        let accepted = self.transfers.accept_h2c(h, data.is_some()).map_err(violation)?;
+        if let (Some(buffer), Some(data)) = (accepted.buffer, data) {
+            let start = usize::try_from(accepted.offset).unwrap_or(usize::MAX);
+            let Some(dest) = engine.buffer_mut(buffer).get_mut(start..start.saturating_add(data.len())) else {
+                let v = ProtocolViolation::new(
+                    FatalErrorStatus::DataTransferOutOfRange,
+                    0,
+                    "H2CData beyond the command's buffer",
+                );
+                return Err(violation(v));
+            };
+            dest.copy_from_slice(data);
+        }
+        match accepted.complete {
+            None => {
+                while let Some(r2t) = self.transfers.next_r2t(h.ttag) {
+                    queue_r2t(&mut self.send, r2t, &self.framing).map_err(encode)?;
+                }
+                Ok(())
+            }
+            Some(Ok(())) => {
+                let step = self.queue.data_received(engine, accepted.slot).map_err(queue_error)?;
+                self.apply(engine, step, Some(h.cccid))
+            }
+            Some(Err(status)) => self.fail_command(accepted.slot, h.cccid, status),
+        }
+    }
+
+    /// A PDU whose data failed its digest: fail the command it belongs to with Transient Transport Error
+    /// and carry on (NVMe/TCP 1.0: a data digest error is not fatal to the connection).
+    fn data_digest_error(&mut self, engine: &mut IoEngine, pdu: &Pdu) -> Result<(), Fatal> {
+        match (self.phase, pdu) {
+            (Phase::Live, Pdu::CapsuleCommand(c)) => {
+                tracing::warn!(cid = c.sqe.cid, "data digest error in a command capsule");
+                // The queue never sees the command: answer it here.
+                let cqe = self.transport_cqe(c.sqe.cid, Status::TRANSIENT_TRANSPORT_ERROR);
+                queue_response(&mut self.send, cqe, &self.framing).map_err(encode)
+            }
+            (Phase::Live, Pdu::H2cData(h)) => {
+                tracing::warn!(cccid = h.cccid, datao = h.datao, "data digest error in H2CData");
+                self.h2c_data(engine, h, None)
+            }
+            _ => Err(Fatal::Violation(
+                ProtocolViolation::new(FatalErrorStatus::PduSequenceError, 0, "unexpected PDU"),
+                *pdu,
+                0,
+            )),
+        }
+    }
+
+    /// A completion made by the transport for a command the queue cannot complete (its data was corrupt).
+    fn transport_cqe(&self, cid: u16, status: Status) -> CompletionQueueEntry {
+        let mut cqe = CompletionQueueEntry::new(cid, status);
+        cqe.sqid = self.queue.qid().unwrap_or(0);
+        cqe.sqhd = self.last_sqhd;
+        cqe
+    }
+
+    /// Complete `slot` (command `cid`, awaiting host data) with `status` without executing it.
+    ///
+    /// The queue has no way to abandon a command awaiting data (`Queue::release` only frees responding
+    /// slots), so the slot and its buffer stay with the queue until the connection ends; after
+    /// [`MAX_STRANDED_SLOTS`] such failures the connection is ended to free them.
+    fn fail_command(&mut self, slot: SlotId, cid: u16, status: Status) -> Result<(), Fatal> {
+        let cqe = self.transport_cqe(cid, status);
+        queue_response(&mut self.send, cqe, &self.framing).map_err(encode)?;
+        self.transfers.set(slot.index(), SlotState::Idle);
+        self.stranded_slots += 1;
+        if self.stranded_slots > MAX_STRANDED_SLOTS {
+            tracing::warn!(count = self.stranded_slots, "too many data digest errors; ending the connection");
+            return Err(Fatal::Close(ConnectionError::DataDigestErrors { count: self.stranded_slots }));
+        }
+        Ok(())
+    }
+
+    /// Do what the queue asked. `cid` is the command's CID when the caller knows it.
+    fn apply(&mut self, engine: &mut IoEngine, step: Step, cid: Option<u16>) -> Result<(), Fatal> {
+        if let (Some(cid), Step::FetchData { slot, .. } | Step::Respond { slot, .. }) = (cid, step) {
+            let i = usize::from(slot.index());
+            if i >= self.cids.len() {
+                self.cids.resize(i + 1, None);
+            }
+            self.cids[i] = Some(cid);
+        }
+        match step {
+            Step::Pending => Ok(()),
+            Step::FetchData { slot, buffer, len } => {
+                let Some(cid) = cid.or_else(|| self.cids.get(usize::from(slot.index())).copied().flatten()) else {
+                    // The queue resumed a command that had waited for a buffer, and Step::FetchData does not
+                    // carry its CID: an R2T with a guessed CCCID would corrupt another command's data.
+                    tracing::error!(slot = slot.index(), "host data requested for a command of unknown CID");
+                    return Err(Fatal::Close(ConnectionError::UnknownCommand { slot: slot.index() }));
+                };
+                if len == 0 {
+                    let step = self.queue.data_received(engine, slot).map_err(queue_error)?;
+                    return self.apply(engine, step, Some(cid));
+                }
+                let ttag = slot.index();
+                self.transfers.start_h2c(ttag, slot, cid, buffer, len);
+                while let Some(r2t) = self.transfers.next_r2t(ttag) {
+                    queue_r2t(&mut self.send, r2t, &self.framing).map_err(encode)?;
+                }
+                Ok(())
+            }
+            Step::Respond { slot, cqe, data } => {
+                self.last_sqhd = cqe.sqhd;
+                if self.connect_disabling_sq_flow == Some(cqe.cid) {
+                    self.connect_disabling_sq_flow = None;
+                    self.sq_flow_control_disabled |= cqe.status.is_success();
+                }
+                let success = self.config.c2h_success && self.sq_flow_control_disabled && cqe.status.is_success();
+                let mut sent_success = false;
+                if let Some((buffer, data_len)) = data.filter(|&(_, len)| len > 0) {
+                    let len = usize::try_from(data_len).unwrap_or(usize::MAX);
+                    let bytes = engine.buffer(buffer);
+                    let Some(bytes) = bytes.get(..len) else {
+                        tracing::error!(len, have = bytes.len(), "response data longer than its buffer");
+                        let e =
+                            WireError::invalid("C2HData", "DATAL", u64::from(data_len), "at most the buffer length");
+                        return Err(encode(e));
+                    };
+                    queue_c2h_data(
+                        &mut self.send,
+                        cqe.cid,
+                        buffer,
+                        bytes,
+                        self.config.max_c2h_data,
+                        success,
+                        &self.framing,
+                    )
+                    .map_err(encode)?;
+                    sent_success = success;
+                }
+                if !sent_success {
+                    queue_response(&mut self.send, cqe, &self.framing).map_err(encode)?;
+                }
+                self.transfers.set(slot.index(), SlotState::Sending);
+                self.send.push_done(slot);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn encode(e: WireError) -> Fatal {
+    Fatal::Close(ConnectionError::Encode(e))
+}
+
+fn queue_error(e: QueueError) -> Fatal {
+    tracing::info!(error = %e, "queue ended the connection");
+    Fatal::Close(ConnectionError::Queue(e))
+}

@@ -1,0 +1,49 @@
+//! Why an NVMe/TCP connection ended.
+
+use nvmf_common::transport::tcp::{FatalErrorStatus, PduError};
+use nvmf_common::wire::WireError;
+
+use super::transfer::ProtocolViolation;
+use crate::controller::QueueError;
+
+/// A connection ended abnormally. Whatever the cause, the connection has already told its queue
+/// (`Queue::disconnect`); the reactor drops it once no storage I/O of its queue is in flight.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    /// Reading or writing the socket failed (reset by the peer, broken pipe, …).
+    #[error("socket I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The host sent a malformed PDU; a C2HTermReq with its FES/FEI was sent.
+    #[error("malformed PDU from the host (C2HTermReq sent): {0}")]
+    Pdu(#[source] PduError),
+    /// The host sent a well-formed PDU the protocol state does not allow; a C2HTermReq was sent.
+    #[error("NVMe/TCP protocol violation by the host (C2HTermReq sent): {0}")]
+    Protocol(#[from] ProtocolViolation),
+    /// The host ended the connection with an H2CTermReq.
+    #[error("host terminated the connection: H2CTermReq {fes} (FEI {fei:#x})")]
+    HostTerminated {
+        /// The host's Fatal Error Status.
+        fes: FatalErrorStatus,
+        /// The host's Fatal Error Information.
+        fei: u32,
+    },
+    /// The controller ended the queue (keep-alive expiry, association teardown, a fatal command error).
+    #[error("queue ended the connection: {0}")]
+    Queue(#[source] QueueError),
+    /// The queue asked for host data for a command whose CID the transport did not see (a command resumed
+    /// by `Queue::poll` after waiting for a buffer: `Step::FetchData` carries no CID).
+    #[error("host data requested for slot {slot}, whose command ID is unknown")]
+    UnknownCommand {
+        /// The queue slot.
+        slot: u16,
+    },
+    /// Too many commands failed with data digest errors.
+    #[error("{count} data digest errors on this connection")]
+    DataDigestErrors {
+        /// Commands failed.
+        count: u32,
+    },
+    /// A PDU could not be encoded (a bug: an internal length or field out of range).
+    #[error("could not encode a PDU: {0}")]
+    Encode(#[from] WireError),
+}

@@ -1,0 +1,639 @@
+//! End-to-end tests of [`TcpConnection`]: a host made of hand-encoded PDUs (nvmf-common) on a loopback
+//! socket, the real controller `Queue` and an `IoEngine` serving a memory namespace.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvmf_common::fabrics::connect::{Connect, ConnectData, CATTR_DISABLE_SQ_FLOW_CONTROL, CNTLID_DYNAMIC};
+use nvmf_common::fabrics::nqn::Nqn;
+use nvmf_common::fabrics::property::{ControllerConfiguration, PropertySet, PropertySize};
+use nvmf_common::nvme::features::{NumberOfQueues, SetFeatures};
+use nvmf_common::nvme::io::{Read as ReadCmd, Write as WriteCmd};
+use nvmf_common::nvme::sgl::{SglDescriptor, SglSubtype};
+use nvmf_common::nvme::{CompletionQueueEntry, Status, SubmissionQueueEntry};
+use nvmf_common::transport::tcp::{
+    CapsuleCommand, DecoderConfig, DigestTypes, Direction, FatalErrorStatus, Framing, H2cData, IcReq, Pdu, PduDecoder,
+    R2t,
+};
+
+use super::{ConnectionError, TcpConnection, TcpTransportConfig};
+use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
+use crate::controller::{
+    split_storage_tag, NamespaceParams, Queue, SubsystemParams, Target, TargetParams, TransportInfo,
+};
+
+const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:tcp-test";
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+const BLOCK: u32 = 512;
+
+/// The target side of a test: the reactor's engine and the target.
+struct Rig {
+    engine: IoEngine,
+    target: Arc<Target>,
+    config: TcpTransportConfig,
+    next_key: u64,
+}
+
+impl Rig {
+    fn new(config: TcpTransportConfig) -> Rig {
+        let engine = IoEngine::new(&EngineConfig {
+            ring_entries: 64,
+            buffer_size: 1 << 20,
+            buffer_count: 4,
+            small_buffer_size: 64 << 10,
+            small_buffer_count: 16,
+            max_files: 4,
+        })
+        .expect("io engine");
+        let storage =
+            Storage::open(&StorageSpec::Memory { size: 16 << 20, block_size: BLOCK }).expect("memory storage");
+        let mut subsystem = SubsystemParams::new(SUBNQN);
+        subsystem.namespaces.push(NamespaceParams::new(1, Arc::new(storage)));
+        let target = Target::new(TargetParams::default(), vec![subsystem]).expect("target");
+        Rig { engine, target, config, next_key: 1 }
+    }
+
+    /// A new connection from a host socket.
+    fn connect(&mut self) -> Peer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let host = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        host.set_nonblocking(true).unwrap();
+        host.set_nodelay(true).unwrap();
+        let key = self.next_key;
+        self.next_key += 1;
+        let queue = Queue::new(Arc::clone(&self.target), TransportInfo::tcp(1, self.config.in_capsule_data_size, key));
+        let conn = TcpConnection::new(mio::net::TcpStream::from_std(server), queue, &self.config);
+        Peer {
+            conn,
+            key,
+            host,
+            out: Vec::new(),
+            decoder: PduDecoder::new(DecoderConfig::new(Direction::ControllerToHost, 1 << 24)),
+            framing: Framing::default(),
+            inbox: VecDeque::new(),
+            eof: false,
+            error: None,
+            next_cid: 1,
+        }
+    }
+}
+
+/// One host connection and the target's `TcpConnection` for it.
+struct Peer {
+    conn: TcpConnection,
+    key: u64,
+    host: std::net::TcpStream,
+    /// Bytes the host has yet to write.
+    out: Vec<u8>,
+    decoder: PduDecoder,
+    framing: Framing,
+    inbox: VecDeque<(Pdu, Vec<u8>)>,
+    /// The target closed the socket.
+    eof: bool,
+    /// What `on_readable` / `on_writable` returned when the connection ended.
+    error: Option<ConnectionError>,
+    next_cid: u16,
+}
+
+impl Peer {
+    fn send(&mut self, pdu: Pdu, data: &[u8]) {
+        let bytes = pdu.to_bytes(data, &self.framing).unwrap();
+        self.out.extend_from_slice(&bytes);
+    }
+
+    fn cid(&mut self) -> u16 {
+        self.next_cid += 1;
+        self.next_cid
+    }
+
+    /// One reactor turn for this connection, and the host's side of the socket.
+    fn pump(&mut self, engine: &mut IoEngine) {
+        if !self.out.is_empty() {
+            match self.host.write(&self.out) {
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => self.out.clear(),
+            }
+        }
+        let record = |r: Result<bool, ConnectionError>, error: &mut Option<ConnectionError>| {
+            if let Err(e) = r {
+                error.get_or_insert(e);
+            }
+        };
+        let r = self.conn.on_readable(engine);
+        record(r, &mut self.error);
+        let r = self.conn.poll(engine, Instant::now()).map(|()| true);
+        record(r, &mut self.error);
+        engine.submit().unwrap();
+        let mut completions = Vec::new();
+        engine.reap(|c| completions.push(c));
+        for c in completions {
+            let (key, slot) = split_storage_tag(c.tag);
+            assert_eq!(key, self.key, "completion routed to the wrong connection");
+            self.conn.io_completed(engine, slot, c.result);
+        }
+        let r = self.conn.on_writable(engine);
+        record(r, &mut self.error);
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match self.host.read(&mut buf) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    let mut at = 0;
+                    while at < n {
+                        let f = self.decoder.feed(&buf[at..n]);
+                        at += f.consumed;
+                        match f.result {
+                            Ok(Some(p)) => {
+                                let pdu = p.pdu;
+                                let data = p.data.to_vec();
+                                if let Pdu::IcResp(r) = pdu {
+                                    self.framing = Framing {
+                                        hdgst: r.dgst.hdgst_enable,
+                                        ddgst: r.dgst.ddgst_enable,
+                                        hpda: self.framing.hpda,
+                                        cpda: r.cpda,
+                                    };
+                                    self.decoder.set_framing(self.framing);
+                                }
+                                self.inbox.push_back((pdu, data));
+                            }
+                            Ok(None) => {}
+                            Err(e) => panic!("host could not decode the target's PDU: {e}"),
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.eof = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The next PDU from the target.
+    fn expect(&mut self, engine: &mut IoEngine) -> (Pdu, Vec<u8>) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(p) = self.inbox.pop_front() {
+                return p;
+            }
+            assert!(!self.eof, "connection closed while a PDU was expected (error: {:?})", self.error);
+            assert!(Instant::now() < deadline, "no PDU from the target");
+            self.pump(engine);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// The next PDU, which must be a CapsuleResp.
+    fn expect_response(&mut self, engine: &mut IoEngine) -> CompletionQueueEntry {
+        match self.expect(engine) {
+            (Pdu::CapsuleResponse(r), _) => r.cqe,
+            other => panic!("expected a CapsuleResp, got {other:?}"),
+        }
+    }
+
+    /// Pump until the target closed the connection.
+    fn expect_closed(&mut self, engine: &mut IoEngine) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.eof {
+            assert!(Instant::now() < deadline, "the target did not close the connection");
+            self.pump(engine);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert!(self.conn.is_closed());
+    }
+
+    fn initialize(&mut self, engine: &mut IoEngine, hdgst: bool, ddgst: bool, hpda: u8) {
+        let dgst = DigestTypes { hdgst_enable: hdgst, ddgst_enable: ddgst };
+        self.send(Pdu::IcReq(IcReq { pfv: 0, hpda, dgst, maxr2t: 0 }), &[]);
+        self.framing.hpda = hpda;
+        match self.expect(engine) {
+            (Pdu::IcResp(r), _) => {
+                assert_eq!((r.pfv, r.cpda), (0, 0));
+                assert_eq!(r.dgst, dgst);
+            }
+            other => panic!("expected ICResp, got {other:?}"),
+        }
+    }
+
+    /// Send a command; in-capsule `data` if any.
+    fn command(&mut self, mut sqe: SubmissionQueueEntry, data: &[u8]) -> u16 {
+        let cid = self.cid();
+        sqe.cid = cid;
+        self.send(Pdu::CapsuleCommand(CapsuleCommand { sqe }), data);
+        cid
+    }
+
+    /// Fabrics Connect with in-capsule Connect data; returns the response.
+    fn connect(&mut self, engine: &mut IoEngine, qid: u16, cntlid: u16, cattr: u8) -> CompletionQueueEntry {
+        let sgl1 = SglDescriptor::DataBlock { address: 0, length: 1024, subtype: SglSubtype::Offset };
+        let sqe = Connect { qid, sqsize: 31, cattr, kato: 0, sgl1 }.to_sqe().unwrap();
+        let data = ConnectData {
+            hostid: [7; 16],
+            cntlid,
+            subnqn: Nqn::new(SUBNQN).unwrap(),
+            hostnqn: Nqn::new(HOSTNQN).unwrap(),
+        }
+        .to_bytes();
+        let cid = self.command(sqe, &data);
+        let cqe = self.expect_response(engine);
+        assert_eq!(cqe.cid, cid);
+        cqe
+    }
+}
+
+fn admin_sqe_ok(peer: &mut Peer, engine: &mut IoEngine, sqe: SubmissionQueueEntry) -> CompletionQueueEntry {
+    let cid = peer.command(sqe, &[]);
+    let cqe = peer.expect_response(engine);
+    assert_eq!((cqe.cid, cqe.status), (cid, Status::SUCCESS), "{sqe:?}");
+    cqe
+}
+
+/// An enabled controller (admin connection) and a connected I/O queue 1.
+fn association(rig: &mut Rig, hdgst: bool, ddgst: bool, cattr: u8) -> (Peer, Peer) {
+    let mut admin = rig.connect();
+    admin.initialize(&mut rig.engine, hdgst, ddgst, 0);
+    let cqe = admin.connect(&mut rig.engine, 0, CNTLID_DYNAMIC, 0);
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let cntlid = u16::try_from(cqe.dw0 & 0xffff).unwrap();
+    let cc = ControllerConfiguration { en: true, iosqes: 6, iocqes: 4, ..Default::default() };
+    let set = PropertySet { size: PropertySize::Four, offset: 0x14, value: u64::from(cc.to_u32()) };
+    admin_sqe_ok(&mut admin, &mut rig.engine, set.to_sqe());
+    let nq = SetFeatures::new(&NumberOfQueues { nsqr: 0, ncqr: 0 });
+    admin_sqe_ok(&mut admin, &mut rig.engine, nq.to_sqe());
+    let mut io = rig.connect();
+    io.initialize(&mut rig.engine, hdgst, ddgst, 0);
+    let cqe = io.connect(&mut rig.engine, 1, cntlid, cattr);
+    assert_eq!(cqe.status, Status::SUCCESS, "I/O queue Connect");
+    (admin, io)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| i.to_le_bytes()[0].wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn write_sqe(slba: u64, len: usize, in_capsule: bool) -> SubmissionQueueEntry {
+    let blocks = u16::try_from(len / BLOCK as usize - 1).unwrap();
+    let mut sqe = WriteCmd { nsid: 1, slba, nlb: blocks, ..Default::default() }.to_sqe();
+    let length = u32::try_from(len).unwrap();
+    let sgl = if in_capsule {
+        SglDescriptor::DataBlock { address: 0, length, subtype: SglSubtype::Offset }
+    } else {
+        SglDescriptor::TransportDataBlock { length, subtype: SglSubtype::TransportSpecific }
+    };
+    sqe.set_sgl1(&sgl).unwrap();
+    sqe
+}
+
+fn read_sqe(slba: u64, len: usize) -> SubmissionQueueEntry {
+    let blocks = u16::try_from(len / BLOCK as usize - 1).unwrap();
+    let mut sqe = ReadCmd { nsid: 1, slba, nlb: blocks, ..Default::default() }.to_sqe();
+    let length = u32::try_from(len).unwrap();
+    sqe.set_sgl1(&SglDescriptor::TransportDataBlock { length, subtype: SglSubtype::TransportSpecific }).unwrap();
+    sqe
+}
+
+/// Write `data` at `slba` through R2T/H2CData (H2CData PDUs of `chunk` bytes); returns the R2Ts seen.
+fn write_via_r2t(io: &mut Peer, engine: &mut IoEngine, slba: u64, data: &[u8], chunk: usize) -> Vec<R2t> {
+    let cid = io.command(write_sqe(slba, data.len(), false), &[]);
+    let mut r2ts = Vec::new();
+    let mut sent = 0usize;
+    while sent < data.len() {
+        let r2t = match io.expect(engine) {
+            (Pdu::R2t(r), _) => r,
+            other => panic!("expected R2T, got {other:?}"),
+        };
+        assert_eq!((r2t.cccid, r2t.r2to as usize), (cid, sent));
+        let end = sent + r2t.r2tl as usize;
+        while sent < end {
+            let n = chunk.min(end - sent);
+            let h = H2cData {
+                cccid: cid,
+                ttag: r2t.ttag,
+                datao: u32::try_from(sent).unwrap(),
+                datal: u32::try_from(n).unwrap(),
+                last_pdu: sent + n == end,
+            };
+            io.send(Pdu::H2cData(h), &data[sent..sent + n]);
+            sent += n;
+        }
+        r2ts.push(r2t);
+    }
+    let cqe = io.expect_response(engine);
+    assert_eq!((cqe.cid, cqe.status), (cid, Status::SUCCESS));
+    r2ts
+}
+
+/// Read `len` bytes at `slba`; returns the data and the C2HData PDUs' (datao, datal, success).
+fn read(io: &mut Peer, engine: &mut IoEngine, slba: u64, len: usize) -> (Vec<u8>, Vec<(u32, u32, bool)>) {
+    let cid = io.command(read_sqe(slba, len), &[]);
+    let mut data = Vec::new();
+    let mut pdus = Vec::new();
+    loop {
+        match io.expect(engine) {
+            (Pdu::C2hData(c), d) => {
+                assert_eq!((c.cccid, c.datao as usize), (cid, data.len()));
+                assert_eq!(c.last_pdu, data.len() + d.len() == len);
+                data.extend_from_slice(&d);
+                pdus.push((c.datao, c.datal, c.success));
+                if c.success {
+                    return (data, pdus);
+                }
+            }
+            (Pdu::CapsuleResponse(r), _) => {
+                assert_eq!((r.cqe.cid, r.cqe.status), (cid, Status::SUCCESS));
+                return (data, pdus);
+            }
+            other => panic!("expected C2HData or CapsuleResp, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn ic_handshake_negotiates_digests_as_allowed() {
+    let mut rig = Rig::new(TcpTransportConfig { data_digest: false, ..Default::default() });
+    let mut p = rig.connect();
+    p.send(
+        Pdu::IcReq(IcReq { pfv: 0, hpda: 2, dgst: DigestTypes { hdgst_enable: true, ddgst_enable: true }, maxr2t: 0 }),
+        &[],
+    );
+    match p.expect(&mut rig.engine) {
+        (Pdu::IcResp(r), _) => {
+            assert_eq!(r.dgst, DigestTypes { hdgst_enable: true, ddgst_enable: false });
+            assert_eq!((r.pfv, r.cpda, r.maxh2cdata), (0, 0, 128 * 1024));
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut p = rig.connect();
+    p.initialize(&mut rig.engine, false, false, 0);
+    // A second ICReq is a PDU Sequence Error.
+    p.send(Pdu::IcReq(IcReq { pfv: 0, hpda: 0, dgst: DigestTypes::default(), maxr2t: 0 }), &[]);
+    match p.expect(&mut rig.engine) {
+        (Pdu::TermReq(t), data) => {
+            assert_eq!((t.fes, t.fei), (FatalErrorStatus::PduSequenceError, 0));
+            assert_eq!(data.len(), 128, "the offending ICReq header");
+        }
+        other => panic!("{other:?}"),
+    }
+    p.expect_closed(&mut rig.engine);
+}
+
+#[test]
+fn command_before_icreq_is_a_sequence_error() {
+    let mut rig = Rig::new(TcpTransportConfig::default());
+    let mut p = rig.connect();
+    p.command(SubmissionQueueEntry::new(0x7f), &[]);
+    match p.expect(&mut rig.engine) {
+        (Pdu::TermReq(t), data) => {
+            assert_eq!(t.fes, FatalErrorStatus::PduSequenceError);
+            assert_eq!(data[0], 0x04, "the offending CapsuleCmd header");
+        }
+        other => panic!("{other:?}"),
+    }
+    p.expect_closed(&mut rig.engine);
+    assert!(matches!(p.error, Some(ConnectionError::Protocol(_))), "{:?}", p.error);
+}
+
+#[test]
+fn connect_with_in_capsule_data() {
+    for (hdgst, ddgst) in [(false, false), (true, true), (true, false)] {
+        let mut rig = Rig::new(TcpTransportConfig::default());
+        let mut p = rig.connect();
+        p.initialize(&mut rig.engine, hdgst, ddgst, 0);
+        let cqe = p.connect(&mut rig.engine, 0, CNTLID_DYNAMIC, 0);
+        assert_eq!(cqe.status, Status::SUCCESS);
+        assert_ne!(cqe.dw0 & 0xffff, u32::from(CNTLID_DYNAMIC));
+    }
+}
+
+#[test]
+fn write_via_r2t_and_in_capsule_then_read_back() {
+    for (hdgst, ddgst) in [(false, false), (true, true)] {
+        let config = TcpTransportConfig { max_c2h_data: 64 * 1024, ..Default::default() };
+        let mut rig = Rig::new(config);
+        let (_admin, mut io) = association(&mut rig, hdgst, ddgst, 0);
+        let engine = &mut rig.engine;
+        // 300 KiB through one R2T, sent by the host in MAXH2CDATA-sized PDUs.
+        let big = pattern(300 * 1024, 1);
+        let r2ts = write_via_r2t(&mut io, engine, 8, &big, 128 * 1024);
+        assert_eq!(r2ts.len(), 1);
+        assert_eq!((r2ts[0].r2to, r2ts[0].r2tl), (0, 300 * 1024));
+        // 4 KiB in-capsule right after it.
+        let small = pattern(4096, 2);
+        let cid = io.command(write_sqe(1000, small.len(), true), &small);
+        let cqe = io.expect_response(engine);
+        assert_eq!((cqe.cid, cqe.status), (cid, Status::SUCCESS));
+        // Read both back: 300 KiB comes as 64 KiB C2HData PDUs, then a CapsuleResp.
+        let (got, pdus) = read(&mut io, engine, 8, big.len());
+        assert!(got == big, "data read back differs (digests {hdgst}/{ddgst})");
+        assert_eq!(pdus.len(), 5);
+        assert!(pdus.iter().all(|&(_, len, success)| len <= 64 * 1024 && !success));
+        let (got, _) = read(&mut io, engine, 1000, small.len());
+        assert_eq!(got, small);
+    }
+}
+
+#[test]
+fn r2ts_are_split_and_limited_by_maxr2t() {
+    let config = TcpTransportConfig { max_r2t_len: 64 * 1024, ..Default::default() };
+    let mut rig = Rig::new(config);
+    let (_admin, mut io) = association(&mut rig, false, false, 0);
+    let data = pattern(200 * 1024, 3);
+    // The host's MAXR2T is 0: one R2T at a time, each at most 64 KiB.
+    let r2ts = write_via_r2t(&mut io, &mut rig.engine, 0, &data, 16 * 1024);
+    let shape: Vec<_> = r2ts.iter().map(|r| (r.r2to / 1024, r.r2tl / 1024)).collect();
+    assert_eq!(shape, vec![(0, 64), (64, 64), (128, 64), (192, 8)]);
+    assert_eq!(read(&mut io, &mut rig.engine, 0, data.len()).0, data);
+}
+
+#[test]
+fn success_flag_when_the_host_disabled_sq_flow_control() {
+    let mut rig = Rig::new(TcpTransportConfig::default());
+    let (_admin, mut io) = association(&mut rig, true, true, CATTR_DISABLE_SQ_FLOW_CONTROL);
+    let data = pattern(8192, 4);
+    write_via_r2t(&mut io, &mut rig.engine, 0, &data, 8192);
+    let (got, pdus) = read(&mut io, &mut rig.engine, 0, data.len());
+    assert_eq!(got, data);
+    assert_eq!(pdus, vec![(0, 8192, true)], "one C2HData with SUCCESS, no CapsuleResp");
+    // The next command's response is the next PDU: no CapsuleResp followed the read.
+    let (got, _) = read(&mut io, &mut rig.engine, 0, 512);
+    assert_eq!(got, data[..512]);
+}
+
+#[test]
+fn h2c_data_digest_error_fails_only_that_command() {
+    let mut rig = Rig::new(TcpTransportConfig::default());
+    let (_admin, mut io) = association(&mut rig, false, true, 0);
+    let engine = &mut rig.engine;
+    let good = pattern(4096, 5);
+    write_via_r2t(&mut io, engine, 0, &good, 4096);
+    let cid = io.command(write_sqe(0, 4096, false), &[]);
+    let r2t = match io.expect(engine) {
+        (Pdu::R2t(r), _) => r,
+        other => panic!("{other:?}"),
+    };
+    let h = H2cData { cccid: cid, ttag: r2t.ttag, datao: 0, datal: 4096, last_pdu: true };
+    let mut bytes = Pdu::H2cData(h).to_bytes(&[0xEE; 4096], &io.framing).unwrap();
+    let n = bytes.len();
+    bytes[n - 1] ^= 0xff; // corrupt DDGST
+    io.out.extend_from_slice(&bytes);
+    let cqe = io.expect_response(engine);
+    assert_eq!((cqe.cid, cqe.status), (cid, Status::TRANSIENT_TRANSPORT_ERROR));
+    assert!(!cqe.status.dnr());
+    // The corrupt write did not happen and the connection carries on.
+    assert_eq!(read(&mut io, engine, 0, 4096).0, good);
+}
+
+#[test]
+fn in_capsule_data_digest_error_fails_only_that_command() {
+    let mut rig = Rig::new(TcpTransportConfig::default());
+    let (_admin, mut io) = association(&mut rig, true, true, 0);
+    let engine = &mut rig.engine;
+    let mut sqe = write_sqe(0, 4096, true);
+    sqe.cid = 77;
+    let mut bytes = Pdu::CapsuleCommand(CapsuleCommand { sqe }).to_bytes(&[0x11; 4096], &io.framing).unwrap();
+    let n = bytes.len();
+    bytes[n - 10] ^= 1; // corrupt the data
+    io.out.extend_from_slice(&bytes);
+    let cqe = io.expect_response(engine);
+    assert_eq!((cqe.cid, cqe.status, cqe.sqid), (77, Status::TRANSIENT_TRANSPORT_ERROR, 1));
+    assert_eq!(read(&mut io, engine, 0, 4096).0, vec![0; 4096], "nothing was written");
+}
+
+#[test]
+fn malformed_pdu_gets_term_req_then_close() {
+    let mut rig = Rig::new(TcpTransportConfig::default());
+    let mut p = rig.connect();
+    p.initialize(&mut rig.engine, false, false, 0);
+    let mut bytes = Pdu::CapsuleCommand(CapsuleCommand { sqe: SubmissionQueueEntry::new(0x18) })
+        .to_bytes(&[], &Framing::default())
+        .unwrap();
+    bytes[2] = 70; // HLEN
+    p.out.extend_from_slice(&bytes);
+    match p.expect(&mut rig.engine) {
+        (Pdu::TermReq(t), data) => {
+            assert_eq!((t.fes, t.fei), (FatalErrorStatus::InvalidPduHeaderField, 2));
+            assert_eq!(&data[..8], &bytes[..8]);
+        }
+        other => panic!("{other:?}"),
+    }
+    p.expect_closed(&mut rig.engine);
+    assert!(matches!(p.error, Some(ConnectionError::Pdu(_))), "{:?}", p.error);
+    // Once closed, the connection stays closed.
+    assert!(!p.conn.on_readable(&mut rig.engine).unwrap());
+}
+
+#[test]
+fn header_digest_error_is_fatal() {
+    let mut rig = Rig::new(TcpTransportConfig::default());
+    let mut p = rig.connect();
+    p.initialize(&mut rig.engine, true, false, 0);
+    let mut bytes =
+        Pdu::CapsuleCommand(CapsuleCommand { sqe: SubmissionQueueEntry::new(0x18) }).to_bytes(&[], &p.framing).unwrap();
+    bytes[73] ^= 1;
+    p.out.extend_from_slice(&bytes);
+    match p.expect(&mut rig.engine) {
+        (Pdu::TermReq(t), _) => assert_eq!(t.fes, FatalErrorStatus::HeaderDigestError),
+        other => panic!("{other:?}"),
+    }
+    p.expect_closed(&mut rig.engine);
+}
+
+#[test]
+fn h2c_data_not_matching_the_r2t_gets_term_req() {
+    type Mutate = fn(&mut H2cData);
+    let cases: [(Mutate, FatalErrorStatus, u32); 4] = [
+        (|h| h.ttag = h.ttag.wrapping_add(1), FatalErrorStatus::InvalidPduHeaderField, 10),
+        (|h| h.cccid = h.cccid.wrapping_add(1), FatalErrorStatus::InvalidPduHeaderField, 8),
+        (|h| h.datao = 4096, FatalErrorStatus::DataTransferOutOfRange, 0),
+        (|h| h.datao = 512, FatalErrorStatus::PduSequenceError, 0),
+    ];
+    for (mutate, fes, fei) in cases {
+        let mut rig = Rig::new(TcpTransportConfig::default());
+        let (_admin, mut io) = association(&mut rig, false, false, 0);
+        let cid = io.command(write_sqe(0, 4096, false), &[]);
+        let r2t = match io.expect(&mut rig.engine) {
+            (Pdu::R2t(r), _) => r,
+            other => panic!("{other:?}"),
+        };
+        let mut h = H2cData { cccid: cid, ttag: r2t.ttag, datao: 0, datal: 512, last_pdu: false };
+        mutate(&mut h);
+        io.send(Pdu::H2cData(h), &[0u8; 512]);
+        match io.expect(&mut rig.engine) {
+            (Pdu::TermReq(t), data) => {
+                assert_eq!((t.fes, t.fei), (fes, fei), "{h:?}");
+                assert_eq!(data.len(), 24, "the offending H2CData header");
+                assert_eq!(u16::from_le_bytes([data[10], data[11]]), h.ttag);
+            }
+            other => panic!("{other:?}"),
+        }
+        io.expect_closed(&mut rig.engine);
+    }
+}
+
+#[test]
+fn in_capsule_data_over_the_limit_is_fatal() {
+    let config = TcpTransportConfig { in_capsule_data_size: 4096, ..Default::default() };
+    let mut rig = Rig::new(config);
+    let (_admin, mut io) = association(&mut rig, false, false, 0);
+    let data = pattern(8192, 6);
+    io.command(write_sqe(0, data.len(), true), &data);
+    match io.expect(&mut rig.engine) {
+        (Pdu::TermReq(t), _) => assert_eq!(t.fes, FatalErrorStatus::DataTransferLimitExceeded),
+        other => panic!("{other:?}"),
+    }
+    io.expect_closed(&mut rig.engine);
+}
+
+#[test]
+fn host_close_and_term_req_end_the_connection() {
+    let mut rig = Rig::new(TcpTransportConfig::default());
+    let (mut admin, mut io) = association(&mut rig, false, false, 0);
+    // The host closes the I/O connection: the queue is told, nothing is sent.
+    io.host.shutdown(std::net::Shutdown::Write).unwrap();
+    io.expect_closed(&mut rig.engine);
+    assert!(io.error.is_none(), "a clean close is Ok(false): {:?}", io.error);
+    assert!(io.conn.queue().is_closed());
+    // An H2CTermReq from the host ends the admin connection.
+    let t = nvmf_common::transport::tcp::TermReq {
+        direction: Direction::HostToController,
+        fes: FatalErrorStatus::PduSequenceError,
+        fei: 0,
+    };
+    admin.out.extend(Pdu::TermReq(t).to_bytes(&[], &Framing::default()).unwrap());
+    admin.expect_closed(&mut rig.engine);
+    assert!(matches!(admin.error, Some(ConnectionError::HostTerminated { .. })), "{:?}", admin.error);
+}
+
+#[test]
+fn pdus_split_across_reads_and_many_per_read() {
+    let mut rig = Rig::new(TcpTransportConfig { receive_buffer_size: 4096, ..Default::default() });
+    let (_admin, mut io) = association(&mut rig, true, true, 0);
+    let engine = &mut rig.engine;
+    // Eight in-capsule writes in one burst, larger than the receive buffer: PDUs straddle reads.
+    let mut expected = Vec::new();
+    for i in 0..8u8 {
+        let data = pattern(1024, 10 + i);
+        let cid = io.command(write_sqe(u64::from(i) * 2, data.len(), true), &data);
+        expected.push(cid);
+    }
+    for cid in expected {
+        let cqe = io.expect_response(engine);
+        assert_eq!((cqe.cid, cqe.status), (cid, Status::SUCCESS));
+    }
+    for i in 0..8u8 {
+        assert_eq!(read(&mut io, engine, u64::from(i) * 2, 1024).0, pattern(1024, 10 + i));
+    }
+}
