@@ -11,7 +11,7 @@
 //! A script that outlives its deadline is killed with the guest, and reported with the console tail.
 //!
 //! Only one guest runs at a time on a machine: [`Vm::run`] holds a process-wide mutex and a cross-process
-//! lock in the cache folder while QEMU runs (TCG guests are CPU-bound; two of them time each other out).
+//! lock (`$TMPDIR/nvmf-vm.lock`) while QEMU runs (TCG guests are CPU-bound; two of them time each other out).
 //! The kernel is fetched through apt once and cached ([`kernel`]); the initramfs is built per boot
 //! ([`initramfs`]). Scenarios that cannot run on this machine are skipped with a `SKIPPED:` line on stderr
 //! unless `NVMF_REQUIRE_VM=1` ([`Vm::run_or_skip`]); they are opt-in with `NVMF_VM=1` otherwise, so that a
@@ -272,9 +272,7 @@ impl Vm {
         // One guest at a time, in this process and on this machine.
         static ONE_GUEST: Mutex<()> = Mutex::new(());
         let _in_process = ONE_GUEST.lock().unwrap_or_else(PoisonError::into_inner);
-        let cache = cache_dir();
-        fs::create_dir_all(&cache).map_err(VmError::io("creating", &cache))?;
-        let _on_machine = DirLock::acquire(&cache.join("vm.lock"))?;
+        let _on_machine = DirLock::acquire(&env::temp_dir().join("nvmf-vm.lock"))?;
 
         let Some(_) = script else {
             let status = cmd.status().map_err(VmError::io("starting", &qemu))?;
