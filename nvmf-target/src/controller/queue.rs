@@ -754,9 +754,25 @@ impl Queue {
         Step::Pending
     }
 
+    /// A pool buffer of `len` bytes, or the step to return: parked until a buffer is free, or failed if no
+    /// buffer of the pool can ever hold `len` (MDTS configured above the engine's buffer size).
+    fn alloc(&mut self, engine: &mut IoEngine, id: SlotId, len: u32) -> Result<BufferId, Step> {
+        if let Some(buffer) = engine.alloc(len as usize) {
+            return Ok(buffer);
+        }
+        if len as usize > engine.buffer_size() {
+            tracing::error!(len, buffer_size = engine.buffer_size(), "transfer larger than the engine's buffers");
+            return Err(self.respond_err(engine, id, Status::INVALID_FIELD.with_dnr(), 0));
+        }
+        Err(self.park(id, SlotState::NeedBuffer))
+    }
+
     /// Get a buffer of `len` for the host's data and ask the transport for it.
     fn fetch_data(&mut self, engine: &mut IoEngine, id: SlotId, len: u32) -> Step {
-        let Some(buffer) = engine.alloc(len as usize) else { return self.park(id, SlotState::NeedBuffer) };
+        let buffer = match self.alloc(engine, id, len) {
+            Ok(b) => b,
+            Err(step) => return step,
+        };
         let s = self.slot(id);
         s.buffer = Some(buffer);
         s.state = SlotState::AwaitingData;
@@ -1065,7 +1081,10 @@ impl Queue {
         let Plan::AdminOutput { len } = s.plan else {
             return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
         };
-        let Some(buffer) = engine.alloc(len as usize) else { return self.park(id, SlotState::NeedBuffer) };
+        let buffer = match self.alloc(engine, id, len) {
+            Ok(b) => b,
+            Err(step) => return step,
+        };
         self.slot(id).buffer = Some(buffer);
         let result = match self.admin_context() {
             Some(ctx) => admin::execute_with_output(&ctx, &s.sqe, engine.buffer_mut(buffer)),
@@ -1221,7 +1240,10 @@ impl Queue {
         let Plan::Read { len, .. } = self.slot(id).plan else {
             return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
         };
-        let Some(buffer) = engine.alloc(len as usize) else { return self.park(id, SlotState::NeedBuffer) };
+        let buffer = match self.alloc(engine, id, len) {
+            Ok(b) => b,
+            Err(step) => return step,
+        };
         self.slot(id).buffer = Some(buffer);
         self.submit_ops(engine, id)
     }
@@ -1231,7 +1253,10 @@ impl Queue {
         let Plan::Compare { len, .. } = self.slot(id).plan else {
             return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
         };
-        let Some(aux) = engine.alloc(len as usize) else { return self.park(id, SlotState::NeedBuffer) };
+        let aux = match self.alloc(engine, id, len) {
+            Ok(b) => b,
+            Err(step) => return step,
+        };
         self.slot(id).aux = Some(aux);
         self.submit_ops(engine, id)
     }
