@@ -507,6 +507,20 @@ impl Controller {
         }
     }
 
+    /// The Keep Alive Timer expired (NVMe Base 2.0 §3.9.4.3): log an error with Keep Alive Timer Expired, set
+    /// CSTS.CFS, and end the association (message-based transports terminate the connection).
+    pub(crate) fn keep_alive_expired(&self) {
+        self.record_error(ErrorInformationEntry {
+            sqid: 0xFFFF,
+            cid: 0xFFFF,
+            status: Status::KEEP_ALIVE_TIMER_EXPIRED,
+            parameter_error_location: 0xFFFF,
+            ..ErrorInformationEntry::default()
+        });
+        self.lock().csts.cfs = true;
+        self.terminate();
+    }
+
     /// A namespace of the subsystem was added or removed: remember it in the Changed Namespace List and
     /// raise a Namespace Attribute Changed event unless disabled or masked.
     pub(crate) fn namespace_changed(&self, nsid: u32) {

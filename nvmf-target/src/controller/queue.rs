@@ -645,7 +645,7 @@ impl Queue {
         if kato_ms > 0 && now.saturating_duration_since(last) >= Duration::from_millis(u64::from(kato_ms)) {
             let cntlid = controller.cntlid();
             tracing::warn!(cntlid, kato_ms, host = %controller.hostnqn(), "keep alive timeout expired");
-            controller.terminate();
+            controller.keep_alive_expired();
             self.disconnect(engine);
             return Err(QueueError::KeepAliveExpired { cntlid, kato_ms });
         }

@@ -970,12 +970,17 @@ fn keep_alive_expiry_with_a_fake_clock() {
     admin.queue.poll(&mut engine, at(5499), &mut out).unwrap();
     // I/O does not count (no Traffic Based Keep Alive).
     io.read(&mut engine, 1, 0, 1).ok();
+    let controller = Arc::clone(admin.queue.controller().unwrap());
     assert_eq!(
         admin.queue.poll(&mut engine, at(5500), &mut out),
         Err(QueueError::KeepAliveExpired { cntlid, kato_ms: 2000 })
     );
     assert!(admin.queue.is_closed());
     assert!(target.subsystem(SUBNQN).unwrap().controller(cntlid).is_none());
+    assert!(admin.queue.controller().is_none(), "a dead queue has no association");
+    assert!(controller.is_terminated());
+    assert!(controller.csts().cfs, "CSTS.CFS set on expiry");
+    assert_eq!(controller.lock().errors[0].status, Status::KEEP_ALIVE_TIMER_EXPIRED);
     // The I/O queue of the association ends too.
     assert_eq!(io.queue.poll(&mut engine, at(5500), &mut out), Err(QueueError::AssociationEnded { cntlid }));
     // A dead queue refuses commands.
