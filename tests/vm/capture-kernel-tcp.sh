@@ -64,7 +64,8 @@ session() { # name, digest flags
   dd if=/dev/$ns of=/tmp/r128 bs=128k count=1 skip=1 iflag=direct status=none
   timeout 60 nvme disconnect -n $NQN
   { set +x; } 2>/dev/null
-  cmp /tmp/r128 /tmp/pattern && cmp /tmp/r4 <(head -c 4096 /tmp/pattern) && echo "read back: ok"
+  head -c 4096 /tmp/pattern > /tmp/p4
+  cmp /tmp/r128 /tmp/pattern && cmp /tmp/r4 /tmp/p4 && echo "read back: ok"
   capture_stop "$name"
 }
 session nodigest
