@@ -87,6 +87,8 @@ pub enum Step {
     FetchData {
         /// The command.
         slot: SlotId,
+        /// Its Command Identifier (TCP R2Ts name it).
+        cid: u16,
         /// Where the data goes.
         buffer: BufferId,
         /// How many bytes (from the start of the command's data).
@@ -449,6 +451,16 @@ impl Queue {
         })
     }
 
+    /// The transport could not bring `slot`'s host data (e.g. a data digest error): complete the command with
+    /// `status` instead. Its buffer is freed; the transport sends the returned response and then calls
+    /// [`Queue::release`] as for any other.
+    pub fn transfer_failed(&mut self, engine: &mut IoEngine, slot: SlotId, status: Status) -> Result<Step, QueueError> {
+        match self.slots.get(usize::from(slot.0)) {
+            Some(s) if s.state == SlotState::AwaitingData => Ok(self.respond_err(engine, slot, status, 0)),
+            _ => Err(QueueError::UnexpectedData { slot: slot.0 }),
+        }
+    }
+
     /// All host data for `slot` is in its buffer.
     pub fn data_received(&mut self, engine: &mut IoEngine, slot: SlotId) -> Result<Step, QueueError> {
         let index = usize::from(slot.0);
@@ -776,7 +788,7 @@ impl Queue {
         let s = self.slot(id);
         s.buffer = Some(buffer);
         s.state = SlotState::AwaitingData;
-        Step::FetchData { slot: id, buffer, len }
+        Step::FetchData { slot: id, cid: s.sqe.cid, buffer, len }
     }
 
     /// Copy in-capsule data into a pool buffer. Without a buffer the data cannot be kept: the command

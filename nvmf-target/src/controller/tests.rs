@@ -161,7 +161,7 @@ impl Host {
     fn drive(&mut self, engine: &mut IoEngine, mut step: Step, host_data: &[u8]) -> Option<Done> {
         for _ in 0..10_000 {
             match step {
-                Step::FetchData { slot, buffer, len } => {
+                Step::FetchData { slot, buffer, len, .. } => {
                     let len = len as usize;
                     engine.buffer_mut(buffer)[..len].copy_from_slice(&host_data[..len]);
                     step = self.queue.data_received(engine, slot).unwrap();

@@ -42,10 +42,6 @@ use super::transfer::{ProtocolViolation, SlotState, TransferTable};
 use crate::backend::{BufferId, IoEngine};
 use crate::controller::{Queue, QueueError, SlotId, Step};
 
-/// Commands a connection may fail after data digest errors before it is ended (each keeps a queue slot
-/// and a buffer until then; see `Session::fail_command`).
-const MAX_STRANDED_SLOTS: u32 = 4;
-
 /// Where the connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -92,11 +88,6 @@ struct Session {
     sq_flow_control_disabled: bool,
     /// SQHD of the last completion the queue produced (used for completions the transport makes itself).
     last_sqhd: u16,
-    /// CID of the command in each slot, as far as the transport has seen it (the R2T's CCCID).
-    cids: Vec<Option<u16>>,
-    /// Commands failed by the transport after a data digest error whose slots the queue cannot take back
-    /// (see `fail_command`); they are freed when the connection ends.
-    stranded_slots: u32,
 }
 
 /// One NVMe/TCP connection: socket, queue, decoder, send queue and per-command transfer state (see the
@@ -155,8 +146,6 @@ impl TcpConnection {
                 connect_disabling_sq_flow: None,
                 sq_flow_control_disabled: false,
                 last_sqhd: 0,
-                cids: Vec::new(),
-                stranded_slots: 0,
             },
         }
     }
@@ -231,7 +220,7 @@ impl TcpConnection {
             // The queue released the slot itself (it is dead); nothing goes out.
             return;
         }
-        if let Err(fatal) = self.session.apply(engine, step, None) {
+        if let Err(fatal) = self.session.apply(engine, step) {
             let _ = self.fail(engine, fatal);
         }
     }
@@ -246,7 +235,7 @@ impl TcpConnection {
         let polled = self.session.queue.poll(engine, now, &mut steps);
         let mut result = Ok(());
         for step in steps.drain(..) {
-            if let Err(fatal) = self.session.apply(engine, step, None) {
+            if let Err(fatal) = self.session.apply(engine, step) {
                 result = self.fail(engine, fatal);
                 break;
             }
@@ -442,7 +431,7 @@ impl Session {
                 }
                 self.note_connect(&c.sqe);
                 let step = self.queue.command(engine, &c.sqe, data).map_err(queue_error)?;
-                self.apply(engine, step, Some(c.sqe.cid))?;
+                self.apply(engine, step)?;
                 Ok(Handled::Done)
             }
             (_, Pdu::H2cData(h)) => {
@@ -488,9 +477,9 @@ impl Session {
             }
             Some(Ok(())) => {
                 let step = self.queue.data_received(engine, accepted.slot).map_err(queue_error)?;
-                self.apply(engine, step, Some(h.cccid))
+                self.apply(engine, step)
             }
-            Some(Err(status)) => self.fail_command(accepted.slot, h.cccid, status),
+            Some(Err(status)) => self.fail_command(engine, accepted.slot, status),
         }
     }
 
@@ -524,44 +513,21 @@ impl Session {
         cqe
     }
 
-    /// Complete `slot` (command `cid`, awaiting host data) with `status` without executing it.
-    ///
-    /// The queue has no way to abandon a command awaiting data (`Queue::release` only frees responding
-    /// slots), so the slot and its buffer stay with the queue until the connection ends; after
-    /// [`MAX_STRANDED_SLOTS`] such failures the connection is ended to free them.
-    fn fail_command(&mut self, slot: SlotId, cid: u16, status: Status) -> Result<(), Fatal> {
-        let cqe = self.transport_cqe(cid, status);
-        queue_response(&mut self.send, cqe, &self.framing).map_err(encode)?;
+    /// Complete `slot`, whose host data could not be received intact, with `status` without executing it.
+    fn fail_command(&mut self, engine: &mut IoEngine, slot: SlotId, status: Status) -> Result<(), Fatal> {
         self.transfers.set(slot.index(), SlotState::Idle);
-        self.stranded_slots += 1;
-        if self.stranded_slots > MAX_STRANDED_SLOTS {
-            tracing::warn!(count = self.stranded_slots, "too many data digest errors; ending the connection");
-            return Err(Fatal::Close(ConnectionError::DataDigestErrors { count: self.stranded_slots }));
-        }
-        Ok(())
+        let step = self.queue.transfer_failed(engine, slot, status).map_err(queue_error)?;
+        self.apply(engine, step)
     }
 
-    /// Do what the queue asked. `cid` is the command's CID when the caller knows it.
-    fn apply(&mut self, engine: &mut IoEngine, step: Step, cid: Option<u16>) -> Result<(), Fatal> {
-        if let (Some(cid), Step::FetchData { slot, .. } | Step::Respond { slot, .. }) = (cid, step) {
-            let i = usize::from(slot.index());
-            if i >= self.cids.len() {
-                self.cids.resize(i + 1, None);
-            }
-            self.cids[i] = Some(cid);
-        }
+    /// Do what the queue asked.
+    fn apply(&mut self, engine: &mut IoEngine, step: Step) -> Result<(), Fatal> {
         match step {
             Step::Pending => Ok(()),
-            Step::FetchData { slot, buffer, len } => {
-                let Some(cid) = cid.or_else(|| self.cids.get(usize::from(slot.index())).copied().flatten()) else {
-                    // The queue resumed a command that had waited for a buffer, and Step::FetchData does not
-                    // carry its CID: an R2T with a guessed CCCID would corrupt another command's data.
-                    tracing::error!(slot = slot.index(), "host data requested for a command of unknown CID");
-                    return Err(Fatal::Close(ConnectionError::UnknownCommand { slot: slot.index() }));
-                };
+            Step::FetchData { slot, cid, buffer, len } => {
                 if len == 0 {
                     let step = self.queue.data_received(engine, slot).map_err(queue_error)?;
-                    return self.apply(engine, step, Some(cid));
+                    return self.apply(engine, step);
                 }
                 let ttag = slot.index();
                 self.transfers.start_h2c(ttag, slot, cid, buffer, len);

@@ -30,19 +30,6 @@ pub enum ConnectionError {
     /// The controller ended the queue (keep-alive expiry, association teardown, a fatal command error).
     #[error("queue ended the connection: {0}")]
     Queue(#[source] QueueError),
-    /// The queue asked for host data for a command whose CID the transport did not see (a command resumed
-    /// by `Queue::poll` after waiting for a buffer: `Step::FetchData` carries no CID).
-    #[error("host data requested for slot {slot}, whose command ID is unknown")]
-    UnknownCommand {
-        /// The queue slot.
-        slot: u16,
-    },
-    /// Too many commands failed with data digest errors.
-    #[error("{count} data digest errors on this connection")]
-    DataDigestErrors {
-        /// Commands failed.
-        count: u32,
-    },
     /// A PDU could not be encoded (a bug: an internal length or field out of range).
     #[error("could not encode a PDU: {0}")]
     Encode(#[from] WireError),
