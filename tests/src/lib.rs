@@ -1,5 +1,7 @@
 //! Cross-crate integration tests and the test VM harness.
 //!
+//! [`nvme_tcp_client`] is a small blocking NVMe/TCP host the native target tests drive our target with.
+//!
 //! [`vm`] boots a throw-away Linux 6.12 guest under QEMU (TCG) whose root file system is this machine's own,
 //! read-only over 9p under a tmpfs overlay, so a binary built here runs there unchanged at the same path.
 //! The guest has what this machine's kernel lacks: Soft-RoCE, the kernel NVMe-oF host and target, null_blk,
@@ -8,4 +10,5 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod nvme_tcp_client;
 pub mod vm;

@@ -112,7 +112,7 @@ impl TcpTestClient {
         let icreq = Pdu::IcReq(IcReq {
             pfv: 0,
             hpda: 0,
-            dgst: DigestTypes { hdgst: options.hdgst, ddgst: options.ddgst },
+            dgst: DigestTypes { hdgst_enable: options.hdgst, ddgst_enable: options.ddgst },
             maxr2t: 0,
         });
         client.send_pdu(&icreq, &[])?;
@@ -120,7 +120,7 @@ impl TcpTestClient {
             (Pdu::IcResp(resp), _) => {
                 client.maxh2cdata = resp.maxh2cdata;
                 client.framing =
-                    Framing { hdgst: resp.dgst.hdgst, ddgst: resp.dgst.ddgst, hpda: 0, cpda: resp.cpda };
+                    Framing { hdgst: resp.dgst.hdgst_enable, ddgst: resp.dgst.ddgst_enable, hpda: 0, cpda: resp.cpda };
                 client.decoder.set_framing(client.framing);
             }
             (other, _) => return Err(ClientError::Protocol(format!("expected ICResp, got {other:?}"))),
@@ -228,9 +228,9 @@ impl TcpTestClient {
                     }
                     let start = usize::try_from(datao).unwrap_or(usize::MAX);
                     let end = start.saturating_add(usize::try_from(datal).unwrap_or(usize::MAX));
-                    let dst = data.get_mut(start..end).ok_or_else(|| {
-                        ClientError::Protocol(format!("C2HData {datao}+{datal} beyond {read_len}"))
-                    })?;
+                    let dst = data
+                        .get_mut(start..end)
+                        .ok_or_else(|| ClientError::Protocol(format!("C2HData {datao}+{datal} beyond {read_len}")))?;
                     dst.copy_from_slice(&payload);
                     if last_pdu && success {
                         let cqe = CompletionQueueEntry { cid: sqe.cid, ..Default::default() };
