@@ -1,0 +1,316 @@
+//! Shared harness of the native target tests (`tests/target_*.rs`): start a target in-process on 127.0.0.1 with
+//! an ephemeral port, bring up admin and I/O queues with the blocking test host, and a few command builders.
+//! Every wait is bounded and fails with a message saying what did not happen.
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use nvmf_common::fabrics::property::{ControllerConfiguration, ControllerStatus, Property, ShutdownNotification};
+use nvmf_common::nvme::identify::{cns, Identify, IdentifyController, IDENTIFY_DATA_SIZE};
+use nvmf_common::nvme::io::{Compare, Read, Write};
+use nvmf_common::nvme::log_page::GetLogPage;
+use nvmf_common::nvme::{Status, SubmissionQueueEntry};
+use nvmf_config::TargetConfig;
+use nvmf_target::daemon::RunningTarget;
+use nvmf_tests::nvme_tcp_client::{ClientError, ClientOptions, Completion, TcpTestClient};
+
+/// The subsystem every test configuration exports.
+pub const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:native-tests";
+
+/// Namespace 1 (memory) and namespace 2 (memory, 4 KiB blocks) with a 4 MiB / 8 MiB capacity.
+pub const NS1_BLOCKS: u64 = 8192;
+
+/// A configuration with one subsystem of two memory namespaces (`extra` is appended to the `[[subsystem]]`
+/// table, e.g. a host allow-list).
+pub fn memory_config(extra: &str) -> String {
+    format!(
+        r#"
+[reactors]
+threads = 2
+
+[[listener]]
+address = "127.0.0.1"
+
+[[subsystem]]
+nqn = "{SUBNQN}"
+{extra}
+
+[[subsystem.namespace]]
+memory = "4MiB"
+
+[[subsystem.namespace]]
+memory = "8MiB"
+block_size = 4096
+"#
+    )
+}
+
+/// A target running in this process, shut down on drop.
+#[derive(Debug)]
+pub struct Target {
+    running: Option<RunningTarget>,
+    /// Where the first listener is bound.
+    pub addr: SocketAddr,
+    /// The configuration it runs.
+    pub config: TargetConfig,
+}
+
+impl Target {
+    /// Parse `toml`, bind every listener to an ephemeral port (configurations cannot say port 0) and start.
+    pub fn start(toml: &str) -> Target {
+        let mut config = TargetConfig::from_str(toml, "<test>").expect("test configuration is valid");
+        for l in &mut config.listeners {
+            l.address.set_port(0);
+        }
+        let running = nvmf_target::daemon::start(&config).expect("target starts");
+        let addr = running.local_addrs()[0];
+        Target { running: Some(running), addr, config }
+    }
+
+    /// Like [`Target::start`], but with a concrete port in the configuration, so that everything derived from
+    /// the configuration (the discovery log's TRSVCID) names it: the port of a socket bound to port 0 and closed
+    /// again, retried if another test takes it in between.
+    pub fn start_on_concrete_port(toml: &str) -> Target {
+        let mut config = TargetConfig::from_str(toml, "<test>").expect("test configuration is valid");
+        for attempt in 1.. {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind").port();
+            config.listeners[0].address.set_port(port);
+            match nvmf_target::daemon::start(&config) {
+                Ok(running) => {
+                    let addr = running.local_addrs()[0];
+                    assert_eq!(addr.port(), port);
+                    return Target { running: Some(running), addr, config };
+                }
+                Err(e) if attempt < 5 => eprintln!("port {port}: {e}; retrying"),
+                Err(e) => panic!("target does not start on a free port: {e}"),
+            }
+        }
+        unreachable!()
+    }
+
+    /// The running target.
+    pub fn running(&self) -> &RunningTarget {
+        self.running.as_ref().expect("target running")
+    }
+
+    /// Stop the target now (flushes storage).
+    pub fn shutdown(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown();
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown();
+        }
+    }
+}
+
+/// Options with a timeout short enough for tests.
+pub fn options() -> ClientOptions {
+    ClientOptions { timeout: Duration::from_secs(5), ..ClientOptions::default() }
+}
+
+/// Assert a completion's status type and code (CRD/M/DNR ignored) with a readable message.
+#[track_caller]
+pub fn assert_status(c: &Completion, want: Status) {
+    assert!(c.cqe.status.same_code(want), "status {} (cid {}), expected {want}", c.cqe.status, c.cqe.cid);
+}
+
+/// Unwrap a client result and assert success.
+#[track_caller]
+pub fn ok(result: Result<Completion, ClientError>) -> Completion {
+    let c = result.expect("command answered");
+    assert_status(&c, Status::SUCCESS);
+    c
+}
+
+/// Connect an admin queue (`cntlid` 0xFFFF) with `kato_ms`; returns the client and the controller ID.
+pub fn connect_admin(addr: SocketAddr, subnqn: &str, opts: ClientOptions, kato_ms: u32) -> (TcpTestClient, u16) {
+    let mut admin = TcpTestClient::connect(addr, opts).expect("TCP + ICReq");
+    let c = ok(admin.fabrics_connect(subnqn, 0, 31, 0xFFFF, kato_ms));
+    #[allow(clippy::cast_possible_truncation)] // CNTLID is dword 0 bits 15:0
+    let cntlid = c.cqe.dw0 as u16;
+    (admin, cntlid)
+}
+
+/// Read a 4- or 8-byte property.
+pub fn property(admin: &mut TcpTestClient, p: Property) -> u64 {
+    ok(admin.property_get(p.offset(), p.size())).cqe.result64()
+}
+
+/// Wait (bounded) until CSTS satisfies `pred`.
+pub fn wait_csts(admin: &mut TcpTestClient, what: &str, pred: impl Fn(&ControllerStatus) -> bool) -> ControllerStatus {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = u32::try_from(property(admin, Property::Csts)).expect("CSTS is 4 bytes");
+        let csts = ControllerStatus::from_u32(v).expect("CSTS decodes");
+        if pred(&csts) {
+            return csts;
+        }
+        assert!(Instant::now() < deadline, "CSTS never showed {what}: {csts:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Enable the controller (CC.EN with 64/16-byte entries) and wait for CSTS.RDY.
+pub fn enable(admin: &mut TcpTestClient) {
+    let cc = ControllerConfiguration { en: true, iosqes: 6, iocqes: 4, ..ControllerConfiguration::default() };
+    ok(admin.property_set(Property::Cc.offset(), Property::Cc.size(), u64::from(cc.to_u32())));
+    wait_csts(admin, "RDY", |c| c.rdy);
+}
+
+/// Normal shutdown through CC.SHN; waits for CSTS.SHST complete.
+pub fn shutdown_controller(admin: &mut TcpTestClient) -> ControllerStatus {
+    let cc = ControllerConfiguration {
+        en: true,
+        iosqes: 6,
+        iocqes: 4,
+        shn: ShutdownNotification::Normal,
+        ..ControllerConfiguration::default()
+    };
+    ok(admin.property_set(Property::Cc.offset(), Property::Cc.size(), u64::from(cc.to_u32())));
+    wait_csts(admin, "SHST complete", |c| c.shst == nvmf_common::fabrics::property::ShutdownStatus::Complete)
+}
+
+/// Identify with CNS `cns` for `nsid`: the 4096-byte structure.
+pub fn identify(admin: &mut TcpTestClient, cns: u8, nsid: u32) -> Completion {
+    admin.command(Identify::new(cns, nsid).to_sqe(), None, IDENTIFY_DATA_SIZE).expect("Identify answered")
+}
+
+/// In-capsule data limit from Identify Controller IOCCSZ.
+pub fn in_capsule_limit(admin: &mut TcpTestClient) -> usize {
+    let c = identify(admin, cns::CONTROLLER, 0);
+    assert_status(&c, Status::SUCCESS);
+    let id = IdentifyController::parse(&c.data).expect("Identify Controller parses");
+    usize::try_from(id.ioccsz * 16 - 64).expect("fits")
+}
+
+/// A connected, enabled controller with `io_queues` I/O queues (qid 1..), each knowing the in-capsule limit.
+#[derive(Debug)]
+pub struct Association {
+    /// The admin queue.
+    pub admin: TcpTestClient,
+    /// Controller ID.
+    pub cntlid: u16,
+    /// I/O queues, `io[0]` is qid 1.
+    pub io: Vec<TcpTestClient>,
+}
+
+impl Association {
+    /// Connect, enable, read IOCCSZ and connect `io_queues` I/O queues.
+    pub fn new(addr: SocketAddr, opts: ClientOptions, io_queues: u16) -> Association {
+        let (mut admin, cntlid) = connect_admin(addr, SUBNQN, opts, 0);
+        enable(&mut admin);
+        let limit = in_capsule_limit(&mut admin);
+        admin.in_capsule_limit = limit;
+        let io = (1..=io_queues)
+            .map(|qid| {
+                let mut q = connect_io(addr, SUBNQN, opts, cntlid, qid).expect("I/O Connect answered");
+                q.in_capsule_limit = limit;
+                q
+            })
+            .collect();
+        Association { admin, cntlid, io }
+    }
+
+    /// I/O queue 1.
+    pub fn io(&mut self) -> &mut TcpTestClient {
+        &mut self.io[0]
+    }
+}
+
+/// Open a TCP connection and connect I/O queue `qid` of controller `cntlid`; the client if it succeeded.
+pub fn connect_io(
+    addr: SocketAddr,
+    subnqn: &str,
+    opts: ClientOptions,
+    cntlid: u16,
+    qid: u16,
+) -> Result<TcpTestClient, Completion> {
+    let mut q = TcpTestClient::connect(addr, opts).expect("TCP + ICReq");
+    let c = q.fabrics_connect(subnqn, qid, 31, cntlid, 0).expect("I/O Connect answered");
+    if c.cqe.status.is_success() {
+        Ok(q)
+    } else {
+        Err(c)
+    }
+}
+
+/// 0's based NLB for `len` bytes of `block` bytes.
+pub fn nlb(len: usize, block: usize) -> u16 {
+    assert!(len % block == 0 && len > 0);
+    u16::try_from(len / block - 1).expect("at most 65536 blocks")
+}
+
+/// Write `data` at `slba` of `nsid` (block size `block`).
+pub fn write(io: &mut TcpTestClient, nsid: u32, block: usize, slba: u64, data: &[u8], fua: bool) -> Completion {
+    let sqe = Write { nsid, slba, nlb: nlb(data.len(), block), fua, ..Write::default() }.to_sqe();
+    io.command(sqe, Some(data), 0).expect("Write answered")
+}
+
+/// Read `len` bytes at `slba` of `nsid`.
+pub fn read(io: &mut TcpTestClient, nsid: u32, block: usize, slba: u64, len: usize) -> Completion {
+    let sqe = Read { nsid, slba, nlb: nlb(len, block), ..Read::default() }.to_sqe();
+    io.command(sqe, None, len).expect("Read answered")
+}
+
+/// Compare `data` with the media at `slba`.
+pub fn compare(io: &mut TcpTestClient, nsid: u32, block: usize, slba: u64, data: &[u8]) -> Completion {
+    let sqe = Compare { nsid, slba, nlb: nlb(data.len(), block), ..Compare::default() }.to_sqe();
+    io.command(sqe, Some(data), 0).expect("Compare answered")
+}
+
+/// Get Log Page `lid` (NSID `nsid`), `len` bytes from `offset`, with Retain Asynchronous Event `rae`.
+pub fn get_log_page(admin: &mut TcpTestClient, lid: u8, nsid: u32, offset: u64, len: usize, rae: bool) -> Completion {
+    let mut glp = GetLogPage::new(lid, nsid, len as u64).expect("log page length");
+    glp.lpo = offset;
+    glp.rae = rae;
+    admin.command(glp.to_sqe(), None, len).expect("Get Log Page answered")
+}
+
+/// Bytes that differ per offset and per `seed`.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    #[allow(clippy::cast_possible_truncation)] // a repeating byte pattern
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).wrapping_add((i >> 9) as u8)).collect()
+}
+
+/// Wait until the target closes the connection; returns the C2HTermReq it sent first, if any. Fails if the
+/// connection is still open after `within` or the target sends anything else.
+pub fn expect_closed(
+    client: &mut TcpTestClient,
+    within: Duration,
+) -> Option<(nvmf_common::transport::tcp::FatalErrorStatus, u32)> {
+    let deadline = Instant::now() + within;
+    let mut term = None;
+    loop {
+        match client.recv_pdu() {
+            Err(ClientError::Closed) => return term,
+            Err(ClientError::TermReq { fes, fei }) => term = Some((fes, fei)),
+            Err(ClientError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => return term,
+            Err(ClientError::Io(e))
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                assert!(Instant::now() < deadline, "the target did not close the connection within {within:?}");
+            }
+            Err(e) => panic!("while waiting for the close: {e}"),
+            Ok((pdu, _)) => panic!("while waiting for the close the target sent {pdu:?}"),
+        }
+        assert!(Instant::now() < deadline, "the target did not close the connection within {within:?}");
+    }
+}
+
+/// Send a capsule without waiting for its response (for held commands such as AERs); returns the CID used.
+pub fn send_command(client: &mut TcpTestClient, mut sqe: SubmissionQueueEntry) -> u16 {
+    use nvmf_common::nvme::{SglDescriptor, SglSubtype};
+    use nvmf_common::transport::tcp::{CapsuleCommand, Pdu};
+    sqe.cid = client.next_cid();
+    sqe.set_sgl1(&SglDescriptor::TransportDataBlock { length: 0, subtype: SglSubtype::TransportSpecific })
+        .expect("SGL encodes");
+    client.send_pdu(&Pdu::CapsuleCommand(CapsuleCommand { sqe }), &[]).expect("capsule sent");
+    sqe.cid
+}
