@@ -38,9 +38,27 @@ pub enum BackendError {
         /// The device's logical block size (BLKSSZGET).
         logical: u32,
     },
-    /// The path is neither a regular file nor a block device.
-    #[error("{0} is neither a regular file nor a block device")]
+    /// The path is neither a regular file, a block device nor an NVMe generic character device.
+    #[error("{0} is neither a regular file, a block device nor an NVMe generic character device (/dev/ngXnY)")]
     UnsupportedFileType(PathBuf),
+    /// An NVMe generic device whose namespace passthrough cannot serve.
+    #[error("NVMe namespace {path} cannot be passed through: {reason}")]
+    PassthroughUnsupported {
+        /// The device.
+        path: PathBuf,
+        /// Why.
+        reason: &'static str,
+    },
+    /// An admin command at open (Identify) completed with an NVMe error status.
+    #[error("{command} on {path} failed with NVMe status {status}")]
+    NvmeCommand {
+        /// The device.
+        path: PathBuf,
+        /// The command.
+        command: &'static str,
+        /// The drive's status.
+        status: nvmf_common::nvme::Status,
+    },
     /// Opening or inspecting a file or block device failed.
     #[error("cannot {action} {path}")]
     Io {

@@ -26,11 +26,13 @@
 mod engine;
 mod error;
 mod memory;
+mod nvme;
 mod pool;
 mod ring;
 mod storage;
 
 pub use engine::{EngineConfig, IoCompletion, IoEngine, IoOp};
 pub use error::BackendError;
+pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};
 pub use storage::{Storage, StorageSpec};

@@ -85,6 +85,18 @@ impl IoBuffer {
     pub(crate) fn fixed_index(&self) -> u16 {
         self.fixed_index
     }
+
+    /// `len` bytes from `offset` of this buffer (one command of an op split in several), or `None` if that
+    /// reaches past its end.
+    pub(crate) fn slice(&self, offset: u32, len: u32) -> Option<IoBuffer> {
+        let end = offset.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: `offset + len <= self.len`, so the result stays inside this buffer, inside the mapping.
+        let ptr = unsafe { self.ptr.add(offset as usize) };
+        Some(IoBuffer { ptr, len, fixed_index: self.fixed_index })
+    }
 }
 
 /// Why a buffer cannot be handed to the kernel.

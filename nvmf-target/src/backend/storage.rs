@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::memory::MemoryStore;
+use super::nvme::{self, NvmeBacking};
 use super::{ring, BackendError};
 
 /// What to open: a spec from the configuration.
@@ -30,7 +31,9 @@ pub enum StorageSpec {
         /// Logical block size in bytes.
         block_size: u32,
     },
-    /// A regular file (its size is the capacity) or a block device.
+    /// A regular file (its size is the capacity), a block device, or an NVMe generic character device
+    /// (`/dev/ngXnY`: the namespace is driven with NVMe commands through io_uring, see
+    /// [`Storage::is_nvme_passthrough`]).
     Path {
         /// The file or device.
         path: PathBuf,
@@ -104,6 +107,8 @@ pub(crate) enum Kind {
     Memory(MemoryStore),
     File(FileBacking),
     BlockDevice(FileBacking),
+    /// An NVMe namespace through its generic character device.
+    Nvme(NvmeBacking),
 }
 
 /// One namespace's storage, shared by all reactors (`Arc`). Opened once at start.
@@ -161,6 +166,9 @@ impl Storage {
                 let meta = std::fs::metadata(path).map_err(io_err("stat"))?;
                 if meta.file_type().is_block_device() {
                     open_block_device(path, block_size, allow_direct)?
+                } else if meta.file_type().is_char_device() && nvme::is_nvme_generic(meta.rdev()) {
+                    let opened = nvme::open(path, meta.rdev(), block_size)?;
+                    (Kind::Nvme(opened.backing), opened.capacity, opened.discard, opened.volatile_write_cache)
                 } else if meta.is_file() {
                     check_size(&path.display().to_string(), meta.len())?;
                     open_file(path, block_size, meta.len(), allow_direct)?
@@ -221,16 +229,27 @@ impl Storage {
     pub fn supports_write_zeroes(&self) -> bool {
         match &self.kind {
             Kind::File(f) => f.zero_mode != ZeroMode::Unsupported,
+            Kind::Nvme(n) => n.write_zeroes,
             Kind::Null | Kind::Memory(_) | Kind::BlockDevice(_) => true,
         }
     }
 
-    /// Whether data bypasses the page cache (O_DIRECT). False for null/memory and buffered fallbacks.
+    /// Whether data bypasses the page cache (O_DIRECT, or NVMe passthrough). False for null/memory and buffered
+    /// fallbacks.
     pub fn is_direct(&self) -> bool {
         match &self.kind {
             Kind::File(f) | Kind::BlockDevice(f) => f.direct,
+            Kind::Nvme(_) => true,
             Kind::Null | Kind::Memory(_) => false,
         }
+    }
+
+    /// Whether this is an NVMe namespace driven through its generic character device (`/dev/ngXnY`): a path
+    /// naming a character device of the `nvme-generic` class (its major in `/proc/devices`). Reads, writes,
+    /// flushes, write zeroes and deallocations become NVMe commands (`IORING_OP_URING_CMD`), and a failing one
+    /// completes with the drive's NVMe status (see [`drive_status`](super::drive_status)).
+    pub fn is_nvme_passthrough(&self) -> bool {
+        matches!(self.kind, Kind::Nvme(_))
     }
 
     /// A short description for logs: `null`, `memory`, or the path.
@@ -239,6 +258,7 @@ impl Storage {
             Kind::Null => "null".to_owned(),
             Kind::Memory(_) => "memory".to_owned(),
             Kind::File(f) | Kind::BlockDevice(f) => f.path.display().to_string(),
+            Kind::Nvme(n) => format!("{} (NVMe passthrough, NSID {})", n.path.display(), n.nsid),
         }
     }
 
@@ -247,6 +267,7 @@ impl Storage {
     pub fn flush_blocking(&self) -> std::io::Result<()> {
         match &self.kind {
             Kind::File(f) | Kind::BlockDevice(f) => f.file.sync_data(),
+            Kind::Nvme(n) => nvme::flush_blocking(n),
             Kind::Null | Kind::Memory(_) => Ok(()),
         }
     }
@@ -263,6 +284,7 @@ impl Storage {
     pub(crate) fn raw_fd(&self) -> Option<RawFd> {
         match &self.kind {
             Kind::File(f) | Kind::BlockDevice(f) => Some(f.file.as_raw_fd()),
+            Kind::Nvme(n) => Some(n.file.as_raw_fd()),
             Kind::Null | Kind::Memory(_) => None,
         }
     }
@@ -434,6 +456,11 @@ mod tests {
         assert!(matches!(
             Storage::open(&StorageSpec::Path { path: dir.path().join("missing"), block_size: 512 }),
             Err(BackendError::Io { action: "stat", .. })
+        ));
+        // A character device that is not an NVMe generic node.
+        assert!(matches!(
+            Storage::open(&StorageSpec::Path { path: "/dev/null".into(), block_size: 512 }),
+            Err(BackendError::UnsupportedFileType(_))
         ));
     }
 }

@@ -106,9 +106,13 @@ pub(crate) enum StorageOp {
 }
 
 /// The NVMe status for a failed storage op (close to Linux nvmet's `errno_to_nvme_status` /
-/// `blk_to_nvme_status`): media errors for EIO and short transfers, Capacity Exceeded for ENOSPC, Namespace
-/// Write Protected for EROFS, a retryable Internal Error for transient conditions, Internal Error otherwise.
+/// `blk_to_nvme_status`): the drive's own status for NVMe passthrough storage (passed through as nvmet's
+/// passthru does), media errors for EIO and short transfers, Capacity Exceeded for ENOSPC, Namespace Write
+/// Protected for EROFS, a retryable Internal Error for transient conditions, Internal Error otherwise.
 pub(crate) fn storage_status(err: &io::Error, op: StorageOp) -> Status {
+    if let Some(status) = crate::backend::drive_status(err) {
+        return status;
+    }
     let media = match op {
         StorageOp::Read => Status::UNRECOVERED_READ_ERROR.with_dnr(),
         StorageOp::Write => Status::WRITE_FAULT.with_dnr(),
@@ -198,5 +202,8 @@ mod tests {
         assert!(!storage_status(&again, StorageOp::Write).dnr());
         let refused = io::Error::new(io::ErrorKind::InvalidInput, "x");
         assert_eq!(storage_status(&refused, StorageOp::Read), Status::INTERNAL_ERROR.with_dnr());
+        let drive =
+            io::Error::other(crate::backend::DriveStatus { status: Status::LBA_OUT_OF_RANGE.with_dnr(), result: 0 });
+        assert_eq!(storage_status(&drive, StorageOp::Read), Status::LBA_OUT_OF_RANGE.with_dnr());
     }
 }
