@@ -96,10 +96,17 @@ pub const TEST_HOSTID: [u8; 16] = *b"nvmf-rs-test-hid";
 impl TcpTestClient {
     /// Open a TCP connection and exchange ICReq/ICResp.
     pub fn connect(addr: SocketAddr, options: ClientOptions) -> Result<Self, ClientError> {
+        let mut client = Self::connect_without_icreq(addr, options)?;
+        client.initialize(options)?;
+        Ok(client)
+    }
+
+    /// Open a TCP connection and send nothing (for tests of what a target does with PDUs before ICReq).
+    pub fn connect_without_icreq(addr: SocketAddr, options: ClientOptions) -> Result<Self, ClientError> {
         let stream = TcpStream::connect_timeout(&addr, options.timeout)?;
         stream.set_read_timeout(Some(options.timeout))?;
         stream.set_nodelay(true)?;
-        let mut client = TcpTestClient {
+        Ok(TcpTestClient {
             stream,
             decoder: PduDecoder::new(DecoderConfig::new(Direction::ControllerToHost, 16 << 20)),
             framing: Framing::default(),
@@ -108,24 +115,34 @@ impl TcpTestClient {
             next_cid: 1,
             rx: vec![0; 1 << 20],
             rx_start: 0,
-        };
+        })
+    }
+
+    /// Exchange ICReq/ICResp, asking for the digests in `options`.
+    pub fn initialize(&mut self, options: ClientOptions) -> Result<(), ClientError> {
         let icreq = Pdu::IcReq(IcReq {
             pfv: 0,
             hpda: 0,
             dgst: DigestTypes { hdgst_enable: options.hdgst, ddgst_enable: options.ddgst },
             maxr2t: 0,
         });
-        client.send_pdu(&icreq, &[])?;
-        match client.recv_pdu()? {
+        self.send_pdu(&icreq, &[])?;
+        match self.recv_pdu()? {
             (Pdu::IcResp(resp), _) => {
-                client.maxh2cdata = resp.maxh2cdata;
-                client.framing =
+                self.maxh2cdata = resp.maxh2cdata;
+                self.framing =
                     Framing { hdgst: resp.dgst.hdgst_enable, ddgst: resp.dgst.ddgst_enable, hpda: 0, cpda: resp.cpda };
-                client.decoder.set_framing(client.framing);
+                self.decoder.set_framing(self.framing);
             }
             (other, _) => return Err(ClientError::Protocol(format!("expected ICResp, got {other:?}"))),
         }
-        Ok(client)
+        Ok(())
+    }
+
+    /// Change the timeout of every later socket read.
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        self.stream.set_read_timeout(Some(timeout))?;
+        Ok(())
     }
 
     /// The negotiated framing.
