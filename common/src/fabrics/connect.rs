@@ -91,12 +91,7 @@ impl Connect {
     /// answers Connect Incompatible Format), `sqsize` (0 is invalid), `sgl1.length` (must be 1024), or
     /// an [`SglDescriptor`] field. See [`connect_error_response`].
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        if sqe.opcode != FABRICS {
-            return Err(WireError::invalid(STRUCTURE, "opcode", sqe.opcode, "0x7f (fabrics)"));
-        }
-        if sqe.fctype() != fctype::CONNECT {
-            return Err(WireError::invalid(STRUCTURE, "fctype", sqe.fctype(), "0x01 (Connect)"));
-        }
+        sqe.expect_fabrics(fctype::CONNECT, STRUCTURE, "0x01 (Connect)")?;
         #[allow(clippy::cast_possible_truncation)] // splitting dwords into their 16- and 8-bit fields
         let (recfmt, qid, sqsize, cattr) =
             (sqe.cdw10 as u16, (sqe.cdw10 >> 16) as u16, sqe.cdw11 as u16, (sqe.cdw11 >> 16) as u8);

@@ -24,12 +24,7 @@ impl Disconnect {
     /// Parse a Disconnect SQE: opcode 0x7F, fctype 0x08, recfmt 0 (an error naming `recfmt` is answered
     /// with Connect Incompatible Format, as for Connect).
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        if sqe.opcode != FABRICS {
-            return Err(WireError::invalid(STRUCTURE, "opcode", sqe.opcode, "0x7f (fabrics)"));
-        }
-        if sqe.fctype() != fctype::DISCONNECT {
-            return Err(WireError::invalid(STRUCTURE, "fctype", sqe.fctype(), "0x08 (Disconnect)"));
-        }
+        sqe.expect_fabrics(fctype::DISCONNECT, STRUCTURE, "0x08 (Disconnect)")?;
         let recfmt = sqe.cdw10 & 0xffff;
         if recfmt != u32::from(DISCONNECT_RECFMT) {
             return Err(WireError::invalid(STRUCTURE, "recfmt", recfmt, "0"));

@@ -118,21 +118,6 @@ impl Property {
     }
 }
 
-fn check_fabrics(
-    sqe: &SubmissionQueueEntry,
-    structure: &'static str,
-    want: u8,
-    allowed: &'static str,
-) -> Result<(), WireError> {
-    if sqe.opcode != FABRICS {
-        return Err(WireError::invalid(structure, "opcode", sqe.opcode, "0x7f (fabrics)"));
-    }
-    if sqe.fctype() != want {
-        return Err(WireError::invalid(structure, "fctype", sqe.fctype(), allowed));
-    }
-    Ok(())
-}
-
 fn attrib_byte(sqe: &SubmissionQueueEntry) -> u8 {
     sqe.cdw10.to_le_bytes()[0]
 }
@@ -150,7 +135,7 @@ impl PropertyGet {
     /// Parse a Property Get SQE. A reserved attrib size is an error naming `attrib.size`; the offset is
     /// checked separately by [`Self::property`].
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_fabrics(sqe, "PropertyGet", fctype::PROPERTY_GET, "0x04 (Property Get)")?;
+        sqe.expect_fabrics(fctype::PROPERTY_GET, "PropertyGet", "0x04 (Property Get)")?;
         Ok(PropertyGet { size: PropertySize::from_attrib("PropertyGet", attrib_byte(sqe))?, offset: sqe.cdw11 })
     }
 
@@ -193,7 +178,7 @@ impl PropertySet {
     /// Parse a Property Set SQE. A reserved attrib size is an error naming `attrib.size`; the offset is
     /// checked separately by [`Self::property`].
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_fabrics(sqe, "PropertySet", fctype::PROPERTY_SET, "0x00 (Property Set)")?;
+        sqe.expect_fabrics(fctype::PROPERTY_SET, "PropertySet", "0x00 (Property Set)")?;
         Ok(PropertySet {
             size: PropertySize::from_attrib("PropertySet", attrib_byte(sqe))?,
             offset: sqe.cdw11,

@@ -4,7 +4,7 @@
 //! (Abort, Figures 141–143). Values were checked against Linux `include/linux/nvme.h`
 //! (`NVME_AER_*`, `NVME_AER_NOTICE_*`, `struct nvme_abort_cmd`).
 
-use super::identify::{check_opcode, high_half, low_half};
+use super::identify::{high_half, low_half};
 use super::log_page::lid;
 use super::opcode;
 use super::sqe::SubmissionQueueEntry;
@@ -23,7 +23,7 @@ pub struct KeepAlive;
 impl KeepAlive {
     /// The view of a Keep Alive SQE. Errors if the opcode is not Keep Alive.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(sqe, opcode::admin::KEEP_ALIVE, KEEP_ALIVE, "0x18 (Keep Alive)")?;
+        sqe.expect_opcode(opcode::admin::KEEP_ALIVE, KEEP_ALIVE, "0x18 (Keep Alive)")?;
         Ok(KeepAlive)
     }
 
@@ -41,8 +41,7 @@ pub struct AsyncEventRequest;
 impl AsyncEventRequest {
     /// The view of an Asynchronous Event Request SQE. Errors if the opcode is not 0x0C.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(
-            sqe,
+        sqe.expect_opcode(
             opcode::admin::ASYNC_EVENT_REQUEST,
             ASYNC_EVENT_REQUEST,
             "0x0C (Asynchronous Event Request)",
@@ -134,7 +133,7 @@ pub struct Abort {
 impl Abort {
     /// The view of an Abort SQE. Errors if the opcode is not Abort.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(sqe, opcode::admin::ABORT, ABORT, "0x08 (Abort)")?;
+        sqe.expect_opcode(opcode::admin::ABORT, ABORT, "0x08 (Abort)")?;
         Ok(Abort { sqid: low_half(sqe.cdw10), cid: high_half(sqe.cdw10) })
     }
 

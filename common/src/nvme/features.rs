@@ -8,7 +8,7 @@
 //! completion, with the same layout; the [`Feature`] trait converts both ways. The Host Identifier is
 //! the exception: its value travels as data (8 or 16 bytes), see [`HostIdentifier`].
 
-use super::identify::{check_opcode, high_half, low_byte, low_half};
+use super::identify::{high_half, low_byte, low_half};
 use super::opcode;
 use super::sqe::SubmissionQueueEntry;
 use crate::wire::{fixed, fixed_mut, WireError};
@@ -108,7 +108,7 @@ impl GetFeatures {
     /// The view of a Get Features SQE. Errors if the opcode is not Get Features or SEL is reserved
     /// (4..=7).
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(sqe, opcode::admin::GET_FEATURES, GET_FEATURES, "0x0A (Get Features)")?;
+        sqe.expect_opcode(opcode::admin::GET_FEATURES, GET_FEATURES, "0x0A (Get Features)")?;
         Ok(GetFeatures {
             nsid: sqe.nsid,
             fid: low_byte(sqe.cdw10),
@@ -151,7 +151,7 @@ impl SetFeatures {
 
     /// The view of a Set Features SQE. Errors if the opcode is not Set Features.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(sqe, opcode::admin::SET_FEATURES, SET_FEATURES, "0x09 (Set Features)")?;
+        sqe.expect_opcode(opcode::admin::SET_FEATURES, SET_FEATURES, "0x09 (Set Features)")?;
         Ok(SetFeatures {
             nsid: sqe.nsid,
             fid: low_byte(sqe.cdw10),

@@ -70,7 +70,7 @@ impl Identify {
 
     /// The view of an Identify SQE. Errors if the opcode is not Identify.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(sqe, opcode::admin::IDENTIFY, IDENTIFY, "0x06 (Identify)")?;
+        sqe.expect_opcode(opcode::admin::IDENTIFY, IDENTIFY, "0x06 (Identify)")?;
         Ok(Identify {
             nsid: sqe.nsid,
             cns: low_byte(sqe.cdw10),
@@ -87,20 +87,6 @@ impl Identify {
         sqe.cdw10 = u32::from(self.cns) | (u32::from(self.cntid) << 16);
         sqe.cdw11 = u32::from(self.cnssid) | (u32::from(self.csi) << 24);
         sqe
-    }
-}
-
-/// Errors unless `sqe.opcode == want`. Shared by the admin command views.
-pub(crate) fn check_opcode(
-    sqe: &SubmissionQueueEntry,
-    want: u8,
-    structure: &'static str,
-    allowed: &'static str,
-) -> Result<(), WireError> {
-    if sqe.opcode == want {
-        Ok(())
-    } else {
-        Err(WireError::invalid(structure, "opcode", sqe.opcode, allowed))
     }
 }
 

@@ -37,14 +37,6 @@ pub fn is_invalid_opcode(err: &WireError) -> bool {
     matches!(err, WireError::InvalidField { field, .. } if *field == OPCODE_FIELD)
 }
 
-fn check_opcode(sqe: &SubmissionQueueEntry, want: u8, structure: &'static str) -> Result<(), WireError> {
-    if sqe.opcode == want {
-        Ok(())
-    } else {
-        Err(WireError::invalid(structure, OPCODE_FIELD, sqe.opcode, "the command's own opcode"))
-    }
-}
-
 /// Number of logical blocks a 0's based NLB describes.
 fn blocks_of(nlb: u16) -> u32 {
     u32::from(nlb) + 1
@@ -92,7 +84,7 @@ macro_rules! rw_command {
 
             /// Parse from an SQE whose opcode is [`Self::OPCODE`]. Reserved bits are ignored.
             pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-                check_opcode(sqe, Self::OPCODE, stringify!($name))?;
+                sqe.expect_opcode(Self::OPCODE, stringify!($name), "the command's own opcode")?;
                 let cdw12 = sqe.cdw12;
                 #[allow(clippy::cast_possible_truncation)] // each value is masked to its field width first
                 Ok($name {
@@ -178,7 +170,7 @@ impl Flush {
 
     /// Parse from an SQE whose opcode is Flush.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(sqe, Self::OPCODE, "Flush")?;
+        sqe.expect_opcode(Self::OPCODE, "Flush", "the command's own opcode")?;
         Ok(Flush { nsid: sqe.nsid })
     }
 
@@ -219,7 +211,7 @@ impl WriteZeroes {
 
     /// Parse from an SQE whose opcode is Write Zeroes. Reserved bits (and PRINFO) are ignored.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(sqe, Self::OPCODE, "WriteZeroes")?;
+        sqe.expect_opcode(Self::OPCODE, "WriteZeroes", "the command's own opcode")?;
         #[allow(clippy::cast_possible_truncation)] // NLB is masked to 16 bits
         Ok(WriteZeroes {
             nsid: sqe.nsid,
@@ -292,7 +284,7 @@ impl DatasetManagement {
 
     /// Parse from an SQE whose opcode is Dataset Management. Reserved bits are ignored.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(sqe, Self::OPCODE, "DatasetManagement")?;
+        sqe.expect_opcode(Self::OPCODE, "DatasetManagement", "the command's own opcode")?;
         #[allow(clippy::cast_possible_truncation)] // NR is masked to 8 bits
         Ok(DatasetManagement {
             nsid: sqe.nsid,

@@ -10,8 +10,8 @@
 //! end of the page and never panics, whatever the offset.
 
 use super::identify::{
-    check_list_nsid, check_opcode, high_half, le128, low_byte, low_half, put128, put_nsid_list, top_byte,
-    NamespaceIdList, NsidSet, NSID_BROADCAST,
+    check_list_nsid, high_half, le128, low_byte, low_half, put128, put_nsid_list, top_byte, NamespaceIdList, NsidSet,
+    NSID_BROADCAST,
 };
 use super::opcode;
 use super::sqe::SubmissionQueueEntry;
@@ -97,7 +97,7 @@ impl GetLogPage {
 
     /// The view of a Get Log Page SQE. Errors if the opcode is not Get Log Page.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
-        check_opcode(sqe, opcode::admin::GET_LOG_PAGE, GET_LOG_PAGE, "0x02 (Get Log Page)")?;
+        sqe.expect_opcode(opcode::admin::GET_LOG_PAGE, GET_LOG_PAGE, "0x02 (Get Log Page)")?;
         let lsp_rae = sqe.cdw10.to_le_bytes()[1];
         Ok(GetLogPage {
             nsid: sqe.nsid,

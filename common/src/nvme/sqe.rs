@@ -150,6 +150,26 @@ impl SubmissionQueueEntry {
         (self.nsid & 0xff) as u8
     }
 
+    /// Errors naming `structure.opcode` unless the opcode is `want`; `allowed` says what was expected. Every
+    /// command view starts its parse with this (or [`Self::expect_fabrics`]).
+    pub fn expect_opcode(&self, want: u8, structure: &'static str, allowed: &'static str) -> Result<(), WireError> {
+        if self.opcode == want {
+            Ok(())
+        } else {
+            Err(WireError::invalid(structure, "opcode", self.opcode, allowed))
+        }
+    }
+
+    /// Errors naming `structure.opcode` or `structure.fctype` unless this is the fabrics command `fctype`.
+    pub fn expect_fabrics(&self, fctype: u8, structure: &'static str, allowed: &'static str) -> Result<(), WireError> {
+        self.expect_opcode(super::opcode::FABRICS, structure, "0x7f (fabrics)")?;
+        if self.fctype() == fctype {
+            Ok(())
+        } else {
+            Err(WireError::invalid(structure, "fctype", self.fctype(), allowed))
+        }
+    }
+
     /// Data transfer length SGL1 describes, or 0 for a command without data.
     pub fn data_length(&self) -> Result<u32, WireError> {
         Ok(self.sgl1()?.length())
