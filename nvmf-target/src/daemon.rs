@@ -13,6 +13,7 @@ use nvmf_config::TargetConfig;
 use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
 use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams, Target, TargetError, TargetParams};
 use crate::listener::{Acceptor, ListenerError, TcpListenerSpec};
+use crate::metrics::{ConnectionCounter, MetricsError, MetricsServer, TargetCollector};
 use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
 use crate::tcp::TcpTransportConfig;
 
@@ -39,6 +40,9 @@ pub enum StartError {
     /// A listener could not be opened.
     #[error(transparent)]
     Listener(#[from] ListenerError),
+    /// The metrics endpoint could not start.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
     /// A transport this build does not serve yet.
     #[error("listener {0}: the RDMA transport is not implemented yet; use tcp://")]
     UnsupportedTransport(String),
@@ -51,6 +55,7 @@ pub struct RunningTarget {
     reactors: Arc<Vec<ReactorHandle>>,
     acceptor: Acceptor,
     storages: Vec<Arc<Storage>>,
+    metrics: Option<MetricsServer>,
 }
 
 /// Open the storage of every namespace, start `config.reactors.threads` reactors and listen on every listener.
@@ -149,7 +154,25 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
             return Err(e.into());
         }
     };
-    Ok(RunningTarget { target, reactors, acceptor, storages })
+    let metrics = match config.metrics.listen {
+        None => None,
+        Some(listen) => {
+            let connections = reactors
+                .iter()
+                .map(|r| ConnectionCounter { transport: "tcp", count: r.connection_counter() })
+                .collect();
+            let collector = TargetCollector::new(Arc::clone(&target), connections);
+            match MetricsServer::start(listen, crate::metrics::registry(collector)) {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    acceptor.stop();
+                    stop_reactors(reactors);
+                    return Err(e.into());
+                }
+            }
+        }
+    };
+    Ok(RunningTarget { target, reactors, acceptor, storages, metrics })
 }
 
 fn stop_reactors(reactors: Arc<Vec<ReactorHandle>>) {
@@ -170,6 +193,11 @@ impl RunningTarget {
         self.acceptor.local_addrs()
     }
 
+    /// The address the metrics endpoint is bound to, when `[metrics] listen` is set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(MetricsServer::local_addr)
+    }
+
     /// Connections served now, over all reactors.
     pub fn connections(&self) -> usize {
         self.reactors.iter().map(ReactorHandle::connections).sum()
@@ -178,7 +206,10 @@ impl RunningTarget {
     /// Stop: close the listeners, end every association (in-flight storage ops complete first), then flush every
     /// namespace's storage so that acknowledged writes are durable.
     pub fn shutdown(self) {
-        let RunningTarget { acceptor, reactors, storages, .. } = self;
+        let RunningTarget { acceptor, reactors, storages, metrics, .. } = self;
+        if let Some(metrics) = metrics {
+            metrics.stop();
+        }
         acceptor.stop();
         stop_reactors(reactors);
         for storage in storages {
@@ -207,6 +238,9 @@ pub fn print_ready(config: &TargetConfig, running: &RunningTarget) {
             .collect();
         println!("nvmf-target: subsystem {} ({})", s.nqn, namespaces.join(", "));
         println!("nvmf-target: connect with: nvme connect -t tcp -a {} -s {} -n {}", first.ip(), first.port(), s.nqn);
+    }
+    if let Some(addr) = running.metrics_addr() {
+        println!("nvmf-target: metrics on http://{addr}/metrics");
     }
     println!("nvmf-target: ready");
 }

@@ -11,6 +11,7 @@ pub mod controller;
 pub mod daemon;
 pub mod listener;
 pub mod logging;
+pub mod metrics;
 pub mod reactor;
 pub mod signals;
 pub mod tcp;

@@ -152,6 +152,11 @@ impl ReactorHandle {
         self.connections.load(Ordering::Relaxed)
     }
 
+    /// The counter behind [`ReactorHandle::connections`] (metrics read it at scrape time).
+    pub fn connection_counter(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        Arc::clone(&self.connections)
+    }
+
     /// Close every connection, wait for storage ops in flight, and end the thread.
     pub fn shutdown(mut self) {
         let _ = self.tx.send(Message::Shutdown);

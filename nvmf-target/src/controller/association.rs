@@ -518,6 +518,7 @@ impl Controller {
             ..ErrorInformationEntry::default()
         });
         self.lock().csts.cfs = true;
+        self.subsystem.metrics().keep_alive_expired();
         self.terminate();
     }
 

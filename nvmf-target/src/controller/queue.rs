@@ -44,6 +44,7 @@ use super::subsystem::NamespaceTable;
 use super::target::{Target, TransportInfo};
 use super::EventNotifier;
 use crate::backend::{BufferId, IoEngine, IoOp};
+use crate::metrics::{CommandKind, Completed, QueueRecorder};
 
 /// Bytes of Connect data.
 const CONNECT_DATA_LEN: u32 = 1024;
@@ -233,6 +234,8 @@ struct Slot {
     stage: u8,
     /// First error seen by the plan's storage ops.
     status: Status,
+    /// When the command capsule arrived (metrics: command latency).
+    arrival: Option<Instant>,
 }
 
 impl Slot {
@@ -262,6 +265,7 @@ impl Slot {
         cursor: 0,
         stage: 0,
         status: Status::SUCCESS,
+        arrival: None,
     };
 }
 
@@ -309,6 +313,8 @@ pub struct Queue {
     /// The slot of a Disconnect command: once released, the queue ends.
     disconnect_slot: Option<u16>,
     disconnected: bool,
+    /// Metrics counters while connected; dropping them (the queue ended) folds them into the subsystem's totals.
+    metrics: Option<QueueRecorder>,
 }
 
 /// Outcome of the Connect checks: the status and dword 0 to answer with.
@@ -345,6 +351,7 @@ impl Queue {
             notifier: None,
             disconnect_slot: None,
             disconnected: false,
+            metrics: None,
         }
     }
 
@@ -438,7 +445,8 @@ impl Queue {
         };
         self.activity = true;
         self.advance_sq_head();
-        self.slots[usize::from(index)] = Slot { state: SlotState::Executing, sqe: *sqe, ..Slot::FREE };
+        self.slots[usize::from(index)] =
+            Slot { state: SlotState::Executing, sqe: *sqe, arrival: Some(Instant::now()), ..Slot::FREE };
         let id = SlotId(index);
         let kind = match &self.state {
             QueueState::Connected(a) => Some(a.kind),
@@ -592,6 +600,8 @@ impl Queue {
     /// I/O in flight are released when their completions arrive (the reactor keeps the queue until
     /// [`Queue::in_flight`] is 0). Idempotent.
     pub fn disconnect(&mut self, engine: &mut IoEngine) {
+        // Nothing completes on a dead queue: fold its counters into the subsystem's totals now.
+        self.metrics = None;
         match mem::replace(&mut self.state, QueueState::Dead) {
             QueueState::Connected(a) => match a.kind {
                 QueueKind::Admin => a.controller.terminate(),
@@ -691,6 +701,8 @@ impl Queue {
         let (table, generation) = association.controller.subsystem().namespaces_with_generation();
         self.table = table;
         self.table_generation = generation;
+        let io = association.kind != QueueKind::Admin;
+        self.metrics = Some(QueueRecorder::new(association.controller.subsystem().metrics(), io));
         self.state = QueueState::Connected(association);
     }
 
@@ -723,7 +735,31 @@ impl Queue {
         CompletionQueueEntry { dw0, dw1, sqhd: self.sq_head, sqid, cid: s.sqe.cid, phase: false, status }
     }
 
+    /// Count a completing command in the queue's metrics (after a namespace's first command: no lock, no
+    /// allocation).
+    fn count(&mut self, id: SlotId, status: Status) {
+        let Some(recorder) = self.metrics.as_mut() else { return };
+        let s = &self.slots[usize::from(id.0)];
+        let io = recorder.is_io();
+        let (bytes_read, bytes_written) = match s.plan {
+            Plan::Read { len, .. } if status.is_success() => (u64::from(len), 0),
+            Plan::Write { len, .. } if status.is_success() => (0, u64::from(len)),
+            _ => (0, 0),
+        };
+        let completed = Completed {
+            kind: CommandKind::of(&s.sqe, io),
+            nsid: io.then_some(s.sqe.nsid),
+            latency: s.arrival.map(|t| t.elapsed()),
+            bytes_read,
+            bytes_written,
+            status,
+        };
+        let table = &self.table;
+        recorder.record(&completed, |nsid| table.get(nsid).is_some());
+    }
+
     fn respond_ok(&mut self, id: SlotId, dw0: u32, dw1: u32, data: Option<(BufferId, u32)>) -> Step {
+        self.count(id, Status::SUCCESS);
         let cqe = self.cqe(id, Status::SUCCESS, dw0, dw1);
         self.slot(id).state = SlotState::Responding;
         Step::Respond { slot: id, cqe, data }
@@ -731,6 +767,7 @@ impl Queue {
 
     fn respond_err(&mut self, engine: &mut IoEngine, id: SlotId, status: Status, dw0: u32) -> Step {
         self.release_buffers(engine, id);
+        self.count(id, status);
         let cqe = self.cqe(id, status, dw0, 0);
         let sqe = self.slot(id).sqe;
         self.slot(id).state = SlotState::Responding;

@@ -20,6 +20,7 @@ use nvmf_common::fabrics::nqn::{validate_nqn, DISCOVERY_NQN};
 
 use super::association::Controller;
 use crate::backend::Storage;
+use crate::metrics::SubsystemMetrics;
 
 /// The controller IDs a dynamic controller may get (NVMe Base 2.0 §3.1.2: 0xFFF0..=0xFFFF are reserved).
 pub const CNTLID_RANGE: RangeInclusive<u16> = 1..=0xFFEF;
@@ -334,6 +335,8 @@ pub struct Subsystem {
     namespaces: RwLock<Arc<NamespaceTable>>,
     generation: AtomicU64,
     registry: Mutex<Registry>,
+    /// Counters of the subsystem's queues (metrics); never touched per command.
+    metrics: Arc<SubsystemMetrics>,
 }
 
 fn check_text(subsystem: &str, field: &'static str, value: &str, max: usize) -> Result<(), SubsystemError> {
@@ -384,6 +387,7 @@ impl Subsystem {
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
             generation: AtomicU64::new(0),
             registry: Mutex::new(Registry { controllers: BTreeMap::new(), next_cntlid: start }),
+            metrics: Arc::default(),
             nqn,
         };
         let mut table = Vec::with_capacity(namespaces.len());
@@ -411,7 +415,13 @@ impl Subsystem {
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
             generation: AtomicU64::new(0),
             registry: Mutex::new(Registry { controllers: BTreeMap::new(), next_cntlid: *CNTLID_RANGE.start() }),
+            metrics: Arc::default(),
         })
+    }
+
+    /// The subsystem's metrics (counters of its queues, live and ended).
+    pub fn metrics(&self) -> &Arc<SubsystemMetrics> {
+        &self.metrics
     }
 
     /// Subsystem NQN.

@@ -1,0 +1,312 @@
+//! [`TargetCollector`]: a `prometheus-client` [`Collector`] that reads the target's counters at scrape time
+//! (subsystem totals, live controllers, connections per transport) and encodes the metric families; and
+//! [`Format`]/[`render`], the two text expositions. Runs on the metrics thread; takes each subsystem's metrics
+//! lock briefly, never a reactor's.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
+use crate::controller::Target;
+
+/// Live connections of one transport, as a reactor counts them.
+#[derive(Debug, Clone)]
+pub struct ConnectionCounter {
+    /// `transport` label value (`tcp`, `rdma`).
+    pub transport: &'static str,
+    /// Connections served now.
+    pub count: Arc<AtomicUsize>,
+}
+
+/// Reads the target's counters on each scrape.
+#[derive(Debug)]
+pub struct TargetCollector {
+    target: Arc<Target>,
+    connections: Vec<ConnectionCounter>,
+}
+
+/// One subsystem as a scrape sees it.
+#[derive(Debug)]
+struct SubsystemView {
+    nqn: String,
+    controllers: usize,
+    keep_alive_expiries: u64,
+    active: Vec<u32>,
+    totals: Totals,
+}
+
+/// The `namespace` label value of commands that named no namespace.
+const NO_NAMESPACE: &str = "0";
+
+impl TargetCollector {
+    /// A collector over `target`'s subsystems (and the discovery subsystem when enabled) and the given
+    /// connection counters (summed per transport).
+    pub fn new(target: Arc<Target>, connections: Vec<ConnectionCounter>) -> Self {
+        TargetCollector { target, connections }
+    }
+
+    fn subsystems(&self) -> Vec<SubsystemView> {
+        let mut subsystems = self.target.subsystems();
+        if self.target.params().discovery_enabled {
+            subsystems.push(Arc::clone(self.target.discovery_subsystem()));
+        }
+        subsystems
+            .iter()
+            .map(|s| SubsystemView {
+                nqn: s.nqn().to_owned(),
+                controllers: s.controllers().len(),
+                keep_alive_expiries: s.metrics().keep_alive_expiries(),
+                active: s.namespaces().iter().map(|ns| ns.nsid()).collect(),
+                totals: s.metrics().totals(),
+            })
+            .collect()
+    }
+
+    fn connections_by_transport(&self) -> Vec<(&'static str, usize)> {
+        let mut by: Vec<(&'static str, usize)> = Vec::new();
+        for c in &self.connections {
+            let n = c.count.load(Ordering::Relaxed);
+            match by.iter_mut().find(|(t, _)| *t == c.transport) {
+                Some((_, total)) => *total += n,
+                None => by.push((c.transport, n)),
+            }
+        }
+        by
+    }
+}
+
+/// The series of one subsystem's command counters: (namespace label, snapshot, namespace is active).
+fn command_series(view: &SubsystemView) -> Vec<(String, &CommandSnapshot, bool)> {
+    let mut series = vec![(NO_NAMESPACE.to_owned(), &view.totals.unattributed, false)];
+    for (nsid, snapshot) in &view.totals.namespaces {
+        series.push((nsid.to_string(), snapshot, view.active.contains(nsid)));
+    }
+    series
+}
+
+/// Whether to export the `(namespace, kind)` series: it has counts, or it is an NVM command of an active
+/// namespace (exported at 0 so that rates work from the first scrape).
+fn exported(snapshot: &CommandSnapshot, kind: CommandKind, active: bool) -> bool {
+    snapshot.kind(kind).commands > 0 || (active && kind.is_io() && kind != CommandKind::Other)
+}
+
+fn counter(m: &mut MetricEncoder<'_>, labels: &[(&str, &str)], value: u64) -> fmt::Result {
+    m.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(&value, None)
+}
+
+fn gauge(m: &mut MetricEncoder<'_>, labels: &[(&str, &str)], value: u64) -> fmt::Result {
+    m.encode_family(&labels)?.encode_gauge(&value)
+}
+
+/// Nanoseconds as seconds (precision loss beyond 2^53 ns, about 104 days of summed latency, is acceptable).
+#[allow(clippy::cast_precision_loss)]
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+impl Collector for TargetCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let subsystems = self.subsystems();
+        // Active namespaces with no counts yet still get their zero series.
+        let zero = CommandSnapshot::default();
+        let series: Vec<Vec<(String, &CommandSnapshot, bool)>> = subsystems
+            .iter()
+            .map(|v| {
+                let mut s = command_series(v);
+                for nsid in &v.active {
+                    if !v.totals.namespaces.contains_key(nsid) {
+                        s.push((nsid.to_string(), &zero, true));
+                    }
+                }
+                s
+            })
+            .collect();
+
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_build",
+                "Build information of the running nvmf-target.",
+                None,
+                MetricType::Info,
+            )?;
+            m.encode_info(&[("version", env!("CARGO_PKG_VERSION"))])?;
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_connections",
+                "Transport connections served now (one per queue, before and after Connect).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (transport, n) in self.connections_by_transport() {
+                gauge(&mut m, &[("transport", transport)], u64::try_from(n).unwrap_or(u64::MAX))?;
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_controllers",
+                "Live controllers (associations) of each subsystem.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for v in &subsystems {
+                gauge(&mut m, &[("subsystem", &v.nqn)], u64::try_from(v.controllers).unwrap_or(u64::MAX))?;
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_commands",
+                "Commands completed, by subsystem, namespace (0: none named) and opcode.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (v, series) in subsystems.iter().zip(&series) {
+                for (ns, snapshot, active) in series {
+                    for kind in CommandKind::ALL {
+                        if exported(snapshot, kind, *active) {
+                            let labels = [("subsystem", v.nqn.as_str()), ("namespace", ns), ("opcode", kind.label())];
+                            counter(&mut m, &labels, snapshot.kind(kind).commands)?;
+                        }
+                    }
+                }
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_bytes",
+                "Bytes transferred by successful Reads (direction=read) and Writes (direction=write).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (v, series) in subsystems.iter().zip(&series) {
+                for (ns, snapshot, active) in series {
+                    if !active && snapshot.bytes_read == 0 && snapshot.bytes_written == 0 {
+                        continue;
+                    }
+                    for (direction, value) in [("read", snapshot.bytes_read), ("write", snapshot.bytes_written)] {
+                        let labels = [("subsystem", v.nqn.as_str()), ("namespace", ns), ("direction", direction)];
+                        counter(&mut m, &labels, value)?;
+                    }
+                }
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_command_latency_seconds",
+                "Time from a command capsule's arrival to its response being queued (AERs excluded).",
+                None,
+                MetricType::Histogram,
+            )?;
+            let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(LATENCY_BOUNDS_NS.len() + 1);
+            for (v, series) in subsystems.iter().zip(&series) {
+                for (ns, snapshot, active) in series {
+                    for kind in CommandKind::ALL {
+                        if !kind.has_latency() || !exported(snapshot, kind, *active) {
+                            continue;
+                        }
+                        let k = snapshot.kind(kind);
+                        buckets.clear();
+                        buckets.extend(
+                            LATENCY_BOUNDS_NS.iter().map(|&b| seconds(b)).chain([f64::INFINITY]).zip(k.buckets),
+                        );
+                        let labels = [("subsystem", v.nqn.as_str()), ("namespace", ns), ("opcode", kind.label())];
+                        m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                            seconds(k.latency_sum_ns),
+                            k.latency_count(),
+                            &buckets,
+                            None,
+                        )?;
+                    }
+                }
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_errors",
+                "Commands completed with an error status, by subsystem and status name.",
+                None,
+                MetricType::Counter,
+            )?;
+            for v in &subsystems {
+                for (&code, &n) in &v.totals.errors {
+                    let name = status_label(code);
+                    counter(&mut m, &[("subsystem", v.nqn.as_str()), ("status", &name)], n)?;
+                }
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_keep_alive_expiries",
+                "Associations ended because the host sent no command within the Keep Alive Timeout.",
+                None,
+                MetricType::Counter,
+            )?;
+            for v in &subsystems {
+                counter(&mut m, &[("subsystem", &v.nqn)], v.keep_alive_expiries)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `status` label of an error code: the spec's name (`Status::name`), else `SCT_x_SC_yy`.
+fn status_label(code: u16) -> String {
+    if code == OVERFLOW_CODE {
+        return "OTHER".to_owned();
+    }
+    let status = code_status(code);
+    match status.name() {
+        Some(name) => name.to_owned(),
+        None => format!("SCT_{:X}_SC_{:02X}", status.sct() as u8, status.sc()),
+    }
+}
+
+/// A text exposition format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4 (what `promtool check metrics` parses).
+    Prometheus,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format a scraper's `Accept` header asks for: OpenMetrics when it names it, else Prometheus text.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        match accept {
+            Some(a) if a.to_ascii_lowercase().contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+
+    /// The response's `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// Encode everything `registry` holds in `format`.
+pub fn render(registry: &Registry, format: Format) -> Result<String, fmt::Error> {
+    let mut out = String::with_capacity(16 << 10);
+    match format {
+        Format::Prometheus => prometheus_client::encoding::prometheus_text::encode(&mut out, registry)?,
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, registry)?,
+    }
+    Ok(out)
+}
+
+/// A registry holding `collector` alone.
+pub fn registry(collector: TargetCollector) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(collector));
+    registry
+}

@@ -1,0 +1,39 @@
+//! Prometheus metrics of the target.
+//!
+//! What it owns: the per-queue counters every connected [`Queue`](crate::controller::Queue) writes as its
+//! commands complete ([`QueueRecorder`]), the per-subsystem totals that keep the counts of ended queues
+//! ([`SubsystemMetrics`], one per [`Subsystem`](crate::controller::Subsystem)), the scrape-time collector
+//! ([`TargetCollector`]) and the HTTP endpoint ([`MetricsServer`], `GET /metrics`, `GET /healthz`).
+//!
+//! Exported families (Prometheus text 0.0.4 by default, OpenMetrics 1.0 when the scraper's `Accept` asks):
+//! - `nvmf_target_build_info{version}` — 1.
+//! - `nvmf_target_connections{transport}` — transport connections served now (gauge).
+//! - `nvmf_target_controllers{subsystem}` — live controllers (gauge).
+//! - `nvmf_target_commands_total{subsystem,namespace,opcode}` — commands completed, any status.
+//! - `nvmf_target_bytes_total{subsystem,namespace,direction="read|write"}` — data of successful Reads/Writes.
+//! - `nvmf_target_command_latency_seconds{subsystem,namespace,opcode}` — histogram, capsule arrival to response
+//!   queued, buckets 10 µs .. 10 s (1-2.5-5 per decade); AERs are not observed (they wait for events).
+//! - `nvmf_target_errors_total{subsystem,status}` — completions with an error status, by `Status::name()`.
+//! - `nvmf_target_keep_alive_expiries_total{subsystem}` — associations ended by the Keep Alive Timer.
+//!
+//! `namespace="0"` holds commands that name no namespace of the subsystem: admin and fabrics commands, broadcast
+//! or invalid NSIDs. Commands are counted from the queue's Connect on (a refused Connect belongs to no subsystem
+//! and is not counted).
+//!
+//! Threads: a queue's counters are written by its reactor alone, with plain `Relaxed` load + store (no lock, no
+//! allocation, no string lookup per command); the scrape runs on the metrics thread and only loads them. Never
+//! blocks a reactor.
+
+mod collector;
+mod counters;
+mod http;
+
+#[cfg(test)]
+mod tests;
+
+pub use collector::{registry, render, ConnectionCounter, Format, TargetCollector};
+pub use counters::{
+    latency_bucket, CommandKind, CommandSnapshot, Completed, KindSnapshot, QueueRecorder, SubsystemMetrics, Totals,
+    ALL_KINDS, IO_KINDS, LATENCY_BOUNDS_NS, LATENCY_BUCKETS,
+};
+pub use http::{MetricsError, MetricsServer, MAX_REQUEST, REQUEST_TIMEOUT};
