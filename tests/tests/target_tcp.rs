@@ -337,6 +337,14 @@ fn async_event_completes_when_a_namespace_is_added() {
     let data = pattern(4096, 3);
     ok(Ok(write(a.io(), 3, 512, 8, &data, false)));
     assert_eq!(ok(Ok(read(a.io(), 3, 512, 8, 4096))).data, data);
+
+    // AERL + 1 (4) requests are held; one more exceeds the limit.
+    for _ in 0..4 {
+        send_command(&mut a.admin, AsyncEventRequest.to_sqe());
+    }
+    let c = a.admin.command(AsyncEventRequest.to_sqe(), None, 0).unwrap();
+    assert_status(&c, Status::ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED);
+    ok(a.admin.command(KeepAlive.to_sqe(), None, 0));
 }
 
 #[test]
@@ -442,9 +450,10 @@ fn keep_alive_expiry_closes_the_association() {
     let (mut admin, cntlid) = connect_admin(t.addr, SUBNQN, options(), 1000);
     enable(&mut admin);
     let mut io = connect_io(t.addr, SUBNQN, options(), cntlid, 1).expect("I/O queue");
-    // Keep Alive resets the timer: after 3 of them 600 ms apart (1.8 s in all) the association is alive.
+    // Keep Alive resets the timer: after 3 of them 400 ms apart (1.2 s in all, beyond the KATO) the association
+    // is alive.
     for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(600));
+        std::thread::sleep(Duration::from_millis(400));
         ok(admin.command(KeepAlive.to_sqe(), None, 0));
     }
     ok(Ok(read(&mut io, 1, 512, 0, 512)));
