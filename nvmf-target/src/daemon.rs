@@ -12,7 +12,7 @@ use nvmf_config::TargetConfig;
 
 use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
 use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams, Target, TargetError, TargetParams};
-use crate::listener::{Acceptor, ListenerError, TcpListenerSpec};
+use crate::listener::{Acceptor, BoundListeners, ListenerError, TcpListenerSpec};
 use crate::metrics::{ConnectionCounter, MetricsError, MetricsServer, TargetCollector};
 use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
 use crate::tcp::TcpTransportConfig;
@@ -93,7 +93,6 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     }
 
     let mut listener_specs = Vec::with_capacity(config.listeners.len());
-    let mut listener_params = Vec::with_capacity(config.listeners.len());
     for (i, l) in config.listeners.iter().enumerate() {
         let ListenerTransport::Tcp(options) = l.transport else {
             return Err(StartError::UnsupportedTransport(l.to_string()));
@@ -106,15 +105,22 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
             ..TcpTransportConfig::default()
         };
         listener_specs.push(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp) });
-        listener_params.push(ListenerParams {
-            port_id,
-            trtype: TransportType::Tcp,
-            adrfam: if l.address.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
-            traddr: l.address.ip().to_string(),
-            trsvcid: l.address.port().to_string(),
-            tsas: Tsas::Tcp { sectype: TcpSecurityType::None },
-        });
     }
+
+    // Bind before building the model so that the discovery log reports the ports the sockets really got.
+    let bound = BoundListeners::bind(&listener_specs)?;
+    let listener_params = listener_specs
+        .iter()
+        .zip(bound.local_addrs())
+        .map(|(spec, local)| ListenerParams {
+            port_id: spec.port_id,
+            trtype: TransportType::Tcp,
+            adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
+            traddr: local.ip().to_string(),
+            trsvcid: local.port().to_string(),
+            tsas: Tsas::Tcp { sectype: TcpSecurityType::None },
+        })
+        .collect();
 
     let limits = &config.limits;
     let target_params = TargetParams {
@@ -147,7 +153,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         }
     }
     let reactors = Arc::new(reactors);
-    let acceptor = match Acceptor::start(&listener_specs, Arc::clone(&reactors)) {
+    let acceptor = match Acceptor::start(bound, Arc::clone(&reactors)) {
         Ok(a) => a,
         Err(e) => {
             stop_reactors(reactors);

@@ -51,9 +51,19 @@ pub struct Acceptor {
     local: Vec<SocketAddr>,
 }
 
-impl Acceptor {
-    /// Bind every listener (failing if any cannot be bound) and start accepting for `reactors`.
-    pub fn start(specs: &[TcpListenerSpec], reactors: Arc<Vec<ReactorHandle>>) -> Result<Self, ListenerError> {
+/// Listening sockets bound but not yet accepting: binding first lets the discovery log report the ports the
+/// sockets really got (a spec may ask for port 0).
+#[derive(Debug)]
+pub struct BoundListeners {
+    poll: Poll,
+    waker: Arc<Waker>,
+    listeners: Vec<(TcpListener, TcpListenerSpec)>,
+    local: Vec<SocketAddr>,
+}
+
+impl BoundListeners {
+    /// Bind every listener, failing if any cannot be bound.
+    pub fn bind(specs: &[TcpListenerSpec]) -> Result<Self, ListenerError> {
         let poll = Poll::new().map_err(ListenerError::Os)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(ListenerError::Os)?);
         let mut listeners = Vec::with_capacity(specs.len());
@@ -67,6 +77,19 @@ impl Acceptor {
             local.push(listener.local_addr().map_err(ListenerError::Os)?);
             listeners.push((listener, spec.clone()));
         }
+        Ok(BoundListeners { poll, waker, listeners, local })
+    }
+
+    /// The bound addresses, in the order of the specs (a port 0 in a spec is replaced by the port chosen).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local
+    }
+}
+
+impl Acceptor {
+    /// Start accepting on `bound` for `reactors`.
+    pub fn start(bound: BoundListeners, reactors: Arc<Vec<ReactorHandle>>) -> Result<Self, ListenerError> {
+        let BoundListeners { poll, waker, listeners, local } = bound;
         let thread = std::thread::Builder::new()
             .name("nvmf-acceptor".into())
             .spawn(move || accept_loop(poll, listeners, &reactors))

@@ -68,27 +68,6 @@ impl Target {
         Target { running: Some(running), addr, config }
     }
 
-    /// Like [`Target::start`], but with a concrete port in the configuration, so that everything derived from
-    /// the configuration (the discovery log's TRSVCID) names it: the port of a socket bound to port 0 and closed
-    /// again, retried if another test takes it in between.
-    pub fn start_on_concrete_port(toml: &str) -> Target {
-        let mut config = TargetConfig::from_str(toml, "<test>").expect("test configuration is valid");
-        for attempt in 1.. {
-            let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind").port();
-            config.listeners[0].address.set_port(port);
-            match nvmf_target::daemon::start(&config) {
-                Ok(running) => {
-                    let addr = running.local_addrs()[0];
-                    assert_eq!(addr.port(), port);
-                    return Target { running: Some(running), addr, config };
-                }
-                Err(e) if attempt < 5 => eprintln!("port {port}: {e}; retrying"),
-                Err(e) => panic!("target does not start on a free port: {e}"),
-            }
-        }
-        unreachable!()
-    }
-
     /// The running target.
     pub fn running(&self) -> &RunningTarget {
         self.running.as_ref().expect("target running")
