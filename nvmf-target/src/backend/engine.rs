@@ -826,7 +826,7 @@ impl IoEngine {
     /// Ops pushed whose completion has not been delivered by `reap` yet.
     pub fn in_flight(&self) -> usize {
         // An op split into several NVMe commands counts once.
-        self.in_flight.len() - self.groups.parts + self.groups.len() + self.ready.len()
+        self.in_flight.len().saturating_sub(self.groups.parts) + self.groups.len() + self.ready.len()
     }
 
     /// An eventfd registered with the ring: readable when completions are ready. Register it with mio
@@ -1360,6 +1360,7 @@ mod tests {
         write_at(&mut big, &storage, offset, &data, false);
         assert!(read_at(&mut big, &storage, offset, 1 << 20) == data, "1 MiB read back");
         assert_eq!(big.in_flight(), 0);
+        println!("ring: {:?}", big.ring);
         println!("1 MiB write + read in {} commands each: ok", (1u32 << 20).div_ceil(max_transfer));
         let block_dev = dev.replacen("/dev/ng", "/dev/nvme", 1);
         let from_block_dev = std::fs::File::open(&block_dev).and_then(|f| {

@@ -1,8 +1,10 @@
 //! Storage backends and the per-reactor io_uring I/O engine.
 //!
 //! This module owns everything that touches namespace storage:
-//! - [`Storage`]: one namespace's storage (null, memory, regular file or block device), opened once at start and
-//!   shared by every reactor through an `Arc`. It knows its block size, capacity and capabilities.
+//! - [`Storage`]: one namespace's storage (null, memory, regular file, block device, or an NVMe namespace driven
+//!   with NVMe commands through its generic character device `/dev/ngXnY`), opened once at start and shared by
+//!   every reactor through an `Arc`. It knows its block size, capacity and capabilities. A passthrough drive's
+//!   failing NVMe status comes back inside the completion's `io::Error` ([`DriveStatus`], [`drive_status`]).
 //! - [`IoEngine`]: one per reactor thread. It owns one io_uring, a [`BufferPool`] of aligned data buffers registered
 //!   with that ring as fixed buffers, and an in-flight table that owns the association between a command's tag and
 //!   the buffer the kernel is using, so the kernel never holds memory we might free.
@@ -21,7 +23,8 @@
 //! lacks io_uring block discard (before 6.12), and the one-time probes done by [`Storage::open`].
 //!
 //! `unsafe` lives in two files: `pool.rs` (the mmap'd buffer region) and `ring.rs` (io_uring pushes and
-//! registrations, eventfd, ioctls/fallocate probes). Everything else is safe code.
+//! registrations, eventfd, ioctls/fallocate probes, NVMe passthrough ioctls and DSM range slots). Everything else
+//! is safe code (`nvme.rs` builds the passthrough commands).
 
 mod engine;
 mod error;
