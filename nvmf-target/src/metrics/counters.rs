@@ -442,7 +442,7 @@ pub struct Totals {
     pub unattributed: CommandSnapshot,
     /// By NSID.
     pub namespaces: BTreeMap<u32, CommandSnapshot>,
-    /// Errors by status code (SCT << 8 | SC; [`OVERFLOW_CODE`] for codes beyond a queue's table).
+    /// Errors by status code (SCT << 8 | SC; `OVERFLOW_CODE` for codes beyond a queue's table).
     pub errors: BTreeMap<u16, u64>,
 }
 
