@@ -12,3 +12,4 @@
 
 pub mod nvme_tcp_client;
 pub mod vm;
+pub mod workspace_bin;

@@ -18,6 +18,13 @@
 #   collect_logs [DIR]                        dmesg, nvmet configfs, nvme/rdma state -> DIR ($NVMF_VM_LOGS)
 #   step CMD...                               run CMD, log it with its status and duration
 #
+# Our target (nvmf-target, path in $NVMF_TARGET_BIN; tests/tests/vm_target.rs):
+#   nvmf_target_start NAME CONFIG [NETNS]     run it with CONFIG (in network namespace NETNS) until it is ready
+#   ctrl_of NQN                               the live controller (nvmeX) of the connected subsystem NQN
+#   metric SERIES [ADDR:PORT] [NETNS]         one value of its Prometheus endpoint (default 127.0.0.1:9420)
+#   fio_rw_verify DEV BS QD SIZE [ENGINE]     randwrite with crc32c verification of SIZE bytes, then a randread
+#                                             pass verifying the same blocks; prints the verified block counts
+#
 # Environment: NVMF_RDMA_ADDR (10.77.0.1, rxe0's address on dummy0), NVMF_VM_LOGS (a folder shared with the
 # host when the harness was given one, else /run/nvmf-logs).
 
@@ -195,4 +202,71 @@ collect_logs() {
       if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"; else echo "$f = $(head -c 200 "$f" 2>/dev/null | tr '\n' ' ')"; fi
     done > "$dir/nvmet-configfs.txt"
   fi
+}
+
+# --- our target ------------------------------------------------------------------------------------------
+
+nvmf_target_start() {
+  local name=$1 config=$2 netns=${3:-} log=$NVMF_VM_LOGS/$1.log pid
+  [ -x "${NVMF_TARGET_BIN:-}" ] || { fail "NVMF_TARGET_BIN (${NVMF_TARGET_BIN:-unset}) is not an executable"; return 1; }
+  if [ -n "$netns" ]; then
+    start_daemon "$name" ip netns exec "$netns" timeout 900 "$NVMF_TARGET_BIN" --config "$config"
+  else
+    start_daemon "$name" timeout 900 "$NVMF_TARGET_BIN" --config "$config"
+  fi
+  pid=$(cat "/run/nvmf-daemons/$name.pid")
+  if ! wait_until 60 _target_ready "$log" "$pid"; then
+    tail -n 30 "$log" >&2
+    fail "$name did not become ready"
+    return 1
+  fi
+  kill -0 "$pid" 2>/dev/null || { tail -n 30 "$log" >&2; fail "$name exited at start"; return 1; }
+  log "$name ready"
+}
+# Ready, or dead (then wait_until stops at once and the caller reports the log).
+_target_ready() { grep -q 'nvmf-target: ready' "$1" || ! kill -0 "$2" 2>/dev/null; }
+
+ctrl_of() {
+  local s c
+  for s in /sys/class/nvme-subsystem/*; do
+    [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+    for c in "$s"/nvme[0-9]*; do
+      [ -e "$c" ] || continue
+      c=${c##*/}
+      [[ $c =~ ^nvme[0-9]+$ ]] && [ "$(cat "/sys/class/nvme/$c/state" 2>/dev/null)" = live ] && { echo "$c"; return 0; }
+    done
+  done
+  return 1
+}
+
+metric() {
+  local series=$1 addr=${2:-127.0.0.1:9420} netns=${3:-}
+  if [ -n "$netns" ]; then
+    ip netns exec "$netns" curl -sf --max-time 10 "http://$addr/metrics"
+  else
+    curl -sf --max-time 10 "http://$addr/metrics"
+  fi | awk -v s="$series" '$1 == s { print $2; found = 1 } END { exit !found }'
+}
+
+# The "issued rwts: total=R,W,..." counts of a fio log, as "R W".
+_fio_issued() { sed -n 's/.*issued rwts: total=\([0-9]*\),\([0-9]*\),.*/\1 \2/p' "$1" | head -1; }
+
+fio_rw_verify() {
+  local dev=$1 bs=$2 qd=$3 size=$4 engine=${5:-libaio} out rc w r rr blocks
+  out=$NVMF_VM_LOGS/fio-$(basename "$dev")-$bs-qd$qd
+  local common=(--filename="$dev" --ioengine="$engine" --direct=1 --bs="$bs" --iodepth="$qd" --size="$size"
+    --verify=crc32c --verify_fatal=1 --group_reporting)
+  timeout 600 fio --name=write "${common[@]}" --rw=randwrite --do_verify=1 > "$out-write.log" 2>&1
+  rc=$?
+  [ $rc = 0 ] || { cat "$out-write.log" >&2; fail "fio randwrite+verify bs=$bs qd=$qd on $dev: rc=$rc"; return 1; }
+  timeout 600 fio --name=read "${common[@]}" --rw=randread > "$out-read.log" 2>&1
+  rc=$?
+  [ $rc = 0 ] || { cat "$out-read.log" >&2; fail "fio randread+verify bs=$bs qd=$qd on $dev: rc=$rc"; return 1; }
+  # total=READS,WRITES: the write job's reads are its verification.
+  read -r r w <<< "$(_fio_issued "$out-write.log")"
+  read -r rr _ <<< "$(_fio_issued "$out-read.log")"
+  blocks=$(($(numfmt --from=iec "$size") / $(numfmt --from=iec "$bs")))
+  echo "fio bs=$bs qd=$qd: wrote $w, verified $r after writing, $rr on randread (of $blocks)"
+  [ "${w:-0}" = "$blocks" ] && [ "${r:-0}" = "$blocks" ] && [ "${rr:-0}" = "$blocks" ] ||
+    { fail "fio bs=$bs qd=$qd: expected $blocks blocks written and verified twice"; return 1; }
 }
