@@ -71,8 +71,12 @@ impl Device {
         let cq = NonNull::new(cq).ok_or_else(|| {
             RdmaError::last("ibv_create_cq", format!("{} cqe {cqe} vector {comp_vector}", self.name()))
         })?;
+        // Soft-RoCE's provider copies the kernel's `ib_wc` flags verbatim (IB_WC_WITH_INVALIDATE is 1 << 2,
+        // where libibverbs has IBV_WC_IP_CSUM_OK; its IBV_WC_WITH_INV is 1 << 3): translate for rxe.
+        let kernel_wc_flags = self.query().is_ok_and(|a| a.vendor_id == RXE_VENDOR_ID);
         Ok(CompletionQueue {
             inner: Arc::new(CqInner { cq, _channel: channel.map(|c| c.inner.clone()), _device: self.clone() }),
+            kernel_wc_flags,
         })
     }
 }
@@ -135,6 +139,8 @@ pub struct CqKey(usize);
 /// A completion queue (`struct ibv_cq`). Queue pairs and shared receive queues using it keep it alive.
 pub struct CompletionQueue {
     pub(crate) inner: Arc<CqInner>,
+    /// The provider reports the kernel's `IB_WC_*` flag values (rxe).
+    kernel_wc_flags: bool,
 }
 
 pub(crate) struct CqInner {
@@ -188,7 +194,7 @@ impl CompletionQueue {
             let n = usize::try_from(n).map_err(|_| RdmaError::verb("ibv_poll_cq", -n, ""))?;
             for (slot, raw) in out[done..].iter_mut().zip(&wc[..n]) {
                 // SAFETY: the first `n` entries were written by ibv_poll_cq.
-                *slot = WorkCompletion::from_ffi(unsafe { raw.assume_init_ref() });
+                *slot = WorkCompletion::from_ffi(unsafe { raw.assume_init_ref() }, self.kernel_wc_flags);
             }
             done += n;
             if n < want {
@@ -234,6 +240,9 @@ pub struct WorkCompletion {
     pub invalidated_rkey: Option<u32>,
     /// The local queue pair the work request belonged to.
     pub qp_num: u32,
+    /// `ibv_wc_flags` (`IBV_WC_GRH`, `IBV_WC_WITH_IMM`, `IBV_WC_WITH_INV`, ...), translated from the kernel's
+    /// values for providers that report those (rxe).
+    pub wc_flags: u32,
     /// Vendor-specific error syndrome (with an error status).
     pub vendor_err: u32,
 }
@@ -248,6 +257,7 @@ impl Default for WorkCompletion {
             imm_data: None,
             invalidated_rkey: None,
             qp_num: 0,
+            wc_flags: 0,
             vendor_err: 0,
         }
     }
@@ -256,20 +266,32 @@ impl Default for WorkCompletion {
 const WC_WITH_IMM: u32 = ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0;
 const WC_WITH_INV: u32 = ffi::ibv_wc_flags::IBV_WC_WITH_INV.0;
 
+/// Soft-RoCE's vendor ID (`RXE_VENDOR_ID` in the kernel's rxe driver).
+const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
+
+/// The kernel's `enum ib_wc_flags` bits that differ from libibverbs' (`include/rdma/ib_verbs.h`).
+const IB_WC_WITH_INVALIDATE: u32 = 1 << 2;
+const IB_WC_IP_CSUM_OK: u32 = 1 << 3;
+
+/// Kernel `ib_wc_flags` to libibverbs `ibv_wc_flags`: GRH and WITH_IMM are the same bits, WITH_INVALIDATE and
+/// IP_CSUM_OK trade places; the rest (SMAC, VLAN, network header type) has no userspace meaning here.
+fn user_wc_flags(kernel: u32) -> u32 {
+    let mut f = kernel & (ffi::ibv_wc_flags::IBV_WC_GRH.0 | WC_WITH_IMM);
+    if kernel & IB_WC_WITH_INVALIDATE != 0 {
+        f |= WC_WITH_INV;
+    }
+    if kernel & IB_WC_IP_CSUM_OK != 0 {
+        f |= ffi::ibv_wc_flags::IBV_WC_IP_CSUM_OK.0;
+    }
+    f
+}
+
 impl WorkCompletion {
-    fn from_ffi(wc: &ffi::ibv_wc) -> Self {
+    fn from_ffi(wc: &ffi::ibv_wc, kernel_wc_flags: bool) -> Self {
         // SAFETY: both union members are u32; reading either is defined (the flags say which is meant).
         let raw = unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey };
-        WorkCompletion::from_parts(
-            wc.wr_id,
-            wc.status,
-            wc.opcode,
-            wc.byte_len,
-            raw,
-            wc.wc_flags,
-            wc.qp_num,
-            wc.vendor_err,
-        )
+        let flags = if kernel_wc_flags { user_wc_flags(wc.wc_flags) } else { wc.wc_flags };
+        WorkCompletion::from_parts(wc.wr_id, wc.status, wc.opcode, wc.byte_len, raw, flags, wc.qp_num, wc.vendor_err)
     }
 
     #[allow(clippy::too_many_arguments)] // one argument per ibv_wc field
@@ -292,6 +314,7 @@ impl WorkCompletion {
             imm_data: (wc_flags & WC_WITH_IMM != 0).then(|| u32::from_be(imm_or_rkey)),
             invalidated_rkey: (wc_flags & WC_WITH_INV != 0).then_some(imm_or_rkey),
             qp_num,
+            wc_flags,
             vendor_err,
         }
     }
@@ -454,6 +477,16 @@ mod tests {
         assert!(!wc.is_success());
         assert_eq!(wc.vendor_err, 0x42);
         assert_eq!((wc.imm_data, wc.invalidated_rkey), (None, None));
+    }
+
+    #[test]
+    fn kernel_wc_flags_translate_to_libibverbs_ones() {
+        // What rxe reported for a send with invalidate in the test VM: GRH | IB_WC_WITH_INVALIDATE.
+        assert_eq!(user_wc_flags(5), 1 | WC_WITH_INV);
+        assert_eq!(WC_WITH_INV, 8);
+        assert_eq!(user_wc_flags(2), WC_WITH_IMM);
+        assert_eq!(user_wc_flags(8), ffi::ibv_wc_flags::IBV_WC_IP_CSUM_OK.0);
+        assert_eq!(user_wc_flags(0x70), 0);
     }
 
     #[test]

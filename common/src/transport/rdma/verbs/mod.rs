@@ -17,6 +17,7 @@
 //! | [`CompletionQueue`] | `ibv_cq` | last of it and the QPs using it |
 //! | [`QueuePair`] | `ibv_qp` (RC) on its `rdma_cm_id` | `Drop` (QP, then the id) |
 //! | [`SharedReceiveQueue`] | `ibv_srq` | last of it and the QPs using it |
+//! | [`MemoryWindow`] | `ibv_mw` (type 2, bound by a work request) | `Drop` |
 //!
 //! Every handle keeps what it was created from alive through an `Arc` (a QP holds its PD, CQs and SRQ; a
 //! CQ its channel and device; a CM id its event channel), so verbs' destruction order holds whatever
@@ -54,6 +55,7 @@ mod cq;
 mod device;
 mod error;
 mod mr;
+mod mw;
 mod qp;
 
 use std::os::fd::RawFd;
@@ -66,6 +68,7 @@ pub use cq::{CompletionChannel, CompletionQueue, CqKey, WcOpcode, WcStatus, Work
 pub use device::{Device, DeviceAttributes, DeviceCapabilities};
 pub use error::{Errno, RdmaError};
 pub use mr::{AccessFlags, MemoryRegion, ProtectionDomain, RegionBuffer, Sge};
+pub use mw::{inc_rkey, MemoryWindow, MwBind};
 pub use qp::{QpCapabilities, QpInitAttr, QueuePair, RecvWr, SendOpcode, SendWr, SharedReceiveQueue};
 
 /// Set or clear `O_NONBLOCK` on `fd`; the error is an errno.

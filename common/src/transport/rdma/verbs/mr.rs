@@ -233,6 +233,10 @@ impl<B: RegionBuffer> MemoryRegion<B> {
         self.len
     }
 
+    pub(crate) fn raw(&self) -> NonNull<ffi::ibv_mr> {
+        self.mr
+    }
+
     /// Whether the region is empty (never: registration refuses empty buffers).
     pub fn is_empty(&self) -> bool {
         self.len == 0

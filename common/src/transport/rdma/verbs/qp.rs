@@ -14,6 +14,7 @@ use super::cm::CmId;
 use super::cq::{CompletionQueue, CqInner};
 use super::error::RdmaError;
 use super::mr::{PdInner, ProtectionDomain, Sge};
+use super::mw::MwBind;
 
 /// Queue sizes of a queue pair (`struct ibv_qp_cap`). After creation, [`QueuePair::caps`] holds what the
 /// device granted (at least what was asked).
@@ -165,6 +166,7 @@ impl QueuePair {
     /// which ends them all):
     /// - the memory regions its scatter/gather entries were cut from stay registered and alive (not
     ///   dropped), unless the request is [`SendWr::inline`] (the data is copied at post time);
+    /// - the memory window and region of a [`SendOpcode::BindMw`] stay alive;
     /// - the local memory it writes (the destination of an [`SendOpcode::RdmaRead`]) is not accessed
     ///   through any Rust reference, and the memory it reads (SEND and RDMA WRITE sources) is not written.
     ///
@@ -288,7 +290,7 @@ impl fmt::Debug for SharedReceiveQueue {
 
 /// The operation of a send queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendOpcode {
+pub enum SendOpcode<'a> {
     /// SEND: the peer receives the data into a posted receive.
     Send,
     /// SEND with invalidate: as SEND, and the peer invalidates `rkey` (a memory window or fast-registered
@@ -309,6 +311,11 @@ pub enum SendOpcode {
         /// The peer's key.
         rkey: u32,
     },
+    /// Bind a type 2 memory window over part of a region (no scatter/gather list); see
+    /// [`super::MemoryWindow::bind`].
+    BindMw(MwBind<'a>),
+    /// Invalidate one of our own rkeys (a memory window's) locally.
+    LocalInvalidate(u32),
 }
 
 /// A send queue work request (`struct ibv_send_wr`).
@@ -317,7 +324,7 @@ pub struct SendWr<'a> {
     /// Returned in the completion.
     pub wr_id: u64,
     /// The operation.
-    pub opcode: SendOpcode,
+    pub opcode: SendOpcode<'a>,
     /// Local memory: the data sent or written, or the destination of a read.
     pub sges: &'a [Sge],
     /// Produce a completion (`IBV_SEND_SIGNALED`).
@@ -331,7 +338,7 @@ pub struct SendWr<'a> {
 
 impl<'a> SendWr<'a> {
     /// A signaled work request with no other flags.
-    pub fn new(wr_id: u64, opcode: SendOpcode, sges: &'a [Sge]) -> Self {
+    pub fn new(wr_id: u64, opcode: SendOpcode<'a>, sges: &'a [Sge]) -> Self {
         SendWr { wr_id, opcode, sges, signaled: true, inline: false, solicited: false }
     }
 
@@ -413,6 +420,23 @@ impl Scratch {
                     w.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
                     w.wr.rdma = ffi::rdma_t { remote_addr, rkey };
                 }
+                SendOpcode::BindMw(b) => {
+                    w.opcode = ffi::ibv_wr_opcode::IBV_WR_BIND_MW;
+                    w.bind_mw_tso_union.bind_mw = ffi::bind_mw_t {
+                        mw: b.mw.as_ptr(),
+                        rkey: b.rkey,
+                        bind_info: ffi::ibv_mw_bind_info {
+                            mr: b.mr.as_ptr(),
+                            addr: b.addr,
+                            length: b.length,
+                            mw_access_flags: b.access,
+                        },
+                    };
+                }
+                SendOpcode::LocalInvalidate(rkey) => {
+                    w.opcode = ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                    w.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                }
             }
             self.send.push(w);
         }
@@ -465,6 +489,7 @@ impl Scratch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::rdma::verbs::AccessFlags;
 
     fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
         Sge { addr, length, lkey }
@@ -536,6 +561,28 @@ mod tests {
         let head = s.build_send(&wrs[1..2]).unwrap();
         // SAFETY: as above.
         assert!(unsafe { (*head).next }.is_null());
+    }
+
+    #[test]
+    fn memory_window_binds_and_local_invalidates_fill_their_unions() {
+        let bind = MwBind::for_test(0x4000, 8192, 0x1234_5601, AccessFlags::REMOTE_WRITE.0);
+        let wrs =
+            [SendWr::new(1, SendOpcode::BindMw(bind), &[]), SendWr::new(2, SendOpcode::LocalInvalidate(0x42), &[])];
+        let mut s = Scratch::default();
+        let head = s.build_send(&wrs).unwrap();
+        // SAFETY: the chain points into `s.send`; the unions hold plain data.
+        let (w0, w1) = unsafe { (&*head, &*(*head).next) };
+        assert_eq!((w0.opcode, w0.num_sge, w0.sg_list), (ffi::ibv_wr_opcode::IBV_WR_BIND_MW, 0, std::ptr::null_mut()));
+        // SAFETY: the bind_mw member was written for this opcode.
+        let b = unsafe { w0.bind_mw_tso_union.bind_mw };
+        assert_eq!(
+            (b.rkey, b.bind_info.addr, b.bind_info.length, b.bind_info.mw_access_flags),
+            (0x1234_5601, 0x4000, 8192, 2)
+        );
+        assert_eq!(w1.opcode, ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV);
+        // SAFETY: plain integer union.
+        assert_eq!(unsafe { w1.imm_data_invalidated_rkey_union.invalidated_rkey }, 0x42);
+        assert!(w1.next.is_null());
     }
 
     #[test]
