@@ -89,7 +89,7 @@ fn identify_controller_namespaces_and_descriptors() {
     assert_eq!(id.cntlid, cntlid);
     assert_eq!(id.cntrltype, IdentifyController::CNTRLTYPE_IO);
     assert!(id.namespace_attribute_notices(), "OAES namespace attribute notices");
-    assert!(id.kas > 0, "KAS");
+    assert_eq!(id.kas, 1, "KAS = [target] keep_alive_granularity_ms / 100 (default 100 ms)");
 
     // CNS 0: namespace 1 is 4 MiB of 512-byte blocks, namespace 2 8 MiB of 4 KiB blocks.
     for (nsid, blocks, lbads) in [(1, NS1_BLOCKS, 9), (2, 2048, 12)] {

@@ -22,7 +22,7 @@ use nvmf_common::nvme::log_page::{
 use nvmf_common::nvme::opcode::{admin as admin_op, io as io_op};
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::association::{Controller, EventKind, AERL, ELPE, KAS, VERSION};
+use super::association::{Controller, EventKind, AERL, ELPE, VERSION};
 use super::discovery::discovery_log_page;
 use super::subsystem::{Namespace, NamespaceTable};
 use super::target::{Target, TransportInfo};
@@ -191,7 +191,7 @@ pub(crate) fn identify_controller<'a>(ctx: &AdminContext<'a>) -> IdentifyControl
         aerl: AERL,
         lpa: IdentifyController::LPA_EXTENDED_DATA,
         elpe: ELPE,
-        kas: KAS,
+        kas: controller.kas(),
         maxcmd,
         sgls: sgl_support(ctx.transport),
         subnqn: subsystem.nqn(),

@@ -36,8 +36,9 @@ pub const AERL: u8 = 3;
 /// Error Information Log Entries, 0's based (ELPE): the newest 16 errors are kept.
 pub const ELPE: u8 = 15;
 
-/// Keep Alive Support (KAS) in 100 ms units: the timer's granularity. KATO is rounded up to a multiple of it.
-pub const KAS: u16 = 10;
+/// Default Keep Alive Support (KAS) in 100 ms units: the timer's granularity (1 s). KATO is rounded up to a
+/// multiple of it. [`TargetParams::kas`](super::TargetParams::kas) sets it.
+pub const DEFAULT_KAS: u16 = 10;
 
 /// CAP.TO: worst-case time for CSTS.RDY to follow CC.EN, in 500 ms units (we are immediate; hosts wait
 /// at most this long).
@@ -234,26 +235,30 @@ pub struct Controller {
     event_pending: AtomicBool,
     write_cache: AtomicBool,
     kato_ms: AtomicU32,
+    /// Keep Alive Support: the timer granularity in 100 ms units.
+    kas: u16,
     state: Mutex<ControllerState>,
 }
 
 /// KATO rounded up to the KAS granularity (0 stays 0: disabled).
-pub(crate) fn round_kato(kato_ms: u32) -> u32 {
-    let unit = u32::from(KAS) * 100;
+pub(crate) fn round_kato(kato_ms: u32, kas: u16) -> u32 {
+    let unit = u32::from(kas.max(1)) * 100;
     kato_ms.div_ceil(unit).saturating_mul(unit)
 }
 
 impl Controller {
-    /// A controller `cntlid` of `subsystem` for host `hostnqn`/`hostid`, disabled, with KATO `kato_ms`.
+    /// A controller `cntlid` of `subsystem` for host `hostnqn`/`hostid`, disabled, with KATO `kato_ms` and the
+    /// target's keep-alive granularity and I/O queue limit.
     pub(crate) fn new(
         cntlid: u16,
         subsystem: Arc<Subsystem>,
         hostnqn: &str,
         hostid: [u8; 16],
         kato_ms: u32,
-        max_io_queues: u16,
+        params: &super::TargetParams,
         write_cache: bool,
     ) -> Self {
+        let (kas, max_io_queues) = (params.kas, params.max_io_queues);
         let aec = if subsystem.is_discovery() {
             EventKind::DiscoveryLog.aec_bit()
         } else {
@@ -269,7 +274,8 @@ impl Controller {
             terminated: AtomicBool::new(false),
             event_pending: AtomicBool::new(false),
             write_cache: AtomicBool::new(write_cache),
-            kato_ms: AtomicU32::new(round_kato(kato_ms)),
+            kato_ms: AtomicU32::new(round_kato(kato_ms, kas)),
+            kas,
             state: Mutex::new(ControllerState {
                 cc: ControllerConfiguration::default(),
                 csts: ControllerStatus::default(),
@@ -331,6 +337,11 @@ impl Controller {
         self.io_epoch.load(Ordering::Acquire)
     }
 
+    /// Keep Alive Support (Identify KAS): the keep-alive timer's granularity in 100 ms units.
+    pub fn kas(&self) -> u16 {
+        self.kas
+    }
+
     /// Keep Alive Timeout in milliseconds (0: disabled), rounded up to KAS.
     pub fn kato_ms(&self) -> u32 {
         self.kato_ms.load(Ordering::Relaxed)
@@ -346,7 +357,7 @@ impl Controller {
     }
 
     pub(crate) fn set_kato(&self, kato_ms: u32) {
-        self.kato_ms.store(round_kato(kato_ms), Ordering::Relaxed);
+        self.kato_ms.store(round_kato(kato_ms, self.kas), Ordering::Relaxed);
     }
 
     /// Maximum I/O queues the target grants.

@@ -931,7 +931,6 @@ impl Queue {
             if connect.kato > params.kato_max_ms {
                 return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::KATO)));
             }
-            let max_io_queues = params.max_io_queues;
             let controller = subsystem
                 .register_controller(|cntlid| {
                     Arc::new(Controller::new(
@@ -940,7 +939,7 @@ impl Queue {
                         hostnqn,
                         data.hostid,
                         connect.kato,
-                        max_io_queues,
+                        params,
                         true,
                     ))
                 })

@@ -75,6 +75,9 @@ pub struct TargetParams {
     pub max_io_queues: u16,
     /// Largest Keep Alive Timeout a host may ask for, in milliseconds (Connect or Set Features).
     pub kato_max_ms: u32,
+    /// Keep Alive Support (Identify KAS): the keep-alive timer's granularity in 100 ms units, at least 1. The
+    /// reactor must poll queues at least this often.
+    pub kas: u16,
     /// Serve the discovery subsystem.
     pub discovery_enabled: bool,
     /// Listeners reported in the discovery log.
@@ -90,6 +93,7 @@ impl Default for TargetParams {
             max_queue_entries: 128,
             max_io_queues: 64,
             kato_max_ms: 600_000,
+            kas: super::association::DEFAULT_KAS,
             discovery_enabled: true,
             listeners: Vec::new(),
             serial: "nvmf-rs".to_owned(),
@@ -105,6 +109,9 @@ impl TargetParams {
         }
         if !(2..=MAX_QUEUE_ENTRIES).contains(&self.max_queue_entries) {
             return invalid("max_queue_entries", self.max_queue_entries.into(), "2..=32768");
+        }
+        if self.kas == 0 {
+            return invalid("kas", 0, "at least 1 (100 ms)");
         }
         if self.max_io_queues == 0 || self.max_io_queues == u16::MAX {
             return invalid("max_io_queues", self.max_io_queues.into(), "1..=65534");

@@ -611,7 +611,15 @@ fn identify_controller_over_rdma_reports_keyed_sgls() {
             queue_key: 5,
         },
     );
-    let controller = Controller::new(1, target.subsystem(SUBNQN).unwrap(), HOSTNQN, HOSTID, 0, 4, true);
+    let controller = Controller::new(
+        1,
+        target.subsystem(SUBNQN).unwrap(),
+        HOSTNQN,
+        HOSTID,
+        0,
+        &TargetParams { max_io_queues: 4, ..TargetParams::default() },
+        true,
+    );
     let ctx = admin::AdminContext {
         target: &target,
         controller: &controller,
