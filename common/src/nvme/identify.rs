@@ -31,6 +31,9 @@ pub mod cns {
     pub const ACTIVE_NAMESPACE_ID_LIST: u8 = 0x02;
     /// Namespace Identification Descriptor list for the NSID.
     pub const NAMESPACE_IDENTIFICATION_DESCRIPTOR_LIST: u8 = 0x03;
+    /// I/O Command Set specific Identify Controller data structure for the CSI in the command (for the NVM
+    /// command set: VSL, WZSL, WUSL, DMRL, DMRSL, DMSL; NVM Command Set 1.0 Figure 97).
+    pub const IO_COMMAND_SET_CONTROLLER: u8 = 0x06;
 }
 
 /// Command Set Identifier values (Base 2.0 Figure 286) used in Identify and Get Log Page.

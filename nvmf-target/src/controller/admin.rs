@@ -151,6 +151,13 @@ fn identify(ctx: &AdminContext<'_>, sqe: &SubmissionQueueEntry, out: &mut [u8]) 
             NamespaceIdentificationDescriptor::encode_list(&descriptors, &mut page)
                 .map_err(|_| Status::INTERNAL_ERROR.with_dnr())?;
         }
+        cns::IO_COMMAND_SET_CONTROLLER => {
+            // The NVM command set's limits (VSL, WZSL, WUSL, DMRL, DMRSL, DMSL) all 0: none reported beyond MDTS.
+            // Linux asks for it at every connect; an error would be logged as a failed command.
+            if id.csi != nvmf_common::nvme::identify::csi::NVM {
+                return Err(invalid_field());
+            }
+        }
         _ => return Err(invalid_field()),
     }
     let n = out.len().min(IDENTIFY_DATA_SIZE);

@@ -677,6 +677,16 @@ fn identify_namespaces() {
     assert_eq!(NamespaceIdentificationDescriptor::parse_list(&descs).unwrap().iter().count(), 3, "no EUI-64");
     assert_eq!(a.admin.identify(&mut a.engine, cns::NAMESPACE_IDENTIFICATION_DESCRIPTOR_LIST, 2).status(), invalid_ns);
 
+    // I/O Command Set specific Identify Controller: NVM (CSI 0) reports no limits beyond MDTS (all zero); other
+    // command sets are not served.
+    let nvm = a.admin.identify(&mut a.engine, cns::IO_COMMAND_SET_CONTROLLER, 0).ok().data;
+    assert_eq!(nvm.len(), 4096);
+    assert!(nvm.iter().all(|&b| b == 0));
+    let zoned =
+        Identify { csi: nvmf_common::nvme::identify::csi::ZONED, ..Identify::new(cns::IO_COMMAND_SET_CONTROLLER, 0) };
+    let sqe = with_sgl(zoned.to_sqe(), transport_data(4096));
+    assert_eq!(a.admin.run(&mut a.engine, sqe).status(), Status::INVALID_FIELD.with_dnr());
+
     // Unsupported CNS; Identify with in-capsule data (controller to host) or a short SGL.
     assert_eq!(a.admin.identify(&mut a.engine, 0x10, 0).status(), Status::INVALID_FIELD.with_dnr());
     let sqe = with_sgl(Identify::new(cns::CONTROLLER, 0).to_sqe(), in_capsule(0));
