@@ -1,2 +1,19 @@
-//! nvmf-host library. The controller logic lands with its issue; see ../shared/design/ARCHITECTURE.md.
+//! nvmf-host: the NVMe over Fabrics host library.
+//!
+//! - [`tcp`] — the NVMe/TCP queue pair (pipelined, poll-driven) and its I/O-thread driver.
+//! - [`controller`] — an association with one controller — bring-up (Connect, CC.EN/CSTS.RDY, Identify,
+//!   Number of Queues, I/O queue Connects), keep-alive, namespaces, blocking I/O wrappers, shutdown.
+//! - [`identity`] — the host NQN and host ID (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, or generated).
+//! - [`error`] — the error type, [`HostError`].
+//!
+//! See `shared/design/ARCHITECTURE.md` for where this sits.
 #![deny(missing_docs)]
+
+pub mod controller;
+pub mod error;
+pub mod identity;
+pub mod tcp;
+
+pub use controller::{ConnectOptions, Controller, ControllerInfo, NamespaceInfo};
+pub use error::HostError;
+pub use identity::HostIdentity;

@@ -1,0 +1,161 @@
+//! [`HostError`]: what went wrong on the host side of an association, and where.
+//!
+//! One enum for the library: every variant names the queue (QID) or the step that failed, so a log line
+//! or a CLI message says what happened without a backtrace. It is `Clone` because a failed queue hands the
+//! same error to every command that was outstanding on it and to every later submission.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use nvmf_common::nvme::Status;
+use nvmf_common::transport::tcp::{FatalErrorStatus, PduError};
+use nvmf_common::WireError;
+
+/// An error of the NVMe-oF host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    /// The TCP connection could not be opened.
+    #[error("connecting to {addr}: {kind:?}: {message}")]
+    ConnectFailed {
+        /// Where we tried to connect.
+        addr: SocketAddr,
+        /// The socket error kind.
+        kind: std::io::ErrorKind,
+        /// The socket error text.
+        message: String,
+    },
+    /// A socket operation failed on an established queue.
+    #[error("queue {qid}: {what}: {kind:?}: {message}")]
+    Io {
+        /// The queue.
+        qid: u16,
+        /// What the host was doing.
+        what: &'static str,
+        /// The socket error kind.
+        kind: std::io::ErrorKind,
+        /// The socket error text.
+        message: String,
+    },
+    /// ICReq/ICResp did not produce a usable connection (digest not granted, bad ICResp …).
+    #[error("queue {qid}: NVMe/TCP connection initialization: {reason}")]
+    Negotiation {
+        /// The queue.
+        qid: u16,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The controller sent bytes that are not a valid PDU (bad header field, header digest, PLEN beyond
+    /// what this host accepts …). Fatal for the queue.
+    #[error("queue {qid}: invalid PDU from the controller: {error}")]
+    Pdu {
+        /// The queue.
+        qid: u16,
+        /// The decoder's error (carries the Fatal Error Status the host reports).
+        error: PduError,
+    },
+    /// A well-formed PDU that breaks the protocol in this queue's state (unknown CCCID, data outside the
+    /// command's buffer, R2T for a read …). Fatal for the queue.
+    #[error("queue {qid}: protocol violation by the controller: {reason}; PDU {pdu}")]
+    Protocol {
+        /// The queue.
+        qid: u16,
+        /// The offending PDU (its header, as parsed).
+        pdu: String,
+        /// What is wrong with it.
+        reason: String,
+        /// The Fatal Error Status the host reports in its H2CTermReq.
+        fes: FatalErrorStatus,
+    },
+    /// The controller ended the connection with a C2HTermReq.
+    #[error("queue {qid}: controller sent C2HTermReq: {fes} (FEI {fei:#x})")]
+    TermReq {
+        /// The queue.
+        qid: u16,
+        /// Fatal Error Status.
+        fes: FatalErrorStatus,
+        /// Fatal Error Information.
+        fei: u32,
+    },
+    /// The controller closed the connection.
+    #[error("queue {qid}: connection closed by the controller")]
+    Closed {
+        /// The queue.
+        qid: u16,
+    },
+    /// Something did not happen in time.
+    #[error("timeout after {after:?}: {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long the host waited.
+        after: Duration,
+    },
+    /// The controller refused a Fabrics Connect.
+    #[error("Connect of queue {qid} refused: {status} (dword 0 {dw0:#x})")]
+    ConnectRejected {
+        /// The queue.
+        qid: u16,
+        /// The completion status.
+        status: Status,
+        /// Completion dword 0 (IATTR/IPO for Connect Invalid Parameters).
+        dw0: u32,
+    },
+    /// A command completed with an error status.
+    #[error("{command} failed: {status}")]
+    Status {
+        /// The command.
+        command: &'static str,
+        /// The completion status.
+        status: Status,
+    },
+    /// The controller is not usable (CSTS.CFS, RDY did not follow EN, bad Identify data …).
+    #[error("controller: {0}")]
+    Controller(String),
+    /// A structure could not be encoded or the controller's data did not parse.
+    #[error("{context}: {error}")]
+    Wire {
+        /// What the host was doing.
+        context: &'static str,
+        /// The wire layer's error.
+        error: WireError,
+    },
+    /// The caller asked for something the host cannot do (unknown namespace, misaligned buffer …).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The queue has no free command identifier (a poll-API caller submitted more than the queue size).
+    #[error("queue {qid}: all {depth} command identifiers are in use")]
+    QueueFull {
+        /// The queue.
+        qid: u16,
+        /// The queue depth.
+        depth: u16,
+    },
+    /// The queue or controller was shut down by this host.
+    #[error("queue {qid} is shut down")]
+    ShutDown {
+        /// The queue.
+        qid: u16,
+    },
+}
+
+impl HostError {
+    /// An [`HostError::Io`] from a socket error.
+    pub(crate) fn io(qid: u16, what: &'static str, e: &std::io::Error) -> Self {
+        HostError::Io { qid, what, kind: e.kind(), message: e.to_string() }
+    }
+
+    /// A [`HostError::Wire`].
+    pub(crate) fn wire(context: &'static str, error: WireError) -> Self {
+        HostError::Wire { context, error }
+    }
+
+    /// The Fatal Error Status the host reports in an H2CTermReq for this error, if it is one the host
+    /// terminates the connection for.
+    pub fn fes(&self) -> Option<FatalErrorStatus> {
+        match self {
+            HostError::Pdu { error, .. } => error.fes(),
+            HostError::Protocol { fes, .. } => Some(*fes),
+            _ => None,
+        }
+    }
+}

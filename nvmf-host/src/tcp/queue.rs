@@ -1,0 +1,890 @@
+//! [`TcpQueue`]: one host-side NVMe/TCP queue pair as a poll-driven state machine over a non-blocking socket.
+//!
+//! The queue owns its socket, a [`mio::Poll`], the PDU decoder and a table of command slots. Whoever owns
+//! the `TcpQueue` drives it from one thread — [`TcpQueue::submit`] queues commands,
+//! [`TcpQueue::poll`] moves bytes and [`TcpQueue::next_completion`] hands back finished commands — so there
+//! is no lock anywhere in it. [`super::QueueHandle`] puts one on its own I/O thread for multi-threaded
+//! callers; tests and single-threaded tools use it directly.
+//!
+//! Commands are pipelined up to the queue depth. Each slot has an explicit [`CommandState`]; a command
+//! identifier is the slot index (low 12 bits) plus a 4-bit generation, so a response for a command that
+//! already completed is caught as an unknown CID instead of completing a later command. Data is never copied
+//! on the send side: PDU headers are encoded into the send queue and the data is written from the command's
+//! own buffer with vectored writes (many PDUs per `writev`). Received C2HData is bounds-checked (CCCID of a
+//! live read, in order, DATAO + DATAL within the command's buffer) and copied into that buffer.
+//!
+//! Anything the controller sends that the protocol does not allow fails the whole queue with a typed
+//! [`HostError`]: every outstanding command completes with that error, an H2CTermReq is sent where the
+//! spec asks for one, and the socket is shut down. Outstanding commands older than the command timeout fail
+//! the queue too, so nothing waits forever. A data digest error is not fatal (NVMe/TCP 1.0 §7.4.6.2): the
+//! command completes with Transient Transport Error and the queue goes on.
+//!
+//! Never blocks except in [`TcpQueue::connect`] (TCP connect and ICReq/ICResp, bounded by the connect
+//! timeout) and in [`TcpQueue::poll`] for at most the timeout the caller passes.
+
+use std::collections::VecDeque;
+use std::io::{IoSlice, Read, Write};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Interest, Poll, Token, Waker};
+use nvmf_common::nvme::opcode::{fctype, FABRICS};
+use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, Status, SubmissionQueueEntry};
+use nvmf_common::transport::tcp::pdu::{MAX_ENCODED_HEADER_LEN, MIN_MAXH2CDATA, TERM_REQ_MAX_DATA_LEN};
+use nvmf_common::transport::tcp::{
+    decode, C2hData, CapsuleCommand, Decoded, DecoderConfig, DigestTypes, Direction, FatalErrorStatus, Framing,
+    H2cData, IcReq, Pdu, PduDecoder, PduError, R2t, TermReq, DIGEST_LEN,
+};
+
+use crate::error::HostError;
+
+const SOCKET: Token = Token(0);
+const WAKER: Token = Token(1);
+/// Bits of a CID that index the slot table; the rest is the slot's generation.
+const INDEX_BITS: u32 = 12;
+const INDEX_MASK: u16 = (1 << INDEX_BITS) - 1;
+/// The deepest queue this host builds (the CID's index bits).
+pub const MAX_QUEUE_DEPTH: u16 = 1 << INDEX_BITS;
+/// Most iovecs handed to one `writev`.
+const MAX_IOVECS: usize = 64;
+
+/// Settings of one queue.
+#[derive(Debug, Clone)]
+pub struct TcpQueueOptions {
+    /// The queue identifier (0 = admin); used in errors and logs.
+    pub qid: u16,
+    /// Command identifiers available, i.e. the most commands outstanding at once (1..=4096). Keep it at
+    /// most SQSIZE (0's based) from Connect so the controller's submission queue never overflows.
+    pub depth: u16,
+    /// Ask for header digests in ICReq (`--hdr-digest`).
+    pub hdr_digest: bool,
+    /// Ask for data digests in ICReq (`--data-digest`).
+    pub data_digest: bool,
+    /// Largest write sent as in-capsule data (from Identify IOCCSZ; Connect's 1024 bytes always are).
+    pub in_capsule_limit: u32,
+    /// Largest C2HData PDU accepted; longer is a fatal Data Transfer Limit Exceeded.
+    pub max_c2h_data: u32,
+    /// Bound on the TCP connect and the ICReq/ICResp exchange.
+    pub connect_timeout: Duration,
+    /// A command outstanding longer than this fails the queue.
+    pub command_timeout: Duration,
+}
+
+impl Default for TcpQueueOptions {
+    fn default() -> Self {
+        TcpQueueOptions {
+            qid: 0,
+            depth: 32,
+            hdr_digest: false,
+            data_digest: false,
+            in_capsule_limit: 8192,
+            max_c2h_data: 1 << 20,
+            connect_timeout: Duration::from_secs(10),
+            command_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Which way a command's data moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataDirection {
+    /// No data.
+    None,
+    /// Host to controller (writes): sent in the capsule or in H2CData PDUs on R2T.
+    HostToController,
+    /// Controller to host (reads): received in C2HData PDUs.
+    ControllerToHost,
+}
+
+/// A command to submit. The queue owns `data` while the command is outstanding and gives it back in the
+/// [`Completion`].
+#[derive(Debug)]
+pub struct Request<T> {
+    /// The command; its CID and SGL1 are set by the queue.
+    pub sqe: SubmissionQueueEntry,
+    /// The data buffer: the bytes to send, or the buffer to receive into (its length is the transfer length).
+    pub data: Vec<u8>,
+    /// Which way `data` moves.
+    pub direction: DataDirection,
+    /// The caller's token, returned with the completion.
+    pub context: T,
+}
+
+/// A submission the queue refused, with the request handed back.
+#[derive(Debug)]
+pub struct Rejected<T> {
+    /// Why.
+    pub error: HostError,
+    /// The request, untouched.
+    pub request: Request<T>,
+}
+
+/// A finished command.
+#[derive(Debug)]
+pub struct Completion<T> {
+    /// The caller's token from the request.
+    pub context: T,
+    /// The completion queue entry (synthesised for a C2HData with SUCCESS), or the queue failure that ended
+    /// the command.
+    pub result: Result<CompletionQueueEntry, HostError>,
+    /// The request's buffer; for reads, the data received.
+    pub data: Vec<u8>,
+    /// R2Ts the controller sent for the command.
+    pub r2ts: u16,
+    /// Whether the write data travelled in the capsule.
+    pub in_capsule: bool,
+}
+
+/// Where a command is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandState {
+    /// The slot is free.
+    Free,
+    /// Capsule queued or sent; waiting for R2T, C2HData or the response.
+    AwaitingResponse,
+    /// Sending the H2CData PDUs answering one R2T.
+    SendingH2c {
+        /// The R2T's transfer tag.
+        ttag: u16,
+        /// Offset of the solicited data.
+        r2to: u32,
+        /// Length of the solicited data.
+        r2tl: u32,
+    },
+    /// C2HData arriving; `received` bytes so far (in order).
+    ReceivingC2h {
+        /// Bytes received.
+        received: u32,
+    },
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    state: CommandState,
+    generation: u16,
+    context: Option<T>,
+    data: Vec<u8>,
+    direction: DataDirection,
+    /// `data.len()` as the wire's u32.
+    len: u32,
+    /// Queued PDUs of this command not yet fully written to the socket.
+    unsent: u32,
+    r2ts: u16,
+    in_capsule: bool,
+    digest_error: bool,
+    submitted: Instant,
+}
+
+/// One PDU in the send queue: its encoded header and where its data lives.
+#[derive(Debug)]
+struct OutPdu {
+    header: [u8; MAX_ENCODED_HEADER_LEN],
+    header_len: usize,
+    /// The command whose buffer holds the data (and whose `unsent` count this PDU is in).
+    slot: Option<usize>,
+    data: Range<usize>,
+    ddgst: [u8; DIGEST_LEN],
+    ddgst_len: usize,
+    written: usize,
+}
+
+impl OutPdu {
+    fn total(&self) -> usize {
+        self.header_len + self.data.len() + self.ddgst_len
+    }
+}
+
+/// Counters of one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Commands submitted.
+    pub submitted: u64,
+    /// Commands completed (any status).
+    pub completed: u64,
+    /// The most commands outstanding at once.
+    pub max_outstanding: u16,
+    /// R2Ts served.
+    pub r2ts: u64,
+}
+
+/// The command side of the queue: slots, send queue, completions. Kept apart from the socket and decoder
+/// so received PDUs (which borrow the decoder) can be handled while it is borrowed.
+#[derive(Debug)]
+struct Commands<T> {
+    qid: u16,
+    framing: Framing,
+    maxh2cdata: u32,
+    in_capsule_limit: u32,
+    slots: Vec<Slot<T>>,
+    free: Vec<u16>,
+    out: VecDeque<OutPdu>,
+    completed: VecDeque<Completion<T>>,
+    stats: QueueStats,
+}
+
+/// A host NVMe/TCP queue pair (see the module docs).
+#[derive(Debug)]
+pub struct TcpQueue<T> {
+    stream: mio::net::TcpStream,
+    poll: Poll,
+    events: Events,
+    waker: Option<Arc<Waker>>,
+    decoder: PduDecoder,
+    rx: Vec<u8>,
+    cmds: Commands<T>,
+    failed: Option<HostError>,
+    command_timeout: Duration,
+    last_timeout_check: Instant,
+}
+
+fn protocol(qid: u16, pdu: &Pdu, fes: FatalErrorStatus, reason: String) -> HostError {
+    HostError::Protocol { qid, pdu: format!("{pdu:?}"), reason, fes }
+}
+
+fn is_connect(sqe: &SubmissionQueueEntry) -> bool {
+    sqe.opcode == FABRICS && sqe.fctype() == fctype::CONNECT
+}
+
+fn len_u32(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+impl<T> TcpQueue<T> {
+    /// Open a TCP connection to `addr` and exchange ICReq/ICResp (blocking, bounded by
+    /// `options.connect_timeout`). Fails if a digest asked for is not granted (or one not asked for is).
+    pub fn connect(addr: SocketAddr, options: &TcpQueueOptions) -> Result<Self, HostError> {
+        let qid = options.qid;
+        if options.depth == 0 || options.depth > MAX_QUEUE_DEPTH {
+            return Err(HostError::InvalidRequest(format!(
+                "queue depth {} (allowed 1..={MAX_QUEUE_DEPTH})",
+                options.depth
+            )));
+        }
+        let mut stream = std::net::TcpStream::connect_timeout(&addr, options.connect_timeout)
+            .map_err(|e| HostError::ConnectFailed { addr, kind: e.kind(), message: e.to_string() })?;
+        let io = |what| move |e: std::io::Error| HostError::io(qid, what, &e);
+        stream.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
+        stream.set_read_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
+        stream.set_write_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
+
+        let dgst = DigestTypes { hdgst_enable: options.hdr_digest, ddgst_enable: options.data_digest };
+        let icreq = Pdu::IcReq(IcReq { pfv: 0, hpda: 0, dgst, maxr2t: 0 });
+        let bytes = icreq.to_bytes(&[], &Framing::default()).map_err(|e| HostError::wire("ICReq", e))?;
+        stream.write_all(&bytes).map_err(io("sending ICReq"))?;
+
+        // The ICResp (or a TermReq) is at most 128 + 128 bytes: `decode` refuses a longer PLEN up front.
+        let config = DecoderConfig::new(Direction::ControllerToHost, len_u32(TERM_REQ_MAX_DATA_LEN));
+        let mut buf = Vec::with_capacity(256);
+        let pdu = loop {
+            match decode(&buf, &config) {
+                Ok(Decoded::Needed(n)) => {
+                    let old = buf.len();
+                    buf.resize(old + n, 0);
+                    stream.read_exact(&mut buf[old..]).map_err(|e| match e.kind() {
+                        std::io::ErrorKind::UnexpectedEof => HostError::Closed { qid },
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => HostError::Timeout {
+                            what: format!("ICResp on queue {qid}"),
+                            after: options.connect_timeout,
+                        },
+                        _ => HostError::io(qid, "receiving ICResp", &e),
+                    })?;
+                }
+                Ok(Decoded::Pdu { pdu, .. }) => break pdu,
+                Err(error) => return Err(HostError::Pdu { qid, error }),
+            }
+        };
+        let icresp = match pdu {
+            Pdu::IcResp(r) => r,
+            Pdu::TermReq(t) => return Err(HostError::TermReq { qid, fes: t.fes, fei: t.fei }),
+            other => return Err(HostError::Negotiation { qid, reason: format!("expected ICResp, got {other:?}") }),
+        };
+        if icresp.dgst != dgst {
+            return Err(HostError::Negotiation {
+                qid,
+                reason: format!("asked for digests {dgst:?}, controller granted {:?}", icresp.dgst),
+            });
+        }
+        if icresp.maxh2cdata < MIN_MAXH2CDATA {
+            return Err(HostError::Negotiation {
+                qid,
+                reason: format!("MAXH2CDATA {} below the minimum {MIN_MAXH2CDATA}", icresp.maxh2cdata),
+            });
+        }
+        let framing = Framing { hdgst: dgst.hdgst_enable, ddgst: dgst.ddgst_enable, hpda: 0, cpda: icresp.cpda };
+
+        stream.set_nonblocking(true).map_err(io("non-blocking mode"))?;
+        let mut stream = mio::net::TcpStream::from_std(stream);
+        let poll = Poll::new().map_err(io("creating the poller"))?;
+        poll.registry()
+            .register(&mut stream, SOCKET, Interest::READABLE | Interest::WRITABLE)
+            .map_err(io("registering the socket"))?;
+        let mut decoder = PduDecoder::new(DecoderConfig::new(
+            Direction::ControllerToHost,
+            options.max_c2h_data.max(len_u32(TERM_REQ_MAX_DATA_LEN)),
+        ));
+        decoder.set_framing(framing);
+        let depth = usize::from(options.depth);
+        let now = Instant::now();
+        let slots = (0..depth)
+            .map(|_| Slot {
+                state: CommandState::Free,
+                generation: 0,
+                context: None,
+                data: Vec::new(),
+                direction: DataDirection::None,
+                len: 0,
+                unsent: 0,
+                r2ts: 0,
+                in_capsule: false,
+                digest_error: false,
+                submitted: now,
+            })
+            .collect();
+        tracing::debug!(qid, %addr, ?framing, maxh2cdata = icresp.maxh2cdata, "NVMe/TCP queue initialized");
+        Ok(TcpQueue {
+            stream,
+            poll,
+            events: Events::with_capacity(16),
+            waker: None,
+            decoder,
+            rx: vec![0; 256 * 1024],
+            cmds: Commands {
+                qid,
+                framing,
+                maxh2cdata: icresp.maxh2cdata,
+                in_capsule_limit: options.in_capsule_limit,
+                slots,
+                free: (0..options.depth).rev().collect(),
+                out: VecDeque::with_capacity(depth * 2),
+                completed: VecDeque::with_capacity(depth),
+                stats: QueueStats::default(),
+            },
+            failed: None,
+            command_timeout: options.command_timeout,
+            last_timeout_check: now,
+        })
+    }
+
+    /// The queue identifier.
+    pub fn qid(&self) -> u16 {
+        self.cmds.qid
+    }
+
+    /// The framing negotiated in ICReq/ICResp.
+    pub fn framing(&self) -> Framing {
+        self.cmds.framing
+    }
+
+    /// MAXH2CDATA from ICResp.
+    pub fn maxh2cdata(&self) -> u32 {
+        self.cmds.maxh2cdata
+    }
+
+    /// Change the in-capsule data limit (after Identify told IOCCSZ).
+    pub fn set_in_capsule_limit(&mut self, limit: u32) {
+        self.cmds.in_capsule_limit = limit;
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> QueueStats {
+        self.cmds.stats
+    }
+
+    /// Commands outstanding.
+    pub fn outstanding(&self) -> usize {
+        self.cmds.slots.len() - self.cmds.free.len()
+    }
+
+    /// Free command identifiers.
+    pub fn free_slots(&self) -> usize {
+        self.cmds.free.len()
+    }
+
+    /// The state of the command with identifier `cid` ([`CommandState::Free`] if none is outstanding).
+    pub fn command_state(&self, cid: u16) -> CommandState {
+        self.cmds.live(cid).map_or(CommandState::Free, |i| self.cmds.slots[i].state)
+    }
+
+    /// The error the queue failed with, if it did.
+    pub fn failure(&self) -> Option<&HostError> {
+        self.failed.as_ref()
+    }
+
+    /// A waker that makes a [`TcpQueue::poll`] in progress (or the next one) return; for other threads
+    /// that hand this queue's owner work.
+    pub fn waker(&mut self) -> Result<Arc<Waker>, HostError> {
+        if let Some(w) = &self.waker {
+            return Ok(Arc::clone(w));
+        }
+        let w = Arc::new(
+            Waker::new(self.poll.registry(), WAKER)
+                .map_err(|e| HostError::io(self.cmds.qid, "creating a waker", &e))?,
+        );
+        self.waker = Some(Arc::clone(&w));
+        Ok(w)
+    }
+
+    /// Queue a command: allocate a CID, set SGL1 (in-capsule data block for writes up to the in-capsule
+    /// limit, transport data block otherwise) and start sending the capsule. Returns the CID.
+    pub fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
+        if let Some(e) = &self.failed {
+            return Err(Box::new(Rejected { error: e.clone(), request }));
+        }
+        let cid = self.cmds.start(request)?;
+        if let Err(e) = self.cmds.flush(&mut self.stream) {
+            self.fail(HostError::io(self.cmds.qid, "sending", &e));
+        }
+        Ok(cid)
+    }
+
+    /// Wait up to `timeout` (`None`: until something happens) for socket events or a wake-up, then send
+    /// what can be sent and handle every PDU that arrived. Completions are then in
+    /// [`TcpQueue::next_completion`]. Returns the queue's failure once it has failed.
+    pub fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = self.poll_inner(timeout);
+        if let Err(e) = result {
+            self.fail(e.clone());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn poll_inner(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        let qid = self.cmds.qid;
+        // Bound the wait by the oldest command's deadline so timeouts fire.
+        let timeout = if self.outstanding() > 0 {
+            Some(timeout.map_or(self.command_timeout, |t| t.min(self.command_timeout)))
+        } else {
+            timeout
+        };
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(HostError::io(qid, "polling", &e)),
+        }
+        let (mut readable, mut writable) = (false, false);
+        for event in &self.events {
+            if event.token() == SOCKET {
+                readable |= event.is_readable() || event.is_read_closed() || event.is_error();
+                writable |= event.is_writable();
+            }
+        }
+        if readable {
+            self.receive()?;
+        }
+        if writable || readable || !self.cmds.out.is_empty() {
+            self.cmds.flush(&mut self.stream).map_err(|e| HostError::io(qid, "sending", &e))?;
+        }
+        self.check_timeouts()
+    }
+
+    fn check_timeouts(&mut self) -> Result<(), HostError> {
+        let now = Instant::now();
+        if now.duration_since(self.last_timeout_check) < Duration::from_millis(50) {
+            return Ok(());
+        }
+        self.last_timeout_check = now;
+        if let Some(slot) = self
+            .cmds
+            .slots
+            .iter()
+            .find(|s| s.state != CommandState::Free && now.duration_since(s.submitted) > self.command_timeout)
+        {
+            return Err(HostError::Timeout {
+                what: format!("command on queue {} in state {:?}", self.cmds.qid, slot.state),
+                after: self.command_timeout,
+            });
+        }
+        Ok(())
+    }
+
+    /// Read everything the socket has and handle each PDU.
+    fn receive(&mut self) -> Result<(), HostError> {
+        let qid = self.cmds.qid;
+        loop {
+            let n = match (&self.stream).read(&mut self.rx) {
+                Ok(0) => return Err(HostError::Closed { qid }),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Err(HostError::Closed { qid }),
+                Err(e) => return Err(HostError::io(qid, "receiving", &e)),
+            };
+            let mut start = 0;
+            while start < n {
+                let step = self.decoder.feed(&self.rx[start..n]);
+                start += step.consumed;
+                match step.result {
+                    Ok(Some(p)) => self.cmds.on_pdu(p.pdu, p.data)?,
+                    Ok(None) => break,
+                    Err(PduError::DataDigest { pdu, mismatch, .. }) => {
+                        tracing::warn!(qid, ?pdu, %mismatch, "data digest error");
+                        self.cmds.on_data_digest_error(&pdu)?;
+                    }
+                    Err(error) => return Err(HostError::Pdu { qid, error }),
+                }
+            }
+        }
+    }
+
+    /// Fail the queue: complete every outstanding command with `error`, send an H2CTermReq if the error is
+    /// one the host terminates for, and shut the socket down.
+    fn fail(&mut self, error: HostError) {
+        if self.failed.is_some() {
+            return;
+        }
+        tracing::warn!(qid = self.cmds.qid, %error, "queue failed");
+        if let Some(fes) = error.fes() {
+            let fei = match &error {
+                HostError::Pdu { error, .. } => error.fei(),
+                _ => 0,
+            };
+            let term = Pdu::TermReq(TermReq { direction: Direction::HostToController, fes, fei });
+            // Best effort: the connection is going away whatever happens to these bytes.
+            if let Ok(bytes) = term.to_bytes(&[], &self.cmds.framing) {
+                let _ = (&self.stream).write(&bytes);
+            }
+        }
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        self.cmds.out.clear();
+        for index in 0..self.cmds.slots.len() {
+            if self.cmds.slots[index].state != CommandState::Free {
+                self.cmds.slots[index].unsent = 0;
+                self.cmds.complete(index, Err(error.clone()));
+            }
+        }
+        self.failed = Some(error);
+    }
+
+    /// Fail the queue with [`HostError::ShutDown`] (outstanding commands complete with it) and close the socket.
+    pub fn close(&mut self) {
+        let qid = self.cmds.qid;
+        self.fail(HostError::ShutDown { qid });
+    }
+
+    /// The next finished command, if any.
+    pub fn next_completion(&mut self) -> Option<Completion<T>> {
+        self.cmds.completed.pop_front()
+    }
+}
+
+impl<T> Commands<T> {
+    fn cid(&self, index: usize) -> u16 {
+        // Index < 4096 and generation < 16: the CID fits.
+        let index = u16::try_from(index).unwrap_or(INDEX_MASK) & INDEX_MASK;
+        (self.slots[index as usize].generation << INDEX_BITS) | index
+    }
+
+    /// The slot of a live command with identifier `cid`.
+    fn live(&self, cid: u16) -> Option<usize> {
+        let index = usize::from(cid & INDEX_MASK);
+        let slot = self.slots.get(index)?;
+        (slot.state != CommandState::Free && self.cid(index) == cid).then_some(index)
+    }
+
+    fn start(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
+        let qid = self.qid;
+        let Some(&index16) = self.free.last() else {
+            let depth = u16::try_from(self.slots.len()).unwrap_or(u16::MAX);
+            return Err(Box::new(Rejected { error: HostError::QueueFull { qid, depth }, request }));
+        };
+        let Ok(len) = u32::try_from(request.data.len()) else {
+            return Err(Box::new(Rejected {
+                error: HostError::InvalidRequest(format!("{} bytes in one command", request.data.len())),
+                request,
+            }));
+        };
+        let index = usize::from(index16);
+        let mut sqe = request.sqe;
+        let h2c = request.direction == DataDirection::HostToController && len > 0;
+        let in_capsule = h2c && (len <= self.in_capsule_limit || is_connect(&sqe));
+        let sgl = if in_capsule {
+            SglDescriptor::DataBlock { address: 0, length: len, subtype: SglSubtype::Offset }
+        } else {
+            SglDescriptor::TransportDataBlock { length: len, subtype: SglSubtype::TransportSpecific }
+        };
+        if let Err(e) = sqe.set_sgl1(&sgl) {
+            return Err(Box::new(Rejected { error: HostError::wire("SGL1", e), request }));
+        }
+        let generation = (self.slots[index].generation + 1) & 0xF;
+        self.slots[index].generation = generation;
+        sqe.cid = self.cid(index);
+        let data_range = if in_capsule { 0..request.data.len() } else { 0..0 };
+        let mut out = OutPdu {
+            header: [0; MAX_ENCODED_HEADER_LEN],
+            header_len: 0,
+            slot: Some(index),
+            data: data_range.clone(),
+            ddgst: [0; DIGEST_LEN],
+            ddgst_len: 0,
+            written: 0,
+        };
+        let pdu = Pdu::CapsuleCommand(CapsuleCommand { sqe });
+        match pdu.encode(&request.data[data_range], &self.framing, &mut out.header) {
+            Ok(enc) => {
+                out.header_len = enc.layout.prefix_len();
+                if let Some(d) = enc.data_digest {
+                    out.ddgst = d;
+                    out.ddgst_len = DIGEST_LEN;
+                }
+            }
+            Err(e) => return Err(Box::new(Rejected { error: HostError::wire("CapsuleCmd", e), request })),
+        }
+        self.free.pop();
+        let slot = &mut self.slots[index];
+        slot.state = CommandState::AwaitingResponse;
+        slot.context = Some(request.context);
+        slot.data = request.data;
+        slot.direction = request.direction;
+        slot.len = len;
+        slot.unsent = 1;
+        slot.r2ts = 0;
+        slot.in_capsule = in_capsule;
+        slot.digest_error = false;
+        slot.submitted = Instant::now();
+        self.out.push_back(out);
+        self.stats.submitted += 1;
+        let outstanding = u16::try_from(self.slots.len() - self.free.len()).unwrap_or(u16::MAX);
+        self.stats.max_outstanding = self.stats.max_outstanding.max(outstanding);
+        Ok(sqe.cid)
+    }
+
+    /// Write queued PDUs until the socket would block; many PDUs per `writev`.
+    fn flush(&mut self, w: &mut impl Write) -> std::io::Result<()> {
+        while !self.out.is_empty() {
+            let result = {
+                let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+                let mut count = 0;
+                for item in &self.out {
+                    if count + 3 > MAX_IOVECS {
+                        break;
+                    }
+                    let data: &[u8] = match item.slot {
+                        Some(i) => self.slots[i].data.get(item.data.clone()).unwrap_or_default(),
+                        None => &[],
+                    };
+                    let mut skip = item.written;
+                    for part in [&item.header[..item.header_len], data, &item.ddgst[..item.ddgst_len]] {
+                        if skip >= part.len() {
+                            skip -= part.len();
+                            continue;
+                        }
+                        slices[count] = IoSlice::new(&part[skip..]);
+                        count += 1;
+                        skip = 0;
+                    }
+                }
+                w.write_vectored(&slices[..count])
+            };
+            let mut n = match result {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            while n > 0 {
+                let Some(item) = self.out.front_mut() else { break };
+                let remaining = item.total() - item.written;
+                if n < remaining {
+                    item.written += n;
+                    break;
+                }
+                n -= remaining;
+                if let Some(done) = self.out.pop_front() {
+                    self.sent(&done);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A PDU was written completely.
+    fn sent(&mut self, pdu: &OutPdu) {
+        if let Some(i) = pdu.slot {
+            let slot = &mut self.slots[i];
+            slot.unsent = slot.unsent.saturating_sub(1);
+            if slot.unsent == 0 && matches!(slot.state, CommandState::SendingH2c { .. }) {
+                slot.state = CommandState::AwaitingResponse;
+            }
+        }
+    }
+
+    fn complete(&mut self, index: usize, result: Result<CompletionQueueEntry, HostError>) {
+        let slot = &mut self.slots[index];
+        let result = result.map(|mut cqe| {
+            if slot.digest_error && cqe.status.is_success() {
+                cqe.status = Status::TRANSIENT_TRANSPORT_ERROR;
+            }
+            cqe
+        });
+        slot.state = CommandState::Free;
+        let data = std::mem::take(&mut slot.data);
+        if let Some(context) = slot.context.take() {
+            self.completed.push_back(Completion {
+                context,
+                result,
+                data,
+                r2ts: slot.r2ts,
+                in_capsule: slot.in_capsule,
+            });
+        }
+        self.free.push(u16::try_from(index).unwrap_or(0));
+        self.stats.completed += 1;
+    }
+
+    fn on_pdu(&mut self, pdu: Pdu, data: &[u8]) -> Result<(), HostError> {
+        let qid = self.qid;
+        match pdu {
+            Pdu::CapsuleResponse(resp) => {
+                let Some(index) = self.live(resp.cqe.cid) else {
+                    let reason = format!("CapsuleResp for CID {:#x}, which is not outstanding", resp.cqe.cid);
+                    return Err(protocol(qid, &pdu, FatalErrorStatus::InvalidPduHeaderField, reason));
+                };
+                if self.slots[index].unsent > 0 {
+                    let reason = "CapsuleResp before the command's data was sent".to_string();
+                    return Err(protocol(qid, &pdu, FatalErrorStatus::PduSequenceError, reason));
+                }
+                self.complete(index, Ok(resp.cqe));
+                Ok(())
+            }
+            Pdu::C2hData(c2h) => self.on_c2h(&pdu, c2h, Some(data)),
+            Pdu::R2t(r2t) => self.on_r2t(&pdu, r2t),
+            Pdu::TermReq(t) => Err(HostError::TermReq { qid, fes: t.fes, fei: t.fei }),
+            other => {
+                let reason = "a PDU the controller does not send after ICResp".to_string();
+                Err(protocol(qid, &other, FatalErrorStatus::PduSequenceError, reason))
+            }
+        }
+    }
+
+    fn on_data_digest_error(&mut self, pdu: &Pdu) -> Result<(), HostError> {
+        match *pdu {
+            Pdu::C2hData(c2h) => self.on_c2h(pdu, c2h, None),
+            _ => Err(protocol(
+                self.qid,
+                pdu,
+                FatalErrorStatus::InvalidPduHeaderField,
+                "data digest error on a PDU that carries no command data".into(),
+            )),
+        }
+    }
+
+    /// C2HData: `data` is `None` when its digest failed (checks still apply; nothing is copied).
+    fn on_c2h(&mut self, pdu: &Pdu, c2h: C2hData, data: Option<&[u8]>) -> Result<(), HostError> {
+        let qid = self.qid;
+        let range_error = |reason: String| protocol(qid, pdu, FatalErrorStatus::DataTransferOutOfRange, reason);
+        let Some(index) = self.live(c2h.cccid) else {
+            let reason = format!("C2HData for CCCID {:#x}, which is not outstanding", c2h.cccid);
+            return Err(protocol(qid, pdu, FatalErrorStatus::InvalidPduHeaderField, reason));
+        };
+        let slot = &mut self.slots[index];
+        if slot.direction != DataDirection::ControllerToHost {
+            return Err(range_error(format!("C2HData for CID {:#x}, which reads no data", c2h.cccid)));
+        }
+        let received = match slot.state {
+            CommandState::AwaitingResponse => 0,
+            CommandState::ReceivingC2h { received } => received,
+            other => return Err(range_error(format!("C2HData for a command in state {other:?}"))),
+        };
+        if c2h.datao != received {
+            return Err(range_error(format!("DATAO {} but {received} bytes received so far", c2h.datao)));
+        }
+        let end = c2h.datao.checked_add(c2h.datal).filter(|&end| end <= slot.len).ok_or_else(|| {
+            range_error(format!("DATAO {} + DATAL {} beyond the command's {} bytes", c2h.datao, c2h.datal, slot.len))
+        })?;
+        let range = usize::try_from(c2h.datao).unwrap_or(usize::MAX)..usize::try_from(end).unwrap_or(usize::MAX);
+        match data {
+            Some(data) => {
+                let dst = slot
+                    .data
+                    .get_mut(range)
+                    .filter(|d| d.len() == data.len())
+                    .ok_or_else(|| range_error(format!("{} data bytes for DATAL {}", data.len(), c2h.datal)))?;
+                dst.copy_from_slice(data);
+            }
+            None => slot.digest_error = true,
+        }
+        slot.state = CommandState::ReceivingC2h { received: end };
+        if c2h.success {
+            if !c2h.last_pdu {
+                return Err(protocol(
+                    qid,
+                    pdu,
+                    FatalErrorStatus::InvalidPduHeaderField,
+                    "SUCCESS without LAST_PDU".into(),
+                ));
+            }
+            let cqe = CompletionQueueEntry::new(c2h.cccid, Status::SUCCESS);
+            self.complete(index, Ok(cqe));
+        }
+        Ok(())
+    }
+
+    /// R2T: queue H2CData PDUs of at most MAXH2CDATA covering the solicited range.
+    fn on_r2t(&mut self, pdu: &Pdu, r2t: R2t) -> Result<(), HostError> {
+        let qid = self.qid;
+        let range_error = |reason: String| protocol(qid, pdu, FatalErrorStatus::DataTransferOutOfRange, reason);
+        let Some(index) = self.live(r2t.cccid) else {
+            let reason = format!("R2T for CCCID {:#x}, which is not outstanding", r2t.cccid);
+            return Err(protocol(qid, pdu, FatalErrorStatus::InvalidPduHeaderField, reason));
+        };
+        let slot = &self.slots[index];
+        if slot.direction != DataDirection::HostToController || slot.in_capsule || slot.len == 0 {
+            return Err(range_error(format!("R2T for CID {:#x}, which has no data to solicit", r2t.cccid)));
+        }
+        if slot.state != CommandState::AwaitingResponse || slot.unsent > 0 {
+            // MAXR2T 0 in ICReq: one outstanding R2T per command.
+            return Err(protocol(
+                qid,
+                pdu,
+                FatalErrorStatus::PduSequenceError,
+                format!("R2T while the command is in state {:?} (MAXR2T allows one)", slot.state),
+            ));
+        }
+        let end = r2t.r2to.checked_add(r2t.r2tl).filter(|&end| end <= slot.len && r2t.r2tl > 0).ok_or_else(|| {
+            range_error(format!("R2TO {} + R2TL {} outside the command's {} bytes", r2t.r2to, r2t.r2tl, slot.len))
+        })?;
+        let mut offset = r2t.r2to;
+        while offset < end {
+            let datal = (end - offset).min(self.maxh2cdata);
+            let h2c = Pdu::H2cData(H2cData {
+                cccid: r2t.cccid,
+                ttag: r2t.ttag,
+                datao: offset,
+                datal,
+                last_pdu: offset + datal == end,
+            });
+            let range = usize::try_from(offset).unwrap_or(usize::MAX)..usize::try_from(offset + datal).unwrap_or(0);
+            let mut out = OutPdu {
+                header: [0; MAX_ENCODED_HEADER_LEN],
+                header_len: 0,
+                slot: Some(index),
+                data: range.clone(),
+                ddgst: [0; DIGEST_LEN],
+                ddgst_len: 0,
+                written: 0,
+            };
+            let chunk = self.slots[index].data.get(range).unwrap_or_default();
+            let enc = h2c.encode(chunk, &self.framing, &mut out.header).map_err(|e| HostError::wire("H2CData", e))?;
+            out.header_len = enc.layout.prefix_len();
+            if let Some(d) = enc.data_digest {
+                out.ddgst = d;
+                out.ddgst_len = DIGEST_LEN;
+            }
+            self.out.push_back(out);
+            self.slots[index].unsent += 1;
+            offset += datal;
+        }
+        let slot = &mut self.slots[index];
+        slot.state = CommandState::SendingH2c { ttag: r2t.ttag, r2to: r2t.r2to, r2tl: r2t.r2tl };
+        slot.r2ts = slot.r2ts.saturating_add(1);
+        self.stats.r2ts += 1;
+        Ok(())
+    }
+}
