@@ -1,0 +1,260 @@
+//! The host library against our target, in-process on 127.0.0.1: bring-up, namespaces, I/O at many sizes
+//! (in-capsule and R2T paths, with and without digests), pipelining, flush / write zeroes / deallocate,
+//! keep-alive and disconnect.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use nvmf_common::fabrics::connect::{Connect, ConnectData};
+use nvmf_common::fabrics::nqn::Nqn;
+use nvmf_common::fabrics::property::{Property, PropertyGet};
+use nvmf_common::nvme::io::Read;
+use nvmf_common::nvme::Status;
+use nvmf_common::nvme::{SglDescriptor, SglSubtype};
+use nvmf_host::tcp::{DataDirection, Request, TcpQueue, TcpQueueOptions};
+use nvmf_host::{Controller, HostError};
+use support::{options, pattern, Target, SUBNQN};
+
+#[test]
+fn bring_up_and_namespaces() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(2)).expect("connect");
+    let info = ctrl.info().clone();
+    assert_eq!(info.subnqn, SUBNQN);
+    assert_eq!(info.io_queues, 2);
+    assert_eq!(ctrl.io_queues().len(), 2);
+    assert!(info.in_capsule_data >= 1024, "IOCCSZ gives {} bytes", info.in_capsule_data);
+    assert!(info.max_transfer.is_some());
+    let ns = ctrl.namespaces().expect("namespaces");
+    assert_eq!(ns.iter().map(|n| n.nsid).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!((ns[0].block_size, ns[0].blocks), (512, 16 << 11));
+    assert_eq!((ns[1].block_size, ns[1].blocks), (4096, 2048));
+    assert_ne!(ns[0].nguid, ns[1].nguid);
+    ctrl.disconnect().expect("clean disconnect");
+}
+
+#[test]
+fn connect_to_unknown_subsystem_is_rejected_with_its_status() {
+    let target = Target::start();
+    let err = Controller::connect(target.addr, "nqn.2024-01.io.nvmf-rs:nope", options(1)).unwrap_err();
+    match err {
+        HostError::ConnectRejected { qid: 0, status, .. } => assert!(!status.is_success()),
+        other => panic!("expected ConnectRejected, got {other}"),
+    }
+}
+
+#[test]
+fn connect_refused_names_the_address() {
+    // A port nobody listens on: bind, learn the port, close.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    match Controller::connect(addr, SUBNQN, options(1)).unwrap_err() {
+        HostError::ConnectFailed { addr: a, .. } => assert_eq!(a, addr),
+        other => panic!("expected ConnectFailed, got {other}"),
+    }
+}
+
+fn write_read_sizes(hdr_digest: bool, data_digest: bool) {
+    let target = Target::start();
+    let mut opts = options(2);
+    opts.hdr_digest = hdr_digest;
+    opts.data_digest = data_digest;
+    let ctrl = Controller::connect(target.addr, SUBNQN, opts).expect("connect");
+    let mut slba = 0u64;
+    for (i, len) in [512usize, 4096, 8192, 16 * 1024, 64 * 1024, 128 * 1024, 1 << 20].into_iter().enumerate() {
+        let data = pattern(len, u8::try_from(i).unwrap() + 1);
+        ctrl.write(1, slba, &data).unwrap_or_else(|e| panic!("write {len}: {e}"));
+        let mut back = vec![0u8; len];
+        ctrl.read(1, slba, &mut back).unwrap_or_else(|e| panic!("read {len}: {e}"));
+        assert!(back == data, "{len} bytes read back differ");
+        slba += (len / 512) as u64;
+    }
+    // 4 KiB-block namespace too.
+    let data = pattern(256 * 1024, 77);
+    ctrl.write(2, 10, &data).expect("write ns 2");
+    let mut back = vec![0u8; data.len()];
+    ctrl.read(2, 10, &mut back).expect("read ns 2");
+    assert!(back == data);
+    let r2ts: u64 = ctrl.io_queues().iter().map(|q| q.stats().r2ts).sum();
+    assert!(r2ts > 0, "large writes went through R2T");
+    ctrl.disconnect().expect("disconnect");
+}
+
+#[test]
+fn write_read_back_many_sizes() {
+    write_read_sizes(false, false);
+}
+
+#[test]
+fn write_read_back_with_digests() {
+    write_read_sizes(true, true);
+}
+
+#[test]
+fn in_capsule_and_r2t_paths_are_both_used() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(1)).expect("connect");
+    let icd = usize::try_from(ctrl.info().in_capsule_data).unwrap();
+    for (len, want_in_capsule) in [(512usize, true), (icd, true), (icd + 512, false)] {
+        let sqe = nvmf_common::nvme::io::Write {
+            nsid: 1,
+            slba: 100,
+            nlb: u16::try_from(len / 512 - 1).unwrap(),
+            ..Default::default()
+        }
+        .to_sqe();
+        let p = ctrl
+            .submit_io(Request { sqe, data: pattern(len, 9), direction: DataDirection::HostToController, context: () })
+            .unwrap();
+        let reply = p.wait(Duration::from_secs(10)).unwrap();
+        assert!(reply.result.unwrap().status.is_success());
+        assert_eq!(reply.in_capsule, want_in_capsule, "{len} bytes");
+        assert_eq!(reply.r2ts > 0, !want_in_capsule, "{len} bytes");
+    }
+}
+
+#[test]
+fn sixty_four_commands_in_flight_on_one_queue() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(1)).expect("connect");
+    let data = pattern(64 * 4096, 3);
+    ctrl.write(1, 0, &data).unwrap();
+
+    // Directly on a queue from one thread (poll API): a second admin queue (a new association), Connect,
+    // then 64 Property Gets of CAP submitted before any completion is taken.
+    let qopts = TcpQueueOptions { qid: 0, depth: 127, ..TcpQueueOptions::default() };
+    let mut q: TcpQueue<usize> = TcpQueue::connect(target.addr, &qopts).unwrap();
+    let id = nvmf_host::HostIdentity::generate();
+    let connect = Connect {
+        qid: 0,
+        sqsize: 127,
+        cattr: 0,
+        kato: 0,
+        sgl1: SglDescriptor::DataBlock { address: 0, length: 1024, subtype: SglSubtype::Offset },
+    };
+    let connect_data = ConnectData {
+        hostid: id.hostid,
+        cntlid: 0xFFFF,
+        subnqn: Nqn::new(SUBNQN).unwrap(),
+        hostnqn: Nqn::new(&id.hostnqn).unwrap(),
+    }
+    .to_bytes()
+    .to_vec();
+    let connect_sqe = connect.to_sqe().unwrap();
+    q.submit(Request {
+        sqe: connect_sqe,
+        data: connect_data,
+        direction: DataDirection::HostToController,
+        context: usize::MAX,
+    })
+    .unwrap_or_else(|r| panic!("Connect: {}", r.error));
+    let c = loop {
+        q.poll(Some(Duration::from_millis(100))).expect("poll");
+        if let Some(c) = q.next_completion() {
+            break c;
+        }
+    };
+    assert!(c.result.unwrap().status.is_success(), "admin Connect with SQSIZE 127");
+    let cap_sqe = PropertyGet { size: Property::Cap.size(), offset: Property::Cap.offset() }.to_sqe();
+    for i in 0..64usize {
+        q.submit(Request { sqe: cap_sqe, data: Vec::new(), direction: DataDirection::None, context: i })
+            .unwrap_or_else(|r| panic!("submit {i}: {}", r.error));
+    }
+    assert_eq!(q.outstanding(), 64);
+    let mut seen = [false; 64];
+    let mut caps = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.iter().any(|s| !s) {
+        assert!(Instant::now() < deadline, "completions missing");
+        q.poll(Some(Duration::from_millis(100))).expect("poll");
+        while let Some(c) = q.next_completion() {
+            assert!(!seen[c.context], "completion {} twice", c.context);
+            seen[c.context] = true;
+            let cqe = c.result.expect("a CQE");
+            assert!(cqe.status.is_success());
+            caps.insert(cqe.result64());
+        }
+    }
+    assert_eq!(caps.len(), 1, "every Property Get returned the same CAP");
+    assert_eq!(q.stats().max_outstanding, 64);
+
+    // Through the controller's I/O thread: 64 reads submitted at once on one I/O queue, data checked.
+    let q1 = &ctrl.io_queues()[0];
+    let pending: Vec<_> = (0..64usize)
+        .map(|i| {
+            let sqe = Read { nsid: 1, slba: (i * 8) as u64, nlb: 7, ..Read::default() }.to_sqe();
+            q1.submit(Request { sqe, data: vec![0; 4096], direction: DataDirection::ControllerToHost, context: () })
+                .unwrap()
+        })
+        .collect();
+    for (i, p) in pending.into_iter().enumerate() {
+        let r = p.wait(Duration::from_secs(10)).unwrap();
+        assert!(r.result.unwrap().status.is_success());
+        assert!(r.data == data[i * 4096..(i + 1) * 4096], "read {i}");
+    }
+    assert!(q1.stats().max_outstanding > 1, "pipelined: {:?}", q1.stats());
+}
+
+#[test]
+fn flush_write_zeroes_deallocate() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(2)).expect("connect");
+    let data = pattern(64 * 512, 5);
+    ctrl.write(1, 1000, &data).unwrap();
+    ctrl.flush(1).expect("flush");
+    ctrl.write_zeroes(1, 1008, 16).expect("write zeroes");
+    let mut back = vec![0xAAu8; data.len()];
+    ctrl.read(1, 1000, &mut back).unwrap();
+    assert!(back[..8 * 512] == data[..8 * 512]);
+    assert!(back[8 * 512..24 * 512].iter().all(|&b| b == 0), "zeroed");
+    assert!(back[24 * 512..] == data[24 * 512..]);
+    ctrl.deallocate(1, &[(1000, 8), (1040, 8)]).expect("deallocate");
+    ctrl.read(1, 1000, &mut back).unwrap();
+    // Deallocated blocks of a memory namespace read as zeroes (DLFEAT) or keep data; either way the others do.
+    assert!(back[24 * 512..40 * 512] == data[24 * 512..40 * 512]);
+    // Out-of-range requests are refused before anything is sent.
+    assert!(matches!(ctrl.write_zeroes(1, 16 << 11, 1), Err(HostError::InvalidRequest(_))));
+    assert!(matches!(ctrl.read(9, 0, &mut [0; 512]), Err(HostError::InvalidRequest(_))));
+    ctrl.disconnect().unwrap();
+}
+
+#[test]
+fn controller_status_errors_are_typed() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(1)).expect("connect");
+    // Read past the end, sent raw so the host's own range check does not stop it.
+    let sqe = Read { nsid: 1, slba: 16 << 11, nlb: 0, ..Read::default() }.to_sqe();
+    let p = ctrl
+        .submit_io(Request { sqe, data: vec![0; 512], direction: DataDirection::ControllerToHost, context: () })
+        .unwrap();
+    let cqe = p.wait(Duration::from_secs(5)).unwrap().result.unwrap();
+    assert!(cqe.status.same_code(Status::LBA_OUT_OF_RANGE), "{}", cqe.status);
+}
+
+#[test]
+fn keep_alive_keeps_the_association() {
+    let target = Target::start();
+    let mut opts = options(1);
+    opts.keep_alive_tmo = Duration::from_millis(1000);
+    let ctrl = Controller::connect(target.addr, SUBNQN, opts).expect("connect");
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut buf = vec![0u8; 512];
+    ctrl.read(1, 0, &mut buf).expect("still associated after 2.5 × KATO");
+    assert!(ctrl.admin().unwrap().stats().completed >= 4, "keep-alives sent: {:?}", ctrl.admin().unwrap().stats());
+    ctrl.disconnect().unwrap();
+}
+
+#[test]
+fn disconnect_then_a_new_association() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(2)).expect("connect");
+    ctrl.write(1, 5, &pattern(512, 1)).unwrap();
+    let start = Instant::now();
+    ctrl.disconnect().expect("disconnect");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let again = Controller::connect(target.addr, SUBNQN, options(2)).expect("reconnect");
+    let mut b = vec![0u8; 512];
+    again.read(1, 5, &mut b).unwrap();
+    assert_eq!(b, pattern(512, 1));
+    again.disconnect().unwrap();
+}

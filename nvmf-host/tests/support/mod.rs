@@ -1,0 +1,87 @@
+//! Shared harness: our target in-process on 127.0.0.1 (ephemeral port) with memory namespaces, and
+//! connect options with short timeouts.
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use nvmf_config::TargetConfig;
+use nvmf_host::{ConnectOptions, HostIdentity};
+use nvmf_target::daemon::RunningTarget;
+
+/// The subsystem the test target exports.
+pub const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:host-tests";
+
+/// Namespace 1: 16 MiB of 512-byte blocks; namespace 2: 8 MiB of 4 KiB blocks.
+pub fn config() -> String {
+    format!(
+        r#"
+[reactors]
+threads = 2
+
+[[listener]]
+address = "127.0.0.1"
+
+[[subsystem]]
+nqn = "{SUBNQN}"
+
+[[subsystem.namespace]]
+memory = "16MiB"
+
+[[subsystem.namespace]]
+memory = "8MiB"
+block_size = 4096
+"#
+    )
+}
+
+/// A target running in this process, shut down on drop.
+#[derive(Debug)]
+pub struct Target {
+    running: Option<RunningTarget>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl Target {
+    /// Start the [`config`] target.
+    pub fn start() -> Target {
+        let mut config = TargetConfig::from_str(&config(), "<test>").expect("test configuration is valid");
+        for l in &mut config.listeners {
+            l.address.set_port(0);
+        }
+        let running = nvmf_target::daemon::start(&config).expect("target starts");
+        let addr = running.local_addrs()[0];
+        Target { running: Some(running), addr }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown();
+        }
+    }
+}
+
+/// Options with timeouts short enough for tests.
+pub fn options(nr_io_queues: u16) -> ConnectOptions {
+    let id = HostIdentity::generate();
+    ConnectOptions {
+        hostnqn: id.hostnqn,
+        hostid: id.hostid,
+        nr_io_queues,
+        queue_size: 128,
+        keep_alive_tmo: Duration::from_secs(2),
+        hdr_digest: false,
+        data_digest: false,
+        connect_timeout: Duration::from_secs(5),
+        io_timeout: Duration::from_secs(10),
+    }
+}
+
+/// Bytes that differ per offset and per `seed`.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    #[allow(clippy::cast_possible_truncation)] // a repeating byte pattern
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).wrapping_add((i >> 9) as u8)).collect()
+}
