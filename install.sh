@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Installs nvmf-target as a systemd service: the binary, the unit, its sysusers.d entry, the optional
+# passthrough drop-in (as documentation, not enabled), the fio job files and an example configuration.
+#
+#   cargo build --release --locked -p nvmf-target   # as yourself
+#   sudo ./install.sh --no-build                    # then as root
+#   sudoedit /etc/nvmf/target.toml                  # the example serves /dev/nvme0n1: edit it first
+#   sudo systemctl enable --now nvmf-target
+#
+# Options:
+#   --prefix DIR   where binary, docs and (for /usr and /usr/local) unit and sysusers.d go; default /usr/local
+#   --destdir DIR  stage everything under DIR (packaging, tests); no user is created, systemd is not told
+#   --no-build     do not run cargo; use target/release/nvmf-target (or $NVMF_TARGET_BIN)
+# Environment: NVMF_TARGET_BIN=PATH installs that binary instead of target/release/nvmf-target.
+#
+# It never overwrites /etc/nvmf/target.toml and never enables or starts the service: the example configuration
+# exports real devices, so an administrator decides what is served. See systemd/README.md.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+prefix=/usr/local
+destdir=
+build=1
+while (($#)); do
+  case "$1" in
+    --prefix) prefix=${2:?--prefix needs a directory}; shift 2 ;;
+    --prefix=*) prefix=${1#*=}; shift ;;
+    --destdir) destdir=${2:?--destdir needs a directory}; shift 2 ;;
+    --destdir=*) destdir=${1#*=}; shift ;;
+    --no-build) build=0; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$prefix" in /*) ;; *) echo "install.sh: --prefix must be absolute, not '$prefix'" >&2; exit 2 ;; esac
+prefix=${prefix%/}
+
+bin=${NVMF_TARGET_BIN:-target/release/nvmf-target}
+if ((build)) && [[ -z ${NVMF_TARGET_BIN:-} ]]; then
+  echo "install.sh: cargo build --release --locked -p nvmf-target"
+  cargo build --release --locked -p nvmf-target
+fi
+[[ -x $bin ]] || { echo "install.sh: $bin is missing: build it (cargo build --release -p nvmf-target)" >&2; exit 1; }
+
+# Units and sysusers.d go where systemd looks for vendor files when the prefix is one it searches
+# (/usr/lib, /usr/local/lib); any other prefix gets the administrator's directories under /etc.
+case "$prefix" in
+  /usr | /usr/local) unitdir=$prefix/lib/systemd/system; sysusersdir=$prefix/lib/sysusers.d ;;
+  *) unitdir=/etc/systemd/system; sysusersdir=/etc/sysusers.d ;;
+esac
+docdir=$prefix/share/doc/nvmf
+D=$destdir
+
+install -D -m 0755 "$bin" "$D$prefix/bin/nvmf-target"
+# The unit names /usr/local/bin/nvmf-target and the doc path; rewrite both for another prefix.
+install -d -m 0755 "$D$unitdir"
+sed -e "s#/usr/local/bin/nvmf-target#$prefix/bin/nvmf-target#g" -e "s#/usr/local/share/doc/nvmf#$docdir#g" \
+  systemd/nvmf-target.service >"$D$unitdir/nvmf-target.service"
+chmod 0644 "$D$unitdir/nvmf-target.service"
+install -D -m 0644 systemd/sysusers.d/nvmf.conf "$D$sysusersdir/nvmf.conf"
+install -D -m 0644 README.md "$D$docdir/README.md"
+install -D -m 0644 systemd/README.md "$D$docdir/systemd.md"
+install -D -m 0644 systemd/nvmf-target.service.d/passthrough.conf "$D$docdir/passthrough.conf"
+install -D -m 0644 config/examples/target.toml "$D$docdir/target.toml.example"
+install -d -m 0755 "$D$prefix/share/nvmf/fio-jobs"
+install -m 0644 fio-jobs/*.fio fio-jobs/README.md "$D$prefix/share/nvmf/fio-jobs/"
+
+# The service user (and group) must exist before /etc/nvmf can belong to it.
+live=0
+if [[ -z $D && $(id -u) == 0 ]]; then
+  live=1
+  systemd-sysusers "$sysusersdir/nvmf.conf"
+fi
+
+install -d -m 0750 "$D/etc/nvmf"
+config=$D/etc/nvmf/target.toml
+if [[ -e $config ]]; then
+  echo "install.sh: keeping the existing /etc/nvmf/target.toml"
+else
+  install -m 0640 config/examples/target.toml "$config"
+  echo "install.sh: installed the example configuration as /etc/nvmf/target.toml: edit it before starting"
+fi
+if ((live)); then
+  chgrp nvmf /etc/nvmf /etc/nvmf/target.toml
+  if [[ -d /run/systemd/system ]]; then
+    systemctl daemon-reload
+  else
+    echo "install.sh: systemd is not running here; run 'systemctl daemon-reload' where it is"
+  fi
+else
+  echo "install.sh: staged under '${D:-/}' without creating the nvmf user: on the target machine run" \
+    "'systemd-sysusers' and 'chgrp nvmf /etc/nvmf /etc/nvmf/target.toml'"
+fi
+echo "install.sh: done. Check the configuration with: $prefix/bin/nvmf-target --config /etc/nvmf/target.toml --check"
+echo "install.sh: then: systemctl enable --now nvmf-target"
