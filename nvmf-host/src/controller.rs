@@ -353,7 +353,10 @@ impl Controller {
             keep_alive,
             io_timeout: t,
         };
-        ctrl.namespaces()?;
+        // A discovery controller has no namespaces (and refuses the Identify CNS 02h that lists them).
+        if subnqn != nvmf_common::fabrics::nqn::DISCOVERY_NQN {
+            ctrl.namespaces()?;
+        }
         tracing::info!(%addr, subnqn, cntlid, io_queues = ctrl.info.io_queues, "connected");
         Ok(ctrl)
     }

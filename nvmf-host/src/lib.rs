@@ -4,14 +4,20 @@
 //! - [`controller`] — an association with one controller — bring-up (Connect, CC.EN/CSTS.RDY, Identify,
 //!   Number of Queues, I/O queue Connects), keep-alive, namespaces, blocking I/O wrappers, shutdown.
 //! - [`identity`] — the host NQN and host ID (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, or generated).
+//! - [`discovery`] — reading a discovery controller's Discovery Log Page.
+//! - [`perf`] — an SPDK-perf-like load generator on bare pipelined queues, with a latency histogram.
+//! - [`cli`] — the `nvmf-host` command line (`perf`, `discover`).
 //! - [`error`] — the error type, [`HostError`].
 //!
 //! See `shared/design/ARCHITECTURE.md` for where this sits.
 #![deny(missing_docs)]
 
+pub mod cli;
 pub mod controller;
+pub mod discovery;
 pub mod error;
 pub mod identity;
+pub mod perf;
 pub mod tcp;
 
 pub use controller::{ConnectOptions, Controller, ControllerInfo, NamespaceInfo};

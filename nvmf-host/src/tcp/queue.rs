@@ -538,7 +538,12 @@ impl<T> TcpQueue<T> {
         if self.failed.is_some() {
             return;
         }
-        tracing::warn!(qid = self.cmds.qid, %error, "queue failed");
+        if matches!(error, HostError::ShutDown { .. }) {
+            // Closed by this host: routine, not a warning.
+            tracing::debug!(qid = self.cmds.qid, "queue closed");
+        } else {
+            tracing::warn!(qid = self.cmds.qid, %error, "queue failed");
+        }
         if let Some(fes) = error.fes() {
             let fei = match &error {
                 HostError::Pdu { error, .. } => error.fei(),

@@ -1,0 +1,108 @@
+//! `nvmf-host perf` as a process against the in-process target.
+
+mod support;
+
+use std::process::Command;
+
+use nvmf_host::Controller;
+use support::{options, Target, SUBNQN};
+
+fn perf(target: &Target, args: &[&str]) -> std::process::Output {
+    let port = target.addr.port().to_string();
+    Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+        .args(["perf", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN])
+        .args(args)
+        .output()
+        .expect("nvmf-host runs")
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "perf failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn f(v: &serde_json::Value, path: &[&str]) -> f64 {
+    let mut v = v;
+    for p in path {
+        v = &v[p];
+    }
+    v.as_f64().unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
+}
+
+/// The whole of namespace 1 (16 MiB) through the library.
+fn namespace_1(target: &Target) -> Vec<u8> {
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(1)).expect("connect");
+    ctrl.namespaces().expect("namespaces");
+    let mut data = vec![0u8; 16 << 20];
+    ctrl.read(1, 0, &mut data).expect("read namespace 1");
+    ctrl.disconnect().expect("disconnect");
+    data
+}
+
+#[test]
+fn randread_json_has_iops_and_ordered_percentiles_and_writes_nothing() {
+    let target = Target::start();
+    let out = perf(&target, &["-w", "randread", "-q", "16", "-o", "4096", "-T", "1", "--json"]);
+    let j = json_of(&out);
+    assert!(f(&j, &["iops"]) > 0.0, "{j}");
+    assert!(f(&j, &["mib_per_s"]) > 0.0, "{j}");
+    assert_eq!(j["writes"], 0, "{j}");
+    assert_eq!(j["queue_depth"], 16);
+    let (mean, p50, p99, p999) = (
+        f(&j, &["latency_us", "mean"]),
+        f(&j, &["latency_us", "p50"]),
+        f(&j, &["latency_us", "p99"]),
+        f(&j, &["latency_us", "p999"]),
+    );
+    assert!(mean > 0.0 && p50 > 0.0, "{j}");
+    assert!(p50 <= p99 && p99 <= p999, "percentiles out of order: {j}");
+    assert!(f(&j, &["latency_us", "min"]) <= p50 && p999 <= f(&j, &["latency_us", "max"]), "{j}");
+    // A read workload never writes.
+    assert!(namespace_1(&target).iter().all(|&b| b == 0), "randread changed the namespace");
+}
+
+#[test]
+fn randwrite_writes_data() {
+    let target = Target::start();
+    let out = perf(&target, &["-w", "randwrite", "-q", "8", "-o", "4096", "-T", "1", "--json", "-c", "2"]);
+    let j = json_of(&out);
+    assert!(f(&j, &["iops"]) > 0.0, "{j}");
+    assert_eq!(j["reads"], 0, "{j}");
+    assert_eq!(j["per_queue"].as_array().map(Vec::len), Some(2), "{j}");
+    let data = namespace_1(&target);
+    let written = data.chunks(4096).filter(|c| c.iter().any(|&b| b != 0)).count();
+    assert!(written > 0, "no 4 KiB block of namespace 1 was written");
+    // perf's pattern has bit 0 set in every byte: a written block is entirely non-zero.
+    let whole = data.chunks(4096).filter(|c| c.iter().all(|&b| b != 0)).count();
+    assert_eq!(written, whole, "partially written blocks");
+}
+
+#[test]
+fn mixed_sequential_and_table_output() {
+    let target = Target::start();
+    let out = perf(&target, &["-w", "rw", "-M", "70", "-q", "4", "-o", "8192", "-T", "1", "--json", "--nsid", "2"]);
+    let j = json_of(&out);
+    assert_eq!(j["nsid"], 2);
+    let (r, w) = (f(&j, &["reads"]), f(&j, &["writes"]));
+    assert!(r > 0.0 && w > 0.0 && r > w, "70 % reads: {j}");
+    let out = perf(&target, &["-w", "read", "-q", "2", "-T", "1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("IOPS") && table.contains("Total") && table.contains("99.90000%"), "{table}");
+}
+
+#[test]
+fn bad_io_size_and_rdma_are_refused() {
+    let target = Target::start();
+    let out = perf(&target, &["-w", "randread", "-o", "1000", "-T", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("block size"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+        .args(["perf", "-t", "rdma", "-a", "127.0.0.1", "-s", "4420", "-n", SUBNQN, "-w", "randread"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not implemented yet"), "{err}");
+}
