@@ -278,7 +278,10 @@ fn per_second(n: u64, elapsed: Duration) -> f64 {
 
 /// The SPDK-like table of a perf run.
 pub fn write_perf_table(r: &PerfReport, o: &PerfOptions, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let rule = "=".repeat(120);
+    let device = format!("TCP (addr:{} subnqn:{}) NSID {}", o.addr, o.subnqn, r.nsid);
+    // Label column as wide as the longest label, like SPDK's.
+    let w = device.len() + " queue 65535".len();
+    let rule = "=".repeat(w + 57);
     writeln!(
         out,
         "Initialization complete. Ran {:?} with {} B I/Os, queue depth {} on {} queue(s) for {:.1} s.",
@@ -289,13 +292,12 @@ pub fn write_perf_table(r: &PerfReport, o: &PerfOptions, out: &mut dyn std::io::
         r.elapsed.as_secs_f64()
     )?;
     writeln!(out, "{rule}")?;
-    writeln!(out, "{:>120}", "Latency(us)")?;
+    writeln!(out, "{:>width$}", "Latency(us)", width = w + 57)?;
     writeln!(
         out,
-        "{:<60}: {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "{:<w$}: {:>10} {:>10} {:>10} {:>10} {:>10}",
         "Device Information", "IOPS", "MiB/s", "Average", "min", "max"
     )?;
-    let device = format!("TCP (addr:{} subnqn:{}) NSID {}", o.addr, o.subnqn, r.nsid);
     let bytes = f64::from(r.io_size) / f64::from(1u32 << 20);
     for q in &r.per_queue {
         let s = q.histogram.summary();
@@ -303,7 +305,7 @@ pub fn write_perf_table(r: &PerfReport, o: &PerfOptions, out: &mut dyn std::io::
         let name = format!("{device} queue {}", q.qid);
         writeln!(
             out,
-            "{name:<60}: {iops:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+            "{name:<w$}: {iops:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
             iops * bytes,
             s.mean,
             s.min,
@@ -314,7 +316,7 @@ pub fn write_perf_table(r: &PerfReport, o: &PerfOptions, out: &mut dyn std::io::
     let l = r.latency();
     writeln!(
         out,
-        "{:<60}: {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+        "{:<w$}: {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
         "Total",
         r.iops(),
         r.mib_per_s(),
