@@ -178,7 +178,7 @@ fn sixty_four_commands_in_flight_on_one_queue() {
     assert_eq!(caps.len(), 1, "every Property Get returned the same CAP");
     assert_eq!(q.stats().max_outstanding, 64);
 
-    // Through the controller's I/O thread: 64 reads submitted at once on one I/O queue, data checked.
+    // Through the controller's I/O thread: 64 reads submitted back to back on one I/O queue, data checked.
     let q1 = &ctrl.io_queues()[0];
     let pending: Vec<_> = (0..64usize)
         .map(|i| {
@@ -192,7 +192,8 @@ fn sixty_four_commands_in_flight_on_one_queue() {
         assert!(r.result.unwrap().status.is_success());
         assert!(r.data == data[i * 4096..(i + 1) * 4096], "read {i}");
     }
-    assert!(q1.stats().max_outstanding > 1, "pipelined: {:?}", q1.stats());
+    // How many of these overlap depends on thread scheduling (the I/O thread may finish one before the next
+    // is submitted), so it is not asserted here: the poll-API half above proves 64 in flight deterministically.
 }
 
 #[test]
