@@ -210,6 +210,11 @@ impl RunningTarget {
         self.reactors.iter().map(ReactorHandle::connections).sum()
     }
 
+    /// Every reactor's live connection count (for status reports on another thread).
+    pub fn connection_counters(&self) -> Vec<Arc<std::sync::atomic::AtomicUsize>> {
+        self.reactors.iter().map(ReactorHandle::connection_counter).collect()
+    }
+
     /// Stop: close the listeners, end every association (in-flight storage ops complete first), then flush every
     /// namespace's storage so that acknowledged writes are durable.
     pub fn shutdown(self) {

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod listener;
 pub mod logging;
 pub mod metrics;
+pub mod notify;
 pub mod reactor;
 pub mod signals;
 pub mod tcp;

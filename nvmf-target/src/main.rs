@@ -1,11 +1,13 @@
 //! The nvmf-target daemon: parse the command line, load the configuration, start tracing, run the target until
-//! SIGTERM/SIGINT.
+//! SIGTERM/SIGINT, telling a service manager (sd_notify) when it is ready, how it is doing and when it stops.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
 use nvmf_config::{QuickStart, TargetConfig};
+use nvmf_target::notify::{ServiceNotifier, StatusReporter};
 
 /// Export local storage as NVMe over Fabrics subsystems.
 #[derive(Debug, Parser)]
@@ -33,9 +35,14 @@ fn main() -> anyhow::Result<()> {
     }
     nvmf_target::logging::init(&config.logging);
     let signals = nvmf_target::signals::Signals::new().context("installing signal handlers")?;
+    let notifier = Arc::new(ServiceNotifier::from_env().context("$NOTIFY_SOCKET")?);
     let running = nvmf_target::daemon::start(&config).context("starting the target")?;
     nvmf_target::daemon::print_ready(&config, &running);
+    notifier.notify("READY=1");
+    let status = StatusReporter::start(Arc::clone(&notifier), running.connection_counters())?;
     signals.wait_for_termination();
+    notifier.notify("STOPPING=1");
+    drop(status);
     tracing::info!("shutting down");
     running.shutdown();
     Ok(())
