@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use nvmf_common::fabrics::discovery::{AddressFamily, TcpSecurityType, TransportType, Tsas};
 use nvmf_config::size::format_size;
-use nvmf_config::target::{ListenerTransport, NamespaceBackend};
+use nvmf_config::target::{ListenerTransport, NamespaceBackend, NamespaceConfig, SubsystemConfig};
 use nvmf_config::TargetConfig;
 
 use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
@@ -58,38 +58,50 @@ pub struct RunningTarget {
     metrics: Option<MetricsServer>,
 }
 
+/// The controller model's parameters for subsystem `s`, opening every namespace's storage (each is also pushed
+/// onto `storages`, to be flushed at shutdown).
+pub fn subsystem_params(s: &SubsystemConfig, storages: &mut Vec<Arc<Storage>>) -> Result<SubsystemParams, StartError> {
+    let mut params = SubsystemParams::new(s.nqn.clone());
+    params.serial = s.serial.clone();
+    params.model = s.model.clone();
+    params.allow_any_host = s.allow_any_host;
+    params.hosts = s.hosts.clone();
+    params.cntlid_range = s.cntlid_min..=s.cntlid_max;
+    params.max_namespaces = s.max_namespaces;
+    for ns in &s.namespaces {
+        let namespace = namespace_params(&s.nqn, ns)?;
+        storages.push(Arc::clone(&namespace.storage));
+        params.namespaces.push(namespace);
+    }
+    Ok(params)
+}
+
+/// The controller model's parameters for namespace `ns` of subsystem `subsystem`, with its storage opened.
+pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<NamespaceParams, StartError> {
+    let spec = match &ns.backend {
+        NamespaceBackend::Path(path) => StorageSpec::Path { path: path.clone(), block_size: ns.block_size },
+        NamespaceBackend::Memory { size } => StorageSpec::Memory { size: *size, block_size: ns.block_size },
+        NamespaceBackend::Null { size } => StorageSpec::Null { size: *size, block_size: ns.block_size },
+    };
+    let storage = Arc::new(Storage::open(&spec).map_err(|source| StartError::Storage {
+        subsystem: subsystem.to_owned(),
+        nsid: ns.nsid,
+        source,
+    })?);
+    tracing::info!(subsystem, nsid = ns.nsid, storage = %storage.describe(), "namespace");
+    let mut namespace = NamespaceParams::new(ns.nsid, storage);
+    namespace.uuid = Some(*ns.uuid.as_bytes());
+    namespace.nguid = Some(*ns.nguid.as_bytes());
+    namespace.eui64 = Some(*ns.eui64.as_bytes());
+    Ok(namespace)
+}
+
 /// Open the storage of every namespace, start `config.reactors.threads` reactors and listen on every listener.
 pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let mut storages = Vec::new();
     let mut subsystems = Vec::with_capacity(config.subsystems.len());
     for s in &config.subsystems {
-        let mut params = SubsystemParams::new(s.nqn.clone());
-        params.serial = s.serial.clone();
-        params.model = s.model.clone();
-        params.allow_any_host = s.allow_any_host;
-        params.hosts = s.hosts.clone();
-        params.cntlid_range = s.cntlid_min..=s.cntlid_max;
-        params.max_namespaces = s.max_namespaces;
-        for ns in &s.namespaces {
-            let spec = match &ns.backend {
-                NamespaceBackend::Path(path) => StorageSpec::Path { path: path.clone(), block_size: ns.block_size },
-                NamespaceBackend::Memory { size } => StorageSpec::Memory { size: *size, block_size: ns.block_size },
-                NamespaceBackend::Null { size } => StorageSpec::Null { size: *size, block_size: ns.block_size },
-            };
-            let storage = Arc::new(Storage::open(&spec).map_err(|source| StartError::Storage {
-                subsystem: s.nqn.clone(),
-                nsid: ns.nsid,
-                source,
-            })?);
-            tracing::info!(subsystem = %s.nqn, nsid = ns.nsid, storage = %storage.describe(), "namespace");
-            storages.push(Arc::clone(&storage));
-            let mut namespace = NamespaceParams::new(ns.nsid, storage);
-            namespace.uuid = Some(*ns.uuid.as_bytes());
-            namespace.nguid = Some(*ns.nguid.as_bytes());
-            namespace.eui64 = Some(*ns.eui64.as_bytes());
-            params.namespaces.push(namespace);
-        }
-        subsystems.push(params);
+        subsystems.push(subsystem_params(s, &mut storages)?);
     }
 
     let mut listener_specs = Vec::with_capacity(config.listeners.len());
@@ -203,6 +215,16 @@ impl RunningTarget {
     /// The address the metrics endpoint is bound to, when `[metrics] listen` is set.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics.as_ref().map(MetricsServer::local_addr)
+    }
+
+    /// Keep `storage` (a namespace added by a reload) to flush it at shutdown.
+    pub fn keep_storage(&mut self, storage: Arc<Storage>) {
+        self.storages.push(storage);
+    }
+
+    /// Stop keeping `storage` (its namespace was removed by a reload).
+    pub fn release_storage(&mut self, storage: &Arc<Storage>) {
+        self.storages.retain(|s| !Arc::ptr_eq(s, storage));
     }
 
     /// Connections served now, over all reactors.

@@ -321,6 +321,13 @@ struct Registry {
     next_cntlid: u16,
 }
 
+/// Which hosts may connect to a subsystem.
+#[derive(Debug, Clone)]
+struct HostAccess {
+    allow_any_host: bool,
+    hosts: Vec<String>,
+}
+
 /// An NVM subsystem (or the discovery subsystem): identity, host access, controller IDs and namespaces.
 #[derive(Debug)]
 pub struct Subsystem {
@@ -328,8 +335,9 @@ pub struct Subsystem {
     serial: String,
     model: String,
     kind: SubsystemKind,
-    allow_any_host: bool,
-    hosts: Vec<String>,
+    /// Host access (`allow_any_host`, allowed host NQNs): read at Connect and discovery log reads, replaced by
+    /// a reload ([`Subsystem::set_host_access`]).
+    access: RwLock<HostAccess>,
     cntlid_range: RangeInclusive<u16>,
     max_namespaces: u32,
     namespaces: RwLock<Arc<NamespaceTable>>,
@@ -380,8 +388,7 @@ impl Subsystem {
             serial,
             model,
             kind: SubsystemKind::Nvm,
-            allow_any_host,
-            hosts,
+            access: RwLock::new(HostAccess { allow_any_host, hosts }),
             cntlid_range,
             max_namespaces,
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
@@ -408,8 +415,7 @@ impl Subsystem {
             serial,
             model: "nvmf-rs discovery".to_owned(),
             kind: SubsystemKind::Discovery,
-            allow_any_host: true,
-            hosts: Vec::new(),
+            access: RwLock::new(HostAccess { allow_any_host: true, hosts: Vec::new() }),
             cntlid_range: CNTLID_RANGE,
             max_namespaces: 0,
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
@@ -456,7 +462,22 @@ impl Subsystem {
 
     /// Whether `hostnqn` may connect (and see this subsystem in the discovery log).
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
-        self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+        let access = self.access.read().unwrap_or_else(|e| e.into_inner());
+        access.allow_any_host || access.hosts.iter().any(|h| h == hostnqn)
+    }
+
+    /// Replace the host access list (a reload). New Connects see it; existing associations stay.
+    pub fn set_host_access(&self, allow_any_host: bool, hosts: Vec<String>) -> Result<(), SubsystemError> {
+        for host in &hosts {
+            validate_nqn(host).map_err(|e| SubsystemError::InvalidHostNqn {
+                subsystem: self.nqn.clone(),
+                nqn: host.clone(),
+                reason: e.reason(),
+            })?;
+        }
+        *self.access.write().unwrap_or_else(|e| e.into_inner()) = HostAccess { allow_any_host, hosts };
+        tracing::info!(subsystem = %self.nqn, allow_any_host, "host access changed");
+        Ok(())
     }
 
     /// The current namespace table.
