@@ -14,5 +14,6 @@ pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod reactor;
+pub mod reload;
 pub mod signals;
 pub mod tcp;

@@ -1,5 +1,6 @@
 //! The nvmf-target daemon: parse the command line, load the configuration, start tracing, run the target until
-//! SIGTERM/SIGINT, telling a service manager (sd_notify) when it is ready, how it is doing and when it stops.
+//! SIGTERM/SIGINT (reloading the configuration on SIGHUP), telling a service manager (sd_notify) when it is
+//! ready, how it is doing and when it stops.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,6 +9,8 @@ use anyhow::Context;
 use clap::Parser;
 use nvmf_config::{QuickStart, TargetConfig};
 use nvmf_target::notify::{ServiceNotifier, StatusReporter};
+use nvmf_target::reload::Reloader;
+use nvmf_target::signals::Request;
 
 /// Export local storage as NVMe over Fabrics subsystems.
 #[derive(Debug, Parser)]
@@ -34,13 +37,16 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     nvmf_target::logging::init(&config.logging);
-    let signals = nvmf_target::signals::Signals::new().context("installing signal handlers")?;
+    let mut signals = nvmf_target::signals::Signals::new().context("installing signal handlers")?;
     let notifier = Arc::new(ServiceNotifier::from_env().context("$NOTIFY_SOCKET")?);
-    let running = nvmf_target::daemon::start(&config).context("starting the target")?;
+    let mut running = nvmf_target::daemon::start(&config).context("starting the target")?;
     nvmf_target::daemon::print_ready(&config, &running);
     notifier.notify("READY=1");
     let status = StatusReporter::start(Arc::clone(&notifier), running.connection_counters())?;
-    signals.wait_for_termination();
+    let mut reloader = Reloader::new(cli.config.clone(), config);
+    while signals.wait() == Request::Reload {
+        reloader.reload(&mut running, &notifier);
+    }
     notifier.notify("STOPPING=1");
     drop(status);
     tracing::info!("shutting down");
