@@ -1,0 +1,210 @@
+//! Live reconfiguration of the `nvmf-target` binary: SIGHUP re-reads `--config`, adds and removes namespaces and
+//! subsystems without dropping unaffected associations (the held AER completes with a Namespace Attribute Changed
+//! notice), and rejects an invalid file with its file:line error while the target keeps serving.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nvmf_common::fabrics::property::{ControllerConfiguration, Property};
+use nvmf_common::nvme::admin::{AsyncEvent, AsyncEventRequest, KeepAlive};
+use nvmf_common::nvme::identify::{cns, ActiveNamespaceIdList, Identify, IdentifyNamespace, IDENTIFY_DATA_SIZE};
+use nvmf_common::nvme::io::{Read, Write};
+use nvmf_common::nvme::log_page::{lid, ChangedNamespaceList, ChangedNamespaces, GetLogPage};
+use nvmf_common::nvme::{SglDescriptor, SglSubtype, Status};
+use nvmf_common::transport::tcp::{CapsuleCommand, Pdu};
+use nvmf_tests::nvme_tcp_client::{ClientError, ClientOptions, Completion, TcpTestClient};
+
+const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:reload-one";
+const SUBNQN2: &str = "nqn.2024-01.io.nvmf-rs:reload-two";
+
+/// The configuration: subsystem one with namespace 1, plus `ns2` (a second namespace) and `second` (a second
+/// subsystem) when asked.
+fn config(port: u16, ns2: bool, second: bool) -> String {
+    let mut text = format!(
+        "[reactors]\nthreads = 2\n\n[[listener]]\naddress = \"127.0.0.1\"\nport = {port}\n\n\
+         [[subsystem]]\nnqn = \"{SUBNQN}\"\n\n[[subsystem.namespace]]\nnsid = 1\nmemory = \"4MiB\"\n"
+    );
+    if ns2 {
+        text.push_str("\n[[subsystem.namespace]]\nnsid = 2\nmemory = \"8MiB\"\nblock_size = 4096\n");
+    }
+    if second {
+        text.push_str(&format!("\n[[subsystem]]\nnqn = \"{SUBNQN2}\"\n\n[[subsystem.namespace]]\nmemory = \"1MiB\"\n"));
+    }
+    text
+}
+
+/// The target process, killed on drop.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Daemon {
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill").args([&format!("-{name}"), &self.0.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -{name}");
+    }
+}
+
+/// Wait (bounded) until the log file contains `needle`; returns the log.
+fn wait_log(path: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if log.contains(needle) {
+            return log;
+        }
+        assert!(Instant::now() < deadline, "the target never logged {needle:?}; log:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn options() -> ClientOptions {
+    ClientOptions { timeout: Duration::from_secs(5), ..ClientOptions::default() }
+}
+
+#[track_caller]
+fn ok(result: Result<Completion, ClientError>) -> Completion {
+    let c = result.expect("command answered");
+    assert!(c.cqe.status.same_code(Status::SUCCESS), "status {}", c.cqe.status);
+    c
+}
+
+/// Connect and enable a controller of `subnqn` with one I/O queue.
+fn associate(addr: SocketAddr, subnqn: &str) -> (TcpTestClient, TcpTestClient) {
+    let mut admin = TcpTestClient::connect(addr, options()).expect("TCP + ICReq");
+    let c = ok(admin.fabrics_connect(subnqn, 0, 31, 0xFFFF, 0));
+    let cntlid = u16::try_from(c.cqe.dw0 & 0xFFFF).unwrap();
+    let cc = ControllerConfiguration { en: true, iosqes: 6, iocqes: 4, ..ControllerConfiguration::default() };
+    ok(admin.property_set(Property::Cc.offset(), Property::Cc.size(), u64::from(cc.to_u32())));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ok(admin.property_get(Property::Csts.offset(), Property::Csts.size())).cqe.result64() & 1 == 0 {
+        assert!(Instant::now() < deadline, "CSTS.RDY never set");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut io = TcpTestClient::connect(addr, options()).expect("TCP + ICReq");
+    ok(io.fabrics_connect(subnqn, 1, 31, cntlid, 0));
+    (admin, io)
+}
+
+/// Send an Asynchronous Event Request without waiting; returns its CID.
+fn hold_aer(admin: &mut TcpTestClient) -> u16 {
+    let mut sqe = AsyncEventRequest.to_sqe();
+    sqe.cid = admin.next_cid();
+    sqe.set_sgl1(&SglDescriptor::TransportDataBlock { length: 0, subtype: SglSubtype::TransportSpecific }).unwrap();
+    admin.send_pdu(&Pdu::CapsuleCommand(CapsuleCommand { sqe }), &[]).expect("capsule sent");
+    // The AER is held: a Keep Alive issued after it completes first.
+    ok(admin.command(KeepAlive.to_sqe(), None, 0));
+    sqe.cid
+}
+
+/// The held AER `cid` completes with a Namespace Attribute Changed notice; the changed namespace list (read
+/// without RAE, which re-arms the event) names exactly `nsid`.
+fn expect_namespace_notice(admin: &mut TcpTestClient, cid: u16, nsid: u32) {
+    let (pdu, _) = admin.recv_pdu().expect("the AER completes");
+    let Pdu::CapsuleResponse(resp) = pdu else { panic!("expected the AER's response, got {pdu:?}") };
+    assert_eq!(resp.cqe.cid, cid);
+    assert!(resp.cqe.status.is_success(), "{}", resp.cqe.status);
+    assert_eq!(AsyncEvent::from_dw0(resp.cqe.dw0).unwrap(), AsyncEvent::NAMESPACE_ATTRIBUTE_CHANGED);
+    let glp = GetLogPage::new(lid::CHANGED_NAMESPACE_LIST, 0, 4096).unwrap();
+    let c = ok(admin.command(glp.to_sqe(), None, 4096));
+    let ChangedNamespaces::List(l) = ChangedNamespaceList::parse(&c.data).unwrap() else { panic!("a list") };
+    assert_eq!(l.iter().collect::<Vec<_>>(), [nsid]);
+}
+
+fn identify(admin: &mut TcpTestClient, cns: u8, nsid: u32) -> Completion {
+    ok(admin.command(Identify::new(cns, nsid).to_sqe(), None, IDENTIFY_DATA_SIZE))
+}
+
+fn active_namespaces(admin: &mut TcpTestClient) -> Vec<u32> {
+    ActiveNamespaceIdList::parse(&identify(admin, cns::ACTIVE_NAMESPACE_ID_LIST, 0).data).unwrap().iter().collect()
+}
+
+#[test]
+fn sighup_applies_namespace_and_subsystem_changes_and_rejects_invalid_files() {
+    let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("target.toml");
+    let log_path = dir.path().join("stderr.log");
+    // Configurations cannot say port 0: take a free port and hand it over.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    std::fs::write(&config_path, config(port, false, false)).unwrap();
+
+    let daemon = Daemon(
+        Command::new(bin)
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", "info")
+            .env_remove("NOTIFY_SOCKET")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "the target never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let (mut admin, mut io) = associate(addr, SUBNQN);
+    assert_eq!(active_namespaces(&mut admin), [1]);
+    let data: Vec<u8> = (0..8192u32).map(|i| u8::try_from(i % 251).unwrap()).collect();
+    let write = Write { nsid: 1, slba: 8, nlb: 15, ..Write::default() };
+    ok(io.command(write.to_sqe(), Some(&data), 0));
+    let aer = hold_aer(&mut admin);
+
+    // Namespace 2 and a second subsystem appear.
+    std::fs::write(&config_path, config(port, true, true)).unwrap();
+    daemon.signal("HUP");
+    expect_namespace_notice(&mut admin, aer, 2);
+    assert_eq!(active_namespaces(&mut admin), [1, 2]);
+    let ns2 = IdentifyNamespace::parse(&identify(&mut admin, cns::NAMESPACE, 2).data).unwrap();
+    assert_eq!(ns2.nsze, 2048, "8 MiB of 4 KiB blocks");
+    // The first association was not disturbed: its data reads back.
+    let c = ok(io.command(Read { nsid: 1, slba: 8, nlb: 15, ..Read::default() }.to_sqe(), None, data.len()));
+    assert_eq!(c.data, data);
+    // The new subsystem accepts a Connect and serves its namespace.
+    let (mut admin2, _io2) = associate(addr, SUBNQN2);
+    assert_eq!(active_namespaces(&mut admin2), [1]);
+    wait_log(&log_path, "configuration reloaded");
+
+    // An invalid file is rejected with its location; the target keeps serving with the running configuration.
+    std::fs::write(
+        &config_path,
+        format!("{}\n[[subsystem.namespace]]\nnsid = 2\nmemory = \"lots\"\n", config(port, true, true)),
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    let log = wait_log(&log_path, "configuration rejected");
+    let location = format!("{}:", config_path.display());
+    assert!(log.lines().any(|l| l.contains("configuration rejected") && l.contains(&location)), "{log}");
+    let rejected = log.lines().find(|l| l.contains("configuration rejected")).unwrap().to_owned();
+    let after_path = rejected.split(&location).nth(1).unwrap();
+    assert!(after_path.split(':').next().unwrap().parse::<u32>().is_ok(), "a line number: {rejected}");
+    assert_eq!(active_namespaces(&mut admin), [1, 2]);
+    let c = ok(io.command(Read { nsid: 1, slba: 8, nlb: 15, ..Read::default() }.to_sqe(), None, data.len()));
+    assert_eq!(c.data, data);
+
+    // Namespace 2 goes away again: another notice, and it is inactive.
+    let aer = hold_aer(&mut admin);
+    std::fs::write(&config_path, config(port, false, true)).unwrap();
+    daemon.signal("HUP");
+    expect_namespace_notice(&mut admin, aer, 2);
+    assert_eq!(active_namespaces(&mut admin), [1]);
+    let c = io.command(Read { nsid: 2, slba: 0, nlb: 0, ..Read::default() }.to_sqe(), None, 4096).unwrap();
+    assert!(!c.cqe.status.is_success(), "I/O to a removed namespace fails");
+    assert_eq!(active_namespaces(&mut admin2), [1], "the second subsystem is untouched");
+
+    daemon.signal("TERM");
+    let mut daemon = daemon;
+    let exit = daemon.0.wait().unwrap();
+    assert!(exit.success(), "nvmf-target exited with {exit}");
+}
