@@ -130,6 +130,8 @@ impl Reloader {
                                 s.allow_any_host = allow_any_host;
                                 s.hosts = hosts;
                             }
+                            // Which subsystems a host may see changed: discovery controllers must say so.
+                            target.discovery_changed();
                             summary.host_access_changed += 1;
                         }
                         Err(e) => tracing::error!(subsystem = %nqn, error = %e, "changing host access failed"),
