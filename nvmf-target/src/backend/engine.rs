@@ -314,6 +314,24 @@ fn unsupported(message: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::Unsupported, message)
 }
 
+/// The result of an op that needs no kernel round trip on any storage kind: empty transfers succeed at once;
+/// a read/write without a buffer, and discard or write zeroes the storage does not support, fail at once.
+fn completes_without_kernel(
+    op: IoOp,
+    buf: Option<BufferId>,
+    storage: &Storage,
+    write_zeroes_supported: bool,
+) -> Option<io::Result<u32>> {
+    match op {
+        IoOp::Read { len: 0, .. } | IoOp::Write { len: 0, .. } => Some(Ok(0)),
+        IoOp::WriteZeroes { len: 0, .. } | IoOp::Discard { len: 0, .. } => Some(Ok(0)),
+        IoOp::Read { .. } | IoOp::Write { .. } if buf.is_none() => Some(Err(refused("read/write without a buffer"))),
+        IoOp::Discard { .. } if !storage.supports_discard() => Some(Err(unsupported("discard not supported"))),
+        IoOp::WriteZeroes { .. } if !write_zeroes_supported => Some(Err(unsupported("write zeroes not supported"))),
+        _ => None,
+    }
+}
+
 /// The last line of defence: block-aligned and inside the capacity.
 fn check_range(storage: &Storage, offset: u64, len: u64) -> Result<(), io::Error> {
     let block = u64::from(storage.block_size());
@@ -468,16 +486,7 @@ impl IoEngine {
         op: IoOp,
         buf: Option<BufferId>,
     ) -> Result<(), IoOp> {
-        let immediate = match op {
-            IoOp::Read { len: 0, .. } | IoOp::Write { len: 0, .. } => Some(Ok(0)),
-            IoOp::WriteZeroes { len: 0, .. } | IoOp::Discard { len: 0, .. } => Some(Ok(0)),
-            IoOp::Read { .. } | IoOp::Write { .. } if buf.is_none() => {
-                Some(Err(refused("read/write without a buffer")))
-            }
-            IoOp::Discard { .. } if !storage.supports_discard() => Some(Err(unsupported("discard not supported"))),
-            IoOp::WriteZeroes { .. } if !backing.write_zeroes => Some(Err(unsupported("write zeroes not supported"))),
-            _ => None,
-        };
+        let immediate = completes_without_kernel(op, buf, storage, backing.write_zeroes);
         if let Some(result) = immediate {
             self.complete_now(tag, result);
             return Ok(());
@@ -642,21 +651,14 @@ impl IoEngine {
         buf: Option<BufferId>,
     ) -> Result<(), IoOp> {
         // Ops that need no kernel round trip.
-        let immediate = match op {
-            IoOp::Read { len: 0, .. } | IoOp::Write { len: 0, .. } => Some(Ok(0)),
-            IoOp::WriteZeroes { len: 0, .. } | IoOp::Discard { len: 0, .. } => Some(Ok(0)),
-            IoOp::Read { .. } | IoOp::Write { .. } if buf.is_none() => {
-                Some(Err(refused("read/write without a buffer")))
-            }
-            IoOp::Discard { .. } if !storage.supports_discard() => Some(Err(unsupported("discard not supported"))),
-            IoOp::WriteZeroes { .. } if backing.zero_mode == ZeroMode::Unsupported => {
-                Some(Err(unsupported("write zeroes not supported")))
-            }
-            IoOp::Discard { offset, len } if block_device && !self.async_block_discard => {
-                Some(ring::block_device_discard(storage.raw_fd().unwrap_or(-1), offset, len).map(|()| 0))
-            }
-            _ => None,
-        };
+        let immediate = completes_without_kernel(op, buf, storage, backing.zero_mode != ZeroMode::Unsupported).or_else(
+            || match op {
+                IoOp::Discard { offset, len } if block_device && !self.async_block_discard => {
+                    Some(ring::block_device_discard(storage.raw_fd().unwrap_or(-1), offset, len).map(|()| 0))
+                }
+                _ => None,
+            },
+        );
         if let Some(result) = immediate {
             self.complete_now(tag, result);
             return Ok(());
