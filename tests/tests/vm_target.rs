@@ -1,7 +1,8 @@
 //! Our target (`nvmf-target`) served to the Linux 6.12 kernel host in the test VM: discovery, connect with 1, 2
 //! and 4 I/O queues, the admin commands nvme-cli sends (with exact Identify fields), fio with crc32c
 //! verification at 4 KiB and 128 KiB × QD 1 and 32, discard, ext4 across a reconnect, header and data digests,
-//! keep-alive expiry when the host vanishes, and a passthrough namespace on an emulated NVMe drive.
+//! keep-alive expiry when the host vanishes, a passthrough namespace on an emulated NVMe drive, and namespaces
+//! added and removed live by a SIGHUP reload.
 //!
 //! The daemon runs in the guest from the cargo build: [`nvmf_tests::workspace_bin::nvmf_target`] runs
 //! `cargo build -p nvmf-target` with this test's profile and target folder once per test process (a no-op when
@@ -501,4 +502,154 @@ echo "passthrough: ok"
     assert_stdout_has(&out, "fio bs=128K qd=32: wrote 256, verified 256 after writing, 256 on randread");
     assert_stdout_has(&out, "on the drive: ok");
     assert_stdout_has(&out, "passthrough: ok");
+}
+
+/// SIGHUP re-reads `--config` under a live association: a namespace added to the file appears on the kernel
+/// host (the changed-namespace AEN makes it rescan) on the same controller and TCP connections, and serves I/O;
+/// an invalid file is rejected with its `file:line` and changes nothing; the namespace removed from the file
+/// disappears from the host, while namespace 1's data stays intact throughout.
+#[test]
+fn reload_adds_and_removes_namespaces_live() {
+    let ns1 = "[[subsystem.namespace]]\nnsid = 1\nmemory = \"64MiB\"\n";
+    let ns2 = "[[subsystem.namespace]]\nnsid = 2\nmemory = \"32MiB\"\nblock_size = 4096\n";
+    let without_ns2 = config("127.0.0.1", ns1, "");
+    let with_ns2 = config("127.0.0.1", &format!("{ns1}{ns2}"), "");
+    let invalid = with_ns2.replace("block_size = 4096", "block_size = 1000");
+    // The heredoc writes the text as is: line numbers in the file are those of the string.
+    let invalid_line = invalid.lines().position(|l| l == "block_size = 1000").expect("the invalid key") + 1;
+    let vm = vm("reload_adds_and_removes_namespaces_live").deadline(Duration::from_secs(180));
+    let Some(out) = run(
+        "reload_adds_and_removes_namespaces_live",
+        vm,
+        &without_ns2,
+        &format!(
+            r#"
+set -eu
+cat > /tmp/with-ns2.toml <<'EOF'
+{with_ns2}
+EOF
+cat > /tmp/invalid.toml <<'EOF'
+{invalid}
+EOF
+cp $CONFIG /tmp/without-ns2.toml
+nvmf_target_start target $CONFIG
+dev1=$(host_connect tcp 127.0.0.1 4420 {NQN} -i 2)
+ctrl=$(ctrl_of {NQN})
+# The host's ends of the association's TCP connections (admin + 2 I/O queues).
+conns() {{ ss -Htn state established '( dport = :4420 )' | awk '{{ print $3 }}' | sort | tr '\n' ' '; }}
+active_ns() {{ nvme list-ns /dev/$ctrl | sed -n 's/.*:0x\([0-9a-f]*\)$/\1/p' | tr '\n' ' '; }}
+association() {{ echo "ctrl $(ctrl_of {NQN}) cntlid $(cat /sys/class/nvme/$ctrl/cntlid) connections $(conns)"; }}
+first=$(association)
+echo "before: $first; active namespaces: $(active_ns); block devices: $(namespaces_of {NQN} | tr '\n' ' ')"
+head -c 1048576 /dev/urandom > /tmp/d1
+dd if=/tmp/d1 of=$dev1 bs=1M oflag=direct status=none
+
+# Namespace 2 is added.
+cp /tmp/with-ns2.toml $CONFIG
+t0=$SECONDS
+echo "reload 1: $(nvmf_target_reload target)"
+new_ns() {{ local n; for n in $(namespaces_of {NQN}); do [ "/dev/$n" != "$dev1" ] && [ -b /dev/$n ] && {{ echo "/dev/$n"; return 0; }}; done; return 1; }}
+wait_until 15 new_ns > /dev/null || {{ fail "no second namespace within 15 s"; nvme list >&2; exit 1; }}
+dev2=$(new_ns)
+echo "added: $dev2 after $((SECONDS - t0)) s, nsid $(cat /sys/block/${{dev2#/dev/}}/nsid)"
+echo "active namespaces: $(active_ns)"
+nvme list > $NVMF_VM_LOGS/nvme-list-added.txt
+grep -qw "$dev2" $NVMF_VM_LOGS/nvme-list-added.txt && echo "nvme list shows ns2: yes"
+echo "ns2 size: $(blockdev --getsize64 $dev2) logical-block: $(blockdev --getss $dev2)"
+[ "$(association)" = "$first" ] && echo "after add: same association"
+head -c 1048576 /dev/urandom > /tmp/d2
+dd if=/tmp/d2 of=$dev2 bs=1M oflag=direct status=none
+cmp -n 1048576 /tmp/d2 $dev2 && echo "ns2 read back: ok"
+cmp -n 1048576 /tmp/d1 $dev1 && echo "ns1 after add: ok"
+
+# An invalid file: rejected with its location, the running configuration stays.
+cp /tmp/invalid.toml $CONFIG
+echo "reload 2: $(nvmf_target_reload target)"
+sleep 1
+echo "after invalid: active namespaces: $(active_ns); block devices: $(namespaces_of {NQN} | wc -l)"
+cmp -n 1048576 /tmp/d1 $dev1 && cmp -n 1048576 /tmp/d2 $dev2 && echo "after invalid: both read back"
+head -c 65536 /dev/urandom > /tmp/d3
+dd if=/tmp/d3 of=$dev2 bs=64k seek=100 oflag=direct status=none
+cmp -n 65536 /tmp/d3 <(dd if=$dev2 bs=64k skip=100 count=1 iflag=direct status=none) && echo "after invalid: ns2 writes"
+[ "$(association)" = "$first" ] && echo "after invalid: same association"
+
+# Namespace 2 is removed.
+cp /tmp/without-ns2.toml $CONFIG
+t0=$SECONDS
+echo "reload 3: $(nvmf_target_reload target)"
+gone() {{ [ ! -e "$dev2" ]; }}
+wait_until 15 gone || {{ fail "$dev2 still there after 15 s"; exit 1; }}
+echo "removed: $dev2 after $((SECONDS - t0)) s"
+echo "active namespaces: $(active_ns); block devices: $(namespaces_of {NQN} | tr '\n' ' ')"
+nvme list > $NVMF_VM_LOGS/nvme-list-removed.txt
+grep -qw "$dev2" $NVMF_VM_LOGS/nvme-list-removed.txt || echo "nvme list shows ns2: no"
+cmp -n 1048576 /tmp/d1 $dev1 && echo "ns1 after remove: ok"
+[ "$(association)" = "$first" ] && echo "after remove: same association"
+# The kernel logs "rescanning namespaces" when a Namespace Attribute Changed AEN completes.
+echo "AEN rescans: $(dmesg | grep -c "nvme $ctrl: rescanning namespaces" || true)"
+echo "host connects: $(dmesg | grep -c 'new ctrl: NQN "{NQN}"') error recoveries: $(dmesg | grep -ciE 'nvme.*(error recovery|reconnect)' || true)"
+host_disconnect {NQN}
+stop_daemon target
+echo "reload: ok"
+"#
+        ),
+    ) else {
+        return;
+    };
+    out.assert_success();
+    assert!(out.stdout.contains("before: ctrl nvme"), "{}", out.report());
+    assert_stdout_has(&out, "; active namespaces: 1 ; block devices: nvme");
+    // Added: namespace 2, 32 MiB of 4 KiB blocks, on the running association.
+    assert_stdout_has(&out, "reload 1: ");
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with("reload 1: ") && l.contains("configuration reloaded")),
+        "{}",
+        out.report()
+    );
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with("added: /dev/nvme") && l.ends_with(", nsid 2")),
+        "{}",
+        out.report()
+    );
+    assert_stdout_has(&out, "active namespaces: 1 2 \n");
+    assert_stdout_has(&out, "nvme list shows ns2: yes");
+    assert_stdout_has(&out, "ns2 size: 33554432 logical-block: 4096");
+    assert_stdout_has(&out, "after add: same association");
+    assert_stdout_has(&out, "ns2 read back: ok");
+    assert_stdout_has(&out, "ns1 after add: ok");
+    // Rejected with the file, the line and the key.
+    let rejected = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("reload 2: "))
+        .unwrap_or_else(|| panic!("no second reload\n{}", out.report()));
+    let location = format!("/tmp/nvmf-target.toml:{invalid_line}:");
+    assert!(
+        rejected.contains("configuration rejected") && rejected.contains(&location) && rejected.contains("block_size"),
+        "expected a rejection at {location} naming block_size: {rejected}\n{}",
+        out.report()
+    );
+    assert_stdout_has(&out, "after invalid: active namespaces: 1 2 ; block devices: 2");
+    assert_stdout_has(&out, "after invalid: both read back");
+    assert_stdout_has(&out, "after invalid: ns2 writes");
+    assert_stdout_has(&out, "after invalid: same association");
+    // Removed: gone from the host; namespace 1 untouched.
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with("reload 3: ") && l.contains("configuration reloaded")),
+        "{}",
+        out.report()
+    );
+    assert!(out.stdout.contains("removed: /dev/nvme"), "{}", out.report());
+    let remaining = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("active namespaces: 1 ; block devices: "))
+        .unwrap_or_else(|| panic!("namespace 1 alone is not active after the removal\n{}", out.report()));
+    assert_eq!(remaining.split_whitespace().count(), 1, "block devices left: {remaining}\n{}", out.report());
+    assert_stdout_has(&out, "nvme list shows ns2: no");
+    assert_stdout_has(&out, "ns1 after remove: ok");
+    assert_stdout_has(&out, "after remove: same association");
+    assert_stdout_has(&out, "AEN rescans: 2");
+    assert_stdout_has(&out, "host connects: 1 error recoveries: 0");
+    assert_stdout_has(&out, "reload: ok");
 }

@@ -21,6 +21,10 @@
 # Our target (nvmf-target, path in $NVMF_TARGET_BIN; tests/tests/vm_target.rs):
 #   nvmf_target_start NAME CONFIG [NETNS]     run it with CONFIG (in network namespace NETNS) until it is ready
 #   ctrl_of NQN                               the live controller (nvmeX) of the connected subsystem NQN
+#   namespaces_of NQN                         every namespace block device (nvmeXnY) of connected NQN, one a line
+#   nvmf_target_pid NAME                      the pid of the nvmf-target process itself (not its `timeout`)
+#   nvmf_target_reload NAME [SECONDS]         SIGHUP it, wait for the log's next "configuration reloaded" or
+#                                             "configuration rejected" line (default 15 s) and print that line
 #   metric SERIES [ADDR:PORT] [NETNS]         one value of its Prometheus endpoint (default 127.0.0.1:9420)
 #   fio_rw_verify DEV BS QD SIZE [ENGINE]     randwrite with crc32c verification of SIZE bytes, then a randread
 #                                             pass verifying the same blocks; prints the verified block counts
@@ -269,4 +273,37 @@ fio_rw_verify() {
   echo "fio bs=$bs qd=$qd: wrote $w, verified $r after writing, $rr on randread (of $blocks)"
   [ "${w:-0}" = "$blocks" ] && [ "${r:-0}" = "$blocks" ] && [ "${rr:-0}" = "$blocks" ] ||
     { fail "fio bs=$bs qd=$qd: expected $blocks blocks written and verified twice"; return 1; }
+}
+
+namespaces_of() {
+  local s
+  for s in /sys/class/nvme-subsystem/*; do
+    [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+    ls "$s" | grep -E '^nvme[0-9]+n[0-9]+$'
+  done
+  return 0
+}
+
+# start_daemon ran `timeout ... nvmf-target` (`ip netns exec` execs): signal the target, not timeout, which
+# forwards a signal once and then ignores it.
+nvmf_target_pid() {
+  local pid
+  pid=$(cat "/run/nvmf-daemons/$1.pid" 2>/dev/null) || { fail "no daemon $1"; return 1; }
+  pgrep -P "$pid" -x nvmf-target || { fail "no nvmf-target process under $1 (pid $pid)"; return 1; }
+}
+
+_reload_outcomes() { grep -cE 'configuration (reloaded|rejected)' "$1" || true; }
+_reload_logged() { [ "$(_reload_outcomes "$1")" -gt "$2" ]; }
+nvmf_target_reload() {
+  local name=$1 secs=${2:-15} log=$NVMF_VM_LOGS/$1.log pid before
+  pid=$(nvmf_target_pid "$name") || return 1
+  before=$(_reload_outcomes "$log")
+  kill -HUP "$pid" || { fail "cannot signal $name (pid $pid)"; return 1; }
+  if ! wait_until "$secs" _reload_logged "$log" "$before"; then
+    tail -n 20 "$log" >&2
+    fail "$name logged no reload outcome within $secs s"
+    return 1
+  fi
+  log "$name reloaded its configuration"
+  grep -E 'configuration (reloaded|rejected)' "$log" | tail -n 1
 }
