@@ -1,0 +1,287 @@
+//! The Grafana dashboard (`contrib/grafana/nvmf-target.json`) against the target's real `/metrics`: the JSON is a
+//! well-formed dashboard (templated Prometheus data source, `subsystem`/`namespace` variables, every panel with a
+//! title, data source, unit and query), and every metric and label its queries use is one the target exports.
+//! The target runs in-process with its metrics endpoint on an ephemeral port; a few commands (one of them an
+//! error) make the per-namespace and per-status series exist before the scrape.
+
+mod target_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use nvmf_common::nvme::Status;
+use nvmf_config::TargetConfig;
+use serde_json::Value;
+use target_support::{assert_status, memory_config, options, pattern, read, write, Association, NS1_BLOCKS};
+
+const DASHBOARD: &str = include_str!("../../contrib/grafana/nvmf-target.json");
+
+/// Metric sample names of a scrape, each with the label names seen on any of its series.
+type Exported = BTreeMap<String, BTreeSet<String>>;
+
+/// `GET /metrics` over HTTP/1.1 (the server closes after one response); the body.
+fn scrape(addr: SocketAddr) -> String {
+    let mut stream = TcpStream::connect(addr).expect("metrics endpoint accepts");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("metrics response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("HTTP head and body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
+/// The label names inside one `{...}` of a sample line or a PromQL selector (values may hold `,`, `=` or `}`).
+fn label_names(inner: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = inner;
+    loop {
+        rest = rest.trim_start_matches([',', ' ']);
+        let Some(op) = rest.find(['=', '!']) else { break };
+        names.insert(rest[..op].trim().to_owned());
+        let Some(open) = rest.find('"') else { break };
+        // Skip the quoted value, honouring backslash escapes.
+        let mut escaped = false;
+        let mut end = None;
+        for (i, c) in rest[open + 1..].char_indices() {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '"' if !escaped => {
+                    end = Some(open + 1 + i);
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        let Some(end) = end else { break };
+        rest = &rest[end + 1..];
+    }
+    names
+}
+
+/// Parse a Prometheus text exposition into sample names and their label names.
+fn exported(body: &str) -> Exported {
+    let mut out = Exported::new();
+    for line in body.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let labels = out.entry(line[..name_end].to_owned()).or_default();
+        if line[name_end..].starts_with('{') {
+            let close = line.rfind('}').expect("closing brace");
+            labels.extend(label_names(&line[name_end + 1..close]));
+        }
+    }
+    out
+}
+
+/// One metric use in a query: the metric token and the label names its selector matches on.
+#[derive(Debug)]
+struct Use {
+    metric: String,
+    selector_labels: BTreeSet<String>,
+}
+
+/// Every `nvmf_target_*` token of a PromQL expression with its selector's label names, and the expression's
+/// grouping labels (`by (...)`).
+fn parse_expr(expr: &str) -> (Vec<Use>, BTreeSet<String>) {
+    let mut uses = Vec::new();
+    let mut at = 0;
+    while let Some(pos) = expr[at..].find("nvmf_target_") {
+        let start = at + pos;
+        let len = expr[start..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(expr.len() - start);
+        let metric = expr[start..start + len].to_owned();
+        let mut selector_labels = BTreeSet::new();
+        at = start + len;
+        if expr[at..].starts_with('{') {
+            let close = at + expr[at..].find('}').expect("selector closes");
+            selector_labels = label_names(&expr[at + 1..close]);
+            at = close + 1;
+        }
+        uses.push(Use { metric, selector_labels });
+    }
+    let mut grouping = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(pos) = rest.find("by (") {
+        let inner = &rest[pos + 4..];
+        let close = inner.find(')').expect("by (...) closes");
+        grouping.extend(inner[..close].split(',').map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()));
+        rest = &inner[close..];
+    }
+    (uses, grouping)
+}
+
+/// Every query of the dashboard: (where, expression, labels a `label_values` asks for).
+fn queries(dashboard: &Value) -> Vec<(String, String, BTreeSet<String>)> {
+    let mut out = Vec::new();
+    for p in dashboard["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().unwrap_or_default().to_owned();
+            out.push((format!("panel {:?}", p["title"].as_str().unwrap_or_default()), expr, BTreeSet::new()));
+        }
+    }
+    for v in dashboard["templating"]["list"].as_array().expect("templating list") {
+        let q = v["query"]["query"].as_str().or_else(|| v["query"].as_str()).unwrap_or_default();
+        let inner = q.strip_prefix("label_values(").and_then(|q| q.strip_suffix(')')).expect("label_values(...)");
+        let (selector, label) = inner.rsplit_once(',').expect("label_values(metric, label)");
+        out.push((
+            format!("variable {:?}", v["name"].as_str().unwrap_or_default()),
+            selector.to_owned(),
+            BTreeSet::from([label.trim().to_owned()]),
+        ));
+    }
+    out
+}
+
+/// Every problem of the dashboard's queries against `exported`: unknown metrics and labels.
+fn query_problems(dashboard: &Value, exported: &Exported) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (place, expr, asked) in queries(dashboard) {
+        let (uses, grouping) = parse_expr(&expr);
+        if uses.is_empty() {
+            problems.push(format!("{place}: no nvmf_target_ metric in {expr:?}"));
+        }
+        let mut available = BTreeSet::new();
+        for u in &uses {
+            // `_bucket`/`_sum`/`_count` are samples of a histogram family; the family itself must be one too.
+            let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| u.metric.strip_suffix(s));
+            if let Some(family) = family {
+                if !exported.contains_key(&format!("{family}_bucket")) {
+                    problems.push(format!("{place}: {} is not part of an exported histogram", u.metric));
+                }
+            }
+            let Some(labels) = exported.get(&u.metric) else {
+                problems.push(format!("{place}: metric {} not exported", u.metric));
+                continue;
+            };
+            for l in u.selector_labels.difference(labels) {
+                problems.push(format!("{place}: {} has no label {l:?} (it has {labels:?})", u.metric));
+            }
+            available.extend(labels.iter().cloned());
+        }
+        if !uses.is_empty() {
+            for l in grouping.union(&asked).filter(|l| !available.contains(*l)) {
+                problems.push(format!("{place}: grouping/variable label {l:?} not on any metric of {expr:?}"));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn dashboard_is_a_templated_grafana_dashboard() {
+    let d: Value = serde_json::from_str(DASHBOARD).expect("dashboard is JSON");
+    assert!(d["schemaVersion"].as_u64().expect("schemaVersion") >= 36, "schemaVersion too old");
+    assert!(d["uid"].is_string() && d["title"].is_string());
+    let inputs = d["__inputs"].as_array().expect("__inputs for import");
+    assert!(inputs.iter().any(|i| i["name"] == "DS_PROMETHEUS" && i["pluginId"] == "prometheus"), "{inputs:?}");
+
+    let vars: BTreeMap<&str, &Value> = d["templating"]["list"]
+        .as_array()
+        .expect("templating")
+        .iter()
+        .map(|v| (v["name"].as_str().expect("variable name"), v))
+        .collect();
+    for name in ["subsystem", "namespace"] {
+        let v = vars.get(name).unwrap_or_else(|| panic!("variable {name} missing"));
+        assert_eq!(v["type"], "query");
+        assert_eq!(v["datasource"]["uid"], "${DS_PROMETHEUS}");
+        assert!(v["includeAll"].as_bool().unwrap_or(false), "{name}: All option");
+    }
+
+    let mut ids = BTreeSet::new();
+    let mut units = BTreeSet::new();
+    let mut titles = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        assert!(ids.insert(p["id"].as_u64().expect("panel id")), "duplicate panel id {}", p["id"]);
+        assert!(p["gridPos"]["w"].as_u64().is_some_and(|w| (1..=24).contains(&w)), "gridPos of {}", p["title"]);
+        let title = p["title"].as_str().filter(|t| !t.is_empty()).expect("panel title");
+        if p["type"] == "row" {
+            continue;
+        }
+        titles.push(title);
+        assert_eq!(p["datasource"]["uid"], "${DS_PROMETHEUS}", "{title}: data source");
+        let targets = p["targets"].as_array().filter(|t| !t.is_empty()).unwrap_or_else(|| panic!("{title}: targets"));
+        for t in targets {
+            assert!(t["expr"].as_str().is_some_and(|e| !e.is_empty()), "{title}: empty expr");
+            assert_eq!(t["datasource"]["uid"], "${DS_PROMETHEUS}", "{title}: target data source");
+        }
+        if p["type"] == "timeseries" {
+            let unit = p["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or_else(|| panic!("{title}: unit"));
+            units.insert(unit);
+        }
+        // Selectors filter on the variables, so the dashboard follows the picked subsystem.
+        for t in targets {
+            let e = t["expr"].as_str().unwrap_or_default();
+            if e.contains("nvmf_target_commands_total") || e.contains("nvmf_target_bytes_total") {
+                assert!(e.contains("subsystem=~\"$subsystem\"") && e.contains("namespace=~\"$namespace\""), "{e}");
+            }
+        }
+    }
+    for unit in ["iops", "Bps", "s"] {
+        assert!(units.contains(unit), "no panel with unit {unit}: {units:?}");
+    }
+    for want in ["IOPS by opcode", "Throughput", "Command latency percentiles", "Errors by status"] {
+        assert!(titles.contains(&want), "panel {want:?} missing: {titles:?}");
+    }
+    let exprs: Vec<String> = queries(&d).into_iter().map(|q| q.1).collect();
+    for q in ["histogram_quantile(0.5,", "histogram_quantile(0.99,", "histogram_quantile(0.999,"] {
+        let used = exprs.iter().any(|e| e.starts_with(q) && e.contains("nvmf_target_command_latency_seconds_bucket"));
+        assert!(used, "{q} of the latency histogram missing");
+    }
+}
+
+#[test]
+fn every_dashboard_metric_and_label_is_exported_by_the_target() {
+    let toml = format!("[metrics]\nlisten = \"127.0.0.1:9420\"\n{}", memory_config(""));
+    let mut config = TargetConfig::from_str(&toml, "<dashboard-test>").expect("test configuration is valid");
+    // Port 0 (any free port) is not a valid configuration, but it is what a test needs.
+    config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    for l in &mut config.listeners {
+        l.address.set_port(0);
+    }
+    let running = nvmf_target::daemon::start(&config).expect("target starts");
+    let addr = running.local_addrs()[0];
+    let metrics = running.metrics_addr().expect("metrics endpoint");
+
+    // Reads and writes on namespace 1, and one LBA Out of Range so an errors series exists.
+    let mut a = Association::new(addr, options(), 1);
+    let data = pattern(4096, 3);
+    assert_status(&write(a.io(), 1, 512, 0, &data, false), Status::SUCCESS);
+    let back = read(a.io(), 1, 512, 0, data.len());
+    assert_status(&back, Status::SUCCESS);
+    assert_eq!(back.data, data);
+    assert_status(&read(a.io(), 1, 512, NS1_BLOCKS, 512), Status::LBA_OUT_OF_RANGE);
+
+    let body = scrape(metrics);
+    let exported = exported(&body);
+    let d: Value = serde_json::from_str(DASHBOARD).expect("dashboard is JSON");
+    let problems = query_problems(&d, &exported);
+    assert!(problems.is_empty(), "dashboard vs /metrics:\n{}\n\nscrape:\n{body}", problems.join("\n"));
+    // Every family the issue asks the dashboard to show is used.
+    for family in [
+        "nvmf_target_commands_total",
+        "nvmf_target_bytes_total",
+        "nvmf_target_command_latency_seconds_bucket",
+        "nvmf_target_errors_total",
+        "nvmf_target_connections",
+        "nvmf_target_controllers",
+        "nvmf_target_keep_alive_expiries_total",
+    ] {
+        assert!(DASHBOARD.contains(family), "dashboard does not show {family}");
+    }
+
+    // The check can fail: a renamed metric, a misspelt label and an unknown grouping label are each caught.
+    for (from, to, want) in [
+        ("nvmf_target_bytes_total", "nvmf_target_byte_total", "metric nvmf_target_byte_total not exported"),
+        ("namespace=~", "nsid=~", "no label \"nsid\""),
+        ("sum by (status)", "sum by (code)", "label \"code\""),
+        ("nvmf_target_command_latency_seconds_bucket", "nvmf_target_command_latency_bucket", "not exported"),
+    ] {
+        let broken: Value = serde_json::from_str(&DASHBOARD.replace(from, to)).unwrap();
+        let problems = query_problems(&broken, &exported);
+        assert!(problems.iter().any(|p| p.contains(want)), "{from} -> {to} not caught: {problems:?}");
+    }
+    drop(a);
+    running.shutdown();
+}
