@@ -34,6 +34,9 @@
 
 NVMET=/sys/kernel/config/nvmet
 NULLB=/sys/kernel/config/nullb
+# Logs hold UTF-8 (e.g. "…" in messages): under the C locale grep would call them binary and print "binary file
+# matches" instead of the line. CI runs with no LANG at all.
+export LC_ALL=C.UTF-8
 : "${NVMF_RDMA_ADDR:=10.77.0.1}"
 : "${NVMF_VM_LOGS:=/run/nvmf-logs}"
 mkdir -p "$NVMF_VM_LOGS" /run/nvmf-daemons
@@ -292,7 +295,7 @@ nvmf_target_pid() {
   pgrep -P "$pid" -x nvmf-target || { fail "no nvmf-target process under $1 (pid $pid)"; return 1; }
 }
 
-_reload_outcomes() { grep -cE 'configuration (reloaded|rejected)' "$1" || true; }
+_reload_outcomes() { grep -acE 'configuration (reloaded|rejected)' "$1" || true; }
 _reload_logged() { [ "$(_reload_outcomes "$1")" -gt "$2" ]; }
 nvmf_target_reload() {
   local name=$1 secs=${2:-15} log=$NVMF_VM_LOGS/$1.log pid before
@@ -305,5 +308,5 @@ nvmf_target_reload() {
     return 1
   fi
   log "$name reloaded its configuration"
-  grep -E 'configuration (reloaded|rejected)' "$log" | tail -n 1
+  grep -aE 'configuration (reloaded|rejected)' "$log" | tail -n 1
 }
