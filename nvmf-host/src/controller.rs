@@ -32,7 +32,7 @@ use nvmf_common::nvme::identify::{
     IDENTIFY_DATA_SIZE,
 };
 use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes, DSM_MAX_RANGES};
-use nvmf_common::nvme::{SglDescriptor, SglSubtype, SubmissionQueueEntry};
+use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, SubmissionQueueEntry};
 
 use crate::error::HostError;
 use crate::identity::HostIdentity;
@@ -182,16 +182,16 @@ fn finish(command: &'static str, pending: Pending, timeout: Duration) -> Result<
     }
 }
 
-/// Fabrics Connect on a fresh queue; returns the CNTLID.
-fn fabrics_connect(
-    q: &Submitter,
+/// The Fabrics Connect request for queue `qid` (its SQE and 1024-byte data), carrying `context`.
+pub(crate) fn connect_request<T>(
+    qid: u16,
     options: &ConnectOptions,
     subnqn: &str,
     sqsize: u16,
     cntlid: u16,
     kato_ms: u32,
-) -> Result<u16, HostError> {
-    let qid = q.qid();
+    context: T,
+) -> Result<Request<T>, HostError> {
     let connect = Connect {
         qid,
         sqsize,
@@ -203,13 +203,30 @@ fn fabrics_connect(
     let subnqn = Nqn::new(subnqn).map_err(|e| HostError::InvalidRequest(format!("subsystem NQN: {e}")))?;
     let hostnqn = Nqn::new(&options.hostnqn).map_err(|e| HostError::InvalidRequest(format!("host NQN: {e}")))?;
     let data = ConnectData { hostid: options.hostid, cntlid, subnqn, hostnqn }.to_bytes().to_vec();
-    let pending = q.submit(Request { sqe, data, direction: DataDirection::HostToController, context: () })?;
-    let reply = pending.wait(options.connect_timeout)?;
-    let cqe = reply.result?;
+    Ok(Request { sqe, data, direction: DataDirection::HostToController, context })
+}
+
+/// The CNTLID a Connect response grants, or the rejection.
+pub(crate) fn connect_response(qid: u16, cqe: &CompletionQueueEntry) -> Result<u16, HostError> {
     if !cqe.status.is_success() {
         return Err(HostError::ConnectRejected { qid, status: cqe.status, dw0: cqe.dw0 });
     }
     Ok(ConnectResponse::from_dw0(cqe.dw0).cntlid)
+}
+
+/// Fabrics Connect on a fresh queue; returns the CNTLID.
+fn fabrics_connect(
+    q: &Submitter,
+    options: &ConnectOptions,
+    subnqn: &str,
+    sqsize: u16,
+    cntlid: u16,
+    kato_ms: u32,
+) -> Result<u16, HostError> {
+    let qid = q.qid();
+    let pending = q.submit(connect_request(qid, options, subnqn, sqsize, cntlid, kato_ms, ())?)?;
+    let reply = pending.wait(options.connect_timeout)?;
+    connect_response(qid, &reply.result?)
 }
 
 fn open_queue(

@@ -16,13 +16,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use nvmf_common::fabrics::connect::{Connect, ConnectData};
-use nvmf_common::fabrics::nqn::Nqn;
 use nvmf_common::nvme::features::{NumberOfQueues, SetFeatures};
 use nvmf_common::nvme::io::{Read, Write};
-use nvmf_common::nvme::{SglDescriptor, SglSubtype};
 
-use crate::controller::{ConnectOptions, Controller, NamespaceInfo};
+use crate::controller::{connect_request, connect_response, ConnectOptions, Controller, NamespaceInfo};
 use crate::error::HostError;
 use crate::tcp::{DataDirection, Request, TcpQueue, TcpQueueOptions, MAX_QUEUE_DEPTH};
 
@@ -350,28 +347,13 @@ fn connect_queue(
     sqsize: u16,
 ) -> Result<(), HostError> {
     let qid = queue.qid();
-    let connect = Connect {
-        qid,
-        sqsize,
-        cattr: 0,
-        kato: 0,
-        sgl1: SglDescriptor::DataBlock { address: 0, length: 1024, subtype: SglSubtype::Offset },
-    };
-    let sqe = connect.to_sqe().map_err(|e| HostError::Wire { context: "Connect", error: e })?;
-    let subnqn = Nqn::new(subnqn).map_err(|e| HostError::InvalidRequest(format!("subsystem NQN: {e}")))?;
-    let hostnqn = Nqn::new(&options.hostnqn).map_err(|e| HostError::InvalidRequest(format!("host NQN: {e}")))?;
-    let data = ConnectData { hostid: options.hostid, cntlid, subnqn, hostnqn }.to_bytes().to_vec();
-    let request = Request { sqe, data, direction: DataDirection::HostToController, context: CONNECT_CONTEXT };
+    let request = connect_request(qid, options, subnqn, sqsize, cntlid, 0, CONNECT_CONTEXT)?;
     queue.submit(request).map_err(|r| r.error)?;
     let deadline = Instant::now() + options.connect_timeout;
     loop {
         queue.poll(Some(Duration::from_millis(100)))?;
         if let Some(c) = queue.next_completion() {
-            let cqe = c.result?;
-            if !cqe.status.is_success() {
-                return Err(HostError::ConnectRejected { qid, status: cqe.status, dw0: cqe.dw0 });
-            }
-            return Ok(());
+            return connect_response(qid, &c.result?).map(|_| ());
         }
         if Instant::now() >= deadline {
             return Err(HostError::Timeout { what: format!("Connect of queue {qid}"), after: options.connect_timeout });
