@@ -119,6 +119,40 @@ pub fn put64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Bits 7:0 of a dword.
+pub fn low_byte(v: u32) -> u8 {
+    v.to_le_bytes()[0]
+}
+
+/// Bits 31:24 of a dword.
+pub fn top_byte(v: u32) -> u8 {
+    v.to_le_bytes()[3]
+}
+
+/// Bits 15:0 of a dword.
+pub fn low_half(v: u32) -> u16 {
+    let b = v.to_le_bytes();
+    u16::from_le_bytes([b[0], b[1]])
+}
+
+/// Bits 31:16 of a dword.
+pub fn high_half(v: u32) -> u16 {
+    let b = v.to_le_bytes();
+    u16::from_le_bytes([b[2], b[3]])
+}
+
+/// Little-endian `u128` at `off` (16-byte counters). The caller guarantees `off + 16 <= b.len()`.
+pub fn le128(b: &[u8], off: usize) -> u128 {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[off..off + 16]);
+    u128::from_le_bytes(a)
+}
+
+/// Store `v` little-endian at `off`. The caller guarantees the range is in bounds.
+pub fn put128(b: &mut [u8], off: usize, v: u128) {
+    b[off..off + 16].copy_from_slice(&v.to_le_bytes());
+}
+
 /// Read a fixed-width ASCII text field (NQN, serial number, model, address): the bytes up to the first
 /// NUL, which must be printable ASCII. Space padding (Identify strings) is kept; callers trim if they want.
 pub fn ascii_field<'a>(b: &'a [u8], structure: &'static str, field: &'static str) -> Result<&'a str, WireError> {

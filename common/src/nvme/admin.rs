@@ -4,11 +4,10 @@
 //! (Abort, Figures 141–143). Values were checked against Linux `include/linux/nvme.h`
 //! (`NVME_AER_*`, `NVME_AER_NOTICE_*`, `struct nvme_abort_cmd`).
 
-use super::identify::{high_half, low_half};
 use super::log_page::lid;
 use super::opcode;
 use super::sqe::SubmissionQueueEntry;
-use crate::wire::WireError;
+use crate::wire::{high_half, low_half, WireError};
 
 const KEEP_ALIVE: &str = "KeepAlive";
 const ASYNC_EVENT_REQUEST: &str = "AsyncEventRequest";

@@ -8,10 +8,9 @@
 //! completion, with the same layout; the [`Feature`] trait converts both ways. The Host Identifier is
 //! the exception: its value travels as data (8 or 16 bytes), see [`HostIdentifier`].
 
-use super::identify::{high_half, low_byte, low_half};
 use super::opcode;
 use super::sqe::SubmissionQueueEntry;
-use crate::wire::{fixed, fixed_mut, WireError};
+use crate::wire::{fixed, fixed_mut, high_half, low_byte, low_half, WireError};
 
 /// Feature Identifiers (Base 2.0 Figure 317, Linux `NVME_FEAT_*`).
 pub mod fid {

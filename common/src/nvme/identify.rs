@@ -10,7 +10,10 @@
 
 use super::opcode;
 use super::sqe::SubmissionQueueEntry;
-use crate::wire::{ascii_field, fixed, fixed_mut, le16, le32, le64, put16, put32, put64, put_ascii_field, WireError};
+use crate::wire::{
+    ascii_field, fixed, fixed_mut, high_half, le128, le16, le32, le64, low_byte, low_half, put128, put16, put32, put64,
+    put_ascii_field, top_byte, WireError,
+};
 
 /// Size of every Identify data structure (Linux `NVME_IDENTIFY_DATA_SIZE`).
 pub const IDENTIFY_DATA_SIZE: usize = 4096;
@@ -91,40 +94,6 @@ impl Identify {
         sqe.cdw11 = u32::from(self.cnssid) | (u32::from(self.csi) << 24);
         sqe
     }
-}
-
-/// Bits 7:0 of a dword.
-pub(crate) fn low_byte(v: u32) -> u8 {
-    v.to_le_bytes()[0]
-}
-
-/// Bits 31:24 of a dword.
-pub(crate) fn top_byte(v: u32) -> u8 {
-    v.to_le_bytes()[3]
-}
-
-/// Bits 15:0 of a dword.
-pub(crate) fn low_half(v: u32) -> u16 {
-    let b = v.to_le_bytes();
-    u16::from_le_bytes([b[0], b[1]])
-}
-
-/// Bits 31:16 of a dword.
-pub(crate) fn high_half(v: u32) -> u16 {
-    let b = v.to_le_bytes();
-    u16::from_le_bytes([b[2], b[3]])
-}
-
-/// Little-endian `u128` at `off` (16-byte counters). The caller guarantees `off + 16 <= b.len()`.
-pub(crate) fn le128(b: &[u8], off: usize) -> u128 {
-    let mut a = [0u8; 16];
-    a.copy_from_slice(&b[off..off + 16]);
-    u128::from_le_bytes(a)
-}
-
-/// Store `v` little-endian at `off`. The caller guarantees the range is in bounds.
-pub(crate) fn put128(b: &mut [u8], off: usize, v: u128) {
-    b[off..off + 16].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Copy `N` bytes at `off` into an array. The caller guarantees the range is in bounds.

@@ -9,14 +9,14 @@
 //! requested window to [`copy_log_page_range`] (or [`GetLogPage::copy_page`]), which zero-fills past the
 //! end of the page and never panics, whatever the offset.
 
-use super::identify::{
-    check_list_nsid, high_half, le128, low_byte, low_half, put128, put_nsid_list, top_byte, NamespaceIdList, NsidSet,
-    NSID_BROADCAST,
-};
+use super::identify::{check_list_nsid, put_nsid_list, NamespaceIdList, NsidSet, NSID_BROADCAST};
 use super::opcode;
 use super::sqe::SubmissionQueueEntry;
 use super::status::Status;
-use crate::wire::{fixed, fixed_mut, le16, le32, le64, put16, put32, put64, WireError};
+use crate::wire::{
+    fixed, fixed_mut, high_half, le128, le16, le32, le64, low_byte, low_half, put128, put16, put32, put64, top_byte,
+    WireError,
+};
 
 /// Log Page Identifiers (Base 2.0 Figure 202, Linux `NVME_LOG_*`).
 pub mod lid {
