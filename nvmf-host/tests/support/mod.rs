@@ -77,6 +77,9 @@ pub fn options(nr_io_queues: u16) -> ConnectOptions {
         data_digest: false,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(10),
+        reconnect_delay: Duration::from_millis(500),
+        ctrl_loss_tmo: Some(Duration::from_secs(10)),
+        fast_io_fail_tmo: None,
     }
 }
 
