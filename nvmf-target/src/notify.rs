@@ -1,146 +1,23 @@
-//! The service manager's readiness protocol (`sd_notify`): datagrams like `READY=1`, `STATUS=…`, `STOPPING=1` and
-//! `WATCHDOG=1` sent to the socket named by `$NOTIFY_SOCKET` (a path, or an abstract name starting with `@`). Without
-//! the variable (not started by systemd with `Type=notify`) every call does nothing. Runs on the control threads
-//! (main and the watchdog thread), never on a reactor.
+//! The target's service-manager notifications: `nvmf_service::notify` (sd_notify), with a status line that counts
+//! the transport connections served.
 
 use std::io;
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-/// A connection to the service manager's notification socket, if there is one.
+pub use nvmf_service::notify::{watchdog_interval, ServiceNotifier};
+
+/// The reporter thread (`STATUS=serving, N connection(s)`, watchdog pings); ends when dropped.
 #[derive(Debug)]
-pub struct ServiceNotifier {
-    target: Option<(UnixDatagram, SocketAddr)>,
-}
-
-impl ServiceNotifier {
-    /// From `$NOTIFY_SOCKET`; inert when unset or empty. An unusable value is an error (systemd set it, so it
-    /// should work).
-    pub fn from_env() -> io::Result<Self> {
-        match std::env::var_os("NOTIFY_SOCKET") {
-            Some(v) if !v.is_empty() => Self::to(&v.to_string_lossy()),
-            _ => Ok(ServiceNotifier { target: None }),
-        }
-    }
-
-    /// Notifications to the socket `address` (a path, or `@name` for the abstract namespace).
-    pub fn to(address: &str) -> io::Result<Self> {
-        let addr = match address.strip_prefix('@') {
-            Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,
-            None => SocketAddr::from_pathname(address)?,
-        };
-        Ok(ServiceNotifier { target: Some((UnixDatagram::unbound()?, addr)) })
-    }
-
-    /// Whether a service manager listens.
-    pub fn is_active(&self) -> bool {
-        self.target.is_some()
-    }
-
-    /// Send `state` (newline-separated `KEY=VALUE` assignments). Failures are logged, not returned: the daemon
-    /// must not stop serving because the service manager went away.
-    pub fn notify(&self, state: &str) {
-        if let Some((socket, addr)) = &self.target {
-            if let Err(e) = socket.send_to_addr(state.as_bytes(), addr) {
-                tracing::warn!(error = %e, state, "sd_notify failed");
-            }
-        }
-    }
-}
-
-/// The watchdog interval the service manager asked for (`$WATCHDOG_USEC`, for this process when `$WATCHDOG_PID`
-/// is set), if any.
-pub fn watchdog_interval() -> Option<Duration> {
-    if let Some(pid) = std::env::var_os("WATCHDOG_PID") {
-        if pid.to_string_lossy().parse::<u32>().ok() != Some(std::process::id()) {
-            return None;
-        }
-    }
-    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
-    (usec > 0).then(|| Duration::from_micros(usec))
-}
-
-/// A thread that tells the service manager how the daemon is doing: `STATUS=` with the number of connections, and
-/// `WATCHDOG=1` at half the watchdog interval when one is set. Ends when dropped.
-#[derive(Debug)]
-pub struct StatusReporter {
-    stop: std::sync::mpsc::Sender<()>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+pub struct StatusReporter(#[allow(dead_code)] nvmf_service::notify::StatusReporter); // held for its Drop
 
 impl StatusReporter {
-    /// Start reporting through `notifier` (nothing is started when no service manager listens).
-    pub fn start(
-        notifier: std::sync::Arc<ServiceNotifier>,
-        connections: Vec<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
-    ) -> io::Result<Self> {
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        if !notifier.is_active() {
-            return Ok(StatusReporter { stop, thread: None });
-        }
-        let watchdog = watchdog_interval();
-        let period = watchdog.map_or(Duration::from_secs(5), |w| (w / 2).min(Duration::from_secs(5)));
-        let thread = std::thread::Builder::new().name("nvmf-sd-notify".into()).spawn(move || loop {
-            let live: usize = connections.iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).sum();
-            let watchdog_ping = if watchdog.is_some() { "WATCHDOG=1\n" } else { "" };
-            notifier.notify(&format!("{watchdog_ping}STATUS=serving, {live} connection(s)"));
-            match stopped.recv_timeout(period) {
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                _ => return,
-            }
-        })?;
-        Ok(StatusReporter { stop, thread: Some(thread) })
-    }
-}
-
-impl Drop for StatusReporter {
-    fn drop(&mut self) {
-        let _ = self.stop.send(());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn received(socket: &UnixDatagram) -> String {
-        let mut buf = [0u8; 256];
-        let n = socket.recv(&mut buf).expect("a notification");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    }
-
-    #[test]
-    fn sends_to_a_path_socket() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("notify");
-        let listener = UnixDatagram::bind(&path).unwrap();
-        listener.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let notifier = ServiceNotifier::to(path.to_str().unwrap()).unwrap();
-        assert!(notifier.is_active());
-        notifier.notify("READY=1\nSTATUS=serving");
-        assert_eq!(received(&listener), "READY=1\nSTATUS=serving");
-    }
-
-    #[test]
-    fn sends_to_an_abstract_socket() {
-        let name = format!("nvmf-rs-notify-test-{}", std::process::id());
-        let listener = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
-        listener.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        ServiceNotifier::to(&format!("@{name}")).unwrap().notify("STOPPING=1");
-        assert_eq!(received(&listener), "STOPPING=1");
-    }
-
-    #[test]
-    fn inert_without_a_socket_and_survives_a_vanished_one() {
-        let notifier = ServiceNotifier { target: None };
-        assert!(!notifier.is_active());
-        notifier.notify("READY=1");
-        // A socket path nobody listens on: the send fails, is logged, and nothing panics.
-        let dir = tempfile::tempdir().unwrap();
-        ServiceNotifier::to(dir.path().join("gone").to_str().unwrap()).unwrap().notify("READY=1");
+    /// Start reporting through `notifier`, summing `connections` for the status line.
+    pub fn start(notifier: Arc<ServiceNotifier>, connections: Vec<Arc<AtomicUsize>>) -> io::Result<Self> {
+        let status = move || {
+            let live: usize = connections.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+            format!("serving, {live} connection(s)")
+        };
+        nvmf_service::notify::StatusReporter::start(notifier, status).map(StatusReporter)
     }
 }

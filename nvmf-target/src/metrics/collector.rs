@@ -1,7 +1,7 @@
 //! [`TargetCollector`]: a `prometheus-client` [`Collector`] that reads the target's counters at scrape time
-//! (subsystem totals, live controllers, connections per transport) and encodes the metric families; and
-//! [`Format`]/[`render`], the two text expositions. Runs on the metrics thread; takes each subsystem's metrics
-//! lock briefly, never a reactor's.
+//! (subsystem totals, live controllers, connections per transport) and encodes the metric families (rendered by
+//! `nvmf_service::metrics_http`). Runs on the metrics thread; takes each subsystem's metrics lock briefly, never
+//! a reactor's.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -265,43 +265,6 @@ fn status_label(code: u16) -> String {
         Some(name) => name.to_owned(),
         None => format!("SCT_{:X}_SC_{:02X}", status.sct() as u8, status.sc()),
     }
-}
-
-/// A text exposition format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Prometheus text format 0.0.4 (what `promtool check metrics` parses).
-    Prometheus,
-    /// OpenMetrics 1.0 text.
-    OpenMetrics,
-}
-
-impl Format {
-    /// The format a scraper's `Accept` header asks for: OpenMetrics when it names it, else Prometheus text.
-    pub fn negotiate(accept: Option<&str>) -> Self {
-        match accept {
-            Some(a) if a.to_ascii_lowercase().contains("application/openmetrics-text") => Format::OpenMetrics,
-            _ => Format::Prometheus,
-        }
-    }
-
-    /// The response's `Content-Type`.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        }
-    }
-}
-
-/// Encode everything `registry` holds in `format`.
-pub fn render(registry: &Registry, format: Format) -> Result<String, fmt::Error> {
-    let mut out = String::with_capacity(16 << 10);
-    match format {
-        Format::Prometheus => prometheus_client::encoding::prometheus_text::encode(&mut out, registry)?,
-        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, registry)?,
-    }
-    Ok(out)
 }
 
 /// A registry holding `collector` alone.

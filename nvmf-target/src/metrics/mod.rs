@@ -3,7 +3,8 @@
 //! What it owns: the per-queue counters every connected [`Queue`](crate::controller::Queue) writes as its
 //! commands complete ([`QueueRecorder`]), the per-subsystem totals that keep the counts of ended queues
 //! ([`SubsystemMetrics`], one per [`Subsystem`](crate::controller::Subsystem)), the scrape-time collector
-//! ([`TargetCollector`]) and the HTTP endpoint ([`MetricsServer`], `GET /metrics`, `GET /healthz`).
+//! ([`TargetCollector`]); the HTTP endpoint ([`MetricsServer`], `GET /metrics`, `GET /healthz`) is
+//! `nvmf_service::metrics_http`, re-exported here.
 //!
 //! Exported families (Prometheus text 0.0.4 by default, OpenMetrics 1.0 when the scraper's `Accept` asks):
 //! - `nvmf_target_build_info{version}` — 1.
@@ -26,14 +27,14 @@
 
 mod collector;
 mod counters;
-mod http;
 
 #[cfg(test)]
 mod tests;
 
-pub use collector::{registry, render, ConnectionCounter, Format, TargetCollector};
+pub use collector::{registry, ConnectionCounter, TargetCollector};
 pub use counters::{
     latency_bucket, CommandKind, CommandSnapshot, Completed, KindSnapshot, QueueRecorder, SubsystemMetrics, Totals,
     ALL_KINDS, IO_KINDS, LATENCY_BOUNDS_NS, LATENCY_BUCKETS,
 };
-pub use http::{MetricsError, MetricsServer, MAX_REQUEST, REQUEST_TIMEOUT};
+// The endpoint is shared with the host daemon.
+pub use nvmf_service::metrics_http::{render, Format, MetricsError, MetricsServer, MAX_REQUEST, REQUEST_TIMEOUT};

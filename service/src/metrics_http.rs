@@ -1,5 +1,6 @@
 //! [`MetricsServer`]: the `/metrics` and `/healthz` endpoint, a small HTTP/1.1 responder on one control-plane
-//! thread (`nvmf-metrics`).
+//! thread (`nvmf-metrics`), serving whatever a `prometheus-client` [`Registry`] holds in the exposition the
+//! scraper asks for ([`Format`], [`render`]).
 //!
 //! Why not hyper: it would bring tokio and an async runtime into a daemon whose data path is mio + io_uring, for
 //! two GET routes. This thread waits in `epoll` (mio) on a non-blocking `std::net::TcpListener` and a waker (for
@@ -8,6 +9,7 @@
 //! Requests are served one at a time; a scrape renders in well under a millisecond for typical targets.
 //! Nothing here touches a reactor: the scrape reads counters the reactors publish.
 
+use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -20,7 +22,42 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use prometheus_client::registry::Registry;
 
-use super::collector::{render, Format};
+/// A text exposition format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4 (what `promtool check metrics` parses).
+    Prometheus,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format a scraper's `Accept` header asks for: OpenMetrics when it names it, else Prometheus text.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        match accept {
+            Some(a) if a.to_ascii_lowercase().contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+
+    /// The response's `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// Encode everything `registry` holds in `format`.
+pub fn render(registry: &Registry, format: Format) -> Result<String, fmt::Error> {
+    let mut out = String::with_capacity(16 << 10);
+    match format {
+        Format::Prometheus => prometheus_client::encoding::prometheus_text::encode(&mut out, registry)?,
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, registry)?,
+    }
+    Ok(out)
+}
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);

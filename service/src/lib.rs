@@ -1,0 +1,15 @@
+//! nvmf-service: the parts of a daemon that face its service manager, its operator and its scraper, shared by
+//! `nvmf-target` and `nvmf-host` so each is written once.
+//!
+//! - [`notify`] — the `sd_notify` readiness protocol (READY, STATUS, STOPPING, WATCHDOG) and a status thread.
+//! - [`signals`] — SIGTERM/SIGINT (stop) and SIGHUP (reload) as requests the main thread waits for.
+//! - [`logging`] — `tracing` to stderr as text or JSON lines, from a `[logging]` section.
+//! - [`metrics_http`] — the `/metrics` and `/healthz` HTTP endpoint over a `prometheus-client` registry.
+//!
+//! Everything here runs on control-plane threads; nothing touches a daemon's data path.
+#![deny(missing_docs)]
+
+pub mod logging;
+pub mod metrics_http;
+pub mod notify;
+pub mod signals;
