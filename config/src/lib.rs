@@ -19,6 +19,7 @@
 
 mod document;
 pub mod error;
+pub mod host;
 pub mod ids;
 pub mod quickstart;
 pub mod size;

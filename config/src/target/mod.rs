@@ -28,6 +28,8 @@ use crate::ids::{Eui64, Nguid, Uuid};
 
 pub(crate) use schema::*;
 pub(crate) use validate::validate;
+// Shared with the host configuration's validation.
+pub(crate) use validate::{check_nqn, int_in, ip_address, logging, metrics, socket_address};
 
 /// Default NVMe/TCP and NVMe/RDMA port (IANA "nvme-over-fabrics" is 4420; 8009 is the discovery port).
 pub const DEFAULT_PORT: u16 = 4420;
@@ -305,7 +307,7 @@ pub(crate) fn available_cpus() -> usize {
 }
 
 /// A TOML parse or type error, placed and given its key path.
-fn syntax_error(error: &toml::de::Error, text: &str, origin: &str) -> ConfigError {
+pub(crate) fn syntax_error(error: &toml::de::Error, text: &str, origin: &str) -> ConfigError {
     let offset = error.span().map_or(0, |span| span.start);
     let key = SpanIndex::parse(text).map(|index| index.path_at(offset)).filter(|key| !key.segments().is_empty());
     // serde names Rust types in "expected ..."; say it in TOML's words.
@@ -328,7 +330,7 @@ fn syntax_error(error: &toml::de::Error, text: &str, origin: &str) -> ConfigErro
 }
 
 /// A validation problem, placed at its key (or the nearest table present in the file).
-fn place(problem: Problem, text: &str, origin: &str) -> ConfigError {
+pub(crate) fn place(problem: Problem, text: &str, origin: &str) -> ConfigError {
     let offset = SpanIndex::parse(text).map_or(0, |index| index.span_of(&problem.key).start);
     ConfigError::Invalid {
         location: Location::at(origin, text, offset),

@@ -37,7 +37,7 @@ pub(crate) const CNTLID_MAX: u16 = 0xFFEF;
 pub(crate) const DEFAULT_BLOCK_SIZE: u32 = 512;
 
 /// An integer in `range`, converted to `T`.
-fn int_in<T: TryFrom<i64>>(
+pub(crate) fn int_in<T: TryFrom<i64>>(
     value: i64,
     range: std::ops::RangeInclusive<i64>,
     key: &KeyPath,
@@ -464,12 +464,12 @@ pub(crate) fn socket_address(text: &str, key: &KeyPath) -> Result<SocketAddr, Pr
     }
 }
 
-fn metrics(raw: Option<&RawMetrics>, key: &KeyPath) -> Result<MetricsConfig, Problem> {
+pub(crate) fn metrics(raw: Option<&RawMetrics>, key: &KeyPath) -> Result<MetricsConfig, Problem> {
     let listen = raw.and_then(|m| m.listen.as_deref()).map(|text| socket_address(text, &key.key("listen")));
     Ok(MetricsConfig { listen: listen.transpose()? })
 }
 
-fn logging(raw: Option<&RawLogging>, key: &KeyPath) -> Result<LoggingConfig, Problem> {
+pub(crate) fn logging(raw: Option<&RawLogging>, key: &KeyPath) -> Result<LoggingConfig, Problem> {
     let level = raw.and_then(|l| l.level.clone()).unwrap_or_else(|| "info".to_owned());
     let allowed = "comma-separated LEVEL or TARGET=LEVEL directives, LEVEL one of trace, debug, info, warn, error, \
                    off; TARGET a Rust module path such as nvmf_target::tcp";

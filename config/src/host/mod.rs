@@ -1,0 +1,151 @@
+//! The host daemon's configuration (`nvmf-host run --config FILE`): the validated model ([`HostConfig`] and its
+//! parts) and loading from TOML with located errors, in the same two passes and error style as the target's
+//! ([`crate::target`]): serde into the file schema (`schema`, unknown keys rejected), then `validate`, which fills
+//! in every default so the daemon never has to know one.
+//!
+//! The file's sections: `[host]` (identity overrides, state directory, control socket), `[metrics]`, `[logging]`
+//! (as the target's), `[[controller]]` (one NVMe-oF controller to keep connected, nvme-cli's connect options) and
+//! `[[controller.export]]` (a namespace of it served as a block device). `config/examples/host.toml` documents
+//! every key. Runs on the control plane at start-up; it reads one file and never blocks on anything else.
+
+mod schema;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::ConfigError;
+use crate::target::{place, syntax_error, LoggingConfig, MetricsConfig, Transport};
+
+/// Default state directory (generated host NQN and host ID live here).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/nvmf-host";
+/// Default control socket of the daemon (what the CLI talks to).
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/nvmf-host/control.sock";
+/// Suggested metrics address of the host daemon (documented in the example; not a default).
+pub const SUGGESTED_METRICS_LISTEN: &str = "127.0.0.1:9656";
+
+/// The whole validated host configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostConfig {
+    /// `[host]`.
+    pub host: HostSection,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
+    /// `[logging]`.
+    pub logging: LoggingConfig,
+    /// `[[controller]]`: controllers to connect at start and keep connected (may be empty: the CLI adds more).
+    pub controllers: Vec<ControllerConfig>,
+}
+
+/// `[host]`: who this host is and where the daemon keeps its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSection {
+    /// Host NQN override (a valid NQN). Default: `/etc/nvme/hostnqn`, else generated once into `state_dir`.
+    pub hostnqn: Option<String>,
+    /// Host Identifier override (a UUID). Default: `/etc/nvme/hostid`, else generated once into `state_dir`.
+    pub hostid: Option<[u8; 16]>,
+    /// Directory of the daemon's state (generated `hostnqn` and `hostid`). Default `/var/lib/nvmf-host`.
+    pub state_dir: PathBuf,
+    /// Unix socket the CLI's `connect`, `disconnect`, `list` … talk to. Default `/run/nvmf-host/control.sock`.
+    pub control_socket: PathBuf,
+}
+
+/// `[[controller]]`: one controller (subsystem at a transport address) to keep connected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// The fabric (`tcp`; `rdma` is accepted here and refused by the daemon until the RDMA host exists).
+    pub transport: Transport,
+    /// The controller's IP address.
+    pub address: IpAddr,
+    /// Its port, 1..=65535. Default 4420.
+    pub port: u16,
+    /// Subsystem NQN (not the discovery NQN).
+    pub nqn: String,
+    /// I/O queues to ask for (`--nr-io-queues`), 1..=65534. Default: the CPUs available at load time.
+    pub nr_io_queues: u16,
+    /// Entries per I/O queue (`--queue-size`), 2..=1024. Default 128.
+    pub queue_size: u16,
+    /// Keep Alive Timeout (`--keep-alive-tmo`, whole seconds, 0 disables). Default 5 s.
+    pub keep_alive_tmo: Duration,
+    /// Time between reconnect attempts (`--reconnect-delay`, whole seconds ≥ 1). Default 10 s.
+    pub reconnect_delay: Duration,
+    /// Give up reconnecting after this long (`--ctrl-loss-tmo`, seconds; -1 = never, `None`). Default 600 s.
+    pub ctrl_loss_tmo: Option<Duration>,
+    /// Fail held I/O after this long while reconnecting (`--fast-io-fail-tmo`, seconds; -1 = off, `None`).
+    /// Default off.
+    pub fast_io_fail_tmo: Option<Duration>,
+    /// Header digests (`--hdr-digest`). Default false.
+    pub hdr_digest: bool,
+    /// Data digests (`--data-digest`). Default false.
+    pub data_digest: bool,
+    /// `[[controller.export]]`: namespaces served as block devices (NSIDs unique).
+    pub exports: Vec<ExportConfig>,
+}
+
+impl ControllerConfig {
+    /// The controller's socket address.
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.address, self.port)
+    }
+}
+
+/// `[[controller.export]]`: one namespace served as a block device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportConfig {
+    /// The namespace, 1..=0xFFFFFFFE.
+    pub nsid: u32,
+    /// Where the NBD server listens (`nbd = "unix:/path"` or `nbd = "ADDR:PORT"`).
+    pub nbd: NbdEndpoint,
+}
+
+/// Where an NBD export listens.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum NbdEndpoint {
+    /// A unix socket path (`unix:/run/nvmf-host/disk.sock`); a relative path is relative to the file's directory.
+    Unix(PathBuf),
+    /// A TCP address (`127.0.0.1:10809`).
+    Tcp(SocketAddr),
+}
+
+impl fmt::Display for NbdEndpoint {
+    /// The spelling the file and the CLI's `--nbd` use: `unix:/path` or `ADDR:PORT`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NbdEndpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+            NbdEndpoint::Tcp(addr) => write!(f, "{addr}"),
+        }
+    }
+}
+
+impl NbdEndpoint {
+    /// Parse `unix:/path` or `ADDR:PORT` (the CLI's `--nbd`; relative unix paths stay as written).
+    pub fn parse(text: &str) -> Result<Self, crate::error::ValueError> {
+        validate::nbd_endpoint(text, None)
+    }
+}
+
+impl HostConfig {
+    /// Read and validate the configuration file at `path`. Relative paths in it are taken relative to the file's
+    /// directory.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let base = path.parent().filter(|dir| !dir.as_os_str().is_empty());
+        load(&text, &path.display().to_string(), base)
+    }
+
+    /// Validate configuration `text`; `origin` names it in errors. Relative paths stay as written.
+    pub fn from_str(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        load(text, origin, None)
+    }
+}
+
+fn load(text: &str, origin: &str, base: Option<&Path>) -> Result<HostConfig, ConfigError> {
+    let raw: schema::RawHostConfig = toml::from_str(text).map_err(|error| syntax_error(&error, text, origin))?;
+    validate::validate(&raw, base, crate::target::available_cpus()).map_err(|problem| place(problem, text, origin))
+}

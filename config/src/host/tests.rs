@@ -1,0 +1,172 @@
+//! Loading and validation of the host configuration: every rejection's exact message (with line and column),
+//! the defaults, and the annotated example.
+
+use super::*;
+
+const BASE: &str = r#"[[controller]]
+address = "127.0.0.1"
+nqn = "nqn.2024-01.io.example:disk"
+"#;
+
+fn load(text: &str) -> Result<HostConfig, ConfigError> {
+    HostConfig::from_str(text, "h.toml")
+}
+
+const CASES: &[(&str, &str, &str)] = &[
+    // (name, text, message); `@@TEXT` appends TEXT to BASE.
+    ("syntax", "a = ",
+        "h.toml:1:5: invalid TOML syntax here"),
+    ("unknown_section", "[hosts]\n",
+        "h.toml:1:2: hosts: unknown field `hosts`, expected one of `host`, `metrics`, `logging`, `controller`"),
+    ("unknown_key", "@@queue_depth = 3\n",
+        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `hdr_digest`, `data_digest`, `export`"),
+    ("missing_nqn", "[[controller]]\naddress = \"::1\"\n",
+        "h.toml:1:1: controller[0]: missing field `nqn`"),
+    ("bad_transport", "@@transport = \"fc\"\n",
+        "h.toml:4:13: controller[0].transport: unknown variant `fc`, expected `tcp` or `rdma`"),
+    ("wrong_type", "@@port = \"4420\"\n",
+        "h.toml:4:8: controller[0].port: invalid type: string \"4420\", expected an integer"),
+    ("hostnqn", "[host]\nhostnqn = \"host1\"\n",
+        "h.toml:2:11: host.hostnqn: \"host1\" is not a valid NQN: NQN does not start with \"nqn.\"; allowed: an NQN \"nqn.yyyy-mm.reverse.domain[:name]\" or \"nqn.2014-08.org.nvmexpress:uuid:<UUID>\", at most 223 bytes"),
+    ("hostnqn_discovery", "[host]\nhostnqn = \"nqn.2014-08.org.nvmexpress.discovery\"\n",
+        "h.toml:2:11: host.hostnqn: the discovery subsystem's NQN cannot name a host; allowed: this host's own NQN, e.g. nqn.2014-08.org.nvmexpress:uuid:<UUID>"),
+    ("hostid", "[host]\nhostid = \"xyz\"\n",
+        "h.toml:2:10: host.hostid: \"xyz\" is not a UUID; allowed: a UUID such as \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", not all zero"),
+    ("state_dir_empty", "[host]\nstate_dir = \"\"\n",
+        "h.toml:2:13: host.state_dir: the path is empty; allowed: a directory or file path"),
+    ("control_socket_empty", "[host]\ncontrol_socket = \"\"\n",
+        "h.toml:2:18: host.control_socket: the path is empty; allowed: a directory or file path"),
+    ("metrics_listen", "[metrics]\nlisten = \"localhost\"\n",
+        "h.toml:2:10: metrics.listen: \"localhost\" is not an address and port; allowed: ADDRESS:PORT such as \"127.0.0.1:9420\" or \"[::1]:9420\", port 1..=65535"),
+    ("log_level", "[logging]\nlevel = \"loud\"\n",
+        "h.toml:2:9: logging.level: log directive \"loud\" is not understood; allowed: comma-separated LEVEL or TARGET=LEVEL directives, LEVEL one of trace, debug, info, warn, error, off; TARGET a Rust module path such as nvmf_target::tcp"),
+    ("address", "[[controller]]\naddress = \"target.example\"\nnqn = \"nqn.2024-01.io.example:disk\"\n",
+        "h.toml:2:11: controller[0].address: \"target.example\" is not an IP address; allowed: an IPv4 or IPv6 address literal such as \"0.0.0.0\", \"127.0.0.1\", \"::\" or \"::1\" (no host name, brackets or port)"),
+    ("port", "@@port = 0\n",
+        "h.toml:4:8: controller[0].port: port 0 is out of range; allowed: 1..=65535 (4420)"),
+    ("nqn", "[[controller]]\naddress = \"::1\"\nnqn = \"disk\"\n",
+        "h.toml:3:7: controller[0].nqn: \"disk\" is not a valid NQN: NQN does not start with \"nqn.\"; allowed: an NQN \"nqn.yyyy-mm.reverse.domain[:name]\" or \"nqn.2014-08.org.nvmexpress:uuid:<UUID>\", at most 223 bytes"),
+    ("nqn_discovery", "[[controller]]\naddress = \"::1\"\nnqn = \"nqn.2014-08.org.nvmexpress.discovery\"\n",
+        "h.toml:3:7: controller[0].nqn: the discovery subsystem holds no namespaces to keep connected; allowed: an NVM subsystem's NQN (use `nvmf-host connect-all` to connect what a discovery controller lists)"),
+    ("duplicate_controller", "@@[[controller]]\naddress = \"127.0.0.1\"\nport = 4420\nnqn = \"nqn.2024-01.io.example:disk\"\n",
+        "h.toml:7:7: controller[1].nqn: nqn.2024-01.io.example:disk at tcp://127.0.0.1:4420 is also controller[0]; allowed: each subsystem NQN, transport, address and port once"),
+    ("nr_io_queues", "@@nr_io_queues = 0\n",
+        "h.toml:4:16: controller[0].nr_io_queues: I/O queue count 0 is out of range; allowed: 1..=65534"),
+    ("queue_size", "@@queue_size = 4096\n",
+        "h.toml:4:14: controller[0].queue_size: queue size 4096 is out of range; allowed: 2..=1024"),
+    ("keep_alive_tmo", "@@keep_alive_tmo = -1\n",
+        "h.toml:4:18: controller[0].keep_alive_tmo: timeout -1 is out of range; allowed: 0..=31536000 seconds"),
+    ("reconnect_delay", "@@reconnect_delay = 0\n",
+        "h.toml:4:19: controller[0].reconnect_delay: delay 0 is out of range; allowed: 1..=31536000 seconds"),
+    ("ctrl_loss_tmo", "@@ctrl_loss_tmo = -2\n",
+        "h.toml:4:17: controller[0].ctrl_loss_tmo: timeout -2 is out of range; allowed: -1 (never) or 0..=31536000 seconds"),
+    ("fast_io_fail_tmo", "@@fast_io_fail_tmo = 99999999999\n",
+        "h.toml:4:20: controller[0].fast_io_fail_tmo: timeout 99999999999 is out of range; allowed: -1 (never) or 0..=31536000 seconds"),
+    ("digest_type", "@@hdr_digest = 1\n",
+        "h.toml:4:14: controller[0].hdr_digest: invalid type: integer `1`, expected a boolean"),
+    ("export_nsid", "@@[[controller.export]]\nnsid = 0\nnbd = \"unix:/run/a.sock\"\n",
+        "h.toml:5:8: controller[0].export[0].nsid: NSID 0 is out of range; allowed: 1..=4294967294"),
+    ("export_missing_nsid", "@@[[controller.export]]\nnbd = \"unix:/run/a.sock\"\n",
+        "h.toml:4:1: controller[0].export[0]: missing field `nsid`"),
+    ("export_nowhere", "@@[[controller.export]]\nnsid = 1\n",
+        "h.toml:4:1: controller[0].export[0]: the export says nowhere to serve the namespace; allowed: \"unix:/absolute/or/relative/path\" or \"ADDRESS:PORT\" such as \"127.0.0.1:10809\""),
+    ("export_ublk", "@@[[controller.export]]\nnsid = 1\nublk = true\n",
+        "h.toml:6:8: controller[0].export[0].ublk: ublk exports are not built yet; allowed: nbd = \"unix:/path\" or nbd = \"ADDRESS:PORT\" (then `nbd-client` makes a /dev/nbdN)"),
+    ("export_nbd", "@@[[controller.export]]\nnsid = 1\nnbd = \"localhost:10809\"\n",
+        "h.toml:6:7: controller[0].export[0].nbd: \"localhost:10809\" is neither unix:PATH nor an address and port; allowed: \"unix:/absolute/or/relative/path\" or \"ADDRESS:PORT\" such as \"127.0.0.1:10809\""),
+    ("export_nbd_empty_unix", "@@[[controller.export]]\nnsid = 1\nnbd = \"unix:\"\n",
+        "h.toml:6:7: controller[0].export[0].nbd: \"unix:\" names no socket path; allowed: \"unix:/absolute/or/relative/path\" or \"ADDRESS:PORT\" such as \"127.0.0.1:10809\""),
+    ("export_duplicate_nsid", "@@[[controller.export]]\nnsid = 1\nnbd = \"unix:/run/a.sock\"\n[[controller.export]]\nnsid = 1\nnbd = \"unix:/run/b.sock\"\n",
+        "h.toml:8:8: controller[0].export[1].nsid: NSID 1 is also export[0]'s; allowed: each namespace of a controller exported once"),
+    ("export_duplicate_endpoint", "@@[[controller.export]]\nnsid = 1\nnbd = \"127.0.0.1:10809\"\n[[controller]]\naddress = \"::1\"\nnqn = \"nqn.2024-01.io.example:other\"\n[[controller.export]]\nnsid = 1\nnbd = \"127.0.0.1:10809\"\n",
+        "h.toml:12:7: controller[1].export[0].nbd: 127.0.0.1:10809 is also controller[0].export[0]'s; allowed: a different socket path or address for each export"),
+];
+
+fn expand(text: &str) -> String {
+    match text.strip_prefix("@@") {
+        Some(rest) => format!("{BASE}{rest}"),
+        None => text.to_owned(),
+    }
+}
+
+#[test]
+fn every_error_message() {
+    let mut failures = Vec::new();
+    for &(name, text, expected) in CASES {
+        let actual = match load(&expand(text)) {
+            Ok(_) => "accepted".to_owned(),
+            Err(error) => error.to_string(),
+        };
+        if actual != expected {
+            failures.push(format!("    (\"{name}\", ..., {actual:?}),"));
+        }
+    }
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn defaults_are_filled_in() {
+    let config = load("").unwrap();
+    assert_eq!(
+        config.host,
+        HostSection {
+            hostnqn: None,
+            hostid: None,
+            state_dir: PathBuf::from("/var/lib/nvmf-host"),
+            control_socket: PathBuf::from("/run/nvmf-host/control.sock"),
+        }
+    );
+    assert!(config.controllers.is_empty() && config.metrics.listen.is_none());
+    let c = &load(BASE).unwrap().controllers[0];
+    assert_eq!(c.transport, Transport::Tcp);
+    assert_eq!(c.socket_addr(), "127.0.0.1:4420".parse().unwrap());
+    assert_eq!(usize::from(c.nr_io_queues), crate::target::available_cpus().min(65534));
+    assert_eq!((c.queue_size, c.hdr_digest, c.data_digest), (128, false, false));
+    assert_eq!(c.keep_alive_tmo, Duration::from_secs(5));
+    assert_eq!(c.reconnect_delay, Duration::from_secs(10));
+    assert_eq!(c.ctrl_loss_tmo, Some(Duration::from_secs(600)));
+    assert_eq!(c.fast_io_fail_tmo, None);
+    assert!(c.exports.is_empty());
+}
+
+#[test]
+fn explicit_values_and_never() {
+    let text = format!(
+        "{BASE}transport = \"rdma\"\nport = 4421\nnr_io_queues = 3\nqueue_size = 64\nkeep_alive_tmo = 0\n\
+         reconnect_delay = 2\nctrl_loss_tmo = -1\nfast_io_fail_tmo = 7\nhdr_digest = true\ndata_digest = true\n\
+         [[controller.export]]\nnsid = 2\nnbd = \"unix:disk.sock\"\n[[controller.export]]\nnsid = 1\nnbd = \"[::1]:10809\"\n"
+    );
+    let c = &load(&text).unwrap().controllers[0];
+    assert_eq!((c.transport, c.port, c.nr_io_queues, c.queue_size), (Transport::Rdma, 4421, 3, 64));
+    assert_eq!((c.keep_alive_tmo, c.reconnect_delay), (Duration::ZERO, Duration::from_secs(2)));
+    assert_eq!((c.ctrl_loss_tmo, c.fast_io_fail_tmo), (None, Some(Duration::from_secs(7))));
+    assert!(c.hdr_digest && c.data_digest);
+    assert_eq!(c.exports[0], ExportConfig { nsid: 2, nbd: NbdEndpoint::Unix("disk.sock".into()) });
+    assert_eq!(c.exports[1].nbd, NbdEndpoint::Tcp("[::1]:10809".parse().unwrap()));
+    assert_eq!(c.exports[1].nbd.to_string(), "[::1]:10809");
+    assert_eq!(NbdEndpoint::parse("unix:/run/x.sock").unwrap().to_string(), "unix:/run/x.sock");
+}
+
+#[test]
+fn from_file_resolves_relative_paths_against_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.toml");
+    let text = format!("[host]\nstate_dir = \"state\"\ncontrol_socket = \"/run/c.sock\"\n{BASE}[[controller.export]]\nnsid = 1\nnbd = \"unix:d.sock\"\n");
+    std::fs::write(&path, text).unwrap();
+    let config = HostConfig::from_file(&path).unwrap();
+    assert_eq!(config.host.state_dir, dir.path().join("state"));
+    assert_eq!(config.host.control_socket, PathBuf::from("/run/c.sock"));
+    assert_eq!(config.controllers[0].exports[0].nbd, NbdEndpoint::Unix(dir.path().join("d.sock")));
+    let err = HostConfig::from_file(dir.path().join("missing.toml")).unwrap_err().to_string();
+    assert!(err.contains("missing.toml: cannot read the configuration file"), "{err}");
+}
+
+#[test]
+fn the_example_parses() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/host.toml");
+    let config = HostConfig::from_file(path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.host.state_dir, PathBuf::from("/var/lib/nvmf-host"));
+    assert_eq!(config.metrics.listen, Some(SUGGESTED_METRICS_LISTEN.parse().unwrap()));
+    assert!(!config.controllers.is_empty());
+    assert!(config.controllers.iter().any(|c| !c.exports.is_empty()));
+}

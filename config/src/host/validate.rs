@@ -1,0 +1,201 @@
+//! From the file schema to [`HostConfig`]: range and consistency checks, defaults filled in. Every check returns
+//! a [`Problem`] naming the key path, what was found and what is allowed; the loader adds the line. The first
+//! problem found is reported.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
+
+use super::schema::{RawController, RawExport, RawHost, RawHostConfig};
+use super::*;
+use crate::error::{KeyPath, Problem, ValueError};
+use crate::target::{check_nqn, int_in, ip_address, logging, metrics, socket_address, DEFAULT_PORT};
+
+const NBD_ALLOWED: &str = "\"unix:/absolute/or/relative/path\" or \"ADDRESS:PORT\" such as \"127.0.0.1:10809\"";
+
+pub(crate) fn validate(raw: &RawHostConfig, base: Option<&Path>, cpus: usize) -> Result<HostConfig, Problem> {
+    let root = KeyPath::root();
+    let host = host(raw.host.as_ref(), &root.key("host"), base)?;
+    let metrics = metrics(raw.metrics.as_ref(), &root.key("metrics"))?;
+    let logging = logging(raw.logging.as_ref(), &root.key("logging"))?;
+    let mut controllers = Vec::with_capacity(raw.controllers.len());
+    let mut seen: HashMap<(Transport, SocketAddr, String), usize> = HashMap::new();
+    let mut endpoints: HashMap<NbdEndpoint, String> = HashMap::new();
+    for (i, rc) in raw.controllers.iter().enumerate() {
+        let key = root.key("controller").index(i);
+        let c = controller(rc, &key, base, cpus, &mut endpoints)?;
+        if let Some(first) = seen.insert((c.transport, c.socket_addr(), c.nqn.clone()), i) {
+            return Err(Problem::new(
+                key.key("nqn"),
+                format!("{} at {}://{} is also controller[{first}]", c.nqn, c.transport, c.socket_addr()),
+                "each subsystem NQN, transport, address and port once",
+            ));
+        }
+        controllers.push(c);
+    }
+    Ok(HostConfig { host, metrics, logging, controllers })
+}
+
+fn path_in(text: &str, key: &KeyPath, base: Option<&Path>) -> Result<PathBuf, Problem> {
+    if text.is_empty() {
+        return Err(Problem::new(key.clone(), "the path is empty", "a directory or file path"));
+    }
+    Ok(resolve(Path::new(text), base))
+}
+
+fn resolve(path: &Path, base: Option<&Path>) -> PathBuf {
+    match base {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path.to_owned(),
+    }
+}
+
+fn host(raw: Option<&RawHost>, key: &KeyPath, base: Option<&Path>) -> Result<HostSection, Problem> {
+    let empty = RawHost::default();
+    let raw = raw.unwrap_or(&empty);
+    if let Some(nqn) = &raw.hostnqn {
+        check_nqn(nqn, &key.key("hostnqn"))?;
+        if nqn == DISCOVERY_NQN {
+            return Err(Problem::new(
+                key.key("hostnqn"),
+                "the discovery subsystem's NQN cannot name a host",
+                "this host's own NQN, e.g. nqn.2014-08.org.nvmexpress:uuid:<UUID>",
+            ));
+        }
+    }
+    let hostid = raw
+        .hostid
+        .as_deref()
+        .map(|text| crate::ids::parse_uuid(text).map(|u| *u.as_bytes()).map_err(|e| e.at(key.key("hostid"))))
+        .transpose()?;
+    let state_dir = match &raw.state_dir {
+        Some(text) => path_in(text, &key.key("state_dir"), base)?,
+        None => PathBuf::from(DEFAULT_STATE_DIR),
+    };
+    let control_socket = match &raw.control_socket {
+        Some(text) => path_in(text, &key.key("control_socket"), base)?,
+        None => PathBuf::from(DEFAULT_CONTROL_SOCKET),
+    };
+    Ok(HostSection { hostnqn: raw.hostnqn.clone(), hostid, state_dir, control_socket })
+}
+
+/// Whole seconds `0..=max` (or `-1` for "never" when `never` is allowed).
+fn seconds(value: i64, key: &KeyPath, what: &str, min: i64, never: bool) -> Result<Option<Duration>, Problem> {
+    if never && value == -1 {
+        return Ok(None);
+    }
+    let allowed =
+        if never { format!("-1 (never) or {min}..=31536000 seconds") } else { format!("{min}..=31536000 seconds") };
+    let secs: u64 = int_in(value, min..=31_536_000, key, what, allowed)?;
+    Ok(Some(Duration::from_secs(secs)))
+}
+
+fn controller(
+    raw: &RawController,
+    key: &KeyPath,
+    base: Option<&Path>,
+    cpus: usize,
+    endpoints: &mut HashMap<NbdEndpoint, String>,
+) -> Result<ControllerConfig, Problem> {
+    let address = ip_address(&raw.address, &key.key("address"))?;
+    let port = match raw.port {
+        Some(p) => int_in(p, 1..=65535, &key.key("port"), "port", "1..=65535 (4420)")?,
+        None => DEFAULT_PORT,
+    };
+    check_nqn(&raw.nqn, &key.key("nqn"))?;
+    if raw.nqn == DISCOVERY_NQN {
+        return Err(Problem::new(
+            key.key("nqn"),
+            "the discovery subsystem holds no namespaces to keep connected",
+            "an NVM subsystem's NQN (use `nvmf-host connect-all` to connect what a discovery controller lists)",
+        ));
+    }
+    let nr_io_queues = match raw.nr_io_queues {
+        Some(n) => int_in(n, 1..=65534, &key.key("nr_io_queues"), "I/O queue count", "1..=65534")?,
+        None => u16::try_from(cpus.clamp(1, 65534)).unwrap_or(1),
+    };
+    let queue_size = match raw.queue_size {
+        Some(n) => int_in(n, 2..=1024, &key.key("queue_size"), "queue size", "2..=1024")?,
+        None => 128,
+    };
+    let keep_alive_tmo = raw
+        .keep_alive_tmo
+        .map_or(Ok(Some(Duration::from_secs(5))), |v| seconds(v, &key.key("keep_alive_tmo"), "timeout", 0, false))?
+        .unwrap_or_default();
+    let reconnect_delay = raw
+        .reconnect_delay
+        .map_or(Ok(Some(Duration::from_secs(10))), |v| seconds(v, &key.key("reconnect_delay"), "delay", 1, false))?
+        .unwrap_or(Duration::from_secs(10));
+    let ctrl_loss_tmo = raw
+        .ctrl_loss_tmo
+        .map_or(Ok(Some(Duration::from_secs(600))), |v| seconds(v, &key.key("ctrl_loss_tmo"), "timeout", 0, true))?;
+    let fast_io_fail_tmo =
+        raw.fast_io_fail_tmo.map_or(Ok(None), |v| seconds(v, &key.key("fast_io_fail_tmo"), "timeout", 0, true))?;
+    let mut exports = Vec::with_capacity(raw.exports.len());
+    let mut nsids: HashMap<u32, usize> = HashMap::new();
+    for (j, re) in raw.exports.iter().enumerate() {
+        let ekey = key.key("export").index(j);
+        let e = export(re, &ekey, base)?;
+        if let Some(first) = nsids.insert(e.nsid, j) {
+            return Err(Problem::new(
+                ekey.key("nsid"),
+                format!("NSID {} is also export[{first}]'s", e.nsid),
+                "each namespace of a controller exported once",
+            ));
+        }
+        if let Some(other) = endpoints.insert(e.nbd.clone(), ekey.to_string()) {
+            return Err(Problem::new(
+                ekey.key("nbd"),
+                format!("{} is also {other}'s", e.nbd),
+                "a different socket path or address for each export",
+            ));
+        }
+        exports.push(e);
+    }
+    Ok(ControllerConfig {
+        transport: raw.transport.unwrap_or(Transport::Tcp),
+        address,
+        port,
+        nqn: raw.nqn.clone(),
+        nr_io_queues,
+        queue_size,
+        keep_alive_tmo,
+        reconnect_delay,
+        ctrl_loss_tmo,
+        fast_io_fail_tmo,
+        hdr_digest: raw.hdr_digest.unwrap_or(false),
+        data_digest: raw.data_digest.unwrap_or(false),
+        exports,
+    })
+}
+
+fn export(raw: &RawExport, key: &KeyPath, base: Option<&Path>) -> Result<ExportConfig, Problem> {
+    let nsid = int_in(raw.nsid, 1..=0xFFFF_FFFE, &key.key("nsid"), "NSID", "1..=4294967294")?;
+    if raw.ublk == Some(true) {
+        return Err(Problem::new(
+            key.key("ublk"),
+            "ublk exports are not built yet",
+            "nbd = \"unix:/path\" or nbd = \"ADDRESS:PORT\" (then `nbd-client` makes a /dev/nbdN)",
+        ));
+    }
+    let Some(text) = &raw.nbd else {
+        return Err(Problem::new(key.clone(), "the export says nowhere to serve the namespace", NBD_ALLOWED));
+    };
+    let nbd = nbd_endpoint(text, base).map_err(|e| e.at(key.key("nbd")))?;
+    Ok(ExportConfig { nsid, nbd })
+}
+
+/// `unix:PATH` or `ADDR:PORT`; relative unix paths are resolved against `base` when given.
+pub(crate) fn nbd_endpoint(text: &str, base: Option<&Path>) -> Result<NbdEndpoint, ValueError> {
+    if let Some(path) = text.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(ValueError::new(format!("{text:?} names no socket path"), NBD_ALLOWED));
+        }
+        return Ok(NbdEndpoint::Unix(resolve(Path::new(path), base)));
+    }
+    socket_address(text, &KeyPath::root())
+        .map(NbdEndpoint::Tcp)
+        .map_err(|_| ValueError::new(format!("{text:?} is neither unix:PATH nor an address and port"), NBD_ALLOWED))
+}
