@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use nvmf_common::fabrics::discovery::{AddressFamily, TcpSecurityType, TransportType, Tsas};
 use nvmf_config::size::format_size;
-use nvmf_config::target::{ListenerTransport, NamespaceBackend, NamespaceConfig, SubsystemConfig};
+use nvmf_config::target::{ListenerConfig, ListenerTransport, NamespaceBackend, NamespaceConfig, SubsystemConfig};
 use nvmf_config::TargetConfig;
 
 use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
@@ -96,6 +96,30 @@ pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<Namespa
     Ok(namespace)
 }
 
+/// The acceptor's spec for TCP listener `l` with discovery port ID `port_id` (`None` for another transport).
+pub fn tcp_listener_spec(l: &ListenerConfig, port_id: u16) -> Option<TcpListenerSpec> {
+    let ListenerTransport::Tcp(options) = l.transport else { return None };
+    let tcp = TcpTransportConfig {
+        in_capsule_data_size: l.in_capsule_data_size,
+        header_digest: options.header_digest,
+        data_digest: options.data_digest,
+        ..TcpTransportConfig::default()
+    };
+    Some(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp) })
+}
+
+/// The discovery log's entry for TCP listener `spec`, bound at `local`.
+pub fn tcp_listener_params(spec: &TcpListenerSpec, local: SocketAddr) -> ListenerParams {
+    ListenerParams {
+        port_id: spec.port_id,
+        trtype: TransportType::Tcp,
+        adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
+        traddr: local.ip().to_string(),
+        trsvcid: local.port().to_string(),
+        tsas: Tsas::Tcp { sectype: TcpSecurityType::None },
+    }
+}
+
 /// Open the storage of every namespace, start `config.reactors.threads` reactors and listen on every listener.
 pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let mut storages = Vec::new();
@@ -106,33 +130,15 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
 
     let mut listener_specs = Vec::with_capacity(config.listeners.len());
     for (i, l) in config.listeners.iter().enumerate() {
-        let ListenerTransport::Tcp(options) = l.transport else {
-            return Err(StartError::UnsupportedTransport(l.to_string()));
-        };
         let port_id = u16::try_from(i + 1).unwrap_or(u16::MAX);
-        let tcp = TcpTransportConfig {
-            in_capsule_data_size: l.in_capsule_data_size,
-            header_digest: options.header_digest,
-            data_digest: options.data_digest,
-            ..TcpTransportConfig::default()
-        };
-        listener_specs.push(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp) });
+        let spec = tcp_listener_spec(l, port_id).ok_or_else(|| StartError::UnsupportedTransport(l.to_string()))?;
+        listener_specs.push(spec);
     }
 
     // Bind before building the model so that the discovery log reports the ports the sockets really got.
     let bound = BoundListeners::bind(&listener_specs)?;
-    let listener_params = listener_specs
-        .iter()
-        .zip(bound.local_addrs())
-        .map(|(spec, local)| ListenerParams {
-            port_id: spec.port_id,
-            trtype: TransportType::Tcp,
-            adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
-            traddr: local.ip().to_string(),
-            trsvcid: local.port().to_string(),
-            tsas: Tsas::Tcp { sectype: TcpSecurityType::None },
-        })
-        .collect();
+    let listener_params =
+        listener_specs.iter().zip(bound.local_addrs()).map(|(spec, local)| tcp_listener_params(spec, *local)).collect();
 
     let limits = &config.limits;
     let target_params = TargetParams {
@@ -210,6 +216,16 @@ impl RunningTarget {
     /// The addresses the listeners are bound to, in configuration order.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         self.acceptor.local_addrs()
+    }
+
+    /// The TCP acceptor: the listeners it serves.
+    pub fn acceptor(&self) -> &Acceptor {
+        &self.acceptor
+    }
+
+    /// The TCP acceptor, to change its listeners (reload).
+    pub fn acceptor_mut(&mut self) -> &mut Acceptor {
+        &mut self.acceptor
     }
 
     /// The address the metrics endpoint is bound to, when `[metrics] listen` is set.

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod control;
 pub mod controller;
 pub mod daemon;
 pub mod listener;

@@ -1,18 +1,25 @@
 //! The acceptor: one thread that accepts connections on every TCP listener and hands each to a reactor, round
-//! robin. It is the only code that touches the listening sockets; it sleeps in `epoll_wait` and never blocks
+//! robin. It is the only code that accepts on the listening sockets; it sleeps in `epoll_wait` and never blocks
 //! elsewhere. Once a connection is handed over the acceptor forgets it.
+//!
+//! A reload changes the listeners while the acceptor runs: the control thread binds and registers new sockets
+//! first (so a failure changes nothing), then hands the acceptor thread the new set through a channel and waits
+//! until it has switched. Closing a listener never touches the connections it accepted (as Linux nvmet does).
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use mio::net::TcpListener;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::reactor::{Accepted, ReactorHandle};
 use crate::tcp::TcpTransportConfig;
 
+/// The waker's token; listeners use their port ID as token, which never reaches it.
 const WAKER: Token = Token(usize::MAX);
 
 /// A TCP listener to open.
@@ -20,7 +27,7 @@ const WAKER: Token = Token(usize::MAX);
 pub struct TcpListenerSpec {
     /// Address to bind.
     pub address: SocketAddr,
-    /// Discovery log port ID.
+    /// Discovery log port ID (unique among the acceptor's listeners).
     pub port_id: u16,
     /// The listener's NVMe/TCP settings.
     pub tcp: Arc<TcpTransportConfig>,
@@ -41,14 +48,32 @@ pub enum ListenerError {
     /// epoll or thread creation failed.
     #[error("acceptor: {0}")]
     Os(#[source] io::Error),
+    /// The acceptor thread has ended (it failed earlier; see the log).
+    #[error("acceptor: its thread has ended")]
+    Stopped,
 }
 
-/// The running acceptor.
+/// A listening socket, bound and registered for readiness, not yet served.
 #[derive(Debug)]
-pub struct Acceptor {
-    waker: Arc<Waker>,
-    thread: Option<JoinHandle<()>>,
-    local: Vec<SocketAddr>,
+pub struct BoundListener {
+    listener: TcpListener,
+    spec: TcpListenerSpec,
+    local: SocketAddr,
+}
+
+impl BoundListener {
+    fn bind(spec: &TcpListenerSpec, registry: &Registry) -> Result<Self, ListenerError> {
+        let bind_error = |source| ListenerError::Bind { address: spec.address, source };
+        let mut listener = TcpListener::bind(spec.address).map_err(bind_error)?;
+        registry.register(&mut listener, Token(usize::from(spec.port_id)), Interest::READABLE).map_err(bind_error)?;
+        let local = listener.local_addr().map_err(ListenerError::Os)?;
+        Ok(BoundListener { listener, spec: spec.clone(), local })
+    }
+
+    /// The address the socket got (a port 0 in the spec is replaced by the port chosen).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
 }
 
 /// Listening sockets bound but not yet accepting: binding first lets the discovery log report the ports the
@@ -57,7 +82,7 @@ pub struct Acceptor {
 pub struct BoundListeners {
     poll: Poll,
     waker: Arc<Waker>,
-    listeners: Vec<(TcpListener, TcpListenerSpec)>,
+    listeners: Vec<BoundListener>,
     local: Vec<SocketAddr>,
 }
 
@@ -66,17 +91,9 @@ impl BoundListeners {
     pub fn bind(specs: &[TcpListenerSpec]) -> Result<Self, ListenerError> {
         let poll = Poll::new().map_err(ListenerError::Os)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(ListenerError::Os)?);
-        let mut listeners = Vec::with_capacity(specs.len());
-        let mut local = Vec::with_capacity(specs.len());
-        for (i, spec) in specs.iter().enumerate() {
-            let mut listener = TcpListener::bind(spec.address)
-                .map_err(|source| ListenerError::Bind { address: spec.address, source })?;
-            poll.registry()
-                .register(&mut listener, Token(i), Interest::READABLE)
-                .map_err(|source| ListenerError::Bind { address: spec.address, source })?;
-            local.push(listener.local_addr().map_err(ListenerError::Os)?);
-            listeners.push((listener, spec.clone()));
-        }
+        let listeners =
+            specs.iter().map(|spec| BoundListener::bind(spec, poll.registry())).collect::<Result<Vec<_>, _>>()?;
+        let local = listeners.iter().map(BoundListener::local_addr).collect();
         Ok(BoundListeners { poll, waker, listeners, local })
     }
 
@@ -86,24 +103,105 @@ impl BoundListeners {
     }
 }
 
+/// One listener of a reconfigured set.
+#[derive(Debug)]
+pub enum ListenerSlot {
+    /// A listener the acceptor serves now (same port ID), with possibly new settings for the connections it
+    /// accepts from now on.
+    Keep(TcpListenerSpec),
+    /// A new listener, bound with [`Acceptor::bind`].
+    Open(BoundListener),
+}
+
+/// What the control thread asks of the acceptor thread.
+enum Command {
+    /// Serve exactly these listeners: keep (with new settings) the ones named, add the new ones, close the rest;
+    /// then say so on `done`.
+    Reconfigure { keep: Vec<TcpListenerSpec>, open: Vec<(TcpListener, TcpListenerSpec)>, done: Sender<()> },
+    /// Close every listener and end.
+    Stop,
+}
+
+/// The running acceptor.
+#[derive(Debug)]
+pub struct Acceptor {
+    waker: Arc<Waker>,
+    registry: Registry,
+    commands: Sender<Command>,
+    thread: Option<JoinHandle<()>>,
+    listeners: Vec<(TcpListenerSpec, SocketAddr)>,
+    local: Vec<SocketAddr>,
+}
+
 impl Acceptor {
     /// Start accepting on `bound` for `reactors`.
     pub fn start(bound: BoundListeners, reactors: Arc<Vec<ReactorHandle>>) -> Result<Self, ListenerError> {
         let BoundListeners { poll, waker, listeners, local } = bound;
+        let registry = poll.registry().try_clone().map_err(ListenerError::Os)?;
+        let served = listeners.iter().map(|l| (l.spec.clone(), l.local)).collect();
+        let sockets: HashMap<Token, (TcpListener, TcpListenerSpec)> =
+            listeners.into_iter().map(|l| (Token(usize::from(l.spec.port_id)), (l.listener, l.spec))).collect();
+        let (commands, received) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("nvmf-acceptor".into())
-            .spawn(move || accept_loop(poll, listeners, &reactors))
+            .spawn(move || accept_loop(poll, sockets, &received, &reactors))
             .map_err(ListenerError::Os)?;
-        Ok(Acceptor { waker, thread: Some(thread), local })
+        Ok(Acceptor { waker, registry, commands, thread: Some(thread), listeners: served, local })
     }
 
-    /// The bound addresses, in the order of the specs (a port 0 in a spec is replaced by the port chosen).
+    /// The bound addresses, in configuration order (a port 0 in a spec is replaced by the port chosen).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local
     }
 
+    /// The listeners served, in configuration order, with their bound addresses.
+    pub fn listeners(&self) -> &[(TcpListenerSpec, SocketAddr)] {
+        &self.listeners
+    }
+
+    /// Bind and register a new listener without serving it yet (a failure changes nothing; dropping the result
+    /// closes the socket).
+    pub fn bind(&self, spec: &TcpListenerSpec) -> Result<BoundListener, ListenerError> {
+        BoundListener::bind(spec, &self.registry)
+    }
+
+    /// Serve exactly `slots`, in this order: kept listeners (matched by port ID) take their new settings, new ones
+    /// start accepting, every other listener is closed. Connections already accepted are not touched. Returns
+    /// once the acceptor thread has switched.
+    pub fn reconfigure(&mut self, slots: Vec<ListenerSlot>) -> Result<(), ListenerError> {
+        let mut keep = Vec::new();
+        let mut open = Vec::new();
+        let mut served = Vec::with_capacity(slots.len());
+        for slot in slots {
+            match slot {
+                ListenerSlot::Keep(spec) => {
+                    let local = self
+                        .listeners
+                        .iter()
+                        .find(|(s, _)| s.port_id == spec.port_id)
+                        .map_or(spec.address, |(_, local)| *local);
+                    served.push((spec.clone(), local));
+                    keep.push(spec);
+                }
+                ListenerSlot::Open(bound) => {
+                    served.push((bound.spec.clone(), bound.local));
+                    open.push((bound.listener, bound.spec));
+                }
+            }
+        }
+        let (done, switched) = mpsc::channel();
+        self.commands.send(Command::Reconfigure { keep, open, done }).map_err(|_| ListenerError::Stopped)?;
+        self.waker.wake().map_err(ListenerError::Os)?;
+        // The acceptor thread only ever waits in epoll_wait, which the waker ends: this wait is short.
+        switched.recv().map_err(|_| ListenerError::Stopped)?;
+        self.local = served.iter().map(|(_, local)| *local).collect();
+        self.listeners = served;
+        Ok(())
+    }
+
     /// Stop accepting and close the listening sockets.
     pub fn stop(mut self) {
+        let _ = self.commands.send(Command::Stop);
         let _ = self.waker.wake();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -111,7 +209,12 @@ impl Acceptor {
     }
 }
 
-fn accept_loop(mut poll: Poll, listeners: Vec<(TcpListener, TcpListenerSpec)>, reactors: &[ReactorHandle]) {
+fn accept_loop(
+    mut poll: Poll,
+    mut listeners: HashMap<Token, (TcpListener, TcpListenerSpec)>,
+    commands: &Receiver<Command>,
+    reactors: &[ReactorHandle],
+) {
     let mut events = Events::with_capacity(64);
     let mut next = 0usize;
     loop {
@@ -124,30 +227,72 @@ fn accept_loop(mut poll: Poll, listeners: Vec<(TcpListener, TcpListenerSpec)>, r
         }
         for event in events.iter() {
             if event.token() == WAKER {
-                return;
-            }
-            let Some((listener, spec)) = listeners.get(event.token().0) else { continue };
-            loop {
-                match listener.accept() {
-                    Ok((stream, peer)) => {
-                        // mio hands out non-blocking sockets; the reactor re-wraps it.
-                        let stream = std::net::TcpStream::from(stream);
-                        if reactors.is_empty() {
-                            return;
+                while let Ok(command) = commands.try_recv() {
+                    match command {
+                        Command::Stop => return,
+                        Command::Reconfigure { keep, open, done } => {
+                            let added: Vec<Token> = open.iter().map(|(_, s)| Token(usize::from(s.port_id))).collect();
+                            reconfigure(&mut listeners, keep, open);
+                            // A connection that arrived between registration and now raised its (edge-triggered)
+                            // readiness already: accept what is queued.
+                            for token in added {
+                                if let Some((listener, spec)) = listeners.get(&token) {
+                                    accept_all(listener, spec, reactors, &mut next);
+                                }
+                            }
+                            let _ = done.send(());
                         }
-                        let reactor = &reactors[next % reactors.len()];
-                        next = next.wrapping_add(1);
-                        tracing::info!(%peer, listener = %spec.address, "host connected");
-                        reactor.accept(Accepted { stream, peer, port_id: spec.port_id, tcp: Arc::clone(&spec.tcp) });
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        // EMFILE and friends: log and try again on the next readiness event.
-                        tracing::warn!(listener = %spec.address, error = %e, "accept failed");
-                        break;
                     }
                 }
+                continue;
+            }
+            let Some((listener, spec)) = listeners.get(&event.token()) else { continue };
+            accept_all(listener, spec, reactors, &mut next);
+        }
+    }
+}
+
+/// Switch `listeners` to the kept ones (with their new settings) plus `open`; dropping the others closes them.
+fn reconfigure(
+    listeners: &mut HashMap<Token, (TcpListener, TcpListenerSpec)>,
+    keep: Vec<TcpListenerSpec>,
+    open: Vec<(TcpListener, TcpListenerSpec)>,
+) {
+    let mut next: HashMap<Token, (TcpListener, TcpListenerSpec)> = HashMap::with_capacity(keep.len() + open.len());
+    for spec in keep {
+        let token = Token(usize::from(spec.port_id));
+        if let Some((listener, _)) = listeners.remove(&token) {
+            next.insert(token, (listener, spec));
+        }
+    }
+    for (_, (_, spec)) in listeners.drain() {
+        tracing::info!(listener = %spec.address, "listener closed; its connections keep running");
+    }
+    for (listener, spec) in open {
+        tracing::info!(listener = %spec.address, port_id = spec.port_id, "listener opened");
+        next.insert(Token(usize::from(spec.port_id)), (listener, spec));
+    }
+    *listeners = next;
+}
+
+/// Accept every queued connection on `listener`, handing each to the next reactor.
+fn accept_all(listener: &TcpListener, spec: &TcpListenerSpec, reactors: &[ReactorHandle], next: &mut usize) {
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                // mio hands out non-blocking sockets; the reactor re-wraps it.
+                let stream = std::net::TcpStream::from(stream);
+                let Some(reactor) = reactors.get(*next % reactors.len().max(1)) else { return };
+                *next = next.wrapping_add(1);
+                tracing::info!(%peer, listener = %spec.address, "host connected");
+                reactor.accept(Accepted { stream, peer, port_id: spec.port_id, tcp: Arc::clone(&spec.tcp) });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                // EMFILE and friends: log and try again on the next readiness event.
+                tracing::warn!(listener = %spec.address, error = %e, "accept failed");
+                return;
             }
         }
     }

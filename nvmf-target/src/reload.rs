@@ -1,20 +1,27 @@
-//! Live reconfiguration (SIGHUP): re-read the configuration file, validate it, and apply the difference to the
-//! running target — subsystems, namespaces and host access — without touching unaffected associations. Changes
-//! that need a restart (listeners, `[target]`, `[reactors]`, …) are logged and left as they run.
+//! Live reconfiguration (SIGHUP or `nvmf-target reload`): re-read the configuration file, validate it, and apply
+//! the difference to the running target — subsystems, namespaces, host access and TCP listeners — without touching
+//! unaffected associations. Changes that need a restart (RDMA listeners, `[target]`, `[reactors]`, …) are logged,
+//! reported in [`ReloadSummary::ignored`] and left as they run.
 //!
-//! Runs on the main thread between signals; it may block on opening storage and flushing removed namespaces, never
-//! on a reactor. Everything that can fail (reading, validating, opening new storage) happens before the first
-//! change, so a rejected reload leaves the target exactly as it was.
+//! Runs on the main thread between requests; it may block on opening storage, binding listeners and flushing
+//! removed namespaces, never on a reactor. Everything that can fail (reading, validating, opening new storage,
+//! binding new listeners) happens before the first change, so a rejected reload leaves the target exactly as it
+//! was.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use nvmf_config::target::{NamespaceConfig, SubsystemConfig};
-use nvmf_config::TargetConfig;
+use nvmf_common::fabrics::discovery::TransportType;
+use nvmf_config::target::{ListenerConfig, NamespaceConfig, SubsystemConfig, Transport};
+use nvmf_config::{ConfigError, TargetConfig};
 
 use crate::backend::Storage;
-use crate::controller::{NamespaceParams, SubsystemParams};
-use crate::daemon::{namespace_params, subsystem_params, RunningTarget, StartError};
+use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams};
+use crate::daemon::{
+    namespace_params, subsystem_params, tcp_listener_params, tcp_listener_spec, RunningTarget, StartError,
+};
+use crate::listener::ListenerSlot;
 use crate::notify::ServiceNotifier;
 
 /// What a reload did: counts of applied changes, and the keys it left alone.
@@ -30,8 +37,59 @@ pub struct ReloadSummary {
     pub namespaces_removed: usize,
     /// Subsystems whose host access changed.
     pub host_access_changed: usize,
+    /// TCP listeners opened.
+    pub listeners_added: usize,
+    /// TCP listeners closed (the connections they accepted keep running).
+    pub listeners_removed: usize,
+    /// TCP listeners kept whose settings changed (new connections get the new settings).
+    pub listeners_changed: usize,
     /// Changed configuration keys that need a restart.
     pub ignored: Vec<String>,
+}
+
+impl fmt::Display for ReloadSummary {
+    /// One line per kind of change, then the keys left alone; `no changes` when there is nothing to say.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut lines = Vec::new();
+        let mut count = |what: &str, parts: &[(usize, &str)]| {
+            if parts.iter().any(|(n, _)| *n > 0) {
+                let parts: Vec<String> = parts.iter().map(|(n, how)| format!("{n} {how}")).collect();
+                lines.push(format!("{what}: {}", parts.join(", ")));
+            }
+        };
+        count("subsystems", &[(self.subsystems_added, "added"), (self.subsystems_removed, "removed")]);
+        count("namespaces", &[(self.namespaces_added, "added"), (self.namespaces_removed, "removed")]);
+        count("host access", &[(self.host_access_changed, "subsystem(s) changed")]);
+        count(
+            "listeners",
+            &[
+                (self.listeners_added, "added"),
+                (self.listeners_removed, "removed"),
+                (self.listeners_changed, "changed"),
+            ],
+        );
+        if !self.ignored.is_empty() {
+            lines.push(format!("not applied, restart to apply: {}", self.ignored.join(", ")));
+        }
+        if lines.is_empty() {
+            lines.push("no changes".to_owned());
+        }
+        f.write_str(&lines.join("\n"))
+    }
+}
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The target runs from quick-start flags: there is no file to re-read.
+    #[error("the target runs from quick-start flags, not a configuration file: nothing to re-read")]
+    NoFile,
+    /// The file is unreadable or invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// New storage or a new listener could not be opened.
+    #[error(transparent)]
+    Start(#[from] StartError),
 }
 
 /// The configuration the target runs with and where to re-read it from.
@@ -62,31 +120,45 @@ impl Reloader {
         &self.current
     }
 
+    /// The file the configuration is re-read from (`None`: quick-start flags).
+    pub fn path(&self) -> Option<&std::path::Path> {
+        self.path.as_deref()
+    }
+
     /// Re-read the file and apply the difference, telling the service manager (`RELOADING=1` … `READY=1`). An
-    /// invalid file is logged with its precise error and changes nothing.
-    pub fn reload(&mut self, running: &mut RunningTarget, notifier: &ServiceNotifier) {
+    /// invalid file is logged with its precise error, returned, and changes nothing.
+    pub fn reload(
+        &mut self,
+        running: &mut RunningTarget,
+        notifier: &ServiceNotifier,
+    ) -> Result<ReloadSummary, ReloadError> {
         let Some(path) = self.path.clone() else {
             tracing::info!("reload requested, but the target runs from quick-start flags: nothing to re-read");
-            return;
+            return Err(ReloadError::NoFile);
         };
-        // MONOTONIC_USEC= (wanted by Type=notify-reload) is not sent: it needs clock_gettime, i.e. unsafe code.
+        // MONOTONIC_USEC= (wanted by Type=notify-reload) is not sent: it needs clock_gettime, i.e. unsafe code or
+        // a new dependency; the unit is Type=notify, for which RELOADING=1 alone is accepted.
         notifier.notify("RELOADING=1");
-        match TargetConfig::from_file(&path) {
+        let result = TargetConfig::from_file(&path)
+            .map_err(ReloadError::from)
+            .and_then(|new| self.apply(&new, running).map_err(ReloadError::from));
+        match &result {
+            Ok(summary) => tracing::info!(
+                subsystems_added = summary.subsystems_added,
+                subsystems_removed = summary.subsystems_removed,
+                namespaces_added = summary.namespaces_added,
+                namespaces_removed = summary.namespaces_removed,
+                host_access_changed = summary.host_access_changed,
+                listeners_added = summary.listeners_added,
+                listeners_removed = summary.listeners_removed,
+                listeners_changed = summary.listeners_changed,
+                ignored = summary.ignored.len(),
+                "configuration reloaded"
+            ),
             Err(e) => tracing::error!("configuration rejected, the running one stays: {e}"),
-            Ok(new) => match self.apply(&new, running) {
-                Ok(summary) => tracing::info!(
-                    subsystems_added = summary.subsystems_added,
-                    subsystems_removed = summary.subsystems_removed,
-                    namespaces_added = summary.namespaces_added,
-                    namespaces_removed = summary.namespaces_removed,
-                    host_access_changed = summary.host_access_changed,
-                    ignored = summary.ignored.len(),
-                    "configuration reloaded"
-                ),
-                Err(e) => tracing::error!("configuration rejected, the running one stays: {e}"),
-            },
         }
         notifier.notify("READY=1");
+        result
     }
 
     /// Apply the difference between the running configuration and `new` to `running`. Fails (changing nothing)
@@ -97,7 +169,11 @@ impl Reloader {
             tracing::warn!(key = %key, "configuration change not applied; restart to apply");
         }
         let changes = self.prepare(new)?;
+        let listeners = self.prepare_listeners(new, running)?;
         let target = Arc::clone(running.target());
+        if let Some(plan) = listeners {
+            self.apply_listeners(plan, new, running, &mut summary);
+        }
         for change in changes {
             match change {
                 Change::RemoveSubsystem(nqn) => match target.remove_subsystem(&nqn) {
@@ -172,6 +248,77 @@ impl Reloader {
         Ok(summary)
     }
 
+    /// The TCP listeners of `new`, each kept (matched by address) or newly bound; `None` when they are as they
+    /// run. Fails, changing nothing, when a new listener cannot be bound.
+    fn prepare_listeners(
+        &self,
+        new: &TargetConfig,
+        running: &RunningTarget,
+    ) -> Result<Option<ListenerPlan>, StartError> {
+        if tcp_listeners(&self.current).eq(tcp_listeners(new)) {
+            return Ok(None);
+        }
+        let acceptor = running.acceptor();
+        // New port IDs follow every ID in use (RDMA listeners' too): none is reused while connections accepted
+        // through a closed listener may still name it.
+        let mut last_port_id = running.target().listeners().iter().map(|l| l.port_id).max().unwrap_or(0);
+        let mut plan = ListenerPlan::default();
+        for l in tcp_listeners(new) {
+            let unsupported = || StartError::UnsupportedTransport(l.to_string());
+            match acceptor.listeners().iter().find(|(spec, _)| spec.address == l.address) {
+                Some((spec, local)) => {
+                    let kept = tcp_listener_spec(l, spec.port_id).ok_or_else(unsupported)?;
+                    if !self.current.listeners.contains(l) {
+                        plan.changed += 1;
+                    }
+                    plan.params.push(tcp_listener_params(&kept, *local));
+                    plan.slots.push(ListenerSlot::Keep(kept));
+                }
+                None => {
+                    last_port_id = last_port_id.checked_add(1).ok_or_else(unsupported)?;
+                    let spec = tcp_listener_spec(l, last_port_id).ok_or_else(unsupported)?;
+                    let bound = acceptor.bind(&spec)?;
+                    plan.params.push(tcp_listener_params(&spec, bound.local_addr()));
+                    plan.slots.push(ListenerSlot::Open(bound));
+                    plan.added += 1;
+                }
+            }
+        }
+        plan.removed = acceptor
+            .listeners()
+            .iter()
+            .filter(|(spec, _)| tcp_listeners(new).all(|l| l.address != spec.address))
+            .count();
+        Ok(Some(plan))
+    }
+
+    /// Switch the acceptor and the discovery log to the listeners of `plan` (the TCP listeners of `new`).
+    fn apply_listeners(
+        &mut self,
+        plan: ListenerPlan,
+        new: &TargetConfig,
+        running: &mut RunningTarget,
+        summary: &mut ReloadSummary,
+    ) {
+        let ListenerPlan { slots, params, added, removed, changed } = plan;
+        if let Err(e) = running.acceptor_mut().reconfigure(slots) {
+            tracing::error!(error = %e, "changing the listeners failed");
+            return;
+        }
+        let target = running.target();
+        let mut discovery: Vec<ListenerParams> =
+            target.listeners().into_iter().filter(|l| l.trtype != TransportType::Tcp).collect();
+        discovery.extend(params);
+        discovery.sort_by_key(|l| l.port_id);
+        target.set_listeners(discovery);
+        // What runs: the new TCP listeners, and the RDMA listeners as they were.
+        let rdma = self.current.listeners.iter().filter(|l| l.transport_type() != Transport::Tcp).cloned();
+        self.current.listeners = tcp_listeners(new).cloned().chain(rdma).collect();
+        summary.listeners_added = added;
+        summary.listeners_removed = removed;
+        summary.listeners_changed = changed;
+    }
+
     fn subsystem_mut(&mut self, nqn: &str) -> Option<&mut SubsystemConfig> {
         self.current.subsystems.iter_mut().find(|s| s.nqn == nqn)
     }
@@ -212,6 +359,21 @@ impl Reloader {
     }
 }
 
+/// The listeners a reload switches to, already bound, with their discovery log entries.
+#[derive(Debug, Default)]
+struct ListenerPlan {
+    slots: Vec<ListenerSlot>,
+    params: Vec<ListenerParams>,
+    added: usize,
+    removed: usize,
+    changed: usize,
+}
+
+/// The TCP listeners of `config`, in file order.
+fn tcp_listeners(config: &TargetConfig) -> impl Iterator<Item = &ListenerConfig> {
+    config.listeners.iter().filter(|l| l.transport_type() == Transport::Tcp)
+}
+
 /// Stop flushing `storage` at shutdown and flush it now: its namespace is gone.
 fn release(running: &mut RunningTarget, storage: &Arc<Storage>) {
     running.release_storage(storage);
@@ -228,7 +390,15 @@ pub fn ignored_changes(old: &TargetConfig, new: &TargetConfig) -> Vec<String> {
             ignored.push(key.to_owned());
         }
     };
-    check(old.listeners != new.listeners, "listener");
+    // TCP listeners are applied; RDMA listeners are opened at start only.
+    let rdma = |c: &TargetConfig| -> Vec<ListenerConfig> {
+        c.listeners.iter().filter(|l| l.transport_type() == Transport::Rdma).cloned().collect()
+    };
+    let (old_rdma, new_rdma) = (rdma(old), rdma(new));
+    for l in old_rdma.iter().filter(|l| !new_rdma.contains(l)).chain(new_rdma.iter().filter(|l| !old_rdma.contains(l)))
+    {
+        check(true, &format!("listener {l}"));
+    }
     check(old.limits != new.limits, "target");
     check(old.reactors != new.reactors, "reactors");
     check(old.discovery != new.discovery, "discovery");
@@ -279,11 +449,15 @@ mod tests {
         let old = config();
         assert!(ignored_changes(&old, &old).is_empty());
         let mut new = old.clone();
+        // A TCP listener change is applied, not ignored.
         new.listeners[0].address.set_port(4421);
         new.limits.mdts *= 2;
         new.reactors.threads = 4;
         new.subsystems[1].serial = "other".to_owned();
-        assert_eq!(ignored_changes(&old, &new), ["listener", "target", "reactors", &format!("subsystem {TWO} serial")]);
+        assert_eq!(ignored_changes(&old, &new), ["target", "reactors", &format!("subsystem {TWO} serial")]);
+        let mut rdma = new.clone();
+        rdma.listeners[0].transport = nvmf_config::target::ListenerTransport::Rdma;
+        assert_eq!(ignored_changes(&new, &rdma)[0], "listener rdma://127.0.0.1:4421");
     }
 
     #[test]
@@ -337,6 +511,56 @@ mod tests {
         assert_eq!(nsids(&running, ONE), [1, 2]);
         assert!(running.target().subsystem(TWO).is_none(), "the valid part was not applied either");
         assert_eq!(reloader.current(), &applied);
+        running.shutdown();
+    }
+
+    #[test]
+    fn apply_opens_and_closes_tcp_listeners_and_rejects_one_that_cannot_bind() {
+        let old = config();
+        let mut running = crate::daemon::start(&old).unwrap();
+        let mut reloader = Reloader::new(None, old.clone());
+        let first = running.local_addrs()[0];
+        let genctr = running.target().discovery_genctr();
+
+        // A second listener (127.0.0.2 is loopback too): bound, served, in the discovery log under a new port ID.
+        let mut two = old.clone();
+        let mut second = two.listeners[0].clone();
+        second.address = "127.0.0.2:0".parse().unwrap();
+        two.listeners.push(second.clone());
+        let summary = reloader.apply(&two, &mut running).unwrap();
+        assert_eq!(summary, ReloadSummary { listeners_added: 1, ..ReloadSummary::default() });
+        assert_eq!(summary.to_string(), "listeners: 1 added, 0 removed, 0 changed");
+        let added = running.local_addrs()[1];
+        assert_eq!((running.local_addrs()[0], added.ip()), (first, second.address.ip()));
+        std::net::TcpStream::connect(added).expect("the new listener accepts");
+        let ports: Vec<(u16, String)> =
+            running.target().listeners().iter().map(|l| (l.port_id, l.trsvcid.clone())).collect();
+        assert_eq!(ports, [(1, first.port().to_string()), (2, added.port().to_string())]);
+        assert!(running.target().discovery_genctr() > genctr, "hosts are told the discovery log changed");
+
+        // An address in use rejects the whole reload: nothing changes, not even the valid part.
+        let taken = std::net::TcpListener::bind("127.0.0.3:0").unwrap();
+        let mut bad = two.clone();
+        let mut third = second.clone();
+        third.address = taken.local_addr().unwrap();
+        bad.listeners.push(third);
+        bad.subsystems.pop();
+        assert!(matches!(reloader.apply(&bad, &mut running), Err(StartError::Listener(_))));
+        assert_eq!(running.local_addrs().len(), 2);
+        assert!(running.target().subsystem(TWO).is_some());
+
+        // Removing the first listener closes it; accepted connections are not the acceptor's to close.
+        let kept = std::net::TcpStream::connect(first).unwrap();
+        let mut only_second = two.clone();
+        only_second.listeners.remove(0);
+        let summary = reloader.apply(&only_second, &mut running).unwrap();
+        assert_eq!((summary.listeners_added, summary.listeners_removed), (0, 1));
+        assert_eq!(running.local_addrs(), [added]);
+        let refused = std::net::TcpStream::connect(first).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(running.target().listeners().len(), 1);
+        assert_eq!(reloader.current().listeners, only_second.listeners);
+        drop(kept);
         running.shutdown();
     }
 }

@@ -23,11 +23,11 @@ pub(crate) fn discovery_log_page(
     transport: &TransportInfo,
 ) -> Result<Vec<u8>, WireError> {
     let params = target.params();
-    let mut listeners: Vec<&ListenerParams> =
-        params.listeners.iter().filter(|l| l.port_id == transport.port_id).collect();
+    let all = target.listeners();
+    let mut listeners: Vec<&ListenerParams> = all.iter().filter(|l| l.port_id == transport.port_id).collect();
     if listeners.is_empty() {
         // A connection through a port the configuration does not list (tests, ad-hoc listeners): report all.
-        listeners = params.listeners.iter().collect();
+        listeners = all.iter().collect();
     }
     let subsystems: Vec<_> = target.subsystems().into_iter().filter(|s| s.host_allowed(hostnqn)).collect();
     let records = listeners.len() * (1 + subsystems.len());

@@ -80,7 +80,8 @@ pub struct TargetParams {
     pub kas: u16,
     /// Serve the discovery subsystem.
     pub discovery_enabled: bool,
-    /// Listeners reported in the discovery log.
+    /// Listeners reported in the discovery log at start ([`Target::set_listeners`] replaces them; read them with
+    /// [`Target::listeners`]).
     pub listeners: Vec<ListenerParams>,
     /// Serial number of the discovery controller.
     pub serial: String,
@@ -159,12 +160,15 @@ pub struct Target {
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
     discovery: Arc<Subsystem>,
     genctr: AtomicU64,
+    /// The listeners now, replaced by a reload (read by discovery log reads, never on the data path).
+    listeners: RwLock<Vec<ListenerParams>>,
 }
 
 impl Target {
     /// Build a target from its parameters and subsystems.
-    pub fn new(params: TargetParams, subsystems: Vec<SubsystemParams>) -> Result<Arc<Self>, TargetError> {
+    pub fn new(mut params: TargetParams, subsystems: Vec<SubsystemParams>) -> Result<Arc<Self>, TargetError> {
         params.validate()?;
+        let listeners = RwLock::new(std::mem::take(&mut params.listeners));
         let mut map = BTreeMap::new();
         for s in subsystems {
             let subsystem = Subsystem::new(s)?;
@@ -178,10 +182,11 @@ impl Target {
             params,
             subsystems: RwLock::new(map),
             genctr: AtomicU64::new(1),
+            listeners,
         }))
     }
 
-    /// The target's limits and listeners.
+    /// The target's limits (its `listeners` are moved out at start: see [`Target::listeners`]).
     pub fn params(&self) -> &TargetParams {
         &self.params
     }
@@ -238,6 +243,17 @@ impl Target {
         tracing::info!(subsystem = %nqn, "subsystem removed");
         self.discovery_changed();
         Ok(subsystem)
+    }
+
+    /// The listeners the discovery log reports now.
+    pub fn listeners(&self) -> Vec<ListenerParams> {
+        self.listeners.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replace the listeners (a reload added or removed some); the discovery log changes.
+    pub fn set_listeners(&self, listeners: Vec<ListenerParams>) {
+        *self.listeners.write().unwrap_or_else(|e| e.into_inner()) = listeners;
+        self.discovery_changed();
     }
 
     /// Bump GENCTR and tell discovery controllers (Discovery Log Page Change notice).
