@@ -208,3 +208,111 @@ fn sighup_applies_namespace_and_subsystem_changes_and_rejects_invalid_files() {
     let exit = daemon.0.wait().unwrap();
     assert!(exit.success(), "nvmf-target exited with {exit}");
 }
+
+/// Subsystem one with namespace 1, served on a TCP listener at each of `ports` on 127.0.0.1.
+fn listeners_config(ports: &[u16]) -> String {
+    let listeners: String =
+        ports.iter().map(|port| format!("[[listener]]\naddress = \"127.0.0.1\"\nport = {port}\n\n")).collect();
+    format!(
+        "[reactors]\nthreads = 2\n\n{listeners}[[subsystem]]\nnqn = \"{SUBNQN}\"\n\n\
+         [[subsystem.namespace]]\nnsid = 1\nmemory = \"4MiB\"\n"
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `nvmf-target reload --control SOCKET [extra]`: (success, stdout, stderr).
+fn reload_command(socket: &Path, extra: &[&std::ffi::OsStr]) -> (bool, String, String) {
+    let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
+    let out = Command::new(bin).arg("reload").arg("--control").arg(socket).args(extra).output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn reload_command_prints_the_outcome_and_listeners_follow_the_file() {
+    let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("target.toml");
+    let socket = dir.path().join("control.sock");
+    let log_path = dir.path().join("stderr.log");
+    let (first, second) = (free_port(), free_port());
+    let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    std::fs::write(&config_path, listeners_config(&[first])).unwrap();
+    let daemon = Daemon(
+        Command::new(bin)
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--control")
+            .arg(&socket)
+            .env("RUST_LOG", "info")
+            .env_remove("NOTIFY_SOCKET")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_log(&log_path, "control socket ready");
+    let (mut admin, mut io) = associate(addr(first), SUBNQN);
+    let data: Vec<u8> = (0..4096u32).map(|i| u8::try_from(i % 253).unwrap()).collect();
+    ok(io.command(Write { nsid: 1, slba: 0, nlb: 7, ..Write::default() }.to_sqe(), Some(&data), 0));
+
+    // Nothing changed: the daemon says so.
+    let (success, stdout, stderr) = reload_command(&socket, &[]);
+    assert!(success, "{stderr}");
+    assert_eq!(stdout.trim(), "no changes");
+
+    // A second listener opens; a host connects through it.
+    std::fs::write(&config_path, listeners_config(&[first, second])).unwrap();
+    let (success, stdout, stderr) =
+        reload_command(&socket, &[std::ffi::OsStr::new("--config"), config_path.as_os_str()]);
+    assert!(success, "{stderr}");
+    assert_eq!(stdout.trim(), "listeners: 1 added, 0 removed, 0 changed");
+    let (mut admin2, _io2) = associate(addr(second), SUBNQN);
+    assert_eq!(active_namespaces(&mut admin2), [1]);
+
+    // The first listener closes; the association made through it keeps working.
+    std::fs::write(&config_path, listeners_config(&[second])).unwrap();
+    let (success, stdout, stderr) = reload_command(&socket, &[]);
+    assert!(success, "{stderr}");
+    assert_eq!(stdout.trim(), "listeners: 0 added, 1 removed, 0 changed");
+    let refused = std::net::TcpStream::connect(addr(first)).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    let c = ok(io.command(Read { nsid: 1, slba: 0, nlb: 7, ..Read::default() }.to_sqe(), None, data.len()));
+    assert_eq!(c.data, data);
+    ok(admin.command(KeepAlive.to_sqe(), None, 0));
+
+    // A listener that cannot bind: the daemon rejects the reload with the reason and keeps everything.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    std::fs::write(&config_path, listeners_config(&[second, taken_port])).unwrap();
+    let (success, stdout, stderr) = reload_command(&socket, &[]);
+    assert!(!success && stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains(&format!("cannot listen on tcp://127.0.0.1:{taken_port}")), "{stderr}");
+    assert!(stderr.contains("rejected; the daemon keeps its running configuration"), "{stderr}");
+    associate(addr(second), SUBNQN);
+
+    // An invalid file is caught by the command itself, with its location: the daemon is never asked.
+    let requests = |log: &str| log.matches("control request").count();
+    let before = requests(&std::fs::read_to_string(&log_path).unwrap());
+    std::fs::write(&config_path, format!("{}\n[target]\nmdts = \"huge\"\n", listeners_config(&[second]))).unwrap();
+    let (success, _, stderr) = reload_command(&socket, &[]);
+    assert!(!success, "an invalid file fails the command");
+    assert!(stderr.contains(&format!("{}:", config_path.display())) && stderr.contains("mdts"), "{stderr}");
+    assert!(stderr.contains("not sent"), "{stderr}");
+    // Only the config-path question reached the daemon.
+    assert_eq!(requests(&std::fs::read_to_string(&log_path).unwrap()), before + 1);
+
+    // Another file than the daemon's is refused.
+    let other = dir.path().join("other.toml");
+    std::fs::write(&other, listeners_config(&[second])).unwrap();
+    let (success, _, stderr) = reload_command(&socket, &[std::ffi::OsStr::new("--config"), other.as_os_str()]);
+    assert!(!success && stderr.contains("the daemon reloads"), "{stderr}");
+
+    daemon.signal("TERM");
+    let mut daemon = daemon;
+    assert!(daemon.0.wait().unwrap().success());
+    assert!(!socket.exists(), "the control socket is removed at exit");
+}
