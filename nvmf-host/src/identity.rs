@@ -2,10 +2,14 @@
 //!
 //! `/etc/nvme/hostnqn` and `/etc/nvme/hostid` when present (what nvme-cli and the kernel host use, so the
 //! target sees one host whichever tool connects), otherwise a generated UUID-form NQN with the same UUID as
-//! the host ID. Files that do not parse are ignored with a warning. Nothing here writes files. Runs on the
-//! caller's thread; reads two small files.
+//! the host ID. Files that do not parse are ignored with a warning. The daemon ([`HostIdentity::persistent`])
+//! generates a missing identity once and keeps it in its state directory, so a target's host list and its
+//! logs see the same host after every restart. Runs on the caller's thread; reads (and at most once writes)
+//! two small files.
 
-use std::path::Path;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 use nvmf_common::fabrics::nqn::{validate_nqn, UUID_NQN_PREFIX};
 use uuid::Uuid;
@@ -19,7 +23,91 @@ pub struct HostIdentity {
     pub hostid: [u8; 16],
 }
 
+/// Why the daemon's identity could not be stored.
+#[derive(Debug, thiserror::Error)]
+#[error("storing the generated host identity in {}: {source}", path.display())]
+pub struct IdentityError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// The operating system's error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The valid host NQN and host ID files of `dir`, each `None` when missing or invalid (invalid ones warned).
+fn read_dir(dir: &Path) -> (Option<String>, Option<Uuid>) {
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok().map(|s| s.trim().to_string());
+    let nqn = read("hostnqn").filter(|n| match validate_nqn(n) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(path = %dir.join("hostnqn").display(), error = %e, "ignoring invalid host NQN");
+            false
+        }
+    });
+    let id = read("hostid").and_then(|s| match Uuid::parse_str(&s) {
+        Ok(u) => Some(u),
+        Err(e) => {
+            tracing::warn!(path = %dir.join("hostid").display(), error = %e, "ignoring invalid host ID");
+            None
+        }
+    });
+    (nqn, id)
+}
+
+fn uuid_of(nqn: Option<&str>) -> Option<Uuid> {
+    nqn.and_then(|n| n.strip_prefix(UUID_NQN_PREFIX)).and_then(|u| Uuid::parse_str(u).ok())
+}
+
+/// Write `dir/name` = `text` atomically, mode 0600: a temporary file in the same directory, synced, renamed
+/// over the name (a reader sees the old file or the whole new one, never a part).
+fn store(dir: &Path, name: &str, text: &str) -> Result<(), IdentityError> {
+    let err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| IdentityError { path, source }
+    };
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err(dir))?;
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(err(&tmp))?;
+    f.write_all(format!("{text}\n").as_bytes()).and_then(|()| f.sync_all()).map_err(err(&tmp))?;
+    let path = dir.join(name);
+    std::fs::rename(&tmp, &path).map_err(err(&path))?;
+    tracing::info!(path = %path.display(), value = text, "stored the generated host identity");
+    Ok(())
+}
+
 impl HostIdentity {
+    /// The daemon's identity: `system_dir`'s files (`/etc/nvme`) where present and valid, else the ones in
+    /// `state_dir`, else generated now and stored in `state_dir/hostnqn` and `state_dir/hostid` (mode 0600,
+    /// written atomically) so that every later start reuses them. A UUID-form host NQN supplies the host ID.
+    pub fn persistent(system_dir: &Path, state_dir: &Path) -> Result<Self, IdentityError> {
+        let (sys_nqn, sys_id) = read_dir(system_dir);
+        let (state_nqn, state_id) = read_dir(state_dir);
+        let nqn = sys_nqn.or(state_nqn);
+        let id = match sys_id.or(state_id).or_else(|| uuid_of(nqn.as_deref())) {
+            Some(id) => id,
+            None => {
+                let id = Uuid::new_v4();
+                store(state_dir, "hostid", &id.to_string())?;
+                id
+            }
+        };
+        let hostnqn = match nqn {
+            Some(n) => n,
+            None => {
+                let n = format!("{UUID_NQN_PREFIX}{id}");
+                store(state_dir, "hostnqn", &n)?;
+                n
+            }
+        };
+        Ok(HostIdentity { hostnqn, hostid: *id.as_bytes() })
+    }
+
     /// From `/etc/nvme` (see [`HostIdentity::from_dir`]).
     pub fn from_system() -> Self {
         Self::from_dir(Path::new("/etc/nvme"))
@@ -28,24 +116,8 @@ impl HostIdentity {
     /// From `dir/hostnqn` and `dir/hostid`. A missing or invalid file is replaced: the host ID by the UUID
     /// of a UUID-form host NQN (else a new UUID), the host NQN by the UUID form of the host ID.
     pub fn from_dir(dir: &Path) -> Self {
-        let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok().map(|s| s.trim().to_string());
-        let nqn = read("hostnqn").filter(|n| match validate_nqn(n) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(path = %dir.join("hostnqn").display(), error = %e, "ignoring invalid host NQN");
-                false
-            }
-        });
-        let id = read("hostid").and_then(|s| match Uuid::parse_str(&s) {
-            Ok(u) => Some(u),
-            Err(e) => {
-                tracing::warn!(path = %dir.join("hostid").display(), error = %e, "ignoring invalid host ID");
-                None
-            }
-        });
-        let nqn_uuid =
-            nqn.as_deref().and_then(|n| n.strip_prefix(UUID_NQN_PREFIX)).and_then(|u| Uuid::parse_str(u).ok());
-        let id = id.or(nqn_uuid).unwrap_or_else(Uuid::new_v4);
+        let (nqn, id) = read_dir(dir);
+        let id = id.or_else(|| uuid_of(nqn.as_deref())).unwrap_or_else(Uuid::new_v4);
         let hostnqn = nqn.unwrap_or_else(|| format!("{UUID_NQN_PREFIX}{id}"));
         HostIdentity { hostnqn, hostid: *id.as_bytes() }
     }
@@ -103,5 +175,50 @@ mod tests {
         assert!(b.hostnqn.starts_with(UUID_NQN_PREFIX));
         assert_ne!(a.hostid, b.hostid);
         assert_ne!(HostIdentity::generate(), HostIdentity::generate());
+    }
+
+    #[test]
+    fn persistent_identity_is_generated_once_and_reused() {
+        use std::os::unix::fs::PermissionsExt;
+        let system = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let dir = state.path().join("nvmf-host");
+        let a = HostIdentity::persistent(system.path(), &dir).unwrap();
+        assert_eq!(a.hostnqn, format!("{UUID_NQN_PREFIX}{}", Uuid::from_bytes(a.hostid)));
+        for name in ["hostnqn", "hostid"] {
+            let meta = std::fs::metadata(dir.join(name)).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{name}");
+        }
+        assert_eq!(std::fs::read_to_string(dir.join("hostnqn")).unwrap(), format!("{}\n", a.hostnqn));
+        let modified = std::fs::metadata(dir.join("hostid")).unwrap().modified().unwrap();
+        let b = HostIdentity::persistent(system.path(), &dir).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(std::fs::metadata(dir.join("hostid")).unwrap().modified().unwrap(), modified, "not rewritten");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "no temporary file left");
+    }
+
+    #[test]
+    fn persistent_identity_prefers_the_system_files() {
+        let system = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        std::fs::write(system.path().join("hostnqn"), format!("{NQN}\n")).unwrap();
+        let h = HostIdentity::persistent(system.path(), state.path()).unwrap();
+        assert_eq!((h.hostnqn.as_str(), h.hostid), (NQN, *Uuid::parse_str(ID).unwrap().as_bytes()));
+        assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0, "nothing stored");
+        // A non-UUID system NQN without a host ID: the ID is generated once and kept.
+        std::fs::write(system.path().join("hostnqn"), "nqn.2024-01.io.example:host-a\n").unwrap();
+        let a = HostIdentity::persistent(system.path(), state.path()).unwrap();
+        let b = HostIdentity::persistent(system.path(), state.path()).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.hostnqn, "nqn.2024-01.io.example:host-a");
+        assert!(!state.path().join("hostnqn").exists());
+    }
+
+    #[test]
+    fn persistent_identity_reports_an_unwritable_state_dir() {
+        let system = tempfile::tempdir().unwrap();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let err = HostIdentity::persistent(system.path(), &file.path().join("sub")).unwrap_err();
+        assert!(err.to_string().starts_with("storing the generated host identity in "), "{err}");
     }
 }
