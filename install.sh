@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Installs nvmf-target as a systemd service: the binary, the unit, its sysusers.d entry, the optional
-# passthrough drop-in (as documentation, not enabled), the fio job files and an example configuration.
+# Installs nvmf-target and nvmf-host as systemd services: the binaries, the units, their sysusers.d entries, the
+# optional passthrough drop-in (as documentation, not enabled), the fio job files and example configurations.
 #
-#   cargo build --release --locked -p nvmf-target   # as yourself
-#   sudo ./install.sh --no-build                    # then as root
-#   sudoedit /etc/nvmf/target.toml                  # the example serves /dev/nvme0n1: edit it first
+#   cargo build --release --locked -p nvmf-target -p nvmf-host   # as yourself
+#   sudo ./install.sh --no-build                                 # then as root
+#   sudoedit /etc/nvmf/target.toml        # the example serves /dev/nvme0n1: edit it first
 #   sudo systemctl enable --now nvmf-target
+#   sudoedit /etc/nvmf/host.toml          # the example connects to 192.0.2.10: edit it first
+#   sudo systemctl enable --now nvmf-host
 #
 # Options:
 #   --prefix DIR   where binary, docs and (for /usr and /usr/local) unit and sysusers.d go; default /usr/local
 #   --destdir DIR  stage everything under DIR (packaging, tests); no user is created, systemd is not told
-#   --no-build     do not run cargo; use target/release/nvmf-target (or $NVMF_TARGET_BIN)
-# Environment: NVMF_TARGET_BIN=PATH installs that binary instead of target/release/nvmf-target.
+#   --no-build     do not run cargo; use target/release/nvmf-target and nvmf-host (or $NVMF_TARGET_BIN, $NVMF_HOST_BIN)
+# Environment: NVMF_TARGET_BIN=PATH / NVMF_HOST_BIN=PATH install that binary instead of target/release's.
 #
-# It never overwrites /etc/nvmf/target.toml and never enables or starts the service: the example configuration
-# exports real devices, so an administrator decides what is served. See systemd/README.md.
+# It never overwrites /etc/nvmf/target.toml or /etc/nvmf/host.toml and never enables or starts a service: the
+# example configurations name real devices and addresses, so an administrator decides. See systemd/README.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -36,11 +38,13 @@ case "$prefix" in /*) ;; *) echo "install.sh: --prefix must be absolute, not '$p
 prefix=${prefix%/}
 
 bin=${NVMF_TARGET_BIN:-target/release/nvmf-target}
-if ((build)) && [[ -z ${NVMF_TARGET_BIN:-} ]]; then
-  echo "install.sh: cargo build --release --locked -p nvmf-target"
-  cargo build --release --locked -p nvmf-target
+host_bin=${NVMF_HOST_BIN:-target/release/nvmf-host}
+if ((build)) && [[ -z ${NVMF_TARGET_BIN:-} || -z ${NVMF_HOST_BIN:-} ]]; then
+  echo "install.sh: cargo build --release --locked -p nvmf-target -p nvmf-host"
+  cargo build --release --locked -p nvmf-target -p nvmf-host
 fi
 [[ -x $bin ]] || { echo "install.sh: $bin is missing: build it (cargo build --release -p nvmf-target)" >&2; exit 1; }
+[[ -x $host_bin ]] || { echo "install.sh: $host_bin is missing: build it (cargo build --release -p nvmf-host)" >&2; exit 1; }
 
 # Units and sysusers.d go where systemd looks for vendor files when the prefix is one it searches
 # (/usr/lib, /usr/local/lib); any other prefix gets the administrator's directories under /etc.
@@ -58,6 +62,12 @@ sed -e "s#/usr/local/bin/nvmf-target#$prefix/bin/nvmf-target#g" -e "s#/usr/local
   systemd/nvmf-target.service >"$D$unitdir/nvmf-target.service"
 chmod 0644 "$D$unitdir/nvmf-target.service"
 install -D -m 0644 systemd/sysusers.d/nvmf.conf "$D$sysusersdir/nvmf.conf"
+install -D -m 0755 "$host_bin" "$D$prefix/bin/nvmf-host"
+sed -e "s#/usr/local/bin/nvmf-host#$prefix/bin/nvmf-host#g" -e "s#/usr/local/share/doc/nvmf#$docdir#g" \
+  systemd/nvmf-host.service >"$D$unitdir/nvmf-host.service"
+chmod 0644 "$D$unitdir/nvmf-host.service"
+install -D -m 0644 systemd/sysusers.d/nvmf-host.conf "$D$sysusersdir/nvmf-host.conf"
+install -D -m 0644 config/examples/host.toml "$D$docdir/host.toml.example"
 install -D -m 0644 README.md "$D$docdir/README.md"
 install -D -m 0644 systemd/README.md "$D$docdir/systemd.md"
 install -D -m 0644 systemd/nvmf-target.service.d/passthrough.conf "$D$docdir/passthrough.conf"
@@ -69,10 +79,18 @@ install -m 0644 fio-jobs/*.fio fio-jobs/README.md "$D$prefix/share/nvmf/fio-jobs
 live=0
 if [[ -z $D && $(id -u) == 0 ]]; then
   live=1
-  systemd-sysusers "$sysusersdir/nvmf.conf"
+  systemd-sysusers "$sysusersdir/nvmf.conf" "$sysusersdir/nvmf-host.conf"
 fi
 
-install -d -m 0750 "$D/etc/nvmf"
+# 0755: each daemon's file is readable by its own group only (target.toml: nvmf, host.toml: nvmf-host).
+install -d -m 0755 "$D/etc/nvmf"
+host_config=$D/etc/nvmf/host.toml
+if [[ -e $host_config ]]; then
+  echo "install.sh: keeping the existing /etc/nvmf/host.toml"
+else
+  install -m 0640 config/examples/host.toml "$host_config"
+  echo "install.sh: installed the example host configuration as /etc/nvmf/host.toml: edit it before starting"
+fi
 config=$D/etc/nvmf/target.toml
 if [[ -e $config ]]; then
   echo "install.sh: keeping the existing /etc/nvmf/target.toml"
@@ -81,7 +99,8 @@ else
   echo "install.sh: installed the example configuration as /etc/nvmf/target.toml: edit it before starting"
 fi
 if ((live)); then
-  chgrp nvmf /etc/nvmf /etc/nvmf/target.toml
+  chgrp nvmf /etc/nvmf/target.toml
+  chgrp nvmf-host /etc/nvmf/host.toml
   if [[ -d /run/systemd/system ]]; then
     systemctl daemon-reload
   else
@@ -89,7 +108,8 @@ if ((live)); then
   fi
 else
   echo "install.sh: staged under '${D:-/}' without creating the nvmf user: on the target machine run" \
-    "'systemd-sysusers' and 'chgrp nvmf /etc/nvmf /etc/nvmf/target.toml'"
+    "'systemd-sysusers', 'chgrp nvmf /etc/nvmf/target.toml' and 'chgrp nvmf-host /etc/nvmf/host.toml'"
 fi
 echo "install.sh: done. Check the configuration with: $prefix/bin/nvmf-target --config /etc/nvmf/target.toml --check"
 echo "install.sh: then: systemctl enable --now nvmf-target"
+echo "install.sh: for the host: edit /etc/nvmf/host.toml, then: systemctl enable --now nvmf-host"

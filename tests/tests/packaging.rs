@@ -1,4 +1,4 @@
-//! Packaging checks: the systemd unit (and its drop-in and sysusers.d entry) pass `systemd-analyze verify` and
+//! Packaging checks: the systemd units (nvmf-target's with its drop-in, nvmf-host's; their sysusers.d entries) pass `systemd-analyze verify` and
 //! `systemd-sysusers --dry-run`, every fio job file in `fio-jobs/` parses with `fio --parse-only`, and
 //! `install.sh --destdir` stages every file and never overwrites an existing configuration.
 //!
@@ -21,6 +21,8 @@ use std::process::{Command, Output};
 
 /// The path the unit names and `install.sh` installs to with the default prefix.
 const UNIT_BINARY: &str = "/usr/local/bin/nvmf-target";
+/// The same for the host daemon's unit.
+const HOST_UNIT_BINARY: &str = "/usr/local/bin/nvmf-host";
 
 /// The job files issue 7 asks for.
 const FIO_JOBS: [&str; 7] = [
@@ -88,7 +90,10 @@ fn write_stub(dir: &Path) -> PathBuf {
 fn verify_unit(analyze: &Path, unit: &Path, dir: &Path, stub: &Path) -> String {
     let name = unit.file_name().expect("unit file name");
     let original = fs::read_to_string(unit).expect("read unit");
-    fs::write(dir.join(name), original.replace(UNIT_BINARY, &stub.display().to_string())).expect("copy unit");
+    let copy = original
+        .replace(UNIT_BINARY, &stub.display().to_string())
+        .replace(HOST_UNIT_BINARY, &stub.display().to_string());
+    fs::write(dir.join(name), copy).expect("copy unit");
     let dropins = unit.with_file_name(format!("{}.d", name.to_string_lossy()));
     if dropins.is_dir() {
         let copy = dir.join(dropins.file_name().expect("drop-in folder name"));
@@ -114,13 +119,18 @@ fn systemd_units_verify() {
     let systemd = repo().join("systemd");
     let units = files_with_extension(&systemd, "service");
     let names: Vec<_> = units.iter().map(|u| u.file_name().expect("name").to_string_lossy().into_owned()).collect();
-    assert_eq!(names, ["nvmf-target.service"], "units in systemd/ (update this test when one is added)");
+    assert_eq!(
+        names,
+        ["nvmf-host.service", "nvmf-target.service"],
+        "units in systemd/ (update this test when one is added)"
+    );
 
     let tmp = tempfile::tempdir().expect("tempdir");
     let stub = write_stub(tmp.path());
     for unit in &units {
         let text = fs::read_to_string(unit).expect("read unit");
-        assert!(text.contains(&format!("ExecStart={UNIT_BINARY} ")), "{} runs {UNIT_BINARY}", unit.display());
+        let binary = format!("/usr/local/bin/{}", unit.file_stem().expect("stem").to_string_lossy());
+        assert!(text.contains(&format!("ExecStart={binary} ")), "{} runs {binary}", unit.display());
         let dir = tmp.path().join(unit.file_name().expect("name"));
         fs::create_dir(&dir).expect("unit folder");
         let complaints = verify_unit(&analyze, unit, &dir, &stub);
@@ -137,15 +147,17 @@ fn systemd_units_verify() {
     let complaints = verify_unit(&analyze, &src.join("nvmf-target.service"), &bad, &stub);
     assert!(complaints.contains("LimitMEMLOK"), "a misspelt key must be reported, got: {complaints:?}");
 
-    // sysusers.d: parses and declares the service user, in group disk.
+    // sysusers.d: parses and declares each service user (the target's in group disk).
     let root = tmp.path().join("root");
     fs::create_dir_all(root.join("etc")).expect("sysusers root");
-    let conf = systemd.join("sysusers.d/nvmf.conf");
-    let out = run(Command::new(&sysusers).arg("--dry-run").arg(format!("--root={}", root.display())).arg(&conf));
-    let log = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "systemd-sysusers --dry-run {}:\n{log}", conf.display());
-    assert!(log.contains("Creating user 'nvmf'"), "sysusers.d creates user nvmf:\n{log}");
-    assert!(!log.to_lowercase().contains("ignoring"), "sysusers.d has a line systemd ignores:\n{log}");
+    for (file, user) in [("nvmf.conf", "nvmf"), ("nvmf-host.conf", "nvmf-host")] {
+        let conf = systemd.join("sysusers.d").join(file);
+        let out = run(Command::new(&sysusers).arg("--dry-run").arg(format!("--root={}", root.display())).arg(&conf));
+        let log = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "systemd-sysusers --dry-run {}:\n{log}", conf.display());
+        assert!(log.contains(&format!("Creating user '{user}'")), "sysusers.d creates user {user}:\n{log}");
+        assert!(!log.to_lowercase().contains("ignoring"), "sysusers.d has a line systemd ignores:\n{log}");
+    }
 }
 
 #[test]
@@ -183,7 +195,8 @@ fn install_sh_stages_files_and_keeps_config() {
             .arg(repo().join("install.sh"))
             .args(["--no-build", "--prefix", prefix, "--destdir"])
             .arg(&dest)
-            .env("NVMF_TARGET_BIN", &stub));
+            .env("NVMF_TARGET_BIN", &stub)
+            .env("NVMF_HOST_BIN", &stub));
         let log = format!("{}{}", text(&out.stdout), text(&out.stderr));
         assert!(out.status.success(), "install.sh --prefix {prefix}:\n{log}");
         log
@@ -194,7 +207,15 @@ fn install_sh_stages_files_and_keeps_config() {
     let example = fs::read_to_string(repo().join("config/examples/target.toml")).expect("example config");
     let config = dest.join("etc/nvmf/target.toml");
     assert_eq!(fs::read_to_string(&config).expect("config installed"), example);
+    let host_example = fs::read_to_string(repo().join("config/examples/host.toml")).expect("example host config");
+    let host_config = dest.join("etc/nvmf/host.toml");
+    assert_eq!(fs::read_to_string(&host_config).expect("host config installed"), host_example);
+    assert!(log.contains("installed the example host configuration"), "{log}");
     for file in [
+        "usr/local/bin/nvmf-host",
+        "usr/local/lib/systemd/system/nvmf-host.service",
+        "usr/local/lib/sysusers.d/nvmf-host.conf",
+        "usr/local/share/doc/nvmf/host.toml.example",
         "usr/local/bin/nvmf-target",
         "usr/local/lib/systemd/system/nvmf-target.service",
         "usr/local/lib/sysusers.d/nvmf.conf",
@@ -205,12 +226,20 @@ fn install_sh_stages_files_and_keeps_config() {
     }
     let unit = fs::read_to_string(dest.join("usr/local/lib/systemd/system/nvmf-target.service")).expect("unit");
     assert_eq!(unit, fs::read_to_string(repo().join("systemd/nvmf-target.service")).expect("source unit"));
+    let unit = fs::read_to_string(dest.join("usr/local/lib/systemd/system/nvmf-host.service")).expect("host unit");
+    assert_eq!(unit, fs::read_to_string(repo().join("systemd/nvmf-host.service")).expect("source host unit"));
 
     // A second run (another prefix) keeps the administrator's configuration and rewrites the binary path.
     fs::write(&config, "# edited\n").expect("edit config");
+    fs::write(&host_config, "# edited host\n").expect("edit host config");
     let log = install("/opt/nvmf");
-    assert!(log.contains("keeping the existing"), "{log}");
+    assert!(log.contains("keeping the existing /etc/nvmf/target.toml"), "{log}");
+    assert!(log.contains("keeping the existing /etc/nvmf/host.toml"), "{log}");
     assert_eq!(fs::read_to_string(&config).expect("config"), "# edited\n");
+    assert_eq!(fs::read_to_string(&host_config).expect("host config"), "# edited host\n");
+    let unit = fs::read_to_string(dest.join("etc/systemd/system/nvmf-host.service")).expect("host unit for /opt");
+    assert!(unit.contains("ExecStart=/opt/nvmf/bin/nvmf-host run --config /etc/nvmf/host.toml"), "{unit}");
+    assert!(!unit.contains("/usr/local"), "no /usr/local path left in the /opt host unit:\n{unit}");
     let unit = fs::read_to_string(dest.join("etc/systemd/system/nvmf-target.service")).expect("unit for /opt");
     assert!(unit.contains("ExecStart=/opt/nvmf/bin/nvmf-target --config /etc/nvmf/target.toml"), "{unit}");
     assert!(!unit.contains("/usr/local"), "no /usr/local path left in the /opt unit:\n{unit}");
