@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use nvmf_common::fabrics::discovery::{AddressFamily, TcpSecurityType, TransportType, Tsas};
+#[cfg(feature = "rdma")]
+use nvmf_common::fabrics::discovery::{RdmaCms, RdmaProviderType, RdmaQpType};
 use nvmf_config::size::format_size;
 use nvmf_config::target::{ListenerConfig, ListenerTransport, NamespaceBackend, NamespaceConfig, SubsystemConfig};
 use nvmf_config::TargetConfig;
@@ -14,6 +16,8 @@ use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
 use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams, Target, TargetError, TargetParams};
 use crate::listener::{Acceptor, BoundListeners, ListenerError, TcpListenerSpec};
 use crate::metrics::{ConnectionCounter, MetricsError, MetricsServer, TargetCollector};
+#[cfg(feature = "rdma")]
+use crate::rdma::{BoundRdmaListeners, RdmaCmThread, RdmaListenerError, RdmaListenerSpec, RdmaTransportConfig};
 use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
 use crate::tcp::TcpTransportConfig;
 
@@ -43,8 +47,12 @@ pub enum StartError {
     /// The metrics endpoint could not start.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
-    /// A transport this build does not serve yet.
-    #[error("listener {0}: the RDMA transport is not implemented yet; use tcp://")]
+    /// An RDMA listener could not be opened (no rdma_cm, no RDMA device on the address…).
+    #[cfg(feature = "rdma")]
+    #[error(transparent)]
+    RdmaListener(#[from] RdmaListenerError),
+    /// A transport this build does not serve.
+    #[error("listener {0}: this build has no RDMA transport (cargo feature `rdma`); use tcp://")]
     UnsupportedTransport(String),
 }
 
@@ -54,6 +62,8 @@ pub struct RunningTarget {
     target: Arc<Target>,
     reactors: Arc<Vec<ReactorHandle>>,
     acceptor: Acceptor,
+    #[cfg(feature = "rdma")]
+    rdma_cm: Option<RdmaCmThread>,
     storages: Vec<Arc<Storage>>,
     metrics: Option<MetricsServer>,
 }
@@ -120,6 +130,37 @@ pub fn tcp_listener_params(spec: &TcpListenerSpec, local: SocketAddr) -> Listene
     }
 }
 
+/// The RDMA CM thread's spec for RDMA listener `l` with discovery port ID `port_id` (`None` for another transport).
+#[cfg(feature = "rdma")]
+pub fn rdma_listener_spec(l: &ListenerConfig, port_id: u16, max_io_queues: u16) -> Option<RdmaListenerSpec> {
+    let ListenerTransport::Rdma = l.transport else { return None };
+    let rdma = RdmaTransportConfig {
+        in_capsule_data_size: l.in_capsule_data_size,
+        max_queue_depth: u16::try_from(l.max_queue_size).unwrap_or(u16::MAX),
+        ..RdmaTransportConfig::default()
+    };
+    Some(RdmaListenerSpec { address: l.address, port_id, max_qid: max_io_queues, rdma: Arc::new(rdma) })
+}
+
+/// The discovery log's entry for RDMA listener `spec`, bound at `local`: as Linux nvmet reports RDMA ports,
+/// reliable connected, provider not specified, RDMA CM.
+#[cfg(feature = "rdma")]
+pub fn rdma_listener_params(spec: &RdmaListenerSpec, local: SocketAddr) -> ListenerParams {
+    ListenerParams {
+        port_id: spec.port_id,
+        trtype: TransportType::Rdma,
+        adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
+        traddr: local.ip().to_string(),
+        trsvcid: local.port().to_string(),
+        tsas: Tsas::Rdma {
+            qptype: RdmaQpType::Connected,
+            prtype: RdmaProviderType::NotSpecified,
+            cms: RdmaCms::RdmaCm,
+            pkey: 0,
+        },
+    }
+}
+
 /// Open the storage of every namespace, start `config.reactors.threads` reactors and listen on every listener.
 pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let mut storages = Vec::new();
@@ -129,16 +170,32 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     }
 
     let mut listener_specs = Vec::with_capacity(config.listeners.len());
+    #[cfg(feature = "rdma")]
+    let mut rdma_specs = Vec::new();
     for (i, l) in config.listeners.iter().enumerate() {
         let port_id = u16::try_from(i + 1).unwrap_or(u16::MAX);
+        #[cfg(feature = "rdma")]
+        if let Some(spec) = rdma_listener_spec(l, port_id, config.limits.max_io_queues) {
+            rdma_specs.push(spec);
+            continue;
+        }
         let spec = tcp_listener_spec(l, port_id).ok_or_else(|| StartError::UnsupportedTransport(l.to_string()))?;
         listener_specs.push(spec);
     }
 
     // Bind before building the model so that the discovery log reports the ports the sockets really got.
     let bound = BoundListeners::bind(&listener_specs)?;
-    let listener_params =
+    #[allow(unused_mut)] // without the rdma feature only TCP listeners are added
+    let mut listener_params: Vec<ListenerParams> =
         listener_specs.iter().zip(bound.local_addrs()).map(|(spec, local)| tcp_listener_params(spec, *local)).collect();
+    #[cfg(feature = "rdma")]
+    let rdma_bound = if rdma_specs.is_empty() { None } else { Some(BoundRdmaListeners::bind(&rdma_specs)?) };
+    #[cfg(feature = "rdma")]
+    if let Some(rdma_bound) = &rdma_bound {
+        let rdma = rdma_specs.iter().zip(rdma_bound.local_addrs());
+        listener_params.extend(rdma.map(|(spec, local)| rdma_listener_params(spec, *local)));
+        listener_params.sort_by_key(|p| p.port_id);
+    }
 
     let limits = &config.limits;
     let target_params = TargetParams {
@@ -179,6 +236,15 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
             return Err(e.into());
         }
     };
+    #[cfg(feature = "rdma")]
+    let rdma_cm = match rdma_bound.map(|b| RdmaCmThread::start(b, Arc::clone(&reactors))).transpose() {
+        Ok(cm) => cm,
+        Err(e) => {
+            acceptor.stop();
+            stop_reactors(reactors);
+            return Err(e.into());
+        }
+    };
     let metrics = match config.metrics.listen {
         None => None,
         Some(listen) => {
@@ -187,9 +253,19 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
                 .map(|r| ConnectionCounter { transport: "tcp", count: r.connection_counter() })
                 .collect();
             let collector = TargetCollector::new(Arc::clone(&target), connections);
+            // The RDMA families only where RDMA is served.
+            #[cfg(feature = "rdma")]
+            let collector = match rdma_cm {
+                Some(_) => collector.with_rdma(reactors.iter().map(ReactorHandle::rdma_counters).collect()),
+                None => collector,
+            };
             match MetricsServer::start(listen, crate::metrics::registry(collector)) {
                 Ok(server) => Some(server),
                 Err(e) => {
+                    #[cfg(feature = "rdma")]
+                    if let Some(cm) = rdma_cm {
+                        cm.stop();
+                    }
                     acceptor.stop();
                     stop_reactors(reactors);
                     return Err(e.into());
@@ -197,7 +273,15 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
             }
         }
     };
-    Ok(RunningTarget { target, reactors, acceptor, storages, metrics })
+    Ok(RunningTarget {
+        target,
+        reactors,
+        acceptor,
+        #[cfg(feature = "rdma")]
+        rdma_cm,
+        storages,
+        metrics,
+    })
 }
 
 fn stop_reactors(reactors: Arc<Vec<ReactorHandle>>) {
@@ -216,6 +300,15 @@ impl RunningTarget {
     /// The addresses the listeners are bound to, in configuration order.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         self.acceptor.local_addrs()
+    }
+
+    /// The addresses the RDMA listeners are bound to, in configuration order.
+    pub fn rdma_local_addrs(&self) -> &[SocketAddr] {
+        #[cfg(feature = "rdma")]
+        if let Some(cm) = &self.rdma_cm {
+            return cm.local_addrs();
+        }
+        &[]
     }
 
     /// The TCP acceptor: the listeners it serves.
@@ -256,6 +349,10 @@ impl RunningTarget {
     /// Stop: close the listeners, end every association (in-flight storage ops complete first), then flush every
     /// namespace's storage so that acknowledged writes are durable.
     pub fn shutdown(self) {
+        #[cfg(feature = "rdma")]
+        if let Some(cm) = self.rdma_cm {
+            cm.stop();
+        }
         let RunningTarget { acceptor, reactors, storages, metrics, .. } = self;
         if let Some(metrics) = metrics {
             metrics.stop();
@@ -272,10 +369,18 @@ impl RunningTarget {
 
 /// Print what the target serves and how a Linux host connects to it (stdout, for people and scripts).
 pub fn print_ready(config: &TargetConfig, running: &RunningTarget) {
-    for (listener, local) in config.listeners.iter().zip(running.local_addrs()) {
+    let (mut tcp, mut rdma) = (running.local_addrs().iter(), running.rdma_local_addrs().iter());
+    let mut first = None;
+    for listener in &config.listeners {
+        let local = match listener.transport {
+            ListenerTransport::Tcp(_) => tcp.next(),
+            ListenerTransport::Rdma => rdma.next(),
+        };
+        let Some(local) = local else { continue };
         println!("nvmf-target: listening on {}://{local}", listener.transport_type());
+        first = first.or(Some((listener.transport_type(), *local)));
     }
-    let Some(first) = running.local_addrs().first() else { return };
+    let Some((transport, first)) = first else { return };
     for s in &config.subsystems {
         let namespaces: Vec<String> = s
             .namespaces
@@ -287,7 +392,12 @@ pub fn print_ready(config: &TargetConfig, running: &RunningTarget) {
             })
             .collect();
         println!("nvmf-target: subsystem {} ({})", s.nqn, namespaces.join(", "));
-        println!("nvmf-target: connect with: nvme connect -t tcp -a {} -s {} -n {}", first.ip(), first.port(), s.nqn);
+        println!(
+            "nvmf-target: connect with: nvme connect -t {transport} -a {} -s {} -n {}",
+            first.ip(),
+            first.port(),
+            s.nqn
+        );
     }
     if let Some(addr) = running.metrics_addr() {
         println!("nvmf-target: metrics on http://{addr}/metrics");

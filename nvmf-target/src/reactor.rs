@@ -21,7 +21,11 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::backend::{EngineConfig, IoCompletion, IoEngine};
-use crate::controller::{split_storage_tag, Queue, Target, TransportInfo};
+use crate::controller::{split_storage_tag, EventNotifier, Queue, Target, TransportInfo};
+#[cfg(feature = "rdma")]
+use crate::rdma::reactor::RdmaReactor;
+#[cfg(feature = "rdma")]
+use crate::rdma::{RdmaAccepted, RdmaCounters};
 use crate::tcp::{TcpConnection, TcpTransportConfig};
 
 const WAKER: Token = Token(0);
@@ -82,6 +86,8 @@ pub struct Accepted {
 
 enum Message {
     Accept(Accepted),
+    #[cfg(feature = "rdma")]
+    AcceptRdma(RdmaAccepted),
     Shutdown,
 }
 
@@ -92,6 +98,8 @@ pub struct ReactorHandle {
     waker: Arc<Waker>,
     thread: Option<JoinHandle<()>>,
     connections: Arc<std::sync::atomic::AtomicUsize>,
+    #[cfg(feature = "rdma")]
+    rdma_counters: Arc<RdmaCounters>,
 }
 
 impl ReactorHandle {
@@ -107,6 +115,10 @@ impl ReactorHandle {
         let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let thread_waker = Arc::clone(&waker);
         let thread_connections = Arc::clone(&connections);
+        #[cfg(feature = "rdma")]
+        let rdma_counters = Arc::new(RdmaCounters::default());
+        #[cfg(feature = "rdma")]
+        let thread_rdma = crate::rdma::reactor::RdmaReactor::new(index, Arc::clone(&rdma_counters));
         let thread = std::thread::Builder::new()
             .name(format!("nvmf-reactor-{index}"))
             .spawn(move || {
@@ -120,8 +132,17 @@ impl ReactorHandle {
                         return;
                     }
                 };
-                let mut reactor = match Reactor::new(index, poll, engine, target, rx, thread_waker, thread_connections)
-                {
+                let mut reactor = match Reactor::new(
+                    index,
+                    poll,
+                    engine,
+                    target,
+                    rx,
+                    thread_waker,
+                    thread_connections,
+                    #[cfg(feature = "rdma")]
+                    thread_rdma,
+                ) {
                     Ok(r) => r,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -137,7 +158,28 @@ impl ReactorHandle {
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(ReactorError::Os { index, what: "thread", source: io::Error::other("reactor died") }),
         }
-        Ok(ReactorHandle { tx, waker, thread: Some(thread), connections })
+        Ok(ReactorHandle {
+            tx,
+            waker,
+            thread: Some(thread),
+            connections,
+            #[cfg(feature = "rdma")]
+            rdma_counters,
+        })
+    }
+
+    /// Hand a validated NVMe/RDMA connect request to this reactor (it accepts or rejects it).
+    #[cfg(feature = "rdma")]
+    pub fn accept_rdma(&self, accepted: RdmaAccepted) {
+        if self.tx.send(Message::AcceptRdma(accepted)).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// This reactor's NVMe/RDMA counters (metrics read them at scrape time).
+    #[cfg(feature = "rdma")]
+    pub fn rdma_counters(&self) -> Arc<RdmaCounters> {
+        Arc::clone(&self.rdma_counters)
     }
 
     /// Hand an accepted connection to this reactor.
@@ -190,6 +232,9 @@ struct Connection {
 struct Reactor {
     index: usize,
     poll: Poll,
+    // Before `engine`: RDMA queue pairs and the pool's memory region are dropped before the pool.
+    #[cfg(feature = "rdma")]
+    rdma: RdmaReactor,
     engine: IoEngine,
     target: Arc<Target>,
     rx: Receiver<Message>,
@@ -205,6 +250,7 @@ struct Reactor {
 }
 
 impl Reactor {
+    #[allow(clippy::too_many_arguments)] // the parts of a reactor, moved into it once
     fn new(
         index: usize,
         poll: Poll,
@@ -213,6 +259,7 @@ impl Reactor {
         rx: Receiver<Message>,
         waker: Arc<Waker>,
         live: Arc<std::sync::atomic::AtomicUsize>,
+        #[cfg(feature = "rdma")] rdma: RdmaReactor,
     ) -> Result<Self, ReactorError> {
         let fd = engine.event_fd();
         poll.registry()
@@ -221,6 +268,8 @@ impl Reactor {
         Ok(Reactor {
             index,
             poll,
+            #[cfg(feature = "rdma")]
+            rdma,
             engine,
             target,
             rx,
@@ -250,6 +299,8 @@ impl Reactor {
                 match event.token() {
                     WAKER => self.drain_messages(),
                     ENGINE => self.engine.clear_event_fd(),
+                    #[cfg(feature = "rdma")]
+                    token if RdmaReactor::owns_token(token) => self.rdma.ready(token, &mut self.engine),
                     Token(t) => {
                         let slot = t - FIRST_CONNECTION;
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
@@ -267,11 +318,19 @@ impl Reactor {
                 for slot in 0..self.connections.len() {
                     self.with_connection(slot, |c, engine| c.tcp.poll(engine, now).map(|()| true));
                 }
+                #[cfg(feature = "rdma")]
+                self.rdma.poll(&mut self.engine, now);
                 next_tick = now + TICK;
                 self.complete_storage();
             }
             self.flush_and_reap();
-            if self.shutting_down && self.connections.iter().all(Option::is_none) {
+            #[cfg(feature = "rdma")]
+            self.rdma.flush_and_reap(&mut self.engine, Instant::now());
+            #[cfg(feature = "rdma")]
+            let rdma_done = self.rdma.is_empty();
+            #[cfg(not(feature = "rdma"))]
+            let rdma_done = true;
+            if self.shutting_down && rdma_done && self.connections.iter().all(Option::is_none) {
                 tracing::debug!(reactor = self.index, "reactor stopped");
                 return;
             }
@@ -292,6 +351,11 @@ impl Reactor {
             }
             for c in completions.drain(..) {
                 let (key, slot) = split_storage_tag(c.tag);
+                #[cfg(feature = "rdma")]
+                if RdmaReactor::owns_key(key) {
+                    self.rdma.io_completed(key, slot, c.result, &mut self.engine);
+                    continue;
+                }
                 let Some(Some(conn)) = usize::try_from(key).ok().and_then(|k| self.connections.get_mut(k)) else {
                     tracing::error!(reactor = self.index, tag = c.tag, "storage completion for no connection");
                     continue;
@@ -349,6 +413,14 @@ impl Reactor {
         while let Ok(message) = self.rx.try_recv() {
             match message {
                 Message::Accept(accepted) => self.add_connection(accepted),
+                #[cfg(feature = "rdma")]
+                Message::AcceptRdma(accepted) => {
+                    if self.shutting_down {
+                        continue;
+                    }
+                    let notifier = self.event_notifier();
+                    self.rdma.accept(accepted, &mut self.engine, self.poll.registry(), &self.target, notifier);
+                }
                 Message::Shutdown => self.begin_shutdown(),
             }
         }
@@ -378,16 +450,21 @@ impl Reactor {
         );
         info.local_address = local;
         let mut queue = Queue::new(Arc::clone(&self.target), info);
-        let flag = Arc::clone(&self.poll_queues);
-        let waker = Arc::clone(&self.waker);
-        queue.set_event_notifier(Arc::new(move || {
-            flag.store(true, Ordering::Release);
-            let _ = waker.wake();
-        }));
+        queue.set_event_notifier(self.event_notifier());
         tracing::debug!(reactor = self.index, peer = %accepted.peer, slot, "connection accepted");
         self.connections[slot] =
             Some(Connection { tcp: TcpConnection::new(stream, queue, &accepted.tcp), registered: true });
         self.live.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What a queue calls (from any thread) to have this reactor run every queue's `poll` soon.
+    fn event_notifier(&self) -> EventNotifier {
+        let flag = Arc::clone(&self.poll_queues);
+        let waker = Arc::clone(&self.waker);
+        Arc::new(move || {
+            flag.store(true, Ordering::Release);
+            let _ = waker.wake();
+        })
     }
 
     /// Stop accepting, end every connection (their queues tear down their associations); the loop ends once
@@ -400,5 +477,7 @@ impl Reactor {
                 Ok(false)
             });
         }
+        #[cfg(feature = "rdma")]
+        self.rdma.shutdown(&mut self.engine);
     }
 }

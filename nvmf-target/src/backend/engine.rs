@@ -418,6 +418,21 @@ impl IoEngine {
         &self.pool
     }
 
+    /// Hand buffer `id` (its first `len` bytes) to a device outside io_uring (an RDMA NIC's READ or WRITE) until
+    /// [`IoEngine::end_transfer`]: meanwhile `buffer`/`buffer_mut` return empty slices and a release is deferred.
+    /// Returns the buffer's offset in the pool region; `None` if it is not allocated, busy or shorter than `len`.
+    #[cfg_attr(not(feature = "rdma"), allow(dead_code))] // the RDMA transport's
+    pub(crate) fn start_transfer(&mut self, id: BufferId, len: u32) -> Option<usize> {
+        self.pool.start_io(id, len).ok()?;
+        self.pool.buffer_offset(id)
+    }
+
+    /// The device is done with `id` (see [`IoEngine::start_transfer`]).
+    #[cfg_attr(not(feature = "rdma"), allow(dead_code))] // the RDMA transport's
+    pub(crate) fn end_transfer(&mut self, id: BufferId) {
+        self.pool.finish_io(id);
+    }
+
     /// Queues `op` on `storage` under `tag`. For Read/Write, `buf` is required and `len` ≤ its allocated length;
     /// it must not be in flight already. Nothing reaches the kernel until [`IoEngine::submit`]; null/memory ops (and
     /// ops the engine refuses, which complete with an error) complete at once and are delivered by the next

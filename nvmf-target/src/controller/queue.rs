@@ -404,6 +404,12 @@ impl Queue {
         &self.transport
     }
 
+    /// The command in `slot` while it is being handled (the RDMA transport reads its keyed SGL for a
+    /// [`Step::FetchData`] or a [`Step::Respond`] with data); `None` for a free slot or an unknown one.
+    pub fn sqe(&self, slot: SlotId) -> Option<&SubmissionQueueEntry> {
+        self.slots.get(usize::from(slot.0)).filter(|s| s.state != SlotState::Free).map(|s| &s.sqe)
+    }
+
     /// Storage ops of this queue not yet completed; the reactor keeps a dead queue until this is 0.
     pub fn in_flight(&self) -> usize {
         self.storage_ops

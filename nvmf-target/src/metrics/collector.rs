@@ -29,6 +29,9 @@ pub struct ConnectionCounter {
 pub struct TargetCollector {
     target: Arc<Target>,
     connections: Vec<ConnectionCounter>,
+    /// Every reactor's NVMe/RDMA counters (summed at scrape).
+    #[cfg(feature = "rdma")]
+    rdma: Vec<Arc<crate::rdma::RdmaCounters>>,
 }
 
 /// One subsystem as a scrape sees it.
@@ -48,7 +51,62 @@ impl TargetCollector {
     /// A collector over `target`'s subsystems (and the discovery subsystem when enabled) and the given
     /// connection counters (summed per transport).
     pub fn new(target: Arc<Target>, connections: Vec<ConnectionCounter>) -> Self {
-        TargetCollector { target, connections }
+        TargetCollector {
+            target,
+            connections,
+            #[cfg(feature = "rdma")]
+            rdma: Vec::new(),
+        }
+    }
+
+    /// Also export the NVMe/RDMA counters of these reactors (`nvmf_target_rdma_*`; none without any).
+    #[cfg(feature = "rdma")]
+    pub fn with_rdma(mut self, rdma: Vec<Arc<crate::rdma::RdmaCounters>>) -> Self {
+        self.rdma = rdma;
+        self
+    }
+
+    /// The RDMA families: work requests posted and completions by opcode, error completions by status, live QPs.
+    #[cfg(feature = "rdma")]
+    fn encode_rdma(&self, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        fn sum(into: &mut Vec<(&'static str, u64)>, items: impl IntoIterator<Item = (&'static str, u64)>) {
+            for (name, n) in items {
+                match into.iter_mut().find(|(k, _)| *k == name) {
+                    Some((_, total)) => *total += n,
+                    None => into.push((name, n)),
+                }
+            }
+        }
+        let (mut posted, mut completed, mut errors, mut qps) = (Vec::new(), Vec::new(), Vec::new(), 0);
+        for r in &self.rdma {
+            sum(&mut posted, r.work_requests());
+            sum(&mut completed, r.completions());
+            sum(&mut errors, r.completion_errors());
+            qps += r.queue_pairs();
+        }
+        let families = [
+            ("nvmf_target_rdma_work_requests", "RDMA work requests posted, by opcode.", "opcode", &posted),
+            ("nvmf_target_rdma_completions", "Successful RDMA work completions, by opcode.", "opcode", &completed),
+            (
+                "nvmf_target_rdma_completion_errors",
+                "RDMA work completions with an error, by status.",
+                "status",
+                &errors,
+            ),
+        ];
+        for (name, help, label, values) in families {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (value, n) in values {
+                counter(&mut m, &[(label, value)], *n)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "nvmf_target_rdma_queue_pairs",
+            "NVMe/RDMA queue pairs alive now (connected or draining).",
+            None,
+            MetricType::Gauge,
+        )?;
+        gauge(&mut m, &[], qps)
     }
 
     fn subsystems(&self) -> Vec<SubsystemView> {
@@ -250,6 +308,10 @@ impl Collector for TargetCollector {
             for v in &subsystems {
                 counter(&mut m, &[("subsystem", &v.nqn)], v.keep_alive_expiries)?;
             }
+        }
+        #[cfg(feature = "rdma")]
+        if !self.rdma.is_empty() {
+            self.encode_rdma(&mut encoder)?;
         }
         Ok(())
     }

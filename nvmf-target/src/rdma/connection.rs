@@ -1,0 +1,565 @@
+//! [`RdmaConnection`]: one NVMe/RDMA queue pair serving one controller [`Queue`], driven by its reactor.
+//!
+//! Receive path: `depth` receive buffers (SQE + in-capsule data) are posted at accept. A receive completion
+//! shorter than an SQE ends the connection; otherwise the SQE and in-capsule data are copied out, the buffer is
+//! queued for reposting (all reposts of a reactor turn go in one `post_recv`) and the command goes to the queue,
+//! whose [`Step`] says what to do next.
+//!
+//! Send path: `FetchData` becomes an RDMA READ of the command's keyed SGL into the engine buffer (at most the
+//! negotiated initiator depth outstanding; the rest wait in a FIFO); `Respond` becomes an unsignalled RDMA WRITE of
+//! the data (if any) chained with the signalled SEND of the CQE (inline where the queue pair allows), with
+//! invalidate when the keyed SGL asked for it and the device can. All work requests of a turn are posted in one
+//! `post_send` ([`RdmaConnection::flush`]), as many as the send queue has room for. A SEND's completion releases
+//! the slot.
+//!
+//! Teardown (host disconnect, a work completion error, a fatal queue error, keep-alive expiry, shutdown): the queue
+//! is told, `rdma_disconnect` moves the queue pair to the error state, and the connection stays until every posted
+//! work request has completed (flushed) and no storage op of its queue is in flight, or a flush timeout passed;
+//! then the reactor drops it (queue pair first, then its regions).
+//!
+//! Runs on its reactor thread only; never blocks, allocates nothing per command.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use nvmf_common::nvme::cqe::CQE_SIZE;
+use nvmf_common::nvme::sgl::{SglDescriptor, SglSubtype};
+use nvmf_common::nvme::sqe::{SubmissionQueueEntry, SQE_SIZE};
+use nvmf_common::transport::rdma::verbs::{MemoryRegion, QueuePair, RdmaError, WorkCompletion};
+
+use super::device::DeviceContext;
+use super::memory::{post_recvs, post_sends, PostScratch, Work};
+use super::reactor::RdmaCounters;
+use crate::backend::{BufferId, IoEngine};
+use crate::controller::{Queue, QueueError, SlotId, Step};
+
+/// How long a closing connection waits for its posted work requests to flush before it is dropped anyway
+/// (destroying the queue pair ends them all).
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a work request was, encoded in its `wr_id` beside the connection and the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WrKind {
+    /// A receive buffer (index: the buffer).
+    Recv,
+    /// An RDMA READ of a command's data (index: the slot).
+    Read,
+    /// A response SEND (index: the slot), possibly after an RDMA WRITE.
+    Send,
+}
+
+/// `wr_id` of a work request: connection key (bits 63-32), kind (bits 31-24), index (bits 15-0).
+pub(crate) fn wr_id(connection: u32, kind: WrKind, index: u16) -> u64 {
+    let kind = match kind {
+        WrKind::Recv => 1u64,
+        WrKind::Read => 2,
+        WrKind::Send => 3,
+    };
+    (u64::from(connection) << 32) | (kind << 24) | u64::from(index)
+}
+
+/// The connection key, kind and index of a `wr_id`, or `None` for one we never made.
+pub(crate) fn split_wr_id(wr_id: u64) -> Option<(u32, WrKind, u16)> {
+    let [index_lo, index_hi, _, kind, c0, c1, c2, c3] = wr_id.to_le_bytes();
+    let kind = match kind {
+        1 => WrKind::Recv,
+        2 => WrKind::Read,
+        3 => WrKind::Send,
+        _ => return None,
+    };
+    Some((u32::from_le_bytes([c0, c1, c2, c3]), kind, u16::from_le_bytes([index_lo, index_hi])))
+}
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RdmaConnectionError {
+    /// The queue ended (keep-alive expiry, association ended, host Disconnect, overrun).
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// A verb failed (posting, copying out of a region).
+    #[error(transparent)]
+    Verbs(#[from] RdmaError),
+    /// A work request completed with an error.
+    #[error("{kind:?} work request of slot/buffer {index} completed with {status}")]
+    Completion {
+        /// What it was.
+        kind: WrKind,
+        /// Its index.
+        index: u16,
+        /// The status name.
+        status: &'static str,
+    },
+    /// The host broke the transport's rules.
+    #[error("{0}")]
+    Protocol(&'static str),
+}
+
+/// A command waiting for an RDMA READ slot.
+#[derive(Debug, Clone, Copy)]
+struct PendingRead {
+    slot: SlotId,
+    buffer: BufferId,
+    len: u32,
+}
+
+/// A keyed SGL data block of a command.
+#[derive(Debug, Clone, Copy)]
+struct Keyed {
+    address: u64,
+    length: u32,
+    key: u32,
+    invalidate: bool,
+}
+
+/// How a connection was set up (by the reactor's accept).
+#[derive(Debug)]
+pub(crate) struct ConnectionSetup {
+    pub(crate) key: u32,
+    pub(crate) device: usize,
+    pub(crate) depth: u16,
+    pub(crate) receive_size: usize,
+    pub(crate) cq_entries: u32,
+    pub(crate) max_reads: u32,
+    pub(crate) invalidate: bool,
+    pub(crate) peer: Option<SocketAddr>,
+}
+
+/// One queue pair and its queue (see the module docs).
+#[derive(Debug)]
+pub(crate) struct RdmaConnection {
+    // Dropped first: destroying the queue pair ends every work request naming the regions below.
+    qp: QueuePair,
+    receive: MemoryRegion<Box<[u8]>>,
+    responses: MemoryRegion<Box<[u8]>>,
+    queue: Queue,
+    setup: ConnectionSetup,
+    /// Response slots (queue slots this connection can answer).
+    response_slots: usize,
+    inline_cqe: bool,
+    max_send_wr: u32,
+    /// Send queue entries in use (a WRITE is freed with the SEND after it).
+    sq_used: u32,
+    /// Signalled send queue work requests and receives posted and not completed.
+    sends_outstanding: u32,
+    receives_outstanding: u32,
+    reads_outstanding: u32,
+    reads: VecDeque<PendingRead>,
+    pending: Vec<Work>,
+    reposts: Vec<u16>,
+    /// Per slot: the engine buffer handed to the device, and the send queue entries its SEND frees.
+    held: Vec<Option<BufferId>>,
+    send_cost: Vec<u8>,
+    closing_since: Option<Instant>,
+    capsule: Vec<u8>,
+    steps: Vec<Step>,
+    scratch: PostScratch,
+}
+
+impl RdmaConnection {
+    /// A connection on `qp` (receives not yet posted) serving `queue`.
+    pub(crate) fn new(
+        qp: QueuePair,
+        receive: MemoryRegion<Box<[u8]>>,
+        responses: MemoryRegion<Box<[u8]>>,
+        queue: Queue,
+        setup: ConnectionSetup,
+    ) -> Self {
+        let caps = qp.caps();
+        let response_slots = responses.len() / CQE_SIZE;
+        let depth = usize::from(setup.depth);
+        RdmaConnection {
+            inline_cqe: caps.max_inline_data >= 16,
+            max_send_wr: caps.max_send_wr,
+            qp,
+            receive,
+            responses,
+            queue,
+            response_slots,
+            sq_used: 0,
+            sends_outstanding: 0,
+            receives_outstanding: 0,
+            reads_outstanding: 0,
+            reads: VecDeque::with_capacity(response_slots),
+            pending: Vec::with_capacity(3 * response_slots),
+            reposts: (0..setup.depth).collect(),
+            held: vec![None; response_slots],
+            send_cost: vec![0; response_slots],
+            closing_since: None,
+            capsule: vec![0; setup.receive_size - SQE_SIZE],
+            steps: Vec::with_capacity(depth),
+            scratch: PostScratch::default(),
+            setup,
+        }
+    }
+
+    /// The queue pair (its CM id: events, accept).
+    pub(crate) fn qp_mut(&mut self) -> &mut QueuePair {
+        &mut self.qp
+    }
+
+    /// The queue pair.
+    pub(crate) fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    /// How it was set up.
+    pub(crate) fn setup(&self) -> &ConnectionSetup {
+        &self.setup
+    }
+
+    /// Whether it is ending (the reactor drops it once [`RdmaConnection::is_drained`]).
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing_since.is_some()
+    }
+
+    /// Closing, with every posted work request completed and no storage op in flight (or the flush timeout past).
+    pub(crate) fn is_drained(&self, now: Instant) -> bool {
+        let Some(since) = self.closing_since else { return false };
+        let flushed = self.sends_outstanding == 0 && self.receives_outstanding == 0;
+        (flushed || now.saturating_duration_since(since) >= FLUSH_TIMEOUT) && self.queue.in_flight() == 0
+    }
+
+    /// A completion of one of this connection's work requests.
+    pub(crate) fn completion(
+        &mut self,
+        engine: &mut IoEngine,
+        wc: &WorkCompletion,
+        kind: WrKind,
+        index: u16,
+        counters: &RdmaCounters,
+    ) {
+        match kind {
+            WrKind::Recv => self.receives_outstanding = self.receives_outstanding.saturating_sub(1),
+            WrKind::Read => {
+                self.sends_outstanding = self.sends_outstanding.saturating_sub(1);
+                self.sq_used = self.sq_used.saturating_sub(1);
+                self.reads_outstanding = self.reads_outstanding.saturating_sub(1);
+                self.end_hold(engine, index);
+            }
+            WrKind::Send => {
+                self.sends_outstanding = self.sends_outstanding.saturating_sub(1);
+                let cost = self.send_cost.get(usize::from(index)).copied().unwrap_or(1);
+                self.sq_used = self.sq_used.saturating_sub(u32::from(cost));
+                self.end_hold(engine, index);
+            }
+        }
+        if !wc.is_success() {
+            counters.completion_error(wc.status);
+            if !self.is_closing() {
+                let status = wc.status.name();
+                self.close(engine, &RdmaConnectionError::Completion { kind, index, status });
+            }
+            return;
+        }
+        counters.completed(kind);
+        if self.is_closing() {
+            return;
+        }
+        let result = match kind {
+            WrKind::Recv => self.receive(engine, index, wc.byte_len),
+            WrKind::Read => self
+                .queue
+                .data_received(engine, SlotId::new(index))
+                .map_err(RdmaConnectionError::from)
+                .and_then(|step| self.apply(engine, step))
+                .and_then(|()| self.start_reads(engine)),
+            WrKind::Send => {
+                self.queue.release(engine, SlotId::new(index));
+                Ok(())
+            }
+        };
+        if let Err(e) = result {
+            self.close(engine, &e);
+        }
+    }
+
+    /// A storage op of this connection's queue completed.
+    pub(crate) fn io_completed(&mut self, engine: &mut IoEngine, slot: SlotId, result: Result<u32, std::io::Error>) {
+        let step = self.queue.io_completed(engine, slot, result);
+        if self.is_closing() {
+            return;
+        }
+        if let Err(e) = self.apply(engine, step) {
+            self.close(engine, &e);
+        }
+    }
+
+    /// Every tick and when woken: the queue's timers, held AERs and retries.
+    pub(crate) fn poll(&mut self, engine: &mut IoEngine, now: Instant) {
+        if self.is_closing() {
+            return;
+        }
+        let mut steps = std::mem::take(&mut self.steps);
+        let polled = self.queue.poll(engine, now, &mut steps);
+        let mut result = polled.map_err(RdmaConnectionError::from);
+        for step in steps.drain(..) {
+            if result.is_ok() {
+                result = self.apply(engine, step);
+            }
+        }
+        self.steps = steps;
+        if let Err(e) = result {
+            self.close(engine, &e);
+        }
+    }
+
+    /// Post this turn's receive reposts (first, so a host answered below finds its buffer back) and the send
+    /// queue work requests that fit, each batch in one call.
+    pub(crate) fn flush(&mut self, engine: &mut IoEngine, device: &DeviceContext, counters: &RdmaCounters) {
+        if self.is_closing() {
+            return;
+        }
+        if !self.reposts.is_empty() {
+            let key = self.setup.key;
+            let size = self.setup.receive_size;
+            let result = post_recvs(
+                &mut self.qp,
+                &self.receive,
+                size,
+                &self.reposts,
+                |i| wr_id(key, WrKind::Recv, i),
+                &mut self.scratch,
+            );
+            let posted = posted_count(&result, self.reposts.len());
+            self.receives_outstanding += u32::try_from(posted).unwrap_or(u32::MAX);
+            counters.posted_receives(posted);
+            self.reposts.clear();
+            if let Err(e) = result {
+                self.close(engine, &e.into());
+                return;
+            }
+        }
+        if self.pending.is_empty() {
+            return;
+        }
+        let room = usize::try_from(self.max_send_wr.saturating_sub(self.sq_used)).unwrap_or(0);
+        let mut n = self.pending.len().min(room);
+        // A WRITE goes with the SEND after it.
+        if n > 0 && matches!(self.pending[n - 1], Work::Write { .. }) {
+            n -= 1;
+        }
+        if n == 0 {
+            return;
+        }
+        let result = post_sends(&mut self.qp, &device.pool, &self.responses, &self.pending[..n], &mut self.scratch);
+        let posted = posted_count(&result, n);
+        for w in &self.pending[..posted] {
+            counters.posted(w);
+            if !matches!(w, Work::Write { .. }) {
+                self.sends_outstanding += 1;
+            }
+        }
+        self.sq_used += u32::try_from(posted).unwrap_or(u32::MAX);
+        self.pending.drain(..posted);
+        if let Err(e) = result {
+            self.close(engine, &e.into());
+        }
+    }
+
+    /// End the connection (idempotent): drop unposted work, tell the queue, disconnect (the queue pair's posted
+    /// work requests then flush).
+    pub(crate) fn close(&mut self, engine: &mut IoEngine, why: &RdmaConnectionError) {
+        if self.is_closing() {
+            return;
+        }
+        match why {
+            RdmaConnectionError::Queue(QueueError::Disconnected { .. }) => {
+                tracing::debug!(peer = ?self.setup.peer, qid = ?self.queue.qid(), "NVMe/RDMA queue deleted by the host");
+            }
+            _ => {
+                tracing::info!(peer = ?self.setup.peer, qid = ?self.queue.qid(), reason = %why, "NVMe/RDMA connection ending")
+            }
+        }
+        self.closing_since = Some(Instant::now());
+        for w in std::mem::take(&mut self.pending) {
+            match w {
+                Work::Read { wr_id, .. } | Work::Send { wr_id, .. } => {
+                    if let Some((_, _, index)) = split_wr_id(wr_id) {
+                        self.end_hold(engine, index);
+                    }
+                }
+                Work::Write { .. } => {}
+            }
+        }
+        self.reads.clear();
+        self.reposts.clear();
+        self.queue.disconnect(engine);
+        if let Err(e) = self.qp.cm_id_mut().disconnect() {
+            tracing::debug!(error = %e, "rdma_disconnect");
+        }
+    }
+
+    /// The host disconnected (RDMA CM `DISCONNECTED`).
+    pub(crate) fn peer_disconnected(&mut self, engine: &mut IoEngine) {
+        if !self.is_closing() {
+            tracing::info!(peer = ?self.setup.peer, qid = ?self.queue.qid(), "NVMe/RDMA host disconnected");
+        }
+        self.close(engine, &RdmaConnectionError::Protocol("host disconnected"));
+    }
+
+    /// Before the reactor drops it: take every buffer back from the device (its queue pair is destroyed next).
+    pub(crate) fn finish(&mut self, engine: &mut IoEngine) {
+        for index in 0..self.held.len() {
+            self.end_hold(engine, u16::try_from(index).unwrap_or(u16::MAX));
+        }
+    }
+
+    /// A receive buffer completed with `byte_len` bytes: hand the command to the queue.
+    fn receive(&mut self, engine: &mut IoEngine, index: u16, byte_len: u32) -> Result<(), RdmaConnectionError> {
+        let len = usize::try_from(byte_len).unwrap_or(usize::MAX);
+        if len < SQE_SIZE || len > self.setup.receive_size {
+            return Err(RdmaConnectionError::Protocol("command capsule shorter than an SQE or longer than IOCCSZ"));
+        }
+        let at = usize::from(index) * self.setup.receive_size;
+        let mut sqe = [0u8; SQE_SIZE];
+        self.receive.read_at(at, &mut sqe)?;
+        let in_capsule = len - SQE_SIZE;
+        self.receive.read_at(at + SQE_SIZE, &mut self.capsule[..in_capsule])?;
+        // The bytes are copied out: the buffer can go back to the device.
+        self.reposts.push(index);
+        let sqe = SubmissionQueueEntry::parse(&sqe).map_err(|_| RdmaConnectionError::Protocol("bad SQE"))?;
+        let step = self.queue.command(engine, &sqe, &self.capsule[..in_capsule])?;
+        self.apply(engine, step)
+    }
+
+    /// Carry out what the queue asked for.
+    fn apply(&mut self, engine: &mut IoEngine, mut step: Step) -> Result<(), RdmaConnectionError> {
+        loop {
+            match step {
+                Step::Pending => return Ok(()),
+                Step::FetchData { slot, len: 0, .. } => step = self.queue.data_received(engine, slot)?,
+                Step::FetchData { slot, buffer, len, .. } => {
+                    self.reads.push_back(PendingRead { slot, buffer, len });
+                    return self.start_reads(engine);
+                }
+                Step::Respond { slot, cqe, data } => {
+                    let index = usize::from(slot.index());
+                    if index >= self.response_slots {
+                        return Err(RdmaConnectionError::Protocol("more commands outstanding than the queue depth"));
+                    }
+                    self.responses.write_at(index * CQE_SIZE, &cqe.to_bytes())?;
+                    let keyed = self.keyed(slot);
+                    let mut cost = 1;
+                    if let Some((buffer, len)) = data.filter(|&(_, len)| len > 0) {
+                        let Some(k) = keyed else {
+                            return Err(RdmaConnectionError::Protocol("data for a command without a keyed SGL"));
+                        };
+                        let len = len.min(k.length);
+                        let local = self.hold(engine, slot.index(), buffer, len)?;
+                        self.pending.push(Work::Write { local, len, remote_addr: k.address, rkey: k.key });
+                        cost = 2;
+                    }
+                    self.send_cost[index] = cost;
+                    let invalidate =
+                        keyed.filter(|k| k.invalidate && self.setup.invalidate && k.length > 0).map(|k| k.key);
+                    self.pending.push(Work::Send {
+                        wr_id: wr_id(self.setup.key, WrKind::Send, slot.index()),
+                        response: index * CQE_SIZE,
+                        invalidate,
+                        inline: self.inline_cqe,
+                    });
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Issue RDMA READs from the FIFO while the initiator depth allows.
+    fn start_reads(&mut self, engine: &mut IoEngine) -> Result<(), RdmaConnectionError> {
+        while self.reads_outstanding < self.setup.max_reads {
+            let Some(read) = self.reads.pop_front() else { break };
+            let Some(k) = self.keyed(read.slot) else {
+                return Err(RdmaConnectionError::Protocol("host data for a command without a keyed SGL"));
+            };
+            let len = read.len.min(k.length);
+            let local = self.hold(engine, read.slot.index(), read.buffer, len)?;
+            self.pending.push(Work::Read {
+                wr_id: wr_id(self.setup.key, WrKind::Read, read.slot.index()),
+                local,
+                len,
+                remote_addr: k.address,
+                rkey: k.key,
+            });
+            self.reads_outstanding += 1;
+        }
+        Ok(())
+    }
+
+    /// The keyed SGL data block of `slot`'s command, if it has one.
+    fn keyed(&self, slot: SlotId) -> Option<Keyed> {
+        match self.queue.sqe(slot)?.sgl1().ok()? {
+            SglDescriptor::KeyedDataBlock { address, length, key, subtype } => {
+                Some(Keyed { address, length, key, invalidate: subtype == SglSubtype::Invalidate })
+            }
+            _ => None,
+        }
+    }
+
+    /// Hand `buffer` (its first `len` bytes) to the device for `slot`; its offset in the pool region.
+    fn hold(
+        &mut self,
+        engine: &mut IoEngine,
+        slot: u16,
+        buffer: BufferId,
+        len: u32,
+    ) -> Result<usize, RdmaConnectionError> {
+        let index = usize::from(slot);
+        if index >= self.held.len() {
+            return Err(RdmaConnectionError::Protocol("more commands outstanding than the queue depth"));
+        }
+        let offset = engine
+            .start_transfer(buffer, len)
+            .ok_or(RdmaConnectionError::Protocol("engine buffer not available for a transfer"))?;
+        self.held[index] = Some(buffer);
+        Ok(offset)
+    }
+
+    /// The device is done with `slot`'s buffer (if it held one).
+    fn end_hold(&mut self, engine: &mut IoEngine, slot: u16) {
+        if let Some(buffer) = self.held.get_mut(usize::from(slot)).and_then(Option::take) {
+            engine.end_transfer(buffer);
+        }
+    }
+}
+
+/// Work requests of a batch of `n` that were posted: all, or those before the refused one.
+fn posted_count(result: &Result<(), RdmaError>, n: usize) -> usize {
+    match result {
+        Ok(()) => n,
+        Err(RdmaError::Post { posted, .. }) => *posted,
+        Err(_) => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_ids_round_trip_and_foreign_ones_are_refused() {
+        for (conn, kind, index) in [
+            (0, WrKind::Recv, 0),
+            (7, WrKind::Read, 255),
+            (u32::MAX, WrKind::Send, u16::MAX),
+            (1 << 20, WrKind::Recv, 9),
+        ] {
+            assert_eq!(split_wr_id(wr_id(conn, kind, index)), Some((conn, kind, index)));
+        }
+        assert_eq!(split_wr_id(0), None);
+        assert_eq!(split_wr_id(4 << 24), None);
+    }
+
+    #[test]
+    fn a_refused_post_counts_only_what_went_before_it() {
+        assert_eq!(posted_count(&Ok(()), 5), 5);
+        let refused = Err(RdmaError::Post {
+            verb: "ibv_post_send",
+            errno: nvmf_common::transport::rdma::verbs::Errno(12),
+            posted: 2,
+            total: 5,
+        });
+        assert_eq!(posted_count(&refused, 5), 2);
+        assert_eq!(posted_count(&Err(RdmaError::InvalidArgument { what: "x", detail: "y".into() }), 5), 0);
+    }
+}
