@@ -5,6 +5,7 @@
 //!   Number of Queues, I/O queue Connects), keep-alive, namespaces, blocking I/O wrappers, shutdown.
 //! - [`identity`] — the host NQN and host ID (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, or generated).
 //! - [`discovery`] — reading a discovery controller's Discovery Log Page.
+//! - [`nbd`] — an NBD server exporting one namespace (unix socket or TCP) for qemu, fio and nbd-client.
 //! - [`perf`] — an SPDK-perf-like load generator on bare pipelined queues, with a latency histogram.
 //! - [`cli`] — the `nvmf-host` command line (`perf`, `discover`).
 //! - [`error`] — the error type, [`HostError`].
@@ -17,6 +18,7 @@ pub mod controller;
 pub mod discovery;
 pub mod error;
 pub mod identity;
+pub mod nbd;
 pub mod perf;
 pub mod tcp;
 

@@ -1,0 +1,467 @@
+//! [`NbdExport`]: one namespace of a connected [`Controller`] served over the NBD protocol (fixed newstyle,
+//! simple replies) on a unix socket or a TCP address, for `qemu-img`/`qemu-io`, fio's nbd engine and
+//! `nbd-client`.
+//!
+//! Threads: one acceptor thread (a [`mio::Poll`] over the listener and a waker, so [`NbdExport::stop`] never
+//! waits on a blocked `accept`), and per client two threads: the session thread runs the handshake and then
+//! reads requests and submits them with [`Controller::submit_io`] (spread round-robin over the I/O queues),
+//! the reply thread waits for the completions in request order and writes the replies. Two threads per
+//! client because a [`crate::tcp::Pending`] is waited for by blocking: a thread that reads the socket cannot
+//! also wait for completions without stalling the pipeline. Replies go out in request order (the protocol
+//! allows any order; completions spread over queues finish close together, so little is lost).
+//!
+//! What each may block on: the acceptor only in `poll`; the session thread in socket reads (bounded by a
+//! timeout during the handshake only — an idle client is legitimate), in `submit_io` while a queue is full,
+//! and while its client has the most requests or bytes in flight; the reply thread in completion waits
+//! (bounded by [`NbdOptions::io_timeout`]) and socket writes. Memory per client is bounded: at most
+//! [`MAX_IN_FLIGHT`] requests and [`IN_FLIGHT_BYTES`] of data in flight, buffers reused from a per-client
+//! pool. See [`proto`] for how each request is checked.
+
+pub mod proto;
+mod session;
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mio::{Events, Interest, Poll, Token, Waker};
+use nvmf_common::nvme::identify::IdentifyController;
+
+use crate::controller::Controller;
+use crate::error::HostError;
+use proto::Geometry;
+
+/// Requests one client may have in flight; more wait in the socket (backpressure).
+pub const MAX_IN_FLIGHT: usize = 128;
+/// Data bytes one client may have in flight (a request larger than what is left waits for the others).
+pub const IN_FLIGHT_BYTES: u64 = 64 << 20;
+/// The largest read/write payload advertised (the protocol's interoperable maximum).
+pub const MAX_PAYLOAD: u32 = 32 << 20;
+/// The largest piece of a request sent as one NVMe command (further limited by MDTS and the 16-bit NLB).
+const MAX_PIECE: u64 = 1 << 20;
+/// A client has this long for each handshake step.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// On stop, a client that does not read its replies is cut off after this long.
+const STOP_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+const LISTENER: Token = Token(0);
+const WAKE: Token = Token(1);
+
+/// Why an export could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NbdError {
+    /// The listen address did not parse.
+    #[error("invalid NBD listen address '{0}': expected unix:/path, /path or ADDR:PORT")]
+    InvalidListen(String),
+    /// The namespace is not active on the controller.
+    #[error("namespace {0} is not active on this controller")]
+    UnknownNamespace(u32),
+    /// The namespace's block size cannot be an NBD minimum block size (a power of two up to 64 KiB).
+    #[error("namespace {nsid}: {block_size}-byte blocks cannot be exported over NBD")]
+    BlockSize {
+        /// The namespace.
+        nsid: u32,
+        /// Its logical block size.
+        block_size: u32,
+    },
+    /// Listening failed.
+    #[error("{what} {listen}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        listen: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// The controller failed (identifying the namespace).
+    #[error(transparent)]
+    Host(#[from] HostError),
+}
+
+/// Where an export listens: `unix:/path` (or an absolute path) or `ADDR:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NbdListen {
+    /// A unix socket at this path (created on start, removed on stop).
+    Unix(PathBuf),
+    /// A TCP address (port 0 picks one; see [`NbdExport::local_addr`]).
+    Tcp(SocketAddr),
+}
+
+impl NbdListen {
+    /// The NBD URI a client connects with (`nbd+unix:///?socket=/path`, `nbd://127.0.0.1:10809`).
+    pub fn uri(&self) -> String {
+        match self {
+            NbdListen::Unix(p) => format!("nbd+unix:///?socket={}", p.display()),
+            NbdListen::Tcp(a) => format!("nbd://{a}"),
+        }
+    }
+}
+
+impl Default for NbdListen {
+    /// Loopback on the IANA NBD port.
+    fn default() -> Self {
+        NbdListen::Tcp(SocketAddr::from(([127, 0, 0, 1], 10809)))
+    }
+}
+
+impl fmt::Display for NbdListen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NbdListen::Unix(p) => write!(f, "unix:{}", p.display()),
+            NbdListen::Tcp(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+impl FromStr for NbdListen {
+    type Err = NbdError;
+
+    fn from_str(s: &str) -> Result<Self, NbdError> {
+        let bad = || NbdError::InvalidListen(s.to_string());
+        if let Some(path) = s.strip_prefix("unix:") {
+            return if path.is_empty() { Err(bad()) } else { Ok(NbdListen::Unix(PathBuf::from(path))) };
+        }
+        if s.starts_with('/') {
+            return Ok(NbdListen::Unix(PathBuf::from(s)));
+        }
+        s.parse().map(NbdListen::Tcp).map_err(|_| bad())
+    }
+}
+
+/// How to export.
+#[derive(Debug, Clone)]
+pub struct NbdOptions {
+    /// The export's name (`NBD_OPT_LIST`); the empty default name is accepted too.
+    pub export_name: String,
+    /// Refuse writes (`NBD_FLAG_READ_ONLY`, `EPERM`).
+    pub read_only: bool,
+    /// Largest read/write payload to advertise and accept (clamped to [`MAX_PAYLOAD`]).
+    pub max_payload: u32,
+    /// Bound on waiting for one NVMe completion.
+    pub io_timeout: Duration,
+    /// Clients served at once; more are closed at accept.
+    pub max_clients: usize,
+}
+
+impl Default for NbdOptions {
+    fn default() -> Self {
+        NbdOptions {
+            export_name: String::new(),
+            read_only: false,
+            max_payload: MAX_PAYLOAD,
+            io_timeout: Duration::from_secs(60),
+            max_clients: 64,
+        }
+    }
+}
+
+/// A client connection (either kind).
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.shutdown(how),
+            Stream::Unix(s) => s.shutdown(how),
+        }
+    }
+
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What every session of one export shares.
+#[derive(Debug)]
+pub(crate) struct Export {
+    ctrl: Arc<Controller>,
+    nsid: u32,
+    geometry: Geometry,
+    name: String,
+    /// Blocks per NVMe command.
+    piece_blocks: u64,
+    io_timeout: Duration,
+}
+
+enum Listener {
+    Tcp(mio::net::TcpListener),
+    Unix(mio::net::UnixListener, PathBuf),
+}
+
+impl Listener {
+    fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => {
+                let s = TcpStream::from(l.accept()?.0);
+                s.set_nonblocking(false)?;
+                // Replies are written whole; waiting to coalesce them only adds latency.
+                s.set_nodelay(true)?;
+                Ok(Stream::Tcp(s))
+            }
+            Listener::Unix(l, _) => {
+                let s = UnixStream::from(l.accept()?.0);
+                s.set_nonblocking(false)?;
+                Ok(Stream::Unix(s))
+            }
+        }
+    }
+
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Listener::Tcp(l) => l,
+            Listener::Unix(l, _) => l,
+        }
+    }
+}
+
+/// Bind `listen`; a stale unix socket (nobody accepting) is replaced, a live one is an error.
+fn bind(listen: &NbdListen) -> Result<(Listener, NbdListen), NbdError> {
+    let err = |what, source| NbdError::Io { what, listen: listen.to_string(), source };
+    match listen {
+        NbdListen::Tcp(addr) => {
+            let l = mio::net::TcpListener::bind(*addr).map_err(|e| err("binding", e))?;
+            let local = l.local_addr().map_err(|e| err("reading the address of", e))?;
+            Ok((Listener::Tcp(l), NbdListen::Tcp(local)))
+        }
+        NbdListen::Unix(path) => {
+            if let Ok(meta) = std::fs::symlink_metadata(path) {
+                if !meta.file_type().is_socket() || UnixStream::connect(path).is_ok() {
+                    return Err(err("binding", io::Error::from(io::ErrorKind::AddrInUse)));
+                }
+                std::fs::remove_file(path).map_err(|e| err("removing the stale socket", e))?;
+            }
+            let l = mio::net::UnixListener::bind(path).map_err(|e| err("binding", e))?;
+            Ok((Listener::Unix(l, path.clone()), listen.clone()))
+        }
+    }
+}
+
+/// A running NBD server for one namespace (see the module docs). Dropping it stops it.
+#[derive(Debug)]
+pub struct NbdExport {
+    local: NbdListen,
+    stopping: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl NbdExport {
+    /// Export namespace `nsid` of `ctrl` on `listen`; the server runs until [`NbdExport::stop`] or drop.
+    pub fn start(
+        ctrl: Arc<Controller>,
+        nsid: u32,
+        listen: NbdListen,
+        options: NbdOptions,
+    ) -> Result<NbdExport, NbdError> {
+        let ns = ctrl.namespaces()?.into_iter().find(|n| n.nsid == nsid).ok_or(NbdError::UnknownNamespace(nsid))?;
+        let bs = ns.block_size;
+        if !bs.is_power_of_two() || bs > 65536 {
+            return Err(NbdError::BlockSize { nsid, block_size: bs });
+        }
+        let info = ctrl.info();
+        let by_mdts = info.max_transfer.map_or(u64::MAX, |m| u64::from(m / bs));
+        let piece_blocks = by_mdts.min(65536).min(MAX_PIECE / u64::from(bs)).max(1);
+        // A whole number of blocks, at least one preferred block, at most the protocol's interoperable limit.
+        let max_payload = options.max_payload.clamp(bs.max(4096), MAX_PAYLOAD) / bs * bs;
+        let geometry = Geometry {
+            block_size: bs,
+            blocks: ns.blocks,
+            max_payload,
+            read_only: options.read_only,
+            trim: info.oncs & IdentifyController::ONCS_DATASET_MANAGEMENT != 0,
+            write_zeroes: info.oncs & IdentifyController::ONCS_WRITE_ZEROES != 0,
+        };
+        let export = Arc::new(Export {
+            ctrl,
+            nsid,
+            geometry,
+            name: options.export_name.clone(),
+            piece_blocks,
+            io_timeout: options.io_timeout,
+        });
+
+        let (mut listener, local) = bind(&listen)?;
+        let io_err = |what, source| NbdError::Io { what, listen: listen.to_string(), source };
+        let poll = Poll::new().map_err(|e| io_err("creating the poller for", e))?;
+        poll.registry()
+            .register(listener.source(), LISTENER, Interest::READABLE)
+            .map_err(|e| io_err("registering", e))?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(|e| io_err("creating the waker for", e))?);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stopping);
+        let max_clients = options.max_clients.max(1);
+        let thread = std::thread::Builder::new()
+            .name("nbd-accept".into())
+            .spawn(move || accept_loop(poll, listener, &export, &flag, max_clients))
+            .map_err(|e| io_err("spawning the acceptor for", e))?;
+        tracing::info!(uri = local.uri(), nsid, block_size = bs, blocks = ns.blocks, "NBD export started");
+        Ok(NbdExport { local, stopping, waker, thread: Some(thread) })
+    }
+
+    /// Where the export listens (the bound port when started with port 0).
+    pub fn local_addr(&self) -> &NbdListen {
+        &self.local
+    }
+
+    /// The URI clients connect with.
+    pub fn uri(&self) -> String {
+        self.local.uri()
+    }
+
+    /// Stop accepting, end every session (in-flight requests finish; a client that does not read its
+    /// replies is cut off after a few seconds), remove the unix socket.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stopping.store(true, Ordering::SeqCst);
+            if let Err(e) = self.waker.wake() {
+                tracing::error!(error = %e, "waking the NBD acceptor; it stops at its next connection");
+            }
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for NbdExport {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+struct Session {
+    thread: JoinHandle<()>,
+    stream: Stream,
+}
+
+fn accept_loop(mut poll: Poll, listener: Listener, export: &Arc<Export>, stopping: &AtomicBool, max: usize) {
+    let mut events = Events::with_capacity(8);
+    let mut sessions: Vec<Session> = Vec::new();
+    let mut next_id = 0u64;
+    while !stopping.load(Ordering::SeqCst) {
+        if let Err(e) = poll.poll(&mut events, None) {
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            tracing::error!(error = %e, "NBD acceptor poll failed; export stopped");
+            break;
+        }
+        sessions.retain(|s| !s.thread.is_finished());
+        loop {
+            let stream = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // Out of descriptors or a connection reset before accept: the listener itself is fine.
+                    tracing::warn!(error = %e, "NBD accept failed");
+                    break;
+                }
+            };
+            if sessions.len() >= max {
+                tracing::warn!(max, "NBD client refused: too many clients");
+                continue;
+            }
+            next_id += 1;
+            let control = match stream.try_clone() {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "NBD client dropped: cannot clone its socket");
+                    continue;
+                }
+            };
+            let x = Arc::clone(export);
+            match std::thread::Builder::new().name(format!("nbd-{next_id}")).spawn(move || session::run(stream, &x)) {
+                Ok(thread) => sessions.push(Session { thread, stream: control }),
+                Err(e) => tracing::warn!(error = %e, "NBD client dropped: cannot spawn its thread"),
+            }
+        }
+    }
+    for s in &sessions {
+        // The reader sees end of stream and finishes like NBD_CMD_DISC; a writer stuck on a client that
+        // does not read gives up after the timeout.
+        let _ = s.stream.set_write_timeout(Some(STOP_WRITE_TIMEOUT));
+        let _ = s.stream.shutdown(Shutdown::Read);
+    }
+    for s in sessions {
+        let _ = s.thread.join();
+    }
+    if let Listener::Unix(_, path) = &listener {
+        let _ = std::fs::remove_file(path);
+    }
+    tracing::info!("NBD export stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_parses_unix_and_tcp() {
+        assert_eq!("unix:/run/x.sock".parse::<NbdListen>().unwrap(), NbdListen::Unix("/run/x.sock".into()));
+        assert_eq!("/tmp/y".parse::<NbdListen>().unwrap(), NbdListen::Unix("/tmp/y".into()));
+        assert_eq!(
+            "127.0.0.1:10809".parse::<NbdListen>().unwrap(),
+            NbdListen::Tcp(SocketAddr::from(([127, 0, 0, 1], 10809)))
+        );
+        assert_eq!("[::1]:1".parse::<NbdListen>().unwrap().uri(), "nbd://[::1]:1");
+        for bad in ["unix:", "localhost", "127.0.0.1", "nbd://x", ""] {
+            assert!(matches!(bad.parse::<NbdListen>(), Err(NbdError::InvalidListen(_))), "{bad}");
+        }
+        assert_eq!(NbdListen::default().uri(), "nbd://127.0.0.1:10809");
+        assert_eq!(NbdListen::Unix("/a b".into()).uri(), "nbd+unix:///?socket=/a b");
+    }
+}

@@ -1,0 +1,456 @@
+//! One NBD client: the handshake, then the transmission phase split over two threads — this session thread
+//! reads and checks requests and submits their NVMe commands, the reply thread waits for completions in
+//! request order and writes the replies (see the parent module for why and what each blocks on).
+//!
+//! A request is a [`Job`]; jobs and their data buffers go round between the two threads (reader → reply
+//! thread → reader) so the steady state allocates nothing here beyond what `submit_io` allocates per
+//! command. A client that breaks the framing (bad magic, a write payload over the maximum) is answered
+//! where it can be and then disconnected; anything else gets an NBD error and the session goes on.
+
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::mem;
+use std::net::Shutdown;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+
+use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, Read as NvmeRead, Write as NvmeWrite, WriteZeroes};
+use nvmf_common::nvme::SubmissionQueueEntry;
+
+use super::proto::{self, check_request, errno, info, opt, rep, Action, RequestHeader};
+use super::{Export, Stream, HANDSHAKE_TIMEOUT, IN_FLIGHT_BYTES, MAX_IN_FLIGHT};
+use crate::tcp::{DataDirection, Pending, Request};
+
+/// Option data longer than this is refused (`NBD_OPT_GO` with a 4096-byte name is about 4 KiB).
+const MAX_OPTION_LEN: u32 = 16 << 10;
+/// Oversized option data up to this much is read and dropped; beyond, the client is disconnected.
+const MAX_OPTION_DISCARD: u32 = 1 << 20;
+/// The reply thread's write buffer: a header and a 4 KiB read go out in one `write`.
+const REPLY_BUFFER: usize = 256 << 10;
+
+/// Serve one client until it disconnects, breaks the protocol or the export stops.
+pub(super) fn run(mut stream: Stream, x: &Arc<Export>) {
+    let go = handshake(&mut stream, x).unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "NBD handshake ended");
+        false
+    });
+    if go {
+        if let Err(e) = transmission(stream, x) {
+            tracing::warn!(error = %e, "NBD session could not start transmission");
+        }
+    } else {
+        // The acceptor holds a clone of the socket: close it for the client now.
+        let _ = stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// The transmission phase: this thread reads, a reply thread answers.
+fn transmission(stream: Stream, x: &Arc<Export>) -> io::Result<()> {
+    let close = |e: io::Error| {
+        let _ = stream.shutdown(Shutdown::Both);
+        e
+    };
+    stream.set_read_timeout(None).map_err(close)?;
+    let writer = stream.try_clone().map_err(close)?;
+    let (jobs, jobs_rx) = channel::<Job>();
+    let (recycle, recycled) = channel::<Job>();
+    let rx = Arc::clone(x);
+    let replier = std::thread::Builder::new()
+        .name("nbd-reply".into())
+        .spawn(move || reply_loop(writer, &jobs_rx, &recycle, &rx))
+        .map_err(close)?;
+    tracing::debug!(nsid = x.nsid, "NBD client in transmission phase");
+    read_loop(BufReader::new(stream), &jobs, &recycled, x);
+    // Dropping the job sender lets the reply thread answer what is in flight, then close the socket.
+    drop(jobs);
+    let _ = replier.join();
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Proto(#[from] proto::ProtoError),
+    #[error("option {option} with {length} bytes of data")]
+    TooBig { option: u32, length: u32 },
+}
+
+/// The fixed newstyle handshake; `Ok(true)` when the client enters transmission.
+fn handshake(s: &mut Stream, x: &Export) -> Result<bool, HandshakeError> {
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    s.write_all(&proto::greeting())?;
+    let mut flags = [0; 4];
+    s.read_exact(&mut flags)?;
+    let no_zeroes = proto::parse_client_flags(flags)?;
+    let g = &x.geometry;
+    loop {
+        let mut h = [0; proto::OPTION_HEADER_LEN];
+        s.read_exact(&mut h)?;
+        let h = proto::parse_option_header(&h)?;
+        let reply = |s: &mut Stream, r: u32, data: &[u8]| s.write_all(&proto::option_reply(h.option, r, data));
+        if h.length > MAX_OPTION_LEN {
+            if h.option == opt::EXPORT_NAME || h.length > MAX_OPTION_DISCARD {
+                return Err(HandshakeError::TooBig { option: h.option, length: h.length });
+            }
+            io::copy(&mut s.take(u64::from(h.length)), &mut io::sink())?;
+            reply(s, rep::ERR_TOO_BIG, b"option data too long")?;
+            continue;
+        }
+        let mut data = vec![0; usize::try_from(h.length).unwrap_or(0)];
+        s.read_exact(&mut data)?;
+        let known = |name: &[u8]| name.is_empty() || name == x.name.as_bytes();
+        match h.option {
+            opt::EXPORT_NAME => {
+                if !known(&data) {
+                    // No way to report an error to NBD_OPT_EXPORT_NAME: the spec says close.
+                    return Ok(false);
+                }
+                let mut r = Vec::with_capacity(134);
+                r.extend_from_slice(&g.size().to_be_bytes());
+                r.extend_from_slice(&g.transmission_flags().to_be_bytes());
+                if !no_zeroes {
+                    r.resize(r.len() + 124, 0);
+                }
+                s.write_all(&r)?;
+                return Ok(true);
+            }
+            opt::ABORT => {
+                // The client may already have gone: nothing to do about a failed ACK.
+                let _ = reply(s, rep::ACK, &[]);
+                return Ok(false);
+            }
+            opt::LIST if !data.is_empty() => reply(s, rep::ERR_INVALID, b"NBD_OPT_LIST takes no data")?,
+            opt::LIST => {
+                reply(s, rep::SERVER, &proto::rep_server(&x.name))?;
+                reply(s, rep::ACK, &[])?;
+            }
+            opt::INFO | opt::GO => {
+                let Some(request) = proto::parse_info_request(&data) else {
+                    reply(s, rep::ERR_INVALID, b"malformed information request")?;
+                    continue;
+                };
+                if !known(request.name) {
+                    reply(s, rep::ERR_UNKNOWN, b"no such export")?;
+                    continue;
+                }
+                reply(s, rep::INFO, &proto::info_export(g.size(), g.transmission_flags()))?;
+                // Sent whether asked or not: the minimum is the LBA size, which clients must honour.
+                let preferred = g.block_size.max(4096);
+                reply(s, rep::INFO, &proto::info_block_size(g.block_size, preferred, g.max_payload))?;
+                if request.requests.contains(&info::NAME) {
+                    let mut name = info::NAME.to_be_bytes().to_vec();
+                    name.extend_from_slice(x.name.as_bytes());
+                    reply(s, rep::INFO, &name)?;
+                }
+                reply(s, rep::ACK, &[])?;
+                if h.option == opt::GO {
+                    return Ok(true);
+                }
+            }
+            // Structured replies, metadata contexts, TLS, extended headers: not offered (simple replies only).
+            _ => reply(s, rep::ERR_UNSUP, b"option not supported")?,
+        }
+    }
+}
+
+/// One request on its way through the pipeline.
+#[derive(Debug, Default)]
+struct Job {
+    cookie: u64,
+    /// The NBD error decided before submission (0: see the completions).
+    error: u32,
+    /// Reply data follows the header (a successful read).
+    read: bool,
+    /// Flush after the commands complete (trim with FUA: Dataset Management has no FUA bit).
+    flush_after: bool,
+    /// Bytes charged to the in-flight budget.
+    bytes: u64,
+    /// The NVMe commands, in block order.
+    pending: Vec<Pending>,
+    /// Data buffers: the write payload before submission, the read data after completion.
+    buffers: Vec<Vec<u8>>,
+}
+
+/// The reader's reusable jobs and buffers, and what is in flight.
+#[derive(Debug)]
+struct Pool {
+    jobs: Vec<Job>,
+    buffers: Vec<Vec<u8>>,
+    max_buffers: usize,
+    in_flight: usize,
+    bytes: u64,
+}
+
+impl Pool {
+    fn reclaim(&mut self, mut job: Job) {
+        self.in_flight -= 1;
+        self.bytes -= job.bytes;
+        for b in job.buffers.drain(..) {
+            if self.buffers.len() < self.max_buffers {
+                self.buffers.push(b);
+            }
+        }
+        job.pending.clear();
+        self.jobs.push(job);
+    }
+
+    /// A job charged with `bytes`, waiting for finished ones while the limits are reached; `None` when the
+    /// reply thread is gone.
+    fn acquire(&mut self, bytes: u64, recycled: &Receiver<Job>) -> Option<Job> {
+        while let Ok(j) = recycled.try_recv() {
+            self.reclaim(j);
+        }
+        while self.in_flight >= MAX_IN_FLIGHT || (self.in_flight > 0 && self.bytes + bytes > IN_FLIGHT_BYTES) {
+            let j = recycled.recv().ok()?;
+            self.reclaim(j);
+        }
+        self.in_flight += 1;
+        self.bytes += bytes;
+        let mut job = self.jobs.pop().unwrap_or_default();
+        job.bytes = bytes;
+        job.error = 0;
+        job.read = false;
+        job.flush_after = false;
+        Some(job)
+    }
+
+    fn buffer(&mut self) -> Vec<u8> {
+        let mut b = self.buffers.pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+}
+
+fn read_loop(mut r: BufReader<Stream>, jobs: &Sender<Job>, recycled: &Receiver<Job>, x: &Export) {
+    let piece = usize::try_from(x.piece_blocks * u64::from(x.geometry.block_size)).unwrap_or(usize::MAX);
+    let max_buffers = usize::try_from(IN_FLIGHT_BYTES).unwrap_or(usize::MAX) / piece.max(1) + MAX_IN_FLIGHT;
+    let mut pool = Pool { jobs: Vec::new(), buffers: Vec::new(), max_buffers, in_flight: 0, bytes: 0 };
+    loop {
+        let mut hb = [0; proto::REQUEST_LEN];
+        if let Err(e) = r.read_exact(&mut hb) {
+            tracing::debug!(error = %e, "NBD client gone");
+            return;
+        }
+        let h = match RequestHeader::parse(&hb) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(error = %e, "NBD client out of step; disconnecting it");
+                return;
+            }
+        };
+        let checked = check_request(&h, &x.geometry);
+        if checked == Ok(Action::Disconnect) {
+            tracing::debug!("NBD_CMD_DISC");
+            return;
+        }
+        let payload = h.payload_len();
+        if payload > x.geometry.max_payload {
+            // The payload cannot be skipped without reading it all: answer, then disconnect.
+            tracing::warn!(length = payload, "NBD write over the maximum payload; disconnecting the client");
+            if let Some(mut job) = pool.acquire(0, recycled) {
+                job.cookie = h.cookie;
+                job.error = errno::EINVAL;
+                let _ = jobs.send(job);
+            }
+            return;
+        }
+        let bytes = match checked {
+            Ok(Action::Read { .. }) => u64::from(h.length),
+            _ => u64::from(payload),
+        };
+        let Some(mut job) = pool.acquire(bytes, recycled) else { return };
+        job.cookie = h.cookie;
+        if payload > 0 {
+            if let Err(e) = read_payload(&mut r, &mut job, payload, piece, &mut pool) {
+                tracing::debug!(error = %e, "NBD client gone during a write payload");
+                return;
+            }
+        }
+        match checked {
+            Ok(action) => submit(&mut job, action, x, piece, &mut pool),
+            Err(e) => job.error = e,
+        }
+        if jobs.send(job).is_err() {
+            return;
+        }
+    }
+}
+
+/// Read a write's payload into piece-sized pool buffers.
+fn read_payload(r: &mut impl Read, job: &mut Job, len: u32, piece: usize, pool: &mut Pool) -> io::Result<()> {
+    let mut left = usize::try_from(len).unwrap_or(usize::MAX);
+    while left > 0 {
+        let n = left.min(piece);
+        let mut b = pool.buffer();
+        // Into the buffer's spare capacity: no zero-fill of memory the socket overwrites anyway.
+        r.take(n as u64).read_to_end(&mut b)?;
+        if b.len() != n {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        job.buffers.push(b);
+        left -= n;
+    }
+    Ok(())
+}
+
+/// Submit the NVMe commands for `action` (a piece per command); a failed submission makes the job `EIO`.
+fn submit(job: &mut Job, action: Action, x: &Export, piece: usize, pool: &mut Pool) {
+    let nsid = x.nsid;
+    let bs = u64::from(x.geometry.block_size);
+    let send = |job: &mut Job, sqe: SubmissionQueueEntry, data: Vec<u8>, direction| {
+        if job.error != 0 {
+            return;
+        }
+        match x.ctrl.submit_io(Request { sqe, data, direction, context: () }) {
+            Ok(p) => job.pending.push(p),
+            Err(e) => {
+                tracing::warn!(error = %e, "NBD request: submission failed");
+                job.error = errno::EIO;
+            }
+        }
+    };
+    // Pieces are at most 65536 blocks (see `Export::piece_blocks`), so NLB always fits.
+    let nlb = |blocks: u64| u16::try_from(blocks - 1).unwrap_or(u16::MAX);
+    match action {
+        Action::Nothing | Action::Disconnect => {}
+        Action::Read { slba, blocks } => {
+            job.read = true;
+            let mut at = slba;
+            while at < slba + blocks {
+                let n = (slba + blocks - at).min(x.piece_blocks);
+                let mut b = pool.buffer();
+                b.resize(usize::try_from(n * bs).unwrap_or(piece), 0);
+                let sqe = NvmeRead { nsid, slba: at, nlb: nlb(n), ..NvmeRead::default() }.to_sqe();
+                send(job, sqe, b, DataDirection::ControllerToHost);
+                at += n;
+            }
+        }
+        Action::Write { slba, fua, .. } => {
+            let mut buffers = mem::take(&mut job.buffers);
+            let mut at = slba;
+            for b in buffers.drain(..) {
+                let n = b.len() as u64 / bs;
+                let sqe = NvmeWrite { nsid, slba: at, nlb: nlb(n), fua, ..NvmeWrite::default() }.to_sqe();
+                send(job, sqe, b, DataDirection::HostToController);
+                at += n;
+            }
+            job.buffers = buffers;
+        }
+        Action::Flush => send(job, Flush { nsid }.to_sqe(), Vec::new(), DataDirection::None),
+        Action::Trim { slba, blocks, fua } => {
+            // One range covers the whole request: a u32 byte length is far fewer than 2^32 blocks.
+            let length = u32::try_from(blocks).unwrap_or(u32::MAX);
+            let mut b = pool.buffer();
+            b.extend_from_slice(&DsmRange { cattr: 0, length, slba }.to_bytes());
+            let sqe = DatasetManagement { nsid, nr: 0, ad: true, ..DatasetManagement::default() }.to_sqe();
+            send(job, sqe, b, DataDirection::HostToController);
+            job.flush_after = fua;
+        }
+        Action::WriteZeroes { slba, blocks, fua, no_hole } => {
+            let mut at = slba;
+            while at < slba + blocks {
+                let n = (slba + blocks - at).min(65536);
+                let sqe = WriteZeroes { nsid, slba: at, nlb: nlb(n), deac: !no_hole, fua, ..WriteZeroes::default() };
+                send(job, sqe.to_sqe(), Vec::new(), DataDirection::None);
+                at += n;
+            }
+        }
+    }
+}
+
+/// Wait for a job's commands; its NBD error (0 for success). Buffers go back into the job.
+fn complete(job: &mut Job, x: &Export) -> u32 {
+    let mut error = job.error;
+    for p in job.pending.drain(..) {
+        match p.wait(x.io_timeout) {
+            Ok(reply) => {
+                match &reply.result {
+                    Ok(cqe) if cqe.status.is_success() => {}
+                    Ok(cqe) => {
+                        tracing::warn!(status = %cqe.status, cookie = job.cookie, "NBD request: NVMe error");
+                        error = errno::EIO;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, cookie = job.cookie, "NBD request: queue failed");
+                        error = errno::EIO;
+                    }
+                }
+                job.buffers.push(reply.data);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, cookie = job.cookie, "NBD request: no completion");
+                error = errno::EIO;
+            }
+        }
+    }
+    if error == 0 && job.flush_after {
+        if let Err(e) = x.ctrl.flush(x.nsid) {
+            tracing::warn!(error = %e, "NBD request: flush after trim");
+            error = errno::EIO;
+        }
+    }
+    error
+}
+
+fn reply_loop(stream: Stream, jobs: &Receiver<Job>, recycle: &Sender<Job>, x: &Export) {
+    let control = stream.try_clone().ok();
+    let mut w = BufWriter::with_capacity(REPLY_BUFFER, stream);
+    let mut broken = false;
+    for mut job in jobs {
+        let error = complete(&mut job, x);
+        if !broken {
+            let sent = (|| {
+                w.write_all(&proto::simple_reply(error, job.cookie))?;
+                if error == 0 && job.read {
+                    for b in &job.buffers {
+                        w.write_all(b)?;
+                    }
+                }
+                w.flush()
+            })();
+            if let Err(e) = sent {
+                // Keep draining so the reader is never left waiting for its jobs; it sees the shutdown.
+                tracing::debug!(error = %e, "NBD client unreachable");
+                broken = true;
+                if let Some(c) = &control {
+                    let _ = c.shutdown(Shutdown::Both);
+                }
+            }
+        }
+        let _ = recycle.send(job);
+    }
+    let _ = w.flush();
+    if let Some(c) = &control {
+        let _ = c.shutdown(Shutdown::Both);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_bounds_requests_and_bytes_in_flight() {
+        let (tx, rx) = channel();
+        let mut pool = Pool { jobs: Vec::new(), buffers: Vec::new(), max_buffers: 2, in_flight: 0, bytes: 0 };
+        // The first request always goes, however large; the budget then holds the next back.
+        let big = pool.acquire(IN_FLIGHT_BYTES, &rx).unwrap();
+        assert_eq!(pool.bytes, IN_FLIGHT_BYTES);
+        let mut big = big;
+        big.buffers = vec![vec![0; 8], vec![0; 8], vec![0; 8]];
+        tx.send(big).unwrap();
+        let small = pool.acquire(4096, &rx).unwrap();
+        assert_eq!((pool.in_flight, pool.bytes), (1, 4096));
+        // Buffers kept for reuse stop at the cap.
+        assert_eq!(pool.buffers.len(), 2);
+        assert_eq!(small.bytes, 4096);
+        let mut held = vec![small];
+        for _ in 1..MAX_IN_FLIGHT {
+            held.push(pool.acquire(0, &rx).unwrap());
+        }
+        // At the request limit with the reply side gone: no job, rather than a hang.
+        drop(tx);
+        assert!(pool.acquire(0, &rx).is_none());
+    }
+}
