@@ -17,6 +17,7 @@ fn main() -> anyhow::Result<()> {
     let what = match &cli.command {
         Command::Perf(a) => format!("perf against {}:{} {}", a.endpoint.traddr, a.endpoint.trsvcid, a.nqn),
         Command::Discover(a) => format!("discover at {}:{}", a.endpoint.traddr, a.endpoint.trsvcid),
+        Command::Nbd(a) => format!("nbd export of {} namespace {}", a.nqn, a.nsid),
     };
     let stdout = std::io::stdout();
     nvmf_host::cli::run(&cli, &mut stdout.lock()).with_context(|| what)

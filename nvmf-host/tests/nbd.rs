@@ -482,3 +482,28 @@ fn unknown_namespace_is_an_error() {
     let err = NbdExport::start(ctrl, 9, "127.0.0.1:0".parse().unwrap(), NbdOptions::default()).unwrap_err();
     assert!(err.to_string().contains("namespace 9"), "{err}");
 }
+
+#[test]
+fn cli_nbd_serves_until_sigterm() {
+    if !tools(&["qemu-io"]) {
+        return;
+    }
+    let target = Target::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("cli.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+        .args(["nbd", "-t", "tcp", "-a", "127.0.0.1", "-s", &target.addr.port().to_string(), "-n", SUBNQN])
+        .args(["--nsid", "2", "--listen", &format!("unix:{}", sock.display()), "-i", "2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    assert_eq!(line.trim_end(), format!("{SUBNQN} namespace 2 exported at {uri}"));
+    qemu_io(&uri, &["write -P 0x77 0 256k", "read -P 0x77 0 256k"]);
+    run(Command::new("kill").args(["-TERM", &child.id().to_string()]));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "nvmf-host nbd exits cleanly on SIGTERM: {status}");
+    assert!(!sock.exists(), "socket removed at exit");
+}

@@ -2,6 +2,7 @@
 //! `discover` commands (run on the caller's thread, output to stdout).
 //!
 //! Only `-t tcp` is implemented; `-t rdma` is refused with [`CliError::TransportNotImplemented`].
+pub mod nbd;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -42,6 +43,9 @@ pub enum CliError {
     /// Writing the output failed.
     #[error("writing output: {0}")]
     Output(#[from] std::io::Error),
+    /// The NBD export failed to start.
+    #[error(transparent)]
+    Nbd(#[from] crate::nbd::NbdError),
 }
 
 /// NVMe over Fabrics host tools.
@@ -60,6 +64,8 @@ pub enum Command {
     Perf(PerfArgs),
     /// Print a discovery controller's Discovery Log Page (like `nvme discover`).
     Discover(DiscoverArgs),
+    /// Serve a namespace over NBD (unix socket or TCP) until SIGINT/SIGTERM.
+    Nbd(nbd::NbdArgs),
 }
 
 /// `-t/--transport`.
@@ -207,6 +213,7 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     match &cli.command {
         Command::Perf(a) => perf(a, out),
         Command::Discover(a) => discover(a, out),
+        Command::Nbd(a) => nbd::run(a, out),
     }
 }
 
