@@ -136,9 +136,7 @@ impl Reloader {
             tracing::info!("reload requested, but the target runs from quick-start flags: nothing to re-read");
             return Err(ReloadError::NoFile);
         };
-        // MONOTONIC_USEC= (wanted by Type=notify-reload) is not sent: it needs clock_gettime, i.e. unsafe code or
-        // a new dependency; the unit is Type=notify, for which RELOADING=1 alone is accepted.
-        notifier.notify("RELOADING=1");
+        notifier.notify(&reloading());
         let result = TargetConfig::from_file(&path)
             .map_err(ReloadError::from)
             .and_then(|new| self.apply(&new, running).map_err(ReloadError::from));
@@ -359,6 +357,14 @@ impl Reloader {
     }
 }
 
+/// `RELOADING=1` with the `MONOTONIC_USEC=` timestamp systemd ≥ 253 uses to match the notification to the reload
+/// job it started (a `Type=notify-reload` unit ignores `RELOADING=1` without it).
+fn reloading() -> String {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let usec = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(now.tv_nsec / 1000).unwrap_or(0);
+    format!("RELOADING=1\nMONOTONIC_USEC={usec}")
+}
+
 /// The listeners a reload switches to, already bound, with their discovery log entries.
 #[derive(Debug, Default)]
 struct ListenerPlan {
@@ -561,6 +567,64 @@ mod tests {
         assert_eq!(running.target().listeners().len(), 1);
         assert_eq!(reloader.current().listeners, only_second.listeners);
         drop(kept);
+        running.shutdown();
+    }
+
+    #[test]
+    fn reload_tells_the_service_manager_and_returns_the_outcome() {
+        use std::os::unix::net::UnixDatagram;
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("notify");
+        let manager = UnixDatagram::bind(&socket).unwrap();
+        manager.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let notifier = ServiceNotifier::to(socket.to_str().unwrap()).unwrap();
+        let received = || {
+            let mut buf = [0u8; 256];
+            let n = manager.recv(&mut buf).expect("a notification");
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        };
+        // The uptime clock (CLOCK_BOOTTIME) is never behind CLOCK_MONOTONIC.
+        let uptime_usec = || -> u64 {
+            let text = std::fs::read_to_string("/proc/uptime").unwrap();
+            let seconds: f64 = text.split_whitespace().next().unwrap().parse().unwrap();
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // seconds since boot, positive
+            let usec = (seconds * 1e6) as u64;
+            usec
+        };
+
+        let config_path = dir.path().join("target.toml");
+        let old = config();
+        std::fs::write(&config_path, old.to_string()).unwrap();
+        let mut running = crate::daemon::start(&old).unwrap();
+        let mut reloader = Reloader::new(Some(config_path.clone()), old.clone());
+        let mut new = old.clone();
+        new.subsystems.pop();
+        // The file names port 0, which a file may not: keep the running listener's address out of the comparison.
+        std::fs::write(&config_path, new.to_string().replace("port = 0", "port = 4420")).unwrap();
+        new.listeners[0].address.set_port(4420);
+        reloader.current.listeners = new.listeners.clone();
+
+        let before = uptime_usec();
+        let summary = reloader.reload(&mut running, &notifier).unwrap();
+        assert_eq!(summary.to_string(), "subsystems: 0 added, 1 removed");
+        let reloading = received();
+        let usec: u64 = reloading
+            .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+            .unwrap_or_else(|| panic!("{reloading}"))
+            .parse()
+            .unwrap();
+        // /proc/uptime has 10 ms steps.
+        assert!(usec > 0 && usec <= uptime_usec() + 10_000 && usec + 60_000_000 > before, "{usec} vs uptime {before}");
+        assert_eq!(received(), "READY=1");
+
+        // A rejected file: still RELOADING=1 … READY=1, and the error is returned.
+        std::fs::write(&config_path, "[target]\nmdts = \"huge\"\n").unwrap();
+        let err = reloader.reload(&mut running, &notifier).unwrap_err();
+        assert!(matches!(err, ReloadError::Config(_)), "{err}");
+        assert!(err.to_string().contains("target.toml:2:"), "{err}");
+        assert!(received().starts_with("RELOADING=1\n"));
+        assert_eq!(received(), "READY=1");
+        assert!(running.target().subsystem(ONE).is_some());
         running.shutdown();
     }
 }
