@@ -1,47 +1,75 @@
-//! [`Controller`]: one association with an NVMe-oF controller over NVMe/TCP.
+//! [`Controller`]: a host's association with an NVMe-oF controller over NVMe/TCP, kept up across
+//! connection loss.
 //!
 //! [`Controller::connect`] brings the association up the way the Linux host does: admin queue (ICReq,
 //! Fabrics Connect with CNTLID 0xFFFF and KATO), Property Get CAP, Property Set CC.EN and a wait for
 //! CSTS.RDY bounded by CAP.TO, Identify Controller, Set Features Number of Queues, then one TCP connection
-//! and Fabrics Connect per granted I/O queue, and a keep-alive timer at KATO/2.
+//! and Fabrics Connect per granted I/O queue, the namespace scan, and Asynchronous Event Requests.
 //!
-//! Threads: each queue has its I/O thread ([`crate::tcp::QueueHandle`]); the keep-alive timer has one; the
-//! blocking calls here run on the caller's thread, split transfers at MDTS, submit every piece at once
-//! (spread round-robin over the I/O queues) and wait for all of them, each wait bounded by
-//! [`ConnectOptions::io_timeout`]. The blocking wrappers copy between the caller's slice and the queue's
-//! owned buffer; zero-copy callers use [`Controller::submit_io`] with owned buffers.
+//! Reconnect (nvme-cli's `--reconnect-delay`, `--ctrl-loss-tmo`, `--fast-io-fail-tmo`): when any queue of
+//! the association fails (transport error, command timeout) or a Keep Alive fails, the controller becomes
+//! [`ControllerState::Reconnecting`]: every queue's connection is aborted and every
+//! [`ConnectOptions::reconnect_delay`] a whole new association is tried (same host NQN and ID, same number
+//! of I/O queues) until one comes up — the queues' connections are then replaced in place, so the
+//! [`QueueHandle`]s callers hold stay valid — or [`ConnectOptions::ctrl_loss_tmo`] has passed since the
+//! loss ([`ControllerState::Failed`]). Meanwhile I/O is held: new I/O submissions wait, and I/O commands
+//! the lost connection had in flight are resubmitted on the new association (reads, writes, flush, write
+//! zeroes and DSM are safe to repeat at the block level), through the [`crate::tcp::Pending`] the caller
+//! waits on; see `tcp::handle` for how the owned buffers are kept without a copy. After `fast_io_fail_tmo`
+//! held and new I/O fail with [`HostError::FastIoFail`] while attempts go on; after `ctrl_loss_tmo` with
+//! [`HostError::ControllerLost`]. Admin commands are not held: they fail with the transport error.
+//!
+//! Asynchronous events: the host keeps AERL + 1 Asynchronous Event Requests outstanding (at most 8); a
+//! Namespace Attribute Changed notice makes it read the Changed Namespace List log (which clears the
+//! event), rescan the namespaces and bump [`Controller::namespace_generation`], then re-arm the request.
+//!
+//! Threads: each queue has its I/O thread ([`crate::tcp::QueueHandle`]). One supervisor thread per
+//! controller sends the Keep Alives (every KATO/2), watches the queues for failure (every 100 ms), handles
+//! asynchronous events and runs the reconnect attempts; it blocks on admin commands and connects, never on
+//! the data path. The blocking calls here run on the caller's thread, split transfers at MDTS, submit
+//! every piece at once (spread round-robin over the I/O queues) and wait for all of them, each wait
+//! bounded by [`ConnectOptions::io_timeout`] (and held while reconnecting). The blocking wrappers copy
+//! between the caller's slice and the queue's owned buffer; zero-copy callers use
+//! [`Controller::submit_io`] with owned buffers. The data path takes one uncontended `RwLock` read (the
+//! queue's current connection; only a reconnect write-locks it) and no other lock.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
-use std::sync::{PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::connect::{Connect, ConnectData, ConnectResponse, CNTLID_DYNAMIC};
-use nvmf_common::fabrics::nqn::Nqn;
+use nvmf_common::fabrics::nqn::{Nqn, DISCOVERY_NQN};
 use nvmf_common::fabrics::property::{
     Capabilities, ControllerConfiguration, ControllerStatus, Property, PropertyGet, PropertySet, ShutdownNotification,
     ShutdownStatus,
 };
-use nvmf_common::nvme::admin::KeepAlive;
+use nvmf_common::nvme::admin::{AsyncEvent, AsyncEventRequest, KeepAlive};
 use nvmf_common::nvme::features::{NumberOfQueues, SetFeatures};
 use nvmf_common::nvme::identify::{
     cns, ActiveNamespaceIdList, Identify, IdentifyController, IdentifyNamespace, NamespaceIdentificationDescriptor,
     IDENTIFY_DATA_SIZE,
 };
 use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes, DSM_MAX_RANGES};
+use nvmf_common::nvme::log_page::{lid, ChangedNamespaceList, GetLogPage, CHANGED_NAMESPACE_LIST_SIZE};
 use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, SubmissionQueueEntry};
 
 use crate::error::HostError;
 use crate::identity::HostIdentity;
+use crate::tcp::handle::Recovery;
 use crate::tcp::{DataDirection, Pending, QueueHandle, Reply, Request, Submitter, TcpQueue, TcpQueueOptions};
 
 /// Depth of the admin queue (Linux uses 32).
 const ADMIN_QUEUE_SIZE: u16 = 32;
 /// In-capsule data the admin queue uses (NVMe/TCP: at least 8 KiB on the admin queue).
 const ADMIN_IN_CAPSULE: u32 = 8192;
+/// Most Asynchronous Event Requests kept outstanding, whatever AERL allows (they occupy admin queue slots).
+const MAX_AERS: usize = 8;
+/// How often the supervisor looks at the queues for a failure.
+const SUPERVISOR_TICK: Duration = Duration::from_millis(100);
 
 /// How to connect (nvme-cli's option names in the field docs).
 #[derive(Debug, Clone)]
@@ -160,23 +188,136 @@ pub enum ControllerState {
     Failed,
 }
 
+/// The queues and facts of one association (what [`associate`] brings up).
 #[derive(Debug)]
-struct KeepAliveTimer {
-    stop: Sender<()>,
-    thread: JoinHandle<()>,
+struct Association {
+    info: ControllerInfo,
+    admin: QueueHandle,
+    io: Vec<QueueHandle>,
+    /// Asynchronous Event Requests to keep outstanding (AERL + 1, capped).
+    aers: usize,
+}
+
+/// Where the controller stands, shared by the controller, its queues (as their [`Recovery`]) and the
+/// supervisor. Changed under the mutex; waiters (held I/O) sleep on the condition variable; the state is
+/// mirrored in atomics so [`Controller::state`] and [`Controller::reconnects`] take no lock.
+#[derive(Debug)]
+struct Supervision {
+    status: Mutex<Status>,
+    changed: Condvar,
+    /// [`ControllerState`] as `kind << 32 | attempts`.
+    word: AtomicU64,
+    /// Associations since the first (the current association's epoch).
+    reconnects: AtomicU64,
+    fast_io_fail_tmo: Option<Duration>,
+}
+
+#[derive(Debug)]
+struct Status {
+    state: ControllerState,
+    /// The current association: 0 for the first, +1 per reconnect.
+    epoch: u64,
+    /// When the association was lost (while not Live).
+    lost_at: Option<Instant>,
+}
+
+impl ControllerState {
+    fn to_word(self) -> u64 {
+        match self {
+            ControllerState::Live => 0,
+            ControllerState::Reconnecting { attempts } => (1 << 32) | u64::from(attempts),
+            ControllerState::Deleting => 2 << 32,
+            ControllerState::Failed => 3 << 32,
+        }
+    }
+
+    fn from_word(word: u64) -> Self {
+        #[allow(clippy::cast_possible_truncation)] // the low half is the attempt count
+        let attempts = word as u32;
+        match word >> 32 {
+            0 => ControllerState::Live,
+            1 => ControllerState::Reconnecting { attempts },
+            2 => ControllerState::Deleting,
+            _ => ControllerState::Failed,
+        }
+    }
+}
+
+impl Supervision {
+    fn lock(&self) -> MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, status: &mut Status, state: ControllerState) {
+        status.state = state;
+        self.word.store(state.to_word(), Ordering::Release);
+        self.changed.notify_all();
+    }
+
+    /// Association `epoch` was lost (`cause`): start reconnecting unless that already happened.
+    fn lose(&self, status: &mut Status, epoch: u64, cause: &HostError) {
+        if status.epoch == epoch && status.state == ControllerState::Live {
+            tracing::warn!(error = %cause, "association lost; reconnecting");
+            status.lost_at = Some(Instant::now());
+            self.set(status, ControllerState::Reconnecting { attempts: 0 });
+        }
+    }
+
+    fn lost_for(status: &Status) -> Duration {
+        status.lost_at.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+}
+
+impl Recovery for Supervision {
+    fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError> {
+        let mut status = self.lock();
+        loop {
+            if status.epoch > epoch {
+                return Ok(());
+            }
+            match status.state {
+                ControllerState::Live => self.lose(&mut status, epoch, cause),
+                ControllerState::Deleting => return Err(cause.clone()),
+                ControllerState::Failed => return Err(HostError::ControllerLost { after: Self::lost_for(&status) }),
+                ControllerState::Reconnecting { .. } => {
+                    let lost = Self::lost_for(&status);
+                    // Wake at the fast-fail deadline; otherwise the supervisor's state changes wake us (the
+                    // one-second bound is only a guard against a missed notification).
+                    let wait = match self.fast_io_fail_tmo {
+                        Some(f) if lost >= f => return Err(HostError::FastIoFail { after: lost }),
+                        Some(f) => (f - lost).min(Duration::from_secs(1)),
+                        None => Duration::from_secs(1),
+                    };
+                    status = self.changed.wait_timeout(status, wait).unwrap_or_else(PoisonError::into_inner).0;
+                }
+            }
+        }
+    }
+}
+
+/// What the controller, its supervisor and its queues share.
+#[derive(Debug)]
+struct Inner {
+    addr: SocketAddr,
+    subnqn: String,
+    options: ConnectOptions,
+    admin: QueueHandle,
+    io: Vec<QueueHandle>,
+    aers: usize,
+    namespaces: RwLock<HashMap<u32, NamespaceInfo>>,
+    /// Bumped on each namespace change; waiters sleep on `namespace_changed`.
+    namespace_generation: Mutex<u64>,
+    namespace_changed: Condvar,
+    supervision: Arc<Supervision>,
 }
 
 /// An association with one controller (see the module docs).
 #[derive(Debug)]
 pub struct Controller {
-    addr: SocketAddr,
+    inner: Arc<Inner>,
     info: ControllerInfo,
-    admin: Option<QueueHandle>,
-    io: Vec<QueueHandle>,
     next_io: AtomicUsize,
-    namespaces: RwLock<HashMap<u32, NamespaceInfo>>,
-    keep_alive: Option<KeepAliveTimer>,
-    io_timeout: Duration,
+    supervisor: Option<JoinHandle<()>>,
 }
 
 fn property_get(admin: &Submitter, p: Property, timeout: Duration) -> Result<u64, HostError> {
@@ -303,155 +444,91 @@ fn wait_csts(
     }
 }
 
-impl Controller {
-    /// Connect to subsystem `subnqn` at `addr` and bring the association up (see the module docs).
-    pub fn connect(addr: SocketAddr, subnqn: &str, options: ConnectOptions) -> Result<Self, HostError> {
-        let t = options.io_timeout;
-        let kato_ms = u32::try_from(options.keep_alive_tmo.as_millis()).unwrap_or(u32::MAX);
-        let admin = open_queue(addr, &options, 0, ADMIN_QUEUE_SIZE - 1, ADMIN_IN_CAPSULE)?;
-        let a = admin.submitter();
-        let cntlid = fabrics_connect(&a, &options, subnqn, ADMIN_QUEUE_SIZE - 1, CNTLID_DYNAMIC, kato_ms)?;
+/// Bring a whole association up (see the module docs); `io_queues` overrides the I/O queues asked for.
+fn associate(
+    addr: SocketAddr,
+    subnqn: &str,
+    options: &ConnectOptions,
+    io_queues: u16,
+) -> Result<Association, HostError> {
+    let t = options.io_timeout;
+    let kato_ms = u32::try_from(options.keep_alive_tmo.as_millis()).unwrap_or(u32::MAX);
+    let admin = open_queue(addr, options, 0, ADMIN_QUEUE_SIZE - 1, ADMIN_IN_CAPSULE)?;
+    let a = admin.submitter();
+    let cntlid = fabrics_connect(&a, options, subnqn, ADMIN_QUEUE_SIZE - 1, CNTLID_DYNAMIC, kato_ms)?;
 
-        let cap = Capabilities::from_u64(property_get(&a, Property::Cap, t)?);
-        let cc = ControllerConfiguration { en: true, iosqes: 6, iocqes: 4, ..ControllerConfiguration::default() };
-        property_set(&a, Property::Cc, u64::from(cc.to_u32()), t)?;
-        let ready_within = Duration::from_millis(u64::from(cap.timeout_ms().max(500)));
-        wait_csts(&a, "RDY after CC.EN", ready_within, t, |c| c.rdy)?;
+    let cap = Capabilities::from_u64(property_get(&a, Property::Cap, t)?);
+    let cc = ControllerConfiguration { en: true, iosqes: 6, iocqes: 4, ..ControllerConfiguration::default() };
+    property_set(&a, Property::Cc, u64::from(cc.to_u32()), t)?;
+    let ready_within = Duration::from_millis(u64::from(cap.timeout_ms().max(500)));
+    wait_csts(&a, "RDY after CC.EN", ready_within, t, |c| c.rdy)?;
 
-        let sqe = Identify::new(cns::CONTROLLER, 0).to_sqe();
-        let reply =
-            run(&a, "Identify Controller", sqe, DataDirection::ControllerToHost, vec![0; IDENTIFY_DATA_SIZE], t)?;
-        let id = IdentifyController::parse(&reply.data).map_err(|e| HostError::wire("Identify Controller", e))?;
-        let page = 1u64 << (12 + u32::from(cap.mpsmin));
-        let max_transfer =
-            (id.mdts != 0).then(|| u32::try_from(page << u32::from(id.mdts).min(20)).unwrap_or(u32::MAX));
-        let in_capsule_data = id.ioccsz.saturating_mul(16).saturating_sub(64);
-        let mut info = ControllerInfo {
-            cntlid,
-            serial: id.sn.trim().to_string(),
-            model: id.mn.trim().to_string(),
-            firmware: id.fr.trim().to_string(),
-            subnqn: id.subnqn.to_string(),
-            max_transfer,
-            in_capsule_data,
-            nn: id.nn,
-            oncs: id.oncs,
-            vwc: id.vwc_present(),
-            kas_ms: u32::from(id.kas) * 100,
-            io_queues: 0,
-            cap,
-        };
+    let sqe = Identify::new(cns::CONTROLLER, 0).to_sqe();
+    let reply = run(&a, "Identify Controller", sqe, DataDirection::ControllerToHost, vec![0; IDENTIFY_DATA_SIZE], t)?;
+    let id = IdentifyController::parse(&reply.data).map_err(|e| HostError::wire("Identify Controller", e))?;
+    let page = 1u64 << (12 + u32::from(cap.mpsmin));
+    let max_transfer = (id.mdts != 0).then(|| u32::try_from(page << u32::from(id.mdts).min(20)).unwrap_or(u32::MAX));
+    let in_capsule_data = id.ioccsz.saturating_mul(16).saturating_sub(64);
+    let mut info = ControllerInfo {
+        cntlid,
+        serial: id.sn.trim().to_string(),
+        model: id.mn.trim().to_string(),
+        firmware: id.fr.trim().to_string(),
+        subnqn: id.subnqn.to_string(),
+        max_transfer,
+        in_capsule_data,
+        nn: id.nn,
+        oncs: id.oncs,
+        vwc: id.vwc_present(),
+        kas_ms: u32::from(id.kas) * 100,
+        io_queues: 0,
+        cap,
+    };
 
-        let mut io = Vec::new();
-        if options.nr_io_queues > 0 {
-            let want = NumberOfQueues::with_counts(u32::from(options.nr_io_queues), u32::from(options.nr_io_queues))
-                .map_err(|e| HostError::wire("Number of Queues", e))?;
-            let reply = run(
-                &a,
-                "Set Features (Number of Queues)",
-                SetFeatures::new(&want).to_sqe(),
-                DataDirection::None,
-                Vec::new(),
-                t,
-            )?;
-            let got = NumberOfQueues::from_dw0(reply.result.map(|c| c.dw0).unwrap_or_default());
-            let granted = got.submission_queues().min(got.completion_queues()).min(u32::from(options.nr_io_queues));
-            let granted = u16::try_from(granted).unwrap_or(options.nr_io_queues);
-            // Depth: queue_size entries, never more than MQES allows; SQSIZE is 0's based.
-            let entries = u32::from(options.queue_size).clamp(2, cap.max_queue_entries());
-            let sqsize = u16::try_from(entries - 1).unwrap_or(u16::MAX);
-            for qid in 1..=granted {
-                let q = open_queue(addr, &options, qid, sqsize.min(crate::tcp::MAX_QUEUE_DEPTH), in_capsule_data)?;
-                fabrics_connect(&q.submitter(), &options, subnqn, sqsize, cntlid, 0)?;
-                io.push(q);
-            }
-            info.io_queues = granted;
+    let mut io = Vec::new();
+    if io_queues > 0 {
+        let want = NumberOfQueues::with_counts(u32::from(io_queues), u32::from(io_queues))
+            .map_err(|e| HostError::wire("Number of Queues", e))?;
+        let reply = run(
+            &a,
+            "Set Features (Number of Queues)",
+            SetFeatures::new(&want).to_sqe(),
+            DataDirection::None,
+            Vec::new(),
+            t,
+        )?;
+        let got = NumberOfQueues::from_dw0(reply.result.map(|c| c.dw0).unwrap_or_default());
+        let granted = got.submission_queues().min(got.completion_queues()).min(u32::from(io_queues));
+        let granted = u16::try_from(granted).unwrap_or(io_queues);
+        // Depth: queue_size entries, never more than MQES allows; SQSIZE is 0's based.
+        let entries = u32::from(options.queue_size).clamp(2, cap.max_queue_entries());
+        let sqsize = u16::try_from(entries - 1).unwrap_or(u16::MAX);
+        for qid in 1..=granted {
+            let q = open_queue(addr, options, qid, sqsize.min(crate::tcp::MAX_QUEUE_DEPTH), in_capsule_data)?;
+            fabrics_connect(&q.submitter(), options, subnqn, sqsize, cntlid, 0)?;
+            io.push(q);
         }
-
-        let keep_alive = (kato_ms > 0).then(|| {
-            let (stop, stopped) = channel::<()>();
-            let interval = options.keep_alive_tmo / 2;
-            let sub = a.clone();
-            let thread = std::thread::Builder::new().name("nvmf-keepalive".into()).spawn(move || loop {
-                match stopped.recv_timeout(interval) {
-                    Err(RecvTimeoutError::Timeout) => {
-                        if let Err(e) = run(&sub, "Keep Alive", KeepAlive.to_sqe(), DataDirection::None, Vec::new(), t)
-                        {
-                            tracing::warn!(error = %e, "keep-alive failed");
-                            if matches!(e, HostError::ShutDown { .. }) {
-                                return;
-                            }
-                        }
-                    }
-                    _ => return,
-                }
-            });
-            thread.map(|thread| KeepAliveTimer { stop, thread })
-        });
-        let keep_alive = keep_alive.transpose().map_err(|e| HostError::io(0, "spawning the keep-alive thread", &e))?;
-
-        let ctrl = Controller {
-            addr,
-            info,
-            admin: Some(admin),
-            io,
-            next_io: AtomicUsize::new(0),
-            namespaces: RwLock::new(HashMap::new()),
-            keep_alive,
-            io_timeout: t,
-        };
-        // A discovery controller has no namespaces (and refuses the Identify CNS 02h that lists them).
-        if subnqn != nvmf_common::fabrics::nqn::DISCOVERY_NQN {
-            ctrl.namespaces()?;
-        }
-        tracing::info!(%addr, subnqn, cntlid, io_queues = ctrl.info.io_queues, "connected");
-        Ok(ctrl)
+        info.io_queues = granted;
     }
+    // A discovery controller reports its log changes differently; the host does not wait for its events.
+    let aers = if subnqn == DISCOVERY_NQN { 0 } else { (usize::from(id.aerl) + 1).min(MAX_AERS) };
+    Ok(Association { info, admin, io, aers })
+}
 
-    /// What Identify Controller said, plus the granted queue count.
-    pub fn info(&self) -> &ControllerInfo {
-        &self.info
-    }
-
-    /// Where the association stands (cheap: for metrics and health checks).
-    pub fn state(&self) -> ControllerState {
-        ControllerState::Live
-    }
-
-    /// Associations re-established after a loss since [`Controller::connect`].
-    pub fn reconnects(&self) -> u64 {
-        0
-    }
-
-    /// The address connected to.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The admin queue.
-    pub fn admin(&self) -> Result<&QueueHandle, HostError> {
-        self.admin.as_ref().ok_or(HostError::ShutDown { qid: 0 })
-    }
-
-    /// The I/O queues (`io_queues()[0]` is QID 1).
-    pub fn io_queues(&self) -> &[QueueHandle] {
-        &self.io
-    }
-
-    /// Run an admin command and wait; `data` is the buffer (sent or filled per `direction`).
-    pub fn admin_command(
+impl Inner {
+    fn admin_command(
         &self,
         command: &'static str,
         sqe: SubmissionQueueEntry,
         direction: DataDirection,
         data: Vec<u8>,
     ) -> Result<Reply, HostError> {
-        run(&self.admin()?.submitter(), command, sqe, direction, data, self.io_timeout)
+        run(&self.admin.submitter(), command, sqe, direction, data, self.options.io_timeout)
     }
 
-    /// The active namespaces (Identify CNS 02h, then CNS 00h and 03h for each); refreshes the namespace
-    /// table the I/O wrappers use.
-    pub fn namespaces(&self) -> Result<Vec<NamespaceInfo>, HostError> {
+    /// Identify CNS 02h, then CNS 00h and 03h for each active namespace; replaces the namespace table.
+    /// Returns the namespaces and whether the table changed.
+    fn scan_namespaces(&self) -> Result<(Vec<NamespaceInfo>, bool), HostError> {
         let c2h = DataDirection::ControllerToHost;
         let list = self.admin_command(
             "Identify (Active Namespace ID list)",
@@ -482,13 +559,308 @@ impl Controller {
                 });
             out.push(NamespaceInfo { nsid, block_size, blocks: ns.nsze, nguid: ns.nguid, uuid });
         }
+        let new: HashMap<u32, NamespaceInfo> = out.iter().map(|n| (n.nsid, *n)).collect();
         let mut table = self.namespaces.write().unwrap_or_else(PoisonError::into_inner);
-        *table = out.iter().map(|n| (n.nsid, *n)).collect();
-        Ok(out)
+        let changed = *table != new;
+        *table = new;
+        Ok((out, changed))
+    }
+
+    fn bump_namespace_generation(&self) {
+        let mut g = self.namespace_generation.lock().unwrap_or_else(PoisonError::into_inner);
+        *g += 1;
+        self.namespace_changed.notify_all();
+    }
+
+    /// Put `count` Asynchronous Event Requests on the admin queue, completing to `events`.
+    fn arm_aers(&self, count: usize, events: &SyncSender<Reply>) {
+        for _ in 0..count {
+            let request = Request {
+                sqe: AsyncEventRequest.to_sqe(),
+                data: Vec::new(),
+                direction: DataDirection::None,
+                context: (),
+            };
+            if let Err(e) = self.admin.submit_to(request, events.clone()) {
+                tracing::warn!(error = %e, "submitting an Asynchronous Event Request");
+            }
+        }
+    }
+
+    /// An Asynchronous Event Request completed: handle the event and re-arm. Failed requests (the
+    /// association went away) are re-armed by the reconnect instead.
+    fn on_event(&self, reply: &Reply, events: &SyncSender<Reply>) {
+        let cqe = match &reply.result {
+            Ok(cqe) if cqe.status.is_success() => cqe,
+            Ok(cqe) => return tracing::debug!(status = %cqe.status, "Asynchronous Event Request ended"),
+            Err(e) => return tracing::debug!(error = %e, "Asynchronous Event Request ended"),
+        };
+        match AsyncEvent::from_dw0(cqe.dw0) {
+            Ok(event) if event == AsyncEvent::NAMESPACE_ATTRIBUTE_CHANGED => {
+                if let Err(e) = self.namespace_change() {
+                    tracing::warn!(error = %e, "handling a Namespace Attribute Changed event");
+                }
+            }
+            Ok(event) => tracing::info!(?event, "asynchronous event"),
+            Err(e) => tracing::warn!(error = %e, dw0 = cqe.dw0, "unknown asynchronous event"),
+        }
+        self.arm_aers(1, events);
+    }
+
+    /// Read the Changed Namespace List (clearing the event), rescan and tell the waiters.
+    fn namespace_change(&self) -> Result<(), HostError> {
+        let size = CHANGED_NAMESPACE_LIST_SIZE as u64;
+        let sqe = GetLogPage::new(lid::CHANGED_NAMESPACE_LIST, u32::MAX, size)
+            .map_err(|e| HostError::wire("Get Log Page (Changed Namespace List)", e))?
+            .to_sqe();
+        let log = self.admin_command(
+            "Get Log Page (Changed Namespace List)",
+            sqe,
+            DataDirection::ControllerToHost,
+            vec![0; CHANGED_NAMESPACE_LIST_SIZE],
+        )?;
+        let changed =
+            ChangedNamespaceList::parse(&log.data).map_err(|e| HostError::wire("Changed Namespace List", e))?;
+        tracing::info!(?changed, "namespace attributes changed; rescanning");
+        self.scan_namespaces()?;
+        self.bump_namespace_generation();
+        Ok(())
+    }
+
+    fn queues(&self) -> impl Iterator<Item = &QueueHandle> {
+        std::iter::once(&self.admin).chain(&self.io)
+    }
+
+    /// The first failure among the queues of the current association.
+    fn failure(&self) -> Option<HostError> {
+        self.queues().find_map(QueueHandle::failure)
+    }
+
+    /// One reconnect attempt: a new association with as many I/O queues as before, put in place.
+    fn reconnect(&self, events: &SyncSender<Reply>) -> Result<(), HostError> {
+        let want = u16::try_from(self.io.len()).unwrap_or(u16::MAX);
+        let assoc = associate(self.addr, &self.subnqn, &self.options, want)?;
+        if assoc.io.len() != self.io.len() {
+            return Err(HostError::Controller(format!(
+                "the new association has {} I/O queues, the controller had {}",
+                assoc.io.len(),
+                self.io.len()
+            )));
+        }
+        let sup = &self.supervision;
+        let epoch = sup.lock().epoch + 1;
+        self.admin.replace(assoc.admin, epoch);
+        for (q, new) in self.io.iter().zip(assoc.io) {
+            q.replace(new, epoch);
+        }
+        {
+            let mut status = sup.lock();
+            status.epoch = epoch;
+            status.lost_at = None;
+            sup.reconnects.store(epoch, Ordering::Relaxed);
+            sup.set(&mut status, ControllerState::Live);
+        }
+        tracing::info!(addr = %self.addr, subnqn = self.subnqn, cntlid = assoc.info.cntlid, epoch, "reconnected");
+        if self.subnqn != DISCOVERY_NQN {
+            match self.scan_namespaces() {
+                Ok((_, true)) => self.bump_namespace_generation(),
+                Ok((_, false)) => {}
+                Err(e) => tracing::warn!(error = %e, "namespace scan after reconnect"),
+            }
+        }
+        self.arm_aers(self.aers, events);
+        Ok(())
+    }
+}
+
+/// The supervisor thread (see the module docs): runs until the controller is deleted or fails.
+fn supervise(inner: &Inner, events: &Receiver<Reply>, events_tx: &SyncSender<Reply>) {
+    let sup = &inner.supervision;
+    let o = &inner.options;
+    let keep_alive = (!o.keep_alive_tmo.is_zero()).then_some(o.keep_alive_tmo / 2);
+    let mut next_keep_alive = keep_alive.map(|i| Instant::now() + i);
+    let mut next_attempt: Option<Instant> = None;
+    loop {
+        match events.recv_timeout(SUPERVISOR_TICK) {
+            Ok(reply) => inner.on_event(&reply, events_tx),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+        }
+        let (state, epoch, lost_at) = {
+            let s = sup.lock();
+            (s.state, s.epoch, s.lost_at)
+        };
+        match state {
+            ControllerState::Deleting | ControllerState::Failed => return,
+            ControllerState::Live => {
+                if let Some(e) = inner.failure() {
+                    sup.lose(&mut sup.lock(), epoch, &e);
+                } else if next_keep_alive.is_some_and(|t| Instant::now() >= t) {
+                    next_keep_alive = keep_alive.map(|i| Instant::now() + i);
+                    let sqe = KeepAlive.to_sqe();
+                    let sub = inner.admin.submitter();
+                    if let Err(e) = run(&sub, "Keep Alive", sqe, DataDirection::None, Vec::new(), o.keep_alive_tmo) {
+                        sup.lose(&mut sup.lock(), epoch, &e);
+                    }
+                }
+            }
+            ControllerState::Reconnecting { attempts } => {
+                let lost_at = lost_at.unwrap_or_else(Instant::now);
+                let Some(at) = next_attempt else {
+                    // Just lost: drop every connection now (outstanding commands complete and are held).
+                    for q in inner.queues() {
+                        q.abort();
+                    }
+                    next_attempt = Some(lost_at + o.reconnect_delay);
+                    continue;
+                };
+                let now = Instant::now();
+                if o.ctrl_loss_tmo.is_some_and(|t| now >= lost_at + t) {
+                    tracing::error!(addr = %inner.addr, subnqn = inner.subnqn, attempts, "controller lost: giving up");
+                    sup.set(&mut sup.lock(), ControllerState::Failed);
+                    return;
+                }
+                if now < at {
+                    continue;
+                }
+                match inner.reconnect(events_tx) {
+                    Ok(()) => {
+                        next_attempt = None;
+                        next_keep_alive = keep_alive.map(|i| Instant::now() + i);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, attempt = attempts + 1, "reconnect failed");
+                        next_attempt = Some(Instant::now() + o.reconnect_delay);
+                        let mut s = sup.lock();
+                        if s.state == (ControllerState::Reconnecting { attempts }) {
+                            sup.set(&mut s, ControllerState::Reconnecting { attempts: attempts + 1 });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Controller {
+    /// Connect to subsystem `subnqn` at `addr` and bring the association up (see the module docs). A
+    /// failure here is returned as is: reconnecting starts only once an association was up.
+    pub fn connect(addr: SocketAddr, subnqn: &str, options: ConnectOptions) -> Result<Self, HostError> {
+        let assoc = associate(addr, subnqn, &options, options.nr_io_queues)?;
+        let supervision = Arc::new(Supervision {
+            status: Mutex::new(Status { state: ControllerState::Live, epoch: 0, lost_at: None }),
+            changed: Condvar::new(),
+            word: AtomicU64::new(ControllerState::Live.to_word()),
+            reconnects: AtomicU64::new(0),
+            fast_io_fail_tmo: options.fast_io_fail_tmo,
+        });
+        let recovery: Arc<dyn Recovery> = supervision.clone();
+        let inner = Arc::new(Inner {
+            addr,
+            subnqn: subnqn.to_owned(),
+            options,
+            admin: assoc.admin,
+            io: assoc.io.into_iter().map(|q| q.recovering(0, Arc::clone(&recovery))).collect(),
+            aers: assoc.aers,
+            namespaces: RwLock::new(HashMap::new()),
+            namespace_generation: Mutex::new(0),
+            namespace_changed: Condvar::new(),
+            supervision,
+        });
+        // A discovery controller has no namespaces (and refuses the Identify CNS 02h that lists them).
+        if subnqn != DISCOVERY_NQN {
+            inner.scan_namespaces()?;
+        }
+        // Room for every request of two associations (a lost one's failures and a new one's events).
+        let (events_tx, events) = sync_channel(2 * MAX_AERS + 2);
+        inner.arm_aers(inner.aers, &events_tx);
+        let thread_inner = Arc::clone(&inner);
+        let supervisor = std::thread::Builder::new()
+            .name("nvmf-supervisor".into())
+            .spawn(move || supervise(&thread_inner, &events, &events_tx))
+            .map_err(|e| HostError::io(0, "spawning the supervisor thread", &e))?;
+        let info = assoc.info;
+        tracing::info!(%addr, subnqn, cntlid = info.cntlid, io_queues = info.io_queues, "connected");
+        Ok(Controller { inner, info, next_io: AtomicUsize::new(0), supervisor: Some(supervisor) })
+    }
+
+    /// What Identify Controller said, plus the granted queue count, as of the first association (a
+    /// reconnect keeps the queue count; the controller may give it another CNTLID).
+    pub fn info(&self) -> &ControllerInfo {
+        &self.info
+    }
+
+    /// Where the association stands (lock-free: for metrics and health checks).
+    pub fn state(&self) -> ControllerState {
+        ControllerState::from_word(self.inner.supervision.word.load(Ordering::Acquire))
+    }
+
+    /// Associations re-established after a loss since [`Controller::connect`] (lock-free).
+    pub fn reconnects(&self) -> u64 {
+        self.inner.supervision.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// Bumped each time the namespace table changes under the caller (a Namespace Attribute Changed event,
+    /// or a rescan after a reconnect that found other namespaces).
+    pub fn namespace_generation(&self) -> u64 {
+        *self.inner.namespace_generation.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wait up to `timeout` for [`Controller::namespace_generation`] to move past `seen`; returns the
+    /// generation then (still `seen` on timeout).
+    pub fn wait_namespace_change(&self, seen: u64, timeout: Duration) -> u64 {
+        let g = self.inner.namespace_generation.lock().unwrap_or_else(PoisonError::into_inner);
+        let (g, _) = self
+            .inner
+            .namespace_changed
+            .wait_timeout_while(g, timeout, |g| *g == seen)
+            .unwrap_or_else(PoisonError::into_inner);
+        *g
+    }
+
+    /// The address connected to.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// The admin queue.
+    pub fn admin(&self) -> Result<&QueueHandle, HostError> {
+        Ok(&self.inner.admin)
+    }
+
+    /// The I/O queues (`io_queues()[0]` is QID 1).
+    pub fn io_queues(&self) -> &[QueueHandle] {
+        &self.inner.io
+    }
+
+    /// Run an admin command and wait; `data` is the buffer (sent or filled per `direction`). Not held while
+    /// reconnecting: it fails with the transport error.
+    pub fn admin_command(
+        &self,
+        command: &'static str,
+        sqe: SubmissionQueueEntry,
+        direction: DataDirection,
+        data: Vec<u8>,
+    ) -> Result<Reply, HostError> {
+        self.inner.admin_command(command, sqe, direction, data)
+    }
+
+    /// The active namespaces (Identify CNS 02h, then CNS 00h and 03h for each); refreshes the namespace
+    /// table the I/O wrappers use.
+    pub fn namespaces(&self) -> Result<Vec<NamespaceInfo>, HostError> {
+        self.inner.scan_namespaces().map(|(list, _)| list)
+    }
+
+    /// The namespaces as of the last scan (no command sent).
+    pub fn known_namespaces(&self) -> Vec<NamespaceInfo> {
+        let mut list: Vec<NamespaceInfo> =
+            self.inner.namespaces.read().unwrap_or_else(PoisonError::into_inner).values().copied().collect();
+        list.sort_by_key(|n| n.nsid);
+        list
     }
 
     fn namespace(&self, nsid: u32) -> Result<NamespaceInfo, HostError> {
-        self.namespaces
+        self.inner
+            .namespaces
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&nsid)
@@ -498,13 +870,17 @@ impl Controller {
 
     /// The next I/O queue, round-robin.
     fn io_queue(&self) -> Result<&QueueHandle, HostError> {
-        if self.io.is_empty() {
+        let io = &self.inner.io;
+        if io.is_empty() {
             return Err(HostError::InvalidRequest("the association has no I/O queues".into()));
         }
-        Ok(&self.io[self.next_io.fetch_add(1, Ordering::Relaxed) % self.io.len()])
+        Ok(&io[self.next_io.fetch_add(1, Ordering::Relaxed) % io.len()])
     }
 
     /// Submit an I/O command on the next I/O queue (owned buffer, no copy); wait on the returned [`Pending`].
+    /// While the controller reconnects this blocks until the new association is up (or fails with
+    /// [`HostError::FastIoFail`] / [`HostError::ControllerLost`]), and a command the lost connection had
+    /// in flight is resubmitted by [`Pending::wait`] with the same buffer.
     pub fn submit_io(&self, request: Request<()>) -> Result<Pending, HostError> {
         self.io_queue()?.submit(request)
     }
@@ -535,7 +911,7 @@ impl Controller {
         let mut replies = Vec::with_capacity(pending.len());
         let mut first_error = None;
         for p in pending {
-            match finish(command, p, self.io_timeout) {
+            match finish(command, p, self.inner.options.io_timeout) {
                 Ok(r) => replies.push(r),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -588,7 +964,7 @@ impl Controller {
     pub fn flush(&self, nsid: u32) -> Result<(), HostError> {
         let sqe = Flush { nsid }.to_sqe();
         let p = self.submit_io(Request { sqe, data: Vec::new(), direction: DataDirection::None, context: () })?;
-        finish("Flush", p, self.io_timeout).map(|_| ())
+        finish("Flush", p, self.inner.options.io_timeout).map(|_| ())
     }
 
     /// Write Zeroes over `blocks` blocks from `slba` (split into commands of at most 65536 blocks).
@@ -633,16 +1009,20 @@ impl Controller {
         self.wait_all("Dataset Management", pending).map(|_| ())
     }
 
-    /// Shut down cleanly: stop keep-alive, close the I/O queues, CC.SHN normal and wait for CSTS.SHST
-    /// complete (bounded by CAP.TO, at least 5 s), then close the admin queue.
+    /// Shut down cleanly: stop the supervisor, close the I/O queues, CC.SHN normal and wait for CSTS.SHST
+    /// complete (bounded by CAP.TO, at least 5 s), then close the admin queue. Held I/O fails. A controller
+    /// that is not live has no association to shut down: its queues are just closed.
     pub fn disconnect(mut self) -> Result<(), HostError> {
-        self.stop_keep_alive();
-        for q in self.io.drain(..) {
-            q.close();
+        let was = self.stop_supervisor();
+        for q in &self.inner.io {
+            q.shutdown();
         }
-        let admin = self.admin.take().ok_or(HostError::ShutDown { qid: 0 })?;
-        let a = admin.submitter();
-        let t = self.io_timeout;
+        if was != ControllerState::Live {
+            self.inner.admin.abort();
+            return Ok(());
+        }
+        let a = self.inner.admin.submitter();
+        let t = self.inner.options.io_timeout;
         let cc = ControllerConfiguration {
             en: true,
             iosqes: 6,
@@ -654,20 +1034,30 @@ impl Controller {
             let within = Duration::from_millis(u64::from(self.info.cap.timeout_ms().max(5000)));
             wait_csts(&a, "SHST complete after CC.SHN", within, t, |c| c.shst == ShutdownStatus::Complete)
         });
-        admin.close();
+        // Abort rather than close: the Asynchronous Event Requests stay outstanding until then.
+        self.inner.admin.abort();
         result
     }
 
-    fn stop_keep_alive(&mut self) {
-        if let Some(k) = self.keep_alive.take() {
-            drop(k.stop);
-            let _ = k.thread.join();
+    /// Enter Deleting (held I/O fails) and join the supervisor; returns the state before.
+    fn stop_supervisor(&mut self) -> ControllerState {
+        let sup = &self.inner.supervision;
+        let was = {
+            let mut status = sup.lock();
+            let was = status.state;
+            sup.set(&mut status, ControllerState::Deleting);
+            was
+        };
+        if let Some(t) = self.supervisor.take() {
+            let _ = t.join();
         }
+        was
     }
 }
 
 impl Drop for Controller {
     fn drop(&mut self) {
-        self.stop_keep_alive();
+        self.stop_supervisor();
+        self.inner.admin.abort();
     }
 }

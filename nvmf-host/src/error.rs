@@ -130,6 +130,42 @@ pub enum HostError {
         /// The queue depth.
         depth: u16,
     },
+    /// The association was lost and [`crate::ConnectOptions::fast_io_fail_tmo`] has passed: I/O fails
+    /// while the controller goes on reconnecting.
+    #[error("I/O failed fast: the association was lost {after:?} ago and is still reconnecting (fast_io_fail_tmo)")]
+    FastIoFail {
+        /// How long ago the association was lost.
+        after: Duration,
+    },
+    /// The controller could not be reconnected within [`crate::ConnectOptions::ctrl_loss_tmo`]; it no
+    /// longer tries and all its I/O fails.
+    #[error("controller lost: no association for {after:?} (ctrl_loss_tmo), reconnecting stopped")]
+    ControllerLost {
+        /// How long ago the association was lost.
+        after: Duration,
+    },
+    /// An RDMA verbs or RDMA CM operation of an NVMe/RDMA queue failed, or the controller broke the
+    /// NVMe/RDMA protocol (a response for no outstanding command, a failed work completion …). Fatal for the
+    /// queue.
+    #[error("queue {qid}: NVMe/RDMA: {what}: {message}")]
+    Rdma {
+        /// The queue.
+        qid: u16,
+        /// What the host was doing.
+        what: &'static str,
+        /// The verbs error, or what was wrong.
+        message: String,
+    },
+    /// The controller rejected the RDMA CM connect request of an NVMe/RDMA queue.
+    #[error("queue {qid}: RDMA connect to {addr} rejected: {reason}")]
+    RdmaRejected {
+        /// The queue.
+        qid: u16,
+        /// Where we tried to connect.
+        addr: SocketAddr,
+        /// The NVMe/RDMA reject status (decoded), or the RDMA CM status when the reject carried none.
+        reason: String,
+    },
     /// The queue or controller was shut down by this host.
     #[error("queue {qid} is shut down")]
     ShutDown {

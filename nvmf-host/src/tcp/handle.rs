@@ -15,17 +15,27 @@
 //! When the queue fails, every outstanding and later request completes with the failure; the handle stays
 //! valid and reports it ([`QueueHandle::failure`]). Dropping the last handle (or [`QueueHandle::close`])
 //! lets outstanding commands finish (bounded by the command timeout), closes the socket and joins the thread.
+//!
+//! Reconnecting controllers: a handle's connection (its I/O thread and socket, the *link*) can be replaced
+//! by a new one with the same QID ([`QueueHandle::replace`]), so the handle callers hold stays valid across
+//! associations. The link sits behind an `RwLock` that only a replacement write-locks (once per
+//! reconnect), so the read lock a submission takes is uncontended while the association is live. A handle
+//! made with a [`Recovery`] holds I/O instead of failing it: a submission to a failed link waits in
+//! [`Recovery::hold`] and goes to the replacement; a command the link lost completes in [`Pending::wait`]
+//! by being resubmitted there — the [`Pending`] keeps the command's SQE (64 bytes, no allocation) and the
+//! queue hands the owned data buffer back with the failed completion, so nothing is copied.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mio::Waker;
+use nvmf_common::nvme::SubmissionQueueEntry;
 
-use super::queue::{Completion, QueueStats, Rejected, Request, TcpQueue};
+use super::queue::{Completion, DataDirection, QueueStats, Rejected, Request, TcpQueue};
 use crate::error::HostError;
 
 /// The result of one command from a [`QueueHandle`].
@@ -35,7 +45,10 @@ type ReplySender = SyncSender<Reply>;
 
 enum Message {
     Submit(Request<ReplySender>),
+    /// Let outstanding commands finish, then stop.
     Shutdown,
+    /// Fail outstanding commands now ([`HostError::ShutDown`]) and stop: the connection is being replaced.
+    Abort,
 }
 
 /// State the I/O thread publishes for other threads (atomics and a set-once cell: no lock).
@@ -48,23 +61,79 @@ struct Shared {
     failure: OnceLock<HostError>,
 }
 
+/// What a queue of a reconnecting controller does with I/O its connection cannot carry (see the module
+/// docs). Implemented by the controller's supervision state.
+pub(crate) trait Recovery: Send + Sync + std::fmt::Debug {
+    /// The link of association `epoch` failed with `cause`: block until a newer association is live
+    /// (`Ok`: resubmit there) or the I/O must fail (the error to fail it with).
+    fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError>;
+}
+
+/// Whether `e` means the connection was lost (so the command may be resubmitted on a new one), as opposed
+/// to something wrong with the command itself.
+fn transport_loss(e: &HostError) -> bool {
+    matches!(
+        e,
+        HostError::Io { .. }
+            | HostError::Pdu { .. }
+            | HostError::Protocol { .. }
+            | HostError::TermReq { .. }
+            | HostError::Closed { .. }
+            | HostError::Timeout { .. }
+            | HostError::ShutDown { .. }
+    )
+}
+
+/// What a [`Pending`] of a recovering queue keeps to resubmit its command.
+#[derive(Debug)]
+struct Retry {
+    slot: Arc<Slot>,
+    epoch: u64,
+    sqe: SubmissionQueueEntry,
+    direction: DataDirection,
+}
+
 /// A command in flight: wait for its completion.
 #[derive(Debug)]
 pub struct Pending {
     qid: u16,
     rx: Receiver<Reply>,
+    retry: Option<Retry>,
 }
 
 impl Pending {
     /// Wait up to `timeout` for the completion. The queue's own command timeout fails a command the
     /// controller never answers, so this bound is a second line of defence.
-    pub fn wait(self, timeout: Duration) -> Result<Reply, HostError> {
-        match self.rx.recv_timeout(timeout) {
-            Ok(reply) => Ok(reply),
-            Err(RecvTimeoutError::Timeout) => {
-                Err(HostError::Timeout { what: format!("completion on queue {}", self.qid), after: timeout })
+    ///
+    /// On a queue of a reconnecting controller, a command the connection lost is held until the controller
+    /// has a new association and then resubmitted (the bound applies to each wait for a completion; the
+    /// hold is bounded by the controller's fast-I/O-fail and controller-loss timeouts). If it must fail
+    /// instead, the reply carries that error and the command's buffer.
+    pub fn wait(mut self, timeout: Duration) -> Result<Reply, HostError> {
+        loop {
+            let reply = match self.rx.recv_timeout(timeout) {
+                Ok(reply) => reply,
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(HostError::Timeout {
+                        what: format!("completion on queue {}", self.qid),
+                        after: timeout,
+                    })
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(HostError::ShutDown { qid: self.qid }),
+            };
+            let Some(retry) = self.retry.take() else { return Ok(reply) };
+            let cause = match &reply.result {
+                Err(e) if transport_loss(e) => e.clone(),
+                _ => return Ok(reply),
+            };
+            if let Err(e) = retry.slot.hold(retry.epoch, &cause) {
+                return Ok(Reply { result: Err(e), ..reply });
             }
-            Err(RecvTimeoutError::Disconnected) => Err(HostError::ShutDown { qid: self.qid }),
+            let request = Request { sqe: retry.sqe, data: reply.data, direction: retry.direction, context: () };
+            match retry.slot.submit(request) {
+                Ok(next) => self = next,
+                Err((e, data)) => return Ok(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false }),
+            }
         }
     }
 }
@@ -87,10 +156,25 @@ impl Submitter {
     /// Submit `sqe` with `data` moving in `direction`; returns the pending completion.
     pub fn submit(&self, request: Request<()>) -> Result<Pending, HostError> {
         let (reply_tx, reply_rx) = sync_channel(1);
-        let request = Request { sqe: request.sqe, data: request.data, direction: request.direction, context: reply_tx };
-        self.tx.send(Message::Submit(request)).map_err(|_| HostError::ShutDown { qid: self.qid })?;
-        self.waker.wake().map_err(|e| HostError::io(self.qid, "waking the I/O thread", &e))?;
-        Ok(Pending { qid: self.qid, rx: reply_rx })
+        self.send(request, reply_tx).map_err(|(e, _)| e)?;
+        Ok(Pending { qid: self.qid, rx: reply_rx, retry: None })
+    }
+
+    /// Submit with the completion posted to `reply` (several commands may share one channel). On failure the
+    /// request's buffer comes back with the error.
+    pub(crate) fn send(&self, request: Request<()>, reply: ReplySender) -> Result<(), (HostError, Vec<u8>)> {
+        let request = Request { sqe: request.sqe, data: request.data, direction: request.direction, context: reply };
+        if let Err(e) = self.tx.send(Message::Submit(request)) {
+            let data = match e.0 {
+                Message::Submit(r) => r.data,
+                Message::Shutdown | Message::Abort => Vec::new(),
+            };
+            return Err((HostError::ShutDown { qid: self.qid }, data));
+        }
+        // The request is queued; if the wake fails the I/O thread is gone and the request completes with
+        // ShutDown when the channel drops.
+        let _ = self.waker.wake();
+        Ok(())
     }
 
     /// The queue identifier.
@@ -99,12 +183,81 @@ impl Submitter {
     }
 }
 
-/// A queue driven by its own I/O thread (see the module docs).
+/// One connection of a queue: its I/O thread and what it publishes.
 #[derive(Debug)]
-pub struct QueueHandle {
+struct Link {
     submitter: Submitter,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The association this link belongs to (see [`Recovery::hold`]).
+    epoch: u64,
+}
+
+impl Link {
+    fn stop(&mut self, message: Message) {
+        if let Some(thread) = self.thread.take() {
+            let _ = self.submitter.tx.send(message);
+            let _ = self.submitter.waker.wake();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What a handle and its [`Pending`]s share: the current link, the recovery policy, and the counters of
+/// links replaced so far.
+#[derive(Debug)]
+struct Slot {
+    qid: u16,
+    link: RwLock<Link>,
+    recovery: Option<Arc<dyn Recovery>>,
+    retired: [AtomicU64; 3],
+}
+
+impl Slot {
+    fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError> {
+        match &self.recovery {
+            Some(r) => r.hold(epoch, cause),
+            None => Err(cause.clone()),
+        }
+    }
+
+    /// Submit on the current link; with a recovery, hold while the link is failed.
+    fn submit(self: &Arc<Self>, request: Request<()>) -> Result<Pending, (HostError, Vec<u8>)> {
+        let mut request = request;
+        loop {
+            let (reply_tx, reply_rx) = sync_channel(1);
+            let (sqe, direction) = (request.sqe, request.direction);
+            let (cause, epoch, data) = {
+                let link = self.link.read().unwrap_or_else(PoisonError::into_inner);
+                let failed = self.recovery.as_ref().and_then(|_| link.shared.failure.get());
+                match failed {
+                    Some(e) => (e.clone(), link.epoch, request.data),
+                    None => match link.submitter.send(request, reply_tx) {
+                        Ok(()) => {
+                            let retry = self.recovery.as_ref().map(|_| Retry {
+                                slot: Arc::clone(self),
+                                epoch: link.epoch,
+                                sqe,
+                                direction,
+                            });
+                            return Ok(Pending { qid: self.qid, rx: reply_rx, retry });
+                        }
+                        Err((e, data)) => (e, link.epoch, data),
+                    },
+                }
+            };
+            if let Err(e) = self.hold(epoch, &cause) {
+                return Err((e, data));
+            }
+            request = Request { sqe, data, direction, context: () };
+        }
+    }
+}
+
+/// A queue driven by its own I/O thread (see the module docs).
+#[derive(Debug)]
+pub struct QueueHandle {
+    slot: Arc<Slot>,
 }
 
 impl QueueHandle {
@@ -120,57 +273,101 @@ impl QueueHandle {
             .name(format!("nvmf-q{qid}"))
             .spawn(move || run(queue, &rx, &thread_shared))
             .map_err(|e| HostError::io(qid, "spawning the I/O thread", &e))?;
-        Ok(QueueHandle { submitter: Submitter { qid, tx, waker }, shared, thread: Some(thread) })
+        let link = Link { submitter: Submitter { qid, tx, waker }, shared, thread: Some(thread), epoch: 0 };
+        Ok(Self::with_link(qid, link, None))
     }
 
-    /// Submit a command (see [`Submitter::submit`]).
+    fn with_link(qid: u16, link: Link, recovery: Option<Arc<dyn Recovery>>) -> Self {
+        let retired = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+        QueueHandle { slot: Arc::new(Slot { qid, link: RwLock::new(link), recovery, retired }) }
+    }
+
+    /// This queue's connection as association `epoch` of a controller that holds I/O through `recovery`
+    /// while it reconnects.
+    pub(crate) fn recovering(self, epoch: u64, recovery: Arc<dyn Recovery>) -> Self {
+        Self::with_link(self.qid(), self.take_link(epoch), Some(recovery))
+    }
+
+    /// Move the connection out (this handle is left without one), tagged with association `epoch`.
+    fn take_link(&self, epoch: u64) -> Link {
+        let mut link = self.slot.link.write().unwrap_or_else(PoisonError::into_inner);
+        Link { submitter: link.submitter.clone(), shared: Arc::clone(&link.shared), thread: link.thread.take(), epoch }
+    }
+
+    /// Submit a command (see [`Submitter::submit`]); on a recovering queue, held while the controller
+    /// reconnects (see the module docs).
     pub fn submit(&self, request: Request<()>) -> Result<Pending, HostError> {
-        self.submitter.submit(request)
+        self.slot.submit(request).map_err(|(e, _)| e)
     }
 
-    /// A cloneable submitter for other threads.
+    /// Submit with the completion posted to `reply` (shared by several commands); not held or retried.
+    pub(crate) fn submit_to(&self, request: Request<()>, reply: ReplySender) -> Result<(), HostError> {
+        self.link().submitter.send(request, reply).map_err(|(e, _)| e)
+    }
+
+    fn link(&self) -> std::sync::RwLockReadGuard<'_, Link> {
+        self.slot.link.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A cloneable submitter for other threads (of the current connection: it is not held or resubmitted
+    /// across a reconnect).
     pub fn submitter(&self) -> Submitter {
-        self.submitter.clone()
+        self.link().submitter.clone()
     }
 
     /// The queue identifier.
     pub fn qid(&self) -> u16 {
-        self.submitter.qid
+        self.slot.qid
     }
 
-    /// Counters, as of the I/O thread's last loop.
+    /// Counters, as of the I/O thread's last loop (summed over the connections a reconnect replaced, except
+    /// the high-water mark, which is the current connection's).
     pub fn stats(&self) -> QueueStats {
-        let s = &self.shared;
+        let s = &self.link().shared;
+        let r = &self.slot.retired;
         QueueStats {
-            submitted: s.submitted.load(Ordering::Relaxed),
-            completed: s.completed.load(Ordering::Relaxed),
+            submitted: s.submitted.load(Ordering::Relaxed) + r[0].load(Ordering::Relaxed),
+            completed: s.completed.load(Ordering::Relaxed) + r[1].load(Ordering::Relaxed),
             max_outstanding: s.max_outstanding.load(Ordering::Relaxed),
-            r2ts: s.r2ts.load(Ordering::Relaxed),
+            r2ts: s.r2ts.load(Ordering::Relaxed) + r[2].load(Ordering::Relaxed),
         }
     }
 
     /// The error the queue failed with, if it did.
     pub fn failure(&self) -> Option<HostError> {
-        self.shared.failure.get().cloned()
+        self.link().shared.failure.get().cloned()
+    }
+
+    /// Fail outstanding commands now and close the connection (a controller tearing its association down).
+    pub(crate) fn abort(&self) {
+        self.slot.link.write().unwrap_or_else(PoisonError::into_inner).stop(Message::Abort);
+    }
+
+    /// Put `new`'s connection (same QID, association `epoch`) in place of this handle's, aborting the old one.
+    pub(crate) fn replace(&self, new: QueueHandle, epoch: u64) {
+        let link = new.take_link(epoch);
+        let mut old = std::mem::replace(&mut *self.slot.link.write().unwrap_or_else(PoisonError::into_inner), link);
+        old.stop(Message::Abort);
+        let r = &self.slot.retired;
+        r[0].fetch_add(old.shared.submitted.load(Ordering::Relaxed), Ordering::Relaxed);
+        r[1].fetch_add(old.shared.completed.load(Ordering::Relaxed), Ordering::Relaxed);
+        r[2].fetch_add(old.shared.r2ts.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Let outstanding commands finish, close the connection and join the I/O thread.
-    pub fn close(mut self) {
-        self.stop();
+    pub fn close(self) {
+        self.shutdown();
     }
 
-    fn stop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            let _ = self.submitter.tx.send(Message::Shutdown);
-            let _ = self.submitter.waker.wake();
-            let _ = thread.join();
-        }
+    /// [`QueueHandle::close`] for a handle that others may still refer to.
+    pub(crate) fn shutdown(&self) {
+        self.slot.link.write().unwrap_or_else(PoisonError::into_inner).stop(Message::Shutdown);
     }
 }
 
 impl Drop for QueueHandle {
     fn drop(&mut self) {
-        self.stop();
+        self.shutdown();
     }
 }
 
@@ -204,6 +401,11 @@ fn run(mut queue: TcpQueue<ReplySender>, rx: &Receiver<Message>, shared: &Shared
                     stopping = true;
                     break;
                 }
+                Ok(Message::Abort) => {
+                    queue.close();
+                    stopping = true;
+                    break;
+                }
                 Err(TryRecvError::Empty) => break,
             }
         }
@@ -224,7 +426,7 @@ fn run(mut queue: TcpQueue<ReplySender>, rx: &Receiver<Message>, shared: &Shared
             // Nothing to poll any more: answer later requests with the failure until told to stop.
             match rx.recv() {
                 Ok(Message::Submit(r)) => backlog.push_back(r),
-                Ok(Message::Shutdown) | Err(_) => break,
+                Ok(Message::Shutdown | Message::Abort) | Err(_) => break,
             }
             continue;
         }

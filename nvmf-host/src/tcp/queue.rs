@@ -16,7 +16,8 @@
 //! Anything the controller sends that the protocol does not allow fails the whole queue with a typed
 //! [`HostError`]: every outstanding command completes with that error, an H2CTermReq is sent where the
 //! spec asks for one, and the socket is shut down. Outstanding commands older than the command timeout fail
-//! the queue too, so nothing waits forever. A data digest error is not fatal (NVMe/TCP 1.0 §7.4.6.2): the
+//! the queue too (except Asynchronous Event Requests, which wait for an event by design), so nothing else waits
+//! forever. A data digest error is not fatal (NVMe/TCP 1.0 §7.4.6.2): the
 //! command completes with Transient Transport Error and the queue goes on.
 //!
 //! Never blocks except in [`TcpQueue::connect`] (TCP connect and ICReq/ICResp, bounded by the connect
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
+use nvmf_common::nvme::opcode::admin::ASYNC_EVENT_REQUEST;
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, Status, SubmissionQueueEntry};
 use nvmf_common::transport::tcp::pdu::{MAX_ENCODED_HEADER_LEN, MIN_MAXH2CDATA, TERM_REQ_MAX_DATA_LEN};
@@ -175,6 +177,9 @@ struct Slot<T> {
     in_capsule: bool,
     digest_error: bool,
     submitted: Instant,
+    /// Whether the command timeout applies: not to an Asynchronous Event Request, which the controller
+    /// holds until an event occurs.
+    timed: bool,
 }
 
 /// One PDU in the send queue: its encoded header and where its data lives.
@@ -340,6 +345,7 @@ impl<T> TcpQueue<T> {
                 in_capsule: false,
                 digest_error: false,
                 submitted: now,
+                timed: true,
             })
             .collect();
         tracing::debug!(qid, %addr, ?framing, maxh2cdata = icresp.maxh2cdata, "NVMe/TCP queue initialized");
@@ -489,12 +495,9 @@ impl<T> TcpQueue<T> {
             return Ok(());
         }
         self.last_timeout_check = now;
-        if let Some(slot) = self
-            .cmds
-            .slots
-            .iter()
-            .find(|s| s.state != CommandState::Free && now.duration_since(s.submitted) > self.command_timeout)
-        {
+        if let Some(slot) = self.cmds.slots.iter().find(|s| {
+            s.state != CommandState::Free && s.timed && now.duration_since(s.submitted) > self.command_timeout
+        }) {
             return Err(HostError::Timeout {
                 what: format!("command on queue {} in state {:?}", self.cmds.qid, slot.state),
                 after: self.command_timeout,
@@ -652,6 +655,7 @@ impl<T> Commands<T> {
         slot.in_capsule = in_capsule;
         slot.digest_error = false;
         slot.submitted = Instant::now();
+        slot.timed = !(qid == 0 && sqe.opcode == ASYNC_EVENT_REQUEST);
         self.out.push_back(out);
         self.stats.submitted += 1;
         let outstanding = u16::try_from(self.slots.len() - self.free.len()).unwrap_or(u16::MAX);

@@ -1,0 +1,190 @@
+//! Reconnect against our target in-process on 127.0.0.1: held I/O completes after the target is back,
+//! fails after ctrl-loss-tmo when it is not, fails fast after fast-io-fail-tmo; keep-alive keeps an idle
+//! association live. The namespace is a file in a temporary directory so its data survives a restart.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvmf_common::nvme::io::{Read, Write};
+use nvmf_config::TargetConfig;
+use nvmf_host::tcp::{DataDirection, Request};
+use nvmf_host::{Controller, ControllerState, HostError};
+use nvmf_target::daemon::RunningTarget;
+use support::{options, pattern, SUBNQN};
+
+/// 16 MiB of 512-byte blocks, as a file.
+fn image(dir: &Path) -> PathBuf {
+    let image = dir.join("ns1.img");
+    std::fs::File::create(&image).and_then(|f| f.set_len(16 << 20)).expect("namespace image");
+    image
+}
+
+/// Our target serving `image` on 127.0.0.1:`port` (0: any).
+fn start(image: &Path, port: u16) -> RunningTarget {
+    let text = format!(
+        r#"
+[reactors]
+threads = 1
+
+[[listener]]
+address = "127.0.0.1"
+
+[[subsystem]]
+nqn = "{SUBNQN}"
+
+[[subsystem.namespace]]
+path = "{}"
+"#,
+        image.display()
+    );
+    let mut config = TargetConfig::from_str(&text, "<test>").expect("test configuration is valid");
+    config.listeners[0].address.set_port(port);
+    nvmf_target::daemon::start(&config).expect("target starts")
+}
+
+/// Wait (bounded generously, not a timing assertion) until `ctrl` is in a state `want` accepts.
+fn wait_state(ctrl: &Controller, want: impl Fn(ControllerState) -> bool) -> ControllerState {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = ctrl.state();
+        if want(s) || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn addr_of(t: &RunningTarget) -> SocketAddr {
+    t.local_addrs()[0]
+}
+
+#[test]
+fn held_write_completes_after_the_target_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = image(dir.path());
+    let target = start(&image, 0);
+    let addr = addr_of(&target);
+    let mut o = options(2);
+    o.reconnect_delay = Duration::from_millis(300);
+    o.ctrl_loss_tmo = Some(Duration::from_secs(60));
+    let ctrl = Arc::new(Controller::connect(addr, SUBNQN, o).expect("connect"));
+
+    let (a, b) = (pattern(64 << 10, 1), pattern(64 << 10, 2));
+    ctrl.write(1, 0, &a).unwrap();
+    let mut back = vec![0; a.len()];
+    ctrl.read(1, 0, &mut back).unwrap();
+    assert_eq!(back, a);
+
+    target.shutdown();
+    // One writer through the blocking wrapper, one through submit_io + Pending::wait (owned buffer).
+    let writer = {
+        let (ctrl, b) = (Arc::clone(&ctrl), b.clone());
+        std::thread::spawn(move || ctrl.write(1, 0, &b))
+    };
+    let submitter = {
+        let (ctrl, b) = (Arc::clone(&ctrl), b.clone());
+        std::thread::spawn(move || {
+            let sqe = Write { nsid: 1, slba: 1024, nlb: 127, ..Write::default() }.to_sqe();
+            let p =
+                ctrl.submit_io(Request { sqe, data: b, direction: DataDirection::HostToController, context: () })?;
+            p.wait(Duration::from_secs(30))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!writer.is_finished() && !submitter.is_finished(), "I/O is held while the target is down");
+    assert!(matches!(ctrl.state(), ControllerState::Reconnecting { attempts } if attempts >= 1), "{:?}", ctrl.state());
+
+    let target = start(&image, addr.port());
+    writer.join().unwrap().expect("held write completes after the target is back");
+    let reply = submitter.join().unwrap().expect("held submit_io completes");
+    assert!(reply.result.expect("a completion").status.is_success());
+    assert_eq!(ctrl.state(), ControllerState::Live);
+    assert_eq!(ctrl.reconnects(), 1);
+
+    ctrl.read(1, 0, &mut back).unwrap();
+    assert_eq!(back, b, "the held write reached the namespace");
+    let sqe = Read { nsid: 1, slba: 1024, nlb: 127, ..Read::default() }.to_sqe();
+    let data = vec![0; b.len()];
+    let p = ctrl.submit_io(Request { sqe, data, direction: DataDirection::ControllerToHost, context: () }).unwrap();
+    assert_eq!(p.wait(Duration::from_secs(10)).unwrap().data, b, "the held submit_io write reached the namespace");
+    drop(Arc::into_inner(ctrl).expect("writers are done").disconnect());
+    target.shutdown();
+}
+
+#[test]
+fn held_write_fails_after_ctrl_loss_tmo() {
+    let target = support::Target::start();
+    let mut o = options(1);
+    o.reconnect_delay = Duration::from_millis(500);
+    o.ctrl_loss_tmo = Some(Duration::from_secs(2));
+    let ctrl = Controller::connect(target.addr, SUBNQN, o).expect("connect");
+    ctrl.write(1, 0, &pattern(4096, 3)).unwrap();
+    drop(target);
+
+    match ctrl.write(1, 0, &pattern(4096, 4)) {
+        Err(HostError::ControllerLost { after }) => assert!(after >= Duration::from_secs(2), "{after:?}"),
+        other => panic!("expected the controller-loss error, got {other:?}"),
+    }
+    assert_eq!(ctrl.state(), ControllerState::Failed);
+    assert!(matches!(ctrl.read(1, 0, &mut [0; 512]), Err(HostError::ControllerLost { .. })));
+    assert_eq!(ctrl.reconnects(), 0);
+}
+
+#[test]
+fn fast_io_fail_fails_io_while_reconnecting_and_io_works_after_the_target_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = image(dir.path());
+    let target = start(&image, 0);
+    let addr = addr_of(&target);
+    let mut o = options(1);
+    o.reconnect_delay = Duration::from_millis(300);
+    o.fast_io_fail_tmo = Some(Duration::from_millis(500));
+    o.ctrl_loss_tmo = Some(Duration::from_secs(30));
+    let ctrl = Controller::connect(addr, SUBNQN, o).expect("connect");
+    target.shutdown();
+
+    match ctrl.write(1, 0, &pattern(4096, 5)) {
+        Err(HostError::FastIoFail { after }) => assert!(after >= Duration::from_millis(500), "{after:?}"),
+        other => panic!("expected the fast-I/O-fail error, got {other:?}"),
+    }
+    assert!(matches!(ctrl.state(), ControllerState::Reconnecting { .. }), "{:?}", ctrl.state());
+    // New I/O fails fast too, without waiting.
+    assert!(matches!(ctrl.read(1, 0, &mut [0; 512]), Err(HostError::FastIoFail { .. })));
+
+    let target = start(&image, addr.port());
+    assert_eq!(wait_state(&ctrl, |s| s == ControllerState::Live), ControllerState::Live);
+    let c = pattern(8192, 6);
+    ctrl.write(1, 8, &c).unwrap();
+    let mut back = vec![0; c.len()];
+    ctrl.read(1, 8, &mut back).unwrap();
+    assert_eq!(back, c);
+    assert_eq!(ctrl.reconnects(), 1);
+    ctrl.disconnect().unwrap();
+    target.shutdown();
+}
+
+#[test]
+fn keep_alive_keeps_an_idle_association_live() {
+    let target = support::Target::start();
+    let mut o = options(1);
+    o.keep_alive_tmo = Duration::from_secs(1);
+    let ctrl = Controller::connect(target.addr, SUBNQN, o).expect("connect");
+    let before = ctrl.admin().unwrap().stats().completed;
+    std::thread::sleep(Duration::from_secs(3));
+    // Without Keep Alives the target would have ended the association after 1 s.
+    assert_eq!(ctrl.state(), ControllerState::Live);
+    assert_eq!(ctrl.reconnects(), 0);
+    let sent = ctrl.admin().unwrap().stats().completed - before;
+    assert!(sent >= 3, "Keep Alives completed while idle: {sent}");
+    let d = pattern(4096, 7);
+    ctrl.write(1, 0, &d).unwrap();
+    let mut back = vec![0; d.len()];
+    ctrl.read(1, 0, &mut back).unwrap();
+    assert_eq!(back, d);
+    assert_eq!(ctrl.reconnects(), 0, "the association was never replaced");
+    ctrl.disconnect().unwrap();
+}
