@@ -460,3 +460,132 @@ fn publish<T>(queue: &TcpQueue<T>, shared: &Shared) {
         let _ = shared.failure.set(e.clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Resubmission of a command the connection lost, against a scripted controller on loopback: the first
+    //! connection takes the command and hangs up, the second answers it.
+
+    use std::io::{Read as _, Write as _};
+    use std::net::{SocketAddr, TcpListener};
+    use std::sync::mpsc::{channel, Receiver, Sender};
+    use std::sync::Mutex;
+
+    use nvmf_common::nvme::io::Write;
+    use nvmf_common::nvme::{CompletionQueueEntry, Status};
+    use nvmf_common::transport::tcp::{CapsuleResponse, Framing, IcResp, Pdu};
+
+    use super::*;
+    use crate::tcp::TcpQueueOptions;
+
+    const LEN: usize = 512;
+
+    /// Tells the test about each hold, then answers with what the test sends back.
+    #[derive(Debug)]
+    struct Scripted {
+        held: Mutex<Sender<(u64, HostError)>>,
+        answer: Mutex<Receiver<Result<(), HostError>>>,
+    }
+
+    impl Recovery for Scripted {
+        fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError> {
+            self.held.lock().unwrap().send((epoch, cause.clone())).unwrap();
+            self.answer.lock().unwrap().recv().unwrap()
+        }
+    }
+
+    /// Accept one connection, answer ICReq, read one Write capsule with `LEN` bytes in it, then hang up
+    /// (`answer` false) or complete it successfully. Returns the capsule's SQE and data.
+    fn controller(listener: &TcpListener, answer: bool) -> JoinHandle<(SubmissionQueueEntry, Vec<u8>)> {
+        let listener = listener.try_clone().unwrap();
+        std::thread::spawn(move || serve(&listener, answer))
+    }
+
+    fn serve(listener: &TcpListener, answer: bool) -> (SubmissionQueueEntry, Vec<u8>) {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut icreq = [0u8; 128];
+        s.read_exact(&mut icreq).unwrap();
+        let icresp = Pdu::IcResp(IcResp { pfv: 0, cpda: 0, dgst: Default::default(), maxh2cdata: 8192 });
+        s.write_all(&icresp.to_bytes(&[], &Framing::default()).unwrap()).unwrap();
+        let mut capsule = vec![0u8; 72 + LEN];
+        s.read_exact(&mut capsule).unwrap();
+        let sqe = SubmissionQueueEntry::parse(&capsule[8..72]).unwrap();
+        if answer {
+            let cqe = CompletionQueueEntry::new(sqe.cid, Status::SUCCESS);
+            s.write_all(&Pdu::CapsuleResponse(CapsuleResponse { cqe }).to_bytes(&[], &Framing::default()).unwrap())
+                .unwrap();
+        }
+        (sqe, capsule[72..].to_vec())
+    }
+
+    fn queue(addr: SocketAddr) -> QueueHandle {
+        let opts = TcpQueueOptions { qid: 1, depth: 4, in_capsule_limit: 4096, ..TcpQueueOptions::default() };
+        QueueHandle::spawn(TcpQueue::connect(addr, &opts).unwrap()).unwrap()
+    }
+
+    /// The test's side of a [`Scripted`] recovery: holds it was told of, and how it answers them.
+    type Script = (Receiver<(u64, HostError)>, Sender<Result<(), HostError>>);
+
+    /// A queue with a [`Scripted`] recovery, connected to a controller that hangs up after one command.
+    fn setup() -> (TcpListener, QueueHandle, Script, JoinHandle<(SubmissionQueueEntry, Vec<u8>)>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let first = controller(&listener, false);
+        let (held_tx, held) = channel();
+        let (answer, answer_rx) = channel();
+        let recovery = Arc::new(Scripted { held: Mutex::new(held_tx), answer: Mutex::new(answer_rx) });
+        let q = queue(listener.local_addr().unwrap()).recovering(0, recovery);
+        (listener, q, (held, answer), first)
+    }
+
+    fn write_request() -> (Request<()>, Vec<u8>) {
+        let data: Vec<u8> = (0..LEN).map(|i| u8::try_from(i % 251).unwrap()).collect();
+        let sqe = Write { nsid: 1, slba: 77, nlb: 0, ..Write::default() }.to_sqe();
+        (Request { sqe, data: data.clone(), direction: DataDirection::HostToController, context: () }, data)
+    }
+
+    #[test]
+    fn a_command_the_connection_lost_is_resubmitted_on_the_replacement() {
+        let (listener, q, (held, answer), first) = setup();
+        let (request, data) = write_request();
+        let pending = q.submit(request).unwrap();
+        let (first, sent) = first.join().unwrap();
+        assert_eq!(sent, data);
+
+        let waiter = std::thread::spawn(move || pending.wait(Duration::from_secs(10)));
+        let (epoch, cause) = held.recv().unwrap();
+        assert_eq!(epoch, 0);
+        assert!(transport_loss(&cause), "{cause:?}");
+        let second = controller(&listener, true);
+        q.replace(queue(listener.local_addr().unwrap()), 1);
+        answer.send(Ok(())).unwrap();
+
+        let reply = waiter.join().unwrap().unwrap();
+        assert!(reply.result.unwrap().status.is_success());
+        assert_eq!(reply.data, data, "the caller's buffer comes back");
+        let (again, resent) = second.join().unwrap();
+        assert_eq!((again.opcode, again.nsid, again.cdw10), (first.opcode, first.nsid, first.cdw10));
+        assert_eq!(resent, data, "the same bytes were sent again");
+        assert_eq!(q.stats().submitted, 2, "one submission per connection");
+    }
+
+    #[test]
+    fn a_lost_command_fails_with_the_recovery_error_and_keeps_its_buffer() {
+        let (_listener, q, (held, answer), first) = setup();
+        let (request, data) = write_request();
+        let pending = q.submit(request).unwrap();
+        first.join().unwrap();
+        answer.send(Err(HostError::FastIoFail { after: Duration::from_millis(5) })).unwrap();
+        let reply = pending.wait(Duration::from_secs(10)).unwrap();
+        assert!(matches!(reply.result, Err(HostError::FastIoFail { .. })), "{:?}", reply.result);
+        assert_eq!(reply.data, data);
+        assert!(held.try_recv().is_ok(), "the loss went through the recovery");
+        // A new submission to the failed connection is held too, and fails the same way.
+        answer.send(Err(HostError::ControllerLost { after: Duration::from_secs(1) })).unwrap();
+        // (It is held in `submit` if the I/O thread already published the failure, else in `wait`.)
+        let lost = match q.submit(write_request().0) {
+            Err(e) => e,
+            Ok(p) => p.wait(Duration::from_secs(10)).unwrap().result.unwrap_err(),
+        };
+        assert!(matches!(lost, HostError::ControllerLost { .. }), "{lost:?}");
+    }
+}
