@@ -10,8 +10,8 @@
 //! | `reject --case recfmt\|qid\|hsqsize\|hrqsize\|short` | RDMA CM connect with malformed private data | `rejected` (CM status, NVMe/RDMA reject code) or `accepted` |
 //! | `admin-connect` | admin queue: Fabrics Connect, Property Get CAP (positive control) | `completed` with statuses and cntlid |
 //! | `io --before-connect [--qid N]` | a Read on a fresh queue before any Fabrics Connect | `completed` (status) or `broken` |
-//! | `bad-keyed-sgl --case rkey\|rkey-read\|length` | after admin Connect: Identify whose keyed SGL has a wrong rkey (the target's RDMA WRITE fails), Connect data under a wrong rkey (its RDMA READ fails), or a length shorter than the 4 KiB transfer | `completed` (status) or `broken` (QP error / disconnect) |
-//! | `oversize-capsule [--size BYTES]` | after admin Connect, a SEND larger than the target's receive buffers (default 64 + 8 KiB + 4 KiB) | `completed` or `broken` |
+//! | `bad-keyed-sgl --case rkey\|rkey-read\|length\|write-length` | after admin Connect: Identify whose keyed SGL has a wrong rkey (the target's RDMA WRITE fails), Connect data under a wrong rkey (its RDMA READ fails), an Identify SGL shorter than the 4 KiB structure (`wrote_beyond_sgl`: whether memory past it changed), or on an I/O queue a 4 KiB Write whose SGL describes 512 bytes | `completed` (status) or `broken` (QP error / disconnect) |
+//! | `oversize-capsule [--size BYTES]` | after admin Connect, a SEND larger than the target's receive buffers (default: the IOCCSZ it advertises + 4 KiB) | `completed` or `broken` |
 //! | `cycles N` | N × (CM connect, Fabrics Connect admin, Property Get CAP, disconnect), as fast as it can | `done` with counts |
 //! | `hold [--seconds S]` | admin Connect, an Asynchronous Event Request the target keeps, then sleep (to be killed) | `holding` (printed before sleeping) |
 //!
@@ -30,14 +30,14 @@ use nvmf_common::fabrics::nqn::Nqn;
 use nvmf_common::fabrics::property::{
     Capabilities, ControllerConfiguration, ControllerStatus, Property, PropertyGet, PropertySet, PropertySize,
 };
-use nvmf_common::nvme::identify::{cns, Identify};
-use nvmf_common::nvme::io::Read;
+use nvmf_common::nvme::identify::{cns, Identify, IdentifyController};
+use nvmf_common::nvme::io::{Read, Write};
 use nvmf_common::nvme::opcode::admin;
 use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, Status, SubmissionQueueEntry};
 use nvmf_common::transport::rdma::private_data::{RdmaCmAccept, RdmaCmRejectStatus, RdmaCmRequest};
 use nvmf_common::transport::rdma::verbs::{
-    AccessFlags, CmEventKind, CmId, CompletionQueue, ConnParam, EventChannel, MemoryRegion, QpCapabilities, QpInitAttr,
-    QueuePair, RdmaError, RecvWr, SendOpcode, SendWr, WorkCompletion,
+    AccessFlags, CmEvent, CmEventKind, CmId, CompletionQueue, ConnParam, EventChannel, MemoryRegion, QpCapabilities,
+    QpInitAttr, QueuePair, RdmaError, RecvWr, SendOpcode, SendWr, WorkCompletion,
 };
 use serde_json::{json, Value};
 
@@ -47,7 +47,11 @@ const DISCONNECT_WAIT: Duration = Duration::from_secs(5);
 /// Admin queue size as Linux asks for it (32 entries: hsqsize 31, hrqsize 32).
 const QUEUE_ENTRIES: u16 = 32;
 const RECV_SLOT: usize = 64;
-const SEND_CAPACITY: usize = 64 + 64 * 1024;
+/// Capsule memory of a queue: an SQE and 8 KiB of in-capsule data.
+const SEND_CAPACITY: usize = 64 + 8192;
+/// Capsule memory of the oversize probe: beyond the largest in-capsule data a target may advertise (MDTS-bound,
+/// 1 MiB here) and a page more.
+const OVERSIZE_CAPACITY: usize = 64 + (1 << 20) + 4096;
 const DATA_CAPACITY: usize = 64 * 1024;
 const SQE_SIZE: usize = 64;
 const CQE_SIZE: usize = 16;
@@ -55,8 +59,6 @@ const CONNECT_DATA_LEN: u32 = 1024;
 const IDENTIFY_LEN: u32 = 4096;
 /// The send work request's id (receives use their slot index).
 const WR_SEND: u64 = u64::MAX;
-/// Default oversize capsule: an SQE, the 8 KiB in-capsule data our target advertises, and a page more.
-const OVERSIZE_DEFAULT: usize = 64 + 8192 + 4096;
 const DEFAULT_SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:vm-rdma";
 const DEFAULT_HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:2f6e0d4c-5a1b-4c3d-9e8f-7a6b5c4d3e2f";
 const HOSTID: [u8; 16] =
@@ -129,10 +131,7 @@ fn status_json(s: Status) -> Value {
 }
 
 /// Wait for the next RDMA CM event on `channel` that is not a time-wait exit of an earlier connection.
-fn next_event(
-    channel: &EventChannel,
-    timeout: Duration,
-) -> Result<Option<nvmf_common::transport::rdma::verbs::CmEvent>, ProbeError> {
+fn next_event(channel: &EventChannel, timeout: Duration) -> Result<Option<CmEvent>, ProbeError> {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -156,7 +155,8 @@ fn expect_event(channel: &EventChannel, kind: CmEventKind) -> Result<(), ProbeEr
 }
 
 /// Resolve `addr`, create a queue pair and its memory, and connect with `private_data`.
-fn open(addr: SocketAddr, private_data: &[u8]) -> Result<Opened, ProbeError> {
+/// `send_capacity` bytes of capsule memory ([`SEND_CAPACITY`], or more for an oversize capsule).
+fn open(addr: SocketAddr, private_data: &[u8], send_capacity: usize) -> Result<Opened, ProbeError> {
     let channel = EventChannel::new()?;
     let mut id = CmId::new(&channel)?;
     id.resolve_addr(None, addr, Duration::from_secs(2))?;
@@ -174,7 +174,7 @@ fn open(addr: SocketAddr, private_data: &[u8]) -> Result<Opened, ProbeError> {
     let qp = QueuePair::create(id, &pd, &init).map_err(|(_, e)| e)?;
     let recv =
         pd.register(vec![0u8; RECV_SLOT * usize::from(QUEUE_ENTRIES)].into_boxed_slice(), AccessFlags::LOCAL_WRITE)?;
-    let send = pd.register(vec![0u8; SEND_CAPACITY].into_boxed_slice(), AccessFlags::NONE)?;
+    let send = pd.register(vec![0u8; send_capacity].into_boxed_slice(), AccessFlags::NONE)?;
     let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let data = pd.register(vec![0u8; DATA_CAPACITY].into_boxed_slice(), remote)?;
     let mut queue = HostQueue { qp, cq, recv, send, data, channel, next_cid: 1, disconnected: false };
@@ -202,9 +202,9 @@ fn open(addr: SocketAddr, private_data: &[u8]) -> Result<Opened, ProbeError> {
 }
 
 /// Connect with well-formed private data for queue `qid`; anything but an accept is a probe error.
-fn open_queue(addr: SocketAddr, qid: u16) -> Result<(HostQueue, Option<u16>), ProbeError> {
+fn open_queue(addr: SocketAddr, qid: u16, send_capacity: usize) -> Result<(HostQueue, Option<u16>), ProbeError> {
     let request = RdmaCmRequest { qid, hrqsize: QUEUE_ENTRIES, hsqsize: QUEUE_ENTRIES - 1, cntlid: 0 };
-    match open(addr, &request.to_bytes())? {
+    match open(addr, &request.to_bytes(), send_capacity)? {
         Opened::Established { queue, crqsize } => Ok((*queue, crqsize)),
         Opened::Rejected { cm_status, private_data } => Err(ProbeError(format!(
             "connect rejected: CM status {cm_status}, private data {:02x?}",
@@ -416,8 +416,8 @@ fn merge(into: &mut Value, from: Value) {
 }
 
 /// Open the admin queue and Fabrics Connect it; a failure at either step is a probe error.
-fn connected_admin(o: &Options) -> Result<(HostQueue, u16), ProbeError> {
-    let (mut q, _) = open_queue(o.addr, 0)?;
+fn connected_admin(o: &Options, send_capacity: usize) -> Result<(HostQueue, u16), ProbeError> {
+    let (mut q, _) = open_queue(o.addr, 0, send_capacity)?;
     match q.fabrics_connect(&o.subnqn, &o.hostnqn, 0, CNTLID_DYNAMIC, false)? {
         Ok(cqe) if cqe.status.is_success() => Ok((q, u16::try_from(cqe.dw0 & 0xffff).unwrap_or(0))),
         Ok(cqe) => Err(ProbeError(format!("admin Connect failed: {}", cqe.status))),
@@ -442,7 +442,7 @@ fn reject(o: &Options, case: &str) -> Result<Value, ProbeError> {
         _ => return Err(ProbeError(format!("reject --case {case}: recfmt, qid, hsqsize, hrqsize or short"))),
     }
     let mut v = json!({ "probe": "reject", "case": case, "sent_bytes": data.len() });
-    match open(o.addr, &data)? {
+    match open(o.addr, &data, SEND_CAPACITY)? {
         Opened::Established { queue, crqsize } => {
             merge(&mut v, json!({ "outcome": "accepted", "crqsize": crqsize }));
             queue.close()?;
@@ -468,7 +468,7 @@ fn reject(o: &Options, case: &str) -> Result<Value, ProbeError> {
 }
 
 fn admin_connect(o: &Options) -> Result<Value, ProbeError> {
-    let (mut q, crqsize) = open_queue(o.addr, 0)?;
+    let (mut q, crqsize) = open_queue(o.addr, 0, SEND_CAPACITY)?;
     let mut v = json!({ "probe": "admin-connect", "crqsize": crqsize });
     let connect = q.fabrics_connect(&o.subnqn, &o.hostnqn, 0, CNTLID_DYNAMIC, false)?;
     match connect {
@@ -495,7 +495,7 @@ fn admin_connect(o: &Options) -> Result<Value, ProbeError> {
 }
 
 fn io_before_connect(o: &Options, qid: u16) -> Result<Value, ProbeError> {
-    let (mut q, _) = open_queue(o.addr, qid)?;
+    let (mut q, _) = open_queue(o.addr, qid, SEND_CAPACITY)?;
     let mut sqe = Read { nsid: 1, slba: 0, nlb: 0, ..Read::default() }.to_sqe();
     sqe.set_sgl1(&q.keyed(512)?)?;
     let r = q.exec(sqe, 0)?;
@@ -505,41 +505,82 @@ fn io_before_connect(o: &Options, qid: u16) -> Result<Value, ProbeError> {
     Ok(v)
 }
 
+/// Byte the data region is filled with before a transfer the target must not make in full.
+const CANARY: u8 = 0xa5;
+
 fn bad_keyed_sgl(o: &Options, case: &str) -> Result<Value, ProbeError> {
     let mut v = json!({ "probe": "bad-keyed-sgl", "case": case });
     let (mut q, r) = match case {
         // The target must RDMA READ the Connect data from a key we never registered.
         "rkey-read" => {
-            let (mut q, _) = open_queue(o.addr, 0)?;
+            let (mut q, _) = open_queue(o.addr, 0, SEND_CAPACITY)?;
             let r = q.fabrics_connect(&o.subnqn, &o.hostnqn, 0, CNTLID_DYNAMIC, true)?;
             (q, r)
         }
-        // The target must RDMA WRITE the Identify data under a wrong key, or into 512 bytes for 4096.
+        // The target must RDMA WRITE the Identify data under a wrong key, or 4096 bytes into a 512-byte SGL.
         "rkey" | "length" => {
-            let (mut q, _) = connected_admin(o)?;
+            let (mut q, _) = connected_admin(o, SEND_CAPACITY)?;
             q.enable()?;
+            q.data.write_at(0, &[CANARY; IDENTIFY_LEN as usize])?;
             let mut sqe = Identify::new(cns::CONTROLLER, 0).to_sqe();
             let sgl = if case == "rkey" { corrupt_key(q.keyed(IDENTIFY_LEN)?) } else { q.keyed(512)? };
             sqe.set_sgl1(&sgl)?;
             let r = q.exec(sqe, 0)?;
+            if case == "length" {
+                // The region behind the descriptor is registered too: a target that ignored the SGL's length
+                // would have overwritten it.
+                let mut beyond = vec![0u8; IDENTIFY_LEN as usize - 512];
+                q.data.read_at(512, &mut beyond)?;
+                merge(&mut v, json!({ "wrote_beyond_sgl": beyond.iter().any(|&b| b != CANARY) }));
+            }
             (q, r)
         }
-        _ => return Err(ProbeError(format!("bad-keyed-sgl --case {case}: rkey, rkey-read or length"))),
+        // On an I/O queue: a Write of 4 KiB or more whose keyed SGL describes 512 bytes (the target must not
+        // RDMA READ past it, nor take 512 bytes for the whole).
+        "write-length" => {
+            let (mut admin, cntlid) = connected_admin(o, SEND_CAPACITY)?;
+            admin.enable()?;
+            let (mut q, _) = open_queue(o.addr, 1, SEND_CAPACITY)?;
+            match q.fabrics_connect(&o.subnqn, &o.hostnqn, 1, cntlid, false)? {
+                Ok(cqe) if cqe.status.is_success() => {}
+                other => return Err(ProbeError(format!("I/O queue Connect: {other:?}"))),
+            }
+            let mut sqe = Write { nsid: 1, slba: 0, nlb: 7, ..Write::default() }.to_sqe();
+            sqe.set_sgl1(&q.keyed(512)?)?;
+            let r = q.exec(sqe, 0)?;
+            admin.close()?;
+            (q, r)
+        }
+        _ => return Err(ProbeError(format!("bad-keyed-sgl --case {case}: rkey, rkey-read, length or write-length"))),
     };
     merge(&mut v, outcome_json(&mut q, r)?);
     q.close()?;
     Ok(v)
 }
 
-fn oversize_capsule(o: &Options, size: usize) -> Result<Value, ProbeError> {
-    if !(SQE_SIZE..=SEND_CAPACITY).contains(&size) {
-        return Err(ProbeError(format!("--size {size}: {SQE_SIZE}..={SEND_CAPACITY}")));
+/// A capsule of `size` bytes, by default the target's advertised capsule size (IOCCSZ, from Identify Controller)
+/// plus a page: more than any receive buffer it posts for it.
+fn oversize_capsule(o: &Options, size: Option<usize>) -> Result<Value, ProbeError> {
+    let (mut q, _) = connected_admin(o, OVERSIZE_CAPACITY)?;
+    q.enable()?;
+    let mut sqe = Identify::new(cns::CONTROLLER, 0).to_sqe();
+    sqe.set_sgl1(&q.keyed(IDENTIFY_LEN)?)?;
+    let ioccsz = match q.exec(sqe, 0)? {
+        Ok(cqe) if cqe.status.is_success() => {
+            let mut id = vec![0u8; IDENTIFY_LEN as usize];
+            q.data.read_at(0, &mut id)?;
+            IdentifyController::parse(&id)?.ioccsz
+        }
+        other => return Err(ProbeError(format!("Identify Controller: {other:?}"))),
+    };
+    let size = size.unwrap_or(usize::try_from(ioccsz).unwrap_or(0) * 16 + 4096);
+    if !(SQE_SIZE..=OVERSIZE_CAPACITY).contains(&size) {
+        return Err(ProbeError(format!("capsule of {size} bytes: {SQE_SIZE}..={OVERSIZE_CAPACITY}")));
     }
-    let (mut q, _) = connected_admin(o)?;
-    // A Property Get whose capsule carries junk far beyond any receive buffer.
-    let r =
-        q.exec(PropertyGet { size: PropertySize::Eight, offset: Property::Cap.offset() }.to_sqe(), size - SQE_SIZE)?;
-    let mut v = json!({ "probe": "oversize-capsule", "sent_bytes": size });
+    // A Property Get whose capsule carries junk beyond the receive buffer.
+    let get = PropertyGet { size: PropertySize::Eight, offset: Property::Cap.offset() };
+    let r = q.exec(get.to_sqe(), size - SQE_SIZE)?;
+    let mut v = json!({ "probe": "oversize-capsule", "ioccsz": ioccsz, "sent_bytes": size });
     merge(&mut v, outcome_json(&mut q, r)?);
     q.close()?;
     Ok(v)
@@ -550,7 +591,7 @@ fn cycles(o: &Options, n: u32) -> Result<Value, ProbeError> {
     let (mut ok, mut failures, mut first_failure) = (0u32, 0u32, None::<String>);
     for i in 0..n {
         let attempt = (|| -> Result<(), ProbeError> {
-            let (mut q, _) = connected_admin(o)?;
+            let (mut q, _) = connected_admin(o, SEND_CAPACITY)?;
             match q.property_get_cap()? {
                 Ok(cqe) if cqe.status.is_success() => {}
                 Ok(cqe) => return Err(ProbeError(format!("Property Get CAP: {}", cqe.status))),
@@ -574,7 +615,7 @@ fn cycles(o: &Options, n: u32) -> Result<Value, ProbeError> {
 }
 
 fn hold(o: &Options, seconds: u64) -> Result<Value, ProbeError> {
-    let (mut q, cntlid) = connected_admin(o)?;
+    let (mut q, cntlid) = connected_admin(o, SEND_CAPACITY)?;
     q.enable()?;
     // An Asynchronous Event Request stays outstanding at the target until an event or the queue's end.
     q.post(SubmissionQueueEntry::new(admin::ASYNC_EVENT_REQUEST), 0)?;
@@ -595,7 +636,7 @@ const USAGE: &str = "usage: nvmf-rdma-probe [--addr IP:PORT] [--subnqn NQN] [--h
   reject --case recfmt|qid|hsqsize|hrqsize|short
   admin-connect
   io --before-connect [--qid N]
-  bad-keyed-sgl --case rkey|rkey-read|length
+  bad-keyed-sgl --case rkey|rkey-read|length|write-length
   oversize-capsule [--size BYTES]
   cycles N
   hold [--seconds S]";
@@ -639,8 +680,8 @@ fn run(args: &[String]) -> Result<Value, ProbeError> {
         }
         Some("bad-keyed-sgl") => bad_keyed_sgl(&o, case()?),
         Some("oversize-capsule") => {
-            let size = number("--size", OVERSIZE_DEFAULT as u64)?;
-            oversize_capsule(&o, usize::try_from(size).unwrap_or(usize::MAX))
+            let size = flag("--size").map(|_| number("--size", 0)).transpose()?;
+            oversize_capsule(&o, size.map(|s| usize::try_from(s).unwrap_or(usize::MAX)))
         }
         Some("cycles") => {
             let n = rest.get(1).and_then(|n| n.parse().ok()).ok_or_else(|| ProbeError("cycles N".into()))?;
@@ -653,6 +694,10 @@ fn run(args: &[String]) -> Result<Value, ProbeError> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     match run(&args) {
         Ok(v) => {
             println!("{v}");
