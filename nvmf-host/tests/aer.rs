@@ -51,3 +51,37 @@ fn a_namespace_added_by_reload_appears_without_reconnecting() {
     ctrl.disconnect().unwrap();
     running.shutdown();
 }
+
+#[test]
+fn a_reconnect_rescans_namespaces_and_rearms_the_event() {
+    let mut full = TargetConfig::from_str(&support::config(), "<test>").expect("test configuration is valid");
+    full.listeners[0].address.set_port(0);
+    let mut one = full.clone();
+    one.subsystems[0].namespaces.truncate(1);
+    let running = nvmf_target::daemon::start(&one).expect("target starts");
+    let addr = running.local_addrs()[0];
+    let mut o = options(1);
+    o.reconnect_delay = Duration::from_millis(200);
+    let ctrl = Controller::connect(addr, SUBNQN, o).expect("connect");
+    let seen = ctrl.namespace_generation();
+
+    // The target comes back on the same port with namespace 2 as well: the reconnect's rescan finds it.
+    running.shutdown();
+    full.listeners[0].address.set_port(addr.port());
+    let mut running = nvmf_target::daemon::start(&full).expect("target restarts");
+    let now = ctrl.wait_namespace_change(seen, Duration::from_secs(30));
+    assert!(now > seen, "the reconnect did not report the new namespace");
+    assert_eq!(ctrl.reconnects(), 1);
+    assert_eq!(ctrl.known_namespaces().iter().map(|n| n.nsid).collect::<Vec<_>>(), [1, 2]);
+
+    // The new association has Asynchronous Event Requests outstanding: a reload is noticed.
+    let mut reloader = Reloader::new(None, full.clone());
+    one.listeners[0].address.set_port(addr.port());
+    reloader.apply(&one, &mut running).expect("reload applies");
+    assert!(ctrl.wait_namespace_change(now, Duration::from_secs(30)) > now, "no event after the reconnect");
+    assert_eq!(ctrl.known_namespaces().iter().map(|n| n.nsid).collect::<Vec<_>>(), [1]);
+    assert_eq!(ctrl.reconnects(), 1);
+
+    ctrl.disconnect().unwrap();
+    running.shutdown();
+}
