@@ -1,11 +1,14 @@
 //! Reconnect against our target in-process on 127.0.0.1: held I/O completes after the target is back,
 //! fails after ctrl-loss-tmo when it is not, fails fast after fast-io-fail-tmo; keep-alive keeps an idle
-//! association live. The namespace is a file in a temporary directory so its data survives a restart.
+//! association live, and a Keep Alive timing out on a network gone dark (a relay that drops bytes without
+//! closing anything) starts a reconnect. The namespace is a file in a temporary directory so its data survives a restart.
 
 mod support;
 
-use std::net::SocketAddr;
+use std::io::{Read as _, Write as _};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -187,4 +190,88 @@ fn keep_alive_keeps_an_idle_association_live() {
     assert_eq!(back, d);
     assert_eq!(ctrl.reconnects(), 0, "the association was never replaced");
     ctrl.disconnect().unwrap();
+}
+
+/// A TCP relay between the host and the target that can silently stop carrying the connections it has
+/// (bytes are read and dropped, nothing is closed): a network that went dark. Later connections are relayed.
+struct Relay {
+    addr: SocketAddr,
+    /// Connections numbered below this are dark.
+    dark_below: Arc<AtomicU64>,
+}
+
+impl Relay {
+    fn start(target: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let dark_below = Arc::new(AtomicU64::new(0));
+        let dark = Arc::clone(&dark_below);
+        std::thread::spawn(move || {
+            for (n, host) in listener.incoming().enumerate() {
+                let (Ok(host), Ok(ctrl)) = (host, TcpStream::connect(target)) else { continue };
+                let n = n as u64;
+                for (from, to) in [(host.try_clone().unwrap(), ctrl.try_clone().unwrap()), (ctrl, host)] {
+                    let dark = Arc::clone(&dark);
+                    std::thread::spawn(move || pump(from, to, n, &dark));
+                }
+            }
+        });
+        Relay { addr, dark_below }
+    }
+
+    /// Stop carrying every connection made so far.
+    fn go_dark(&self) {
+        self.dark_below.store(u64::MAX, Ordering::SeqCst);
+    }
+
+    /// Carry connections made from now on.
+    fn carry_new(&self, made_so_far: u64) {
+        self.dark_below.store(made_so_far, Ordering::SeqCst);
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, n: u64, dark_below: &AtomicU64) {
+    let mut buf = [0u8; 64 << 10];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(len) if n >= dark_below.load(Ordering::SeqCst) => {
+                if to.write_all(&buf[..len]).is_err() {
+                    break;
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+#[test]
+fn a_keep_alive_timeout_on_a_dark_network_reconnects_and_held_io_completes() {
+    let target = support::Target::start();
+    let relay = Relay::start(target.addr);
+    let mut o = options(1);
+    o.keep_alive_tmo = Duration::from_secs(1);
+    o.reconnect_delay = Duration::from_millis(200);
+    let ctrl = Arc::new(Controller::connect(relay.addr, SUBNQN, o).expect("connect through the relay"));
+    // Admin and one I/O queue: connections 0 and 1.
+    let a = pattern(4096, 10);
+    ctrl.write(1, 0, &a).unwrap();
+
+    relay.go_dark();
+    // Sent into the dark: in flight when the host gives the association up, then resubmitted.
+    let b = pattern(4096, 11);
+    let writer = {
+        let (ctrl, b) = (Arc::clone(&ctrl), b.clone());
+        std::thread::spawn(move || ctrl.write(1, 0, &b))
+    };
+    let s = wait_state(&ctrl, |s| s != ControllerState::Live);
+    assert!(matches!(s, ControllerState::Reconnecting { .. }), "the keep-alive timeout was noticed: {s:?}");
+    relay.carry_new(2);
+    writer.join().unwrap().expect("the write completes on the new association");
+    assert_eq!(wait_state(&ctrl, |s| s == ControllerState::Live), ControllerState::Live);
+    assert_eq!(ctrl.reconnects(), 1);
+    let mut back = vec![0; b.len()];
+    ctrl.read(1, 0, &mut back).unwrap();
+    assert_eq!(back, b);
 }
