@@ -35,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
@@ -304,6 +304,8 @@ struct Inner {
     admin: QueueHandle,
     io: Vec<QueueHandle>,
     aers: usize,
+    /// The current association's controller ID.
+    cntlid: AtomicU16,
     namespaces: RwLock<HashMap<u32, NamespaceInfo>>,
     /// Bumped on each namespace change; waiters sleep on `namespace_changed`.
     namespace_generation: Mutex<u64>,
@@ -653,6 +655,7 @@ impl Inner {
         for (q, new) in self.io.iter().zip(assoc.io) {
             q.replace(new, epoch);
         }
+        self.cntlid.store(assoc.info.cntlid, Ordering::Relaxed);
         {
             let mut status = sup.lock();
             status.epoch = epoch;
@@ -761,6 +764,7 @@ impl Controller {
             admin: assoc.admin,
             io: assoc.io.into_iter().map(|q| q.recovering(0, Arc::clone(&recovery))).collect(),
             aers: assoc.aers,
+            cntlid: AtomicU16::new(assoc.info.cntlid),
             namespaces: RwLock::new(HashMap::new()),
             namespace_generation: Mutex::new(0),
             namespace_changed: Condvar::new(),
@@ -777,7 +781,11 @@ impl Controller {
         let supervisor = std::thread::Builder::new()
             .name("nvmf-supervisor".into())
             .spawn(move || supervise(&thread_inner, &events, &events_tx))
-            .map_err(|e| HostError::io(0, "spawning the supervisor thread", &e))?;
+            .map_err(|e| {
+                // The event requests would keep a graceful close waiting forever.
+                inner.admin.abort();
+                HostError::io(0, "spawning the supervisor thread", &e)
+            })?;
         let info = assoc.info;
         tracing::info!(%addr, subnqn, cntlid = info.cntlid, io_queues = info.io_queues, "connected");
         Ok(Controller { inner, info, next_io: AtomicUsize::new(0), supervisor: Some(supervisor) })
@@ -787,6 +795,11 @@ impl Controller {
     /// reconnect keeps the queue count; the controller may give it another CNTLID).
     pub fn info(&self) -> &ControllerInfo {
         &self.info
+    }
+
+    /// The controller ID of the current association (a reconnect may get another one; lock-free).
+    pub fn cntlid(&self) -> u16 {
+        self.inner.cntlid.load(Ordering::Relaxed)
     }
 
     /// Where the association stands (lock-free: for metrics and health checks).

@@ -271,6 +271,7 @@ fn a_keep_alive_timeout_on_a_dark_network_reconnects_and_held_io_completes() {
     writer.join().unwrap().expect("the write completes on the new association");
     assert_eq!(wait_state(&ctrl, |s| s == ControllerState::Live), ControllerState::Live);
     assert_eq!(ctrl.reconnects(), 1);
+    assert_ne!(ctrl.cntlid(), ctrl.info().cntlid, "the target (still up) gave the new association another controller");
     let mut back = vec![0; b.len()];
     ctrl.read(1, 0, &mut back).unwrap();
     assert_eq!(back, b);
