@@ -7,7 +7,10 @@
 //! - [`discovery`] — reading a discovery controller's Discovery Log Page.
 //! - [`nbd`] — an NBD server exporting one namespace (unix socket or TCP) for qemu, fio and nbd-client.
 //! - [`perf`] — an SPDK-perf-like load generator on bare pipelined queues, with a latency histogram.
-//! - [`cli`] — the `nvmf-host` command line (`perf`, `discover`).
+//! - [`daemon`] — `nvmf-host run`: configured and CLI-requested controllers kept connected, their exports, the
+//!   control socket the CLI talks to, sd_notify; [`metrics`] — its Prometheus collector.
+//! - [`cli`] — the `nvmf-host` command line (`perf`, `discover`, `nbd`, `run`, `connect`, `connect-all`,
+//!   `disconnect`, `disconnect-all`, `list`).
 //! - [`error`] — the error type, [`HostError`].
 //!
 //! See `shared/design/ARCHITECTURE.md` for where this sits.
@@ -15,9 +18,11 @@
 
 pub mod cli;
 pub mod controller;
+pub mod daemon;
 pub mod discovery;
 pub mod error;
 pub mod identity;
+pub mod metrics;
 pub mod nbd;
 pub mod perf;
 pub mod tcp;

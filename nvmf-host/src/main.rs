@@ -1,5 +1,5 @@
-//! The `nvmf-host` command: parse the command line, start tracing (`RUST_LOG`, default `warn`, to stderr),
-//! run the command from the library.
+//! The `nvmf-host` command: parse the command line, start tracing (for `run`, from the configuration's
+//! `[logging]`; otherwise `RUST_LOG`, default `warn`, to stderr), run the command from the library.
 
 use anyhow::Context;
 use clap::Parser;
@@ -7,17 +7,25 @@ use nvmf_host::cli::{Cli, Command};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    if !matches!(cli.command, Command::Run(_)) {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let what = match &cli.command {
         Command::Perf(a) => format!("perf against {}:{} {}", a.endpoint.traddr, a.endpoint.trsvcid, a.nqn),
         Command::Discover(a) => format!("discover at {}:{}", a.endpoint.traddr, a.endpoint.trsvcid),
         Command::Nbd(a) => format!("nbd export of {} namespace {}", a.nqn, a.nsid),
+        Command::Run(a) => format!("nvmf-host run --config {}", a.config.display()),
+        Command::Connect(a) => format!("connect to {} at {}:{}", a.nqn, a.endpoint.traddr, a.endpoint.trsvcid),
+        Command::ConnectAll(a) => format!("connect-all at {}:{}", a.endpoint.traddr, a.endpoint.trsvcid),
+        Command::Disconnect(_) => "disconnect".to_owned(),
+        Command::DisconnectAll(_) => "disconnect-all".to_owned(),
+        Command::List(_) => "list".to_owned(),
     };
     let stdout = std::io::stdout();
     nvmf_host::cli::run(&cli, &mut stdout.lock()).with_context(|| what)

@@ -1,7 +1,9 @@
-//! The `nvmf-host` command line: clap definitions with nvme-cli's option names, and the `perf` and
-//! `discover` commands (run on the caller's thread, output to stdout).
+//! The `nvmf-host` command line: clap definitions with nvme-cli's option names, the `perf` and `discover`
+//! commands (run on the caller's thread, output to stdout), `nbd` ([`nbd`]), and the daemon's commands in
+//! [`control`] (`run`, `connect`, `connect-all`, `disconnect`, `disconnect-all`, `list`).
 //!
 //! Only `-t tcp` is implemented; `-t rdma` is refused with [`CliError::TransportNotImplemented`].
+pub mod control;
 pub mod nbd;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -46,6 +48,15 @@ pub enum CliError {
     /// The NBD export failed to start.
     #[error(transparent)]
     Nbd(#[from] crate::nbd::NbdError),
+    /// The daemon could not be reached.
+    #[error(transparent)]
+    Control(#[from] crate::daemon::control::ControlError),
+    /// The daemon refused the request.
+    #[error("{0}")]
+    Daemon(String),
+    /// `run` failed.
+    #[error("{0:#}")]
+    Run(anyhow::Error),
 }
 
 /// NVMe over Fabrics host tools.
@@ -66,6 +77,18 @@ pub enum Command {
     Discover(DiscoverArgs),
     /// Serve a namespace over NBD (unix socket or TCP) until SIGINT/SIGTERM.
     Nbd(nbd::NbdArgs),
+    /// Run the daemon: keep the configured controllers connected and exported, answer the commands below.
+    Run(control::RunArgs),
+    /// Connect a controller through the daemon (like `nvme connect`); prints its name.
+    Connect(control::ConnectArgs),
+    /// Connect every NVM subsystem a discovery controller lists that is not connected yet.
+    ConnectAll(control::ConnectAllArgs),
+    /// Disconnect the controllers of a subsystem (`-n`) or one controller (`-d nvmf0`).
+    Disconnect(control::DisconnectArgs),
+    /// Disconnect every controller.
+    DisconnectAll(control::ControlArgs),
+    /// List the daemon's controllers, their state, namespaces and exports.
+    List(control::ListArgs),
 }
 
 /// `-t/--transport`.
@@ -214,6 +237,12 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Command::Perf(a) => perf(a, out),
         Command::Discover(a) => discover(a, out),
         Command::Nbd(a) => nbd::run(a, out),
+        Command::Run(a) => crate::daemon::run(&a.config).map_err(CliError::Run),
+        Command::Connect(a) => control::connect(a, out),
+        Command::ConnectAll(a) => control::connect_all(a, out),
+        Command::Disconnect(a) => control::disconnect(a, out),
+        Command::DisconnectAll(a) => control::disconnect_all(a, out),
+        Command::List(a) => control::list(a, out),
     }
 }
 

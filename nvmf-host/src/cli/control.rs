@@ -1,0 +1,288 @@
+//! The commands that talk to the daemon's control socket, in nvme-cli's words: `connect`, `connect-all`,
+//! `disconnect`, `disconnect-all`, `list`; and `run`, which is the daemon. Each sends one request
+//! ([`crate::daemon::protocol`]) and prints the reply; they run on the caller's thread.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use nvmf_config::host::DEFAULT_CONTROL_SOCKET;
+
+use super::{CliError, Endpoint, OutputFormat, Transport};
+use crate::daemon::control::request;
+use crate::daemon::protocol::{ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget};
+
+/// `--control`: where the daemon listens.
+#[derive(Debug, Clone, Args)]
+pub struct ControlArgs {
+    /// The daemon's control socket.
+    #[arg(long = "control", value_name = "PATH", default_value = DEFAULT_CONTROL_SOCKET)]
+    pub control: PathBuf,
+}
+
+/// `nvmf-host run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The daemon's configuration (TOML; see config/examples/host.toml).
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+/// The connection options `connect` and `connect-all` share (nvme-cli's names; seconds for times).
+#[derive(Debug, Clone, Args)]
+pub struct ConnectOptionArgs {
+    /// I/O queues to ask for (default: the CPU count).
+    #[arg(short = 'i', long = "nr-io-queues")]
+    pub nr_io_queues: Option<u16>,
+    /// Entries per I/O queue (default 128).
+    #[arg(short = 'Q', long = "queue-size")]
+    pub queue_size: Option<u16>,
+    /// Keep Alive Timeout in seconds (default 5; 0 disables).
+    #[arg(short = 'k', long = "keep-alive-tmo")]
+    pub keep_alive_tmo: Option<u32>,
+    /// Seconds between reconnect attempts (default 10).
+    #[arg(short = 'c', long = "reconnect-delay")]
+    pub reconnect_delay: Option<u32>,
+    /// Seconds to keep reconnecting before failing I/O for good (default 600; -1 forever).
+    #[arg(short = 'l', long = "ctrl-loss-tmo", allow_negative_numbers = true)]
+    pub ctrl_loss_tmo: Option<i64>,
+    /// Seconds after a loss when held I/O fails while reconnecting goes on (default -1: off).
+    #[arg(short = 'f', long = "fast-io-fail-tmo", allow_negative_numbers = true)]
+    pub fast_io_fail_tmo: Option<i64>,
+    /// Host NQN (default: the daemon's identity).
+    #[arg(short = 'q', long = "hostnqn")]
+    pub hostnqn: Option<String>,
+    /// Host ID, a UUID (default: the daemon's identity).
+    #[arg(short = 'I', long = "hostid")]
+    pub hostid: Option<String>,
+    /// NVMe/TCP header digests.
+    #[arg(short = 'g', long = "hdr-digest")]
+    pub hdr_digest: bool,
+    /// NVMe/TCP data digests.
+    #[arg(short = 'G', long = "data-digest")]
+    pub data_digest: bool,
+}
+
+/// `nvmf-host connect`.
+#[derive(Debug, Clone, Args)]
+pub struct ConnectArgs {
+    /// Where to connect.
+    #[command(flatten)]
+    pub endpoint: Endpoint,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long = "nqn")]
+    pub nqn: String,
+    /// Connection options.
+    #[command(flatten)]
+    pub options: ConnectOptionArgs,
+    /// Export a namespace over NBD on `unix:/path` or `ADDR:PORT`.
+    #[arg(long = "nbd", value_name = "LISTEN")]
+    pub nbd: Option<String>,
+    /// The namespace `--nbd` exports (default: the first active one).
+    #[arg(long = "nbd-nsid", requires = "nbd")]
+    pub nbd_nsid: Option<u32>,
+    /// Connect even if this subsystem is already connected at this address.
+    #[arg(short = 'D', long = "duplicate-connect")]
+    pub duplicate_connect: bool,
+    /// The daemon.
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+/// `nvmf-host connect-all`.
+#[derive(Debug, Clone, Args)]
+pub struct ConnectAllArgs {
+    /// The discovery controller (port default 8009 is not assumed: nvme-cli's -s default is 4420 too).
+    #[command(flatten)]
+    pub endpoint: Endpoint,
+    /// Connection options for every subsystem connected.
+    #[command(flatten)]
+    pub options: ConnectOptionArgs,
+    /// Output format.
+    #[arg(short = 'o', long = "output-format", value_enum, default_value = "normal")]
+    pub output_format: OutputFormat,
+    /// The daemon.
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+/// `nvmf-host disconnect`.
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["nqn", "device"])))]
+pub struct DisconnectArgs {
+    /// Disconnect every controller of this subsystem NQN.
+    #[arg(short = 'n', long = "nqn")]
+    pub nqn: Option<String>,
+    /// Disconnect the controller with this name (`nvmf0`).
+    #[arg(short = 'd', long = "device")]
+    pub device: Option<String>,
+    /// The daemon.
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+/// `nvmf-host list`.
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output-format", value_enum, default_value = "normal")]
+    pub output_format: OutputFormat,
+    /// The daemon.
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> Result<ConnectParams, CliError> {
+    if endpoint.transport == Transport::Rdma {
+        return Err(CliError::TransportNotImplemented("rdma"));
+    }
+    Ok(ConnectParams {
+        transport: "tcp".into(),
+        traddr: endpoint.traddr.clone(),
+        trsvcid: endpoint.trsvcid.clone(),
+        nqn: nqn.to_owned(),
+        nr_io_queues: o.nr_io_queues,
+        queue_size: o.queue_size,
+        keep_alive_tmo: o.keep_alive_tmo,
+        reconnect_delay: o.reconnect_delay,
+        ctrl_loss_tmo: o.ctrl_loss_tmo,
+        fast_io_fail_tmo: o.fast_io_fail_tmo,
+        hostnqn: o.hostnqn.clone(),
+        hostid: o.hostid.clone(),
+        hdr_digest: o.hdr_digest,
+        data_digest: o.data_digest,
+        nbd: None,
+        nbd_nsid: None,
+        duplicate_connect: false,
+    })
+}
+
+fn ask(control: &ControlArgs, r: &ControlRequest) -> Result<ControlReply, CliError> {
+    match request(&control.control, r)? {
+        ControlReply::Error { message } => Err(CliError::Daemon(message)),
+        reply => Ok(reply),
+    }
+}
+
+fn unexpected(reply: &ControlReply) -> CliError {
+    CliError::Daemon(format!("unexpected reply {reply:?}"))
+}
+
+/// `connect`: prints the controller's name (like nvme-cli prints the device), then one line per export.
+pub fn connect(a: &ConnectArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let mut p = params(&a.endpoint, &a.nqn, &a.options)?;
+    p.nbd.clone_from(&a.nbd);
+    p.nbd_nsid = a.nbd_nsid;
+    p.duplicate_connect = a.duplicate_connect;
+    match ask(&a.control, &ControlRequest::Connect(p))? {
+        ControlReply::Connected { name, exports } => {
+            writeln!(out, "{name}")?;
+            for x in exports {
+                writeln!(out, "{name}n{}: exported at {}", x.nsid, x.uri)?;
+            }
+            Ok(())
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `connect-all`: one line per discovery log entry (or the JSON list).
+pub fn connect_all(a: &ConnectAllArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let p = params(&a.endpoint, "", &a.options)?;
+    match ask(&a.control, &ControlRequest::ConnectAll(p))? {
+        ControlReply::ConnectedAll { entries } => {
+            if a.output_format == OutputFormat::Json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&entries).unwrap_or_default())?;
+            } else {
+                for e in entries {
+                    let name = e.name.as_deref().unwrap_or("-");
+                    writeln!(out, "{name:<8} {} at {}: {}", e.subnqn, e.address, e.outcome)?;
+                }
+            }
+            Ok(())
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `disconnect -n NQN | -d NAME`: prints what nvme-cli prints (`NQN:… disconnected N controller(s)`).
+pub fn disconnect(a: &DisconnectArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let (which, label) = match (&a.nqn, &a.device) {
+        (Some(nqn), _) => (DisconnectTarget::Nqn(nqn.clone()), format!("NQN:{nqn}")),
+        (None, Some(name)) => (DisconnectTarget::Name(name.clone()), name.clone()),
+        (None, None) => return Err(CliError::Daemon("disconnect needs -n NQN or -d NAME".into())),
+    };
+    match ask(&a.control, &ControlRequest::Disconnect(which))? {
+        ControlReply::Disconnected { names } => {
+            writeln!(out, "{label} disconnected {} controller(s)", names.len())?;
+            Ok(())
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `disconnect-all`.
+pub fn disconnect_all(a: &ControlArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    match ask(a, &ControlRequest::DisconnectAll)? {
+        ControlReply::Disconnected { names } => {
+            for n in &names {
+                writeln!(out, "{n} disconnected")?;
+            }
+            Ok(())
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `list`: a table like `nvme list`, or `{"controllers": […]}` with `-o json`.
+pub fn list(a: &ListArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let ControlReply::List { controllers } = ask(&a.control, &ControlRequest::List)? else {
+        return Err(CliError::Daemon("unexpected reply to list".into()));
+    };
+    if a.output_format == OutputFormat::Json {
+        let j = serde_json::json!({ "controllers": controllers });
+        writeln!(out, "{}", serde_json::to_string_pretty(&j).unwrap_or_default())?;
+        return Ok(());
+    }
+    write_list(&controllers, out)?;
+    Ok(())
+}
+
+fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes;
+    let mut unit = 0;
+    while v >= 1024 && v % 1024 == 0 && unit < UNITS.len() - 1 {
+        v /= 1024;
+        unit += 1;
+    }
+    format!("{v} {}", UNITS[unit])
+}
+
+/// The `list` table.
+pub fn write_list(controllers: &[ControllerView], out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<8} {:<12} {:<28} {:<40} {:<24} Exports",
+        "Name", "State", "Address", "Subsystem NQN", "Namespaces"
+    )?;
+    writeln!(out, "{:-<8} {:-<12} {:-<28} {:-<40} {:-<24} {:-<20}", "", "", "", "", "", "")?;
+    for c in controllers {
+        let address = format!("{} {}:{}", c.transport, c.traddr, c.trsvcid);
+        let ns: Vec<String> = c.namespaces.iter().map(|n| format!("{}:{}", n.nsid, human_size(n.size))).collect();
+        let exports: Vec<String> = c.exports.iter().map(|x| format!("{}@{}", x.nsid, x.nbd)).collect();
+        writeln!(
+            out,
+            "{:<8} {:<12} {:<28} {:<40} {:<24} {}",
+            c.name,
+            c.state,
+            address,
+            c.subnqn,
+            ns.join(","),
+            exports.join(",")
+        )?;
+        if let Some(e) = &c.error {
+            writeln!(out, "{:<8} error: {e}", "")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! The control socket's protocol: one JSON object per line each way, a [`ControlRequest`] from the CLI and the
+//! daemon's [`ControlReply`]. Plain data (serde), shared by both ends so they cannot drift.
+//!
+//! Requests (externally tagged): `{"connect": {…}}`, `{"connect_all": {…}}`, `{"disconnect": {"nqn": …}}` or
+//! `{"disconnect": {"name": …}}`, `"disconnect_all"`, `"list"`. Replies: `{"connected": {"name": …}}`,
+//! `{"connected_all": {"entries": […]}}`, `{"disconnected": {"names": […]}}`, `{"list": {"controllers": […]}}`,
+//! `{"error": {"message": …}}`.
+
+use serde::{Deserialize, Serialize};
+
+/// Longest request or reply line accepted (a `list` of many controllers fits easily).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Connection parameters of `connect` (nvme-cli's option names; durations in seconds, -1 = never).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectParams {
+    /// `tcp` or `rdma`.
+    pub transport: String,
+    /// `-a`.
+    pub traddr: String,
+    /// `-s`.
+    pub trsvcid: String,
+    /// `-n` (for `connect`; ignored by `connect_all`, which takes them from the discovery log).
+    #[serde(default)]
+    pub nqn: String,
+    /// `--nr-io-queues` (daemon default: the CPU count).
+    #[serde(default)]
+    pub nr_io_queues: Option<u16>,
+    /// `--queue-size`.
+    #[serde(default)]
+    pub queue_size: Option<u16>,
+    /// `--keep-alive-tmo` seconds.
+    #[serde(default)]
+    pub keep_alive_tmo: Option<u32>,
+    /// `--reconnect-delay` seconds.
+    #[serde(default)]
+    pub reconnect_delay: Option<u32>,
+    /// `--ctrl-loss-tmo` seconds, -1 = forever.
+    #[serde(default)]
+    pub ctrl_loss_tmo: Option<i64>,
+    /// `--fast-io-fail-tmo` seconds, -1 = off.
+    #[serde(default)]
+    pub fast_io_fail_tmo: Option<i64>,
+    /// `--hostnqn` (default: the daemon's).
+    #[serde(default)]
+    pub hostnqn: Option<String>,
+    /// `--hostid` (default: the daemon's).
+    #[serde(default)]
+    pub hostid: Option<String>,
+    /// `--hdr-digest`.
+    #[serde(default)]
+    pub hdr_digest: bool,
+    /// `--data-digest`.
+    #[serde(default)]
+    pub data_digest: bool,
+    /// `--nbd`: export a namespace (the first active one, or `nbd_nsid`) over NBD on this endpoint
+    /// (`unix:/path` or `ADDR:PORT`).
+    #[serde(default)]
+    pub nbd: Option<String>,
+    /// The namespace `nbd` exports (default: the first active one).
+    #[serde(default)]
+    pub nbd_nsid: Option<u32>,
+    /// `--duplicate-connect`: connect even when this host already has an association with the same subsystem at
+    /// the same address (nvme-cli refuses that by default too).
+    #[serde(default)]
+    pub duplicate_connect: bool,
+}
+
+/// Which controllers `disconnect` ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum DisconnectTarget {
+    /// Every controller of this subsystem NQN (`-n`).
+    Nqn(String),
+    /// The controller with this name (`-d nvmf0`).
+    Name(String),
+}
+
+/// A request to the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlRequest {
+    /// Connect one controller (and optionally export a namespace).
+    Connect(ConnectParams),
+    /// Read a discovery controller's log and connect every NVM subsystem entry not yet connected.
+    ConnectAll(ConnectParams),
+    /// Disconnect (CC.SHN) and forget controllers.
+    Disconnect(DisconnectTarget),
+    /// Disconnect every controller.
+    DisconnectAll,
+    /// Describe every controller.
+    List,
+}
+
+/// One namespace of a controller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceView {
+    /// NSID.
+    pub nsid: u32,
+    /// Logical block size in bytes.
+    pub block_size: u32,
+    /// Size in blocks.
+    pub blocks: u64,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// One export of a controller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportView {
+    /// The namespace exported.
+    pub nsid: u32,
+    /// Where it listens (`unix:/path`, `ADDR:PORT`).
+    pub nbd: String,
+    /// The NBD URI clients use.
+    pub uri: String,
+}
+
+/// One controller as `list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerView {
+    /// The daemon's name for it (`nvmf0`).
+    pub name: String,
+    /// `connecting`, `live`, `reconnecting`, `failed`.
+    pub state: String,
+    /// `tcp`.
+    pub transport: String,
+    /// Transport address.
+    pub traddr: String,
+    /// Transport service id.
+    pub trsvcid: String,
+    /// Subsystem NQN.
+    pub subnqn: String,
+    /// The host NQN this association uses.
+    pub hostnqn: String,
+    /// Controller ID (once connected).
+    pub cntlid: Option<u16>,
+    /// Model number (once connected).
+    pub model: Option<String>,
+    /// Serial number (once connected).
+    pub serial: Option<String>,
+    /// I/O queues granted.
+    pub io_queues: u16,
+    /// Associations re-established after a loss.
+    pub reconnects: u64,
+    /// The last connect error, while connecting or failed.
+    pub error: Option<String>,
+    /// Active namespaces.
+    pub namespaces: Vec<NamespaceView>,
+    /// Running exports.
+    pub exports: Vec<ExportView>,
+}
+
+/// The outcome of one discovery log entry in `connect_all`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectAllEntry {
+    /// Subsystem NQN.
+    pub subnqn: String,
+    /// Its transport address and service id (`traddr:trsvcid`).
+    pub address: String,
+    /// The controller's name when connected now or before.
+    pub name: Option<String>,
+    /// `connected`, `already connected`, `skipped: …` or `failed: …`.
+    pub outcome: String,
+}
+
+/// The daemon's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlReply {
+    /// `connect` succeeded.
+    Connected {
+        /// The new controller's name.
+        name: String,
+        /// The exports started with it.
+        exports: Vec<ExportView>,
+    },
+    /// `connect_all` ran.
+    ConnectedAll {
+        /// One per discovery log entry.
+        entries: Vec<ConnectAllEntry>,
+    },
+    /// `disconnect`/`disconnect_all` ended these controllers.
+    Disconnected {
+        /// Their names.
+        names: Vec<String>,
+    },
+    /// `list`.
+    List {
+        /// Every controller, by name.
+        controllers: Vec<ControllerView>,
+    },
+    /// The request failed.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_read_as_documented() {
+        let r: ControlRequest = serde_json::from_str(r#"{"disconnect":{"nqn":"nqn.a"}}"#).unwrap();
+        assert_eq!(r, ControlRequest::Disconnect(DisconnectTarget::Nqn("nqn.a".into())));
+        let r: ControlRequest = serde_json::from_str(r#""list""#).unwrap();
+        assert_eq!(r, ControlRequest::List);
+        let r: ControlRequest =
+            serde_json::from_str(r#"{"connect":{"transport":"tcp","traddr":"::1","trsvcid":"4420","nqn":"n"}}"#)
+                .unwrap();
+        assert!(matches!(r, ControlRequest::Connect(p) if p.nqn == "n" && p.nbd.is_none()));
+        assert!(serde_json::from_str::<ControlRequest>(r#"{"format":"c:"}"#).is_err());
+        let reply = serde_json::to_string(&ControlReply::Error { message: "x".into() }).unwrap();
+        assert_eq!(reply, r#"{"error":{"message":"x"}}"#);
+    }
+}

@@ -1,0 +1,418 @@
+//! `nvmf-host run` as a real process beside an in-process target on 127.0.0.1, driven by the CLI binary:
+//! connect → list → NBD export → metrics (checked by promtool) → disconnect → connect-all → SIGTERM, plus the
+//! daemon-missing and RDMA errors and the persistent host identity.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nvmf_config::TargetConfig;
+use nvmf_target::daemon::RunningTarget;
+use serde_json::Value;
+use support::SUBNQN;
+
+const BIN: &str = env!("CARGO_BIN_EXE_nvmf-host");
+
+/// The support target's configuration with a metrics endpoint, so the test can see its controllers.
+fn start_target() -> (RunningTarget, SocketAddr, SocketAddr) {
+    let text = format!("[metrics]\nlisten = \"127.0.0.1:{}\"\n{}", free_port(), support::config());
+    let mut config = TargetConfig::from_str(&text, "<test>").expect("valid target configuration");
+    for l in &mut config.listeners {
+        l.address.set_port(0);
+    }
+    let running = nvmf_target::daemon::start(&config).expect("target starts");
+    let addr = running.local_addrs()[0];
+    let metrics = running.metrics_addr().expect("target metrics");
+    (running, addr, metrics)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).expect("metrics endpoint answers");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
+/// A metric's value in a Prometheus text exposition.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+    control: PathBuf,
+    metrics: SocketAddr,
+}
+
+impl Daemon {
+    /// Write a configuration in a fresh directory (with `extra` appended) and start `nvmf-host run`.
+    fn start(extra: &str) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(dir, extra)
+    }
+
+    fn start_in(dir: tempfile::TempDir, extra: &str) -> Daemon {
+        Self::start_with(dir, extra, &[])
+    }
+
+    /// Start with extra environment variables (`NOTIFY_SOCKET`, `WATCHDOG_USEC`).
+    fn start_with(dir: tempfile::TempDir, extra: &str, env: &[(&str, String)]) -> Daemon {
+        let control = dir.path().join("control.sock");
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let config = dir.path().join("host.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[host]\nstate_dir = \"state\"\ncontrol_socket = \"control.sock\"\n[metrics]\nlisten = \"{metrics}\"\n\
+                 [logging]\nlevel = \"info\"\n{extra}"
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .env_remove("RUST_LOG")
+            .env_remove("NOTIFY_SOCKET")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("nvmf-host run starts");
+        let mut d = Daemon { child, dir, control, metrics };
+        // Ready when it logs so (after every configured controller's first attempt), or say why it died.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !d.log().contains("nvmf_host::daemon: ready") {
+            if let Some(status) = d.child.try_wait().unwrap() {
+                panic!("daemon exited with {status}: {}", d.log());
+            }
+            assert!(Instant::now() < deadline, "the daemon never became ready: {}", d.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(UnixStream::connect(&d.control).is_ok(), "control socket answers once ready");
+        d
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN).args(args).arg("--control").arg(&self.control).output().expect("nvmf-host runs")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}\ndaemon log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn list(&self) -> Vec<Value> {
+        let j: Value = serde_json::from_str(&self.ok(&["list", "-o", "json"])).expect("list -o json is JSON");
+        j["controllers"].as_array().expect("controllers").clone()
+    }
+
+    /// SIGTERM, then the exit status, the log and the directory (for a restart in it).
+    fn terminate(mut self) -> (std::process::ExitStatus, String, tempfile::TempDir) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let status = self.child.wait().unwrap();
+        let log = self.log();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        (status, log, dir)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Write a pattern through the NBD export with qemu-io, read it back and compare (qemu-utils; skipped without).
+fn qemu_io_round_trip(sock: &Path) {
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let out = match Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0xa5 4096 64k", "-c", "read -P 0xa5 4096 64k", "-c", "read -P 0 0 4096"])
+        .arg(&uri)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("SKIPPED: qemu-io data check: {e} (Debian package qemu-utils)");
+            return;
+        }
+    };
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && !text.contains("Pattern verification failed"), "qemu-io {uri}:\n{text}");
+    assert_eq!(text.matches("read 65536/65536 bytes").count(), 1, "{text}");
+}
+
+fn port_of(addr: SocketAddr) -> String {
+    addr.port().to_string()
+}
+
+/// The identity the daemon should use: /etc/nvme's (as nvme-cli) when present, else the one it stored.
+fn expected_hostnqn(state: &Path) -> String {
+    match std::fs::read_to_string("/etc/nvme/hostnqn") {
+        Ok(n) if n.trim().starts_with("nqn.") => n.trim().to_owned(),
+        _ => std::fs::read_to_string(state.join("hostnqn")).expect("generated host NQN stored").trim().to_owned(),
+    }
+}
+
+#[test]
+fn connect_list_export_metrics_disconnect_and_sigterm() {
+    let (target, addr, target_metrics) = start_target();
+    let port = port_of(addr);
+    let d = Daemon::start("");
+    assert!(d.list().is_empty());
+
+    // connect prints the controller's name, like nvme-cli prints the device.
+    let out = d.ok(&["connect", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN, "--nr-io-queues", "2"]);
+    assert_eq!(out, "nvmf0\n");
+    let list = d.list();
+    assert_eq!(list.len(), 1, "{list:?}");
+    let c = &list[0];
+    assert_eq!((c["name"].as_str(), c["state"].as_str()), (Some("nvmf0"), Some("live")), "{c}");
+    assert_eq!((c["subnqn"].as_str(), c["traddr"].as_str()), (Some(SUBNQN), Some("127.0.0.1")), "{c}");
+    assert_eq!(c["trsvcid"].as_str(), Some(port.as_str()));
+    assert_eq!(c["io_queues"], 2);
+    assert_eq!(c["hostnqn"].as_str().unwrap(), expected_hostnqn(&d.dir.path().join("state")));
+    let ns: Vec<(u64, u64)> = c["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["nsid"].as_u64().unwrap(), n["size"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ns, [(1, 16 << 20), (2, 8 << 20)]);
+    let table = d.ok(&["list"]);
+    assert!(table.contains("nvmf0") && table.contains("live") && table.contains("1:16 MiB,2:8 MiB"), "{table}");
+
+    // nvme-cli refuses a duplicate connect unless asked (-D).
+    let dup = d.cli(&["connect", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN]);
+    assert!(!dup.status.success());
+    let err = String::from_utf8_lossy(&dup.stderr);
+    assert!(err.contains("is already connected as nvmf0 (--duplicate-connect for another association)"), "{err}");
+
+    // A second association (-D) with an NBD export of namespace 2: NBD's greeting, then data through qemu-io.
+    let sock = d.dir.path().join("ns2.nbd");
+    let listen = format!("unix:{}", sock.display());
+    let out = d.ok(&[
+        "connect",
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "-n",
+        SUBNQN,
+        "--nbd",
+        &listen,
+        "--nbd-nsid",
+        "2",
+        "-D",
+    ]);
+    assert_eq!(out, format!("nvmf1\nnvmf1n2: exported at nbd+unix:///?socket={}\n", sock.display()));
+    let mut greeting = [0u8; 18];
+    UnixStream::connect(&sock).expect("export listens").read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
+    qemu_io_round_trip(&sock);
+    let list = d.list();
+    assert_eq!(list[1]["exports"][0]["nsid"], 2, "{list:?}");
+    assert_eq!(list[1]["exports"][0]["nbd"].as_str(), Some(listen.as_str()));
+
+    // The daemon's /metrics: our families, accepted by promtool.
+    let text = http_get(d.metrics, "/metrics");
+    let live = format!(
+        "nvmf_host_controller_state{{controller=\"nvmf0\",subnqn=\"{SUBNQN}\",traddr=\"127.0.0.1:{port}\",state=\"live\"}}"
+    );
+    assert_eq!(metric(&text, &live), Some(1.0), "{text}");
+    assert_eq!(metric(&text, "nvmf_host_exports{controller=\"nvmf1\"}"), Some(1.0), "{text}");
+    assert!(metric(&text, "nvmf_host_queue_commands_total{controller=\"nvmf0\",qid=\"0\"}").unwrap() > 0.0, "{text}");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed");
+    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool: {}{}\n{text}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // disconnect -n ends both associations; disconnect of something unknown is an error.
+    let out = d.ok(&["disconnect", "-n", SUBNQN]);
+    assert_eq!(out, format!("NQN:{SUBNQN} disconnected 2 controller(s)\n"));
+    assert!(d.list().is_empty());
+    assert!(!sock.exists(), "the export's socket is removed");
+    let err = d.cli(&["disconnect", "-d", "nvmf7"]);
+    assert!(!err.status.success());
+    assert!(String::from_utf8_lossy(&err.stderr).contains("no controller matches controller name nvmf7"));
+
+    // connect-all through the target's discovery service; a second run skips what is connected.
+    let out = d.ok(&["connect-all", "-t", "tcp", "-a", "127.0.0.1", "-s", &port]);
+    assert!(out.contains(&format!("nvmf0    {SUBNQN} at 127.0.0.1:{port}: connected")), "{out}");
+    let out = d.ok(&["connect-all", "-t", "tcp", "-a", "127.0.0.1", "-s", &port]);
+    assert!(out.contains("already connected"), "{out}");
+    assert_eq!(d.list().len(), 1);
+
+    // SIGTERM: a clean exit with CC.SHN acknowledged for the live controller; the target has no controller left.
+    let target_before = http_get(target_metrics, "/metrics");
+    let series = format!("nvmf_target_controllers{{subsystem=\"{SUBNQN}\"}}");
+    assert_eq!(metric(&target_before, &series), Some(1.0), "{target_before}");
+    let (status, log, _) = d.terminate();
+    assert!(status.success(), "{status}: {log}");
+    assert!(log.contains("disconnected") && !log.contains("disconnect was not clean"), "{log}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let after = http_get(target_metrics, "/metrics");
+        if metric(&after, &series) == Some(0.0) {
+            let expiries = format!("nvmf_target_keep_alive_expiries_total{{subsystem=\"{SUBNQN}\"}}");
+            assert_eq!(metric(&after, &expiries).unwrap_or(0.0), 0.0, "{after}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the target still has a controller:\n{after}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    target.shutdown();
+}
+
+#[test]
+fn configured_controllers_connect_at_start_and_a_down_target_does_not_stop_the_daemon() {
+    let (target, addr, _) = start_target();
+    let down = free_port();
+    let d = Daemon::start(&format!(
+        "[[controller]]\naddress = \"127.0.0.1\"\nport = {}\nnqn = \"{SUBNQN}\"\nnr_io_queues = 1\n\
+         [[controller.export]]\nnsid = 1\nnbd = \"unix:disk.sock\"\n\
+         [[controller]]\naddress = \"127.0.0.1\"\nport = {down}\nnqn = \"{SUBNQN}\"\nreconnect_delay = 1\n",
+        addr.port()
+    ));
+    let list = d.list();
+    assert_eq!(list.len(), 2, "{list:?}");
+    assert_eq!(list[0]["state"].as_str(), Some("live"), "{list:?}");
+    assert_eq!(list[0]["exports"][0]["nsid"], 1);
+    assert!(d.dir.path().join("disk.sock").exists());
+    assert_eq!(list[1]["state"].as_str(), Some("connecting"), "{list:?}");
+    assert!(list[1]["error"].as_str().unwrap().starts_with("attempt "), "{list:?}");
+    // The identity is stored once (unless /etc/nvme supplies it) and reused by the next start.
+    let first = list[0]["hostnqn"].as_str().unwrap().to_owned();
+    let state = d.dir.path().join("state");
+    assert_eq!(first, expected_hostnqn(&state));
+    let stored: Vec<_> =
+        std::fs::read_dir(&state).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let (status, log, dir) = d.terminate();
+    assert!(status.success(), "{log}");
+    assert!(!dir.path().join("control.sock").exists(), "the control socket is removed at exit");
+    let d2 = Daemon::start_in(
+        dir,
+        &format!(
+            "[[controller]]\naddress = \"127.0.0.1\"\nport = {}\nnqn = \"{SUBNQN}\"\nnr_io_queues = 1\n",
+            addr.port()
+        ),
+    );
+    let list = d2.list();
+    assert_eq!(list[0]["hostnqn"].as_str(), Some(first.as_str()), "same identity after a restart");
+    let again: Vec<_> =
+        std::fs::read_dir(&state).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert_eq!(again, stored, "nothing regenerated");
+    drop(d2);
+    target.shutdown();
+}
+
+#[test]
+fn errors_are_clear() {
+    let missing = tempfile::tempdir().unwrap();
+    let sock = missing.path().join("none.sock");
+    let out = Command::new(BIN).args(["list", "--control"]).arg(&sock).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "no nvmf-host daemon at {}: start it with `nvmf-host run --config …` or `systemctl start nvmf-host`",
+            sock.display()
+        )),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["connect", "-t", "rdma", "-a", "10.0.0.1", "-n", SUBNQN, "--control"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("transport 'rdma' is not implemented yet"));
+    let d = Daemon::start("");
+    let out = d.cli(&["connect", "-t", "tcp", "-a", "127.0.0.1", "-s", &free_port().to_string(), "-n", SUBNQN]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("connecting to {SUBNQN} at 127.0.0.1:")), "{err}");
+    assert!(d.list().is_empty(), "a failed connect leaves nothing behind");
+    // A bad configuration file: the located error, exit status 1.
+    let bad = missing.path().join("bad.toml");
+    std::fs::write(&bad, "[[controller]]\naddress = \"127.0.0.1\"\nnqn = \"nqn.2024-01.io.example:x\"\nport = 0\n")
+        .unwrap();
+    let out = Command::new(BIN).args(["run", "--config"]).arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:4:8: controller[0].port: port 0 is out of range", bad.display())), "{err}");
+}
+
+#[test]
+fn tells_the_service_manager_ready_status_watchdog_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let (target, addr, _) = start_target();
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify");
+    let manager = UnixDatagram::bind(&notify).unwrap();
+    manager.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let d = Daemon::start_with(
+        dir,
+        &format!(
+            "[[controller]]\naddress = \"127.0.0.1\"\nport = {}\nnqn = \"{SUBNQN}\"\nnr_io_queues = 1\n\
+             [[controller.export]]\nnsid = 2\nnbd = \"127.0.0.1:{}\"\n",
+            addr.port(),
+            free_port()
+        ),
+        &[("NOTIFY_SOCKET", notify.display().to_string()), ("WATCHDOG_USEC", "200000".into())],
+    );
+    let next = || {
+        let mut buf = [0u8; 512];
+        let n = manager.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert_eq!(next(), "READY=1\nSTATUS=1 controllers live, 1 exports");
+    // The reporter pings the watchdog (at half of WATCHDOG_USEC) with the status.
+    assert_eq!(next(), "WATCHDOG=1\nSTATUS=1 controllers live, 1 exports");
+    assert_eq!(next(), "WATCHDOG=1\nSTATUS=1 controllers live, 1 exports");
+    let (status, log, _) = d.terminate();
+    assert!(status.success(), "{log}");
+    let mut last = next();
+    while last.starts_with("WATCHDOG=1") {
+        last = next();
+    }
+    assert_eq!(last, "STOPPING=1");
+    target.shutdown();
+}

@@ -1,0 +1,102 @@
+//! The host daemon (`nvmf-host run`) against the Linux 6.12 kernel target (nvmet-tcp, a memory-backed null_blk
+//! namespace) in the test VM, the way a boot-time mount uses it: the configured controller is connected at
+//! start, its namespace is exported over NBD on a unix socket, the kernel's nbd driver attaches it with
+//! `nbd-client`, fio verifies data through it, ext4 is made, mounted, written, remounted and checked; the CLI
+//! lists the controller; SIGTERM ends the association with CC.SHN acknowledged by the kernel target.
+//!
+//! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`). Logs (the daemon's, fio's,
+//! dmesg) land in `target/tmp/vm-logs/<test>/`.
+//!
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_host_daemon -- --nocapture
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nvmf_tests::vm::{self, Vm};
+
+const NQN: &str = "nqn.2024-01.io.nvmf-rs:vm-host-daemon";
+
+#[test]
+fn host_daemon_exports_a_kernel_target_namespace_for_a_mount() {
+    let name = "host_daemon_exports_a_kernel_target_namespace_for_a_mount";
+    let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
+    let _ = std::fs::remove_dir_all(&logs);
+    let vm =
+        Vm::new(name).logs(logs).modules(["nvmet", "nvmet_tcp", "null_blk", "nbd"]).deadline(Duration::from_secs(300));
+    let vm = match vm::enabled() {
+        Ok(()) => {
+            let bin = nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
+                .unwrap_or_else(|e| panic!("nvmf-host binary: {e}"));
+            vm.env("NVMF_HOST_BIN", bin.to_string_lossy())
+        }
+        Err(_) => vm, // run_or_skip says why and skips (or panics under NVMF_REQUIRE_VM=1)
+    };
+    let script = format!(
+        r#"
+set -eu
+nvmet_subsys_nullblk {NQN} 256
+nvmet_tcp_port 1 127.0.0.1 4420 {NQN}
+mkdir -p /tmp/host
+cat > /tmp/host/host.toml <<'HOST_TOML'
+[host]
+state_dir = "/tmp/host/state"
+control_socket = "/tmp/host/control.sock"
+[logging]
+level = "info"
+[[controller]]
+address = "127.0.0.1"
+nqn = "{NQN}"
+nr_io_queues = 2
+[[controller.export]]
+nsid = 1
+nbd = "unix:/tmp/host/disk.sock"
+HOST_TOML
+start_daemon host "$NVMF_HOST_BIN" run --config /tmp/host/host.toml
+wait_until 60 grep -q 'nvmf_host::daemon: ready' "$NVMF_VM_LOGS/host.log" || {{ cat "$NVMF_VM_LOGS/host.log" >&2; fail "daemon not ready"; }}
+"$NVMF_HOST_BIN" list --control /tmp/host/control.sock
+"$NVMF_HOST_BIN" list -o json --control /tmp/host/control.sock > /tmp/host/list.json
+echo "state: $(jq -r '.controllers[0].state' /tmp/host/list.json)"
+echo "size: $(jq -r '.controllers[0].namespaces[0].size' /tmp/host/list.json)"
+
+nbd-client -N nvmf0n1 -u /tmp/host/disk.sock /dev/nbd0 >&2
+echo "nbd0 size: $(blockdev --getsize64 /dev/nbd0)"
+fio_verify /dev/nbd0 5
+
+mkfs.ext4 -q -F /dev/nbd0
+mkdir -p /tmp/mnt
+mount /dev/nbd0 /tmp/mnt
+head -c 8388608 /dev/urandom > /tmp/host/payload
+cp /tmp/host/payload /tmp/mnt/payload
+umount /tmp/mnt
+echo 3 > /proc/sys/vm/drop_caches
+mount /dev/nbd0 /tmp/mnt
+cmp /tmp/host/payload /tmp/mnt/payload && echo "payload read back: ok"
+umount /tmp/mnt
+fsck.ext4 -n -f /dev/nbd0 >&2 && echo "fsck: clean"
+nbd-client -d /dev/nbd0 >&2
+
+stop_daemon host 30 && echo "daemon exit: 0"
+grep -E 'disconnect' "$NVMF_VM_LOGS/host.log" >&2 || true
+echo "unclean disconnects: $(grep -c 'disconnect was not clean' "$NVMF_VM_LOGS/host.log" || true)"
+echo "clean disconnects: $(grep -c 'nvmf_host::daemon: disconnected' "$NVMF_VM_LOGS/host.log" || true)"
+echo "kernel keep-alive expiries: $(dmesg | grep -c 'keep-alive timer' || true)"
+"#
+    );
+    let start = Instant::now();
+    let Some(out) = vm.run_or_skip(&script) else { return };
+    vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
+    out.assert_success();
+    for needle in [
+        "state: live\n",
+        "size: 268435456\n",
+        "nbd0 size: 268435456\n",
+        "payload read back: ok\n",
+        "fsck: clean\n",
+        "daemon exit: 0\n",
+        "unclean disconnects: 0\n",
+        "clean disconnects: 1\n",
+        "kernel keep-alive expiries: 0\n",
+    ] {
+        assert!(out.stdout.contains(needle), "stdout lacks {needle:?}\n{}", out.report());
+    }
+}
