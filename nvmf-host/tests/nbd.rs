@@ -413,6 +413,16 @@ fn hostile_requests_get_errors_and_the_server_keeps_serving() {
     assert_eq!(seen, (100..164).collect::<Vec<_>>());
     c.request(0, cmd::FLUSH, 15, 0, 0, &[]);
     assert_eq!(c.reply(), (0, 15));
+    // Trim with FUA (Dataset Management, then Flush) and write zeroes with FUA and NO_HOLE (no DEAC).
+    c.request(cmd_flag::FUA, cmd::TRIM, 19, 1 << 20, 1 << 20, &[]);
+    assert_eq!(c.reply(), (0, 19));
+    c.request(cmd_flag::FUA | cmd_flag::NO_HOLE, cmd::WRITE_ZEROES, 20, 8192, 1024, &[]);
+    assert_eq!(c.reply(), (0, 20));
+    c.request(0, cmd::READ, 21, 8192, 4096, &[]);
+    assert_eq!(c.reply(), (0, 21));
+    let mut want = data.clone();
+    want[..1024].fill(0);
+    assert_eq!(c.read_n(4096), want, "write zeroes cleared exactly its range");
 
     // A second client is unaffected by what the next one does.
     let mut other = Raw::connect(&path);
@@ -429,7 +439,7 @@ fn hostile_requests_get_errors_and_the_server_keeps_serving() {
     c.assert_closed();
     other.request(0, cmd::READ, 17, 8192, 4096, &[]);
     assert_eq!(other.reply(), (0, 17));
-    assert_eq!(other.read_n(4096), data);
+    assert_eq!(other.read_n(4096), want);
     other.request(0, cmd::DISC, 18, 0, 0, &[]);
     other.assert_closed();
 }

@@ -10,7 +10,7 @@
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::mem;
 use std::net::Shutdown;
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
 use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, Read as NvmeRead, Write as NvmeWrite, WriteZeroes};
@@ -164,12 +164,21 @@ struct Job {
     read: bool,
     /// Flush after the commands complete (trim with FUA: Dataset Management has no FUA bit).
     flush_after: bool,
+    /// A read or write (as opposed to flush, trim, write zeroes).
+    data: bool,
     /// Bytes charged to the in-flight budget.
     bytes: u64,
     /// The NVMe commands, in block order.
     pending: Vec<Pending>,
     /// Data buffers: the write payload before submission, the read data after completion.
     buffers: Vec<Vec<u8>>,
+}
+
+impl Job {
+    /// Nothing to wait for, or one read/write command: quick enough to hold earlier replies back for.
+    fn quick(&self) -> bool {
+        self.pending.is_empty() || (self.data && self.pending.len() == 1)
+    }
 }
 
 /// The reader's reusable jobs and buffers, and what is in flight.
@@ -212,6 +221,7 @@ impl Pool {
         job.error = 0;
         job.read = false;
         job.flush_after = false;
+        job.data = false;
         Some(job)
     }
 
@@ -316,6 +326,7 @@ fn submit(job: &mut Job, action: Action, x: &Export, piece: usize, pool: &mut Po
         Action::Nothing | Action::Disconnect => {}
         Action::Read { slba, blocks } => {
             job.read = true;
+            job.data = true;
             let mut at = slba;
             while at < slba + blocks {
                 let n = (slba + blocks - at).min(x.piece_blocks);
@@ -327,6 +338,7 @@ fn submit(job: &mut Job, action: Action, x: &Export, piece: usize, pool: &mut Po
             }
         }
         Action::Write { slba, fua, .. } => {
+            job.data = true;
             let mut buffers = mem::take(&mut job.buffers);
             let mut at = slba;
             for b in buffers.drain(..) {
@@ -397,28 +409,49 @@ fn reply_loop(stream: Stream, jobs: &Receiver<Job>, recycle: &Sender<Job>, x: &E
     let control = stream.try_clone().ok();
     let mut w = BufWriter::with_capacity(REPLY_BUFFER, stream);
     let mut broken = false;
-    for mut job in jobs {
+    let fail = |e: io::Error, broken: &mut bool| {
+        // Keep draining so the reader is never left waiting for its jobs; it sees the shutdown.
+        tracing::debug!(error = %e, "NBD client unreachable");
+        *broken = true;
+        if let Some(c) = &control {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    };
+    let mut next = jobs.recv().ok();
+    while let Some(mut job) = next.take() {
+        // Replies already written wait in the buffer (one write for many) only while the next job is a
+        // single read or write; before anything slower, they go out.
+        if !broken && !job.quick() {
+            if let Err(e) = w.flush() {
+                fail(e, &mut broken);
+            }
+        }
         let error = complete(&mut job, x);
         if !broken {
-            let sent = (|| {
-                w.write_all(&proto::simple_reply(error, job.cookie))?;
+            let written = w.write_all(&proto::simple_reply(error, job.cookie)).and_then(|()| {
                 if error == 0 && job.read {
-                    for b in &job.buffers {
-                        w.write_all(b)?;
-                    }
+                    job.buffers.iter().try_for_each(|b| w.write_all(b))
+                } else {
+                    Ok(())
                 }
-                w.flush()
-            })();
-            if let Err(e) = sent {
-                // Keep draining so the reader is never left waiting for its jobs; it sees the shutdown.
-                tracing::debug!(error = %e, "NBD client unreachable");
-                broken = true;
-                if let Some(c) = &control {
-                    let _ = c.shutdown(Shutdown::Both);
-                }
+            });
+            if let Err(e) = written {
+                fail(e, &mut broken);
             }
         }
         let _ = recycle.send(job);
+        next = match jobs.try_recv() {
+            Ok(j) => Some(j),
+            Err(TryRecvError::Empty) => {
+                if !broken {
+                    if let Err(e) = w.flush() {
+                        fail(e, &mut broken);
+                    }
+                }
+                jobs.recv().ok()
+            }
+            Err(TryRecvError::Disconnected) => None,
+        };
     }
     let _ = w.flush();
     if let Some(c) = &control {
