@@ -1,0 +1,137 @@
+//! The connection parameters of one controller ([`Params`]), from a `[[controller]]` table of the configuration
+//! or from a CLI `connect` request: the transport address, the connect options (the daemon's host identity
+//! unless overridden) and the namespaces to export.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use nvmf_config::host::{ControllerConfig, NbdEndpoint};
+use nvmf_config::target::Transport as ConfigTransport;
+
+use super::protocol::ConnectParams;
+use crate::cli::{Endpoint, Transport};
+use crate::controller::ConnectOptions;
+use crate::identity::HostIdentity;
+use crate::nbd::NbdListen;
+
+/// How a controller is reached and what it should export.
+#[derive(Debug, Clone)]
+pub(super) struct Params {
+    pub(super) transport: Transport,
+    pub(super) addr: SocketAddr,
+    pub(super) traddr: String,
+    pub(super) trsvcid: String,
+    pub(super) subnqn: String,
+    pub(super) options: ConnectOptions,
+    pub(super) exports: Vec<(Option<u32>, NbdListen)>,
+}
+
+impl Params {
+    pub(super) fn endpoint(&self) -> Endpoint {
+        Endpoint { transport: self.transport, traddr: self.traddr.clone(), trsvcid: self.trsvcid.clone() }
+    }
+
+    /// Same subsystem at the same address, as the same host (what nvme-cli calls a duplicate connect).
+    pub(super) fn same_association(&self, other: &Params) -> bool {
+        self.transport == other.transport
+            && self.addr == other.addr
+            && self.subnqn == other.subnqn
+            && self.options.hostnqn == other.options.hostnqn
+    }
+}
+
+fn seconds_opt(v: Option<i64>, default: Option<Duration>) -> Option<Duration> {
+    match v {
+        Some(s) if s < 0 => None,
+        Some(s) => Some(Duration::from_secs(s.unsigned_abs())),
+        None => default,
+    }
+}
+
+fn listen_of(e: &NbdEndpoint) -> NbdListen {
+    match e {
+        NbdEndpoint::Unix(p) => NbdListen::Unix(p.clone()),
+        NbdEndpoint::Tcp(a) => NbdListen::Tcp(*a),
+    }
+}
+
+fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> ConnectOptions {
+    ConnectOptions {
+        hostnqn: identity.hostnqn.clone(),
+        hostid: identity.hostid,
+        nr_io_queues: c.nr_io_queues,
+        queue_size: c.queue_size,
+        keep_alive_tmo: c.keep_alive_tmo,
+        hdr_digest: c.hdr_digest,
+        data_digest: c.data_digest,
+        reconnect_delay: c.reconnect_delay,
+        ctrl_loss_tmo: c.ctrl_loss_tmo,
+        fast_io_fail_tmo: c.fast_io_fail_tmo,
+        ..ConnectOptions::default()
+    }
+}
+
+pub(super) fn config_params(c: &ControllerConfig, identity: &HostIdentity) -> Params {
+    Params {
+        transport: match c.transport {
+            ConfigTransport::Tcp => Transport::Tcp,
+            ConfigTransport::Rdma => Transport::Rdma,
+        },
+        addr: c.socket_addr(),
+        traddr: c.address.to_string(),
+        trsvcid: c.port.to_string(),
+        subnqn: c.nqn.clone(),
+        options: options_from_config(c, identity),
+        exports: c.exports.iter().map(|e| (Some(e.nsid), listen_of(&e.nbd))).collect(),
+    }
+}
+
+pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) -> Result<Params, String> {
+    let transport = match p.transport.as_str() {
+        "tcp" => Transport::Tcp,
+        "rdma" => Transport::Rdma,
+        other => return Err(format!("unknown transport {other:?}; allowed: tcp, rdma")),
+    };
+    let endpoint = Endpoint { transport, traddr: p.traddr.clone(), trsvcid: p.trsvcid.clone() };
+    let addr = endpoint.resolve().map_err(|e| e.to_string())?;
+    let mut options =
+        ConnectOptions { hostnqn: identity.hostnqn.clone(), hostid: identity.hostid, ..Default::default() };
+    if let Some(n) = &p.hostnqn {
+        options.hostnqn.clone_from(n);
+    }
+    if let Some(id) = &p.hostid {
+        options.hostid = *uuid::Uuid::parse_str(id).map_err(|e| format!("host ID {id:?}: {e}"))?.as_bytes();
+    }
+    if let Some(n) = p.nr_io_queues {
+        options.nr_io_queues = n;
+    }
+    if let Some(n) = p.queue_size {
+        options.queue_size = n;
+    }
+    if let Some(s) = p.keep_alive_tmo {
+        options.keep_alive_tmo = Duration::from_secs(u64::from(s));
+    }
+    if let Some(s) = p.reconnect_delay {
+        options.reconnect_delay = Duration::from_secs(u64::from(s.max(1)));
+    }
+    options.ctrl_loss_tmo = seconds_opt(p.ctrl_loss_tmo, options.ctrl_loss_tmo);
+    options.fast_io_fail_tmo = seconds_opt(p.fast_io_fail_tmo, options.fast_io_fail_tmo);
+    options.hdr_digest = p.hdr_digest;
+    options.data_digest = p.data_digest;
+    let exports = match &p.nbd {
+        Some(text) => {
+            let listen: NbdListen = text.parse().map_err(|e| format!("--nbd: {e}"))?;
+            vec![(p.nbd_nsid, listen)]
+        }
+        None => Vec::new(),
+    };
+    Ok(Params {
+        transport,
+        addr,
+        traddr: p.traddr.clone(),
+        trsvcid: p.trsvcid.clone(),
+        subnqn: p.nqn.clone(),
+        options,
+        exports,
+    })
+}

@@ -1,0 +1,255 @@
+//! The control requests ([`handle`]: connect, connect-all, disconnect, disconnect-all, list) and the metrics
+//! sample ([`samples`]), answered from the controller table on the calling thread (a control connection's, or
+//! the metrics endpoint's).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use nvmf_common::fabrics::discovery::{SubsystemType, TransportType};
+
+use super::params::params_from_request;
+use super::protocol::{
+    ConnectAllEntry, ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget, ExportView,
+    NamespaceView,
+};
+use super::table::{connect_once, end_controller, end_entry, state_name, Entry, Shared, State};
+use crate::cli::Transport;
+use crate::controller::Controller;
+use crate::metrics::ControllerSample;
+use crate::nbd::NbdExport;
+
+fn export_view(nsid: u32, x: &NbdExport) -> ExportView {
+    ExportView { nsid, nbd: x.local_addr().to_string(), uri: x.uri() }
+}
+
+/// What the metrics collector reads (no admin command: a scrape must stay cheap).
+pub(super) fn samples(shared: &Shared) -> Vec<ControllerSample> {
+    let table = shared.table();
+    table
+        .values()
+        .map(|e| {
+            let (state, _) = state_name(&e.state);
+            let (reconnects, queues) = match &e.state {
+                State::Connected(c) => {
+                    let mut q: Vec<_> = c.admin().map(|a| (0, a.stats())).into_iter().collect();
+                    q.extend(c.io_queues().iter().map(|h| (h.qid(), h.stats())));
+                    (c.reconnects(), q)
+                }
+                _ => (0, Vec::new()),
+            };
+            ControllerSample {
+                name: e.name.clone(),
+                subnqn: e.params.subnqn.clone(),
+                traddr: format!("{}:{}", e.params.traddr, e.params.trsvcid),
+                state,
+                reconnects,
+                exports: e.exports.len(),
+                queues,
+            }
+        })
+        .collect()
+}
+
+fn list(shared: &Shared) -> Vec<ControllerView> {
+    let snapshot: Vec<(ControllerView, Option<Arc<Controller>>)> = shared
+        .table()
+        .values()
+        .map(|e| {
+            let (state, error) = state_name(&e.state);
+            let ctrl = match &e.state {
+                State::Connected(c) => Some(Arc::clone(c)),
+                _ => None,
+            };
+            let view = ControllerView {
+                name: e.name.clone(),
+                state,
+                transport: match e.params.transport {
+                    Transport::Tcp => "tcp".into(),
+                    Transport::Rdma => "rdma".into(),
+                },
+                traddr: e.params.traddr.clone(),
+                trsvcid: e.params.trsvcid.clone(),
+                subnqn: e.params.subnqn.clone(),
+                hostnqn: e.params.options.hostnqn.clone(),
+                cntlid: None,
+                model: None,
+                serial: None,
+                io_queues: 0,
+                reconnects: 0,
+                error,
+                namespaces: Vec::new(),
+                exports: e.exports.iter().map(|(nsid, x)| export_view(*nsid, x)).collect(),
+            };
+            (view, ctrl)
+        })
+        .collect();
+    // Identify runs outside the table lock.
+    snapshot
+        .into_iter()
+        .map(|(mut view, ctrl)| {
+            if let Some(c) = ctrl {
+                let info = c.info();
+                view.cntlid = Some(info.cntlid);
+                view.model = Some(info.model.clone());
+                view.serial = Some(info.serial.clone());
+                view.io_queues = info.io_queues;
+                view.reconnects = c.reconnects();
+                match c.namespaces() {
+                    Ok(ns) => {
+                        view.namespaces = ns
+                            .iter()
+                            .map(|n| NamespaceView {
+                                nsid: n.nsid,
+                                block_size: n.block_size,
+                                blocks: n.blocks,
+                                size: n.blocks.saturating_mul(u64::from(n.block_size)),
+                            })
+                            .collect();
+                    }
+                    Err(e) => view.error = Some(format!("listing namespaces: {e}")),
+                }
+            }
+            view
+        })
+        .collect()
+}
+
+/// `connect`: one attempt, like `nvme connect` (the Controller reconnects by itself once it is up).
+fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
+    let params = match params_from_request(p, &shared.identity) {
+        Ok(params) => params,
+        Err(message) => return ControlReply::Error { message },
+    };
+    let reserved =
+        if p.duplicate_connect { Ok(shared.reserve(params.clone())) } else { shared.reserve_unique(params.clone()) };
+    let (n, name) = match reserved {
+        Ok(r) => r,
+        Err(existing) => {
+            let message = format!(
+                "{} at {} is already connected as {existing} (--duplicate-connect for another association)",
+                params.subnqn, params.addr
+            );
+            return ControlReply::Error { message };
+        }
+    };
+    match connect_once(&params, &name) {
+        Ok((ctrl, exports)) => {
+            let views = exports.iter().map(|(nsid, x)| export_view(*nsid, x)).collect();
+            let mut table = shared.table();
+            match table.get_mut(&n) {
+                Some(entry) if !shared.stopping.load(Ordering::SeqCst) => {
+                    entry.state = State::Connected(ctrl);
+                    entry.exports = exports;
+                    tracing::info!(%name, subnqn = %params.subnqn, addr = %params.addr, "connected (control request)");
+                    ControlReply::Connected { name, exports: views }
+                }
+                _ => {
+                    drop(table);
+                    end_controller(ctrl, exports);
+                    ControlReply::Error { message: "the daemon is stopping".into() }
+                }
+            }
+        }
+        Err(message) => {
+            shared.table().remove(&n);
+            ControlReply::Error { message: format!("connecting to {} at {}: {message}", params.subnqn, params.addr) }
+        }
+    }
+}
+
+/// `connect-all`: the discovery log's NVM subsystem entries over TCP that are not connected yet.
+fn connect_all(shared: &Shared, p: &ConnectParams) -> ControlReply {
+    let params = match params_from_request(p, &shared.identity) {
+        Ok(params) => params,
+        Err(message) => return ControlReply::Error { message },
+    };
+    let log = match crate::discovery::discover(params.addr, params.options.clone()) {
+        Ok(log) => log,
+        Err(e) => return ControlReply::Error { message: format!("discovery at {}: {e}", params.addr) },
+    };
+    let mut entries = Vec::new();
+    for r in &log.records {
+        let address = format!("{}:{}", r.traddr, r.trsvcid);
+        let mut entry = ConnectAllEntry { subnqn: r.subnqn.clone(), address, name: None, outcome: String::new() };
+        if r.subtype != SubsystemType::Nvm {
+            entry.outcome = "skipped: not an NVM subsystem".into();
+        } else if r.trtype != TransportType::Tcp {
+            entry.outcome = "skipped: only tcp is implemented".into();
+        } else {
+            let existing = shared
+                .table()
+                .values()
+                .find(|e| e.params.subnqn == r.subnqn && e.params.traddr == r.traddr && e.params.trsvcid == r.trsvcid)
+                .map(|e| e.name.clone());
+            if let Some(name) = existing {
+                entry.name = Some(name);
+                entry.outcome = "already connected".into();
+            } else {
+                let request = ConnectParams {
+                    traddr: r.traddr.clone(),
+                    trsvcid: r.trsvcid.clone(),
+                    nqn: r.subnqn.clone(),
+                    nbd: None,
+                    nbd_nsid: None,
+                    ..p.clone()
+                };
+                match connect(shared, &request) {
+                    ControlReply::Connected { name, .. } => {
+                        entry.name = Some(name);
+                        entry.outcome = "connected".into();
+                    }
+                    ControlReply::Error { message } => entry.outcome = format!("failed: {message}"),
+                    other => entry.outcome = format!("failed: unexpected {other:?}"),
+                }
+            }
+        }
+        entries.push(entry);
+    }
+    ControlReply::ConnectedAll { entries }
+}
+
+fn disconnect(shared: &Shared, which: Option<&DisconnectTarget>) -> ControlReply {
+    let removed: Vec<Entry> = {
+        let mut table = shared.table();
+        let keys: Vec<u32> = table
+            .iter()
+            .filter(|(_, e)| match which {
+                None => true,
+                Some(DisconnectTarget::Nqn(nqn)) => &e.params.subnqn == nqn,
+                Some(DisconnectTarget::Name(name)) => &e.name == name,
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        keys.iter().filter_map(|k| table.remove(k)).collect()
+    };
+    if removed.is_empty() {
+        if let Some(w) = which {
+            let what = match w {
+                DisconnectTarget::Nqn(n) => format!("subsystem NQN {n}"),
+                DisconnectTarget::Name(n) => format!("controller name {n}"),
+            };
+            return ControlReply::Error { message: format!("no controller matches {what}") };
+        }
+    }
+    let names = removed.iter().map(|e| e.name.clone()).collect();
+    std::thread::scope(|s| {
+        for e in removed {
+            s.spawn(move || end_entry(e));
+        }
+    });
+    ControlReply::Disconnected { names }
+}
+
+/// Answer one control request (on the control connection's thread).
+pub(super) fn handle(shared: &Shared, request: ControlRequest) -> ControlReply {
+    if shared.stopping.load(Ordering::SeqCst) {
+        return ControlReply::Error { message: "the daemon is stopping".into() };
+    }
+    match request {
+        ControlRequest::Connect(p) => connect(shared, &p),
+        ControlRequest::ConnectAll(p) => connect_all(shared, &p),
+        ControlRequest::Disconnect(which) => disconnect(shared, Some(&which)),
+        ControlRequest::DisconnectAll => disconnect(shared, None),
+        ControlRequest::List => ControlReply::List { controllers: list(shared) },
+    }
+}

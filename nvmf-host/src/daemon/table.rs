@@ -1,0 +1,239 @@
+//! The controller table and what changes it: [`Shared`] (the daemon's identity and the table of [`Entry`]s behind
+//! one mutex), [`connect_once`] (an association and its exports), the configured controllers' [`connector`]
+//! threads (retries every `reconnect_delay` until `ctrl_loss_tmo`), and [`end_entry`] (exports stopped, CC.SHN).
+//! The mutex is held for map updates and snapshots only: never across a connect, an admin command or a
+//! disconnect.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::params::Params;
+use crate::controller::{Controller, ControllerState};
+use crate::identity::HostIdentity;
+use crate::nbd::{NbdExport, NbdOptions};
+
+#[derive(Debug)]
+pub(super) enum State {
+    Connecting { attempts: u32, error: Option<String> },
+    Connected(Arc<Controller>),
+    Failed(String),
+}
+
+#[derive(Debug)]
+pub(super) struct Connector {
+    pub(super) stop: Sender<()>,
+    pub(super) thread: JoinHandle<()>,
+}
+
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub(super) name: String,
+    pub(super) params: Params,
+    pub(super) state: State,
+    pub(super) exports: Exports,
+    pub(super) connector: Option<Connector>,
+}
+
+/// Running exports: `(nsid, server)`.
+pub(super) type Exports = Vec<(u32, NbdExport)>;
+
+/// The controller table, keyed by instance number (`nvmf{n}`).
+pub(super) type Table = BTreeMap<u32, Entry>;
+
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) identity: HostIdentity,
+    pub(super) table: Mutex<Table>,
+    pub(super) stopping: AtomicBool,
+}
+
+impl Shared {
+    pub(super) fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reserve the lowest free instance number for `params`.
+    pub(super) fn reserve(&self, params: Params) -> (u32, String) {
+        Self::reserve_in(&mut self.table(), params)
+    }
+
+    /// Reserve an instance number for `params` unless this host already has that association (nvme-cli's
+    /// duplicate check, atomic with the reservation); `Err` names the existing controller.
+    pub(super) fn reserve_unique(&self, params: Params) -> Result<(u32, String), String> {
+        let mut table = self.table();
+        match table.values().find(|e| e.params.same_association(&params)) {
+            Some(e) => Err(e.name.clone()),
+            None => Ok(Self::reserve_in(&mut table, params)),
+        }
+    }
+
+    fn reserve_in(table: &mut Table, params: Params) -> (u32, String) {
+        let n = (0..).find(|n| !table.contains_key(n)).unwrap_or(u32::MAX);
+        let name = format!("nvmf{n}");
+        let entry = Entry {
+            name: name.clone(),
+            params,
+            state: State::Connecting { attempts: 0, error: None },
+            exports: Vec::new(),
+            connector: None,
+        };
+        table.insert(n, entry);
+        (n, name)
+    }
+
+    /// `(live controllers, running exports)`.
+    pub(super) fn counts(&self) -> (usize, usize) {
+        let table = self.table();
+        let live = table
+            .values()
+            .filter(|e| matches!(&e.state, State::Connected(c) if c.state() == ControllerState::Live))
+            .count();
+        (live, table.values().map(|e| e.exports.len()).sum())
+    }
+}
+
+/// Connect once and start the exports (NBD export name `{name}n{nsid}`, e.g. `nvmf0n1`; the empty default name
+/// is served too); an export that fails ends the association (all or nothing).
+pub(super) fn connect_once(params: &Params, name: &str) -> Result<(Arc<Controller>, Exports), String> {
+    let ctrl =
+        Arc::new(Controller::connect(params.addr, &params.subnqn, params.options.clone()).map_err(|e| e.to_string())?);
+    let mut exports = Vec::new();
+    for (nsid, listen) in &params.exports {
+        let nsid = match nsid {
+            Some(n) => *n,
+            None => match ctrl.namespaces().map(|v| v.first().map(|n| n.nsid)) {
+                Ok(Some(n)) => n,
+                Ok(None) => {
+                    end_controller(ctrl, exports);
+                    return Err("the controller has no active namespace to export".into());
+                }
+                Err(e) => {
+                    end_controller(ctrl, exports);
+                    return Err(e.to_string());
+                }
+            },
+        };
+        let options = NbdOptions { export_name: format!("{name}n{nsid}"), ..NbdOptions::default() };
+        match NbdExport::start(Arc::clone(&ctrl), nsid, listen.clone(), options) {
+            Ok(x) => exports.push((nsid, x)),
+            Err(e) => {
+                end_controller(ctrl, exports);
+                return Err(format!("exporting namespace {nsid} on {listen}: {e}"));
+            }
+        }
+    }
+    Ok((ctrl, exports))
+}
+
+/// A configured controller's first association: attempts every `reconnect_delay` until connected, stopped, or
+/// `ctrl_loss_tmo` has passed. Signals `first` after the first attempt.
+pub(super) fn connector(shared: &Shared, n: u32, stopped: &Receiver<()>, first: Sender<()>) {
+    let Some((params, name)) = shared.table().get(&n).map(|e| (e.params.clone(), e.name.clone())) else { return };
+    let started = Instant::now();
+    let mut first = Some(first);
+    let mut attempts = 0u32;
+    loop {
+        attempts = attempts.saturating_add(1);
+        let result = connect_once(&params, &name);
+        let mut table = shared.table();
+        let Some(entry) = table.get_mut(&n) else {
+            // Disconnected (or shutting down) while connecting.
+            drop(table);
+            if let Ok((ctrl, exports)) = result {
+                end_controller(ctrl, exports);
+            }
+            return;
+        };
+        match result {
+            Ok((ctrl, exports)) => {
+                tracing::info!(name = %entry.name, subnqn = %params.subnqn, addr = %params.addr, attempts, "controller connected");
+                entry.state = State::Connected(ctrl);
+                entry.exports = exports;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(name = %entry.name, subnqn = %params.subnqn, addr = %params.addr, attempts, error = %e,
+                    "connect failed; retrying in {:?}", params.options.reconnect_delay);
+                let gave_up = params.options.ctrl_loss_tmo.is_some_and(|t| started.elapsed() >= t);
+                if gave_up {
+                    tracing::error!(name = %entry.name, "giving up after ctrl_loss_tmo");
+                    entry.state = State::Failed(e);
+                    return;
+                }
+                entry.state = State::Connecting { attempts, error: Some(e) };
+            }
+        }
+        drop(table);
+        first.take();
+        match stopped.recv_timeout(params.options.reconnect_delay) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}
+
+/// Stop an entry's connector and exports and disconnect its controller (CC.SHN).
+pub(super) fn end_entry(entry: Entry) {
+    let Entry { name, state, exports, connector, .. } = entry;
+    if let Some(c) = connector {
+        drop(c.stop);
+        let _ = c.thread.join();
+    }
+    match state {
+        State::Connected(ctrl) => {
+            end_controller(ctrl, exports);
+            tracing::info!(%name, "disconnected");
+        }
+        _ => drop(exports),
+    }
+}
+
+/// Stop `exports`, then disconnect `ctrl` once this is the last reference (a `list` or scrape may hold one
+/// for a moment).
+pub(super) fn end_controller(mut ctrl: Arc<Controller>, exports: Exports) {
+    for (_, x) in exports {
+        x.stop();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match Arc::try_unwrap(ctrl) {
+            Ok(c) => {
+                if let Err(e) = c.disconnect() {
+                    tracing::warn!(error = %e, "disconnect was not clean");
+                }
+                return;
+            }
+            Err(still_shared) if Instant::now() < deadline => {
+                ctrl = still_shared;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(_) => {
+                tracing::warn!("controller still in use after 5 s; dropping it without a shutdown notification");
+                return;
+            }
+        }
+    }
+}
+
+pub(super) fn state_name(state: &State) -> (String, Option<String>) {
+    match state {
+        State::Connecting { attempts, error } => {
+            ("connecting".into(), error.as_ref().map(|e| format!("attempt {attempts}: {e}")))
+        }
+        State::Failed(e) => ("failed".into(), Some(e.clone())),
+        State::Connected(c) => (
+            match c.state() {
+                ControllerState::Live => "live",
+                ControllerState::Reconnecting { .. } => "reconnecting",
+                ControllerState::Deleting => "deleting",
+                ControllerState::Failed => "failed",
+            }
+            .into(),
+            None,
+        ),
+    }
+}
