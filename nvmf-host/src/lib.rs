@@ -6,6 +6,7 @@
 //! - [`identity`] — the host NQN and host ID (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, or generated).
 //! - [`discovery`] — reading a discovery controller's Discovery Log Page.
 //! - [`nbd`] — an NBD server exporting one namespace (unix socket or TCP) for qemu, fio and nbd-client.
+//! - `ublk` (feature `ublk`, on by default) — one namespace as a `/dev/ublkbN` block device through ublk_drv.
 //! - [`perf`] — an SPDK-perf-like load generator on bare pipelined queues, with a latency histogram.
 //! - [`daemon`] — `nvmf-host run`: configured and CLI-requested controllers kept connected, their exports, the
 //!   control socket the CLI talks to, sd_notify; [`metrics`] — its Prometheus collector.
@@ -26,6 +27,8 @@ pub mod metrics;
 pub mod nbd;
 pub mod perf;
 pub mod tcp;
+#[cfg(feature = "ublk")]
+pub mod ublk;
 
 pub use controller::{ConnectOptions, Controller, ControllerInfo, ControllerState, NamespaceInfo};
 pub use error::HostError;

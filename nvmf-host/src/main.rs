@@ -20,6 +20,8 @@ fn main() -> anyhow::Result<()> {
         Command::Perf(a) => format!("perf against {}:{} {}", a.endpoint.traddr, a.endpoint.trsvcid, a.nqn),
         Command::Discover(a) => format!("discover at {}:{}", a.endpoint.traddr, a.endpoint.trsvcid),
         Command::Nbd(a) => format!("nbd export of {} namespace {}", a.nqn, a.nsid),
+        #[cfg(feature = "ublk")]
+        Command::Ublk(a) => format!("ublk export of {} namespace {}", a.nqn, a.nsid),
         Command::Run(a) => format!("nvmf-host run --config {}", a.config.display()),
         Command::Connect(a) => format!("connect to {} at {}:{}", a.nqn, a.endpoint.traddr, a.endpoint.trsvcid),
         Command::ConnectAll(a) => format!("connect-all at {}:{}", a.endpoint.traddr, a.endpoint.trsvcid),

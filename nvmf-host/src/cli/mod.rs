@@ -5,6 +5,8 @@
 //! Only `-t tcp` is implemented; `-t rdma` is refused with [`CliError::TransportNotImplemented`].
 pub mod control;
 pub mod nbd;
+#[cfg(feature = "ublk")]
+pub mod ublk;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -48,6 +50,10 @@ pub enum CliError {
     /// The NBD export failed to start.
     #[error(transparent)]
     Nbd(#[from] crate::nbd::NbdError),
+    /// The ublk export failed.
+    #[cfg(feature = "ublk")]
+    #[error(transparent)]
+    Ublk(#[from] crate::ublk::UblkError),
     /// The daemon could not be reached.
     #[error(transparent)]
     Control(#[from] crate::daemon::control::ControlError),
@@ -77,6 +83,9 @@ pub enum Command {
     Discover(DiscoverArgs),
     /// Serve a namespace over NBD (unix socket or TCP) until SIGINT/SIGTERM.
     Nbd(nbd::NbdArgs),
+    /// Serve a namespace as a /dev/ublkbN block device until SIGINT/SIGTERM.
+    #[cfg(feature = "ublk")]
+    Ublk(ublk::UblkArgs),
     /// Run the daemon: keep the configured controllers connected and exported, answer the commands below.
     Run(control::RunArgs),
     /// Connect a controller through the daemon (like `nvme connect`); prints its name.
@@ -237,6 +246,8 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Command::Perf(a) => perf(a, out),
         Command::Discover(a) => discover(a, out),
         Command::Nbd(a) => nbd::run(a, out),
+        #[cfg(feature = "ublk")]
+        Command::Ublk(a) => ublk::run(a, out),
         Command::Run(a) => crate::daemon::run(&a.config).map_err(CliError::Run),
         Command::Connect(a) => control::connect(a, out),
         Command::ConnectAll(a) => control::connect_all(a, out),

@@ -1,0 +1,72 @@
+//! `nvmf-host ublk`: connect to a subsystem and serve one namespace as `/dev/ublkbN` in the foreground until
+//! SIGINT or SIGTERM, then delete the device and disconnect cleanly. Runs on the caller's thread; the
+//! device's queues have their own.
+
+use std::sync::Arc;
+
+use clap::Args;
+use nvmf_service::signals::Signals;
+
+use super::{connect_options, CliError, Endpoint};
+use crate::controller::Controller;
+use crate::ublk::{UblkError, UblkExport, UblkOptions};
+
+/// `nvmf-host ublk`.
+#[derive(Debug, Clone, Args)]
+pub struct UblkArgs {
+    /// Where to connect.
+    #[command(flatten)]
+    pub endpoint: Endpoint,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long = "nqn")]
+    pub nqn: String,
+    /// Namespace to export.
+    #[arg(long = "nsid", default_value_t = 1)]
+    pub nsid: u32,
+    /// Host NQN (default: /etc/nvme/hostnqn or generated).
+    #[arg(short = 'q', long = "hostnqn")]
+    pub hostnqn: Option<String>,
+    /// I/O queues to ask for (default: one per CPU); the device gets one ublk queue per I/O queue.
+    #[arg(short = 'i', long = "nr-io-queues")]
+    pub nr_io_queues: Option<u16>,
+    /// Entries per I/O queue, and so the ublk queue depth.
+    #[arg(short = 'Q', long = "queue-size", default_value_t = 128)]
+    pub queue_size: u16,
+    /// Header digests.
+    #[arg(long = "hdr-digest")]
+    pub hdr_digest: bool,
+    /// Data digests.
+    #[arg(long = "data-digest")]
+    pub data_digest: bool,
+}
+
+/// Connect, add the device, print its path, serve until SIGINT/SIGTERM, delete it, disconnect.
+pub fn run(a: &UblkArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let addr = a.endpoint.resolve()?;
+    let mut connect = connect_options(a.hostnqn.as_ref());
+    connect.hdr_digest = a.hdr_digest;
+    connect.data_digest = a.data_digest;
+    connect.queue_size = a.queue_size;
+    if let Some(n) = a.nr_io_queues {
+        connect.nr_io_queues = n;
+    }
+    // Before anything starts, so a signal during the connect is not lost.
+    let signals = Signals::new().map_err(|source| UblkError::Driver {
+        what: "installing signal handlers",
+        dev_id: None,
+        source,
+    })?;
+    let ctrl = Arc::new(Controller::connect(addr, &a.nqn, connect)?);
+    let options = UblkOptions { queue_depth: a.queue_size, ..UblkOptions::default() };
+    let export = UblkExport::start(Arc::clone(&ctrl), a.nsid, options)?;
+    writeln!(out, "{}", export.path().display())?;
+    out.flush()?;
+    signals.wait_for_termination();
+    export.stop()?;
+    match Arc::try_unwrap(ctrl) {
+        Ok(ctrl) => ctrl.disconnect()?,
+        // Unreachable once the queue threads are joined; the association then ends with the process.
+        Err(_) => tracing::warn!("controller still shared at exit; not shutting it down"),
+    }
+    Ok(())
+}

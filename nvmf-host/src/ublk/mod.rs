@@ -1,0 +1,654 @@
+//! [`UblkExport`]: one namespace of a connected [`Controller`] as a Linux block device, `/dev/ublkbN`,
+//! through the kernel's ublk_drv (userspace block driver; io_uring `URING_CMD`s on `/dev/ublk-control` and
+//! `/dev/ublkcN`, see [`sys`], the only `unsafe` here).
+//!
+//! Shape: one ublk queue per NVMe-oF I/O queue (ublk queue `q` submits to I/O queue `q`), as deep as the
+//! NVMe queue, requests no larger than MDTS, so every block request is exactly one NVMe command: READ,
+//! WRITE (FUA), FLUSH, DISCARD (Dataset Management, deallocate) and WRITE_ZEROES (DEAC unless NOUNMAP).
+//! Requests are decoded into the NBD export's [`Action`] (the same vocabulary, checked the same way) and
+//! turned into commands by [`nvme_command`].
+//!
+//! Threads, per queue: the queue thread owns the queue's io_uring (the driver requires every command of a
+//! queue to come from one thread): it waits in `io_uring_enter` for fetched requests, submits each with
+//! the tag's buffer moved into the [`Request`] (no copy: the buffer the driver wrote is the one sent), and
+//! commits finished ones. A completion thread waits on the [`Pending`]s in submission order (a `Pending`
+//! is waited for by blocking, so the ring thread cannot) and hands each reply back through a channel plus an
+//! eventfd the ring reads. The queue thread blocks only in `io_uring_enter`, and in `submit` while the NVMe
+//! queue is full; the completion thread only in `Pending::wait` (bounded by [`UblkOptions::io_timeout`]).
+//!
+//! Lifecycle: [`UblkExport::start`] adds the device (ADD_DEV, SET_PARAMS), starts the queues (every tag
+//! fetched), then START_DEV; [`UblkExport::stop`] (or drop) STOP_DEV while the queues still serve (the
+//! kernel flushes), stops the queue threads, closes `/dev/ublkcN` and DEL_DEV.
+
+mod sys;
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, Read as NvmeRead, Write as NvmeWrite, WriteZeroes};
+use nvmf_common::nvme::SubmissionQueueEntry;
+
+use crate::controller::Controller;
+use crate::error::HostError;
+use crate::nbd::proto::Action;
+use crate::tcp::{DataDirection, Pending, Request};
+use sys::{io_flag, op, IoDesc, QueueRing};
+
+/// ONCS bit: Dataset Management.
+const ONCS_DSM: u16 = 1 << 2;
+/// ONCS bit: Write Zeroes.
+const ONCS_WRITE_ZEROES: u16 = 1 << 3;
+/// Largest request when the controller reports no MDTS (and the cap on what it reports).
+const MAX_IO_BYTES: u32 = 512 << 10;
+/// Blocks one NVMe command can carry (16-bit NLB).
+const MAX_NLB_BLOCKS: u64 = 65536;
+/// How long `/dev/ublkcN` may take to appear after ADD_DEV (udev or devtmpfs).
+const CDEV_WAIT: Duration = Duration::from_secs(10);
+
+/// Why an export could not start or stop.
+#[derive(Debug, thiserror::Error)]
+pub enum UblkError {
+    /// `/dev/ublk-control` is missing.
+    #[error("ublk_drv is not loaded (modprobe ublk_drv); use the NBD export (`--nbd`) instead")]
+    DriverNotLoaded,
+    /// The namespace is not active on the controller.
+    #[error("namespace {0} is not active on this controller")]
+    UnknownNamespace(u32),
+    /// The block size is not one a Linux block device can have (a power of two from 512 to the page size).
+    #[error("namespace {nsid}: {block_size}-byte blocks cannot be a ublk device")]
+    BlockSize {
+        /// The namespace.
+        nsid: u32,
+        /// Its logical block size.
+        block_size: u32,
+    },
+    /// The association has no I/O queues.
+    #[error("the controller has no I/O queues to serve a ublk device with")]
+    NoIoQueues,
+    /// A ublk_drv command or device operation failed.
+    #[error("ublk {what}{}: {source}", dev_id.map(|d| format!(" (device {d})")).unwrap_or_default())]
+    Driver {
+        /// What was being done.
+        what: &'static str,
+        /// The device, once added.
+        dev_id: Option<u32>,
+        /// The error.
+        source: io::Error,
+    },
+    /// The controller failed.
+    #[error(transparent)]
+    Host(#[from] HostError),
+}
+
+/// How to export.
+#[derive(Debug, Clone)]
+pub struct UblkOptions {
+    /// Tags per ublk queue: the NVMe I/O queue size (clamped to 1..=4096).
+    pub queue_depth: u16,
+    /// Bound on waiting for one NVMe completion (the queue's own command timeout comes first).
+    pub io_timeout: Duration,
+}
+
+impl Default for UblkOptions {
+    fn default() -> Self {
+        UblkOptions { queue_depth: 128, io_timeout: Duration::from_secs(60) }
+    }
+}
+
+/// The namespace as the queues see it.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    nsid: u32,
+    block_shift: u32,
+    blocks: u64,
+    max_io_bytes: u32,
+}
+
+/// A running ublk device; [`UblkExport::stop`] (or drop) removes it.
+#[derive(Debug)]
+pub struct UblkExport {
+    dev_id: u32,
+    control: sys::Control,
+    queues: Vec<QueueThread>,
+    cdev: Option<Arc<File>>,
+    stop: Arc<Stop>,
+    removed: bool,
+}
+
+/// What the owner tells the queue threads when removing the device.
+#[derive(Debug, Default)]
+struct Stop {
+    /// Leave the ring loop at the next eventfd wake-up.
+    requested: AtomicBool,
+    /// STOP_DEV succeeded: the driver dispatches nothing more, so tag buffers may be freed.
+    device_stopped: AtomicBool,
+}
+
+#[derive(Debug)]
+struct QueueThread {
+    efd: Arc<File>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn driver(what: &'static str, dev_id: Option<u32>) -> impl FnOnce(io::Error) -> UblkError {
+    move |source| UblkError::Driver { what, dev_id, source }
+}
+
+/// Open the control device at `path`, telling a missing driver apart.
+fn open_control(path: &Path) -> Result<sys::Control, UblkError> {
+    sys::Control::open(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => UblkError::DriverNotLoaded,
+        _ => UblkError::Driver { what: "opening /dev/ublk-control", dev_id: None, source: e },
+    })
+}
+
+impl UblkExport {
+    /// Add `/dev/ublkbN` for namespace `nsid` of `ctrl` and serve it until [`UblkExport::stop`].
+    pub fn start(ctrl: Arc<Controller>, nsid: u32, options: UblkOptions) -> Result<UblkExport, UblkError> {
+        let ns =
+            ctrl.known_namespaces().into_iter().find(|n| n.nsid == nsid).ok_or(UblkError::UnknownNamespace(nsid))?;
+        let page = 4096;
+        if !ns.block_size.is_power_of_two() || !(512..=page).contains(&ns.block_size) {
+            return Err(UblkError::BlockSize { nsid, block_size: ns.block_size });
+        }
+        let queues = u16::try_from(ctrl.io_queues().len()).unwrap_or(u16::MAX);
+        if queues == 0 {
+            return Err(UblkError::NoIoQueues);
+        }
+        let mut control = open_control(Path::new(sys::CONTROL_PATH))?;
+        let info = ctrl.info();
+        let block_shift = ns.block_size.trailing_zeros();
+        let by_nlb = u32::try_from(MAX_NLB_BLOCKS << block_shift).unwrap_or(u32::MAX);
+        let max_io = info.max_transfer.unwrap_or(MAX_IO_BYTES).min(MAX_IO_BYTES).min(by_nlb);
+        // Whole pages (the driver rounds down to them), at least one.
+        let max_io = (max_io / page * page).max(page);
+        let mut dev = sys::DevInfo {
+            nr_hw_queues: queues,
+            queue_depth: options.queue_depth.clamp(1, sys::MAX_QUEUE_DEPTH),
+            max_io_buf_bytes: max_io,
+            ..sys::DevInfo::default()
+        };
+        control.add_dev(&mut dev).map_err(driver("ADD_DEV", None))?;
+        let dev_id = dev.dev_id;
+        tracing::info!(dev_id, queues = dev.nr_hw_queues, depth = dev.queue_depth, max_io, "ublk device added");
+        let mut export = UblkExport {
+            dev_id,
+            control,
+            queues: Vec::new(),
+            cdev: None,
+            stop: Arc::new(Stop::default()),
+            removed: false,
+        };
+        // From here on dropping `export` deletes the device.
+        let geometry =
+            Geometry { nsid, block_shift, blocks: ns.blocks, max_io_bytes: dev.max_io_buf_bytes.min(max_io) };
+        export
+            .control
+            .set_params(dev_id, &params(&geometry, info.vwc, info.oncs))
+            .map_err(driver("SET_PARAMS", Some(dev_id)))?;
+        let cdev = Arc::new(open_cdev(dev_id)?);
+        export.cdev = Some(Arc::clone(&cdev));
+        let (ready_tx, ready_rx) = sync_channel(usize::from(dev.nr_hw_queues));
+        for q_id in 0..dev.nr_hw_queues {
+            let efd = Arc::new(sys::eventfd().map_err(driver("creating an eventfd", Some(dev_id)))?);
+            let queue = Queue {
+                q_id,
+                depth: dev.queue_depth,
+                geometry,
+                // max(requested, granted): a buffer is never smaller than a request the driver can send.
+                buf_bytes: usize::try_from(dev.max_io_buf_bytes.max(max_io)).unwrap_or(usize::MAX),
+                ctrl: Arc::clone(&ctrl),
+                cdev: Arc::clone(&cdev),
+                efd: Arc::clone(&efd),
+                stop: Arc::clone(&export.stop),
+                io_timeout: options.io_timeout,
+            };
+            let ready = ready_tx.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("ublk{dev_id}q{q_id}"))
+                .spawn(move || queue.run(&ready))
+                .map_err(driver("spawning a queue thread", Some(dev_id)))?;
+            export.queues.push(QueueThread { efd, thread: Some(thread) });
+        }
+        drop(ready_tx);
+        for _ in 0..dev.nr_hw_queues {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(driver("starting a queue", Some(dev_id))(e)),
+                Err(_) => {
+                    return Err(driver("starting a queue", Some(dev_id))(io::Error::other("queue thread exited")))
+                }
+            }
+        }
+        export.control.start_dev(dev_id).map_err(driver("START_DEV", Some(dev_id)))?;
+        tracing::info!(dev_id, nsid, path = %export.path().display(), "ublk device started");
+        Ok(export)
+    }
+
+    /// The block device, `/dev/ublkbN`.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/dev/ublkb{}", self.dev_id))
+    }
+
+    /// The ublk device id (`N`).
+    pub fn dev_id(&self) -> u32 {
+        self.dev_id
+    }
+
+    /// Remove the device: STOP_DEV (outstanding I/O completes first), stop the queues, DEL_DEV.
+    pub fn stop(mut self) -> Result<(), UblkError> {
+        self.remove()
+    }
+
+    fn remove(&mut self) -> Result<(), UblkError> {
+        if self.removed {
+            return Ok(());
+        }
+        self.removed = true;
+        let dev_id = self.dev_id;
+        // Only a started device can be stopped; STOP_DEV of one that never started fails harmlessly.
+        let stopped = self.control.stop_dev(dev_id);
+        self.stop.device_stopped.store(stopped.is_ok(), Ordering::Release);
+        self.stop.requested.store(true, Ordering::Release);
+        for q in &self.queues {
+            let _ = sys::signal(&q.efd);
+        }
+        for q in &mut self.queues {
+            if let Some(t) = q.thread.take() {
+                let _ = t.join();
+            }
+        }
+        self.cdev = None;
+        let deleted = self.control.del_dev(dev_id).map_err(driver("DEL_DEV", Some(dev_id)));
+        tracing::info!(dev_id, "ublk device deleted");
+        stopped.map_err(driver("STOP_DEV", Some(dev_id)))?;
+        deleted
+    }
+}
+
+impl Drop for UblkExport {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove() {
+            tracing::warn!(error = %e, "removing the ublk device");
+        }
+    }
+}
+
+/// The device parameters for a namespace.
+fn params(g: &Geometry, vwc: bool, oncs: u16) -> sys::Params {
+    let shift = u8::try_from(g.block_shift).unwrap_or(9);
+    let sectors_per_block = 1u32 << (g.block_shift - 9);
+    let attrs = if vwc { sys::attr::VOLATILE_CACHE | sys::attr::FUA } else { 0 };
+    let dsm = oncs & ONCS_DSM != 0;
+    let wz = oncs & ONCS_WRITE_ZEROES != 0;
+    sys::Params {
+        types: sys::param_type::BASIC | sys::param_type::DISCARD,
+        basic: sys::ParamBasic {
+            attrs,
+            logical_bs_shift: shift,
+            physical_bs_shift: shift,
+            io_opt_shift: shift,
+            io_min_shift: shift,
+            max_sectors: g.max_io_bytes >> 9,
+            dev_sectors: g.blocks << (g.block_shift - 9),
+            ..sys::ParamBasic::default()
+        },
+        discard: sys::ParamDiscard {
+            discard_granularity: 1 << g.block_shift,
+            // One Dataset Management range: at most u32::MAX blocks, in whole blocks.
+            max_discard_sectors: if dsm { u32::MAX / sectors_per_block * sectors_per_block } else { 0 },
+            max_write_zeroes_sectors: if wz {
+                u32::try_from(MAX_NLB_BLOCKS).unwrap_or(u32::MAX) * sectors_per_block
+            } else {
+                0
+            },
+            max_discard_segments: 1,
+            ..sys::ParamDiscard::default()
+        },
+        ..sys::Params::default()
+    }
+}
+
+/// Wait (bounded) for `/dev/ublkcN` and open it.
+fn open_cdev(dev_id: u32) -> Result<File, UblkError> {
+    let path = format!("/dev/ublkc{dev_id}");
+    let deadline = Instant::now() + CDEV_WAIT;
+    loop {
+        match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => return Ok(f),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(driver("opening the char device", Some(dev_id))(e)),
+        }
+    }
+}
+
+/// Decode a request into what it asks of the namespace, or the negative errno to complete it with.
+fn decode(d: &IoDesc, g: &Geometry) -> Result<Action, i32> {
+    let opcode = d.op();
+    if opcode == op::FLUSH {
+        return Ok(Action::Flush);
+    }
+    let sector_shift = g.block_shift - 9;
+    let unaligned = |s: u64| s & ((1 << sector_shift) - 1) != 0;
+    let (start, count) = (d.start_sector, u64::from(d.nr_sectors));
+    if unaligned(start) || unaligned(count) || count == 0 {
+        return Err(-libc::EINVAL);
+    }
+    let (slba, blocks) = (start >> sector_shift, count >> sector_shift);
+    if slba.checked_add(blocks).is_none_or(|end| end > g.blocks) {
+        return Err(-libc::EIO);
+    }
+    let fua = d.op_flags & io_flag::FUA != 0;
+    let bytes = count << 9;
+    match opcode {
+        op::READ | op::WRITE if bytes > u64::from(g.max_io_bytes) || blocks > MAX_NLB_BLOCKS => Err(-libc::EINVAL),
+        op::READ => Ok(Action::Read { slba, blocks }),
+        op::WRITE => Ok(Action::Write { slba, blocks, fua }),
+        op::DISCARD if blocks <= u64::from(u32::MAX) => Ok(Action::Trim { slba, blocks, fua }),
+        op::WRITE_ZEROES if blocks <= MAX_NLB_BLOCKS => {
+            Ok(Action::WriteZeroes { slba, blocks, fua, no_hole: d.op_flags & io_flag::NOUNMAP != 0 })
+        }
+        op::DISCARD | op::WRITE_ZEROES => Err(-libc::EINVAL),
+        _ => Err(-libc::EOPNOTSUPP),
+    }
+}
+
+/// The one NVMe command for an action that fits one (`blocks` ≤ 65536, trims ≤ `u32::MAX` blocks), its
+/// data direction and, for a trim, the Dataset Management range to send; `None` for actions with no
+/// command.
+pub(crate) fn nvme_command(
+    nsid: u32,
+    action: &Action,
+) -> Option<(SubmissionQueueEntry, DataDirection, Option<DsmRange>)> {
+    let nlb = |blocks: u64| u16::try_from(blocks.saturating_sub(1)).unwrap_or(u16::MAX);
+    Some(match *action {
+        Action::Nothing | Action::Disconnect => return None,
+        Action::Read { slba, blocks } => {
+            let sqe = NvmeRead { nsid, slba, nlb: nlb(blocks), ..NvmeRead::default() }.to_sqe();
+            (sqe, DataDirection::ControllerToHost, None)
+        }
+        Action::Write { slba, blocks, fua } => {
+            let sqe = NvmeWrite { nsid, slba, nlb: nlb(blocks), fua, ..NvmeWrite::default() }.to_sqe();
+            (sqe, DataDirection::HostToController, None)
+        }
+        Action::Flush => (Flush { nsid }.to_sqe(), DataDirection::None, None),
+        Action::Trim { slba, blocks, .. } => {
+            let length = u32::try_from(blocks).unwrap_or(u32::MAX);
+            let sqe = DatasetManagement { nsid, nr: 0, ad: true, ..DatasetManagement::default() }.to_sqe();
+            (sqe, DataDirection::HostToController, Some(DsmRange { cattr: 0, length, slba }))
+        }
+        Action::WriteZeroes { slba, blocks, fua, no_hole } => {
+            let sqe = WriteZeroes { nsid, slba, nlb: nlb(blocks), deac: !no_hole, fua, ..WriteZeroes::default() };
+            (sqe.to_sqe(), DataDirection::None, None)
+        }
+    })
+}
+
+/// One ublk queue's state, moved into its thread.
+struct Queue {
+    q_id: u16,
+    depth: u16,
+    geometry: Geometry,
+    buf_bytes: usize,
+    ctrl: Arc<Controller>,
+    cdev: Arc<File>,
+    efd: Arc<File>,
+    stop: Arc<Stop>,
+    io_timeout: Duration,
+}
+
+/// A submitted request for the completion thread.
+struct InFlight {
+    tag: u16,
+    pending: Pending,
+    /// Bytes to report on success (reads and writes), 0 otherwise.
+    bytes: i32,
+    /// A read: the data goes back to the driver in the buffer.
+    read: bool,
+}
+
+/// A finished request for the queue thread: tag, result, the buffer (with the read data).
+type Done = (u16, i32, Option<Vec<u8>>);
+
+impl Queue {
+    fn run(self, ready: &std::sync::mpsc::SyncSender<io::Result<()>>) {
+        let setup = || -> io::Result<(sys::IoDescs, QueueRing)> {
+            let descs = sys::IoDescs::map(&self.cdev, self.q_id, self.depth)?;
+            let mut ring = QueueRing::new(&self.cdev, self.q_id, self.depth, self.buf_bytes, &self.efd)?;
+            for tag in 0..self.depth {
+                ring.fetch(tag)?;
+            }
+            ring.arm_event()?;
+            // The fetches must reach the driver before START_DEV waits for them.
+            ring.submit()?;
+            Ok((descs, ring))
+        };
+        let (descs, mut ring) = match setup() {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        let _ = ready.send(Ok(()));
+        let (in_flight_tx, in_flight_rx) = channel::<InFlight>();
+        let (done_tx, done_rx) = channel::<Done>();
+        std::thread::scope(|s| {
+            let efd = &self.efd;
+            let timeout = self.io_timeout;
+            s.spawn(move || complete_loop(&in_flight_rx, &done_tx, efd, timeout));
+            if let Err(e) = self.serve(&descs, &mut ring, in_flight_tx, &done_rx) {
+                tracing::error!(q_id = self.q_id, error = %e, "ublk queue failed");
+            }
+        });
+        ring.device_stopped = self.stop.device_stopped.load(Ordering::Acquire);
+    }
+
+    /// The ring loop: until the device is stopped or every tag was aborted.
+    fn serve(
+        &self,
+        descs: &sys::IoDescs,
+        ring: &mut QueueRing,
+        in_flight: Sender<InFlight>,
+        done: &Receiver<Done>,
+    ) -> io::Result<()> {
+        let mut cqes = Vec::with_capacity(usize::from(self.depth) + 1);
+        let mut aborted = 0;
+        loop {
+            ring.submit_and_wait()?;
+            ring.completions(&mut cqes);
+            for (user_data, result) in cqes.drain(..) {
+                if user_data == sys::EVENT {
+                    while let Ok((tag, result, buf)) = done.try_recv() {
+                        ring.commit(tag, result, buf)?;
+                    }
+                    if self.stop.requested.load(Ordering::Acquire) {
+                        return Ok(());
+                    }
+                    ring.arm_event()?;
+                    continue;
+                }
+                let tag = u16::try_from(user_data).unwrap_or(u16::MAX);
+                match result {
+                    sys::IO_RES_OK => self.handle(tag, descs.get(tag), ring, &in_flight)?,
+                    sys::IO_RES_ABORT => {
+                        aborted += 1;
+                        if aborted == self.depth {
+                            return Ok(());
+                        }
+                    }
+                    e => tracing::warn!(q_id = self.q_id, tag, result = e, "ublk fetch/commit failed"),
+                }
+            }
+        }
+    }
+
+    /// Submit one request's NVMe command, or complete it now with an error.
+    fn handle(&self, tag: u16, d: IoDesc, ring: &mut QueueRing, in_flight: &Sender<InFlight>) -> io::Result<()> {
+        let g = &self.geometry;
+        let action = match decode(&d, g) {
+            Ok(a) => a,
+            Err(errno) => {
+                tracing::warn!(q_id = self.q_id, tag, ?d, errno, "ublk request refused");
+                return ring.commit(tag, errno, None);
+            }
+        };
+        let Some((sqe, direction, range)) = nvme_command(g.nsid, &action) else { return ring.commit(tag, 0, None) };
+        let bytes = usize::try_from(u64::from(d.nr_sectors) << 9).unwrap_or(0);
+        let (data, read) = match (&action, range) {
+            (Action::Write { .. }, _) => (ring.take_buffer(tag, Some(bytes)), false),
+            (Action::Read { .. }, _) => {
+                let mut b = ring.take_buffer(tag, None);
+                b.resize(bytes, 0);
+                (b, true)
+            }
+            (_, Some(r)) => {
+                let mut b = ring.take_buffer(tag, None);
+                b.extend_from_slice(&r.to_bytes());
+                (b, false)
+            }
+            _ => (Vec::new(), false),
+        };
+        let queues = self.ctrl.io_queues();
+        let queue = &queues[usize::from(self.q_id) % queues.len()];
+        match queue.submit(Request { sqe, data, direction, context: () }) {
+            Ok(pending) => {
+                let bytes = if direction == DataDirection::None || range.is_some() { 0 } else { bytes };
+                let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+                // The completion thread lives as long as this loop; a send cannot fail while it runs.
+                let _ = in_flight.send(InFlight { tag, pending, bytes, read });
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(q_id = self.q_id, tag, error = %e, "ublk request: submission failed");
+                ring.commit(tag, -libc::EIO, None)
+            }
+        }
+    }
+}
+
+/// Wait for each submitted command in order and hand the result back to the ring (one eventfd add each).
+fn complete_loop(in_flight: &Receiver<InFlight>, done: &Sender<Done>, efd: &File, timeout: Duration) {
+    for f in in_flight {
+        let (result, buf) = match f.pending.wait(timeout) {
+            Ok(reply) => {
+                let result = match &reply.result {
+                    Ok(cqe) if cqe.status.is_success() => f.bytes,
+                    Ok(cqe) => {
+                        tracing::warn!(tag = f.tag, status = %cqe.status, "ublk request: NVMe error");
+                        -libc::EIO
+                    }
+                    Err(e) => {
+                        tracing::warn!(tag = f.tag, error = %e, "ublk request: queue failed");
+                        -libc::EIO
+                    }
+                };
+                // Reads give the data back to the driver in this buffer; otherwise it returns to the tag.
+                (result, (f.read || reply.data.capacity() > 0).then_some(reply.data))
+            }
+            Err(e) => {
+                tracing::warn!(tag = f.tag, error = %e, "ublk request: no completion");
+                (-libc::EIO, None)
+            }
+        };
+        if done.send((f.tag, result, buf)).is_err() {
+            return;
+        }
+        let _ = sys::signal(efd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: Geometry = Geometry { nsid: 1, block_shift: 12, blocks: 1024, max_io_bytes: 128 << 10 };
+
+    fn desc(op: u8, flags: u32, start_sector: u64, nr_sectors: u32) -> IoDesc {
+        IoDesc { op_flags: u32::from(op) | flags, nr_sectors, start_sector, addr: 0 }
+    }
+
+    #[test]
+    fn decodes_each_operation_in_blocks() {
+        assert_eq!(decode(&desc(op::READ, 0, 8, 16), &G), Ok(Action::Read { slba: 1, blocks: 2 }));
+        assert_eq!(
+            decode(&desc(op::WRITE, io_flag::FUA, 0, 8), &G),
+            Ok(Action::Write { slba: 0, blocks: 1, fua: true })
+        );
+        assert_eq!(decode(&desc(op::FLUSH, 0, 0, 0), &G), Ok(Action::Flush));
+        assert_eq!(
+            decode(&desc(op::DISCARD, 0, 8 * 1000, 8 * 24), &G),
+            Ok(Action::Trim { slba: 1000, blocks: 24, fua: false })
+        );
+        assert_eq!(
+            decode(&desc(op::WRITE_ZEROES, io_flag::NOUNMAP, 0, 8 * 4), &G),
+            Ok(Action::WriteZeroes { slba: 0, blocks: 4, fua: false, no_hole: true })
+        );
+    }
+
+    #[test]
+    fn refuses_what_the_namespace_cannot_take() {
+        // Not whole 4 KiB blocks.
+        assert_eq!(decode(&desc(op::READ, 0, 1, 8), &G), Err(-libc::EINVAL));
+        assert_eq!(decode(&desc(op::WRITE, 0, 0, 4), &G), Err(-libc::EINVAL));
+        assert_eq!(decode(&desc(op::READ, 0, 0, 0), &G), Err(-libc::EINVAL));
+        // Past the end, and wrapping around.
+        assert_eq!(decode(&desc(op::READ, 0, 8 * 1023, 16), &G), Err(-libc::EIO));
+        assert_eq!(decode(&desc(op::WRITE, 0, !7, 8), &G), Err(-libc::EIO));
+        // Larger than the advertised maximum.
+        assert_eq!(decode(&desc(op::READ, 0, 0, (256 << 10) >> 9), &G), Err(-libc::EINVAL));
+        // Operations not offered.
+        assert_eq!(decode(&desc(4, 0, 0, 8), &G), Err(-libc::EOPNOTSUPP));
+        assert_eq!(decode(&desc(34, 0, 0, 8), &G), Err(-libc::EOPNOTSUPP));
+    }
+
+    #[test]
+    fn one_nvme_command_per_action() {
+        use nvmf_common::nvme::opcode::io as nvm;
+        let (sqe, dir, range) = nvme_command(1, &Action::Read { slba: 5, blocks: 65536 }).unwrap();
+        assert_eq!((sqe.opcode, sqe.nsid, dir, range), (nvm::READ, 1, DataDirection::ControllerToHost, None));
+        assert_eq!(NvmeRead::from_sqe(&sqe).unwrap().nlb, 65535);
+        let (sqe, dir, _) = nvme_command(1, &Action::Write { slba: 5, blocks: 1, fua: true }).unwrap();
+        let w = NvmeWrite::from_sqe(&sqe).unwrap();
+        assert_eq!((w.slba, w.nlb, w.fua, dir), (5, 0, true, DataDirection::HostToController));
+        let (sqe, dir, range) = nvme_command(1, &Action::Trim { slba: 7, blocks: 9, fua: false }).unwrap();
+        assert!(DatasetManagement::from_sqe(&sqe).unwrap().ad);
+        assert_eq!((dir, range), (DataDirection::HostToController, Some(DsmRange { cattr: 0, length: 9, slba: 7 })));
+        let wz = Action::WriteZeroes { slba: 1, blocks: 2, fua: false, no_hole: false };
+        let (sqe, dir, _) = nvme_command(1, &wz).unwrap();
+        let z = WriteZeroes::from_sqe(&sqe).unwrap();
+        assert_eq!((z.slba, z.nlb, z.deac, dir), (1, 1, true, DataDirection::None));
+        assert_eq!(nvme_command(1, &Action::Flush).unwrap().0.opcode, nvm::FLUSH);
+        assert!(nvme_command(1, &Action::Nothing).is_none());
+    }
+
+    #[test]
+    fn params_describe_the_namespace() {
+        let p = params(&G, true, ONCS_DSM);
+        assert_eq!(p.basic.logical_bs_shift, 12);
+        assert_eq!(p.basic.dev_sectors, 1024 * 8);
+        assert_eq!(p.basic.max_sectors, 256);
+        assert_eq!(p.basic.attrs, sys::attr::VOLATILE_CACHE | sys::attr::FUA);
+        assert_eq!(p.discard.discard_granularity, 4096);
+        assert_eq!(p.discard.max_discard_sectors % 8, 0);
+        assert_eq!(p.discard.max_write_zeroes_sectors, 0);
+        assert_eq!(params(&G, false, ONCS_WRITE_ZEROES).discard.max_write_zeroes_sectors, 65536 * 8);
+        assert_eq!(params(&G, false, 0).basic.attrs, 0);
+    }
+
+    #[test]
+    fn a_missing_control_device_says_the_driver_is_not_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = open_control(&dir.path().join("ublk-control")).unwrap_err();
+        assert!(matches!(err, UblkError::DriverNotLoaded));
+        assert_eq!(err.to_string(), "ublk_drv is not loaded (modprobe ublk_drv); use the NBD export (`--nbd`) instead");
+    }
+}
