@@ -277,8 +277,10 @@ fn connect_list_export_metrics_disconnect_and_sigterm() {
     // connect-all through the target's discovery service; a second run skips what is connected.
     let out = d.ok(&["connect-all", "-t", "tcp", "-a", "127.0.0.1", "-s", &port]);
     assert!(out.contains(&format!("nvmf0    {SUBNQN} at 127.0.0.1:{port}: connected")), "{out}");
-    let out = d.ok(&["connect-all", "-t", "tcp", "-a", "127.0.0.1", "-s", &port]);
-    assert!(out.contains("already connected"), "{out}");
+    let out = d.ok(&["connect-all", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-o", "json"]);
+    let entries: Value = serde_json::from_str(&out).expect("connect-all -o json is JSON");
+    let ours = entries.as_array().unwrap().iter().find(|e| e["subnqn"] == SUBNQN).expect("our subsystem listed");
+    assert_eq!((ours["outcome"].as_str(), ours["name"].as_str()), (Some("already connected"), Some("nvmf0")), "{out}");
     assert_eq!(d.list().len(), 1);
 
     // SIGTERM: a clean exit with CC.SHN acknowledged for the live controller; the target has no controller left.
@@ -340,6 +342,8 @@ fn configured_controllers_connect_at_start_and_a_down_target_does_not_stop_the_d
     let again: Vec<_> =
         std::fs::read_dir(&state).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
     assert_eq!(again, stored, "nothing regenerated");
+    assert_eq!(d2.ok(&["disconnect-all"]), "nvmf0 disconnected\n");
+    assert!(d2.list().is_empty());
     drop(d2);
     target.shutdown();
 }
@@ -370,6 +374,13 @@ fn errors_are_clear() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("connecting to {SUBNQN} at 127.0.0.1:")), "{err}");
     assert!(d.list().is_empty(), "a failed connect leaves nothing behind");
+    let out = d.cli(&["connect", "-a", "127.0.0.1", "-n", SUBNQN, "--nbd", "nowhere"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--nbd: "), "{err}");
+    let out = d.cli(&["connect", "-a", "127.0.0.1", "-n", SUBNQN, "-I", "not-a-uuid"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("host ID \"not-a-uuid\""), "{err}");
+    assert!(d.list().is_empty());
     // A bad configuration file: the located error, exit status 1.
     let bad = missing.path().join("bad.toml");
     std::fs::write(&bad, "[[controller]]\naddress = \"127.0.0.1\"\nnqn = \"nqn.2024-01.io.example:x\"\nport = 0\n")
