@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs nvmf-target and nvmf-host as systemd services: the binaries, the units, their sysusers.d entries, the
-# optional passthrough drop-in (as documentation, not enabled), the fio job files and example configurations.
+# optional passthrough and ublk drop-ins (as documentation, not enabled), the fio job files and example configurations.
 #
 #   cargo build --release --locked -p nvmf-target -p nvmf-host   # as yourself
 #   sudo ./install.sh --no-build                                 # then as root
@@ -68,6 +68,7 @@ sed -e "s#/usr/local/bin/nvmf-host#$prefix/bin/nvmf-host#g" -e "s#/usr/local/sha
 chmod 0644 "$D$unitdir/nvmf-host.service"
 install -D -m 0644 systemd/sysusers.d/nvmf-host.conf "$D$sysusersdir/nvmf-host.conf"
 install -D -m 0644 config/examples/host.toml "$D$docdir/host.toml.example"
+install -D -m 0644 systemd/nvmf-host.service.d/ublk.conf "$D$docdir/nvmf-host-ublk.conf"
 install -D -m 0644 README.md "$D$docdir/README.md"
 install -D -m 0644 systemd/README.md "$D$docdir/systemd.md"
 install -D -m 0644 systemd/nvmf-target.service.d/passthrough.conf "$D$docdir/passthrough.conf"

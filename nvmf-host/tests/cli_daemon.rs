@@ -228,7 +228,7 @@ fn connect_list_export_metrics_disconnect_and_sigterm() {
         SUBNQN,
         "--nbd",
         &listen,
-        "--nbd-nsid",
+        "--export-nsid",
         "2",
         "-D",
     ]);
@@ -239,7 +239,8 @@ fn connect_list_export_metrics_disconnect_and_sigterm() {
     qemu_io_round_trip(&sock);
     let list = d.list();
     assert_eq!(list[1]["exports"][0]["nsid"], 2, "{list:?}");
-    assert_eq!(list[1]["exports"][0]["nbd"].as_str(), Some(listen.as_str()));
+    assert_eq!(list[1]["exports"][0]["kind"].as_str(), Some("nbd"));
+    assert_eq!(list[1]["exports"][0]["address"].as_str(), Some(listen.as_str()));
 
     // The daemon's /metrics: our families, accepted by promtool.
     let text = http_get(d.metrics, "/metrics");
@@ -374,6 +375,17 @@ fn errors_are_clear() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("connecting to {SUBNQN} at 127.0.0.1:")), "{err}");
     assert!(d.list().is_empty(), "a failed connect leaves nothing behind");
+    // Without ublk_drv (this machine's kernel has none) a ublk export fails with the hint, and nothing is left.
+    if !Path::new("/dev/ublk-control").exists() {
+        let (target, addr, _) = start_target();
+        let port = port_of(addr);
+        let out = d.cli(&["connect", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN, "--ublk"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("exporting namespace 1 (ublk): ublk_drv is not loaded (modprobe ublk_drv)"), "{err}");
+        assert!(d.list().is_empty());
+        target.shutdown();
+    }
     let out = d.cli(&["connect", "-a", "127.0.0.1", "-n", SUBNQN, "--nbd", "nowhere"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--nbd: "), "{err}");

@@ -216,6 +216,7 @@ fn install_sh_stages_files_and_keeps_config() {
         "usr/local/lib/systemd/system/nvmf-host.service",
         "usr/local/lib/sysusers.d/nvmf-host.conf",
         "usr/local/share/doc/nvmf/host.toml.example",
+        "usr/local/share/doc/nvmf/nvmf-host-ublk.conf",
         "usr/local/bin/nvmf-target",
         "usr/local/lib/systemd/system/nvmf-target.service",
         "usr/local/lib/sysusers.d/nvmf.conf",

@@ -98,8 +98,17 @@ impl ControllerConfig {
 pub struct ExportConfig {
     /// The namespace, 1..=0xFFFFFFFE.
     pub nsid: u32,
-    /// Where the NBD server listens (`nbd = "unix:/path"` or `nbd = "ADDR:PORT"`).
-    pub nbd: NbdEndpoint,
+    /// How it is served: exactly one of `nbd = "…"` and `ublk = true`.
+    pub kind: ExportKind,
+}
+
+/// How an export serves its namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportKind {
+    /// An NBD server (`nbd = "unix:/path"` or `nbd = "ADDR:PORT"`).
+    Nbd(NbdEndpoint),
+    /// A `/dev/ublkbN` block device through ublk_drv (`ublk = true`).
+    Ublk,
 }
 
 /// Where an NBD export listens.

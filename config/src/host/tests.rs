@@ -68,10 +68,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "h.toml:5:8: controller[0].export[0].nsid: NSID 0 is out of range; allowed: 1..=4294967294"),
     ("export_missing_nsid", "@@[[controller.export]]\nnbd = \"unix:/run/a.sock\"\n",
         "h.toml:4:1: controller[0].export[0]: missing field `nsid`"),
-    ("export_nowhere", "@@[[controller.export]]\nnsid = 1\n",
-        "h.toml:4:1: controller[0].export[0]: the export says nowhere to serve the namespace; allowed: \"unix:/absolute/or/relative/path\" or \"ADDRESS:PORT\" such as \"127.0.0.1:10809\""),
-    ("export_ublk", "@@[[controller.export]]\nnsid = 1\nublk = true\n",
-        "h.toml:6:8: controller[0].export[0].ublk: ublk exports are not built yet; allowed: nbd = \"unix:/path\" or nbd = \"ADDRESS:PORT\" (then `nbd-client` makes a /dev/nbdN)"),
+    ("export_nowhere", "@@[[controller.export]]\nnsid = 1\nublk = false\n",
+        "h.toml:4:1: controller[0].export[0]: the export says nowhere to serve the namespace; allowed: exactly one of nbd = \"unix:/path\" or \"ADDRESS:PORT\" (an NBD server), or ublk = true (a /dev/ublkbN device)"),
+    ("export_both", "@@[[controller.export]]\nnsid = 1\nnbd = \"unix:/run/a.sock\"\nublk = true\n",
+        "h.toml:7:8: controller[0].export[0].ublk: the export has both nbd and ublk = true; allowed: exactly one of nbd = \"unix:/path\" or \"ADDRESS:PORT\" (an NBD server), or ublk = true (a /dev/ublkbN device)"),
+    ("export_ublk", "@@[[controller.export]]\nnsid = 1\nublk = true\n[[controller.export]]\nnsid = 2\nublk = true\n",
+        "accepted"),
     ("export_nbd", "@@[[controller.export]]\nnsid = 1\nnbd = \"localhost:10809\"\n",
         "h.toml:6:7: controller[0].export[0].nbd: \"localhost:10809\" is neither unix:PATH nor an address and port; allowed: \"unix:/absolute/or/relative/path\" or \"ADDRESS:PORT\" such as \"127.0.0.1:10809\""),
     ("export_nbd_empty_unix", "@@[[controller.export]]\nnsid = 1\nnbd = \"unix:\"\n",
@@ -141,9 +143,11 @@ fn explicit_values_and_never() {
     assert_eq!((c.keep_alive_tmo, c.reconnect_delay), (Duration::ZERO, Duration::from_secs(2)));
     assert_eq!((c.ctrl_loss_tmo, c.fast_io_fail_tmo), (None, Some(Duration::from_secs(7))));
     assert!(c.hdr_digest && c.data_digest);
-    assert_eq!(c.exports[0], ExportConfig { nsid: 2, nbd: NbdEndpoint::Unix("disk.sock".into()) });
-    assert_eq!(c.exports[1].nbd, NbdEndpoint::Tcp("[::1]:10809".parse().unwrap()));
-    assert_eq!(c.exports[1].nbd.to_string(), "[::1]:10809");
+    assert_eq!(c.exports[0], ExportConfig { nsid: 2, kind: ExportKind::Nbd(NbdEndpoint::Unix("disk.sock".into())) });
+    assert_eq!(c.exports[1].kind, ExportKind::Nbd(NbdEndpoint::Tcp("[::1]:10809".parse().unwrap())));
+    assert_eq!(NbdEndpoint::Tcp("[::1]:10809".parse().unwrap()).to_string(), "[::1]:10809");
+    let ublk = load(&format!("{BASE}[[controller.export]]\nnsid = 3\nublk = true\n")).unwrap();
+    assert_eq!(ublk.controllers[0].exports[0], ExportConfig { nsid: 3, kind: ExportKind::Ublk });
     assert_eq!(NbdEndpoint::parse("unix:/run/x.sock").unwrap().to_string(), "unix:/run/x.sock");
 }
 
@@ -156,7 +160,7 @@ fn from_file_resolves_relative_paths_against_its_directory() {
     let config = HostConfig::from_file(&path).unwrap();
     assert_eq!(config.host.state_dir, dir.path().join("state"));
     assert_eq!(config.host.control_socket, PathBuf::from("/run/c.sock"));
-    assert_eq!(config.controllers[0].exports[0].nbd, NbdEndpoint::Unix(dir.path().join("d.sock")));
+    assert_eq!(config.controllers[0].exports[0].kind, ExportKind::Nbd(NbdEndpoint::Unix(dir.path().join("d.sock"))));
     let err = HostConfig::from_file(dir.path().join("missing.toml")).unwrap_err().to_string();
     assert!(err.contains("missing.toml: cannot read the configuration file"), "{err}");
 }

@@ -14,6 +14,8 @@ use crate::error::{KeyPath, Problem, ValueError};
 use crate::target::{check_nqn, int_in, ip_address, logging, metrics, socket_address, DEFAULT_PORT};
 
 const NBD_ALLOWED: &str = "\"unix:/absolute/or/relative/path\" or \"ADDRESS:PORT\" such as \"127.0.0.1:10809\"";
+const EXPORT_ALLOWED: &str = "exactly one of nbd = \"unix:/path\" or \"ADDRESS:PORT\" (an NBD server), or ublk = true \
+                              (a /dev/ublkbN device)";
 
 pub(crate) fn validate(raw: &RawHostConfig, base: Option<&Path>, cpus: usize) -> Result<HostConfig, Problem> {
     let root = KeyPath::root();
@@ -145,12 +147,14 @@ fn controller(
                 "each namespace of a controller exported once",
             ));
         }
-        if let Some(other) = endpoints.insert(e.nbd.clone(), ekey.to_string()) {
-            return Err(Problem::new(
-                ekey.key("nbd"),
-                format!("{} is also {other}'s", e.nbd),
-                "a different socket path or address for each export",
-            ));
+        if let ExportKind::Nbd(nbd) = &e.kind {
+            if let Some(other) = endpoints.insert(nbd.clone(), ekey.to_string()) {
+                return Err(Problem::new(
+                    ekey.key("nbd"),
+                    format!("{nbd} is also {other}'s"),
+                    "a different socket path or address for each export",
+                ));
+            }
         }
         exports.push(e);
     }
@@ -173,18 +177,17 @@ fn controller(
 
 fn export(raw: &RawExport, key: &KeyPath, base: Option<&Path>) -> Result<ExportConfig, Problem> {
     let nsid = int_in(raw.nsid, 1..=0xFFFF_FFFE, &key.key("nsid"), "NSID", "1..=4294967294")?;
-    if raw.ublk == Some(true) {
-        return Err(Problem::new(
-            key.key("ublk"),
-            "ublk exports are not built yet",
-            "nbd = \"unix:/path\" or nbd = \"ADDRESS:PORT\" (then `nbd-client` makes a /dev/nbdN)",
-        ));
-    }
-    let Some(text) = &raw.nbd else {
-        return Err(Problem::new(key.clone(), "the export says nowhere to serve the namespace", NBD_ALLOWED));
+    let kind = match (&raw.nbd, raw.ublk.unwrap_or(false)) {
+        (Some(_), true) => {
+            return Err(Problem::new(key.key("ublk"), "the export has both nbd and ublk = true", EXPORT_ALLOWED))
+        }
+        (Some(text), false) => ExportKind::Nbd(nbd_endpoint(text, base).map_err(|e| e.at(key.key("nbd")))?),
+        (None, true) => ExportKind::Ublk,
+        (None, false) => {
+            return Err(Problem::new(key.clone(), "the export says nowhere to serve the namespace", EXPORT_ALLOWED))
+        }
     };
-    let nbd = nbd_endpoint(text, base).map_err(|e| e.at(key.key("nbd")))?;
-    Ok(ExportConfig { nsid, nbd })
+    Ok(ExportConfig { nsid, kind })
 }
 
 /// `unix:PATH` or `ADDR:PORT`; relative unix paths are resolved against `base` when given.

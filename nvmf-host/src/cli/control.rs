@@ -77,9 +77,12 @@ pub struct ConnectArgs {
     /// Export a namespace over NBD on `unix:/path` or `ADDR:PORT`.
     #[arg(long = "nbd", value_name = "LISTEN")]
     pub nbd: Option<String>,
-    /// The namespace `--nbd` exports (default: the first active one).
-    #[arg(long = "nbd-nsid", requires = "nbd")]
-    pub nbd_nsid: Option<u32>,
+    /// Export a namespace as a /dev/ublkbN block device (needs ublk_drv).
+    #[arg(long = "ublk", conflicts_with = "nbd")]
+    pub ublk: bool,
+    /// The namespace `--nbd` or `--ublk` exports (default: the first active one).
+    #[arg(long = "export-nsid", alias = "nbd-nsid")]
+    pub export_nsid: Option<u32>,
     /// Connect even if this subsystem is already connected at this address.
     #[arg(short = 'D', long = "duplicate-connect")]
     pub duplicate_connect: bool,
@@ -151,7 +154,8 @@ fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> Result<Conne
         hdr_digest: o.hdr_digest,
         data_digest: o.data_digest,
         nbd: None,
-        nbd_nsid: None,
+        ublk: false,
+        export_nsid: None,
         duplicate_connect: false,
     })
 }
@@ -171,7 +175,8 @@ fn unexpected(reply: &ControlReply) -> CliError {
 pub fn connect(a: &ConnectArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let mut p = params(&a.endpoint, &a.nqn, &a.options)?;
     p.nbd.clone_from(&a.nbd);
-    p.nbd_nsid = a.nbd_nsid;
+    p.ublk = a.ublk;
+    p.export_nsid = a.export_nsid;
     p.duplicate_connect = a.duplicate_connect;
     match ask(&a.control, &ControlRequest::Connect(p))? {
         ControlReply::Connected { name, exports } => {
@@ -269,7 +274,7 @@ pub fn write_list(controllers: &[ControllerView], out: &mut dyn std::io::Write) 
     for c in controllers {
         let address = format!("{} {}:{}", c.transport, c.traddr, c.trsvcid);
         let ns: Vec<String> = c.namespaces.iter().map(|n| format!("{}:{}", n.nsid, human_size(n.size))).collect();
-        let exports: Vec<String> = c.exports.iter().map(|x| format!("{}@{}", x.nsid, x.nbd)).collect();
+        let exports: Vec<String> = c.exports.iter().map(|x| format!("{}@{}", x.nsid, x.address)).collect();
         writeln!(
             out,
             "{:<8} {:<12} {:<28} {:<40} {:<24} {}",

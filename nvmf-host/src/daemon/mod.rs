@@ -17,6 +17,7 @@
 //! parallel.
 
 pub mod control;
+mod exports;
 mod params;
 pub mod protocol;
 mod requests;

@@ -5,9 +5,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use nvmf_config::host::{ControllerConfig, NbdEndpoint};
+use nvmf_config::host::ControllerConfig;
 use nvmf_config::target::Transport as ConfigTransport;
 
+use super::exports::ExportSpec;
 use super::protocol::ConnectParams;
 use crate::cli::{Endpoint, Transport};
 use crate::controller::ConnectOptions;
@@ -23,7 +24,7 @@ pub(super) struct Params {
     pub(super) trsvcid: String,
     pub(super) subnqn: String,
     pub(super) options: ConnectOptions,
-    pub(super) exports: Vec<(Option<u32>, NbdListen)>,
+    pub(super) exports: Vec<(Option<u32>, ExportSpec)>,
 }
 
 impl Params {
@@ -45,13 +46,6 @@ fn seconds_opt(v: Option<i64>, default: Option<Duration>) -> Option<Duration> {
         Some(s) if s < 0 => None,
         Some(s) => Some(Duration::from_secs(s.unsigned_abs())),
         None => default,
-    }
-}
-
-fn listen_of(e: &NbdEndpoint) -> NbdListen {
-    match e {
-        NbdEndpoint::Unix(p) => NbdListen::Unix(p.clone()),
-        NbdEndpoint::Tcp(a) => NbdListen::Tcp(*a),
     }
 }
 
@@ -82,7 +76,7 @@ pub(super) fn config_params(c: &ControllerConfig, identity: &HostIdentity) -> Pa
         trsvcid: c.port.to_string(),
         subnqn: c.nqn.clone(),
         options: options_from_config(c, identity),
-        exports: c.exports.iter().map(|e| (Some(e.nsid), listen_of(&e.nbd))).collect(),
+        exports: c.exports.iter().map(|e| (Some(e.nsid), ExportSpec::from(&e.kind))).collect(),
     }
 }
 
@@ -118,13 +112,14 @@ pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) ->
     options.fast_io_fail_tmo = seconds_opt(p.fast_io_fail_tmo, options.fast_io_fail_tmo);
     options.hdr_digest = p.hdr_digest;
     options.data_digest = p.data_digest;
-    let exports = match &p.nbd {
-        Some(text) => {
-            let listen: NbdListen = text.parse().map_err(|e| format!("--nbd: {e}"))?;
-            vec![(p.nbd_nsid, listen)]
-        }
-        None => Vec::new(),
-    };
+    let mut exports = Vec::new();
+    if let Some(text) = &p.nbd {
+        let listen: NbdListen = text.parse().map_err(|e| format!("--nbd: {e}"))?;
+        exports.push((p.export_nsid, ExportSpec::Nbd(listen)));
+    }
+    if p.ublk {
+        exports.push((p.export_nsid, ExportSpec::Ublk));
+    }
     Ok(Params {
         transport,
         addr,

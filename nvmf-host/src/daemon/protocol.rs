@@ -54,13 +54,16 @@ pub struct ConnectParams {
     /// `--data-digest`.
     #[serde(default)]
     pub data_digest: bool,
-    /// `--nbd`: export a namespace (the first active one, or `nbd_nsid`) over NBD on this endpoint
+    /// `--nbd`: export a namespace (the first active one, or `export_nsid`) over NBD on this endpoint
     /// (`unix:/path` or `ADDR:PORT`).
     #[serde(default)]
     pub nbd: Option<String>,
-    /// The namespace `nbd` exports (default: the first active one).
+    /// `--ublk`: export it as a `/dev/ublkbN` block device.
     #[serde(default)]
-    pub nbd_nsid: Option<u32>,
+    pub ublk: bool,
+    /// The namespace `nbd` or `ublk` exports (default: the first active one).
+    #[serde(default)]
+    pub export_nsid: Option<u32>,
     /// `--duplicate-connect`: connect even when this host already has an association with the same subsystem at
     /// the same address (nvme-cli refuses that by default too).
     #[serde(default)]
@@ -111,9 +114,11 @@ pub struct NamespaceView {
 pub struct ExportView {
     /// The namespace exported.
     pub nsid: u32,
-    /// Where it listens (`unix:/path`, `ADDR:PORT`).
-    pub nbd: String,
-    /// The NBD URI clients use.
+    /// `nbd` or `ublk`.
+    pub kind: String,
+    /// Where it is: the NBD listen address (`unix:/path`, `ADDR:PORT`) or the block device (`/dev/ublkb0`).
+    pub address: String,
+    /// What clients open: the NBD URI, or the block device.
     pub uri: String,
 }
 

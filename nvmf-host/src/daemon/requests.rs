@@ -9,18 +9,12 @@ use nvmf_common::fabrics::discovery::{SubsystemType, TransportType};
 
 use super::params::params_from_request;
 use super::protocol::{
-    ConnectAllEntry, ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget, ExportView,
-    NamespaceView,
+    ConnectAllEntry, ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget, NamespaceView,
 };
 use super::table::{connect_once, end_controller, end_entry, state_name, Entry, Shared, State};
 use crate::cli::Transport;
 use crate::controller::Controller;
 use crate::metrics::ControllerSample;
-use crate::nbd::NbdExport;
-
-fn export_view(nsid: u32, x: &NbdExport) -> ExportView {
-    ExportView { nsid, nbd: x.local_addr().to_string(), uri: x.uri() }
-}
 
 /// What the metrics collector reads (no admin command: a scrape must stay cheap).
 pub(super) fn samples(shared: &Shared) -> Vec<ControllerSample> {
@@ -78,7 +72,7 @@ fn list(shared: &Shared) -> Vec<ControllerView> {
                 reconnects: 0,
                 error,
                 namespaces: Vec::new(),
-                exports: e.exports.iter().map(|(nsid, x)| export_view(*nsid, x)).collect(),
+                exports: e.exports.iter().map(|(nsid, x)| x.view(*nsid)).collect(),
             };
             (view, ctrl)
         })
@@ -134,7 +128,7 @@ fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
     };
     match connect_once(&params, &name) {
         Ok((ctrl, exports)) => {
-            let views = exports.iter().map(|(nsid, x)| export_view(*nsid, x)).collect();
+            let views = exports.iter().map(|(nsid, x)| x.view(*nsid)).collect();
             let mut table = shared.table();
             match table.get_mut(&n) {
                 Some(entry) if !shared.stopping.load(Ordering::SeqCst) => {
@@ -190,7 +184,8 @@ fn connect_all(shared: &Shared, p: &ConnectParams) -> ControlReply {
                     trsvcid: r.trsvcid.clone(),
                     nqn: r.subnqn.clone(),
                     nbd: None,
-                    nbd_nsid: None,
+                    ublk: false,
+                    export_nsid: None,
                     ..p.clone()
                 };
                 match connect(shared, &request) {

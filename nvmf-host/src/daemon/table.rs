@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::exports::RunningExport;
 use super::params::Params;
 use crate::controller::{Controller, ControllerState};
 use crate::identity::HostIdentity;
-use crate::nbd::{NbdExport, NbdOptions};
 
 #[derive(Debug)]
 pub(super) enum State {
@@ -39,7 +39,7 @@ pub(super) struct Entry {
 }
 
 /// Running exports: `(nsid, server)`.
-pub(super) type Exports = Vec<(u32, NbdExport)>;
+pub(super) type Exports = Vec<(u32, RunningExport)>;
 
 /// The controller table, keyed by instance number (`nvmf{n}`).
 pub(super) type Table = BTreeMap<u32, Entry>;
@@ -96,13 +96,13 @@ impl Shared {
     }
 }
 
-/// Connect once and start the exports (NBD export name `{name}n{nsid}`, e.g. `nvmf0n1`; the empty default name
-/// is served too); an export that fails ends the association (all or nothing).
+/// Connect once and start the exports (see [`RunningExport::start`]); an export that fails ends the association
+/// (all or nothing).
 pub(super) fn connect_once(params: &Params, name: &str) -> Result<(Arc<Controller>, Exports), String> {
     let ctrl =
         Arc::new(Controller::connect(params.addr, &params.subnqn, params.options.clone()).map_err(|e| e.to_string())?);
     let mut exports = Vec::new();
-    for (nsid, listen) in &params.exports {
+    for (nsid, spec) in &params.exports {
         let nsid = match nsid {
             Some(n) => *n,
             None => match ctrl.namespaces().map(|v| v.first().map(|n| n.nsid)) {
@@ -117,12 +117,11 @@ pub(super) fn connect_once(params: &Params, name: &str) -> Result<(Arc<Controlle
                 }
             },
         };
-        let options = NbdOptions { export_name: format!("{name}n{nsid}"), ..NbdOptions::default() };
-        match NbdExport::start(Arc::clone(&ctrl), nsid, listen.clone(), options) {
+        match RunningExport::start(spec, &ctrl, nsid, name, &params.options) {
             Ok(x) => exports.push((nsid, x)),
             Err(e) => {
                 end_controller(ctrl, exports);
-                return Err(format!("exporting namespace {nsid} on {listen}: {e}"));
+                return Err(format!("exporting namespace {nsid} ({spec}): {e}"));
             }
         }
     }
