@@ -134,8 +134,6 @@ pub mod errno {
     pub const EINVAL: u32 = 22;
     /// `NBD_ENOSPC`: write or write zeroes beyond the end.
     pub const ENOSPC: u32 = 28;
-    /// `NBD_ESHUTDOWN`: the server is stopping.
-    pub const ESHUTDOWN: u32 = 108;
 }
 
 /// A client message that breaks the protocol so that the session cannot go on.
