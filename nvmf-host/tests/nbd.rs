@@ -139,9 +139,13 @@ fn qemu_img_sees_the_size_and_converts_and_compares() {
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
 }
 
-fn fio_verify(uri: &str, size: u64) {
+/// fio randwrite + crc32c verify over `jobs` connections, each on its own `size`-byte region.
+fn fio_verify(uri: &str, size: u64, jobs: u64) {
     let out = run(Command::new("fio").args([
         "--name=nbd-verify",
+        &format!("--numjobs={jobs}"),
+        &format!("--offset_increment={size}"),
+        "--group_reporting",
         "--ioengine=nbd",
         &format!("--uri={uri}"),
         "--rw=randwrite",
@@ -158,8 +162,8 @@ fn fio_verify(uri: &str, size: u64) {
     let v: serde_json::Value = serde_json::from_str(&out[start..]).unwrap();
     let job = &v["jobs"][0];
     assert_eq!(job["error"].as_u64(), Some(0), "{job}");
-    assert_eq!(job["write"]["io_bytes"].as_u64(), Some(size), "fio wrote the whole range");
-    assert_eq!(job["read"]["io_bytes"].as_u64(), Some(size), "fio read the whole range back to verify it");
+    assert_eq!(job["write"]["io_bytes"].as_u64(), Some(size * jobs), "fio wrote every range");
+    assert_eq!(job["read"]["io_bytes"].as_u64(), Some(size * jobs), "fio read every range back to verify it");
 }
 
 #[test]
@@ -168,7 +172,9 @@ fn fio_nbd_engine_randwrite_verifies() {
         return;
     }
     let s = setup(1, false);
-    fio_verify(&s.export.uri(), NS1_SIZE);
+    fio_verify(&s.export.uri(), NS1_SIZE, 1);
+    // Four connections at once (CAN_MULTI_CONN), each verifying its own quarter.
+    fio_verify(&s.export.uri(), NS1_SIZE / 4, 4);
 }
 
 #[test]
@@ -182,7 +188,7 @@ fn tcp_loopback_serves_qemu_and_fio() {
     let uri = s.export.uri();
     assert_eq!(uri, format!("nbd://{addr}"));
     qemu_io(&uri, &["write -P 0x3c 4k 64k", "read -P 0x3c 4k 64k"]);
-    fio_verify(&uri, NS2_SIZE);
+    fio_verify(&uri, NS2_SIZE, 1);
 }
 
 // ---- A raw client, to send what real clients never do.
