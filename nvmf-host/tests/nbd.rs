@@ -339,6 +339,16 @@ fn handshake_options_list_info_unsupported_and_unknown_export() {
     assert_eq!(c.option_reply(opt::ABORT).0, rep::ACK);
     c.assert_closed();
 
+    // A client that never stops haggling is cut off.
+    let mut c = Raw::connect(&path);
+    c.greet(1);
+    for _ in 0..64 {
+        c.option(opt::LIST, &[]);
+        assert_eq!(c.option_reply(opt::LIST).0, rep::SERVER);
+        assert_eq!(c.option_reply(opt::LIST).0, rep::ACK);
+    }
+    c.assert_closed();
+
     // NBD_OPT_EXPORT_NAME with no zeroes: size and flags only.
     let mut c = Raw::connect(&path);
     c.greet(3);

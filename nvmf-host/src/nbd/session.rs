@@ -24,6 +24,8 @@ use crate::tcp::{DataDirection, Pending, Request};
 const MAX_OPTION_LEN: u32 = 16 << 10;
 /// Oversized option data up to this much is read and dropped; beyond, the client is disconnected.
 const MAX_OPTION_DISCARD: u32 = 1 << 20;
+/// Options one client may send before entering transmission; more is treated as a denial of service.
+const MAX_OPTIONS: usize = 64;
 /// The reply thread's write buffer: a header and a 4 KiB read go out in one `write`.
 const REPLY_BUFFER: usize = 256 << 10;
 
@@ -74,6 +76,8 @@ enum HandshakeError {
     Proto(#[from] proto::ProtoError),
     #[error("option {option} with {length} bytes of data")]
     TooBig { option: u32, length: u32 },
+    #[error("more than {MAX_OPTIONS} options")]
+    TooMany,
 }
 
 /// The fixed newstyle handshake; `Ok(true)` when the client enters transmission.
@@ -84,7 +88,7 @@ fn handshake(s: &mut Stream, x: &Export) -> Result<bool, HandshakeError> {
     s.read_exact(&mut flags)?;
     let no_zeroes = proto::parse_client_flags(flags)?;
     let g = &x.geometry;
-    loop {
+    for _ in 0..MAX_OPTIONS {
         let mut h = [0; proto::OPTION_HEADER_LEN];
         s.read_exact(&mut h)?;
         let h = proto::parse_option_header(&h)?;
@@ -152,6 +156,7 @@ fn handshake(s: &mut Stream, x: &Export) -> Result<bool, HandshakeError> {
             _ => reply(s, rep::ERR_UNSUP, b"option not supported")?,
         }
     }
+    Err(HandshakeError::TooMany)
 }
 
 /// One request on its way through the pipeline.
