@@ -52,6 +52,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// On stop, a client that does not read its replies is cut off after this long.
 const STOP_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How soon the acceptor tries again after a failed accept.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
 const LISTENER: Token = Token(0);
 const WAKE: Token = Token(1);
 
@@ -392,8 +395,10 @@ fn accept_loop(mut poll: Poll, listener: Listener, export: &Arc<Export>, stoppin
     let mut events = Events::with_capacity(8);
     let mut sessions: Vec<Session> = Vec::new();
     let mut next_id = 0u64;
+    // After a failed accept, look again soon: the listener is edge-triggered and the connection still waits.
+    let mut retry = None;
     while !stopping.load(Ordering::SeqCst) {
-        if let Err(e) = poll.poll(&mut events, None) {
+        if let Err(e) = poll.poll(&mut events, retry.take()) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
@@ -408,6 +413,7 @@ fn accept_loop(mut poll: Poll, listener: Listener, export: &Arc<Export>, stoppin
                 Err(e) => {
                     // Out of descriptors or a connection reset before accept: the listener itself is fine.
                     tracing::warn!(error = %e, "NBD accept failed");
+                    retry = Some(ACCEPT_RETRY);
                     break;
                 }
             };
