@@ -8,7 +8,8 @@
 //! the reply thread waits for the completions in request order and writes the replies. Two threads per
 //! client because a [`crate::tcp::Pending`] is waited for by blocking: a thread that reads the socket cannot
 //! also wait for completions without stalling the pipeline. Replies go out in request order (the protocol
-//! allows any order; completions spread over queues finish close together, so little is lost).
+//! allows any order; completions spread over queues finish close together, so little is lost), and while the
+//! pipeline is full they gather in the write buffer and leave in one `write`.
 //!
 //! What each may block on: the acceptor only in `poll`; the session thread in socket reads (bounded by a
 //! timeout during the handshake only — an idle client is legitimate), in `submit_io` while a queue is full,
