@@ -533,3 +533,33 @@ fn cli_nbd_serves_until_sigterm() {
     assert!(status.success(), "nvmf-host nbd exits cleanly on SIGTERM: {status}");
     assert!(!sock.exists(), "socket removed at exit");
 }
+
+#[test]
+fn nvme_failures_become_eio_and_the_export_stays_up() {
+    let target = Target::start();
+    let mut o = options(1);
+    // Fail held I/O soon after the association is lost (reconnecting goes on in the background).
+    o.fast_io_fail_tmo = Some(std::time::Duration::from_millis(300));
+    let ctrl = Arc::new(Controller::connect(target.addr, SUBNQN, o).expect("connect"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("eio.sock");
+    let export = NbdExport::start(ctrl, 1, NbdListen::Unix(path.clone()), NbdOptions::default()).unwrap();
+    let mut c = Raw::connect(&path);
+    c.go();
+    c.request(0, cmd::WRITE, 1, 0, 512, &[0x42; 512]);
+    assert_eq!(c.reply(), (0, 1));
+    drop(target);
+    c.request(0, cmd::READ, 2, 0, 512, &[]);
+    assert_eq!(c.reply(), (errno::EIO, 2), "no data follows an error reply");
+    c.request(cmd_flag::FUA, cmd::WRITE, 3, 0, 512, &[0x43; 512]);
+    assert_eq!(c.reply(), (errno::EIO, 3));
+    c.request(0, cmd::FLUSH, 4, 0, 0, &[]);
+    assert_eq!(c.reply(), (errno::EIO, 4));
+    // Still in step: a bad request gets its own error, and new clients still get through the handshake.
+    c.request(0, cmd::READ, 5, 1, 512, &[]);
+    assert_eq!(c.reply(), (errno::EINVAL, 5));
+    let mut d = Raw::connect(&path);
+    assert_eq!(d.go().0, NS1_SIZE);
+    drop(export);
+    d.assert_closed();
+}
