@@ -2,7 +2,8 @@
 //! VM: `nvme discover -t rdma` lists the subsystem with the RDMA transport fields, `nvme connect -t rdma` with 2 I/O
 //! queues, fio randwrite + randread with crc32c verification at 512 B, 4 KiB (in-capsule data), 128 KiB and 1 MiB
 //! (keyed SGL: RDMA READ / RDMA WRITE + SEND), then `nvme disconnect`: the kernel's QP table holds none of ours
-//! again, the target's QP gauge is 0 and its log has no warning or error.
+//! again and the target's QP gauge is 0; a disconnect under fio load frees every QP too and the next association
+//! reads back what it wrote; a listener on an address without an RDMA device fails the start with the verb's error.
 //!
 //!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_rdma_target -- --nocapture
 
@@ -60,6 +61,13 @@ cat > $CONFIG <<'EOF'
 {config}
 EOF
 our_qps() {{ rdma resource show qp 2>/dev/null | grep -c 'comm nvmf-' || true; }}
+# An address of a netdev without an RDMA device: the target refuses to start, naming the address, verb and errno.
+ip link add dummy1 type dummy && ip addr add 10.78.0.1/24 dev dummy1 && ip link set dummy1 up
+if timeout 30 $NVMF_TARGET_BIN --listen rdma://10.78.0.1:4420 --namespace memory:16M > $NVMF_VM_LOGS/no-device.log 2>&1; then
+  echo "listener without RDMA device: started"
+else
+  echo "listener without RDMA device: $(grep -m1 -o 'cannot listen on rdma://10.78.0.1:4420: rdma_bind_addr failed.*' $NVMF_VM_LOGS/no-device.log)"
+fi
 nvmf_target_start target $CONFIG
 timeout 60 nvme discover -t rdma -a $NVMF_RDMA_ADDR -s 4420 > /tmp/discover.txt
 cat /tmp/discover.txt
@@ -74,10 +82,31 @@ step fio_rw_verify $dev 1M 4 32M
 host_disconnect {NQN}
 wait_until 20 test '$(our_qps)' = 0 || true
 echo "after disconnect: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs)"
+echo "host I/O errors before the load test: $(dmesg | grep -c 'I/O error' || true)"
+# Disconnect under load: fio is cut off; the target drains, frees every QP and serves the next association.
+dev=$(host_connect rdma $NVMF_RDMA_ADDR 4420 {NQN} -i 2)
+fio --name=load --filename=$dev --ioengine=libaio --direct=1 --bs=64K --iodepth=32 --rw=randrw --size=64M \
+    --time_based --runtime=10 > $NVMF_VM_LOGS/fio-load.log 2>&1 &
+fio_pid=$!
+sleep 3
+host_disconnect {NQN}
+wait $fio_pid || true
+wait_until 20 test '$(our_qps)' = 0 || true
+echo "after disconnect under load: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs)"
+# (Connected by hand: on a loaded machine the kernel's namespace scan can take longer than host_connect waits.)
+timeout 60 nvme connect -t rdma -a $NVMF_RDMA_ADDR -s 4420 -n {NQN} -i 1 >&2
+wait_until 60 _has_namespace {NQN}
+dev=/dev/$(_namespace_of {NQN})
+step fio_rw_verify $dev 16K 8 4M
+host_disconnect {NQN}
+wait_until 20 test '$(our_qps)' = 0 || true
+echo "after reconnect and disconnect: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs)"
 curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_rdma' || true
-echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
+inv=$(metric 'nvmf_target_rdma_work_requests_total{{opcode="send_with_invalidate"}}' || echo 0)
+echo "send with invalidate used: $([ "$inv" -gt 0 ] && echo yes || echo no)"
 stop_daemon target
-echo "target log warnings: $(grep -cE 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true)"
+# (No control socket directory in the guest: that warning is expected.)
+echo "target log warnings: $(grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log | grep -vc 'control socket' || true)"
 grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true
 "#
     );
@@ -96,6 +125,15 @@ grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true
         );
     }
     assert_stdout_has(&out, "after disconnect: target qps 0, gauge 0");
-    assert_stdout_has(&out, "host I/O errors: 0");
+    assert_stdout_has(&out, "after disconnect under load: target qps 0, gauge 0");
+    assert_stdout_has(&out, "fio bs=16K qd=8: wrote 256, verified 256 after writing, 256 on randread (of 256)");
+    assert_stdout_has(&out, "after reconnect and disconnect: target qps 0, gauge 0");
+    assert_stdout_has(
+        &out,
+        "listener without RDMA device: cannot listen on rdma://10.78.0.1:4420: rdma_bind_addr failed (10.78.0.1:4420): ENODEV",
+    );
+    // The kernel host asks for remote invalidation (keyed SGL subtype Fh) and rxe can send with invalidate.
+    assert_stdout_has(&out, "send with invalidate used: yes");
+    assert_stdout_has(&out, "host I/O errors before the load test: 0");
     assert_stdout_has(&out, "target log warnings: 0");
 }

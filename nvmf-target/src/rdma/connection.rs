@@ -1,8 +1,8 @@
 //! [`RdmaConnection`]: one NVMe/RDMA queue pair serving one controller [`Queue`], driven by its reactor.
 //!
 //! Receive path: `depth` receive buffers (SQE + in-capsule data) are posted at accept. A receive completion
-//! shorter than an SQE ends the connection; otherwise the SQE and in-capsule data are copied out, the buffer is
-//! queued for reposting (all reposts of a reactor turn go in one `post_recv`) and the command goes to the queue,
+//! shorter than an SQE ends the connection; otherwise the SQE and in-capsule data go to the queue straight from the
+//! receive buffer (the queue copies in-capsule data into its engine buffer), then the buffer is queued for reposting (all reposts of a reactor turn go in one `post_recv`) and the command goes to the queue,
 //! whose [`Step`] says what to do next.
 //!
 //! Send path: `FetchData` becomes an RDMA READ of the command's keyed SGL into the engine buffer (at most the
@@ -29,7 +29,7 @@ use nvmf_common::nvme::sqe::{SubmissionQueueEntry, SQE_SIZE};
 use nvmf_common::transport::rdma::verbs::{MemoryRegion, QueuePair, RdmaError, WorkCompletion};
 
 use super::device::DeviceContext;
-use super::memory::{post_recvs, post_sends, PostScratch, Work};
+use super::memory::{post_recvs, post_sends, received, PostScratch, Work};
 use super::reactor::RdmaCounters;
 use crate::backend::{BufferId, IoEngine};
 use crate::controller::{Queue, QueueError, SlotId, Step};
@@ -151,7 +151,6 @@ pub(crate) struct RdmaConnection {
     held: Vec<Option<BufferId>>,
     send_cost: Vec<u8>,
     closing_since: Option<Instant>,
-    capsule: Vec<u8>,
     steps: Vec<Step>,
     scratch: PostScratch,
 }
@@ -186,7 +185,6 @@ impl RdmaConnection {
             held: vec![None; response_slots],
             send_cost: vec![0; response_slots],
             closing_since: None,
-            capsule: vec![0; setup.receive_size - SQE_SIZE],
             steps: Vec::with_capacity(depth),
             scratch: PostScratch::default(),
             setup,
@@ -412,15 +410,14 @@ impl RdmaConnection {
             return Err(RdmaConnectionError::Protocol("command capsule shorter than an SQE or longer than IOCCSZ"));
         }
         let at = usize::from(index) * self.setup.receive_size;
-        let mut sqe = [0u8; SQE_SIZE];
-        self.receive.read_at(at, &mut sqe)?;
-        let in_capsule = len - SQE_SIZE;
-        self.receive.read_at(at + SQE_SIZE, &mut self.capsule[..in_capsule])?;
-        // The bytes are copied out: the buffer can go back to the device.
+        let capsule = received(&self.receive, at, len)
+            .ok_or(RdmaConnectionError::Protocol("receive buffer outside the receive region"))?;
+        let sqe =
+            SubmissionQueueEntry::parse(&capsule[..SQE_SIZE]).map_err(|_| RdmaConnectionError::Protocol("bad SQE"))?;
+        // The queue copies in-capsule data into its own buffer: after this the receive buffer can be reposted.
+        let step = self.queue.command(engine, &sqe, &capsule[SQE_SIZE..]);
         self.reposts.push(index);
-        let sqe = SubmissionQueueEntry::parse(&sqe).map_err(|_| RdmaConnectionError::Protocol("bad SQE"))?;
-        let step = self.queue.command(engine, &sqe, &self.capsule[..in_capsule])?;
-        self.apply(engine, step)
+        self.apply(engine, step?)
     }
 
     /// Carry out what the queue asked for.

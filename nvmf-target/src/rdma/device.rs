@@ -51,7 +51,8 @@ impl DeviceContext {
         let cq = device.create_cq(CQ_ENTRIES.min(attrs.max_cqe), Some(&channel), 0)?;
         cq.req_notify(false)?;
         let pool = register_pool(&pd, engine.pool())?;
-        tracing::info!(device = %device.name(), pool_bytes = pool.len(), cqe = cq.capacity(), "RDMA device opened");
+        tracing::info!(device = %device.name(), pool_bytes = pool.len(), cqe = cq.capacity(),
+            send_with_invalidate = attrs.device_cap_flags.send_with_invalidate(), "RDMA device opened");
         Ok(DeviceContext { device, attrs, pd, channel, cq, pool, cq_reserved: 0 })
     }
 

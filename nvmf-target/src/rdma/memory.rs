@@ -54,6 +54,24 @@ pub(crate) fn register_pool(pd: &ProtectionDomain, pool: &BufferPool) -> Result<
     pd.register(PoolRegion { base, len: pool.region_len() }, AccessFlags::LOCAL_WRITE)
 }
 
+/// The `len` bytes at `offset` of `region`, a connection's receive region, read in place once the receive of that
+/// buffer completed (`None` if the range is outside the region).
+///
+/// The caller must not repost the buffer while the slice lives (a connection reposts it in the next flush, after
+/// the command was handed to its queue).
+pub(crate) fn received(region: &MemoryRegion<Box<[u8]>>, offset: usize, len: usize) -> Option<&[u8]> {
+    let end = offset.checked_add(len)?;
+    if end > region.len() {
+        return None;
+    }
+    let base = std::ptr::with_exposed_provenance::<u8>(usize::try_from(region.addr()).ok()?);
+    // SAFETY: `offset..end` lies inside the region's memory, which the region owns (a boxed slice whose address it
+    // exposed) and keeps alive while borrowed; the device wrote this buffer before its receive completed and writes
+    // it again only after a repost, which the caller does not do while the slice lives; no other reference into
+    // the region exists (the connection only reads completed buffers).
+    Some(unsafe { std::slice::from_raw_parts(base.add(offset), len) })
+}
+
 /// One send queue work request a connection wants posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Work {

@@ -48,8 +48,8 @@ const STATUS_SLOTS: usize = 24;
 /// One reactor's NVMe/RDMA counters (single writer: the reactor; read at scrape time).
 #[derive(Debug, Default)]
 pub struct RdmaCounters {
-    /// Posted work requests: RDMA READ, RDMA WRITE, SEND, receive.
-    posted: [AtomicU64; 4],
+    /// Posted work requests: RDMA READ, RDMA WRITE, SEND, receive, SEND with invalidate.
+    posted: [AtomicU64; 5],
     /// Successful completions: receive, RDMA READ, SEND.
     completed: [AtomicU64; 3],
     /// Error completions by `ibv_wc_status` value.
@@ -67,7 +67,8 @@ impl RdmaCounters {
         let i = match work {
             Work::Read { .. } => 0,
             Work::Write { .. } => 1,
-            Work::Send { .. } => 2,
+            Work::Send { invalidate: None, .. } => 2,
+            Work::Send { invalidate: Some(_), .. } => 4,
         };
         bump(&self.posted[i], 1);
     }
@@ -90,10 +91,10 @@ impl RdmaCounters {
         bump(&self.errors[i], 1);
     }
 
-    /// Posted work requests by opcode (`rdma_read`, `rdma_write`, `send`, `recv`).
-    pub fn work_requests(&self) -> [(&'static str, u64); 4] {
+    /// Posted work requests by opcode (`rdma_read`, `rdma_write`, `send`, `send_with_invalidate`, `recv`).
+    pub fn work_requests(&self) -> [(&'static str, u64); 5] {
         let v = |i: usize| self.posted[i].load(Ordering::Relaxed);
-        [("rdma_read", v(0)), ("rdma_write", v(1)), ("send", v(2)), ("recv", v(3))]
+        [("rdma_read", v(0)), ("rdma_write", v(1)), ("send", v(2)), ("send_with_invalidate", v(4)), ("recv", v(3))]
     }
 
     /// Successful completions by opcode (`recv`, `rdma_read`, `send`; RDMA WRITEs are unsignalled).
