@@ -276,3 +276,55 @@ fn a_keep_alive_timeout_on_a_dark_network_reconnects_and_held_io_completes() {
     ctrl.read(1, 0, &mut back).unwrap();
     assert_eq!(back, b);
 }
+
+/// Against the Linux kernel target (nvmet) in the test VM, which the guest script sets up and names in
+/// `NVMF_HOST_NVMET="ADDR:PORT NQN PORT_ID NS2_DEVICE"` (skipped without it): unexporting the subsystem from
+/// its port drops the association, a held write completes once it is exported again; then enabling a second
+/// namespace is noticed through nvmet's Namespace Attribute Changed event.
+#[test]
+fn kernel_nvmet_reconnect_and_namespace_notice() {
+    let Ok(spec) = std::env::var("NVMF_HOST_NVMET") else {
+        eprintln!("SKIPPED: NVMF_HOST_NVMET is not set (a kernel nvmet set up in the test VM)");
+        return;
+    };
+    let [addr, nqn, port, ns2] = spec.split_whitespace().collect::<Vec<_>>()[..] else {
+        panic!("NVMF_HOST_NVMET={spec:?}: want ADDR:PORT NQN PORT_ID NS2_DEVICE");
+    };
+    let nvmet = Path::new("/sys/kernel/config/nvmet");
+    let subsystem = nvmet.join("subsystems").join(nqn);
+    let export = nvmet.join("ports").join(port).join("subsystems").join(nqn);
+    let mut o = options(2);
+    o.reconnect_delay = Duration::from_millis(500);
+    let ctrl = Arc::new(Controller::connect(addr.parse().unwrap(), nqn, o).expect("connect to nvmet"));
+    let (a, b) = (pattern(64 << 10, 12), pattern(64 << 10, 13));
+    ctrl.write(1, 0, &a).unwrap();
+
+    std::fs::remove_file(&export).expect("unexport the subsystem");
+    let writer = {
+        let (ctrl, b) = (Arc::clone(&ctrl), b.clone());
+        std::thread::spawn(move || ctrl.write(1, 0, &b))
+    };
+    let s = wait_state(&ctrl, |s| matches!(s, ControllerState::Reconnecting { attempts } if attempts >= 1));
+    assert!(matches!(s, ControllerState::Reconnecting { .. }), "{s:?}");
+    assert!(!writer.is_finished(), "the write is held while the subsystem is not exported");
+    std::os::unix::fs::symlink(&subsystem, &export).expect("export the subsystem again");
+    writer.join().unwrap().expect("the held write completes on the new association");
+    assert_eq!(ctrl.reconnects(), 1);
+    let mut back = vec![0; b.len()];
+    ctrl.read(1, 0, &mut back).unwrap();
+    assert_eq!(back, b);
+
+    let seen = ctrl.namespace_generation();
+    let ns = subsystem.join("namespaces/2");
+    std::fs::create_dir(&ns).expect("namespace 2");
+    std::fs::write(ns.join("device_path"), ns2).unwrap();
+    std::fs::write(ns.join("enable"), "1").unwrap();
+    assert!(ctrl.wait_namespace_change(seen, Duration::from_secs(60)) > seen, "no namespace change from nvmet");
+    assert_eq!(ctrl.known_namespaces().iter().map(|n| n.nsid).collect::<Vec<_>>(), [1, 2]);
+    let d = pattern(8192, 14);
+    ctrl.write(2, 0, &d).unwrap();
+    ctrl.read(2, 0, &mut back[..d.len()]).unwrap();
+    assert_eq!(&back[..d.len()], &d[..]);
+    assert_eq!(ctrl.reconnects(), 1);
+    Arc::into_inner(ctrl).expect("the writer is done").disconnect().expect("clean shutdown");
+}
