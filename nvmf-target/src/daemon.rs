@@ -133,11 +133,11 @@ pub fn tcp_listener_params(spec: &TcpListenerSpec, local: SocketAddr) -> Listene
 /// The RDMA CM thread's spec for RDMA listener `l` with discovery port ID `port_id` (`None` for another transport).
 #[cfg(feature = "rdma")]
 pub fn rdma_listener_spec(l: &ListenerConfig, port_id: u16, max_io_queues: u16) -> Option<RdmaListenerSpec> {
-    let ListenerTransport::Rdma = l.transport else { return None };
+    let ListenerTransport::Rdma(options) = l.transport else { return None };
     let rdma = RdmaTransportConfig {
         in_capsule_data_size: l.in_capsule_data_size,
         max_queue_depth: u16::try_from(l.max_queue_size).unwrap_or(u16::MAX),
-        ..RdmaTransportConfig::default()
+        send_with_invalidate: options.send_with_invalidate,
     };
     Some(RdmaListenerSpec { address: l.address, port_id, max_qid: max_io_queues, rdma: Arc::new(rdma) })
 }
@@ -374,7 +374,7 @@ pub fn print_ready(config: &TargetConfig, running: &RunningTarget) {
     for listener in &config.listeners {
         let local = match listener.transport {
             ListenerTransport::Tcp(_) => tcp.next(),
-            ListenerTransport::Rdma => rdma.next(),
+            ListenerTransport::Rdma(_) => rdma.next(),
         };
         let Some(local) = local else { continue };
         println!("nvmf-target: listening on {}://{local}", listener.transport_type());

@@ -462,7 +462,7 @@ mod tests {
         new.subsystems[1].serial = "other".to_owned();
         assert_eq!(ignored_changes(&old, &new), ["target", "reactors", &format!("subsystem {TWO} serial")]);
         let mut rdma = new.clone();
-        rdma.listeners[0].transport = nvmf_config::target::ListenerTransport::Rdma;
+        rdma.listeners[0].transport = nvmf_config::target::ListenerTransport::Rdma(Default::default());
         assert_eq!(ignored_changes(&new, &rdma)[0], "listener rdma://127.0.0.1:4421");
     }
 

@@ -132,7 +132,7 @@ impl ListenerConfig {
     pub fn transport_type(&self) -> Transport {
         match self.transport {
             ListenerTransport::Tcp(_) => Transport::Tcp,
-            ListenerTransport::Rdma => Transport::Rdma,
+            ListenerTransport::Rdma(_) => Transport::Rdma,
         }
     }
 }
@@ -149,8 +149,23 @@ impl fmt::Display for ListenerConfig {
 pub enum ListenerTransport {
     /// NVMe/TCP with `[listener.tcp]`.
     Tcp(TcpOptions),
-    /// NVMe/RDMA (its options will be a `[listener.rdma]` table).
-    Rdma,
+    /// NVMe/RDMA with `[listener.rdma]`.
+    Rdma(RdmaOptions),
+}
+
+/// `[listener.rdma]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaOptions {
+    /// Answer a command whose keyed SGL asks for remote invalidation (subtype Fh, as the Linux host sends) with
+    /// SEND with invalidate where the RDMA device supports it; otherwise a plain SEND (the host then invalidates
+    /// locally). Default true.
+    pub send_with_invalidate: bool,
+}
+
+impl Default for RdmaOptions {
+    fn default() -> Self {
+        RdmaOptions { send_with_invalidate: true }
+    }
 }
 
 /// `[listener.tcp]`.

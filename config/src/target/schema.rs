@@ -63,6 +63,16 @@ pub(crate) struct RawListener {
     pub in_capsule_data_size: Option<RawSize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<RawTcp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<RawRdma>,
+}
+
+/// `[listener.rdma]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRdma {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_with_invalidate: Option<bool>,
 }
 
 /// `[listener.tcp]`.

@@ -72,6 +72,10 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:3:24: listener[0].in_capsule_data_size: in-capsule data size 2097152 is not allowed; allowed: a multiple of 16 from 0 to 1MiB ([target] mdts)"),
     ("tcp_on_rdma", "@[[listener]]@transport = \"rdma\"\ntcp = { header_digest = false }\n",
         "t.toml:4:1: listener[0].tcp: [listener.tcp] options on an rdma listener; allowed: a [listener.tcp] table only with transport = \"tcp\""),
+    ("rdma_on_tcp", "@[[listener]]@[listener.rdma]\nsend_with_invalidate = false\n",
+        "t.toml:3:11: listener[0].rdma: [listener.rdma] options on a tcp listener; allowed: a [listener.rdma] table only with transport = \"rdma\""),
+    ("rdma_unknown_key", "@[[listener]]@transport = \"rdma\"\n[listener.rdma]\nsrq = true\n",
+        "t.toml:5:1: listener[0].rdma.srq: unknown field `srq`, expected `send_with_invalidate`"),
     ("duplicate_listener", "[[listener]]\naddress = \"127.0.0.1\"\nport = 4420\n@@",
         "t.toml:4:1: listener[1]: tcp://127.0.0.1:4420 is also listener[0]; allowed: each transport, address and port once"),
     ("nqn", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"testnqn\"\n",
@@ -276,6 +280,8 @@ transport = "rdma"
 address = "::"
 port = 8009
 in_capsule_data_size = 0
+[listener.rdma]
+send_with_invalidate = false
 
 [[listener]]
 address = "0.0.0.0"
@@ -308,7 +314,7 @@ eui64 = "0123456789ABCDEF"
     assert_eq!(config.metrics.listen, Some("[::1]:9420".parse().unwrap()));
     assert_eq!(config.logging.format, LogFormat::Json);
     assert_eq!(config.listeners[0].to_string(), "rdma://[::]:8009");
-    assert_eq!(config.listeners[0].transport, ListenerTransport::Rdma);
+    assert_eq!(config.listeners[0].transport, ListenerTransport::Rdma(RdmaOptions { send_with_invalidate: false }));
     assert_eq!(config.listeners[0].max_queue_size, 1024);
     assert_eq!(config.listeners[0].in_capsule_data_size, 0);
     assert_eq!(config.listeners[1].max_queue_size, 64);
@@ -339,6 +345,7 @@ fn display_reads_back_as_the_same_configuration() {
     }
     let rdma = load("[[listener]]\ntransport = \"rdma\"\naddress = \"::1\"\n").unwrap();
     assert!(!rdma.to_string().contains("[listener.tcp]"));
+    assert!(rdma.to_string().contains("[listener.rdma]\nsend_with_invalidate = true"), "{rdma}");
     assert_eq!(load(&rdma.to_string()).unwrap(), rdma);
 }
 

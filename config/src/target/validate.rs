@@ -204,16 +204,26 @@ fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Resu
             u32::try_from(bytes).map_err(|_| Problem::new(key, "in-capsule data size too large", allowed))?
         }
     };
-    let transport = match (raw.transport.unwrap_or(Transport::Tcp), &raw.tcp) {
-        (Transport::Tcp, tcp) => {
+    let transport = match (raw.transport.unwrap_or(Transport::Tcp), &raw.tcp, &raw.rdma) {
+        (Transport::Tcp, tcp, None) => {
             let tcp = tcp.clone().unwrap_or_default();
             ListenerTransport::Tcp(TcpOptions {
                 header_digest: tcp.header_digest.unwrap_or(true),
                 data_digest: tcp.data_digest.unwrap_or(true),
             })
         }
-        (Transport::Rdma, None) => ListenerTransport::Rdma,
-        (Transport::Rdma, Some(_)) => {
+        (Transport::Rdma, None, rdma) => {
+            let rdma = rdma.clone().unwrap_or_default();
+            ListenerTransport::Rdma(RdmaOptions { send_with_invalidate: rdma.send_with_invalidate.unwrap_or(true) })
+        }
+        (Transport::Tcp, _, Some(_)) => {
+            return Err(Problem::new(
+                key.key("rdma"),
+                "[listener.rdma] options on a tcp listener",
+                "a [listener.rdma] table only with transport = \"rdma\"",
+            ))
+        }
+        (Transport::Rdma, Some(_), _) => {
             return Err(Problem::new(
                 key.key("tcp"),
                 "[listener.tcp] options on an rdma listener",
@@ -522,7 +532,13 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
                     ListenerTransport::Tcp(tcp) => {
                         Some(RawTcp { header_digest: Some(tcp.header_digest), data_digest: Some(tcp.data_digest) })
                     }
-                    ListenerTransport::Rdma => None,
+                    ListenerTransport::Rdma(_) => None,
+                },
+                rdma: match listener.transport {
+                    ListenerTransport::Rdma(rdma) => {
+                        Some(RawRdma { send_with_invalidate: Some(rdma.send_with_invalidate) })
+                    }
+                    ListenerTransport::Tcp(_) => None,
                 },
             })
             .collect(),

@@ -351,7 +351,21 @@ impl RdmaReactor {
     fn cm_event(&mut self, event: &CmEvent, engine: &mut IoEngine) {
         let conn = self.connections.iter_mut().flatten().find(|c| c.qp().cm_id().key() == event.id);
         match (event.kind, conn) {
-            (CmEventKind::Disconnected | CmEventKind::DeviceRemoval, Some(conn)) => conn.peer_disconnected(engine),
+            // An accepted connection the host never established (it timed out or went away) ends like one it
+            // disconnected, or it would hold its queue pair forever.
+            (
+                CmEventKind::Disconnected
+                | CmEventKind::DeviceRemoval
+                | CmEventKind::ConnectError
+                | CmEventKind::Unreachable
+                | CmEventKind::Rejected,
+                Some(conn),
+            ) => {
+                if event.kind != CmEventKind::Disconnected {
+                    tracing::info!(reactor = self.index, kind = ?event.kind, status = event.status, "NVMe/RDMA connection failed");
+                }
+                conn.peer_disconnected(engine);
+            }
             (kind, _) => tracing::debug!(reactor = self.index, ?kind, status = event.status, "RDMA CM event"),
         }
     }
