@@ -181,7 +181,23 @@ impl QueuePair {
         // SAFETY: `base` heads a chain of `wrs.len()` valid work requests in our scratch vectors (alive for
         // this call); the caller upholds the memory contract above for the regions they name.
         let rc = unsafe { ffi::ibv_post_send(self.qp.as_ptr(), base, &mut bad) };
-        self.scratch.result("ibv_post_send", rc, base.cast_const(), bad.cast_const(), wrs.len())
+        let result = self.scratch.result("ibv_post_send", rc, base.cast_const(), bad.cast_const(), wrs.len());
+        let posted = match &result {
+            Ok(()) => wrs.len(),
+            Err(RdmaError::Post { posted, .. }) => *posted,
+            Err(_) => 0,
+        };
+        for wr in &wrs[..posted.min(wrs.len())] {
+            if let SendOpcode::BindMw(b) = wr.opcode {
+                // Providers name a type 2 window in the next bind by the rkey in its `struct ibv_mw` (rxe
+                // refuses the bind when that is not the kernel's current key), so a posted bind moves it to
+                // the new key, as `ibv_bind_mw` does for type 1 windows.
+                // SAFETY: the window is alive (the bind borrows it) and `MemoryWindow` is not Sync, so no other
+                // thread reads or writes its struct; rkey is a plain u32 field.
+                unsafe { (*b.mw.as_ptr()).rkey = b.rkey };
+            }
+        }
+        result
     }
 
     /// Post `wrs` to the receive queue in one chained `ibv_post_recv` (errors as in
