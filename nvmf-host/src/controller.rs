@@ -269,7 +269,7 @@ impl Supervision {
 }
 
 impl Recovery for Supervision {
-    fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError> {
+    fn hold(&self, qid: u16, epoch: u64, cause: &HostError) -> Result<(), HostError> {
         let mut status = self.lock();
         loop {
             if status.epoch > epoch {
@@ -277,7 +277,7 @@ impl Recovery for Supervision {
             }
             match status.state {
                 ControllerState::Live => self.lose(&mut status, epoch, cause),
-                ControllerState::Deleting => return Err(cause.clone()),
+                ControllerState::Deleting => return Err(HostError::ShutDown { qid }),
                 ControllerState::Failed => return Err(HostError::ControllerLost { after: Self::lost_for(&status) }),
                 ControllerState::Reconnecting { .. } => {
                     let lost = Self::lost_for(&status);

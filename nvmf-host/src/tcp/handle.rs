@@ -64,9 +64,9 @@ struct Shared {
 /// What a queue of a reconnecting controller does with I/O its connection cannot carry (see the module
 /// docs). Implemented by the controller's supervision state.
 pub(crate) trait Recovery: Send + Sync + std::fmt::Debug {
-    /// The link of association `epoch` failed with `cause`: block until a newer association is live
-    /// (`Ok`: resubmit there) or the I/O must fail (the error to fail it with).
-    fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError>;
+    /// The link of queue `qid` in association `epoch` failed with `cause`: block until a newer association
+    /// is live (`Ok`: resubmit there) or the I/O must fail (the error to fail it with).
+    fn hold(&self, qid: u16, epoch: u64, cause: &HostError) -> Result<(), HostError>;
 }
 
 /// Whether `e` means the connection was lost (so the command may be resubmitted on a new one), as opposed
@@ -216,7 +216,7 @@ struct Slot {
 impl Slot {
     fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError> {
         match &self.recovery {
-            Some(r) => r.hold(epoch, cause),
+            Some(r) => r.hold(self.qid, epoch, cause),
             None => Err(cause.clone()),
         }
     }
@@ -488,7 +488,7 @@ mod tests {
     }
 
     impl Recovery for Scripted {
-        fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError> {
+        fn hold(&self, _qid: u16, epoch: u64, cause: &HostError) -> Result<(), HostError> {
             self.held.lock().unwrap().send((epoch, cause.clone())).unwrap();
             self.answer.lock().unwrap().recv().unwrap()
         }
