@@ -425,22 +425,31 @@ fn connected_admin(o: &Options, send_capacity: usize) -> Result<(HostQueue, u16)
     }
 }
 
-fn reject(o: &Options, case: &str) -> Result<Value, ProbeError> {
+/// The connect request private data of `reject --case CASE`: a well-formed admin queue request with one field
+/// broken.
+fn malformed_request(case: &str) -> Result<Vec<u8>, ProbeError> {
     let good = RdmaCmRequest { qid: 0, hrqsize: QUEUE_ENTRIES, hsqsize: QUEUE_ENTRIES - 1, cntlid: 0 };
-    let mut data = good.to_bytes().to_vec();
-    match case {
-        "recfmt" => data[0] = 1,
+    Ok(match case {
+        "recfmt" => {
+            let mut data = good.to_bytes().to_vec();
+            data[0] = 1;
+            data
+        }
         // Far beyond any queue count a controller offers.
-        "qid" => data = RdmaCmRequest { qid: 0xffff, ..good }.to_bytes().to_vec(),
+        "qid" => RdmaCmRequest { qid: 0xffff, ..good }.to_bytes().to_vec(),
         // 65536 entries on the admin queue (at most 4096 exist; Linux targets allow 32).
-        "hsqsize" => data = RdmaCmRequest { hsqsize: 0xffff, ..good }.to_bytes().to_vec(),
+        "hsqsize" => RdmaCmRequest { hsqsize: 0xffff, ..good }.to_bytes().to_vec(),
         // A host that can receive no response.
-        "hrqsize" => data = RdmaCmRequest { hrqsize: 0, ..good }.to_bytes().to_vec(),
+        "hrqsize" => RdmaCmRequest { hrqsize: 0, ..good }.to_bytes().to_vec(),
         // No private data at all. RoCE and InfiniBand CM pad it to 56 bytes of zeros, so the target may see a
-        // zeroed request (recfmt 0, hrqsize 0) rather than a short one.
-        "short" => data.clear(),
+        // zeroed request (recfmt 0, hsqsize 0, hrqsize 0) rather than a short one.
+        "short" => Vec::new(),
         _ => return Err(ProbeError(format!("reject --case {case}: recfmt, qid, hsqsize, hrqsize or short"))),
-    }
+    })
+}
+
+fn reject(o: &Options, case: &str) -> Result<Value, ProbeError> {
+    let data = malformed_request(case)?;
     let mut v = json!({ "probe": "reject", "case": case, "sent_bytes": data.len() });
     match open(o.addr, &data, SEND_CAPACITY)? {
         Opened::Established { queue, crqsize } => {
@@ -707,5 +716,50 @@ fn main() -> ExitCode {
             println!("{}", json!({ "outcome": "probe_error", "error": e.0 }));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvmf_common::WireError;
+
+    #[test]
+    fn each_reject_case_breaks_exactly_its_field() {
+        let parse = |case| RdmaCmRequest::parse(&malformed_request(case).unwrap());
+        assert!(matches!(parse("recfmt"), Err(WireError::InvalidField { field: "recfmt", value: 1, .. })));
+        let good = RdmaCmRequest { qid: 0, hrqsize: 32, hsqsize: 31, cntlid: 0 };
+        assert_eq!(parse("qid"), Ok(RdmaCmRequest { qid: 0xffff, ..good }));
+        assert_eq!(parse("hsqsize"), Ok(RdmaCmRequest { hsqsize: 0xffff, ..good }));
+        assert_eq!(parse("hrqsize"), Ok(RdmaCmRequest { hrqsize: 0, ..good }));
+        assert!(malformed_request("short").unwrap().is_empty());
+        assert!(malformed_request("cntlid").is_err());
+    }
+
+    #[test]
+    fn a_corrupted_key_differs_and_keeps_the_rest() {
+        let sgl =
+            SglDescriptor::KeyedDataBlock { address: 0x1000, length: 512, key: 0x1234, subtype: SglSubtype::Address };
+        let SglDescriptor::KeyedDataBlock { address, length, key, subtype } = corrupt_key(sgl) else {
+            panic!("not keyed any more")
+        };
+        assert_eq!((address, length, subtype), (0x1000, 512, SglSubtype::Address));
+        assert_ne!(key, 0x1234);
+        let inline = SglDescriptor::DataBlock { address: 0, length: 64, subtype: SglSubtype::Offset };
+        assert_eq!(corrupt_key(inline), inline);
+    }
+
+    #[test]
+    fn broken_queues_and_statuses_render_as_json() {
+        assert_eq!(
+            Broken::Wc { op: "send", status: "IBV_WC_REM_OP_ERR".into() }.to_json(),
+            json!({ "wc_op": "send", "wc_status": "IBV_WC_REM_OP_ERR" })
+        );
+        assert_eq!(Broken::Cm(CmEventKind::Disconnected).to_json(), json!({ "cm_event": "Disconnected" }));
+        let s = status_json(Status::DATA_SGL_LENGTH_INVALID.with_dnr());
+        assert_eq!(s, json!({ "sct": 0, "sc": 15, "dnr": true, "name": "DATA_SGL_LENGTH_INVALID" }));
+        let mut v = json!({ "a": 1 });
+        merge(&mut v, json!({ "b": 2 }));
+        assert_eq!(v, json!({ "a": 1, "b": 2 }));
     }
 }
