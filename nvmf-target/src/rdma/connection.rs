@@ -96,11 +96,62 @@ pub(crate) enum RdmaConnectionError {
 }
 
 /// A command waiting for an RDMA READ slot.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PendingRead {
     slot: SlotId,
     buffer: BufferId,
     len: u32,
+}
+
+/// RDMA READs of one queue pair: at most `max` outstanding (the initiator depth negotiated at accept: more would
+/// stall the send queue), the rest waiting in FIFO order in a queue sized once for every slot.
+#[derive(Debug)]
+struct ReadThrottle {
+    waiting: VecDeque<PendingRead>,
+    outstanding: u32,
+    max: u32,
+}
+
+impl ReadThrottle {
+    fn new(max: u32, slots: usize) -> Self {
+        ReadThrottle { waiting: VecDeque::with_capacity(slots), outstanding: 0, max: max.max(1) }
+    }
+
+    /// Queue a command's READ.
+    fn push(&mut self, read: PendingRead) {
+        self.waiting.push_back(read);
+    }
+
+    /// The next READ to post now, if the depth allows one (it counts as outstanding from here).
+    fn next(&mut self) -> Option<PendingRead> {
+        if self.outstanding >= self.max {
+            return None;
+        }
+        let read = self.waiting.pop_front()?;
+        self.outstanding += 1;
+        Some(read)
+    }
+
+    /// A READ completed (or was flushed).
+    fn completed(&mut self) {
+        self.outstanding = self.outstanding.saturating_sub(1);
+    }
+
+    /// Forget the waiting READs (the connection is closing).
+    fn clear(&mut self) {
+        self.waiting.clear();
+    }
+}
+
+/// How many of the `pending` send queue work requests to post with `room` free send queue entries: as many as fit,
+/// but never a WRITE without the SEND that follows it (that SEND's completion frees both).
+fn postable(pending: &[Work], room: usize) -> usize {
+    let n = pending.len().min(room);
+    if n > 0 && matches!(pending[n - 1], Work::Write { .. }) {
+        n - 1
+    } else {
+        n
+    }
 }
 
 /// A keyed SGL data block of a command.
@@ -143,8 +194,7 @@ pub(crate) struct RdmaConnection {
     /// Signalled send queue work requests and receives posted and not completed.
     sends_outstanding: u32,
     receives_outstanding: u32,
-    reads_outstanding: u32,
-    reads: VecDeque<PendingRead>,
+    reads: ReadThrottle,
     pending: Vec<Work>,
     reposts: Vec<u16>,
     /// Per slot: the engine buffer handed to the device, and the send queue entries its SEND frees.
@@ -178,8 +228,7 @@ impl RdmaConnection {
             sq_used: 0,
             sends_outstanding: 0,
             receives_outstanding: 0,
-            reads_outstanding: 0,
-            reads: VecDeque::with_capacity(response_slots),
+            reads: ReadThrottle::new(setup.max_reads, response_slots),
             pending: Vec::with_capacity(3 * response_slots),
             reposts: (0..setup.depth).collect(),
             held: vec![None; response_slots],
@@ -232,7 +281,7 @@ impl RdmaConnection {
             WrKind::Read => {
                 self.sends_outstanding = self.sends_outstanding.saturating_sub(1);
                 self.sq_used = self.sq_used.saturating_sub(1);
-                self.reads_outstanding = self.reads_outstanding.saturating_sub(1);
+                self.reads.completed();
                 self.end_hold(engine, index);
             }
             WrKind::Send => {
@@ -332,11 +381,7 @@ impl RdmaConnection {
             return;
         }
         let room = usize::try_from(self.max_send_wr.saturating_sub(self.sq_used)).unwrap_or(0);
-        let mut n = self.pending.len().min(room);
-        // A WRITE goes with the SEND after it.
-        if n > 0 && matches!(self.pending[n - 1], Work::Write { .. }) {
-            n -= 1;
-        }
+        let n = postable(&self.pending, room);
         if n == 0 {
             return;
         }
@@ -427,7 +472,7 @@ impl RdmaConnection {
                 Step::Pending => return Ok(()),
                 Step::FetchData { slot, len: 0, .. } => step = self.queue.data_received(engine, slot)?,
                 Step::FetchData { slot, buffer, len, .. } => {
-                    self.reads.push_back(PendingRead { slot, buffer, len });
+                    self.reads.push(PendingRead { slot, buffer, len });
                     return self.start_reads(engine);
                 }
                 Step::Respond { slot, cqe, data } => {
@@ -464,8 +509,7 @@ impl RdmaConnection {
 
     /// Issue RDMA READs from the FIFO while the initiator depth allows.
     fn start_reads(&mut self, engine: &mut IoEngine) -> Result<(), RdmaConnectionError> {
-        while self.reads_outstanding < self.setup.max_reads {
-            let Some(read) = self.reads.pop_front() else { break };
+        while let Some(read) = self.reads.next() {
             let Some(k) = self.keyed(read.slot) else {
                 return Err(RdmaConnectionError::Protocol("host data for a command without a keyed SGL"));
             };
@@ -478,7 +522,6 @@ impl RdmaConnection {
                 remote_addr: k.address,
                 rkey: k.key,
             });
-            self.reads_outstanding += 1;
         }
         Ok(())
     }
@@ -545,6 +588,53 @@ mod tests {
         }
         assert_eq!(split_wr_id(0), None);
         assert_eq!(split_wr_id(4 << 24), None);
+    }
+
+    fn read(slot: u16) -> PendingRead {
+        PendingRead { slot: SlotId::new(slot), buffer: BufferId::from_raw(u32::from(slot)), len: 4096 }
+    }
+
+    #[test]
+    fn reads_beyond_the_initiator_depth_wait_in_order() {
+        let mut t = ReadThrottle::new(2, 8);
+        for slot in 0..4 {
+            t.push(read(slot));
+        }
+        assert_eq!(t.next(), Some(read(0)));
+        assert_eq!(t.next(), Some(read(1)));
+        assert_eq!(t.next(), None, "depth 2 reached");
+        t.completed();
+        assert_eq!(t.next(), Some(read(2)));
+        assert_eq!(t.next(), None);
+        t.completed();
+        t.completed();
+        assert_eq!(t.next(), Some(read(3)));
+        assert_eq!(t.next(), None, "nothing waiting");
+        t.push(read(5));
+        t.clear();
+        t.completed();
+        assert_eq!(t.next(), None, "cleared");
+        // A device reporting no initiator depth still gets one READ at a time.
+        let mut one = ReadThrottle::new(0, 1);
+        one.push(read(0));
+        one.push(read(1));
+        assert_eq!(one.next(), Some(read(0)));
+        assert_eq!(one.next(), None);
+    }
+
+    #[test]
+    fn a_write_is_never_posted_without_its_send() {
+        let write = Work::Write { local: 0, len: 4096, remote_addr: 1, rkey: 2 };
+        let send = Work::Send { wr_id: 3, response: 0, invalidate: None, inline: true };
+        let read = Work::Read { wr_id: 4, local: 0, len: 512, remote_addr: 5, rkey: 6 };
+        let pending = [send, write, send, read, write, send];
+        assert_eq!(postable(&pending, 10), 6);
+        assert_eq!(postable(&pending, 6), 6);
+        assert_eq!(postable(&pending, 5), 4, "the WRITE at 4 waits for room for its SEND");
+        assert_eq!(postable(&pending, 3), 3);
+        assert_eq!(postable(&pending, 2), 1, "the WRITE at 1 waits");
+        assert_eq!(postable(&pending, 0), 0);
+        assert_eq!(postable(&[], 4), 0);
     }
 
     #[test]
