@@ -659,9 +659,12 @@ impl Inner {
         {
             let mut status = sup.lock();
             status.epoch = epoch;
-            status.lost_at = None;
             sup.reconnects.store(epoch, Ordering::Relaxed);
-            sup.set(&mut status, ControllerState::Live);
+            // Unless the controller was deleted meanwhile (that state must stand: the deleter waits for us).
+            if matches!(status.state, ControllerState::Reconnecting { .. }) {
+                status.lost_at = None;
+                sup.set(&mut status, ControllerState::Live);
+            }
         }
         tracing::info!(addr = %self.addr, subnqn = self.subnqn, cntlid = assoc.info.cntlid, epoch, "reconnected");
         if self.subnqn != DISCOVERY_NQN {
@@ -719,7 +722,10 @@ fn supervise(inner: &Inner, events: &Receiver<Reply>, events_tx: &SyncSender<Rep
                 let now = Instant::now();
                 if o.ctrl_loss_tmo.is_some_and(|t| now >= lost_at + t) {
                     tracing::error!(addr = %inner.addr, subnqn = inner.subnqn, attempts, "controller lost: giving up");
-                    sup.set(&mut sup.lock(), ControllerState::Failed);
+                    let mut s = sup.lock();
+                    if matches!(s.state, ControllerState::Reconnecting { .. }) {
+                        sup.set(&mut s, ControllerState::Failed);
+                    }
                     return;
                 }
                 if now < at {
