@@ -1,8 +1,10 @@
 //! The host daemon (`nvmf-host run`) against the Linux 6.12 kernel target (nvmet-tcp, a memory-backed null_blk
 //! namespace) in the test VM, the way a boot-time mount uses it: the configured controller is connected at
 //! start, its namespace is exported over NBD on a unix socket, the kernel's nbd driver attaches it with
-//! `nbd-client`, fio verifies data through it, ext4 is made, mounted, written, remounted and checked; the CLI
-//! lists the controller; SIGTERM ends the association with CC.SHN acknowledged by the kernel target.
+//! `nbd-client`, fio verifies data through it, ext4 is made, mounted, written, remounted and checked; a second
+//! subsystem's namespace is exported as `/dev/ublkbN` (ublk_drv) and gets the same treatment; the CLI lists both
+//! controllers; SIGTERM removes the devices and ends both associations with CC.SHN acknowledged by the kernel
+//! target.
 //!
 //! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`). Logs (the daemon's, fio's,
 //! dmesg) land in `target/tmp/vm-logs/<test>/`.
@@ -15,14 +17,17 @@ use std::time::{Duration, Instant};
 use nvmf_tests::vm::{self, Vm};
 
 const NQN: &str = "nqn.2024-01.io.nvmf-rs:vm-host-daemon";
+const NQN2: &str = "nqn.2024-01.io.nvmf-rs:vm-host-daemon-ublk";
 
 #[test]
 fn host_daemon_exports_a_kernel_target_namespace_for_a_mount() {
     let name = "host_daemon_exports_a_kernel_target_namespace_for_a_mount";
     let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
     let _ = std::fs::remove_dir_all(&logs);
-    let vm =
-        Vm::new(name).logs(logs).modules(["nvmet", "nvmet_tcp", "null_blk", "nbd"]).deadline(Duration::from_secs(300));
+    let vm = Vm::new(name)
+        .logs(logs)
+        .modules(["nvmet", "nvmet_tcp", "null_blk", "nbd", "ublk_drv"])
+        .deadline(Duration::from_secs(300));
     let vm = match vm::enabled() {
         Ok(()) => {
             let bin = nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
@@ -35,7 +40,8 @@ fn host_daemon_exports_a_kernel_target_namespace_for_a_mount() {
         r#"
 set -eu
 nvmet_subsys_nullblk {NQN} 256
-nvmet_tcp_port 1 127.0.0.1 4420 {NQN}
+nvmet_subsys_nullblk {NQN2} 128
+nvmet_tcp_port 1 127.0.0.1 4420 {NQN} {NQN2}
 mkdir -p /tmp/host
 cat > /tmp/host/host.toml <<'HOST_TOML'
 [host]
@@ -50,6 +56,13 @@ nr_io_queues = 2
 [[controller.export]]
 nsid = 1
 nbd = "unix:/tmp/host/disk.sock"
+[[controller]]
+address = "127.0.0.1"
+nqn = "{NQN2}"
+nr_io_queues = 2
+[[controller.export]]
+nsid = 1
+ublk = true
 HOST_TOML
 start_daemon host "$NVMF_HOST_BIN" run --config /tmp/host/host.toml
 wait_until 60 grep -q 'nvmf_host::daemon: ready' "$NVMF_VM_LOGS/host.log" || {{ cat "$NVMF_VM_LOGS/host.log" >&2; fail "daemon not ready"; }}
@@ -57,6 +70,22 @@ wait_until 60 grep -q 'nvmf_host::daemon: ready' "$NVMF_VM_LOGS/host.log" || {{ 
 "$NVMF_HOST_BIN" list -o json --control /tmp/host/control.sock > /tmp/host/list.json
 echo "state: $(jq -r '.controllers[0].state' /tmp/host/list.json)"
 echo "size: $(jq -r '.controllers[0].namespaces[0].size' /tmp/host/list.json)"
+echo "ublk state: $(jq -r '.controllers[1].state' /tmp/host/list.json)"
+ublk=$(jq -r '.controllers[1].exports[0].address' /tmp/host/list.json)
+echo "ublk device: $ublk"
+echo "ublk size: $(blockdev --getsize64 $ublk)"
+fio_verify $ublk 5
+mkfs.ext4 -q -F $ublk
+mkdir -p /tmp/mnt2
+mount $ublk /tmp/mnt2
+head -c 4194304 /dev/urandom > /tmp/host/payload2
+cp /tmp/host/payload2 /tmp/mnt2/payload
+umount /tmp/mnt2
+echo 3 > /proc/sys/vm/drop_caches
+mount $ublk /tmp/mnt2
+cmp /tmp/host/payload2 /tmp/mnt2/payload && echo "ublk payload read back: ok"
+umount /tmp/mnt2
+fsck.ext4 -n -f $ublk >&2 && echo "ublk fsck: clean"
 
 nbd-client -N nvmf0n1 -u /tmp/host/disk.sock /dev/nbd0 >&2
 echo "nbd0 size: $(blockdev --getsize64 /dev/nbd0)"
@@ -76,9 +105,10 @@ fsck.ext4 -n -f /dev/nbd0 >&2 && echo "fsck: clean"
 nbd-client -d /dev/nbd0 >&2
 
 stop_daemon host 30 && echo "daemon exit: 0"
+echo "ublk device after exit: $(test -e "$ublk" && echo present || echo removed)"
 grep -E 'disconnect' "$NVMF_VM_LOGS/host.log" >&2 || true
 echo "unclean disconnects: $(grep -c 'disconnect was not clean' "$NVMF_VM_LOGS/host.log" || true)"
-echo "clean disconnects: $(grep -c 'nvmf_host::daemon: disconnected' "$NVMF_VM_LOGS/host.log" || true)"
+echo "clean disconnects: $(grep -c 'INFO nvmf_host::daemon::table: disconnected name=nvmf' "$NVMF_VM_LOGS/host.log" || true)"
 echo "kernel keep-alive expiries: $(dmesg | grep -c 'keep-alive timer' || true)"
 "#
     );
@@ -94,7 +124,13 @@ echo "kernel keep-alive expiries: $(dmesg | grep -c 'keep-alive timer' || true)"
         "fsck: clean\n",
         "daemon exit: 0\n",
         "unclean disconnects: 0\n",
-        "clean disconnects: 1\n",
+        "clean disconnects: 2\n",
+        "ublk state: live\n",
+        "ublk device: /dev/ublkb0\n",
+        "ublk size: 134217728\n",
+        "ublk payload read back: ok\n",
+        "ublk fsck: clean\n",
+        "ublk device after exit: removed\n",
         "kernel keep-alive expiries: 0\n",
     ] {
         assert!(out.stdout.contains(needle), "stdout lacks {needle:?}\n{}", out.report());
