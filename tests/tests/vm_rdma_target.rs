@@ -3,7 +3,8 @@
 //! queues, fio randwrite + randread with crc32c verification at 512 B, 4 KiB (in-capsule data), 128 KiB and 1 MiB
 //! (keyed SGL: RDMA READ / RDMA WRITE + SEND), then `nvme disconnect`: the kernel's QP table holds none of ours
 //! again and the target's QP gauge is 0; a disconnect under fio load frees every QP too and the next association
-//! reads back what it wrote; a listener on an address without an RDMA device fails the start with the verb's error.
+//! reads back what it wrote; a listener on an address without an RDMA device fails the start with the verb's error;
+//! stopping the target under load drains every queue pair and exits cleanly.
 //!
 //!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_rdma_target -- --nocapture
 
@@ -104,7 +105,17 @@ echo "after reconnect and disconnect: target qps $(our_qps), gauge $(metric nvmf
 curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_rdma' || true
 inv=$(metric 'nvmf_target_rdma_work_requests_total{{opcode="send_with_invalidate"}}' || echo 0)
 echo "send with invalidate used: $([ "$inv" -gt 0 ] && echo yes || echo no)"
-stop_daemon target
+# Target shutdown under load: every queue pair drains and the daemon exits by itself (no SIGKILL).
+timeout 60 nvme connect -t rdma -a $NVMF_RDMA_ADDR -s 4420 -n {NQN} -i 2 >&2
+wait_until 60 _has_namespace {NQN}
+fio --name=shutdown --filename=/dev/$(_namespace_of {NQN}) --ioengine=libaio --direct=1 --bs=64K --iodepth=32 \
+    --rw=randrw --size=64M --time_based --runtime=10 > $NVMF_VM_LOGS/fio-shutdown.log 2>&1 &
+sleep 3
+rc=0
+stop_daemon target 30 || rc=$?
+echo "shutdown with live connections: status $rc"
+timeout 60 nvme disconnect -n {NQN} >&2 || true
+wait || true
 # (No control socket directory in the guest: that warning is expected.)
 echo "target log warnings: $(grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log | grep -vc 'control socket' || true)"
 grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true
@@ -135,5 +146,6 @@ grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true
     // The kernel host asks for remote invalidation (keyed SGL subtype Fh) and rxe can send with invalidate.
     assert_stdout_has(&out, "send with invalidate used: yes");
     assert_stdout_has(&out, "host I/O errors before the load test: 0");
+    assert_stdout_has(&out, "shutdown with live connections: status 0");
     assert_stdout_has(&out, "target log warnings: 0");
 }
