@@ -80,7 +80,8 @@ if command -v tgtd > /dev/null && command -v iscsiadm > /dev/null && modprobe is
   tgtadm --lld iscsi --op new --mode target --tid 1 -T "$iqn" &&
     tgtadm --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 -b "$dev" &&
     tgtadm --lld iscsi --op bind --mode target --tid 1 -I ALL || log "compare: tgtadm failed"
-  start_daemon iscsid iscsid -f
+  # Its own session: iscsid signals its whole process group when it stops, which would end this script too.
+  start_daemon iscsid setsid iscsid -f
   sleep 1
   if timeout 60 iscsiadm -m discovery -t sendtargets -p 127.0.0.1:3260 >&2 &&
     timeout 60 iscsiadm -m node -T "$iqn" -p 127.0.0.1:3260 --login >&2 &&
