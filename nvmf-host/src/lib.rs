@@ -1,6 +1,7 @@
 //! nvmf-host: the NVMe over Fabrics host library.
 //!
 //! - [`tcp`] — the NVMe/TCP queue pair (pipelined, poll-driven) and its I/O-thread driver.
+//! - `rdma` (feature `rdma`, on by default) — the NVMe/RDMA queue pair, same shape as the TCP one.
 //! - [`controller`] — an association with one controller — bring-up (Connect, CC.EN/CSTS.RDY, Identify,
 //!   Number of Queues, I/O queue Connects), keep-alive, namespaces, blocking I/O wrappers, shutdown.
 //! - [`identity`] — the host NQN and host ID (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, or generated).
@@ -26,6 +27,8 @@ pub mod identity;
 pub mod metrics;
 pub mod nbd;
 pub mod perf;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod tcp;
 #[cfg(feature = "ublk")]
 pub mod ublk;

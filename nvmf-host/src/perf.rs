@@ -1,14 +1,15 @@
-//! [`run`]: an SPDK-`perf`-like load generator over NVMe/TCP, and its [`LatencyHistogram`].
+//! [`run`]: an SPDK-`perf`-like load generator over NVMe/TCP or NVMe/RDMA, and its [`LatencyHistogram`].
 //!
-//! The association is brought up by [`Controller::connect`] with the admin queue only; perf then asks for
-//! its I/O queues itself (Set Features Number of Queues) and connects each as a bare [`TcpQueue`] driven by
-//! its own worker thread through the poll API, so exactly `queue_depth` commands are outstanding per queue
-//! and nothing sits between the measuring loop and the socket.
+//! Over TCP the association is brought up by [`Controller::connect`] with the admin queue only; over RDMA by
+//! [`BareAdmin`] (admin queue on a bare [`RdmaQueue`], KATO 0). perf then asks for its I/O queues itself (Set
+//! Features Number of Queues) and connects each as a bare queue ([`TcpQueue`] or [`RdmaQueue`], both behind
+//! [`BareQueue`]) driven by its own worker thread through the poll API, so exactly `queue_depth` commands are
+//! outstanding per queue and nothing sits between the measuring loop and the socket or completion queue.
 //!
 //! Threads: one worker per I/O queue; the caller's thread waits for them. The measuring loop never
 //! allocates: the data buffers (one per outstanding command) and the submission timestamps are allocated
 //! up front and travel with the commands, the histogram is a fixed array, offsets come from a xorshift
-//! generator. It blocks only in [`TcpQueue::poll`].
+//! generator. It blocks only in the queue's `poll`.
 //!
 //! Nothing is written to the namespace unless the workload writes.
 
@@ -19,9 +20,13 @@ use std::time::{Duration, Instant};
 use nvmf_common::nvme::features::{NumberOfQueues, SetFeatures};
 use nvmf_common::nvme::io::{Read, Write};
 
+use nvmf_common::fabrics::property::Capabilities;
+
 use crate::controller::{connect_request, connect_response, ConnectOptions, Controller, NamespaceInfo};
 use crate::error::HostError;
-use crate::tcp::{DataDirection, Request, TcpQueue, TcpQueueOptions, MAX_QUEUE_DEPTH};
+#[cfg(feature = "rdma")]
+use crate::rdma::{BareAdmin, RdmaQueue};
+use crate::tcp::{Completion, DataDirection, Rejected, Request, TcpQueue, TcpQueueOptions, MAX_QUEUE_DEPTH};
 
 /// Context of the Fabrics Connect on a perf queue (never a command slot index).
 const CONNECT_CONTEXT: u32 = u32::MAX;
@@ -83,9 +88,74 @@ impl Workload {
     }
 }
 
+/// The poll API perf's workers drive, the same on both transports: [`TcpQueue`] and [`RdmaQueue`] share
+/// [`Request`], [`Completion`] and [`Rejected`], so this is a thin forwarding trait (static dispatch in the
+/// measuring loop).
+pub trait BareQueue<T>: Send {
+    /// The queue identifier.
+    fn qid(&self) -> u16;
+    /// Queue a command; hands the request back when refused.
+    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>>;
+    /// Move work along, waiting up to `timeout` when there is nothing to do.
+    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError>;
+    /// The next finished command.
+    fn next_completion(&mut self) -> Option<Completion<T>>;
+    /// Fail outstanding commands with a shutdown error and close the connection.
+    fn close(&mut self);
+}
+
+impl<T: Send> BareQueue<T> for TcpQueue<T> {
+    fn qid(&self) -> u16 {
+        TcpQueue::qid(self)
+    }
+    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
+        TcpQueue::submit(self, request)
+    }
+    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        TcpQueue::poll(self, timeout)
+    }
+    fn next_completion(&mut self) -> Option<Completion<T>> {
+        TcpQueue::next_completion(self)
+    }
+    fn close(&mut self) {
+        TcpQueue::close(self);
+    }
+}
+
+#[cfg(feature = "rdma")]
+impl<T: Send> BareQueue<T> for RdmaQueue<T> {
+    fn qid(&self) -> u16 {
+        RdmaQueue::qid(self)
+    }
+    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
+        RdmaQueue::submit(self, request)
+    }
+    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        RdmaQueue::poll(self, timeout)
+    }
+    fn next_completion(&mut self) -> Option<Completion<T>> {
+        RdmaQueue::next_completion(self)
+    }
+    fn close(&mut self) {
+        RdmaQueue::close(self);
+    }
+}
+
+/// The transport perf connects with (`-t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PerfTransport {
+    /// NVMe/TCP.
+    #[default]
+    Tcp,
+    /// NVMe/RDMA (needs the `rdma` feature).
+    Rdma,
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct PerfOptions {
+    /// Transport.
+    pub transport: PerfTransport,
     /// Target address.
     pub addr: SocketAddr,
     /// Subsystem NQN.
@@ -338,7 +408,7 @@ struct WorkerResult {
     histogram: LatencyHistogram,
 }
 
-/// Fabrics Connect on a bare queue, polling it until the response arrives.
+/// Fabrics Connect on a bare TCP queue, polling it until the response arrives.
 fn connect_queue(
     queue: &mut TcpQueue<u32>,
     options: &ConnectOptions,
@@ -362,7 +432,7 @@ fn connect_queue(
 }
 
 fn submit_one(
-    queue: &mut TcpQueue<u32>,
+    queue: &mut impl BareQueue<u32>,
     job: &Job,
     rng: &mut Rng,
     cursor: &mut u64,
@@ -390,7 +460,7 @@ fn submit_one(
 }
 
 /// One worker: keep `depth` commands in flight for `duration`, then drain.
-fn worker(mut queue: TcpQueue<u32>, job: Job, start: &Barrier) -> Result<WorkerResult, PerfError> {
+fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) -> Result<WorkerResult, PerfError> {
     let depth = usize::from(job.depth);
     let mut result = WorkerResult::default();
     // Everything the loop touches is allocated here.
@@ -471,6 +541,16 @@ pub fn run(options: &PerfOptions) -> Result<PerfReport, PerfError> {
     if options.queues == 0 {
         return Err(PerfError::Invalid("at least one I/O queue is needed".into()));
     }
+    match options.transport {
+        PerfTransport::Tcp => run_tcp(options),
+        #[cfg(feature = "rdma")]
+        PerfTransport::Rdma => run_rdma(options),
+        #[cfg(not(feature = "rdma"))]
+        PerfTransport::Rdma => Err(PerfError::Invalid("this build has no NVMe/RDMA (feature `rdma`)".into())),
+    }
+}
+
+fn run_tcp(options: &PerfOptions) -> Result<PerfReport, PerfError> {
     let mut admin_opts = options.connect.clone();
     admin_opts.nr_io_queues = 0;
     let ctrl = Controller::connect(options.addr, &options.subnqn, admin_opts)?;
@@ -483,8 +563,33 @@ pub fn run(options: &PerfOptions) -> Result<PerfReport, PerfError> {
     Ok(report)
 }
 
-fn pick_namespace(ctrl: &Controller, nsid: Option<u32>) -> Result<NamespaceInfo, PerfError> {
-    let namespaces = ctrl.namespaces()?;
+#[cfg(feature = "rdma")]
+fn run_rdma(options: &PerfOptions) -> Result<PerfReport, PerfError> {
+    let mut admin = BareAdmin::connect(options.addr, &options.subnqn, &options.connect)?;
+    let result = run_rdma_on(&mut admin, options);
+    admin.close();
+    result
+}
+
+#[cfg(feature = "rdma")]
+fn run_rdma_on(admin: &mut BareAdmin, options: &PerfOptions) -> Result<PerfReport, PerfError> {
+    let ns = pick_namespace(admin.namespaces()?, options.nsid)?;
+    let plan = plan(options, &ns, admin.max_transfer, &admin.cap)?;
+    let granted = admin.set_io_queues(options.queues)?;
+    if granted < options.queues {
+        return Err(PerfError::Invalid(format!(
+            "asked for {} I/O queues, the controller grants {granted}",
+            options.queues
+        )));
+    }
+    let mut queues = Vec::with_capacity(usize::from(options.queues));
+    for qid in 1..=options.queues {
+        queues.push(admin.connect_io_queue::<u32>(qid, options.queue_depth)?);
+    }
+    drive(queues, options, &ns, plan)
+}
+
+fn pick_namespace(namespaces: Vec<NamespaceInfo>, nsid: Option<u32>) -> Result<NamespaceInfo, PerfError> {
     match nsid {
         Some(n) => namespaces
             .into_iter()
@@ -497,9 +602,20 @@ fn pick_namespace(ctrl: &Controller, nsid: Option<u32>) -> Result<NamespaceInfo,
     }
 }
 
-fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfError> {
-    let info = ctrl.info().clone();
-    let ns = pick_namespace(ctrl, options.nsid)?;
+/// Blocks per command and command-sized slots of the namespace, after checking the options against the
+/// namespace and controller.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    blocks: u64,
+    slots: u64,
+}
+
+fn plan(
+    options: &PerfOptions,
+    ns: &NamespaceInfo,
+    max_transfer: Option<u32>,
+    cap: &Capabilities,
+) -> Result<Plan, PerfError> {
     let bs = ns.block_size;
     if options.io_size == 0 || options.io_size % bs != 0 {
         return Err(PerfError::Invalid(format!(
@@ -507,10 +623,10 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
             options.io_size, ns.nsid
         )));
     }
-    if info.max_transfer.is_some_and(|m| options.io_size > m) || options.io_size / bs > 65536 {
+    if max_transfer.is_some_and(|m| options.io_size > m) || options.io_size / bs > 65536 {
         return Err(PerfError::Invalid(format!(
-            "I/O size {} is above the controller's largest transfer ({:?} bytes, 65536 blocks)",
-            options.io_size, info.max_transfer
+            "I/O size {} is above the controller's largest transfer ({max_transfer:?} bytes, 65536 blocks)",
+            options.io_size
         )));
     }
     let blocks = u64::from(options.io_size / bs);
@@ -519,13 +635,20 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
         return Err(PerfError::Invalid(format!("namespace {} is smaller than one I/O", ns.nsid)));
     }
     let entries = u32::from(options.queue_depth) + 1;
-    if entries > info.cap.max_queue_entries() {
+    if entries > cap.max_queue_entries() {
         return Err(PerfError::Invalid(format!(
             "queue depth {} needs {entries} queue entries; the controller allows {} (CAP.MQES)",
             options.queue_depth,
-            info.cap.max_queue_entries()
+            cap.max_queue_entries()
         )));
     }
+    Ok(Plan { blocks, slots })
+}
+
+fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfError> {
+    let info = ctrl.info().clone();
+    let ns = pick_namespace(ctrl.namespaces()?, options.nsid)?;
+    let plan = plan(options, &ns, info.max_transfer, &info.cap)?;
 
     // Ask for the I/O queues ourselves: the controller was connected with none.
     let want = u32::from(options.queues);
@@ -559,7 +682,18 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
         connect_queue(&mut q, &options.connect, &options.subnqn, info.cntlid, options.queue_depth)?;
         queues.push(q);
     }
+    drive(queues, options, &ns, plan)
+}
 
+/// Run the workload on connected I/O queues, one worker thread each, and gather the report.
+fn drive<Q: BareQueue<u32> + 'static>(
+    queues: Vec<Q>,
+    options: &PerfOptions,
+    ns: &NamespaceInfo,
+    plan: Plan,
+) -> Result<PerfReport, PerfError> {
+    let Plan { blocks, slots } = plan;
+    let bs = ns.block_size;
     let start = Arc::new(Barrier::new(queues.len() + 1));
     let nqueues = u64::from(options.queues);
     let mut threads = Vec::with_capacity(queues.len());

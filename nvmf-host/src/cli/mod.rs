@@ -258,11 +258,17 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
 }
 
 fn perf(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
-    let addr = a.endpoint.resolve()?;
+    // perf runs over RDMA too: resolve the address as for TCP, then connect with the transport asked for.
+    let addr = Endpoint { transport: Transport::Tcp, ..a.endpoint.clone() }.resolve()?;
+    let transport = match a.endpoint.transport {
+        Transport::Tcp => crate::perf::PerfTransport::Tcp,
+        Transport::Rdma => crate::perf::PerfTransport::Rdma,
+    };
     let mut connect = connect_options(a.hostnqn.as_ref());
     connect.hdr_digest = a.hdr_digest;
     connect.data_digest = a.data_digest;
     let options = PerfOptions {
+        transport,
         addr,
         subnqn: a.nqn.clone(),
         connect,

@@ -1,0 +1,14 @@
+//! The host side of NVMe/RDMA: a pipelined, poll-driven queue pair ([`RdmaQueue`]) over RDMA CM and verbs
+//! (`nvmf_common::transport::rdma::verbs`).
+//!
+//! Threading: an [`RdmaQueue`] is single-owner — whoever owns it calls `submit`, `poll` and `next_completion`
+//! from one thread, and nothing in it locks. Its registered memory and every work request post live in
+//! `memory` (the host's only `unsafe` for RDMA). [`BareAdmin`] brings an admin queue up on a bare queue (for
+//! `perf -t rdma` and tests, until [`crate::Controller`] drives RDMA queues).
+
+pub mod admin;
+mod memory;
+pub mod queue;
+
+pub use admin::BareAdmin;
+pub use queue::{RdmaCommandState, RdmaQueue, RdmaQueueOptions};
