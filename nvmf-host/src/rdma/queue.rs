@@ -207,10 +207,10 @@ impl<T> RdmaQueue<T> {
         let deadline = Instant::now() + options.connect_timeout;
         let events = EventChannel::new().map_err(rdma(qid, "creating an RDMA CM event channel"))?;
         let mut id = CmId::new(&events).map_err(rdma(qid, "creating an RDMA CM id"))?;
-        id.resolve_addr(None, addr, options.connect_timeout).map_err(rdma(qid, "resolving the address"))?;
-        expect_event(&events, qid, deadline, CmEventKind::AddrResolved, "resolving the address")?;
-        id.resolve_route(options.connect_timeout).map_err(rdma(qid, "resolving the route"))?;
-        expect_event(&events, qid, deadline, CmEventKind::RouteResolved, "resolving the route")?;
+        id.resolve_addr(None, addr, options.connect_timeout).map_err(rdma(qid, "resolving the RDMA address"))?;
+        expect_event(&events, qid, deadline, CmEventKind::AddrResolved, "resolving the RDMA address")?;
+        id.resolve_route(options.connect_timeout).map_err(rdma(qid, "resolving the RDMA route"))?;
+        expect_event(&events, qid, deadline, CmEventKind::RouteResolved, "resolving the RDMA route")?;
         let device = id.device().map_err(rdma(qid, "opening the device"))?;
         let attrs = device.query().map_err(rdma(qid, "querying the device"))?;
         let slots = usize::from(options.depth);
