@@ -11,7 +11,8 @@
 //!
 //! The daemon is built like `vm_target`'s ([`nvmf_tests::workspace_bin::nvmf_target`]); the probe is this package's
 //! `nvmf-rdma-probe`. Guest helpers: `vm/guest-lib.sh` and `vm/rdma-lib.sh`. Opt-in like every VM scenario
-//! (`NVMF_VM=1`; `.ci/run`: `NVMF_REQUIRE_VM=1`); logs in `target/tmp/vm-logs/<test>/`. About 6 minutes of VM time in all (1000 probe cycles: ~2).
+//! (`NVMF_VM=1`; `.ci/run`: `NVMF_REQUIRE_VM=1`); logs in `target/tmp/vm-logs/<test>/`. About 6 minutes of VM time
+//! in all, 2 of them the 1000 probe cycles.
 //!
 //!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_rdma_matrix -- --test-threads 1
 
