@@ -4,7 +4,7 @@
 //! | test | what it proves |
 //! |---|---|
 //! | `rdma_host_against_kernel_nvmet` | boots one guest and runs the `guest_*` tests below there, then `nvmf-host perf -t rdma -T 3 --json` reports nonzero IOPS with every command successful |
-//! | `guest_admin_and_io` (in the guest) | admin queue: RDMA CM connect, Fabrics Connect, Property Get CAP, CC.EN → CSTS.RDY, Identify Controller and Namespace give the null_blk's geometry; one I/O queue with a memory window per command: writes of 512 B (in-capsule), 4 KiB, 128 KiB and 1 MiB (keyed SGL) submitted at once and read back byte-exact, also at once |
+//! | `guest_admin_and_io` (in the guest) | admin queue: RDMA CM connect, Fabrics Connect, Property Get CAP, CC.EN → CSTS.RDY, Identify Controller and Namespace give the null_blk's geometry; one I/O queue with a memory window per command: writes of 512 B (in-capsule), 4 KiB, 128 KiB and 1 MiB (keyed SGL) submitted at once and read back byte-exact, also at once; the same on a second queue without memory windows (the fallback); a read past the end gets an error status and the queue goes on |
 //! | `guest_rejects` (in the guest) | a wrong subsystem NQN → Connect refused with Connect Invalid Parameters; an I/O queue ID the controller never granted → its Connect refused; an admin queue with HSQSIZE 64 (> 31) → the RDMA CM reject carrying NVMe/RDMA status Invalid HSQSIZE |
 //!
 //! The `guest_*` tests are `#[ignore]`d: they need the guest's rxe0 and nvmet-rdma, and the host test runs this
@@ -71,6 +71,7 @@ fn rdma_host_against_kernel_nvmet() {
         Ok(v) => vm.env("RDMA_HOST_BENCH", v).deadline(Duration::from_secs(420)),
         Err(_) => vm,
     };
+    let manifest = env!("CARGO_MANIFEST_DIR");
     let script = format!(
         r#"
 set -eu
@@ -82,7 +83,7 @@ timeout 60 "$NVMF_HOST_BIN" perf -t rdma -a "$NVMF_RDMA_ADDR" -s 4420 -n {NQN} -
 echo "PERF $(cat "$NVMF_VM_LOGS/perf.json")"
 if [ -n "${{RDMA_HOST_BENCH:-}}" ]; then
   nvmet_teardown
-  tests/vm/rdma-host-bench.sh
+  {manifest}/vm/rdma-host-bench.sh
 fi
 "#
     );
@@ -127,44 +128,11 @@ fn guest_admin_and_io() {
         admin.max_transfer
     );
 
-    assert!(admin.set_io_queues(1).expect("Number of Queues") >= 1);
+    assert!(admin.set_io_queues(2).expect("Number of Queues") >= 2);
     let mut q: RdmaQueue<usize> = admin.connect_io_queue(1, 32).expect("I/O queue 1");
     assert!(q.memory_windows(), "rxe has type 2 memory windows");
-    let sizes = [512usize, 4096, 128 << 10, 1 << 20];
-    // Distinct, non-overlapping LBA ranges: 2 MiB apart.
     let slba = |i: usize| (i as u64) * 4096 + 8;
-    for (i, &len) in sizes.iter().enumerate() {
-        let nlb = u16::try_from(len / 512 - 1).unwrap();
-        let sqe = Write { nsid: 1, slba: slba(i), nlb, ..Write::default() }.to_sqe();
-        let request =
-            Request { sqe, data: pattern(slba(i), len), direction: DataDirection::HostToController, context: i };
-        q.submit(request).expect("submit write");
-    }
-    let done = drain(&mut q, sizes.len());
-    for c in &done {
-        let cqe = c.result.as_ref().expect("write");
-        assert!(cqe.status.is_success(), "write of {} bytes: {}", sizes[c.context], cqe.status);
-        let expect_in_capsule = sizes[c.context] <= admin.in_capsule_data as usize;
-        assert_eq!(c.in_capsule, expect_in_capsule, "write of {} bytes", sizes[c.context]);
-    }
-    assert!(done.iter().any(|c| c.in_capsule) && done.iter().any(|c| !c.in_capsule));
-    let mut how = [""; 4];
-    for c in &done {
-        how[c.context] = if c.in_capsule { "in-capsule" } else { "keyed SGL" };
-    }
-    for (i, &len) in sizes.iter().enumerate() {
-        let nlb = u16::try_from(len / 512 - 1).unwrap();
-        let sqe = Read { nsid: 1, slba: slba(i), nlb, ..Read::default() }.to_sqe();
-        let request = Request { sqe, data: vec![0; len], direction: DataDirection::ControllerToHost, context: i };
-        q.submit(request).expect("submit read");
-    }
-    for c in drain(&mut q, sizes.len()) {
-        let len = sizes[c.context];
-        let cqe = c.result.as_ref().expect("read");
-        assert!(cqe.status.is_success(), "read of {len} bytes: {}", cqe.status);
-        assert!(c.data == pattern(slba(c.context), len), "read of {len} bytes differs from what was written");
-        println!("{len} bytes written ({}) and read back (keyed SGL): ok", how[c.context]);
-    }
+    round_trip(&mut q, admin.in_capsule_data, slba, "window per command");
     // A read beyond the namespace gets an error status, and the queue goes on.
     let sqe = Read { nsid: 1, slba: NS_BLOCKS, nlb: 0, ..Read::default() }.to_sqe();
     let request = Request { sqe, data: vec![0; 512], direction: DataDirection::ControllerToHost, context: 0 };
@@ -182,7 +150,49 @@ fn guest_admin_and_io() {
     assert_eq!((stats.submitted, stats.completed), (11, 11), "{stats:?}");
     q.close();
     assert!(matches!(q.poll(Some(Duration::ZERO)), Err(HostError::ShutDown { qid: 1 })));
+
+    // The fallback without memory windows: per-slot regions keyed for the queue's life.
+    admin.memory_windows = false;
+    let mut q2: RdmaQueue<usize> = admin.connect_io_queue(2, 16).expect("I/O queue 2");
+    assert!(!q2.memory_windows());
+    round_trip(&mut q2, admin.in_capsule_data, |i| 200_000 + (i as u64) * 4096, "no windows");
+    q2.close();
     admin.close();
+}
+
+/// Write 512 B, 4 KiB, 128 KiB and 1 MiB at `slba(0..4)` all at once, read them back all at once, byte-exact.
+fn round_trip(q: &mut RdmaQueue<usize>, in_capsule_data: u32, slba: impl Fn(usize) -> u64, label: &str) {
+    let sizes = [512usize, 4096, 128 << 10, 1 << 20];
+    for (i, &len) in sizes.iter().enumerate() {
+        let nlb = u16::try_from(len / 512 - 1).unwrap();
+        let sqe = Write { nsid: 1, slba: slba(i), nlb, ..Write::default() }.to_sqe();
+        let request =
+            Request { sqe, data: pattern(slba(i), len), direction: DataDirection::HostToController, context: i };
+        q.submit(request).expect("submit write");
+    }
+    let done = drain(q, sizes.len());
+    let mut how = [""; 4];
+    for c in &done {
+        let cqe = c.result.as_ref().expect("write");
+        assert!(cqe.status.is_success(), "write of {} bytes: {}", sizes[c.context], cqe.status);
+        let expect_in_capsule = sizes[c.context] <= in_capsule_data as usize;
+        assert_eq!(c.in_capsule, expect_in_capsule, "write of {} bytes", sizes[c.context]);
+        how[c.context] = if c.in_capsule { "in-capsule" } else { "keyed SGL" };
+    }
+    assert!(done.iter().any(|c| c.in_capsule) && done.iter().any(|c| !c.in_capsule));
+    for (i, &len) in sizes.iter().enumerate() {
+        let nlb = u16::try_from(len / 512 - 1).unwrap();
+        let sqe = Read { nsid: 1, slba: slba(i), nlb, ..Read::default() }.to_sqe();
+        let request = Request { sqe, data: vec![0; len], direction: DataDirection::ControllerToHost, context: i };
+        q.submit(request).expect("submit read");
+    }
+    for c in drain(q, sizes.len()) {
+        let len = sizes[c.context];
+        let cqe = c.result.as_ref().expect("read");
+        assert!(cqe.status.is_success(), "read of {len} bytes: {}", cqe.status);
+        assert!(c.data == pattern(slba(c.context), len), "read of {len} bytes differs from what was written");
+        println!("{label}: {len} bytes written ({}) and read back (keyed SGL): ok", how[c.context]);
+    }
 }
 
 /// Poll until `n` commands completed.

@@ -79,6 +79,9 @@ pub struct BareAdmin {
     pub in_capsule_data: u32,
     /// Number of namespaces (NN).
     pub nn: u32,
+    /// Whether I/O queues connected from now on bind a memory window per command (when the device has them;
+    /// default true). False gives the fallback: one region per slot and direction, keyed for the queue's life.
+    pub memory_windows: bool,
 }
 
 impl BareAdmin {
@@ -105,6 +108,7 @@ impl BareAdmin {
             max_transfer: None,
             in_capsule_data: 0,
             nn: 0,
+            memory_windows: true,
         };
         admin.cap = Capabilities::from_u64(admin.property_get(Property::Cap)?);
         let cc = ControllerConfiguration { en: true, iosqes: 6, iocqes: 4, ..ControllerConfiguration::default() };
@@ -213,7 +217,7 @@ impl BareAdmin {
             depth,
             in_capsule_limit: self.in_capsule_data,
             cntlid: self.cntlid,
-            memory_windows: true,
+            memory_windows: self.memory_windows,
             connect_timeout: self.options.connect_timeout,
             command_timeout: self.options.io_timeout,
         };
