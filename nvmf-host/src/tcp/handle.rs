@@ -17,11 +17,11 @@
 //! lets outstanding commands finish (bounded by the command timeout), closes the socket and joins the thread.
 //!
 //! Reconnecting controllers: a handle's connection (its I/O thread and socket, the *link*) can be replaced
-//! by a new one with the same QID ([`QueueHandle::replace`]), so the handle callers hold stays valid across
+//! by a new one with the same QID (`QueueHandle::replace`), so the handle callers hold stays valid across
 //! associations. The link sits behind an `RwLock` that only a replacement write-locks (once per
 //! reconnect), so the read lock a submission takes is uncontended while the association is live. A handle
-//! made with a [`Recovery`] holds I/O instead of failing it: a submission to a failed link waits in
-//! [`Recovery::hold`] and goes to the replacement; a command the link lost completes in [`Pending::wait`]
+//! made with a `Recovery` holds I/O instead of failing it: a submission to a failed link waits in
+//! `Recovery::hold` and goes to the replacement; a command the link lost completes in [`Pending::wait`]
 //! by being resubmitted there — the [`Pending`] keeps the command's SQE (64 bytes, no allocation) and the
 //! queue hands the owned data buffer back with the failed completion, so nothing is copied.
 

@@ -1,12 +1,12 @@
 //! [`UblkExport`]: one namespace of a connected [`Controller`] as a Linux block device, `/dev/ublkbN`,
 //! through the kernel's ublk_drv (userspace block driver; io_uring `URING_CMD`s on `/dev/ublk-control` and
-//! `/dev/ublkcN`, see [`sys`], the only `unsafe` here).
+//! `/dev/ublkcN`, see `sys`, the only `unsafe` here).
 //!
 //! Shape: one ublk queue per NVMe-oF I/O queue (ublk queue `q` submits to I/O queue `q`), as deep as the
 //! NVMe queue, requests no larger than MDTS, so every block request is exactly one NVMe command: READ,
 //! WRITE (FUA), FLUSH, DISCARD (Dataset Management, deallocate) and WRITE_ZEROES (DEAC unless NOUNMAP).
 //! Requests are decoded into the NBD export's [`Action`] (the same vocabulary, checked the same way) and
-//! turned into commands by [`nvme_command`].
+//! turned into commands by `nvme_command`.
 //!
 //! Threads, per queue: the queue thread owns the queue's io_uring (the driver requires every command of a
 //! queue to come from one thread): it waits in `io_uring_enter` for fetched requests, submits each with

@@ -4,15 +4,15 @@
 //! - [`listener`]: one `nvmf-rdma-cm` thread binds and listens on every RDMA listener with one RDMA CM event
 //!   channel, validates each connect request's private data (rejecting with the NVMe/RDMA reject codes) and hands
 //!   the new id to a reactor, round robin. It sleeps in `epoll_wait` and blocks nowhere else.
-//! - [`device`]: per reactor, per RDMA device (created at the first connection on that device): the protection
+//! - `device`: per reactor, per RDMA device (created at the first connection on that device): the protection
 //!   domain (one per device per process), one completion queue with its completion channel (polled by the
 //!   reactor, armed to sleep when idle) and the reactor's engine buffer pool registered as one memory region, so
 //!   storage I/O and RDMA READ/WRITE use the same buffers (NIC → buffer → disk with no copy).
-//! - [`connection`]: one queue pair ↔ one controller [`Queue`](crate::controller::Queue): receive buffers (SQE +
+//! - `connection`: one queue pair ↔ one controller [`Queue`](crate::controller::Queue): receive buffers (SQE +
 //!   in-capsule data) pre-posted and reposted in batches, keyed SGL data fetched by RDMA READ (at most the
 //!   negotiated initiator depth outstanding, the rest in a FIFO), read data RDMA WRITTEN chained with the response
 //!   SEND in one post, teardown that waits for every posted work request to flush.
-//! - [`memory`]: the transport's only `unsafe`: registering the pool region and posting work requests.
+//! - `memory`: the transport's only `unsafe`: registering the pool region and posting work requests.
 //!
 //! Everything but the listener runs on the reactor thread that owns the connection; the data path takes no lock,
 //! allocates nothing per I/O and never blocks.
