@@ -285,9 +285,11 @@ impl Reactor {
 
     fn run(&mut self) {
         let mut events = Events::with_capacity(1024);
-        let mut next_tick = Instant::now() + TICK;
+        let mut now = Instant::now();
+        let mut next_tick = now + TICK;
         loop {
-            let now = Instant::now();
+            // `now` is the previous turn's reading: the clock is read once per turn (a syscall where the vDSO
+            // cannot read it, as in TCG guests), and sleeping a turn's work past the tick does not matter.
             let timeout = next_tick.saturating_duration_since(now);
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -298,7 +300,9 @@ impl Reactor {
             for event in events.iter() {
                 match event.token() {
                     WAKER => self.drain_messages(),
-                    ENGINE => self.engine.clear_event_fd(),
+                    // mio polls edge-triggered: every completion the ring (or the engine) signals is a new edge
+                    // whether or not the counter was read, so reading it would only cost a syscall per completion.
+                    ENGINE => {}
                     #[cfg(feature = "rdma")]
                     token if RdmaReactor::owns_token(token) => self.rdma.ready(token, &mut self.engine),
                     Token(t) => {
@@ -313,7 +317,7 @@ impl Reactor {
                 }
             }
             self.complete_storage();
-            let now = Instant::now();
+            now = Instant::now();
             if now >= next_tick || self.poll_queues.swap(false, Ordering::AcqRel) {
                 for slot in 0..self.connections.len() {
                     self.with_connection(slot, |c, engine| c.tcp.poll(engine, now).map(|()| true));
@@ -325,7 +329,7 @@ impl Reactor {
             }
             self.flush_and_reap();
             #[cfg(feature = "rdma")]
-            self.rdma.flush_and_reap(&mut self.engine, Instant::now());
+            self.rdma.flush_and_reap(&mut self.engine, now);
             #[cfg(feature = "rdma")]
             let rdma_done = self.rdma.is_empty();
             #[cfg(not(feature = "rdma"))]

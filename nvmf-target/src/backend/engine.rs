@@ -1222,6 +1222,43 @@ mod tests {
         assert_eq!(tags, [3]);
     }
 
+    /// The reactor never reads the eventfd (mio is edge-triggered): each later completion, from the engine itself
+    /// (memory) or from the kernel's CQ (file), must still wake the poll although the counter stayed non-zero.
+    #[test]
+    fn unread_event_fd_wakes_an_edge_triggered_poll_for_every_completion() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join("ns");
+        std::fs::write(&path, vec![0u8; 65536]).unwrap();
+        let file = Arc::new(Storage::open(&StorageSpec::Path { path, block_size: 512 }).unwrap());
+        let memory = Arc::new(Storage::open(&StorageSpec::Memory { size: 1 << 20, block_size: 512 }).unwrap());
+        let mut engine = small_engine(8, 1, 4);
+        let mut poll = mio::Poll::new().unwrap();
+        let fd = engine.event_fd();
+        poll.registry().register(&mut mio::unix::SourceFd(&fd), mio::Token(1), mio::Interest::READABLE).unwrap();
+        let mut events = mio::Events::with_capacity(4);
+        for (tag, storage) in [(1, &memory), (2, &file), (3, &memory), (4, &file)] {
+            let id = engine.alloc(4096).unwrap();
+            engine.push(tag, storage, IoOp::Write { offset: 0, len: 4096, fua: false }, Some(id)).unwrap();
+            engine.submit().unwrap();
+            let mut done = Vec::new();
+            // Generous bound: a hang, not a duration, is what fails here.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while done.is_empty() {
+                assert!(Instant::now() < deadline, "completion {tag} never woke the poll");
+                // Task work posting a CQE interrupts epoll_wait, as in the reactor.
+                match poll.poll(&mut events, Some(Duration::from_secs(1))) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => other.unwrap(),
+                }
+                if events.iter().any(|e| e.token() == mio::Token(1)) {
+                    engine.reap(|c| done.push(c.tag));
+                }
+            }
+            assert_eq!(done, [tag]);
+            engine.release(id);
+        }
+    }
+
     #[test]
     fn many_storages_share_fixed_slots_and_fall_back_to_plain_fds() {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
