@@ -8,6 +8,9 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::Duration;
 
+/// The longest a notification waits for room in the service manager's socket queue.
+const SEND_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A connection to the service manager's notification socket, if there is one.
 #[derive(Debug)]
 pub struct ServiceNotifier {
@@ -26,11 +29,19 @@ impl ServiceNotifier {
 
     /// Notifications to the socket `address` (a path, or `@name` for the abstract namespace).
     pub fn to(address: &str) -> io::Result<Self> {
+        Self::with_send_timeout(address, SEND_TIMEOUT)
+    }
+
+    fn with_send_timeout(address: &str, timeout: Duration) -> io::Result<Self> {
         let addr = match address.strip_prefix('@') {
             Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,
             None => SocketAddr::from_pathname(address)?,
         };
-        Ok(ServiceNotifier { target: Some((UnixDatagram::unbound()?, addr)) })
+        let socket = UnixDatagram::unbound()?;
+        // A manager that stops reading (its queue holds only a few datagrams) must not stall the daemon: a send
+        // waits at most this long, then the notification is dropped with a warning.
+        socket.set_write_timeout(Some(timeout))?;
+        Ok(ServiceNotifier { target: Some((socket, addr)) })
     }
 
     /// Whether a service manager listens.
@@ -132,6 +143,21 @@ mod tests {
         listener.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         ServiceNotifier::to(&format!("@{name}")).unwrap().notify("STOPPING=1");
         assert_eq!(received(&listener), "STOPPING=1");
+    }
+
+    #[test]
+    fn a_manager_that_stops_reading_does_not_stall_the_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let listener = UnixDatagram::bind(&path).unwrap();
+        let notifier = ServiceNotifier::with_send_timeout(path.to_str().unwrap(), Duration::from_millis(5)).unwrap();
+        // More than a unix datagram queue holds (net.unix.max_dgram_qlen, 10 by default): without the send
+        // timeout the first notification past the queue's capacity would block forever.
+        for i in 0..100 {
+            notifier.notify(&format!("WATCHDOG=1\nSTATUS={i}"));
+        }
+        listener.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(received(&listener), "WATCHDOG=1\nSTATUS=0");
     }
 
     #[test]
