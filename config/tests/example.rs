@@ -15,7 +15,10 @@ fn example_config_loads() {
     assert_eq!(config.listeners.len(), 2);
     assert_eq!(config.listeners[0].to_string(), "tcp://0.0.0.0:4420");
     assert_eq!(config.listeners[1].to_string(), "rdma://[::]:8009");
-    assert_eq!(config.listeners[1].transport, ListenerTransport::Rdma(RdmaOptions { send_with_invalidate: true }));
+    assert_eq!(
+        config.listeners[1].transport,
+        ListenerTransport::Rdma(RdmaOptions { send_with_invalidate: true, srq: false })
+    );
     assert_eq!(config.reactors.threads, 2);
     assert_eq!(config.subsystems.len(), 2);
     let example = &config.subsystems[0];

@@ -138,6 +138,7 @@ pub fn rdma_listener_spec(l: &ListenerConfig, port_id: u16, max_io_queues: u16) 
         in_capsule_data_size: l.in_capsule_data_size,
         max_queue_depth: u16::try_from(l.max_queue_size).unwrap_or(u16::MAX),
         send_with_invalidate: options.send_with_invalidate,
+        srq: options.srq,
     };
     Some(RdmaListenerSpec { address: l.address, port_id, max_qid: max_io_queues, rdma: Arc::new(rdma) })
 }

@@ -149,3 +149,90 @@ grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true
     assert_stdout_has(&out, "shutdown with live connections: status 0");
     assert_stdout_has(&out, "target log warnings: 0");
 }
+
+/// `[listener.rdma] srq = true`: every queue pair of a reactor receives through its shared receive queue; the
+/// kernel host's fio verifies at 4 KiB (in-capsule) and 128 KiB (keyed SGL), and disconnecting frees every queue
+/// pair (the connections' teardown does not wait for receives they do not own).
+#[test]
+fn kernel_host_fio_verify_over_rdma_with_srq() {
+    let name = "kernel_host_fio_verify_over_rdma_with_srq";
+    let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
+    let _ = std::fs::remove_dir_all(&logs);
+    let vm = Vm::new(name).logs(logs).rxe(true).modules(["nvme_rdma"]).deadline(Duration::from_secs(300));
+    let vm = match vm::enabled() {
+        Ok(()) => {
+            let bin = nvmf_tests::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
+            vm.env("NVMF_TARGET_BIN", bin.to_string_lossy())
+        }
+        Err(_) => vm,
+    };
+    let config = format!(
+        r#"
+[target]
+mdts = "1MiB"
+[reactors]
+threads = 2
+[metrics]
+listen = "127.0.0.1:9420"
+[logging]
+level = "info"
+[[listener]]
+transport = "rdma"
+address = "10.77.0.1"
+port = 4420
+[listener.rdma]
+srq = true
+[[subsystem]]
+nqn = "{NQN}"
+[[subsystem.namespace]]
+memory = "128MiB"
+"#
+    );
+    let script = format!(
+        r#"
+set -eu
+CONFIG=/tmp/nvmf-target.toml
+cat > $CONFIG <<'EOF'
+{config}
+EOF
+our_qps() {{ rdma resource show qp 2>/dev/null | grep -c 'comm nvmf-' || true; }}
+nvmf_target_start target $CONFIG
+dev=$(host_connect rdma $NVMF_RDMA_ADDR 4420 {NQN} -i 2)
+echo "connected: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs), shared receive queues: $(grep -c 'shared receive queue created' $NVMF_VM_LOGS/target.log || true)"
+step fio_rw_verify $dev 4K 32 8M
+step fio_rw_verify $dev 128K 32 32M
+host_disconnect {NQN}
+wait_until 20 test '$(our_qps)' = 0 || true
+echo "after disconnect: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs)"
+curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_rdma' || true
+rc=0
+stop_daemon target 30 || rc=$?
+echo "target stopped: status $rc"
+echo "target log warnings: $(grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log | grep -vc 'control socket' || true)"
+grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true
+"#
+    );
+    let start = Instant::now();
+    let Some(out) = vm.run_or_skip(&script) else { return };
+    vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
+    out.assert_success();
+    // The admin and the two I/O queues land on two reactors, each with its own shared receive queue (one when
+    // round robin put all on one).
+    assert!(
+        out.stdout.contains("connected: target qps 3, gauge 3, shared receive queues: 1")
+            || out.stdout.contains("connected: target qps 3, gauge 3, shared receive queues: 2"),
+        "{}",
+        out.report()
+    );
+    for (bs, qd, blocks) in [("4K", 32, 2048), ("128K", 32, 256)] {
+        assert_stdout_has(
+            &out,
+            &format!(
+                "fio bs={bs} qd={qd}: wrote {blocks}, verified {blocks} after writing, {blocks} on randread (of {blocks})"
+            ),
+        );
+    }
+    assert_stdout_has(&out, "after disconnect: target qps 0, gauge 0");
+    assert_stdout_has(&out, "target stopped: status 0");
+    assert_stdout_has(&out, "target log warnings: 0");
+}

@@ -160,11 +160,14 @@ pub struct RdmaOptions {
     /// SEND with invalidate where the RDMA device supports it; otherwise a plain SEND (the host then invalidates
     /// locally). Default true.
     pub send_with_invalidate: bool,
+    /// Receive command capsules through one shared receive queue per reactor and device (buffers shared by all
+    /// the reactor's queue pairs on that device) instead of `depth` receive buffers per queue pair. Default false.
+    pub srq: bool,
 }
 
 impl Default for RdmaOptions {
     fn default() -> Self {
-        RdmaOptions { send_with_invalidate: true }
+        RdmaOptions { send_with_invalidate: true, srq: false }
     }
 }
 

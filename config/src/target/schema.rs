@@ -73,6 +73,8 @@ pub(crate) struct RawListener {
 pub(crate) struct RawRdma {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_with_invalidate: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srq: Option<bool>,
 }
 
 /// `[listener.tcp]`.

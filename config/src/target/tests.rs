@@ -74,8 +74,10 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:4:1: listener[0].tcp: [listener.tcp] options on an rdma listener; allowed: a [listener.tcp] table only with transport = \"tcp\""),
     ("rdma_on_tcp", "@[[listener]]@[listener.rdma]\nsend_with_invalidate = false\n",
         "t.toml:3:11: listener[0].rdma: [listener.rdma] options on a tcp listener; allowed: a [listener.rdma] table only with transport = \"rdma\""),
-    ("rdma_unknown_key", "@[[listener]]@transport = \"rdma\"\n[listener.rdma]\nsrq = true\n",
-        "t.toml:5:1: listener[0].rdma.srq: unknown field `srq`, expected `send_with_invalidate`"),
+    ("rdma_unknown_key", "@[[listener]]@transport = \"rdma\"\n[listener.rdma]\nshared = true\n",
+        "t.toml:5:1: listener[0].rdma.shared: unknown field `shared`, expected `send_with_invalidate` or `srq`"),
+    ("rdma_srq_not_bool", "@[[listener]]@transport = \"rdma\"\n[listener.rdma]\nsrq = \"yes\"\n",
+        "t.toml:5:7: listener[0].rdma.srq: invalid type: string \"yes\", expected a boolean"),
     ("duplicate_listener", "[[listener]]\naddress = \"127.0.0.1\"\nport = 4420\n@@",
         "t.toml:4:1: listener[1]: tcp://127.0.0.1:4420 is also listener[0]; allowed: each transport, address and port once"),
     ("nqn", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"testnqn\"\n",
@@ -282,6 +284,7 @@ port = 8009
 in_capsule_data_size = 0
 [listener.rdma]
 send_with_invalidate = false
+srq = true
 
 [[listener]]
 address = "0.0.0.0"
@@ -314,7 +317,10 @@ eui64 = "0123456789ABCDEF"
     assert_eq!(config.metrics.listen, Some("[::1]:9420".parse().unwrap()));
     assert_eq!(config.logging.format, LogFormat::Json);
     assert_eq!(config.listeners[0].to_string(), "rdma://[::]:8009");
-    assert_eq!(config.listeners[0].transport, ListenerTransport::Rdma(RdmaOptions { send_with_invalidate: false }));
+    assert_eq!(
+        config.listeners[0].transport,
+        ListenerTransport::Rdma(RdmaOptions { send_with_invalidate: false, srq: true })
+    );
     assert_eq!(config.listeners[0].max_queue_size, 1024);
     assert_eq!(config.listeners[0].in_capsule_data_size, 0);
     assert_eq!(config.listeners[1].max_queue_size, 64);
@@ -345,7 +351,7 @@ fn display_reads_back_as_the_same_configuration() {
     }
     let rdma = load("[[listener]]\ntransport = \"rdma\"\naddress = \"::1\"\n").unwrap();
     assert!(!rdma.to_string().contains("[listener.tcp]"));
-    assert!(rdma.to_string().contains("[listener.rdma]\nsend_with_invalidate = true"), "{rdma}");
+    assert!(rdma.to_string().contains("[listener.rdma]\nsend_with_invalidate = true\nsrq = false"), "{rdma}");
     assert_eq!(load(&rdma.to_string()).unwrap(), rdma);
 }
 

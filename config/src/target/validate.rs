@@ -214,7 +214,10 @@ fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Resu
         }
         (Transport::Rdma, None, rdma) => {
             let rdma = rdma.clone().unwrap_or_default();
-            ListenerTransport::Rdma(RdmaOptions { send_with_invalidate: rdma.send_with_invalidate.unwrap_or(true) })
+            ListenerTransport::Rdma(RdmaOptions {
+                send_with_invalidate: rdma.send_with_invalidate.unwrap_or(true),
+                srq: rdma.srq.unwrap_or(false),
+            })
         }
         (Transport::Tcp, _, Some(_)) => {
             return Err(Problem::new(
@@ -536,7 +539,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
                 },
                 rdma: match listener.transport {
                     ListenerTransport::Rdma(rdma) => {
-                        Some(RawRdma { send_with_invalidate: Some(rdma.send_with_invalidate) })
+                        Some(RawRdma { send_with_invalidate: Some(rdma.send_with_invalidate), srq: Some(rdma.srq) })
                     }
                     ListenerTransport::Tcp(_) => None,
                 },

@@ -14,11 +14,14 @@ pub struct RdmaTransportConfig {
     /// Answer commands whose keyed SGL asks for remote invalidation (subtype Fh) with SEND with invalidate
     /// where the device supports it (otherwise the host invalidates locally). Default true.
     pub send_with_invalidate: bool,
+    /// Receive through the reactor's shared receive queue on the connection's device (one region of buffers for
+    /// all its queue pairs there) instead of `depth` receive buffers per queue pair. Default false.
+    pub srq: bool,
 }
 
 impl Default for RdmaTransportConfig {
     fn default() -> Self {
-        RdmaTransportConfig { in_capsule_data_size: 8192, max_queue_depth: 128, send_with_invalidate: true }
+        RdmaTransportConfig { in_capsule_data_size: 8192, max_queue_depth: 128, send_with_invalidate: true, srq: false }
     }
 }
 

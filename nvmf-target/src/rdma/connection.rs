@@ -1,6 +1,8 @@
 //! [`RdmaConnection`]: one NVMe/RDMA queue pair serving one controller [`Queue`], driven by its reactor.
 //!
-//! Receive path: `depth` receive buffers (SQE + in-capsule data) are posted at accept. A receive completion
+//! Receive path: `depth` receive buffers (SQE + in-capsule data) are posted at accept, or, on an `srq` listener,
+//! the queue pair receives into its reactor's shared receive queue on the device (the reactor finds the connection
+//! by the completion's queue pair number and reposts the buffer; the connection owns no receives then). A receive completion
 //! shorter than an SQE ends the connection; otherwise the SQE and in-capsule data go to the queue straight from the
 //! receive buffer (the queue copies in-capsule data into its engine buffer), then the buffer is queued for reposting (all reposts of a reactor turn go in one `post_recv`) and the command goes to the queue,
 //! whose [`Step`] says what to do next.
@@ -28,8 +30,8 @@ use nvmf_common::nvme::sgl::{SglDescriptor, SglSubtype};
 use nvmf_common::nvme::sqe::{SubmissionQueueEntry, SQE_SIZE};
 use nvmf_common::transport::rdma::verbs::{MemoryRegion, QueuePair, RdmaError, WorkCompletion};
 
-use super::device::DeviceContext;
-use super::memory::{post_recvs, post_sends, received, PostScratch, Work};
+use super::device::{DeviceContext, SharedReceive};
+use super::memory::{post_recvs, post_sends, received, PostScratch, ReceiveQueue, Work};
 use super::reactor::RdmaCounters;
 use crate::backend::{BufferId, IoEngine};
 use crate::controller::{Queue, QueueError, SlotId, Step};
@@ -43,6 +45,8 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) enum WrKind {
     /// A receive buffer (index: the buffer).
     Recv,
+    /// A buffer of the reactor's shared receive queue on the device (connection 0; index: the buffer).
+    SharedRecv,
     /// An RDMA READ of a command's data (index: the slot).
     Read,
     /// A response SEND (index: the slot), possibly after an RDMA WRITE.
@@ -55,6 +59,7 @@ pub(crate) fn wr_id(connection: u32, kind: WrKind, index: u16) -> u64 {
         WrKind::Recv => 1u64,
         WrKind::Read => 2,
         WrKind::Send => 3,
+        WrKind::SharedRecv => 4,
     };
     (u64::from(connection) << 32) | (kind << 24) | u64::from(index)
 }
@@ -66,6 +71,7 @@ pub(crate) fn split_wr_id(wr_id: u64) -> Option<(u32, WrKind, u16)> {
         1 => WrKind::Recv,
         2 => WrKind::Read,
         3 => WrKind::Send,
+        4 => WrKind::SharedRecv,
         _ => return None,
     };
     Some((u32::from_le_bytes([c0, c1, c2, c3]), kind, u16::from_le_bytes([index_lo, index_hi])))
@@ -181,7 +187,8 @@ pub(crate) struct ConnectionSetup {
 pub(crate) struct RdmaConnection {
     // Dropped first: destroying the queue pair ends every work request naming the regions below.
     qp: QueuePair,
-    receive: MemoryRegion<Box<[u8]>>,
+    /// Own receive buffers (`None`: receives through the shared receive queue).
+    receive: Option<MemoryRegion<Box<[u8]>>>,
     responses: MemoryRegion<Box<[u8]>>,
     queue: Queue,
     setup: ConnectionSetup,
@@ -206,10 +213,10 @@ pub(crate) struct RdmaConnection {
 }
 
 impl RdmaConnection {
-    /// A connection on `qp` (receives not yet posted) serving `queue`.
+    /// A connection on `qp` (own receives, if `receive` is given, not yet posted) serving `queue`.
     pub(crate) fn new(
         qp: QueuePair,
-        receive: MemoryRegion<Box<[u8]>>,
+        receive: Option<MemoryRegion<Box<[u8]>>>,
         responses: MemoryRegion<Box<[u8]>>,
         queue: Queue,
         setup: ConnectionSetup,
@@ -217,6 +224,7 @@ impl RdmaConnection {
         let caps = qp.caps();
         let response_slots = responses.len() / CQE_SIZE;
         let depth = usize::from(setup.depth);
+        let reposts = if receive.is_some() { (0..setup.depth).collect() } else { Vec::new() };
         RdmaConnection {
             inline_cqe: caps.max_inline_data >= 16,
             max_send_wr: caps.max_send_wr,
@@ -230,7 +238,7 @@ impl RdmaConnection {
             receives_outstanding: 0,
             reads: ReadThrottle::new(setup.max_reads, response_slots),
             pending: Vec::with_capacity(3 * response_slots),
-            reposts: (0..setup.depth).collect(),
+            reposts,
             held: vec![None; response_slots],
             send_cost: vec![0; response_slots],
             closing_since: None,
@@ -267,17 +275,25 @@ impl RdmaConnection {
         (flushed || now.saturating_duration_since(since) >= FLUSH_TIMEOUT) && self.queue.in_flight() == 0
     }
 
-    /// A completion of one of this connection's work requests.
+    /// Whether it receives through the shared receive queue.
+    pub(crate) fn uses_shared_receive(&self) -> bool {
+        self.receive.is_none()
+    }
+
+    /// A completion of one of this connection's work requests (`shared`: the shared receive region, for a
+    /// [`WrKind::SharedRecv`], whose buffer the caller reposts).
     pub(crate) fn completion(
         &mut self,
         engine: &mut IoEngine,
         wc: &WorkCompletion,
         kind: WrKind,
         index: u16,
+        shared: Option<&SharedReceive>,
         counters: &RdmaCounters,
     ) {
         match kind {
             WrKind::Recv => self.receives_outstanding = self.receives_outstanding.saturating_sub(1),
+            WrKind::SharedRecv => {}
             WrKind::Read => {
                 self.sends_outstanding = self.sends_outstanding.saturating_sub(1);
                 self.sq_used = self.sq_used.saturating_sub(1);
@@ -304,7 +320,7 @@ impl RdmaConnection {
             return;
         }
         let result = match kind {
-            WrKind::Recv => self.receive(engine, index, wc.byte_len),
+            WrKind::Recv | WrKind::SharedRecv => self.receive(engine, shared, index, wc.byte_len),
             WrKind::Read => self
                 .queue
                 .data_received(engine, SlotId::new(index))
@@ -357,12 +373,12 @@ impl RdmaConnection {
         if self.is_closing() {
             return;
         }
-        if !self.reposts.is_empty() {
+        if let Some(receive) = self.receive.as_ref().filter(|_| !self.reposts.is_empty()) {
             let key = self.setup.key;
             let size = self.setup.receive_size;
             let result = post_recvs(
-                &mut self.qp,
-                &self.receive,
+                &mut ReceiveQueue::Pair(&mut self.qp),
+                receive,
                 size,
                 &self.reposts,
                 |i| wr_id(key, WrKind::Recv, i),
@@ -448,20 +464,38 @@ impl RdmaConnection {
         }
     }
 
-    /// A receive buffer completed with `byte_len` bytes: hand the command to the queue.
-    fn receive(&mut self, engine: &mut IoEngine, index: u16, byte_len: u32) -> Result<(), RdmaConnectionError> {
+    /// A receive buffer completed with `byte_len` bytes: hand the command to the queue. `shared`: the buffer is
+    /// in the shared receive region (the reactor reposts it) rather than the connection's own.
+    fn receive(
+        &mut self,
+        engine: &mut IoEngine,
+        shared: Option<&SharedReceive>,
+        index: u16,
+        byte_len: u32,
+    ) -> Result<(), RdmaConnectionError> {
         let len = usize::try_from(byte_len).unwrap_or(usize::MAX);
         if len < SQE_SIZE || len > self.setup.receive_size {
             return Err(RdmaConnectionError::Protocol("command capsule shorter than an SQE or longer than IOCCSZ"));
         }
-        let at = usize::from(index) * self.setup.receive_size;
-        let capsule = received(&self.receive, at, len)
+        let (region, size) = match shared {
+            Some(shared) => (&shared.region, shared.buffer_size),
+            None => (
+                self.receive
+                    .as_ref()
+                    .ok_or(RdmaConnectionError::Protocol("receive on a queue pair without buffers"))?,
+                self.setup.receive_size,
+            ),
+        };
+        let at = usize::from(index) * size;
+        let capsule = received(region, at, len)
             .ok_or(RdmaConnectionError::Protocol("receive buffer outside the receive region"))?;
         let sqe =
             SubmissionQueueEntry::parse(&capsule[..SQE_SIZE]).map_err(|_| RdmaConnectionError::Protocol("bad SQE"))?;
         // The queue copies in-capsule data into its own buffer: after this the receive buffer can be reposted.
         let step = self.queue.command(engine, &sqe, &capsule[SQE_SIZE..]);
-        self.reposts.push(index);
+        if shared.is_none() {
+            self.reposts.push(index);
+        }
         self.apply(engine, step?)
     }
 
@@ -583,11 +617,12 @@ mod tests {
             (7, WrKind::Read, 255),
             (u32::MAX, WrKind::Send, u16::MAX),
             (1 << 20, WrKind::Recv, 9),
+            (0, WrKind::SharedRecv, 4095),
         ] {
             assert_eq!(split_wr_id(wr_id(conn, kind, index)), Some((conn, kind, index)));
         }
         assert_eq!(split_wr_id(0), None);
-        assert_eq!(split_wr_id(4 << 24), None);
+        assert_eq!(split_wr_id(5 << 24), None);
     }
 
     fn read(slot: u16) -> PendingRead {

@@ -6,8 +6,9 @@
 //!   `IoEngine::start_transfer` before its work request is posted and taken back with `end_transfer` after its
 //!   completion (or after the queue pair is destroyed), so no Rust slice of it exists meanwhile and a release of it
 //!   is deferred;
-//! - each connection's receive region (SQE + in-capsule data per buffer), written by the device; a buffer is read
-//!   (volatile copies) only after its receive completed and before it is reposted;
+//! - each connection's receive region (SQE + in-capsule data per buffer), or with `srq` the one receive region of a
+//!   reactor's shared receive queue on a device, written by the device; a buffer is read only after its receive
+//!   completed and before it is reposted;
 //! - each connection's response region (one 16-byte CQE per queue slot), read by the device for a SEND that is not
 //!   inline; a slot's CQE is only rewritten after that slot's SEND completed.
 //!
@@ -19,7 +20,7 @@ use std::ptr::NonNull;
 
 use nvmf_common::transport::rdma::verbs::{
     AccessFlags, Errno, MemoryRegion, ProtectionDomain, QueuePair, RdmaError, RecvWr, RegionBuffer, SendOpcode, SendWr,
-    Sge,
+    Sge, SharedReceiveQueue,
 };
 
 use crate::backend::BufferPool;
@@ -180,10 +181,19 @@ pub(crate) fn post_sends(
     Ok(())
 }
 
-/// Post the receive buffers `indices` (each `size` bytes at `index * size` of `region`) on `qp`, chained in
-/// `ibv_post_recv` calls of up to [`CHAIN`]; `wr_id(index)` tags each. Errors as in [`post_sends`].
+/// Where receive buffers are posted: a queue pair's own receive queue or a shared receive queue.
+#[derive(Debug)]
+pub(crate) enum ReceiveQueue<'a> {
+    /// `ibv_post_recv` on a queue pair.
+    Pair(&'a mut QueuePair),
+    /// `ibv_post_srq_recv` on a reactor's shared receive queue.
+    Shared(&'a mut SharedReceiveQueue),
+}
+
+/// Post the receive buffers `indices` (each `size` bytes at `index * size` of `region`) on `queue`, chained in
+/// post calls of up to [`CHAIN`]; `wr_id(index)` tags each. Errors as in [`post_sends`].
 pub(crate) fn post_recvs(
-    qp: &mut QueuePair,
+    queue: &mut ReceiveQueue<'_>,
     region: &MemoryRegion<Box<[u8]>>,
     size: usize,
     indices: &[u16],
@@ -202,9 +212,16 @@ pub(crate) fn post_recvs(
         for ((wr, &i), sge) in wrs.iter_mut().zip(chunk).zip(sges.chunks(1)) {
             *wr = RecvWr { wr_id: wr_id(i), sges: sge };
         }
-        // SAFETY: the receive region outlives the work requests (the queue pair is dropped first); a posted buffer
-        // is not read until its completion (the connection reads only completed, not yet reposted buffers).
-        let result = unsafe { qp.post_recv(&wrs[..chunk.len()]) };
+        // SAFETY: the receive region outlives the work requests (a connection drops its queue pair before its
+        // region; a device context drops its shared receive queue before the shared region, and the connections,
+        // whose queue pairs keep that queue alive, before both); a posted buffer is not read until its completion
+        // (only completed, not yet reposted buffers are read).
+        let result = unsafe {
+            match queue {
+                ReceiveQueue::Pair(qp) => qp.post_recv(&wrs[..chunk.len()]),
+                ReceiveQueue::Shared(srq) => srq.post_recv(&wrs[..chunk.len()]),
+            }
+        };
         match result {
             Ok(()) => done += chunk.len(),
             Err(RdmaError::Post { verb, errno, posted, .. }) => {

@@ -4,7 +4,9 @@
 //!
 //! Completion handling: on a completion channel's readiness every event is read and acknowledged, then the CQ is
 //! drained, re-armed and polled once more (completions that arrived before the re-arm raise no event), each
-//! completion routed to its connection by the `wr_id`'s connection key (no lookup).
+//! completion routed to its connection by the `wr_id`'s connection key (no lookup), or, for a receive of a
+//! shared receive queue, by its queue pair number (a map filled at accept; the buffer is reposted to the shared
+//! queue at the end of the turn, after its command went to the queue).
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -79,7 +81,7 @@ impl RdmaCounters {
 
     pub(crate) fn completed(&self, kind: WrKind) {
         let i = match kind {
-            WrKind::Recv => 0,
+            WrKind::Recv | WrKind::SharedRecv => 0,
             WrKind::Read => 1,
             WrKind::Send => 2,
         };
@@ -183,7 +185,9 @@ impl RdmaReactor {
         let d = &mut self.devices[dev];
         let depth = depth.min(u16::try_from(d.attrs.max_qp_wr / 3).unwrap_or(u16::MAX)).max(1);
         let max_send_wr = 3 * u32::from(depth);
-        let cq_entries = max_send_wr + u32::from(depth);
+        // Receives of the shared receive queue have their completion queue entries reserved with it.
+        let shared = rdma.srq && d.shared_receive(rdma.receive_buffer_size());
+        let cq_entries = max_send_wr + if shared { 0 } else { u32::from(depth) };
         if !d.reserve_cq(cq_entries) {
             tracing::warn!(reactor = self.index, peer = ?peer_addr, depth, "completion queue full; rejecting");
             reject(&mut id, RdmaCmRejectStatus::NoResources);
@@ -215,9 +219,13 @@ impl RdmaReactor {
         let mut queue = Queue::new(Arc::clone(target), info);
         queue.set_event_notifier(notifier);
         let max_reads = setup.max_reads;
-        match self.create(id, dev, depth, max_send_wr, queue, setup) {
+        match self.create(id, dev, depth, max_send_wr, queue, setup, shared) {
             Ok(mut conn) => {
                 conn.flush(engine, &self.devices[dev], &self.counters);
+                // The first connection's shared buffers must be posted before the host may send.
+                if let Some(shared) = self.devices[dev].shared.as_mut() {
+                    shared.flush(&self.counters);
+                }
                 let param = ConnParam {
                     responder_resources: u8::try_from(responder_resources).unwrap_or(u8::MAX),
                     initiator_depth: u8::try_from(max_reads).unwrap_or(u8::MAX),
@@ -239,8 +247,11 @@ impl RdmaReactor {
                     self.free.push(slot);
                     return;
                 }
-                tracing::debug!(reactor = self.index, peer = ?peer_addr, qid = request.qid, depth, slot,
+                tracing::debug!(reactor = self.index, peer = ?peer_addr, qid = request.qid, depth, slot, srq = shared,
                     qp = conn.qp().qp_num(), "NVMe/RDMA connection accepted");
+                if let Some(map) = self.devices[dev].shared.as_mut().filter(|_| shared) {
+                    map.connections.insert(conn.qp().qp_num(), conn.setup().key);
+                }
                 self.connections[slot] = Some(conn);
                 bump(&self.counters.queue_pairs, 1);
             }
@@ -284,7 +295,10 @@ impl RdmaReactor {
     }
 
     /// Create the queue pair and its regions.
+    /// Create the queue pair and its regions (`shared`: on the device's shared receive queue, without receive
+    /// buffers of its own).
     #[allow(clippy::type_complexity)] // the id comes back with the error only when the queue pair was not made
+    #[allow(clippy::too_many_arguments)] // all of them describe the one queue pair made here
     fn create(
         &self,
         id: CmId,
@@ -293,12 +307,21 @@ impl RdmaReactor {
         max_send_wr: u32,
         queue: Queue,
         setup: ConnectionSetup,
+        shared: bool,
     ) -> Result<RdmaConnection, (Option<CmId>, String)> {
         let d = &self.devices[dev];
+        let srq = d.shared.as_ref().filter(|_| shared).map(|s| s.queue());
         let slots = usize::from(depth) * 2;
-        let receive = d
-            .pd
-            .register(vec![0u8; usize::from(depth) * setup.receive_size].into_boxed_slice(), AccessFlags::LOCAL_WRITE);
+        let receive = match srq {
+            Some(_) => Ok(None),
+            None => {
+                d.pd.register(
+                    vec![0u8; usize::from(depth) * setup.receive_size].into_boxed_slice(),
+                    AccessFlags::LOCAL_WRITE,
+                )
+                .map(Some)
+            }
+        };
         let responses = d.pd.register(vec![0u8; slots.max(4) * 16].into_boxed_slice(), AccessFlags::NONE);
         let (receive, responses) = match (receive, responses) {
             (Ok(r), Ok(s)) => (r, s),
@@ -311,7 +334,7 @@ impl RdmaReactor {
             max_recv_sge: 1,
             max_inline_data: 16,
         };
-        let attr = QpInitAttr { send_cq: &d.cq, recv_cq: &d.cq, srq: None, caps, sq_sig_all: false };
+        let attr = QpInitAttr { send_cq: &d.cq, recv_cq: &d.cq, srq, caps, sq_sig_all: false };
         let qp = match QueuePair::create(id, &d.pd, &attr) {
             Ok(qp) => qp,
             // Some devices cannot inline: retry without (the CQE is then sent from the response region).
@@ -406,12 +429,35 @@ impl RdmaReactor {
             };
             for wc in &wcs[..n] {
                 let Some((key, kind, index)) = split_wr_id(wc.wr_id) else {
-                    tracing::warn!(reactor = self.index, wr_id = wc.wr_id, "completion of an unknown work request");
+                    // Unsignalled RDMA WRITEs (wr_id 0) complete only when a queue pair's teardown flushes them.
+                    if wc.wr_id == 0 && !wc.is_success() {
+                        tracing::debug!(reactor = self.index, status = wc.status.name(), "RDMA WRITE flushed");
+                    } else {
+                        tracing::warn!(reactor = self.index, wr_id = wc.wr_id, "completion of an unknown work request");
+                    }
                     continue;
                 };
+                if kind == WrKind::SharedRecv {
+                    let Some(shared) = self.devices[dev].shared.as_mut() else {
+                        tracing::warn!(reactor = self.index, "shared receive completion without a shared queue");
+                        continue;
+                    };
+                    let key = shared.connections.get(&wc.qp_num).copied();
+                    let conn =
+                        key.and_then(|k| self.connections.get_mut(usize::try_from(k).ok()?)).and_then(Option::as_mut);
+                    match conn {
+                        Some(conn) => conn.completion(engine, wc, kind, index, Some(shared), &self.counters),
+                        None => {
+                            tracing::debug!(reactor = self.index, qp = wc.qp_num, "shared receive for no connection")
+                        }
+                    }
+                    // Whatever became of the command (or its connection), the buffer goes back to the shared queue.
+                    shared.reposts.push(index);
+                    continue;
+                }
                 let conn = usize::try_from(key).ok().and_then(|k| self.connections.get_mut(k)).and_then(Option::as_mut);
                 match conn {
-                    Some(conn) => conn.completion(engine, wc, kind, index, &self.counters),
+                    Some(conn) => conn.completion(engine, wc, kind, index, None, &self.counters),
                     None => tracing::warn!(reactor = self.index, key, "completion for no connection"),
                 }
             }
@@ -465,12 +511,18 @@ impl RdmaReactor {
                         qp = conn.qp().qp_num(),
                         "NVMe/RDMA queue pair destroyed"
                     );
+                    if let Some(shared) = self.devices[dev].shared.as_mut().filter(|_| conn.uses_shared_receive()) {
+                        shared.connections.remove(&conn.qp().qp_num());
+                    }
                     drop(conn);
                     self.devices[dev].unreserve_cq(entries);
                     self.free.push(slot);
                     self.counters.queue_pairs.fetch_sub(1, Ordering::Relaxed);
                 }
             }
+        }
+        for shared in self.devices.iter_mut().filter_map(|d| d.shared.as_mut()) {
+            shared.flush(&self.counters);
         }
     }
 
