@@ -71,7 +71,8 @@ fn main() -> anyhow::Result<ExitCode> {
     let control = start_control(cli.control.as_deref(), requests)?;
     nvmf_target::daemon::print_ready(&config, &running);
     notifier.notify("READY=1");
-    let status = StatusReporter::start(Arc::clone(&notifier), running.connection_counters())?;
+    let status =
+        StatusReporter::start(Arc::clone(&notifier), running.connection_counters(), Arc::clone(running.target()))?;
     let mut reloader = Reloader::new(cli.config.clone(), config);
     for request in received {
         match request {

@@ -44,7 +44,10 @@ fn notifies_ready_watchdog_status_and_stopping() {
     for _ in 0..10 {
         let message = next_message(&socket, Instant::now() + Duration::from_secs(2));
         assert!(message.starts_with("WATCHDOG=1\nSTATUS=serving, "), "{message:?}");
-        if message.ends_with("1 connection(s)") {
+        // `serving, N connection(s), X IOPS`
+        let iops = message.rsplit_once(", ").and_then(|(_, rate)| rate.strip_suffix(" IOPS"));
+        assert!(iops.is_some_and(|n| n.parse::<u64>().is_ok()), "no IOPS in {message:?}");
+        if message.contains(", 1 connection(s), ") {
             saw_connection = true;
             break;
         }
