@@ -4,6 +4,8 @@
 #   local        the device itself (the limit)
 #   nvmf-rs      our nvmf-target (NVMF_TARGET_BIN) exporting it over NVMe/TCP, the kernel host connected
 #   nvmet-tcp    the kernel's nvmet-tcp exporting it, the kernel host connected
+#   nvmf-rs-rdma our nvmf-target over NVMe/RDMA (Soft-RoCE on the guest's rxe0, $NVMF_RDMA_ADDR), kernel host
+#   nvmet-rdma   the kernel's nvmet-rdma exporting it, the kernel host connected over rxe0
 #   tgtd         tgtd exporting it over iSCSI, open-iscsi (iscsid + iscsi_tcp) logged in
 # Writes $NVMF_VM_LOGS/compare/<target>/<job>.json (fio's JSON) or <job>.err, and kernel (the guest's uname -r).
 # Environment: COMPARE_RUNTIME (seconds per job), COMPARE_RAMP (empty: the job files' ramp), COMPARE_SIZE_MIB.
@@ -47,6 +49,14 @@ if nvmet_subsys "$nqn_kernel" "$dev" && nvmet_tcp_port 1 127.0.0.1 4420 "$nqn_ke
 else
   echo "nvmet-tcp setup failed" > "$out/nvmet-tcp.skipped"
 fi
+# Kernel nvmet-rdma: the same subsystem on an RDMA port (rdma_cm needs the rxe0 address, not loopback).
+if [ -n "${NVMF_RDMA_ADDR:-}" ] && nvmet_rdma_port 2 "$NVMF_RDMA_ADDR" 4420 "$nqn_kernel" &&
+  remote=$(host_connect rdma "$NVMF_RDMA_ADDR" 4420 "$nqn_kernel"); then
+  run_jobs nvmet-rdma "$remote"
+  host_disconnect "$nqn_kernel"
+else
+  echo "nvmet-rdma setup failed (no rxe0?)" > "$out/nvmet-rdma.skipped"
+fi
 nvmet_teardown
 
 # Ours.
@@ -56,6 +66,10 @@ level = "warn"
 [[listener]]
 address = "127.0.0.1"
 port = 4421
+[[listener]]
+transport = "rdma"
+address = "${NVMF_RDMA_ADDR:-10.77.0.1}"
+port = 4421
 [[subsystem]]
 nqn = "$nqn_ours"
 [[subsystem.namespace]]
@@ -64,8 +78,15 @@ EOF
 if nvmf_target_start ours /tmp/compare-target.toml && remote=$(host_connect tcp 127.0.0.1 4421 "$nqn_ours"); then
   run_jobs nvmf-rs "$remote"
   host_disconnect "$nqn_ours"
+  if [ -n "${NVMF_RDMA_ADDR:-}" ] && remote=$(host_connect rdma "$NVMF_RDMA_ADDR" 4421 "$nqn_ours"); then
+    run_jobs nvmf-rs-rdma "$remote"
+    host_disconnect "$nqn_ours"
+  else
+    echo "kernel host could not connect over RDMA (see ours.log)" > "$out/nvmf-rs-rdma.skipped"
+  fi
 else
   echo "nvmf-target setup failed (see ours.log)" > "$out/nvmf-rs.skipped"
+  echo "nvmf-target setup failed (see ours.log)" > "$out/nvmf-rs-rdma.skipped"
 fi
 stop_daemon ours
 
