@@ -556,12 +556,14 @@ impl fmt::Debug for PrivateData {
     }
 }
 
-/// Connection parameters the peer sent (in a connect request or reply).
+/// Connection parameters the peer sent (in a connect request or reply). The RDMA CM hands the two depths over
+/// already turned to our side (the peer's responder resources arrive as our `initiator_depth`, and the other way
+/// round), so they can be used as they are in our own accept or connect parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PeerConnParam {
-    /// RDMA READs the peer serves as responder (our `initiator_depth` ceiling).
+    /// RDMA READs the peer will issue to us as initiator (its ORD): what we need as responder.
     pub responder_resources: u8,
-    /// RDMA READs the peer issues as initiator (our `responder_resources` need).
+    /// RDMA READs we may have outstanding towards the peer as initiator (its IRD): our ceiling.
     pub initiator_depth: u8,
     /// Hardware flow control.
     pub flow_control: bool,
