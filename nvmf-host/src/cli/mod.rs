@@ -231,6 +231,36 @@ pub struct DiscoverArgs {
     pub output_format: OutputFormat,
 }
 
+/// The connection options of the foreground export commands (`nbd`, `ublk`), in nvme-cli's words.
+#[derive(Debug, Clone, Args)]
+pub struct ForegroundConnection {
+    /// Host NQN (default: /etc/nvme/hostnqn or generated).
+    #[arg(short = 'q', long = "hostnqn")]
+    pub hostnqn: Option<String>,
+    /// I/O queues to ask for (default: one per CPU).
+    #[arg(short = 'i', long = "nr-io-queues")]
+    pub nr_io_queues: Option<u16>,
+    /// Header digests.
+    #[arg(long = "hdr-digest")]
+    pub hdr_digest: bool,
+    /// Data digests.
+    #[arg(long = "data-digest")]
+    pub data_digest: bool,
+}
+
+impl ForegroundConnection {
+    /// The library's options for these flags.
+    pub fn options(&self) -> ConnectOptions {
+        let mut o = connect_options(self.hostnqn.as_ref());
+        o.hdr_digest = self.hdr_digest;
+        o.data_digest = self.data_digest;
+        if let Some(n) = self.nr_io_queues {
+            o.nr_io_queues = n;
+        }
+        o
+    }
+}
+
 fn connect_options(hostnqn: Option<&String>) -> ConnectOptions {
     let mut o = ConnectOptions::default();
     // The default identity is the system's (/etc/nvme) or a generated one; `--hostnqn` overrides the NQN.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use clap::Args;
 use nvmf_service::signals::Signals;
 
-use super::{connect_options, CliError, Endpoint};
+use super::{CliError, Endpoint, ForegroundConnection};
 use crate::controller::Controller;
 use crate::nbd::{NbdError, NbdExport, NbdListen, NbdOptions};
 
@@ -25,18 +25,9 @@ pub struct NbdArgs {
     /// Where to serve NBD: `unix:/path` or `ADDR:PORT` (loopback by default).
     #[arg(long = "listen", default_value = "127.0.0.1:10809")]
     pub listen: NbdListen,
-    /// Host NQN (default: /etc/nvme/hostnqn or generated).
-    #[arg(short = 'q', long = "hostnqn")]
-    pub hostnqn: Option<String>,
-    /// I/O queues to ask for (default: one per CPU).
-    #[arg(short = 'i', long = "nr-io-queues")]
-    pub nr_io_queues: Option<u16>,
-    /// Header digests.
-    #[arg(long = "hdr-digest")]
-    pub hdr_digest: bool,
-    /// Data digests.
-    #[arg(long = "data-digest")]
-    pub data_digest: bool,
+    /// Host identity, queues and digests.
+    #[command(flatten)]
+    pub connection: ForegroundConnection,
     /// The export's name (clients may also use the empty default name).
     #[arg(long = "export-name", default_value = "")]
     pub export_name: String,
@@ -48,12 +39,7 @@ pub struct NbdArgs {
 /// Connect, export, print the URI, serve until SIGINT/SIGTERM, stop, disconnect.
 pub fn run(a: &NbdArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let addr = a.endpoint.resolve()?;
-    let mut connect = connect_options(a.hostnqn.as_ref());
-    connect.hdr_digest = a.hdr_digest;
-    connect.data_digest = a.data_digest;
-    if let Some(n) = a.nr_io_queues {
-        connect.nr_io_queues = n;
-    }
+    let connect = a.connection.options();
     // Before anything starts, so a signal during the connect is not lost.
     let signals = Signals::new().map_err(|source| NbdError::Io {
         what: "installing signal handlers for",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::Args;
 use nvmf_service::signals::Signals;
 
-use super::{connect_options, CliError, Endpoint};
+use super::{CliError, Endpoint, ForegroundConnection};
 use crate::controller::Controller;
 use crate::ublk::{UblkError, UblkExport, UblkOptions};
 
@@ -23,33 +23,19 @@ pub struct UblkArgs {
     /// Namespace to export.
     #[arg(long = "nsid", default_value_t = 1)]
     pub nsid: u32,
-    /// Host NQN (default: /etc/nvme/hostnqn or generated).
-    #[arg(short = 'q', long = "hostnqn")]
-    pub hostnqn: Option<String>,
-    /// I/O queues to ask for (default: one per CPU); the device gets one ublk queue per I/O queue.
-    #[arg(short = 'i', long = "nr-io-queues")]
-    pub nr_io_queues: Option<u16>,
+    /// Host identity, queues and digests.
+    #[command(flatten)]
+    pub connection: ForegroundConnection,
     /// Entries per I/O queue, and so the ublk queue depth.
     #[arg(short = 'Q', long = "queue-size", default_value_t = 128)]
     pub queue_size: u16,
-    /// Header digests.
-    #[arg(long = "hdr-digest")]
-    pub hdr_digest: bool,
-    /// Data digests.
-    #[arg(long = "data-digest")]
-    pub data_digest: bool,
 }
 
 /// Connect, add the device, print its path, serve until SIGINT/SIGTERM, delete it, disconnect.
 pub fn run(a: &UblkArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let addr = a.endpoint.resolve()?;
-    let mut connect = connect_options(a.hostnqn.as_ref());
-    connect.hdr_digest = a.hdr_digest;
-    connect.data_digest = a.data_digest;
+    let mut connect = a.connection.options();
     connect.queue_size = a.queue_size;
-    if let Some(n) = a.nr_io_queues {
-        connect.nr_io_queues = n;
-    }
     // Before anything starts, so a signal during the connect is not lost.
     let signals = Signals::new().map_err(|source| UblkError::Driver {
         what: "installing signal handlers",
