@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::target::{place, syntax_error, LoggingConfig, MetricsConfig, Transport};
+use crate::target::{place, read_file, syntax_error, LoggingConfig, MetricsConfig, Transport};
 
 /// Default state directory (generated host NQN and host ID live here).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nvmf-host";
@@ -142,9 +142,7 @@ impl HostConfig {
     /// directory.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let base = path.parent().filter(|dir| !dir.as_os_str().is_empty());
+        let (text, base) = read_file(path)?;
         load(&text, &path.display().to_string(), base)
     }
 

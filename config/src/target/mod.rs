@@ -301,9 +301,7 @@ impl TargetConfig {
     /// file's directory.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let base = path.parent().filter(|dir| !dir.as_os_str().is_empty());
+        let (text, base) = read_file(path)?;
         load(&text, &path.display().to_string(), base)
     }
 
@@ -325,6 +323,12 @@ pub(crate) fn available_cpus() -> usize {
 }
 
 /// A TOML parse or type error, placed and given its key path.
+/// A configuration file's text and the directory its relative paths are taken from.
+pub(crate) fn read_file(path: &Path) -> Result<(String, Option<&Path>), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    Ok((text, path.parent().filter(|dir| !dir.as_os_str().is_empty())))
+}
+
 pub(crate) fn syntax_error(error: &toml::de::Error, text: &str, origin: &str) -> ConfigError {
     let offset = error.span().map_or(0, |span| span.start);
     let key = SpanIndex::parse(text).map(|index| index.path_at(offset)).filter(|key| !key.segments().is_empty());
