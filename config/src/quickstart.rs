@@ -10,7 +10,8 @@
 //! - `--listen URL` (repeatable): `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]`, IPv6 in brackets, port default
 //!   4420. Without it: [`DEFAULT_LISTEN`].
 //! - `--namespace SPEC` (repeatable; NSIDs 1, 2, … in order): `PATH`, `memory:SIZE` or `null:SIZE` (sizes as in
-//!   [`crate::size`]), then optionally `,uuid=UUID`, `,nguid=HEX32`, `,eui64=HEX16`, `,block-size=512|4096`.
+//!   [`crate::size`]), then optionally `,uuid=UUID`, `,nguid=HEX32`, `,eui64=HEX16`, `,block-size=512|4096`,
+//!   `,buffered-io=true|false` (a path through the page cache instead of O_DIRECT: the file's `buffered_io`).
 //!   Identifiers not given are derived from the NQN and NSID ([`crate::ids`]), so they survive restarts. A path
 //!   that itself starts with `memory:` or `null:` or holds a comma needs a configuration file (or `./memory:…`).
 //!   Without any: [`DEFAULT_NAMESPACE`].
@@ -42,7 +43,8 @@ pub const DEFAULT_NAMESPACE: &str = "memory:1GiB";
 
 const LISTEN_ALLOWED: &str =
     "tcp://ADDRESS[:PORT] or rdma://ADDRESS[:PORT], IPv6 in brackets, e.g. tcp://0.0.0.0:4420 or tcp://[::1]:4420";
-const OPTIONS_ALLOWED: &str = "options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096";
+const OPTIONS_ALLOWED: &str =
+    "options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false";
 
 /// The quick-start flags, as given (clap `Args`: flatten into the binary's command line).
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
@@ -51,7 +53,7 @@ pub struct QuickStart {
     #[arg(long = "listen", value_name = "URL")]
     pub listen: Vec<String>,
     /// Export PATH, memory:SIZE or null:SIZE, optionally followed by ,uuid=UUID ,nguid=HEX ,eui64=HEX
-    /// ,block-size=512|4096 (repeatable; NSIDs in order) [default: memory:1GiB]
+    /// ,block-size=512|4096 ,buffered-io=true|false (repeatable; NSIDs in order) [default: memory:1GiB]
     #[arg(long = "namespace", value_name = "SPEC")]
     pub namespaces: Vec<String>,
     /// Subsystem NQN [default: nqn.2024-01.io.nvmf-rs:default]
@@ -217,6 +219,8 @@ pub struct NamespaceSpec {
     pub nguid: Option<Nguid>,
     /// `eui64=` (derived when absent).
     pub eui64: Option<Eui64>,
+    /// `buffered-io=`, true or false (false when absent; true only for a path).
+    pub buffered_io: Option<bool>,
 }
 
 impl NamespaceSpec {
@@ -237,7 +241,8 @@ impl NamespaceSpec {
         } else {
             NamespaceBackend::Path(backend_text.into())
         };
-        let mut spec = NamespaceSpec { backend, block_size: None, uuid: None, nguid: None, eui64: None };
+        let mut spec =
+            NamespaceSpec { backend, block_size: None, uuid: None, nguid: None, eui64: None, buffered_io: None };
         for option in parts {
             let (name, value) = option
                 .split_once('=')
@@ -263,6 +268,12 @@ impl NamespaceSpec {
                         }
                     })
                 }
+                "buffered-io" if spec.buffered_io.is_some() => return Err(duplicate()),
+                "buffered-io" => {
+                    spec.buffered_io = Some(value.parse().map_err(|_| {
+                        ValueError::new(format!("buffered-io {value:?} is not a boolean"), "true or false")
+                    })?)
+                }
                 _ => return Err(ValueError::new(format!("option {name:?} is unknown"), OPTIONS_ALLOWED)),
             }
         }
@@ -281,6 +292,7 @@ impl NamespaceSpec {
             memory,
             null,
             block_size: self.block_size.map(i64::from),
+            buffered_io: self.buffered_io,
             uuid: self.uuid.map(|uuid| uuid.to_string()),
             nguid: self.nguid.map(|nguid| nguid.to_string()),
             eui64: self.eui64.map(|eui64| eui64.to_string()),
@@ -338,7 +350,7 @@ mod tests {
             "--listen",
             "rdma://[fe80::1]",
             "--namespace",
-            "/dev/nvme0n1",
+            "/dev/nvme0n1,buffered-io=true",
             "--namespace",
             "null:1TiB,block-size=4096,eui64=0123456789abcdef",
             "--namespace",
@@ -364,6 +376,7 @@ mod tests {
         assert_eq!(ns.iter().map(|ns| ns.nsid).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(ns[0].backend, NamespaceBackend::Path("/dev/nvme0n1".into()));
         assert_eq!(ns[0].nguid, ids::derive_nguid("nqn.2024-01.com.example:disk", 1));
+        assert!(ns[0].buffered_io && !ns[1].buffered_io && !ns[2].buffered_io);
         assert_eq!(ns[1].backend, NamespaceBackend::Null { size: 1 << 40 });
         assert_eq!(ns[1].block_size, 4096);
         assert_eq!(ns[1].eui64.to_string(), "0123456789abcdef");
@@ -402,10 +415,11 @@ mod tests {
             ("", "the namespace has no backend; allowed: PATH, memory:SIZE or null:SIZE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB"),
             ("memory", "memory needs a size; allowed: PATH, memory:SIZE or null:SIZE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB"),
             ("null:1X", "size \"1X\" has an unknown unit \"x\"; allowed: a whole number of bytes with an optional unit: K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"1GiB\""),
-            ("/f,size=1", "option \"size\" is unknown; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096"),
-            ("/f,uuid", "option \"uuid\" is not NAME=VALUE; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096"),
+            ("/f,size=1", "option \"size\" is unknown; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false"),
+            ("/f,uuid", "option \"uuid\" is not NAME=VALUE; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false"),
             ("/f,block-size=1024", "block size \"1024\" is not supported; allowed: 512 or 4096"),
-            ("/f,block-size=512,block-size=512", "option \"block-size\" is given twice; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096"),
+            ("/f,block-size=512,block-size=512", "option \"block-size\" is given twice; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false"),
+            ("/f,buffered-io=1", "buffered-io \"1\" is not a boolean; allowed: true or false"),
             ("/f,uuid=x", "\"x\" is not a UUID; allowed: a UUID such as \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", not all zero"),
             ("/f,nguid=1", "NGUID \"1\" is not 32 hexadecimal digits; allowed: 32 hexadecimal digits, not all zero"),
             ("/f,eui64=0000000000000000", "an all-zero EUI-64 means \"no EUI-64\" to a host; allowed: 16 hexadecimal digits, not all zero"),
@@ -441,6 +455,11 @@ mod tests {
                 "--namespace {second:?}: UUID {uuid} is also subsystem[0].namespace[0].uuid's; allowed: a UUID \
                  unique in the target (omit it to derive one)"
             )
+        );
+        assert_eq!(
+            error(&["--namespace", "memory:1G,buffered-io=true"]),
+            "--namespace \"memory:1G,buffered-io=true\": buffered_io applies to path namespaces only; allowed: true \
+             with path, false (the default) with memory or null"
         );
         assert!(error(&["--nqn", "nqn.2014-08.org.nvmexpress.discovery"])
             .starts_with("--nqn \"nqn.2014-08.org.nvmexpress.discovery\": the discovery subsystem's NQN"));

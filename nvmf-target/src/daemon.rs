@@ -93,7 +93,8 @@ pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<Namespa
         NamespaceBackend::Memory { size } => StorageSpec::Memory { size: *size, block_size: ns.block_size },
         NamespaceBackend::Null { size } => StorageSpec::Null { size: *size, block_size: ns.block_size },
     };
-    let storage = Arc::new(Storage::open(&spec).map_err(|source| StartError::Storage {
+    let open = if ns.buffered_io { Storage::open_buffered } else { Storage::open };
+    let storage = Arc::new(open(&spec).map_err(|source| StartError::Storage {
         subsystem: subsystem.to_owned(),
         nsid: ns.nsid,
         source,

@@ -221,6 +221,9 @@ pub struct NamespaceConfig {
     pub backend: NamespaceBackend,
     /// Logical block size in bytes: 512 or 4096. Default 512.
     pub block_size: u32,
+    /// Read and write a `path` backend through the page cache instead of O_DIRECT (nvmet's `buffered_io`).
+    /// Default false; true only with `path`.
+    pub buffered_io: bool,
     /// Namespace UUID. Default: derived ([`crate::ids::derive_uuid`]). Unique in the target.
     pub uuid: Uuid,
     /// Namespace NGUID. Default: derived ([`crate::ids::derive_nguid`]). Unique in the target.

@@ -125,6 +125,8 @@ pub(crate) struct RawNamespace {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_size: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffered_io: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nguid: Option<String>,

@@ -27,7 +27,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("unknown_section", "[reactor]\nthreads = 1\n",
         "t.toml:1:2: reactor: unknown field `reactor`, expected one of `target`, `discovery`, `reactors`, `metrics`, `logging`, `listener`, `subsystem`"),
     ("unknown_key", "@[[subsystem.namespace]]@blocksize = 4096\n",
-        "t.toml:9:1: subsystem[0].namespace[0].blocksize: unknown field `blocksize`, expected one of `nsid`, `path`, `memory`, `null`, `block_size`, `uuid`, `nguid`, `eui64`"),
+        "t.toml:9:1: subsystem[0].namespace[0].blocksize: unknown field `blocksize`, expected one of `nsid`, `path`, `memory`, `null`, `block_size`, `buffered_io`, `uuid`, `nguid`, `eui64`"),
     ("wrong_type", "@[[listener]]@port = \"4420\"\n",
         "t.toml:3:8: listener[0].port: invalid type: string \"4420\", expected an integer"),
     ("bad_variant", "@[[listener]]@transport = \"udp\"\n",
@@ -132,6 +132,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:6:8: subsystem[0].namespace[0].null: size \"1PB\" has an unknown unit \"pb\"; allowed: a whole number of bytes with an optional unit: K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"1GiB\""),
     ("block_size", "@[[subsystem.namespace]]@block_size = 1024\n",
         "t.toml:9:14: subsystem[0].namespace[0].block_size: block size 1024 is not supported; allowed: 512 or 4096"),
+    ("buffered_io_memory", "@[[subsystem.namespace]]@buffered_io = true\n",
+        "t.toml:9:15: subsystem[0].namespace[0].buffered_io: buffered_io applies to path namespaces only; allowed: true with path, false (the default) with memory or null"),
+    ("buffered_io_memory_false", "@[[subsystem.namespace]]@buffered_io = false\n",
+        "accepted"),
+    ("buffered_io_type", "@[[subsystem.namespace]]@buffered_io = 1\n",
+        "t.toml:9:15: subsystem[0].namespace[0].buffered_io: invalid type: integer `1`, expected a boolean"),
     ("uuid", "@[[subsystem.namespace]]@uuid = \"not-a-uuid\"\n",
         "t.toml:9:8: subsystem[0].namespace[0].uuid: \"not-a-uuid\" is not a UUID; allowed: a UUID such as \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", not all zero"),
     ("nguid", "@[[subsystem.namespace]]@nguid = \"00\"\n",
@@ -238,6 +244,7 @@ fn defaults_are_filled_in() {
     assert_eq!(namespace.nsid, 1);
     assert_eq!(namespace.backend, NamespaceBackend::Memory { size: 1 << 30 });
     assert_eq!(namespace.block_size, 512);
+    assert!(!namespace.buffered_io);
     assert_eq!(namespace.uuid, crate::ids::derive_uuid(&subsystem.nqn, 1));
     assert_eq!(namespace.nguid, crate::ids::derive_nguid(&subsystem.nqn, 1));
     assert_eq!(namespace.eui64, crate::ids::derive_eui64(&subsystem.nqn, 1));
@@ -378,6 +385,20 @@ fn from_file_names_the_file_and_resolves_relative_paths() {
     assert!(matches!(error, ConfigError::Read { .. }));
     assert!(error.to_string().starts_with(&format!("{}: cannot read the configuration file: ", missing.display())));
     assert!(error.location().is_none());
+}
+
+#[test]
+fn buffered_io_path_namespace_reads_back_from_display() {
+    let config = load(&BASE.replace("memory = \"1GiB\"", "path = \"disk.img\"\nbuffered_io = true")).unwrap();
+    assert!(config.subsystems[0].namespaces[0].buffered_io);
+    let printed = config.to_string();
+    assert!(printed.contains("buffered_io = true"), "{printed}");
+    assert_eq!(load(&printed).unwrap(), config, "{printed}");
+    // A path namespace prints its default; memory and null, where it can only be false, leave it out.
+    let direct = load(&BASE.replace("memory = \"1GiB\"", "path = \"disk.img\"")).unwrap();
+    assert!(!direct.subsystems[0].namespaces[0].buffered_io);
+    assert!(direct.to_string().contains("buffered_io = false"), "{direct}");
+    assert!(!load(BASE).unwrap().to_string().contains("buffered_io"));
 }
 
 #[test]

@@ -421,6 +421,14 @@ fn namespace(
             ));
         }
     };
+    let buffered_io = raw.buffered_io.unwrap_or(false);
+    if buffered_io && !matches!(backend, NamespaceBackend::Path(_)) {
+        return Err(Problem::new(
+            key.key("buffered_io"),
+            "buffered_io applies to path namespaces only",
+            "true with path, false (the default) with memory or null",
+        ));
+    }
     let uuid = match &raw.uuid {
         None => ids::derive_uuid(subnqn, nsid),
         Some(text) => ids::parse_uuid(text).map_err(|error| error.at(key.key("uuid")))?,
@@ -433,7 +441,7 @@ fn namespace(
         None => ids::derive_eui64(subnqn, nsid),
         Some(text) => Eui64::parse(text).map_err(|error| error.at(key.key("eui64")))?,
     };
-    Ok(NamespaceConfig { nsid, backend, block_size, uuid, nguid, eui64 })
+    Ok(NamespaceConfig { nsid, backend, block_size, buffered_io, uuid, nguid, eui64 })
 }
 
 fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<ReactorConfig, Problem> {
@@ -575,6 +583,8 @@ fn namespace_to_raw(namespace: &NamespaceConfig) -> RawNamespace {
         memory,
         null,
         block_size: Some(i64::from(namespace.block_size)),
+        // Only where it may be true: a memory or null namespace with `buffered_io = false` would read oddly.
+        buffered_io: matches!(namespace.backend, NamespaceBackend::Path(_)).then_some(namespace.buffered_io),
         uuid: Some(namespace.uuid.hyphenated().to_string()),
         nguid: Some(namespace.nguid.to_string()),
         eui64: Some(namespace.eui64.to_string()),

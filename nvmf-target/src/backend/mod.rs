@@ -39,3 +39,6 @@ pub use error::BackendError;
 pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};
 pub use storage::{Storage, StorageSpec};
+
+#[cfg(test)]
+pub(crate) use ring::cached_and_unwritten_pages;

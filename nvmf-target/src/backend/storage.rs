@@ -133,9 +133,12 @@ impl Storage {
         Self::open_with(spec, true)
     }
 
-    /// Opens files and devices without O_DIRECT (tests of the buffered path on filesystems that take O_DIRECT).
-    #[cfg(test)]
-    pub(crate) fn open_buffered(spec: &StorageSpec) -> Result<Storage, BackendError> {
+    /// Opens `spec` like [`Storage::open`], but files and block devices without O_DIRECT: reads and writes go
+    /// through the page cache (nvmet's `buffered_io` namespace attribute). Writes are acknowledged once they are in
+    /// the page cache, so the namespace keeps reporting a volatile write cache: Flush becomes `fdatasync` and FUA
+    /// writes `RWF_DSYNC`, as with O_DIRECT. NVMe passthrough (`/dev/ngXnY`), null and memory are opened as by
+    /// [`Storage::open`].
+    pub fn open_buffered(spec: &StorageSpec) -> Result<Storage, BackendError> {
         Self::open_with(spec, false)
     }
 
@@ -191,6 +194,7 @@ impl Storage {
             capacity,
             discard,
             write_zeroes = storage.supports_write_zeroes(),
+            direct = storage.is_direct(),
             "storage opened"
         );
         Ok(storage)

@@ -1,9 +1,11 @@
 //! End-to-end tests of [`TcpConnection`]: a host made of hand-encoded PDUs (nvmf-common) on a loopback
-//! socket, the real controller `Queue` and an `IoEngine` serving a memory namespace.
+//! socket, the real controller `Queue` and an `IoEngine` serving a memory namespace (a buffered file namespace in
+//! one test).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,7 @@ use nvmf_common::fabrics::connect::{Connect, ConnectData, CATTR_DISABLE_SQ_FLOW_
 use nvmf_common::fabrics::nqn::Nqn;
 use nvmf_common::fabrics::property::{ControllerConfiguration, PropertySet, PropertySize};
 use nvmf_common::nvme::features::{NumberOfQueues, SetFeatures};
-use nvmf_common::nvme::io::{Read as ReadCmd, Write as WriteCmd};
+use nvmf_common::nvme::io::{Flush, Read as ReadCmd, Write as WriteCmd};
 use nvmf_common::nvme::sgl::{SglDescriptor, SglSubtype};
 use nvmf_common::nvme::{CompletionQueueEntry, Status, SubmissionQueueEntry};
 use nvmf_common::transport::tcp::{
@@ -20,7 +22,7 @@ use nvmf_common::transport::tcp::{
 };
 
 use super::{ConnectionError, TcpConnection, TcpTransportConfig};
-use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
+use crate::backend::{cached_and_unwritten_pages, EngineConfig, IoEngine, Storage, StorageSpec};
 use crate::controller::{
     split_storage_tag, NamespaceParams, Queue, SubsystemParams, Target, TargetParams, TransportInfo,
 };
@@ -39,6 +41,13 @@ struct Rig {
 
 impl Rig {
     fn new(config: TcpTransportConfig) -> Rig {
+        let storage =
+            Storage::open(&StorageSpec::Memory { size: 16 << 20, block_size: BLOCK }).expect("memory storage");
+        Rig::with_storage(config, storage)
+    }
+
+    /// A rig whose namespace 1 is `storage`.
+    fn with_storage(config: TcpTransportConfig, storage: Storage) -> Rig {
         let engine = IoEngine::new(&EngineConfig {
             ring_entries: 64,
             buffer_size: 1 << 20,
@@ -48,8 +57,6 @@ impl Rig {
             max_files: 4,
         })
         .expect("io engine");
-        let storage =
-            Storage::open(&StorageSpec::Memory { size: 16 << 20, block_size: BLOCK }).expect("memory storage");
         let mut subsystem = SubsystemParams::new(SUBNQN);
         subsystem.namespaces.push(NamespaceParams::new(1, Arc::new(storage)));
         let target = Target::new(TargetParams::default(), vec![subsystem]).expect("target");
@@ -443,6 +450,44 @@ fn write_via_r2t_and_in_capsule_then_read_back() {
         let (got, _) = read(&mut io, engine, 1000, small.len());
         assert_eq!(got, small);
     }
+}
+
+#[test]
+fn buffered_file_namespace_round_trips_and_flush_and_fua_leave_nothing_unwritten() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("ns.img");
+    std::fs::write(&path, vec![0u8; 4 << 20]).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    file.sync_all().unwrap();
+    let unwritten = || cached_and_unwritten_pages(file.as_raw_fd()).expect("cachestat (Linux 6.5)").1;
+    let storage = Storage::open_buffered(&StorageSpec::Path { path: path.clone(), block_size: BLOCK }).unwrap();
+    assert!(!storage.is_direct() && storage.volatile_write_cache());
+    let mut rig = Rig::with_storage(TcpTransportConfig::default(), storage);
+    let (_admin, mut io) = association(&mut rig, false, false, 0);
+    let engine = &mut rig.engine;
+    assert_eq!(unwritten(), 0, "the file starts clean");
+    // A plain write is acknowledged from the page cache (so it is still dirty there); Flush writes it back.
+    let big = pattern(300 * 1024, 3);
+    write_via_r2t(&mut io, engine, 8, &big, 128 * 1024);
+    assert!(unwritten() > 0, "a buffered write sits dirty in the page cache");
+    let cid = io.command(Flush { nsid: 1 }.to_sqe(), &[]);
+    let cqe = io.expect_response(engine);
+    assert_eq!((cqe.cid, cqe.status), (cid, Status::SUCCESS), "Flush");
+    assert_eq!(unwritten(), 0, "Flush wrote the page cache back");
+    // A FUA write is durable when acknowledged, with no Flush.
+    let small = pattern(4096, 4);
+    let mut sqe = write_sqe(1000, small.len(), true);
+    sqe.cdw12 = WriteCmd { fua: true, ..WriteCmd::from_sqe(&sqe).unwrap() }.to_sqe().cdw12;
+    let cid = io.command(sqe, &small);
+    let cqe = io.expect_response(engine);
+    assert_eq!((cqe.cid, cqe.status), (cid, Status::SUCCESS), "FUA write");
+    assert_eq!(unwritten(), 0, "the FUA write was written back before its completion");
+    // Both read back over the wire and from the file itself.
+    assert!(read(&mut io, engine, 8, big.len()).0 == big, "R2T write read back");
+    assert_eq!(read(&mut io, engine, 1000, small.len()).0, small, "FUA write read back");
+    let on_disk = std::fs::read(&path).unwrap();
+    let at = |slba: usize, len: usize| &on_disk[slba * BLOCK as usize..slba * BLOCK as usize + len];
+    assert!(at(8, big.len()) == &big[..] && at(1000, small.len()) == &small[..], "the data is in the file");
 }
 
 #[test]
