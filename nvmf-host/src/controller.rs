@@ -1,10 +1,13 @@
-//! [`Controller`]: a host's association with an NVMe-oF controller over NVMe/TCP, kept up across
-//! connection loss.
+//! [`Controller`]: a host's association with an NVMe-oF controller over NVMe/TCP or NVMe/RDMA
+//! ([`ConnectOptions::transport`]), kept up across connection loss.
 //!
-//! [`Controller::connect`] brings the association up the way the Linux host does: admin queue (ICReq,
-//! Fabrics Connect with CNTLID 0xFFFF and KATO), Property Get CAP, Property Set CC.EN and a wait for
-//! CSTS.RDY bounded by CAP.TO, Identify Controller, Set Features Number of Queues, then one TCP connection
-//! and Fabrics Connect per granted I/O queue, the namespace scan, and Asynchronous Event Requests.
+//! [`Controller::connect`] brings the association up the way the Linux host does: admin queue (TCP: ICReq;
+//! RDMA: RDMA CM connect with HSQSIZE 31; then Fabrics Connect with CNTLID 0xFFFF and KATO), Property Get
+//! CAP, Property Set CC.EN and a wait for CSTS.RDY bounded by CAP.TO, Identify Controller, Set Features
+//! Number of Queues, then one connection (TCP socket or RDMA queue pair) and Fabrics Connect per granted I/O
+//! queue, the namespace scan, and Asynchronous Event Requests. Everything above the queues is the same code
+//! for both transports: each queue is a [`QueueHandle`] whose I/O thread drives a `TcpQueue` or an
+//! `RdmaQueue` (writes up to the controller's IOCCSZ go in the capsule on either).
 //!
 //! Reconnect (nvme-cli's `--reconnect-delay`, `--ctrl-loss-tmo`, `--fast-io-fail-tmo`): when any queue of
 //! the association fails (transport error, command timeout) or a Keep Alive fails, the controller becomes
@@ -15,7 +18,7 @@
 //! loss ([`ControllerState::Failed`]). Meanwhile I/O is held: new I/O submissions wait, and I/O commands
 //! the lost connection had in flight are resubmitted on the new association (reads, writes, flush, write
 //! zeroes and DSM are safe to repeat at the block level), through the [`crate::tcp::Pending`] the caller
-//! waits on; see `tcp::handle` for how the owned buffers are kept without a copy. After `fast_io_fail_tmo`
+//! waits on; see [`crate::queue_handle`] for how the owned buffers are kept without a copy. After `fast_io_fail_tmo`
 //! held and new I/O fail with [`HostError::FastIoFail`] while attempts go on; after `ctrl_loss_tmo` with
 //! [`HostError::ControllerLost`]. Admin commands are not held: they fail with the transport error.
 //!
@@ -23,7 +26,7 @@
 //! Namespace Attribute Changed notice makes it read the Changed Namespace List log (which clears the
 //! event), rescan the namespaces and bump [`Controller::namespace_generation`], then re-arm the request.
 //!
-//! Threads: each queue has its I/O thread ([`crate::tcp::QueueHandle`]). One supervisor thread per
+//! Threads: each queue has its I/O thread ([`QueueHandle`]). One supervisor thread per
 //! controller sends the Keep Alives (every KATO/2), watches the queues for failure (every 100 ms), handles
 //! asynchronous events and runs the reconnect attempts; it blocks on admin commands and connects, never on
 //! the data path. The blocking calls here run on the caller's thread, split transfers at MDTS, submit
@@ -59,21 +62,45 @@ use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, Submiss
 
 use crate::error::HostError;
 use crate::identity::HostIdentity;
-use crate::tcp::handle::Recovery;
+use crate::queue_handle::Recovery;
+#[cfg(feature = "rdma")]
+use crate::rdma::{RdmaQueue, RdmaQueueOptions};
 use crate::tcp::{DataDirection, Pending, QueueHandle, Reply, Request, Submitter, TcpQueue, TcpQueueOptions};
 
 /// Depth of the admin queue (Linux uses 32).
 const ADMIN_QUEUE_SIZE: u16 = 32;
-/// In-capsule data the admin queue uses (NVMe/TCP: at least 8 KiB on the admin queue).
+/// In-capsule data the admin queue uses over NVMe/TCP (at least 8 KiB on the admin queue).
 const ADMIN_IN_CAPSULE: u32 = 8192;
 /// Most Asynchronous Event Requests kept outstanding, whatever AERL allows (they occupy admin queue slots).
 const MAX_AERS: usize = 8;
 /// How often the supervisor looks at the queues for a failure.
 const SUPERVISOR_TICK: Duration = Duration::from_millis(100);
 
+/// The NVMe-oF transport (nvme-cli's `-t/--transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Transport {
+    /// NVMe/TCP.
+    #[default]
+    Tcp,
+    /// NVMe/RDMA (RDMA CM and verbs; needs the `rdma` feature and an RDMA device).
+    Rdma,
+}
+
+impl Transport {
+    /// The name nvme-cli and the discovery log use (`tcp`, `rdma`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Rdma => "rdma",
+        }
+    }
+}
+
 /// How to connect (nvme-cli's option names in the field docs).
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
+    /// Transport (`-t`): every queue of the association uses it.
+    pub transport: Transport,
     /// Host NQN (`--hostnqn`).
     pub hostnqn: String,
     /// Host Identifier (`--hostid`).
@@ -84,11 +111,12 @@ pub struct ConnectOptions {
     pub queue_size: u16,
     /// Keep Alive Timeout (`--keep-alive-tmo`); zero disables keep-alive.
     pub keep_alive_tmo: Duration,
-    /// Header digests (`--hdr-digest`).
+    /// Header digests (`--hdr-digest`; NVMe/TCP only).
     pub hdr_digest: bool,
-    /// Data digests (`--data-digest`).
+    /// Data digests (`--data-digest`; NVMe/TCP only).
     pub data_digest: bool,
-    /// Bound on connecting each queue (TCP and ICReq/ICResp).
+    /// Bound on connecting each queue (TCP and ICReq/ICResp; RDMA address and route resolution and the CM
+    /// connect).
     pub connect_timeout: Duration,
     /// A command outstanding longer than this fails its queue.
     pub io_timeout: Duration,
@@ -109,6 +137,7 @@ impl Default for ConnectOptions {
         let id = HostIdentity::from_system();
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         ConnectOptions {
+            transport: Transport::Tcp,
             hostnqn: id.hostnqn,
             hostid: id.hostid,
             nr_io_queues: u16::try_from(cores).unwrap_or(u16::MAX),
@@ -402,24 +431,52 @@ fn fabrics_connect(
     connect_response(qid, &reply.result?)
 }
 
+/// Connect queue `qid` of `depth` commands (SQSIZE) over the options' transport and start its I/O thread;
+/// `icd`: largest in-capsule write, `cntlid`: the association's (0xFFFF for the admin queue; NVMe/RDMA sends
+/// it in the CM private data).
 fn open_queue(
     addr: SocketAddr,
     options: &ConnectOptions,
     qid: u16,
     depth: u16,
     icd: u32,
+    cntlid: u16,
 ) -> Result<QueueHandle, HostError> {
-    let qopts = TcpQueueOptions {
-        qid,
-        depth,
-        hdr_digest: options.hdr_digest,
-        data_digest: options.data_digest,
-        in_capsule_limit: icd,
-        max_c2h_data: 16 << 20,
-        connect_timeout: options.connect_timeout,
-        command_timeout: options.io_timeout,
-    };
-    QueueHandle::spawn(TcpQueue::connect(addr, &qopts)?)
+    match options.transport {
+        Transport::Tcp => {
+            let qopts = TcpQueueOptions {
+                qid,
+                depth,
+                hdr_digest: options.hdr_digest,
+                data_digest: options.data_digest,
+                // NVMe/TCP: at least 8 KiB in-capsule on the admin queue.
+                in_capsule_limit: if qid == 0 { ADMIN_IN_CAPSULE } else { icd },
+                max_c2h_data: 16 << 20,
+                connect_timeout: options.connect_timeout,
+                command_timeout: options.io_timeout,
+            };
+            QueueHandle::spawn(TcpQueue::connect(addr, &qopts)?)
+        }
+        #[cfg(feature = "rdma")]
+        Transport::Rdma => {
+            let qopts = RdmaQueueOptions {
+                qid,
+                depth,
+                // NVMe/RDMA: no in-capsule data on the admin queue.
+                in_capsule_limit: if qid == 0 { 0 } else { icd },
+                cntlid,
+                memory_windows: true,
+                connect_timeout: options.connect_timeout,
+                command_timeout: options.io_timeout,
+            };
+            QueueHandle::spawn(RdmaQueue::connect(addr, &qopts)?)
+        }
+        #[cfg(not(feature = "rdma"))]
+        Transport::Rdma => {
+            let _ = cntlid;
+            Err(HostError::InvalidRequest("this build has no NVMe/RDMA (feature `rdma`)".into()))
+        }
+    }
 }
 
 fn wait_csts(
@@ -455,7 +512,7 @@ fn associate(
 ) -> Result<Association, HostError> {
     let t = options.io_timeout;
     let kato_ms = u32::try_from(options.keep_alive_tmo.as_millis()).unwrap_or(u32::MAX);
-    let admin = open_queue(addr, options, 0, ADMIN_QUEUE_SIZE - 1, ADMIN_IN_CAPSULE)?;
+    let admin = open_queue(addr, options, 0, ADMIN_QUEUE_SIZE - 1, 0, CNTLID_DYNAMIC)?;
     let a = admin.submitter();
     let cntlid = fabrics_connect(&a, options, subnqn, ADMIN_QUEUE_SIZE - 1, CNTLID_DYNAMIC, kato_ms)?;
 
@@ -506,7 +563,7 @@ fn associate(
         let entries = u32::from(options.queue_size).clamp(2, cap.max_queue_entries());
         let sqsize = u16::try_from(entries - 1).unwrap_or(u16::MAX);
         for qid in 1..=granted {
-            let q = open_queue(addr, options, qid, sqsize.min(crate::tcp::MAX_QUEUE_DEPTH), in_capsule_data)?;
+            let q = open_queue(addr, options, qid, sqsize.min(crate::tcp::MAX_QUEUE_DEPTH), in_capsule_data, cntlid)?;
             fabrics_connect(&q.submitter(), options, subnqn, sqsize, cntlid, 0)?;
             io.push(q);
         }
@@ -751,8 +808,9 @@ fn supervise(inner: &Inner, events: &Receiver<Reply>, events_tx: &SyncSender<Rep
 }
 
 impl Controller {
-    /// Connect to subsystem `subnqn` at `addr` and bring the association up (see the module docs). A
-    /// failure here is returned as is: reconnecting starts only once an association was up.
+    /// Connect to subsystem `subnqn` at `addr` over [`ConnectOptions::transport`] and bring the association
+    /// up (see the module docs). A failure here is returned as is: reconnecting starts only once an
+    /// association was up.
     pub fn connect(addr: SocketAddr, subnqn: &str, options: ConnectOptions) -> Result<Self, HostError> {
         let assoc = associate(addr, subnqn, &options, options.nr_io_queues)?;
         let supervision = Arc::new(Supervision {
@@ -793,7 +851,8 @@ impl Controller {
                 HostError::io(0, "spawning the supervisor thread", &e)
             })?;
         let info = assoc.info;
-        tracing::info!(%addr, subnqn, cntlid = info.cntlid, io_queues = info.io_queues, "connected");
+        let transport = inner.options.transport.name();
+        tracing::info!(%addr, transport, subnqn, cntlid = info.cntlid, io_queues = info.io_queues, "connected");
         Ok(Controller { inner, info, next_io: AtomicUsize::new(0), supervisor: Some(supervisor) })
     }
 
@@ -839,6 +898,11 @@ impl Controller {
     /// The address connected to.
     pub fn addr(&self) -> SocketAddr {
         self.inner.addr
+    }
+
+    /// The transport of every queue.
+    pub fn transport(&self) -> Transport {
+        self.inner.options.transport
     }
 
     /// The admin queue.

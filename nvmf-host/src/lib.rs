@@ -1,7 +1,9 @@
 //! nvmf-host: the NVMe over Fabrics host library.
 //!
-//! - [`tcp`] — the NVMe/TCP queue pair (pipelined, poll-driven) and its I/O-thread driver.
+//! - [`tcp`] — the NVMe/TCP queue pair (pipelined, poll-driven).
 //! - `rdma` (feature `rdma`, on by default) — the NVMe/RDMA queue pair, same shape as the TCP one.
+//! - [`queue_handle`] — a queue of either transport on its own I/O thread, shared by any number of threads,
+//!   with held I/O across reconnects and per-queue metrics.
 //! - [`controller`] — an association with one controller — bring-up (Connect, CC.EN/CSTS.RDY, Identify,
 //!   Number of Queues, I/O queue Connects), keep-alive, namespaces, blocking I/O wrappers, shutdown.
 //! - [`identity`] — the host NQN and host ID (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, or generated).
@@ -27,12 +29,13 @@ pub mod identity;
 pub mod metrics;
 pub mod nbd;
 pub mod perf;
+pub mod queue_handle;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod tcp;
 #[cfg(feature = "ublk")]
 pub mod ublk;
 
-pub use controller::{ConnectOptions, Controller, ControllerInfo, ControllerState, NamespaceInfo};
+pub use controller::{ConnectOptions, Controller, ControllerInfo, ControllerState, NamespaceInfo, Transport};
 pub use error::HostError;
 pub use identity::HostIdentity;

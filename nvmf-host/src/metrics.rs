@@ -9,10 +9,15 @@
 //! - `nvmf_host_queue_commands_total{controller,qid}` — commands completed (any status); qid 0 is the admin queue.
 //! - `nvmf_host_queue_submitted_total{controller,qid}` — commands submitted.
 //! - `nvmf_host_queue_r2ts_total{controller,qid}` — R2Ts served (NVMe/TCP writes beyond in-capsule data).
+//! - `nvmf_host_queue_bytes_total{controller,qid,direction}` — data bytes of successful commands, `read`
+//!   (controller to host) or `write` (host to controller).
+//! - `nvmf_host_queue_errors_total{controller,qid}` — commands that completed with an error status or failed
+//!   in the transport.
+//! - `nvmf_host_queue_command_latency_seconds{controller,qid}` — histogram of submission to completion, buckets
+//!   at 1, 2, 4, … µs up to about 4.2 s (Asynchronous Event Requests are not counted).
 //!
-//! The queues publish these counters through atomics their I/O threads write; a scrape only loads them (no lock
-//! on any I/O path). Bytes, errors and latency per queue are not counted by the queues yet and so not exported.
-//! Runs on the metrics thread.
+//! The queues publish these through atomics their I/O threads write ([`QueueMetrics`]); a scrape only loads
+//! them (no lock on any I/O path). Runs on the metrics thread.
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,7 +27,7 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::tcp::QueueStats;
+use crate::queue_handle::{latency_bucket_bound, QueueMetrics, LATENCY_BUCKETS};
 
 /// The states `nvmf_host_controller_state` enumerates.
 pub const STATES: [&str; 5] = ["connecting", "live", "reconnecting", "deleting", "failed"];
@@ -42,8 +47,8 @@ pub struct ControllerSample {
     pub reconnects: u64,
     /// Exports running.
     pub exports: usize,
-    /// `(qid, counters)` of each queue, admin first.
-    pub queues: Vec<(u16, QueueStats)>,
+    /// `(qid, counters and metrics)` of each queue, admin first.
+    pub queues: Vec<(u16, QueueMetrics)>,
 }
 
 type Sampler = Arc<dyn Fn() -> Vec<ControllerSample> + Send + Sync>;
@@ -131,11 +136,12 @@ impl Collector for HostCollector {
                 gauge(&mut m, &[("controller", s.name.as_str())], u64::try_from(s.exports).unwrap_or(u64::MAX))?;
             }
         }
-        type Field = fn(&QueueStats) -> u64;
-        let per_queue: [(&str, &str, Field); 3] = [
+        type Field = fn(&QueueMetrics) -> u64;
+        let per_queue: [(&str, &str, Field); 4] = [
             ("nvmf_host_queue_commands", "Commands completed (any status); qid 0 is the admin queue.", |q| q.completed),
             ("nvmf_host_queue_submitted", "Commands submitted; qid 0 is the admin queue.", |q| q.submitted),
             ("nvmf_host_queue_r2ts", "R2Ts served (NVMe/TCP writes beyond in-capsule data).", |q| q.r2ts),
+            ("nvmf_host_queue_errors", "Commands with an error status or a transport failure.", |q| q.errors),
         ];
         for (name, help, field) in per_queue {
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -143,6 +149,38 @@ impl Collector for HostCollector {
                 for (qid, stats) in &s.queues {
                     let qid = qid.to_string();
                     counter(&mut m, &[("controller", s.name.as_str()), ("qid", &qid)], field(stats))?;
+                }
+            }
+        }
+        {
+            let help = "Data bytes of successful commands by direction (read: controller to host).";
+            let mut m = encoder.encode_descriptor("nvmf_host_queue_bytes", help, None, MetricType::Counter)?;
+            for s in &samples {
+                for (qid, q) in &s.queues {
+                    let qid = qid.to_string();
+                    for (direction, v) in [("read", q.read_bytes), ("write", q.written_bytes)] {
+                        let labels = [("controller", s.name.as_str()), ("qid", &qid), ("direction", direction)];
+                        counter(&mut m, &labels, v)?;
+                    }
+                }
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_host_queue_command_latency_seconds",
+                "Command latency from submission to completion (not Asynchronous Event Requests).",
+                None,
+                MetricType::Histogram,
+            )?;
+            for s in &samples {
+                for (qid, q) in &s.queues {
+                    let qid = qid.to_string();
+                    let buckets: Vec<(f64, u64)> =
+                        (0..LATENCY_BUCKETS).map(|b| (latency_bucket_bound(b), q.latency[b])).collect();
+                    #[allow(clippy::cast_precision_loss)] // seconds as a float, as Prometheus has them
+                    let sum = q.latency_sum_ns as f64 * 1e-9;
+                    m.encode_family(&[("controller", s.name.as_str()), ("qid", &qid)])?
+                        .encode_histogram::<NoLabelSet>(sum, q.latency_count(), &buckets, None)?;
                 }
             }
         }
@@ -157,7 +195,21 @@ mod tests {
 
     #[test]
     fn encodes_every_family_with_its_labels() {
-        let collector = HostCollector::new(|| {
+        let mut io = QueueMetrics {
+            submitted: 5,
+            completed: 5,
+            max_outstanding: 4,
+            r2ts: 3,
+            read_bytes: 8192,
+            written_bytes: 4096,
+            errors: 1,
+            latency_sum_ns: 30_000,
+            ..QueueMetrics::default()
+        };
+        // 3 commands of at most 8 µs, 2 slower than the last finite bound.
+        io.latency[3] = 3;
+        io.latency[LATENCY_BUCKETS - 1] = 2;
+        let collector = HostCollector::new(move || {
             vec![ControllerSample {
                 name: "nvmf0".into(),
                 subnqn: "nqn.2024-01.io.example:a".into(),
@@ -166,8 +218,8 @@ mod tests {
                 reconnects: 2,
                 exports: 1,
                 queues: vec![
-                    (0, QueueStats { submitted: 9, completed: 8, max_outstanding: 1, r2ts: 0 }),
-                    (1, QueueStats { submitted: 5, completed: 5, max_outstanding: 4, r2ts: 3 }),
+                    (0, QueueMetrics { submitted: 9, completed: 8, max_outstanding: 1, ..QueueMetrics::default() }),
+                    (1, io),
                 ],
             }]
         });
@@ -180,6 +232,14 @@ mod tests {
             "nvmf_host_queue_commands_total{controller=\"nvmf0\",qid=\"0\"} 8",
             "nvmf_host_queue_submitted_total{controller=\"nvmf0\",qid=\"1\"} 5",
             "nvmf_host_queue_r2ts_total{controller=\"nvmf0\",qid=\"1\"} 3",
+            "nvmf_host_queue_errors_total{controller=\"nvmf0\",qid=\"1\"} 1",
+            "nvmf_host_queue_bytes_total{controller=\"nvmf0\",qid=\"1\",direction=\"read\"} 8192",
+            "nvmf_host_queue_bytes_total{controller=\"nvmf0\",qid=\"1\",direction=\"write\"} 4096",
+            "nvmf_host_queue_command_latency_seconds_bucket{controller=\"nvmf0\",qid=\"1\",le=\"4e-06\"} 0",
+            "nvmf_host_queue_command_latency_seconds_bucket{controller=\"nvmf0\",qid=\"1\",le=\"8e-06\"} 3",
+            "nvmf_host_queue_command_latency_seconds_bucket{controller=\"nvmf0\",qid=\"1\",le=\"+Inf\"} 5",
+            "nvmf_host_queue_command_latency_seconds_count{controller=\"nvmf0\",qid=\"1\"} 5",
+            "nvmf_host_queue_command_latency_seconds_sum{controller=\"nvmf0\",qid=\"1\"} 0.00003",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

@@ -24,9 +24,10 @@ use nvmf_common::fabrics::property::Capabilities;
 
 use crate::controller::{connect_request, connect_response, ConnectOptions, Controller, NamespaceInfo};
 use crate::error::HostError;
+pub use crate::queue_handle::BareQueue;
 #[cfg(feature = "rdma")]
-use crate::rdma::{BareAdmin, RdmaQueue};
-use crate::tcp::{Completion, DataDirection, Rejected, Request, TcpQueue, TcpQueueOptions, MAX_QUEUE_DEPTH};
+use crate::rdma::BareAdmin;
+use crate::tcp::{DataDirection, Request, TcpQueue, TcpQueueOptions, MAX_QUEUE_DEPTH};
 
 /// Context of the Fabrics Connect on a perf queue (never a command slot index).
 const CONNECT_CONTEXT: u32 = u32::MAX;
@@ -85,59 +86,6 @@ impl Workload {
             Workload::RandWrite | Workload::Write => 0,
             Workload::Rw => mix.min(100),
         }
-    }
-}
-
-/// The poll API perf's workers drive, the same on both transports: [`TcpQueue`] and [`RdmaQueue`] share
-/// [`Request`], [`Completion`] and [`Rejected`], so this is a thin forwarding trait (static dispatch in the
-/// measuring loop).
-pub trait BareQueue<T>: Send {
-    /// The queue identifier.
-    fn qid(&self) -> u16;
-    /// Queue a command; hands the request back when refused.
-    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>>;
-    /// Move work along, waiting up to `timeout` when there is nothing to do.
-    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError>;
-    /// The next finished command.
-    fn next_completion(&mut self) -> Option<Completion<T>>;
-    /// Fail outstanding commands with a shutdown error and close the connection.
-    fn close(&mut self);
-}
-
-impl<T: Send> BareQueue<T> for TcpQueue<T> {
-    fn qid(&self) -> u16 {
-        TcpQueue::qid(self)
-    }
-    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
-        TcpQueue::submit(self, request)
-    }
-    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
-        TcpQueue::poll(self, timeout)
-    }
-    fn next_completion(&mut self) -> Option<Completion<T>> {
-        TcpQueue::next_completion(self)
-    }
-    fn close(&mut self) {
-        TcpQueue::close(self);
-    }
-}
-
-#[cfg(feature = "rdma")]
-impl<T: Send> BareQueue<T> for RdmaQueue<T> {
-    fn qid(&self) -> u16 {
-        RdmaQueue::qid(self)
-    }
-    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
-        RdmaQueue::submit(self, request)
-    }
-    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
-        RdmaQueue::poll(self, timeout)
-    }
-    fn next_completion(&mut self) -> Option<Completion<T>> {
-        RdmaQueue::next_completion(self)
-    }
-    fn close(&mut self) {
-        RdmaQueue::close(self);
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 use nvmf_config::host::DEFAULT_CONTROL_SOCKET;
 
-use super::{CliError, Endpoint, OutputFormat, Transport};
+use super::{CliError, Endpoint, OutputFormat};
 use crate::daemon::control::request;
 use crate::daemon::protocol::{ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget};
 
@@ -25,6 +25,9 @@ pub struct RunArgs {
     /// The daemon's configuration (TOML; see config/examples/host.toml).
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: PathBuf,
+    /// Validate the configuration, print a one-line summary and exit (nothing is connected).
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// The connection options `connect` and `connect-all` share (nvme-cli's names; seconds for times).
@@ -135,11 +138,8 @@ pub struct ListArgs {
 }
 
 fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> Result<ConnectParams, CliError> {
-    if endpoint.transport == Transport::Rdma {
-        return Err(CliError::TransportNotImplemented("rdma"));
-    }
     Ok(ConnectParams {
-        transport: "tcp".into(),
+        transport: endpoint.transport.name().into(),
         traddr: endpoint.traddr.clone(),
         trsvcid: endpoint.trsvcid.clone(),
         nqn: nqn.to_owned(),

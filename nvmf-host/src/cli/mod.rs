@@ -1,8 +1,9 @@
 //! The `nvmf-host` command line: clap definitions with nvme-cli's option names, the `perf` and `discover`
 //! commands (run on the caller's thread, output to stdout), `nbd` ([`nbd`]), and the daemon's commands in
-//! [`control`] (`run`, `connect`, `connect-all`, `disconnect`, `disconnect-all`, `list`).
+//! [`control`] (`run`, `connect`, `connect-all`, `disconnect`, `disconnect-all`, `list`; `reload` in
+//! [`crate::daemon::reload`]).
 //!
-//! Only `-t tcp` is implemented; `-t rdma` is refused with [`CliError::TransportNotImplemented`].
+//! Every command takes `-t tcp` or `-t rdma` ([`Transport`]); the address is an IP address on both.
 pub mod control;
 pub mod nbd;
 #[cfg(feature = "ublk")]
@@ -25,9 +26,6 @@ use crate::perf::{PerfError, PerfOptions, PerfReport, Workload};
 /// What went wrong in a command.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// The transport is not implemented yet.
-    #[error("transport '{0}' is not implemented yet (only tcp is)")]
-    TransportNotImplemented(&'static str),
     /// The address did not resolve.
     #[error("cannot resolve {addr}:{port}: {reason}")]
     Address {
@@ -98,16 +96,13 @@ pub enum Command {
     DisconnectAll(control::ControlArgs),
     /// List the daemon's controllers, their state, namespaces and exports.
     List(control::ListArgs),
+    /// Validate the daemon's configuration file here, then have the daemon re-read it and apply the difference
+    /// (as SIGHUP does); prints what changed.
+    Reload(control::ControlArgs),
 }
 
 /// `-t/--transport`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Transport {
-    /// NVMe/TCP.
-    Tcp,
-    /// NVMe/RDMA (not implemented yet).
-    Rdma,
-}
+pub use crate::controller::Transport;
 
 /// `-o/--output-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -161,11 +156,8 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// The socket address, or the "not implemented" error for RDMA.
+    /// The socket address (an IP address on either transport: RDMA CM resolves it to the RDMA device).
     pub fn resolve(&self) -> Result<SocketAddr, CliError> {
-        if self.transport == Transport::Rdma {
-            return Err(CliError::TransportNotImplemented("rdma"));
-        }
         let err = |reason: String| CliError::Address { addr: self.traddr.clone(), port: self.trsvcid.clone(), reason };
         let port: u16 = self.trsvcid.parse().map_err(|e| err(format!("trsvcid: {e}")))?;
         let host = self.traddr.trim_start_matches('[').trim_end_matches(']');
@@ -249,9 +241,10 @@ pub struct ForegroundConnection {
 }
 
 impl ForegroundConnection {
-    /// The library's options for these flags.
-    pub fn options(&self) -> ConnectOptions {
+    /// The library's options for these flags, connecting over `endpoint`'s transport.
+    pub fn options(&self, endpoint: &Endpoint) -> ConnectOptions {
         let mut o = connect_options(self.hostnqn.as_ref());
+        o.transport = endpoint.transport;
         o.hdr_digest = self.hdr_digest;
         o.data_digest = self.data_digest;
         if let Some(n) = self.nr_io_queues {
@@ -278,7 +271,9 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Command::Nbd(a) => nbd::run(a, out),
         #[cfg(feature = "ublk")]
         Command::Ublk(a) => ublk::run(a, out),
+        Command::Run(a) if a.check => crate::daemon::check(&a.config, out).map_err(CliError::Run),
         Command::Run(a) => crate::daemon::run(&a.config).map_err(CliError::Run),
+        Command::Reload(a) => crate::daemon::reload::request_reload(&a.control, out),
         Command::Connect(a) => control::connect(a, out),
         Command::ConnectAll(a) => control::connect_all(a, out),
         Command::Disconnect(a) => control::disconnect(a, out),
@@ -288,8 +283,7 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
 }
 
 fn perf(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
-    // perf runs over RDMA too: resolve the address as for TCP, then connect with the transport asked for.
-    let addr = Endpoint { transport: Transport::Tcp, ..a.endpoint.clone() }.resolve()?;
+    let addr = a.endpoint.resolve()?;
     let transport = match a.endpoint.transport {
         Transport::Tcp => crate::perf::PerfTransport::Tcp,
         Transport::Rdma => crate::perf::PerfTransport::Rdma,
@@ -419,7 +413,9 @@ pub fn write_perf_table(r: &PerfReport, o: &PerfOptions, out: &mut dyn std::io::
 
 fn discover(a: &DiscoverArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let addr = a.endpoint.resolve()?;
-    let log = crate::discovery::discover(addr, connect_options(a.hostnqn.as_ref()))?;
+    let mut options = connect_options(a.hostnqn.as_ref());
+    options.transport = a.endpoint.transport;
+    let log = crate::discovery::discover(addr, options)?;
     match a.output_format {
         OutputFormat::Normal => write_discovery_log(&log, out)?,
         OutputFormat::Json => {

@@ -34,7 +34,7 @@ pub struct UblkArgs {
 /// Connect, add the device, print its path, serve until SIGINT/SIGTERM, delete it, disconnect.
 pub fn run(a: &UblkArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let addr = a.endpoint.resolve()?;
-    let mut connect = a.connection.options();
+    let mut connect = a.connection.options(&a.endpoint);
     connect.queue_size = a.queue_size;
     // Before anything starts, so a signal during the connect is not lost.
     let signals = Signals::new().map_err(|source| UblkError::Driver {

@@ -51,6 +51,7 @@ fn seconds_opt(v: Option<i64>, default: Option<Duration>) -> Option<Duration> {
 
 fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> ConnectOptions {
     ConnectOptions {
+        transport: transport_from_config(c.transport),
         hostnqn: identity.hostnqn.clone(),
         hostid: identity.hostid,
         nr_io_queues: c.nr_io_queues,
@@ -65,12 +66,16 @@ fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> Connect
     }
 }
 
+fn transport_from_config(t: ConfigTransport) -> Transport {
+    match t {
+        ConfigTransport::Tcp => Transport::Tcp,
+        ConfigTransport::Rdma => Transport::Rdma,
+    }
+}
+
 pub(super) fn config_params(c: &ControllerConfig, identity: &HostIdentity) -> Params {
     Params {
-        transport: match c.transport {
-            ConfigTransport::Tcp => Transport::Tcp,
-            ConfigTransport::Rdma => Transport::Rdma,
-        },
+        transport: transport_from_config(c.transport),
         addr: c.socket_addr(),
         traddr: c.address.to_string(),
         trsvcid: c.port.to_string(),
@@ -89,7 +94,7 @@ pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) ->
     let endpoint = Endpoint { transport, traddr: p.traddr.clone(), trsvcid: p.trsvcid.clone() };
     let addr = endpoint.resolve().map_err(|e| e.to_string())?;
     let mut options =
-        ConnectOptions { hostnqn: identity.hostnqn.clone(), hostid: identity.hostid, ..Default::default() };
+        ConnectOptions { transport, hostnqn: identity.hostnqn.clone(), hostid: identity.hostid, ..Default::default() };
     if let Some(n) = &p.hostnqn {
         options.hostnqn.clone_from(n);
     }

@@ -28,10 +28,11 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Token, Waker};
 use nvmf_common::nvme::opcode::admin::ASYNC_EVENT_REQUEST;
 use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype};
 use nvmf_common::transport::rdma::private_data::RdmaCmRequest;
@@ -41,10 +42,12 @@ use nvmf_common::transport::rdma::verbs::{
 
 use super::memory::{decode_wr_id, rdma, Capsule, QueueMemory, Transfer, WrKind};
 use crate::error::HostError;
+use crate::queue_handle::BareQueue;
 use crate::tcp::{Completion, DataDirection, QueueStats, Rejected, Request, MAX_QUEUE_DEPTH};
 
 const COMPLETIONS: Token = Token(0);
 const CM_EVENTS: Token = Token(1);
+const WAKER: Token = Token(2);
 /// Bits of a CID that index the slot table; the rest is the slot's generation.
 const INDEX_BITS: u32 = 12;
 const INDEX_MASK: u16 = (1 << INDEX_BITS) - 1;
@@ -127,6 +130,7 @@ pub struct RdmaQueue<T> {
     events: EventChannel,
     poll: Poll,
     mio_events: Events,
+    waker: Option<Arc<Waker>>,
     qid: u16,
     in_capsule_limit: u32,
     slots: Vec<Slot<T>>,
@@ -260,6 +264,7 @@ impl<T> RdmaQueue<T> {
             events,
             poll,
             mio_events: Events::with_capacity(4),
+            waker: None,
             qid,
             in_capsule_limit: options.in_capsule_limit,
             slots: (0..slots)
@@ -309,6 +314,23 @@ impl<T> RdmaQueue<T> {
     /// Counters (`r2ts` stays 0: NVMe/RDMA has none).
     pub fn stats(&self) -> QueueStats {
         self.stats
+    }
+
+    /// Command identifiers free for `submit`.
+    pub fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+
+    /// A waker that ends a [`poll`](Self::poll) wait from another thread (registered beside the completion
+    /// channel; made once, then shared).
+    pub fn waker(&mut self) -> Result<Arc<Waker>, HostError> {
+        if let Some(w) = &self.waker {
+            return Ok(Arc::clone(w));
+        }
+        let w = Waker::new(self.poll.registry(), WAKER).map_err(|e| HostError::io(self.qid, "creating a waker", &e))?;
+        let w = Arc::new(w);
+        self.waker = Some(Arc::clone(&w));
+        Ok(w)
     }
 
     /// Commands outstanding (staged ones included).
@@ -682,5 +704,38 @@ impl<T> RdmaQueue<T> {
 impl<T> Drop for RdmaQueue<T> {
     fn drop(&mut self) {
         self.disconnect();
+    }
+}
+
+impl<T: Send> BareQueue<T> for RdmaQueue<T> {
+    fn qid(&self) -> u16 {
+        RdmaQueue::qid(self)
+    }
+    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
+        RdmaQueue::submit(self, request)
+    }
+    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        RdmaQueue::poll(self, timeout)
+    }
+    fn next_completion(&mut self) -> Option<Completion<T>> {
+        RdmaQueue::next_completion(self)
+    }
+    fn close(&mut self) {
+        RdmaQueue::close(self);
+    }
+    fn waker(&mut self) -> Result<Arc<Waker>, HostError> {
+        RdmaQueue::waker(self)
+    }
+    fn free_slots(&self) -> usize {
+        RdmaQueue::free_slots(self)
+    }
+    fn outstanding(&self) -> usize {
+        RdmaQueue::outstanding(self)
+    }
+    fn failure(&self) -> Option<&HostError> {
+        RdmaQueue::failure(self)
+    }
+    fn stats(&self) -> QueueStats {
+        RdmaQueue::stats(self)
     }
 }

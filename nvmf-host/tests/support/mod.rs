@@ -68,6 +68,7 @@ impl Drop for Target {
 pub fn options(nr_io_queues: u16) -> ConnectOptions {
     let id = HostIdentity::generate();
     ConnectOptions {
+        transport: nvmf_host::Transport::Tcp,
         hostnqn: id.hostnqn,
         hostid: id.hostid,
         nr_io_queues,

@@ -1,11 +1,16 @@
-//! [`QueueHandle`]: a [`TcpQueue`] on its own I/O thread, usable from any number of threads.
+//! [`QueueHandle`]: a host queue pair of either transport ([`BareQueue`]: [`TcpQueue`] or `RdmaQueue`) on its own
+//! I/O thread, usable from any number of threads.
 //!
-//! Threads: one I/O thread per queue owns the queue (socket, decoder, slots) and is the only thread that
-//! touches it. Callers hand it [`Request`]s through a bounded channel and wake it with a [`mio::Waker`];
-//! each request carries a one-shot reply channel ([`Pending`]) on which the I/O thread posts the
-//! [`Completion`]. No lock is taken on this path: the channel and the reply are lock-free queues, and the I/O thread
-//! publishes counters through atomics. (The reply channel is allocated per command; a pool of completion
-//! slots indexed by CID would remove that allocation.)
+//! Threads: one I/O thread per queue owns the queue (socket or queue pair, slots) and is the only thread that
+//! touches it. Callers hand it [`Request`]s through a bounded channel and wake it with a [`mio::Waker`]
+//! registered in the queue's own poller (beside the socket on TCP, beside the completion channel and the RDMA
+//! CM event channel on RDMA); each request carries a one-shot reply channel ([`Pending`]) on which the I/O
+//! thread posts the [`Completion`]. The thread takes every queued request, submits them all (one doorbell or
+//! one write for the batch), then polls: it sleeps in the queue's `poll` (RDMA arms the completion queue,
+//! drains it once more and then sleeps) and never spins while idle. No lock is taken on this path: the
+//! channel and the reply are lock-free queues, and the I/O thread publishes counters and the per-queue
+//! metrics ([`QueueMetrics`]: bytes, errors, a latency histogram) through atomics. (The reply channel is
+//! allocated per command; a pool of completion slots indexed by CID would remove that allocation.)
 //!
 //! What blocks: [`Submitter::submit`] blocks only while the request channel is full (as many requests
 //! queued as the queue is deep — backpressure); [`Pending::wait`] blocks for the completion, bounded by
@@ -14,41 +19,213 @@
 //!
 //! When the queue fails, every outstanding and later request completes with the failure; the handle stays
 //! valid and reports it ([`QueueHandle::failure`]). Dropping the last handle (or [`QueueHandle::close`])
-//! lets outstanding commands finish (bounded by the command timeout), closes the socket and joins the thread.
+//! lets outstanding commands finish (bounded by the command timeout), closes the connection and joins the
+//! thread.
 //!
-//! Reconnecting controllers: a handle's connection (its I/O thread and socket, the *link*) can be replaced
+//! Reconnecting controllers: a handle's connection (its I/O thread and queue, the *link*) can be replaced
 //! by a new one with the same QID (`QueueHandle::replace`), so the handle callers hold stays valid across
 //! associations. The link sits behind an `RwLock` that only a replacement write-locks (once per
 //! reconnect), so the read lock a submission takes is uncontended while the association is live. A handle
 //! made with a `Recovery` holds I/O instead of failing it: a submission to a failed link waits in
 //! `Recovery::hold` and goes to the replacement; a command the link lost completes in [`Pending::wait`]
 //! by being resubmitted there — the [`Pending`] keeps the command's SQE (64 bytes, no allocation) and the
-//! queue hands the owned data buffer back with the failed completion, so nothing is copied.
+//! queue hands the owned data buffer back with the failed completion, so nothing is copied. The same code
+//! serves both transports.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::Waker;
-use nvmf_common::nvme::SubmissionQueueEntry;
+use nvmf_common::nvme::opcode::admin::ASYNC_EVENT_REQUEST;
+use nvmf_common::nvme::{CompletionQueueEntry, SubmissionQueueEntry};
 
-use super::queue::{Completion, DataDirection, QueueStats, Rejected, Request, TcpQueue};
 use crate::error::HostError;
+use crate::tcp::{Completion, DataDirection, QueueStats, Rejected, Request, TcpQueue};
+
+/// A host queue pair as its owner drives it, the same on both transports: [`TcpQueue`] and `RdmaQueue` share
+/// [`Request`], [`Completion`] and [`Rejected`], so this is a thin forwarding trait (static dispatch: the I/O
+/// thread and perf's workers are generic over it).
+pub trait BareQueue<T>: Send {
+    /// The queue identifier.
+    fn qid(&self) -> u16;
+    /// Queue a command; hands the request back when refused.
+    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>>;
+    /// Move work along, waiting up to `timeout` when there is nothing to do (a [`BareQueue::waker`] ends the
+    /// wait early).
+    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError>;
+    /// The next finished command.
+    fn next_completion(&mut self) -> Option<Completion<T>>;
+    /// Fail outstanding commands with a shutdown error and close the connection.
+    fn close(&mut self);
+    /// A waker that ends a `poll` wait from another thread (registered in the queue's poller).
+    fn waker(&mut self) -> Result<Arc<Waker>, HostError>;
+    /// Command identifiers free for `submit`.
+    fn free_slots(&self) -> usize;
+    /// Commands submitted and not completed yet.
+    fn outstanding(&self) -> usize;
+    /// The error the queue failed with, if it did.
+    fn failure(&self) -> Option<&HostError>;
+    /// The queue's own counters.
+    fn stats(&self) -> QueueStats;
+}
+
+impl<T: Send> BareQueue<T> for TcpQueue<T> {
+    fn qid(&self) -> u16 {
+        TcpQueue::qid(self)
+    }
+    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
+        TcpQueue::submit(self, request)
+    }
+    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        TcpQueue::poll(self, timeout)
+    }
+    fn next_completion(&mut self) -> Option<Completion<T>> {
+        TcpQueue::next_completion(self)
+    }
+    fn close(&mut self) {
+        TcpQueue::close(self);
+    }
+    fn waker(&mut self) -> Result<Arc<Waker>, HostError> {
+        TcpQueue::waker(self)
+    }
+    fn free_slots(&self) -> usize {
+        TcpQueue::free_slots(self)
+    }
+    fn outstanding(&self) -> usize {
+        TcpQueue::outstanding(self)
+    }
+    fn failure(&self) -> Option<&HostError> {
+        TcpQueue::failure(self)
+    }
+    fn stats(&self) -> QueueStats {
+        TcpQueue::stats(self)
+    }
+}
 
 /// The result of one command from a [`QueueHandle`].
 pub type Reply = Completion<()>;
 
 type ReplySender = SyncSender<Reply>;
 
+/// The I/O thread's context of one command: where its completion goes, and what its metrics need.
+#[derive(Debug)]
+pub struct InFlight {
+    reply: ReplySender,
+    submitted: Instant,
+    direction: DataDirection,
+    /// Whether the latency counts (not for an Asynchronous Event Request, outstanding until an event).
+    timed: bool,
+}
+
 enum Message {
-    Submit(Request<ReplySender>),
+    Submit(Request<InFlight>),
     /// Let outstanding commands finish, then stop.
     Shutdown,
     /// Fail outstanding commands now ([`HostError::ShutDown`]) and stop: the connection is being replaced.
     Abort,
+}
+
+/// Latency histogram buckets of [`QueueMetrics`]: bucket `i < LATENCY_BUCKETS - 1` counts commands that took
+/// at most 2^i µs and more than the bucket before; the last bucket counts the slower ones (above 2^22 µs,
+/// about 4.2 s).
+pub const LATENCY_BUCKETS: usize = 24;
+
+/// The bucket of a command that took `ns` nanoseconds (see [`LATENCY_BUCKETS`]).
+fn latency_bucket(ns: u64) -> usize {
+    let us = ns.div_ceil(1000);
+    let b = if us <= 1 { 0 } else { 64 - (us - 1).leading_zeros() };
+    usize::try_from(b).unwrap_or(usize::MAX).min(LATENCY_BUCKETS - 1)
+}
+
+/// The upper bound in seconds of latency bucket `b` (infinite for the last).
+pub fn latency_bucket_bound(b: usize) -> f64 {
+    if b + 1 >= LATENCY_BUCKETS {
+        return f64::INFINITY;
+    }
+    f64::from(1u32 << b) * 1e-6
+}
+
+/// Bytes, errors and latency of the commands one link completed, written by its I/O thread only.
+#[derive(Debug, Default)]
+struct Meter {
+    read_bytes: AtomicU64,
+    written_bytes: AtomicU64,
+    errors: AtomicU64,
+    latency_sum_ns: AtomicU64,
+    latency: [AtomicU64; LATENCY_BUCKETS],
+}
+
+/// `v += d` by the counter's only writer (a load and a store: no locked instruction on the data path).
+fn bump(v: &AtomicU64, d: u64) {
+    v.store(v.load(Ordering::Relaxed).wrapping_add(d), Ordering::Relaxed);
+}
+
+impl Meter {
+    fn record(&self, f: &InFlight, result: &Result<CompletionQueueEntry, HostError>, len: usize, now: Instant) {
+        let len = len as u64;
+        match result {
+            Ok(cqe) if cqe.status.is_success() => match f.direction {
+                DataDirection::ControllerToHost => bump(&self.read_bytes, len),
+                DataDirection::HostToController => bump(&self.written_bytes, len),
+                DataDirection::None => {}
+            },
+            _ => bump(&self.errors, 1),
+        }
+        if f.timed {
+            let ns = u64::try_from(now.saturating_duration_since(f.submitted).as_nanos()).unwrap_or(u64::MAX);
+            bump(&self.latency_sum_ns, ns);
+            bump(&self.latency[latency_bucket(ns)], 1);
+        }
+    }
+
+    /// Add `other`'s counts (a retired link's) to these. Not from an I/O thread: atomically.
+    fn absorb(&self, other: &Meter) {
+        let add = |to: &AtomicU64, from: &AtomicU64| to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        add(&self.read_bytes, &other.read_bytes);
+        add(&self.written_bytes, &other.written_bytes);
+        add(&self.errors, &other.errors);
+        add(&self.latency_sum_ns, &other.latency_sum_ns);
+        for (to, from) in self.latency.iter().zip(&other.latency) {
+            add(to, from);
+        }
+    }
+}
+
+/// A queue's counters and metrics as a scrape sees them ([`QueueHandle::stats`]), summed over the connections
+/// a reconnect replaced (except `max_outstanding`, the current connection's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueMetrics {
+    /// Commands submitted.
+    pub submitted: u64,
+    /// Commands completed (any status).
+    pub completed: u64,
+    /// The most commands outstanding at once.
+    pub max_outstanding: u16,
+    /// R2Ts served (NVMe/TCP).
+    pub r2ts: u64,
+    /// Data bytes moved from the controller by successful commands (reads; Identify and log pages on the
+    /// admin queue).
+    pub read_bytes: u64,
+    /// Data bytes moved to the controller by successful commands (writes, DSM ranges, Connect data).
+    pub written_bytes: u64,
+    /// Commands that completed with a status other than success, or failed in the transport.
+    pub errors: u64,
+    /// Sum of the latencies counted in `latency`, in nanoseconds.
+    pub latency_sum_ns: u64,
+    /// Commands per latency bucket, submission to completion (see [`LATENCY_BUCKETS`]; Asynchronous Event
+    /// Requests are not counted).
+    pub latency: [u64; LATENCY_BUCKETS],
+}
+
+impl QueueMetrics {
+    /// Commands in the latency histogram.
+    pub fn latency_count(&self) -> u64 {
+        self.latency.iter().sum()
+    }
 }
 
 /// State the I/O thread publishes for other threads (atomics and a set-once cell: no lock).
@@ -58,6 +235,7 @@ struct Shared {
     completed: AtomicU64,
     r2ts: AtomicU64,
     max_outstanding: AtomicU16,
+    meter: Meter,
     failure: OnceLock<HostError>,
 }
 
@@ -81,6 +259,7 @@ fn transport_loss(e: &HostError) -> bool {
             | HostError::Closed { .. }
             | HostError::Timeout { .. }
             | HostError::ShutDown { .. }
+            | HostError::Rdma { .. }
     )
 }
 
@@ -163,7 +342,10 @@ impl Submitter {
     /// Submit with the completion posted to `reply` (several commands may share one channel). On failure the
     /// request's buffer comes back with the error.
     pub(crate) fn send(&self, request: Request<()>, reply: ReplySender) -> Result<(), (HostError, Vec<u8>)> {
-        let request = Request { sqe: request.sqe, data: request.data, direction: request.direction, context: reply };
+        let Request { sqe, data, direction, context: () } = request;
+        let timed = !(self.qid == 0 && sqe.opcode == ASYNC_EVENT_REQUEST);
+        let context = InFlight { reply, submitted: Instant::now(), direction, timed };
+        let request = Request { sqe, data, direction, context };
         if let Err(e) = self.tx.send(Message::Submit(request)) {
             let data = match e.0 {
                 Message::Submit(r) => r.data,
@@ -211,6 +393,8 @@ struct Slot {
     link: RwLock<Link>,
     recovery: Option<Arc<dyn Recovery>>,
     retired: [AtomicU64; 3],
+    /// The metrics of the links replaced so far.
+    retired_meter: Meter,
 }
 
 impl Slot {
@@ -261,8 +445,8 @@ pub struct QueueHandle {
 }
 
 impl QueueHandle {
-    /// Move `queue` onto a new I/O thread.
-    pub fn spawn(mut queue: TcpQueue<ReplySender>) -> Result<Self, HostError> {
+    /// Move `queue` (either transport) onto a new I/O thread.
+    pub fn spawn<Q: BareQueue<InFlight> + 'static>(mut queue: Q) -> Result<Self, HostError> {
         let qid = queue.qid();
         let waker = queue.waker()?;
         let depth = queue.free_slots().max(1);
@@ -279,7 +463,8 @@ impl QueueHandle {
 
     fn with_link(qid: u16, link: Link, recovery: Option<Arc<dyn Recovery>>) -> Self {
         let retired = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
-        QueueHandle { slot: Arc::new(Slot { qid, link: RwLock::new(link), recovery, retired }) }
+        let slot = Slot { qid, link: RwLock::new(link), recovery, retired, retired_meter: Meter::default() };
+        QueueHandle { slot: Arc::new(slot) }
     }
 
     /// This queue's connection as association `epoch` of a controller that holds I/O through `recovery`
@@ -320,16 +505,28 @@ impl QueueHandle {
         self.slot.qid
     }
 
-    /// Counters, as of the I/O thread's last loop (summed over the connections a reconnect replaced, except
-    /// the high-water mark, which is the current connection's).
-    pub fn stats(&self) -> QueueStats {
+    /// Counters and metrics, as of the I/O thread's last loop (summed over the connections a reconnect
+    /// replaced, except the high-water mark, which is the current connection's). Lock-free but for the
+    /// uncontended read lock on the current link.
+    pub fn stats(&self) -> QueueMetrics {
         let s = &self.link().shared;
         let r = &self.slot.retired;
-        QueueStats {
+        let (m, rm) = (&s.meter, &self.slot.retired_meter);
+        let sum = |a: &AtomicU64, b: &AtomicU64| a.load(Ordering::Relaxed).wrapping_add(b.load(Ordering::Relaxed));
+        let mut latency = [0; LATENCY_BUCKETS];
+        for (i, l) in latency.iter_mut().enumerate() {
+            *l = sum(&m.latency[i], &rm.latency[i]);
+        }
+        QueueMetrics {
             submitted: s.submitted.load(Ordering::Relaxed) + r[0].load(Ordering::Relaxed),
             completed: s.completed.load(Ordering::Relaxed) + r[1].load(Ordering::Relaxed),
             max_outstanding: s.max_outstanding.load(Ordering::Relaxed),
             r2ts: s.r2ts.load(Ordering::Relaxed) + r[2].load(Ordering::Relaxed),
+            read_bytes: sum(&m.read_bytes, &rm.read_bytes),
+            written_bytes: sum(&m.written_bytes, &rm.written_bytes),
+            errors: sum(&m.errors, &rm.errors),
+            latency_sum_ns: sum(&m.latency_sum_ns, &rm.latency_sum_ns),
+            latency,
         }
     }
 
@@ -352,6 +549,7 @@ impl QueueHandle {
         r[0].fetch_add(old.shared.submitted.load(Ordering::Relaxed), Ordering::Relaxed);
         r[1].fetch_add(old.shared.completed.load(Ordering::Relaxed), Ordering::Relaxed);
         r[2].fetch_add(old.shared.r2ts.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.slot.retired_meter.absorb(&old.shared.meter);
     }
 
     /// Let outstanding commands finish, close the connection and join the I/O thread.
@@ -371,15 +569,17 @@ impl Drop for QueueHandle {
     }
 }
 
-fn reply(completion: Completion<ReplySender>) {
+fn reply(completion: Completion<InFlight>, meter: &Meter, now: Instant) {
     let Completion { context, result, data, r2ts, in_capsule } = completion;
+    meter.record(&context, &result, data.len(), now);
     // The caller may have stopped waiting; nothing to do then.
-    let _ = context.send(Completion { context: (), result, data, r2ts, in_capsule });
+    let _ = context.reply.send(Completion { context: (), result, data, r2ts, in_capsule });
 }
 
-fn reject(rejected: Rejected<ReplySender>) {
+fn reject(rejected: Rejected<InFlight>, meter: &Meter) {
     let Rejected { error, request } = rejected;
-    let _ = request.context.send(Completion {
+    bump(&meter.errors, 1);
+    let _ = request.context.reply.send(Completion {
         context: (),
         result: Err(error),
         data: request.data,
@@ -388,10 +588,21 @@ fn reject(rejected: Rejected<ReplySender>) {
     });
 }
 
+/// Hand every finished command to its waiter (one clock read for the batch).
+fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, meter: &Meter) {
+    let Some(first) = queue.next_completion() else { return };
+    let now = Instant::now();
+    reply(first, meter, now);
+    while let Some(c) = queue.next_completion() {
+        reply(c, meter, now);
+    }
+}
+
 /// The I/O thread.
-fn run(mut queue: TcpQueue<ReplySender>, rx: &Receiver<Message>, shared: &Shared) {
+fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Shared) {
     let qid = queue.qid();
-    let mut backlog: VecDeque<Request<ReplySender>> = VecDeque::new();
+    let meter = &shared.meter;
+    let mut backlog: VecDeque<Request<InFlight>> = VecDeque::new();
     let mut stopping = false;
     loop {
         loop {
@@ -412,12 +623,10 @@ fn run(mut queue: TcpQueue<ReplySender>, rx: &Receiver<Message>, shared: &Shared
         while queue.free_slots() > 0 || queue.failure().is_some() {
             let Some(request) = backlog.pop_front() else { break };
             if let Err(rejected) = queue.submit(request) {
-                reject(*rejected);
+                reject(*rejected, meter);
             }
         }
-        while let Some(c) = queue.next_completion() {
-            reply(c);
-        }
+        reply_all(&mut queue, meter);
         if queue.failure().is_some() {
             publish(&queue, shared);
             if stopping {
@@ -434,23 +643,19 @@ fn run(mut queue: TcpQueue<ReplySender>, rx: &Receiver<Message>, shared: &Shared
             break;
         }
         let _ = queue.poll(Some(Duration::from_millis(100)));
-        while let Some(c) = queue.next_completion() {
-            reply(c);
-        }
+        reply_all(&mut queue, meter);
         publish(&queue, shared);
     }
     publish(&queue, shared);
     queue.close();
-    while let Some(c) = queue.next_completion() {
-        reply(c);
-    }
+    reply_all(&mut queue, meter);
     for request in backlog {
-        reject(Rejected { error: HostError::ShutDown { qid }, request });
+        reject(Rejected { error: HostError::ShutDown { qid }, request }, meter);
     }
     tracing::debug!(qid, "I/O thread stopped");
 }
 
-fn publish<T>(queue: &TcpQueue<T>, shared: &Shared) {
+fn publish<T, Q: BareQueue<T>>(queue: &Q, shared: &Shared) {
     let stats = queue.stats();
     shared.submitted.store(stats.submitted, Ordering::Relaxed);
     shared.completed.store(stats.completed, Ordering::Relaxed);
