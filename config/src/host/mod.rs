@@ -57,7 +57,7 @@ pub struct HostSection {
 /// `[[controller]]`: one controller (subsystem at a transport address) to keep connected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControllerConfig {
-    /// The fabric (`tcp`; `rdma` is accepted here and refused by the daemon until the RDMA host exists).
+    /// The fabric: `tcp` or `rdma` (NVMe/RDMA through RDMA CM; `address` is the RDMA device's IP address).
     pub transport: Transport,
     /// The controller's IP address.
     pub address: IpAddr,
