@@ -28,6 +28,7 @@ fn main() -> anyhow::Result<()> {
         Command::Disconnect(_) => "disconnect".to_owned(),
         Command::DisconnectAll(_) => "disconnect-all".to_owned(),
         Command::List(_) => "list".to_owned(),
+        Command::Reload(_) => "reload".to_owned(),
     };
     let stdout = std::io::stdout();
     nvmf_host::cli::run(&cli, &mut stdout.lock()).with_context(|| what)

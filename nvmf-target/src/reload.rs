@@ -15,6 +15,7 @@ use std::sync::Arc;
 use nvmf_common::fabrics::discovery::TransportType;
 use nvmf_config::target::{ListenerConfig, NamespaceConfig, SubsystemConfig, Transport};
 use nvmf_config::{ConfigError, TargetConfig};
+use nvmf_service::notify::reloading;
 
 use crate::backend::Storage;
 use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams};
@@ -355,14 +356,6 @@ impl Reloader {
         removals.extend(additions);
         Ok(removals)
     }
-}
-
-/// `RELOADING=1` with the `MONOTONIC_USEC=` timestamp systemd ≥ 253 uses to match the notification to the reload
-/// job it started (a `Type=notify-reload` unit ignores `RELOADING=1` without it).
-fn reloading() -> String {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    let usec = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(now.tv_nsec / 1000).unwrap_or(0);
-    format!("RELOADING=1\nMONOTONIC_USEC={usec}")
 }
 
 /// The listeners a reload switches to, already bound, with their discovery log entries.

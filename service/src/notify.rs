@@ -60,6 +60,15 @@ impl ServiceNotifier {
     }
 }
 
+/// `RELOADING=1` with the `MONOTONIC_USEC=` timestamp systemd ≥ 253 uses to match the notification to the reload
+/// job it started (a `Type=notify-reload` unit ignores `RELOADING=1` without it). Send it before re-reading the
+/// configuration and `READY=1` after, whether the reload was applied or rejected.
+pub fn reloading() -> String {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let usec = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(now.tv_nsec / 1000).unwrap_or(0);
+    format!("RELOADING=1\nMONOTONIC_USEC={usec}")
+}
+
 /// The watchdog interval the service manager asked for (`$WATCHDOG_USEC`, for this process when `$WATCHDOG_PID`
 /// is set), if any.
 pub fn watchdog_interval() -> Option<Duration> {

@@ -2,14 +2,15 @@
 //! serves their namespaces as NBD exports, answers the CLI on a control socket, exposes `/metrics`
 //! ([`crate::metrics`]) and talks to systemd (`nvmf_service::notify`).
 //!
-//! - this module: [`Daemon`] (start, status, shutdown) and [`run`] (the `run` command: config, logging,
-//!   signals, sd_notify);
+//! - this module: [`Daemon`] (start, reload, status, shutdown), [`run`] (the `run` command: config, logging,
+//!   signals, sd_notify) and [`check`] (`run --check`);
 //! - `table`: the controller table (name `nvmfN` → parameters, state, exports) behind one mutex, held only for
 //!   map updates and snapshots; the connector threads; clean disconnects;
 //! - `params`: connection parameters from the configuration or a request; `requests`: the control requests;
-//! - [`control`]: the control socket (server and client); [`protocol`]: its JSON messages.
+//! - [`control`]: the control socket (server and client); [`protocol`]: its JSON messages;
+//! - [`reload`]: re-reading the file (SIGHUP, `nvmf-host reload`) and applying the difference.
 //!
-//! Threads: the main thread waits for SIGTERM/SIGINT; one connector thread per configured controller makes the
+//! Threads: the main thread waits for SIGTERM/SIGINT and runs SIGHUP's reloads; one connector thread per configured controller makes the
 //! first association, retrying every `reconnect_delay` until `ctrl_loss_tmo` (`-1`: forever; a target that is
 //! down never makes the daemon exit), then ends — after that the [`crate::Controller`] reconnects by itself;
 //! the control server runs one thread per CLI connection; the metrics endpoint and the sd_notify reporter have
@@ -20,24 +21,26 @@ pub mod control;
 mod exports;
 mod params;
 pub mod protocol;
+pub mod reload;
 mod requests;
 mod table;
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::channel;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use nvmf_config::host::HostConfig;
+use nvmf_config::host::{ExportKind, HostConfig};
 use nvmf_service::metrics_http::{MetricsError, MetricsServer};
+use nvmf_service::notify::ServiceNotifier;
 
 use crate::identity::{HostIdentity, IdentityError};
 use crate::metrics::HostCollector;
 use control::ControlServer;
 use params::config_params;
+use reload::{ReloadError, ReloadSummary, Reloader};
 use requests::{handle, samples};
-use table::{connector, end_entry, Connector, Entry, Shared, State, Table};
+use table::{end_entry, start_connectors, Entry, Shared, Table};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -76,8 +79,13 @@ impl Daemon {
     /// Start from `config`: identity, control socket, metrics endpoint, one connector per configured controller.
     /// Returns after every configured controller has had its first connection attempt (so a service manager
     /// told READY next can order mounts after a reachable target's exports), never failing because a target is
-    /// down.
-    pub fn start(config: &HostConfig) -> Result<Daemon, DaemonError> {
+    /// down. `path` is the file `config` was read from (what a reload re-reads; `None`: nothing to re-read);
+    /// `notifier` hears a reload's `RELOADING=1` … `READY=1`.
+    pub fn start(
+        config: &HostConfig,
+        path: Option<PathBuf>,
+        notifier: Arc<ServiceNotifier>,
+    ) -> Result<Daemon, DaemonError> {
         let identity = match (&config.host.hostnqn, config.host.hostid) {
             // Both configured: nothing to read or to generate.
             (Some(hostnqn), Some(hostid)) => HostIdentity { hostnqn: hostnqn.clone(), hostid },
@@ -93,7 +101,13 @@ impl Daemon {
             }
         };
         tracing::info!(hostnqn = %identity.hostnqn, "host identity");
-        let shared = Arc::new(Shared { identity, table: Mutex::new(Table::new()), stopping: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            identity,
+            table: Mutex::new(Table::new()),
+            stopping: AtomicBool::new(false),
+            next_id: AtomicU64::new(0),
+            reloader: Mutex::new(Reloader::new(path, config.clone(), notifier)),
+        });
         let handler_shared = Arc::clone(&shared);
         let control = ControlServer::start(&config.host.control_socket, Arc::new(move |r| handle(&handler_shared, r)))
             .map_err(|e| DaemonError::Control { path: config.host.control_socket.clone(), reason: e.to_string() })?;
@@ -105,33 +119,21 @@ impl Daemon {
             }
             None => None,
         };
-        let (first_tx, first_rx) = channel::<()>();
-        for c in &config.controllers {
-            let params = config_params(c, &shared.identity);
-            let usable = params.endpoint().resolve();
-            let (n, _) = shared.reserve(params);
-            if let Err(e) = usable {
-                tracing::error!(nqn = %c.nqn, address = %c.socket_addr(), error = %e, "controller not started");
-                if let Some(entry) = shared.table().get_mut(&n) {
-                    entry.state = State::Failed(e.to_string());
-                }
-                continue;
-            }
-            let (stop, stopped) = channel::<()>();
-            let thread_shared = Arc::clone(&shared);
-            let first = first_tx.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("nvmf{n}-connect"))
-                .spawn(move || connector(&thread_shared, n, &stopped, first))
-                .map_err(DaemonError::Thread)?;
-            if let Some(entry) = shared.table().get_mut(&n) {
-                entry.connector = Some(Connector { stop, thread });
-            }
-        }
-        drop(first_tx);
-        // Every connector drops its sender after its first attempt.
-        while first_rx.recv().is_ok() {}
-        Ok(Daemon { shared, control: Some(control), metrics })
+        // The file names each association once (validated), and nothing else is connected yet.
+        let entries: Vec<u32> = config
+            .controllers
+            .iter()
+            .filter_map(|c| shared.reserve_unique(config_params(c, &shared.identity), Some(c.clone())).ok())
+            .map(|(n, _)| n)
+            .collect();
+        let daemon = Daemon { shared, control: Some(control), metrics };
+        start_connectors(&daemon.shared, &entries).map_err(DaemonError::Thread)?;
+        Ok(daemon)
+    }
+
+    /// Re-read the configuration file and apply the difference (see [`reload`]).
+    pub fn reload(&self) -> Result<ReloadSummary, ReloadError> {
+        reload::reload(&self.shared)
     }
 
     /// The control socket's path.
@@ -180,21 +182,45 @@ fn status_line(shared: &Shared) -> String {
 }
 
 /// `nvmf-host run --config FILE`: load the configuration, start logging, run the daemon until SIGTERM/SIGINT,
-/// telling systemd READY, STATUS (`N controllers live, M exports`, with watchdog pings) and STOPPING.
+/// telling systemd READY, STATUS (`N controllers live, M exports`, with watchdog pings) and STOPPING; SIGHUP
+/// reloads the file (a rejected file is logged and changes nothing).
 pub fn run(config_path: &Path) -> anyhow::Result<()> {
     use anyhow::Context;
+    use nvmf_service::signals::Request;
     let config = HostConfig::from_file(config_path)?;
     nvmf_service::logging::init(&config.logging);
-    let signals = nvmf_service::signals::Signals::new().context("installing signal handlers")?;
-    let notifier = Arc::new(nvmf_service::notify::ServiceNotifier::from_env().context("$NOTIFY_SOCKET")?);
-    let daemon = Daemon::start(&config).context("starting the host daemon")?;
+    let mut signals = nvmf_service::signals::Signals::new().context("installing signal handlers")?;
+    let notifier = Arc::new(ServiceNotifier::from_env().context("$NOTIFY_SOCKET")?);
+    let daemon = Daemon::start(&config, Some(config_path.to_owned()), Arc::clone(&notifier))
+        .context("starting the host daemon")?;
     tracing::info!(control = ?daemon.control_socket(), metrics = ?daemon.metrics_addr(), status = daemon.status(), "ready");
     notifier.notify(&format!("READY=1\nSTATUS={}", daemon.status()));
     let reporter = nvmf_service::notify::StatusReporter::start(Arc::clone(&notifier), daemon.status_fn())?;
-    signals.wait_for_termination();
+    while signals.wait() == Request::Reload {
+        // The outcome is logged by the reload itself.
+        let _ = daemon.reload();
+    }
     notifier.notify("STOPPING=1");
     drop(reporter);
     tracing::info!("shutting down");
     daemon.shutdown();
     Ok(())
+}
+
+/// `nvmf-host run --config FILE --check`: load and validate the file as the daemon would, write one line
+/// (`FILE: ok: N controllers, M exports (…)`) to `out`, connect nothing. A bad file is the located error.
+pub fn check(config_path: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    let config = HostConfig::from_file(config_path)?;
+    writeln!(out, "{}: ok: {}", config_path.display(), summary(&config))?;
+    Ok(())
+}
+
+/// `N controllers, M exports (K NBD, J ublk)`.
+fn summary(config: &HostConfig) -> String {
+    let exports = config.controllers.iter().flat_map(|c| &c.exports);
+    let (nbd, ublk) = exports.fold((0, 0), |(n, u), e| match e.kind {
+        ExportKind::Nbd(_) => (n + 1, u),
+        ExportKind::Ublk => (n, u + 1),
+    });
+    format!("{} controllers, {} exports ({nbd} NBD, {ublk} ublk)", config.controllers.len(), nbd + ublk)
 }

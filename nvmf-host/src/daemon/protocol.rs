@@ -2,8 +2,9 @@
 //! daemon's [`ControlReply`]. Plain data (serde), shared by both ends so they cannot drift.
 //!
 //! Requests (externally tagged): `{"connect": {…}}`, `{"connect_all": {…}}`, `{"disconnect": {"nqn": …}}` or
-//! `{"disconnect": {"name": …}}`, `"disconnect_all"`, `"list"`. Replies: `{"connected": {"name": …}}`,
-//! `{"connected_all": {"entries": […]}}`, `{"disconnected": {"names": […]}}`, `{"list": {"controllers": […]}}`,
+//! `{"disconnect": {"name": …}}`, `"disconnect_all"`, `"list"`, `"config_path"`, `"reload"`. Replies:
+//! `{"connected": {"name": …}}`, `{"connected_all": {"entries": […]}}`, `{"disconnected": {"names": […]}}`,
+//! `{"list": {"controllers": […]}}`, `{"config_path": {"path": …}}`, `{"reloaded": {"changes": […]}}`,
 //! `{"error": {"message": …}}`.
 
 use serde::{Deserialize, Serialize};
@@ -94,6 +95,10 @@ pub enum ControlRequest {
     DisconnectAll,
     /// Describe every controller.
     List,
+    /// Name the configuration file the daemon runs from (what `reload` re-reads).
+    ConfigPath,
+    /// Re-read the configuration file and apply the difference (as SIGHUP does).
+    Reload,
 }
 
 /// One namespace of a controller.
@@ -196,6 +201,16 @@ pub enum ControlReply {
         /// Every controller, by name.
         controllers: Vec<ControllerView>,
     },
+    /// `config_path`.
+    ConfigPath {
+        /// The file (`None`: the daemon was started without one, so there is nothing to re-read).
+        path: Option<String>,
+    },
+    /// `reload` applied the file.
+    Reloaded {
+        /// What changed, one line each (`no changes` when nothing did).
+        changes: Vec<String>,
+    },
     /// The request failed.
     Error {
         /// What went wrong.
@@ -218,6 +233,10 @@ mod tests {
                 .unwrap();
         assert!(matches!(r, ControlRequest::Connect(p) if p.nqn == "n" && p.nbd.is_none()));
         assert!(serde_json::from_str::<ControlRequest>(r#"{"format":"c:"}"#).is_err());
+        assert_eq!(serde_json::from_str::<ControlRequest>(r#""reload""#).unwrap(), ControlRequest::Reload);
+        assert_eq!(serde_json::from_str::<ControlRequest>(r#""config_path""#).unwrap(), ControlRequest::ConfigPath);
+        let reply = serde_json::to_string(&ControlReply::Reloaded { changes: vec!["no changes".into()] }).unwrap();
+        assert_eq!(reply, r#"{"reloaded":{"changes":["no changes"]}}"#);
         let reply = serde_json::to_string(&ControlReply::Error { message: "x".into() }).unwrap();
         assert_eq!(reply, r#"{"error":{"message":"x"}}"#);
     }

@@ -1,4 +1,5 @@
-//! The control requests ([`handle`]: connect, connect-all, disconnect, disconnect-all, list) and the metrics
+//! The control requests ([`handle`]: connect, connect-all, disconnect, disconnect-all, list, config-path, reload
+//! (see `super::reload`)) and the metrics
 //! sample ([`samples`]), answered from the controller table on the calling thread (a control connection's, or
 //! the metrics endpoint's).
 
@@ -11,6 +12,7 @@ use super::params::params_from_request;
 use super::protocol::{
     ConnectAllEntry, ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget, NamespaceView,
 };
+use super::reload::reload;
 use super::table::{connect_once, end_controller, end_entry, state_name, Entry, Shared, State};
 use crate::cli::Transport;
 use crate::controller::Controller;
@@ -114,8 +116,11 @@ fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
         Ok(params) => params,
         Err(message) => return ControlReply::Error { message },
     };
-    let reserved =
-        if p.duplicate_connect { Ok(shared.reserve(params.clone())) } else { shared.reserve_unique(params.clone()) };
+    let reserved = if p.duplicate_connect {
+        Ok(shared.reserve(params.clone()))
+    } else {
+        shared.reserve_unique(params.clone(), None)
+    };
     let (n, name) = match reserved {
         Ok(r) => r,
         Err(existing) => {
@@ -167,8 +172,8 @@ fn connect_all(shared: &Shared, p: &ConnectParams) -> ControlReply {
         let mut entry = ConnectAllEntry { subnqn: r.subnqn.clone(), address, name: None, outcome: String::new() };
         if r.subtype != SubsystemType::Nvm {
             entry.outcome = "skipped: not an NVM subsystem".into();
-        } else if r.trtype != TransportType::Tcp {
-            entry.outcome = "skipped: only tcp is implemented".into();
+        } else if !matches!(r.trtype, TransportType::Tcp | TransportType::Rdma) {
+            entry.outcome = "skipped: only tcp and rdma are implemented".into();
         } else {
             let existing = shared
                 .table()
@@ -180,6 +185,7 @@ fn connect_all(shared: &Shared, p: &ConnectParams) -> ControlReply {
                 entry.outcome = "already connected".into();
             } else {
                 let request = ConnectParams {
+                    transport: if r.trtype == TransportType::Rdma { "rdma" } else { "tcp" }.into(),
                     traddr: r.traddr.clone(),
                     trsvcid: r.trsvcid.clone(),
                     nqn: r.subnqn.clone(),
@@ -236,7 +242,7 @@ fn disconnect(shared: &Shared, which: Option<&DisconnectTarget>) -> ControlReply
 }
 
 /// Answer one control request (on the control connection's thread).
-pub(super) fn handle(shared: &Shared, request: ControlRequest) -> ControlReply {
+pub(super) fn handle(shared: &Arc<Shared>, request: ControlRequest) -> ControlReply {
     if shared.stopping.load(Ordering::SeqCst) {
         return ControlReply::Error { message: "the daemon is stopping".into() };
     }
@@ -246,5 +252,12 @@ pub(super) fn handle(shared: &Shared, request: ControlRequest) -> ControlReply {
         ControlRequest::Disconnect(which) => disconnect(shared, Some(&which)),
         ControlRequest::DisconnectAll => disconnect(shared, None),
         ControlRequest::List => ControlReply::List { controllers: list(shared) },
+        ControlRequest::ConfigPath => {
+            ControlReply::ConfigPath { path: shared.reloader().path().map(|p| p.display().to_string()) }
+        }
+        ControlRequest::Reload => match reload(shared) {
+            Ok(summary) => ControlReply::Reloaded { changes: summary.lines().to_vec() },
+            Err(e) => ControlReply::Error { message: e.to_string() },
+        },
     }
 }

@@ -1,18 +1,21 @@
 //! The controller table and what changes it: [`Shared`] (the daemon's identity and the table of [`Entry`]s behind
 //! one mutex), [`connect_once`] (an association and its exports), the configured controllers' [`connector`]
-//! threads (retries every `reconnect_delay` until `ctrl_loss_tmo`), and [`end_entry`] (exports stopped, CC.SHN).
-//! The mutex is held for map updates and snapshots only: never across a connect, an admin command or a
-//! disconnect.
+//! threads (retries every `reconnect_delay` until `ctrl_loss_tmo`; started by [`start_connectors`]), and
+//! [`end_entry`] (exports stopped, CC.SHN). The mutex is held for map updates and snapshots only: never across a
+//! connect, an admin command or a disconnect.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use nvmf_config::host::ControllerConfig;
+
 use super::exports::RunningExport;
 use super::params::Params;
+use super::reload::Reloader;
 use crate::controller::{Controller, ControllerState};
 use crate::identity::HostIdentity;
 
@@ -31,7 +34,12 @@ pub(super) struct Connector {
 
 #[derive(Debug)]
 pub(super) struct Entry {
+    /// Unique for the daemon's life: a connector that outlived its entry (disconnected, or replaced by a reload
+    /// under the same name) finds a different id there and leaves it alone.
+    pub(super) id: u64,
     pub(super) name: String,
+    /// The `[[controller]]` this entry keeps connected (`None`: a `connect` request's); what a reload compares.
+    pub(super) config: Option<ControllerConfig>,
     pub(super) params: Params,
     pub(super) state: State,
     pub(super) exports: Exports,
@@ -49,6 +57,9 @@ pub(super) struct Shared {
     pub(super) identity: HostIdentity,
     pub(super) table: Mutex<Table>,
     pub(super) stopping: AtomicBool,
+    pub(super) next_id: AtomicU64,
+    /// The running configuration and its file; held for a whole reload, so reloads run one at a time.
+    pub(super) reloader: Mutex<Reloader>,
 }
 
 impl Shared {
@@ -56,33 +67,59 @@ impl Shared {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Reserve the lowest free instance number for `params`.
-    pub(super) fn reserve(&self, params: Params) -> (u32, String) {
-        Self::reserve_in(&mut self.table(), params)
+    pub(super) fn reloader(&self) -> MutexGuard<'_, Reloader> {
+        self.reloader.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Reserve an instance number for `params` unless this host already has that association (nvme-cli's
-    /// duplicate check, atomic with the reservation); `Err` names the existing controller.
-    pub(super) fn reserve_unique(&self, params: Params) -> Result<(u32, String), String> {
-        let mut table = self.table();
+    /// Reserve the lowest free instance number for `params` (a `connect` request's).
+    pub(super) fn reserve(&self, params: Params) -> (u32, String) {
+        let entry = self.new_entry(String::new(), params, None);
+        Self::reserve_in(&mut self.table(), entry)
+    }
+
+    /// Reserve an instance number for `params` (from `config` when it is a configured controller's) unless this
+    /// host already has that association (nvme-cli's duplicate check, atomic with the reservation); `Err` names
+    /// the existing controller.
+    pub(super) fn reserve_unique(
+        &self,
+        params: Params,
+        config: Option<ControllerConfig>,
+    ) -> Result<(u32, String), String> {
+        self.reserve_unique_in(&mut self.table(), params, config)
+    }
+
+    /// [`Shared::reserve_unique`] in a table already locked.
+    pub(super) fn reserve_unique_in(
+        &self,
+        table: &mut Table,
+        params: Params,
+        config: Option<ControllerConfig>,
+    ) -> Result<(u32, String), String> {
         match table.values().find(|e| e.params.same_association(&params)) {
             Some(e) => Err(e.name.clone()),
-            None => Ok(Self::reserve_in(&mut table, params)),
+            None => Ok(Self::reserve_in(table, self.new_entry(String::new(), params, config))),
         }
     }
 
-    fn reserve_in(table: &mut Table, params: Params) -> (u32, String) {
+    fn reserve_in(table: &mut Table, mut entry: Entry) -> (u32, String) {
         let n = (0..).find(|n| !table.contains_key(n)).unwrap_or(u32::MAX);
-        let name = format!("nvmf{n}");
-        let entry = Entry {
-            name: name.clone(),
+        entry.name = format!("nvmf{n}");
+        let name = entry.name.clone();
+        table.insert(n, entry);
+        (n, name)
+    }
+
+    /// A new entry, not connected yet, with a fresh id.
+    pub(super) fn new_entry(&self, name: String, params: Params, config: Option<ControllerConfig>) -> Entry {
+        Entry {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            name,
+            config,
             params,
             state: State::Connecting { attempts: 0, error: None },
             exports: Vec::new(),
             connector: None,
-        };
-        table.insert(n, entry);
-        (n, name)
+        }
     }
 
     /// `(live controllers, running exports)`.
@@ -130,8 +167,10 @@ pub(super) fn connect_once(params: &Params, name: &str) -> Result<(Arc<Controlle
 
 /// A configured controller's first association: attempts every `reconnect_delay` until connected, stopped, or
 /// `ctrl_loss_tmo` has passed. Signals `first` after the first attempt.
-pub(super) fn connector(shared: &Shared, n: u32, stopped: &Receiver<()>, first: Sender<()>) {
-    let Some((params, name)) = shared.table().get(&n).map(|e| (e.params.clone(), e.name.clone())) else { return };
+fn connector(shared: &Shared, n: u32, stopped: &Receiver<()>, first: Sender<()>) {
+    let Some((id, params, name)) = shared.table().get(&n).map(|e| (e.id, e.params.clone(), e.name.clone())) else {
+        return;
+    };
     let started = Instant::now();
     let mut first = Some(first);
     let mut attempts = 0u32;
@@ -139,8 +178,8 @@ pub(super) fn connector(shared: &Shared, n: u32, stopped: &Receiver<()>, first: 
         attempts = attempts.saturating_add(1);
         let result = connect_once(&params, &name);
         let mut table = shared.table();
-        let Some(entry) = table.get_mut(&n) else {
-            // Disconnected (or shutting down) while connecting.
+        let Some(entry) = table.get_mut(&n).filter(|e| e.id == id) else {
+            // Disconnected, replaced by a reload, or shutting down while connecting.
             drop(table);
             if let Ok((ctrl, exports)) = result {
                 end_controller(ctrl, exports);
@@ -173,6 +212,45 @@ pub(super) fn connector(shared: &Shared, n: u32, stopped: &Receiver<()>, first: 
             _ => return,
         }
     }
+}
+
+/// Start a connector thread for each configured entry in `entries` (an endpoint that cannot be used fails the
+/// entry instead), then wait until each has made its first attempt. `Err`: a thread could not be started (its
+/// entry and those after it are left without a connector).
+pub(super) fn start_connectors(shared: &Arc<Shared>, entries: &[u32]) -> std::io::Result<()> {
+    let (first_tx, first_rx) = channel::<()>();
+    let mut result = Ok(());
+    for &n in entries {
+        let Some(params) = shared.table().get(&n).map(|e| e.params.clone()) else { continue };
+        if let Err(e) = params.endpoint().resolve() {
+            tracing::error!(nqn = %params.subnqn, address = %params.addr, error = %e, "controller not started");
+            if let Some(entry) = shared.table().get_mut(&n) {
+                entry.state = State::Failed(e.to_string());
+            }
+            continue;
+        }
+        let (stop, stopped) = channel::<()>();
+        let thread_shared = Arc::clone(shared);
+        let first = first_tx.clone();
+        match std::thread::Builder::new()
+            .name(format!("nvmf{n}-connect"))
+            .spawn(move || connector(&thread_shared, n, &stopped, first))
+        {
+            Ok(thread) => {
+                if let Some(entry) = shared.table().get_mut(&n) {
+                    entry.connector = Some(Connector { stop, thread });
+                }
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    drop(first_tx);
+    // Every connector drops its sender after its first attempt.
+    while first_rx.recv().is_ok() {}
+    result
 }
 
 /// Stop an entry's connector and exports and disconnect its controller (CC.SHN).
