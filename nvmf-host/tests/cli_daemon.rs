@@ -637,6 +637,36 @@ fn reload_adds_removes_reconnects_and_rejects_bad_files_whole() {
     assert_eq!(d.ok(&["reload"]), format!("removed nvmf1: {SUBNQN} at tcp://{a2}\n"));
     let list = d.list();
     assert_eq!((list.len(), list[0]["name"].as_str(), list[0]["state"].as_str()), (1, Some("nvmf0"), Some("live")));
+    // A file's controller that a request already connected is not connected twice.
+    d.rewrite(&controller(a1, ""));
+    let out = d.ok(&["reload"]);
+    assert_eq!(
+        out,
+        format!(
+            "not added: {SUBNQN} at tcp://{a1}: already connected as nvmf0 by a connect request (disconnect it, \
+             then reload)\n"
+        )
+    );
+    assert_eq!(d.list().len(), 1);
+
+    // A controller whose target is down is added all the same (retried in the background); changing its exports
+    // restarts its connector under the same name.
+    let down = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let retried = controller(down, "reconnect_delay = 1\n");
+    d.rewrite(&retried);
+    let out = d.ok(&["reload"]);
+    let added = format!("added nvmf1: {SUBNQN} at tcp://{down}: connecting: attempt 1: ");
+    assert!(out.starts_with(&added) && out.lines().count() == 1, "{out}");
+    d.rewrite(&format!("{retried}{}", nbd_export(1, "down.sock")));
+    let out = d.ok(&["reload"]);
+    let reconnected =
+        format!("reconnected nvmf1: {SUBNQN} at tcp://{down} (exports changed while not connected): connecting: ");
+    assert!(out.starts_with(&reconnected), "{out}");
+    let list = d.list();
+    assert_eq!(
+        (list.len(), list[1]["name"].as_str(), list[1]["state"].as_str()),
+        (2, Some("nvmf1"), Some("connecting"))
+    );
     let (status, log, _) = d.terminate();
     assert!(status.success() && !log.contains("disconnect was not clean"), "{log}");
     t1.shutdown();

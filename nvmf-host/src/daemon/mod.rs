@@ -124,7 +124,7 @@ impl Daemon {
             .controllers
             .iter()
             .filter_map(|c| shared.reserve_unique(config_params(c, &shared.identity), Some(c.clone())).ok())
-            .map(|(n, _)| n)
+            .map(|r| r.n)
             .collect();
         let daemon = Daemon { shared, control: Some(control), metrics };
         start_connectors(&daemon.shared, &entries).map_err(DaemonError::Thread)?;

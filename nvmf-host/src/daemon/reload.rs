@@ -13,7 +13,9 @@
 //! - starts and stops the exports added to or removed from a controller that is kept and live, leaving its
 //!   association and its other exports alone (a controller not connected yet is restarted with the new list).
 //!
-//! Controllers connected by a `connect` request are not the file's and are never touched. `[host]`,
+//! Controllers connected by a `connect` request are not the file's and are never touched (a file's controller
+//! that such a request already connected is reported, not connected twice); a file's controller ended by a
+//! `disconnect` request is connected again by the next reload, as the file still names it. `[host]`,
 //! `[metrics]` and `[logging]` changes need a restart: they are reported and left as they run. A file that does
 //! not read or validate is rejected whole before anything changes. Runs on the thread that asked (main for
 //! SIGHUP, a control connection's thread for `reload`), one reload at a time (the [`Reloader`] mutex); it blocks
@@ -257,7 +259,7 @@ fn apply(shared: &Arc<Shared>, old: &HostConfig, new: &HostConfig) -> Result<Rel
                 continue;
             }
             match shared.reserve_unique_in(&mut table, config_params(c, &shared.identity), Some(c.clone())) {
-                Ok((n, name)) => connect.push((n, format!("added {name}: {}", describe(c)))),
+                Ok(r) => connect.push((r.n, format!("added {}: {}", r.name, describe(c)))),
                 Err(existing) => summary.push(format!(
                     "not added: {}: already connected as {existing} by a connect request (disconnect it, then reload)",
                     describe(c)
@@ -361,5 +363,45 @@ pub fn request_reload(control: &Path, out: &mut dyn Write) -> Result<(), CliErro
             Err(CliError::Daemon(format!("{message}\nrejected: the daemon keeps its running configuration")))
         }
         other => Err(CliError::Daemon(format!("unexpected reply {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> HostConfig {
+        HostConfig::from_str(text, "<test>").unwrap()
+    }
+
+    const ONE: &str =
+        "[[controller]]\naddress = \"127.0.0.1\"\nnqn = \"nqn.2024-01.io.example:one\"\nnr_io_queues = 1\n";
+
+    #[test]
+    fn options_that_changed_are_named_and_exports_are_not_options() {
+        let old = config(ONE);
+        let new =
+            config(&format!("{ONE}queue_size = 64\nhdr_digest = true\n[[controller.export]]\nnsid = 1\nublk = true\n"));
+        let (a, b) = (&old.controllers[0], &new.controllers[0]);
+        assert!(same_controller(a, b));
+        assert_eq!(changed_options(a, b), ["queue_size", "hdr_digest"]);
+        let exports_only = config(&format!("{ONE}[[controller.export]]\nnsid = 1\nublk = true\n"));
+        assert!(changed_options(a, &exports_only.controllers[0]).is_empty());
+        assert_ne!(*a, exports_only.controllers[0]);
+        let elsewhere = config(&ONE.replace("127.0.0.1", "127.0.0.2"));
+        assert!(!same_controller(a, &elsewhere.controllers[0]));
+        let other_port = config(&format!("{ONE}port = 4421\n"));
+        assert!(!same_controller(a, &other_port.controllers[0]));
+        assert_eq!(describe(a), "nqn.2024-01.io.example:one at tcp://127.0.0.1:4420");
+    }
+
+    #[test]
+    fn start_only_sections_are_reported() {
+        let old = config(ONE);
+        assert!(ignored_changes(&old, &old).is_empty());
+        let new = config(&format!(
+            "[host]\ncontrol_socket = \"/run/x.sock\"\n[metrics]\nlisten = \"127.0.0.1:9656\"\n[logging]\nformat = \"json\"\n{ONE}"
+        ));
+        assert_eq!(ignored_changes(&old, &new), ["host.control_socket", "metrics", "logging"]);
     }
 }

@@ -13,7 +13,7 @@ use super::protocol::{
     ConnectAllEntry, ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget, NamespaceView,
 };
 use super::reload::reload;
-use super::table::{connect_once, end_controller, end_entry, state_name, Entry, Shared, State};
+use super::table::{connect_once, end_controller, end_entry, state_name, Entry, Reserved, Shared, State};
 use crate::cli::Transport;
 use crate::controller::Controller;
 use crate::metrics::ControllerSample;
@@ -121,7 +121,7 @@ fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
     } else {
         shared.reserve_unique(params.clone(), None)
     };
-    let (n, name) = match reserved {
+    let Reserved { n, id, name } = match reserved {
         Ok(r) => r,
         Err(existing) => {
             let message = format!(
@@ -135,7 +135,7 @@ fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
         Ok((ctrl, exports)) => {
             let views = exports.iter().map(|(nsid, x)| x.view(*nsid)).collect();
             let mut table = shared.table();
-            match table.get_mut(&n) {
+            match table.get_mut(&n).filter(|e| e.id == id) {
                 Some(entry) if !shared.stopping.load(Ordering::SeqCst) => {
                     entry.state = State::Connected(ctrl);
                     entry.exports = exports;
@@ -143,14 +143,19 @@ fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
                     ControlReply::Connected { name, exports: views }
                 }
                 _ => {
+                    let stopping = shared.stopping.load(Ordering::SeqCst);
+                    let message = if stopping { "the daemon is stopping" } else { "disconnected meanwhile" };
                     drop(table);
                     end_controller(ctrl, exports);
-                    ControlReply::Error { message: "the daemon is stopping".into() }
+                    ControlReply::Error { message: message.into() }
                 }
             }
         }
         Err(message) => {
-            shared.table().remove(&n);
+            let mut table = shared.table();
+            if table.get(&n).is_some_and(|e| e.id == id) {
+                table.remove(&n);
+            }
             ControlReply::Error { message: format!("connecting to {} at {}: {message}", params.subnqn, params.addr) }
         }
     }

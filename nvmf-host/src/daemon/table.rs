@@ -46,6 +46,14 @@ pub(super) struct Entry {
     pub(super) connector: Option<Connector>,
 }
 
+/// A reserved table entry: its key, its id and its name (`nvmf{n}`).
+#[derive(Debug)]
+pub(super) struct Reserved {
+    pub(super) n: u32,
+    pub(super) id: u64,
+    pub(super) name: String,
+}
+
 /// Running exports: `(nsid, server)`.
 pub(super) type Exports = Vec<(u32, RunningExport)>;
 
@@ -72,7 +80,7 @@ impl Shared {
     }
 
     /// Reserve the lowest free instance number for `params` (a `connect` request's).
-    pub(super) fn reserve(&self, params: Params) -> (u32, String) {
+    pub(super) fn reserve(&self, params: Params) -> Reserved {
         let entry = self.new_entry(String::new(), params, None);
         Self::reserve_in(&mut self.table(), entry)
     }
@@ -80,11 +88,7 @@ impl Shared {
     /// Reserve an instance number for `params` (from `config` when it is a configured controller's) unless this
     /// host already has that association (nvme-cli's duplicate check, atomic with the reservation); `Err` names
     /// the existing controller.
-    pub(super) fn reserve_unique(
-        &self,
-        params: Params,
-        config: Option<ControllerConfig>,
-    ) -> Result<(u32, String), String> {
+    pub(super) fn reserve_unique(&self, params: Params, config: Option<ControllerConfig>) -> Result<Reserved, String> {
         self.reserve_unique_in(&mut self.table(), params, config)
     }
 
@@ -94,19 +98,19 @@ impl Shared {
         table: &mut Table,
         params: Params,
         config: Option<ControllerConfig>,
-    ) -> Result<(u32, String), String> {
+    ) -> Result<Reserved, String> {
         match table.values().find(|e| e.params.same_association(&params)) {
             Some(e) => Err(e.name.clone()),
             None => Ok(Self::reserve_in(table, self.new_entry(String::new(), params, config))),
         }
     }
 
-    fn reserve_in(table: &mut Table, mut entry: Entry) -> (u32, String) {
+    fn reserve_in(table: &mut Table, mut entry: Entry) -> Reserved {
         let n = (0..).find(|n| !table.contains_key(n)).unwrap_or(u32::MAX);
         entry.name = format!("nvmf{n}");
-        let name = entry.name.clone();
+        let reserved = Reserved { n, id: entry.id, name: entry.name.clone() };
         table.insert(n, entry);
-        (n, name)
+        reserved
     }
 
     /// A new entry, not connected yet, with a fresh id.
