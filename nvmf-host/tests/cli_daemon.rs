@@ -77,8 +77,9 @@ impl Daemon {
         write_config(&config, metrics, extra);
         let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
         let child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(&config)
+            // A path relative to the daemon's directory: `reload` (run from elsewhere) must still find the file.
+            .args(["run", "--config", "host.toml"])
+            .current_dir(dir.path())
             .env_remove("RUST_LOG")
             .env_remove("NOTIFY_SOCKET")
             .envs(env.iter().map(|(k, v)| (k, v)))

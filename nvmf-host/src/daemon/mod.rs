@@ -187,12 +187,14 @@ fn status_line(shared: &Shared) -> String {
 pub fn run(config_path: &Path) -> anyhow::Result<()> {
     use anyhow::Context;
     use nvmf_service::signals::Request;
-    let config = HostConfig::from_file(config_path)?;
+    // Absolute: `nvmf-host reload` validates the file the daemon names from its own working directory, and a
+    // reload must resolve the file's relative paths as the start did.
+    let path = std::path::absolute(config_path).unwrap_or_else(|_| config_path.to_owned());
+    let config = HostConfig::from_file(&path)?;
     nvmf_service::logging::init(&config.logging);
     let mut signals = nvmf_service::signals::Signals::new().context("installing signal handlers")?;
     let notifier = Arc::new(ServiceNotifier::from_env().context("$NOTIFY_SOCKET")?);
-    let daemon = Daemon::start(&config, Some(config_path.to_owned()), Arc::clone(&notifier))
-        .context("starting the host daemon")?;
+    let daemon = Daemon::start(&config, Some(path), Arc::clone(&notifier)).context("starting the host daemon")?;
     tracing::info!(control = ?daemon.control_socket(), metrics = ?daemon.metrics_addr(), status = daemon.status(), "ready");
     notifier.notify(&format!("READY=1\nSTATUS={}", daemon.status()));
     let reporter = nvmf_service::notify::StatusReporter::start(Arc::clone(&notifier), daemon.status_fn())?;
