@@ -631,6 +631,20 @@ fn reload_adds_removes_reconnects_and_rejects_bad_files_whole() {
     }
     assert_eq!(d.ok(&["reload"]), "no changes\n");
 
+    // An export that cannot start (its address is taken) is reported; the next reload of the file tries again.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap();
+    let second = second.replace("nr_io_queues = 1", "nr_io_queues = 2");
+    d.rewrite(&format!("{second}[[controller.export]]\nnsid = 2\nnbd = \"{at}\"\n"));
+    let out = d.ok(&["reload"]);
+    assert!(out.starts_with(&format!("nvmf1: export of namespace 2 (NBD {at}) failed: ")), "{out}");
+    assert_eq!(d.list()[0]["exports"].as_array().unwrap().len(), 1);
+    drop(taken);
+    assert_eq!(d.ok(&["reload"]), format!("nvmf1: export of namespace 2 (NBD {at}) started\n"));
+    let mut greeting = [0u8; 16];
+    TcpStream::connect(at).expect("the export listens").read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting, b"NBDMAGICIHAVEOPT");
+
     // Controllers connected by request are not the file's: a reload leaves them alone.
     let port = port_of(a1);
     assert_eq!(d.ok(&["connect", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN, "-i", "1"]), "nvmf0\n");

@@ -308,7 +308,8 @@ fn apply(shared: &Arc<Shared>, old: &HostConfig, new: &HostConfig) -> Result<Rel
 }
 
 /// Stop the exports a kept controller no longer has, start its new ones, and put them in its entry (unless it
-/// was disconnected meanwhile: then they stop again).
+/// was disconnected meanwhile: then they stop again). An export that fails to start is left out of the entry's
+/// running configuration, so the next reload of the same file tries it again.
 fn apply_exports(shared: &Shared, change: ExportChange, summary: &mut ReloadSummary) {
     let ExportChange { n, id, name, ctrl, options, stop, start } = change;
     for (nsid, x) in stop {
@@ -317,6 +318,7 @@ fn apply_exports(shared: &Shared, change: ExportChange, summary: &mut ReloadSumm
         summary.push(format!("{name}: export of namespace {nsid} at {what} stopped"));
     }
     let mut started = Vec::new();
+    let mut failed = Vec::new();
     for e in &start {
         let spec = ExportSpec::from(&e.kind);
         match RunningExport::start(&spec, &ctrl, e.nsid, &name, &options) {
@@ -327,12 +329,19 @@ fn apply_exports(shared: &Shared, change: ExportChange, summary: &mut ReloadSumm
             Err(error) => {
                 tracing::error!(%name, nsid = e.nsid, %error, "starting an export failed");
                 summary.push(format!("{name}: export of {} failed: {error}", describe_export(e)));
+                failed.push(e.nsid);
             }
         }
     }
     let mut table = shared.table();
     match table.get_mut(&n).filter(|e| e.id == id) {
-        Some(entry) => entry.exports.extend(started),
+        Some(entry) => {
+            entry.exports.extend(started);
+            if let Some(c) = entry.config.as_mut() {
+                c.exports.retain(|e| !failed.contains(&e.nsid));
+            }
+            entry.params.exports.retain(|(nsid, _)| nsid.is_none_or(|n| !failed.contains(&n)));
+        }
         None => {
             drop(table);
             started.into_iter().for_each(|(_, x)| x.stop());
