@@ -578,7 +578,12 @@ fn reload_adds_removes_reconnects_and_rejects_bad_files_whole() {
     assert_eq!(list[0]["name"].as_str(), Some("nvmf1"));
     assert!(!a_sock.exists(), "the removed controller's NBD socket is gone");
     let series = format!("nvmf_target_controllers{{subsystem=\"{SUBNQN}\"}}");
-    assert_eq!(metric(&http_get(t1_metrics, "/metrics"), &series), Some(0.0), "disconnected from the first target");
+    // The target ends the association on its reactor once the host has closed it: wait for that.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&http_get(t1_metrics, "/metrics"), &series) != Some(0.0) {
+        assert!(Instant::now() < deadline, "the first target still has a controller");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     if data {
         qemu_io(&b_sock, &["read -P 0x5a 8192 64k"]);
     }
