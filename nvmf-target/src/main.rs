@@ -50,9 +50,13 @@ struct ReloadArgs {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     if let Some(Command::Reload(args)) = &cli.command {
         return reload(args);
+    }
+    // The daemon names its file to `nvmf-target reload`, which may run from another directory: keep it absolute.
+    if let Some(path) = &mut cli.config {
+        *path = std::path::absolute(&*path).with_context(|| format!("{}", path.display()))?;
     }
     let config = match &cli.config {
         Some(path) => TargetConfig::from_file(path)?,

@@ -241,10 +241,12 @@ fn reload_command_prints_the_outcome_and_listeners_follow_the_file() {
     let (first, second) = (free_port(), free_port());
     let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
     std::fs::write(&config_path, listeners_config(&[first])).unwrap();
+    // Started with a relative --config from its own directory: `reload` runs from another one.
     let daemon = Daemon(
         Command::new(bin)
+            .current_dir(dir.path())
             .arg("--config")
-            .arg(&config_path)
+            .arg("target.toml")
             .arg("--control")
             .arg(&socket)
             .env("RUST_LOG", "info")
