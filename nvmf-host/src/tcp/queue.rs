@@ -433,20 +433,18 @@ impl<T> TcpQueue<T> {
     }
 
     /// Queue a command: allocate a CID, set SGL1 (in-capsule data block for writes up to the in-capsule
-    /// limit, transport data block otherwise) and start sending the capsule. Returns the CID.
+    /// limit, transport data block otherwise) and queue its capsule. Returns the CID. The capsule is sent by the
+    /// next [`TcpQueue::poll`], before it waits, together with every other command submitted since: one `writev`
+    /// for a whole batch instead of one per command.
     pub fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
         if let Some(e) = &self.failed {
             return Err(Box::new(Rejected { error: e.clone(), request }));
         }
-        let cid = self.cmds.start(request)?;
-        if let Err(e) = self.cmds.flush(&mut self.stream) {
-            self.fail(HostError::io(self.cmds.qid, "sending", &e));
-        }
-        Ok(cid)
+        self.cmds.start(request)
     }
 
-    /// Wait up to `timeout` (`None`: until something happens) for socket events or a wake-up, then send
-    /// what can be sent and handle every PDU that arrived. Completions are then in
+    /// Send the commands submitted since the last poll, wait up to `timeout` (`None`: until something happens) for
+    /// socket events or a wake-up, then send what can be sent and handle every PDU that arrived. Completions are then in
     /// [`TcpQueue::next_completion`]. Returns the queue's failure once it has failed.
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
         if let Some(e) = &self.failed {
@@ -462,6 +460,10 @@ impl<T> TcpQueue<T> {
 
     fn poll_inner(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
         let qid = self.cmds.qid;
+        // Send what `submit` queued before sleeping: the responses to wait for depend on it.
+        if !self.cmds.out.is_empty() {
+            self.cmds.flush(&mut self.stream).map_err(|e| HostError::io(qid, "sending", &e))?;
+        }
         // Bound the wait by the oldest command's deadline so timeouts fire.
         let timeout = if self.outstanding() > 0 {
             Some(timeout.map_or(self.command_timeout, |t| t.min(self.command_timeout)))
