@@ -479,6 +479,18 @@ fn open_queue(
     }
 }
 
+/// Set Features Number of Queues: ask for `count` I/O submission and completion queue pairs; returns how
+/// many the controller grants (at most `count`).
+fn number_of_queues(admin: &Submitter, count: u16, timeout: Duration) -> Result<u16, HostError> {
+    let want = u32::from(count);
+    let nq = NumberOfQueues::with_counts(want, want).map_err(|e| HostError::wire("Number of Queues", e))?;
+    let sqe = SetFeatures::new(&nq).to_sqe();
+    let reply = run(admin, "Set Features (Number of Queues)", sqe, DataDirection::None, Vec::new(), timeout)?;
+    let got = NumberOfQueues::from_dw0(reply.result.map(|c| c.dw0).unwrap_or_default());
+    let granted = got.submission_queues().min(got.completion_queues()).min(want);
+    Ok(u16::try_from(granted).unwrap_or(count))
+}
+
 fn wait_csts(
     admin: &Submitter,
     what: &str,
@@ -546,19 +558,7 @@ fn associate(
 
     let mut io = Vec::new();
     if io_queues > 0 {
-        let want = NumberOfQueues::with_counts(u32::from(io_queues), u32::from(io_queues))
-            .map_err(|e| HostError::wire("Number of Queues", e))?;
-        let reply = run(
-            &a,
-            "Set Features (Number of Queues)",
-            SetFeatures::new(&want).to_sqe(),
-            DataDirection::None,
-            Vec::new(),
-            t,
-        )?;
-        let got = NumberOfQueues::from_dw0(reply.result.map(|c| c.dw0).unwrap_or_default());
-        let granted = got.submission_queues().min(got.completion_queues()).min(u32::from(io_queues));
-        let granted = u16::try_from(granted).unwrap_or(io_queues);
+        let granted = number_of_queues(&a, io_queues, t)?;
         // Depth: queue_size entries, never more than MQES allows; SQSIZE is 0's based.
         let entries = u32::from(options.queue_size).clamp(2, cap.max_queue_entries());
         let sqsize = u16::try_from(entries - 1).unwrap_or(u16::MAX);
@@ -925,6 +925,28 @@ impl Controller {
         data: Vec<u8>,
     ) -> Result<Reply, HostError> {
         self.inner.admin_command(command, sqe, direction, data)
+    }
+
+    /// Set Features Number of Queues for `count` I/O queue pairs; returns how many the controller grants. For
+    /// callers that connect bare I/O queues themselves (perf, tests): the controller's own queues stay as they
+    /// are.
+    pub fn request_io_queues(&self, count: u16) -> Result<u16, HostError> {
+        number_of_queues(&self.inner.admin.submitter(), count, self.inner.options.io_timeout)
+    }
+
+    /// Property Get of `p` on the admin queue.
+    pub fn property_get(&self, p: Property) -> Result<u64, HostError> {
+        property_get(&self.inner.admin.submitter(), p, self.inner.options.io_timeout)
+    }
+
+    /// The options the controller was connected with.
+    pub fn options(&self) -> &ConnectOptions {
+        &self.inner.options
+    }
+
+    /// The subsystem NQN connected to.
+    pub fn subnqn(&self) -> &str {
+        &self.inner.subnqn
     }
 
     /// The active namespaces (Identify CNS 02h, then CNS 00h and 03h for each); refreshes the namespace

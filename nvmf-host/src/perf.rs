@@ -1,10 +1,10 @@
 //! [`run`]: an SPDK-`perf`-like load generator over NVMe/TCP or NVMe/RDMA, and its [`LatencyHistogram`].
 //!
-//! Over TCP the association is brought up by [`Controller::connect`] with the admin queue only; over RDMA by
-//! [`BareAdmin`] (admin queue on a bare [`RdmaQueue`], KATO 0). perf then asks for its I/O queues itself (Set
-//! Features Number of Queues) and connects each as a bare queue ([`TcpQueue`] or [`RdmaQueue`], both behind
-//! [`BareQueue`]) driven by its own worker thread through the poll API, so exactly `queue_depth` commands are
-//! outstanding per queue and nothing sits between the measuring loop and the socket or completion queue.
+//! The association is brought up by [`Controller::connect`] with the admin queue only (either transport). perf
+//! then asks for its I/O queues itself ([`Controller::request_io_queues`]) and connects each as a bare queue
+//! (`TcpQueue` or `RdmaQueue`, both behind [`BareQueue`]; [`fabrics_connect`]) driven by its own worker thread
+//! through the poll API, so exactly `queue_depth` commands are outstanding per queue and nothing sits between
+//! the measuring loop and the socket or completion queue.
 //!
 //! Threads: one worker per I/O queue; the caller's thread waits for them. The measuring loop never
 //! allocates: the data buffers (one per outstanding command) and the submission timestamps are allocated
@@ -17,20 +17,16 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use nvmf_common::nvme::features::{NumberOfQueues, SetFeatures};
 use nvmf_common::nvme::io::{Read, Write};
 
 use nvmf_common::fabrics::property::Capabilities;
 
-use crate::controller::{connect_request, connect_response, ConnectOptions, Controller, NamespaceInfo};
+use crate::controller::{connect_request, connect_response, ConnectOptions, Controller, NamespaceInfo, Transport};
 use crate::error::HostError;
 pub use crate::queue_handle::BareQueue;
 #[cfg(feature = "rdma")]
-use crate::rdma::BareAdmin;
-use crate::tcp::{DataDirection, Request, TcpQueue, TcpQueueOptions, MAX_QUEUE_DEPTH};
-
-/// Context of the Fabrics Connect on a perf queue (never a command slot index).
-const CONNECT_CONTEXT: u32 = u32::MAX;
+use crate::rdma::{RdmaQueue, RdmaQueueOptions};
+use crate::tcp::{Completion, DataDirection, Request, TcpQueue, TcpQueueOptions, MAX_QUEUE_DEPTH};
 
 /// What went wrong running perf.
 #[derive(Debug, thiserror::Error)]
@@ -356,27 +352,38 @@ struct WorkerResult {
     histogram: LatencyHistogram,
 }
 
-/// Fabrics Connect on a bare TCP queue, polling it until the response arrives.
-fn connect_queue(
-    queue: &mut TcpQueue<u32>,
-    options: &ConnectOptions,
-    subnqn: &str,
-    cntlid: u16,
-    sqsize: u16,
-) -> Result<(), HostError> {
+/// Submit `request` on a bare `queue` and poll it until that command completes (bounded by `timeout`); the
+/// completion, whatever its status. For a queue with nothing else outstanding.
+pub fn execute<T, Q: BareQueue<T>>(
+    queue: &mut Q,
+    request: Request<T>,
+    timeout: Duration,
+) -> Result<Completion<T>, HostError> {
     let qid = queue.qid();
-    let request = connect_request(qid, options, subnqn, sqsize, cntlid, 0, CONNECT_CONTEXT)?;
     queue.submit(request).map_err(|r| r.error)?;
-    let deadline = Instant::now() + options.connect_timeout;
+    let deadline = Instant::now() + timeout;
     loop {
         queue.poll(Some(Duration::from_millis(100)))?;
         if let Some(c) = queue.next_completion() {
-            return connect_response(qid, &c.result?).map(|_| ());
+            return Ok(c);
         }
         if Instant::now() >= deadline {
-            return Err(HostError::Timeout { what: format!("Connect of queue {qid}"), after: options.connect_timeout });
+            return Err(HostError::Timeout { what: format!("a command on queue {qid}"), after: timeout });
         }
     }
+}
+
+/// Fabrics Connect of a fresh bare I/O queue to `ctrl`'s association (SQSIZE `sqsize`), polling it until the
+/// response arrives.
+pub fn fabrics_connect<T: Default, Q: BareQueue<T>>(
+    queue: &mut Q,
+    ctrl: &Controller,
+    sqsize: u16,
+) -> Result<(), HostError> {
+    let (qid, o) = (queue.qid(), ctrl.options());
+    let request = connect_request(qid, o, ctrl.subnqn(), sqsize, ctrl.cntlid(), 0, T::default())?;
+    let c = execute(queue, request, o.connect_timeout)?;
+    connect_response(qid, &c.result?).map(|_| ())
 }
 
 fn submit_one(
@@ -489,18 +496,12 @@ pub fn run(options: &PerfOptions) -> Result<PerfReport, PerfError> {
     if options.queues == 0 {
         return Err(PerfError::Invalid("at least one I/O queue is needed".into()));
     }
-    match options.transport {
-        PerfTransport::Tcp => run_tcp(options),
-        #[cfg(feature = "rdma")]
-        PerfTransport::Rdma => run_rdma(options),
-        #[cfg(not(feature = "rdma"))]
-        PerfTransport::Rdma => Err(PerfError::Invalid("this build has no NVMe/RDMA (feature `rdma`)".into())),
-    }
-}
-
-fn run_tcp(options: &PerfOptions) -> Result<PerfReport, PerfError> {
     let mut admin_opts = options.connect.clone();
     admin_opts.nr_io_queues = 0;
+    admin_opts.transport = match options.transport {
+        PerfTransport::Tcp => Transport::Tcp,
+        PerfTransport::Rdma => Transport::Rdma,
+    };
     let ctrl = Controller::connect(options.addr, &options.subnqn, admin_opts)?;
     let result = run_on(&ctrl, options);
     let disconnected = ctrl.disconnect();
@@ -509,32 +510,6 @@ fn run_tcp(options: &PerfOptions) -> Result<PerfReport, PerfError> {
         tracing::warn!(error = %e, "disconnect after perf failed");
     }
     Ok(report)
-}
-
-#[cfg(feature = "rdma")]
-fn run_rdma(options: &PerfOptions) -> Result<PerfReport, PerfError> {
-    let mut admin = BareAdmin::connect(options.addr, &options.subnqn, &options.connect)?;
-    let result = run_rdma_on(&mut admin, options);
-    admin.close();
-    result
-}
-
-#[cfg(feature = "rdma")]
-fn run_rdma_on(admin: &mut BareAdmin, options: &PerfOptions) -> Result<PerfReport, PerfError> {
-    let ns = pick_namespace(admin.namespaces()?, options.nsid)?;
-    let plan = plan(options, &ns, admin.max_transfer, &admin.cap)?;
-    let granted = admin.set_io_queues(options.queues)?;
-    if granted < options.queues {
-        return Err(PerfError::Invalid(format!(
-            "asked for {} I/O queues, the controller grants {granted}",
-            options.queues
-        )));
-    }
-    let mut queues = Vec::with_capacity(usize::from(options.queues));
-    for qid in 1..=options.queues {
-        queues.push(admin.connect_io_queue::<u32>(qid, options.queue_depth)?);
-    }
-    drive(queues, options, &ns, plan)
 }
 
 fn pick_namespace(namespaces: Vec<NamespaceInfo>, nsid: Option<u32>) -> Result<NamespaceInfo, PerfError> {
@@ -599,38 +574,57 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
     let plan = plan(options, &ns, info.max_transfer, &info.cap)?;
 
     // Ask for the I/O queues ourselves: the controller was connected with none.
-    let want = u32::from(options.queues);
-    let nq = NumberOfQueues::with_counts(want, want)
-        .map_err(|e| HostError::Wire { context: "Number of Queues", error: e })?;
-    let reply = ctrl.admin_command(
-        "Set Features (Number of Queues)",
-        SetFeatures::new(&nq).to_sqe(),
-        DataDirection::None,
-        Vec::new(),
-    )?;
-    let got = NumberOfQueues::from_dw0(reply.result.map(|c| c.dw0).unwrap_or_default());
-    let granted = got.submission_queues().min(got.completion_queues());
-    if granted < want {
-        return Err(PerfError::Invalid(format!("asked for {want} I/O queues, the controller grants {granted}")));
+    let granted = ctrl.request_io_queues(options.queues)?;
+    if granted < options.queues {
+        return Err(PerfError::Invalid(format!(
+            "asked for {} I/O queues, the controller grants {granted}",
+            options.queues
+        )));
     }
-
-    let mut queues = Vec::with_capacity(usize::from(options.queues));
-    for qid in 1..=options.queues {
-        let qopts = TcpQueueOptions {
-            qid,
-            depth: options.queue_depth,
-            hdr_digest: options.connect.hdr_digest,
-            data_digest: options.connect.data_digest,
-            in_capsule_limit: info.in_capsule_data,
-            max_c2h_data: 16 << 20,
-            connect_timeout: options.connect.connect_timeout,
-            command_timeout: options.connect.io_timeout,
-        };
-        let mut q = TcpQueue::connect(options.addr, &qopts)?;
-        connect_queue(&mut q, &options.connect, &options.subnqn, info.cntlid, options.queue_depth)?;
-        queues.push(q);
+    let o = &options.connect;
+    let depth = options.queue_depth;
+    match ctrl.transport() {
+        Transport::Tcp => {
+            let mut queues = Vec::with_capacity(usize::from(options.queues));
+            for qid in 1..=options.queues {
+                let qopts = TcpQueueOptions {
+                    qid,
+                    depth,
+                    hdr_digest: o.hdr_digest,
+                    data_digest: o.data_digest,
+                    in_capsule_limit: info.in_capsule_data,
+                    max_c2h_data: 16 << 20,
+                    connect_timeout: o.connect_timeout,
+                    command_timeout: o.io_timeout,
+                };
+                let mut q = TcpQueue::connect(options.addr, &qopts)?;
+                fabrics_connect(&mut q, ctrl, depth)?;
+                queues.push(q);
+            }
+            drive(queues, options, &ns, plan)
+        }
+        #[cfg(feature = "rdma")]
+        Transport::Rdma => {
+            let mut queues = Vec::with_capacity(usize::from(options.queues));
+            for qid in 1..=options.queues {
+                let qopts = RdmaQueueOptions {
+                    qid,
+                    depth,
+                    in_capsule_limit: info.in_capsule_data,
+                    cntlid: info.cntlid,
+                    memory_windows: true,
+                    connect_timeout: o.connect_timeout,
+                    command_timeout: o.io_timeout,
+                };
+                let mut q = RdmaQueue::connect(options.addr, &qopts)?;
+                fabrics_connect(&mut q, ctrl, depth)?;
+                queues.push(q);
+            }
+            drive(queues, options, &ns, plan)
+        }
+        #[cfg(not(feature = "rdma"))]
+        Transport::Rdma => Err(PerfError::Invalid("this build has no NVMe/RDMA (feature `rdma`)".into())),
     }
-    drive(queues, options, &ns, plan)
 }
 
 /// Run the workload on connected I/O queues, one worker thread each, and gather the report.

@@ -3,8 +3,9 @@
 //!
 //! Threading: an [`RdmaQueue`] is single-owner — whoever owns it calls `submit`, `poll` and `next_completion`
 //! from one thread, and nothing in it locks. Its registered memory and every work request post live in
-//! `memory` (the host's only `unsafe` for RDMA). [`BareAdmin`] brings an admin queue up on a bare queue (for
-//! `perf -t rdma` and tests, until [`crate::Controller`] drives RDMA queues).
+//! `memory` (the host's only `unsafe` for RDMA). [`crate::Controller`] drives RDMA queues through
+//! [`crate::queue_handle::QueueHandle`] like TCP ones (`ConnectOptions::transport`); [`BareAdmin`] is a
+//! controller with bare I/O queues, for tests of the queue itself.
 
 pub mod admin;
 mod memory;
