@@ -20,7 +20,8 @@
 //! zeroes and DSM are safe to repeat at the block level), through the [`crate::tcp::Pending`] the caller
 //! waits on; see [`crate::queue_handle`] for how the owned buffers are kept without a copy. After `fast_io_fail_tmo`
 //! held and new I/O fail with [`HostError::FastIoFail`] while attempts go on; after `ctrl_loss_tmo` with
-//! [`HostError::ControllerLost`]. Admin commands are not held: they fail with the transport error.
+//! [`HostError::ControllerLost`]. Admin commands of [`Controller::admin_command`] are held the same way (the
+//! supervisor's own are not: it runs the reconnect they would wait for).
 //!
 //! Asynchronous events: the host keeps AERL + 1 Asynchronous Event Requests outstanding (at most 8); a
 //! Namespace Attribute Changed notice makes it read the Changed Namespace List log (which clears the
@@ -825,7 +826,10 @@ impl Controller {
             addr,
             subnqn: subnqn.to_owned(),
             options,
-            admin: assoc.admin,
+            // Recovering like the I/O queues, for `Controller::admin_command`; the supervisor's own commands
+            // (keep-alive, event handling, the rescan) go to the current connection unheld, since holding them
+            // would wait for the reconnect the supervisor itself runs.
+            admin: assoc.admin.recovering(0, Arc::clone(&recovery)),
             io: assoc.io.into_iter().map(|q| q.recovering(0, Arc::clone(&recovery))).collect(),
             aers: assoc.aers,
             cntlid: AtomicU16::new(assoc.info.cntlid),
@@ -915,8 +919,10 @@ impl Controller {
         &self.inner.io
     }
 
-    /// Run an admin command and wait; `data` is the buffer (sent or filled per `direction`). Not held while
-    /// reconnecting: it fails with the transport error.
+    /// Run an admin command and wait; `data` is the buffer (sent or filled per `direction`). Held while the
+    /// controller reconnects, like I/O: submitted to the new association once it is up, and resubmitted there
+    /// if the lost connection had it in flight (so a command that is not safe to repeat may run twice); it
+    /// fails with [`HostError::FastIoFail`] / [`HostError::ControllerLost`] as I/O does.
     pub fn admin_command(
         &self,
         command: &'static str,
@@ -924,7 +930,8 @@ impl Controller {
         direction: DataDirection,
         data: Vec<u8>,
     ) -> Result<Reply, HostError> {
-        self.inner.admin_command(command, sqe, direction, data)
+        let pending = self.inner.admin.submit(Request { sqe, data, direction, context: () })?;
+        finish(command, pending, self.inner.options.io_timeout)
     }
 
     /// Set Features Number of Queues for `count` I/O queue pairs; returns how many the controller grants. For

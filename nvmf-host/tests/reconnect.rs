@@ -1,7 +1,8 @@
-//! Reconnect against our target in-process on 127.0.0.1: held I/O completes after the target is back,
-//! fails after ctrl-loss-tmo when it is not, fails fast after fast-io-fail-tmo; keep-alive keeps an idle
-//! association live, and a Keep Alive timing out on a network gone dark (a relay that drops bytes without
-//! closing anything) starts a reconnect. The namespace is a file in a temporary directory so its data survives a restart.
+//! Reconnect against our target in-process on 127.0.0.1: held I/O (and a held admin command) completes after
+//! the target is back, fails after ctrl-loss-tmo when it is not, fails fast after fast-io-fail-tmo; keep-alive
+//! keeps an idle association live, and a Keep Alive timing out on a network gone dark (a relay that drops bytes
+//! without closing anything) starts a reconnect. The namespace is a file in a temporary directory so its data
+//! survives a restart.
 
 mod support;
 
@@ -12,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nvmf_common::nvme::identify::{cns, Identify, IdentifyController, IDENTIFY_DATA_SIZE};
 use nvmf_common::nvme::io::{Read, Write};
 use nvmf_config::TargetConfig;
 use nvmf_host::tcp::{DataDirection, Request};
@@ -97,14 +99,27 @@ fn held_write_completes_after_the_target_restarts() {
             p.wait(Duration::from_secs(30))
         })
     };
+    // An admin command is held like the I/O.
+    let admin = {
+        let ctrl = Arc::clone(&ctrl);
+        std::thread::spawn(move || {
+            let sqe = Identify::new(cns::CONTROLLER, 0).to_sqe();
+            let c2h = DataDirection::ControllerToHost;
+            ctrl.admin_command("Identify Controller", sqe, c2h, vec![0; IDENTIFY_DATA_SIZE])
+        })
+    };
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!writer.is_finished() && !submitter.is_finished(), "I/O is held while the target is down");
+    assert!(!admin.is_finished(), "the admin command is held while the target is down");
     assert!(matches!(ctrl.state(), ControllerState::Reconnecting { attempts } if attempts >= 1), "{:?}", ctrl.state());
 
     let target = start(&image, addr.port());
     writer.join().unwrap().expect("held write completes after the target is back");
     let reply = submitter.join().unwrap().expect("held submit_io completes");
     assert!(reply.result.expect("a completion").status.is_success());
+    let identify = admin.join().unwrap().expect("held admin command completes after the target is back");
+    let id = IdentifyController::parse(&identify.data).expect("Identify Controller data");
+    assert_eq!(id.subnqn.to_string(), SUBNQN, "the held Identify ran on the new association");
     assert_eq!(ctrl.state(), ControllerState::Live);
     assert_eq!(ctrl.reconnects(), 1);
 
