@@ -135,3 +135,39 @@ pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) ->
         exports,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use nvmf_config::host::HostConfig;
+
+    use super::*;
+
+    fn identity() -> HostIdentity {
+        HostIdentity::generate()
+    }
+
+    #[test]
+    fn a_configured_rdma_controller_connects_over_rdma() {
+        let text =
+            "[[controller]]\ntransport = \"rdma\"\naddress = \"10.77.0.1\"\nnqn = \"nqn.2024-01.io.example:a\"\n";
+        let config = HostConfig::from_str(text, "<test>").unwrap();
+        let p = config_params(&config.controllers[0], &identity());
+        assert_eq!((p.transport, p.options.transport), (Transport::Rdma, Transport::Rdma));
+        assert_eq!(p.endpoint().resolve().unwrap(), "10.77.0.1:4420".parse().unwrap());
+    }
+
+    fn request(transport: &str) -> ConnectParams {
+        let json = format!(r#"{{"transport":"{transport}","traddr":"127.0.0.1","trsvcid":"4420","nqn":"n"}}"#);
+        serde_json::from_str(&json).unwrap()
+    }
+
+    #[test]
+    fn a_connect_request_carries_its_transport_into_the_options() {
+        for (name, transport) in [("rdma", Transport::Rdma), ("tcp", Transport::Tcp)] {
+            let p = params_from_request(&request(name), &identity()).unwrap();
+            assert_eq!((p.transport, p.options.transport), (transport, transport), "{name}");
+        }
+        let err = params_from_request(&request("fc"), &identity()).unwrap_err();
+        assert!(err.contains("unknown transport \"fc\""), "{err}");
+    }
+}
