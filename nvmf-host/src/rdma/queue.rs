@@ -8,7 +8,9 @@
 //! otherwise, a null keyed SGL for no data) and writes the SQE into its capsule buffer — and
 //! [`RdmaQueue::poll`] posts every staged capsule with one `post_send` (each keyed command's window bind
 //! chained before its SEND), reaps the completion queue, reposts the consumed receives with one `post_recv`,
-//! and sleeps on the completion channel and the RDMA CM event channel only when nothing completed.
+//! and sleeps on the completion channel and the RDMA CM event channel only when nothing completed (a
+//! [`RdmaQueue::waker`] ends that sleep from another thread: how [`crate::queue_handle::QueueHandle`]'s I/O
+//! thread is told of new requests).
 //!
 //! A command completes when its SEND completed, its response arrived and its data buffer is closed to the
 //! controller again: the keyed SGL asks for send with invalidate (subtype Fh), and when the response did not
