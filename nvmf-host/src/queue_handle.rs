@@ -31,6 +31,14 @@
 //! by being resubmitted there — the [`Pending`] keeps the command's SQE (64 bytes, no allocation) and the
 //! queue hands the owned data buffer back with the failed completion, so nothing is copied. The same code
 //! serves both transports.
+//!
+//! Completion sinks: a caller that multiplexes many commands on one thread (an export queue) submits with
+//! [`QueueHandle::submit_to_sink`] instead: no reply channel is allocated; the I/O thread pushes each
+//! [`Completed`] (the caller's tag and the reply) into the caller's [`CompletionSink`] and wakes it once
+//! per batch of completions, so the caller waits for completions and its own work in one place (an
+//! eventfd in its io_uring) and handles them in completion order. [`Completed::settle`] applies the same
+//! recovery as [`Pending::wait`]: a command the lost association had in flight is held and resubmitted to
+//! the same sink under the same tag.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -111,16 +119,147 @@ pub type Reply = Completion<()>;
 
 type ReplySender = SyncSender<Reply>;
 
+/// Where an export queue's commands complete ([`QueueHandle::submit_to_sink`]). Called on the queue's
+/// I/O thread: neither method may block.
+pub trait CompletionSink: Send + Sync + std::fmt::Debug {
+    /// Take one finished command.
+    fn push(&self, completed: Completed);
+    /// Commands were pushed: wake the owner (once per batch of completions, after the pushes).
+    fn wake(&self);
+}
+
+/// A command finished into a [`CompletionSink`]: its tag and reply.
+#[derive(Debug)]
+pub struct Completed {
+    tag: u64,
+    reply: Reply,
+    /// On a recovering queue: how to resubmit the command, and the sink it goes back to.
+    retry: Option<(Retry, Arc<dyn CompletionSink>)>,
+}
+
+impl Completed {
+    /// The tag the command was submitted with.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// The command's reply; or `None` when the connection lost it and it went to the controller's new
+    /// association (its reply will come through the sink again, same tag) — held first while the controller
+    /// reconnects, exactly as [`Pending::wait`] does. Blocks only in that hold. When the command must fail
+    /// instead, the reply carries the error and the command's buffer.
+    pub fn settle(self) -> Option<Reply> {
+        let Some((retry, sink)) = self.retry else { return Some(self.reply) };
+        let request = match retry.recover(self.reply) {
+            Ok(request) => request,
+            Err(reply) => return Some(reply),
+        };
+        match retry.slot.submit_to_sink(request, &sink, self.tag) {
+            Ok(()) => None,
+            Err((e, data)) => Some(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false }),
+        }
+    }
+}
+
+/// A command's place in a [`CompletionSink`]. Dropped undelivered (the I/O thread went away with the
+/// request still queued to it), it completes the tag with [`HostError::ShutDown`] so the owner never
+/// waits for it forever.
+#[derive(Debug)]
+struct Ticket {
+    qid: u16,
+    tag: u64,
+    /// `None` once delivered (or disarmed).
+    sink: Option<Arc<dyn CompletionSink>>,
+    retry: Option<Retry>,
+}
+
+impl Ticket {
+    fn deliver(mut self, reply: Reply, wakes: &mut Wakes) {
+        let Some(sink) = self.sink.take() else { return };
+        wakes.note(&sink);
+        let retry = self.retry.take().map(|r| (r, sink.clone()));
+        sink.push(Completed { tag: self.tag, reply, retry });
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(sink) = self.sink.take() {
+            let reply = Reply {
+                context: (),
+                result: Err(HostError::ShutDown { qid: self.qid }),
+                data: Vec::new(),
+                r2ts: 0,
+                in_capsule: false,
+            };
+            // Not resubmitted: the buffer went with the request.
+            sink.push(Completed { tag: self.tag, reply, retry: None });
+            sink.wake();
+        }
+    }
+}
+
+/// The sink to wake once the I/O thread has posted a batch (consecutive completions to one sink share a
+/// wake-up); wakes it when dropped.
+#[derive(Debug, Default)]
+struct Wakes(Option<Arc<dyn CompletionSink>>);
+
+impl Wakes {
+    fn note(&mut self, sink: &Arc<dyn CompletionSink>) {
+        if self.0.as_ref().is_some_and(|s| Arc::ptr_eq(s, sink)) {
+            return;
+        }
+        if let Some(previous) = self.0.replace(Arc::clone(sink)) {
+            previous.wake();
+        }
+    }
+}
+
+impl Drop for Wakes {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.wake();
+        }
+    }
+}
+
+/// Where the I/O thread posts a command's completion.
+#[derive(Debug)]
+enum ReplyTo {
+    /// A reply channel ([`Pending`]'s, or one shared by several commands).
+    Channel(ReplySender),
+    /// A completion sink.
+    Sink(Ticket),
+}
+
+impl ReplyTo {
+    fn deliver(self, reply: Reply, wakes: &mut Wakes) {
+        match self {
+            // The caller may have stopped waiting; nothing to do then.
+            ReplyTo::Channel(tx) => drop(tx.send(reply)),
+            ReplyTo::Sink(ticket) => ticket.deliver(reply, wakes),
+        }
+    }
+
+    /// The request came back to the submitter, which reports the failure itself.
+    fn disarm(&mut self) {
+        if let ReplyTo::Sink(t) = self {
+            t.sink = None;
+        }
+    }
+}
+
 /// The I/O thread's context of one command: where its completion goes, and what its metrics need.
 #[derive(Debug)]
 pub struct InFlight {
-    reply: ReplySender,
+    reply: ReplyTo,
     submitted: Instant,
     direction: DataDirection,
     /// Whether the latency counts (not for an Asynchronous Event Request, outstanding until an event).
     timed: bool,
 }
 
+// A request is moved once into the channel's slot; boxing it would allocate per command.
+#[allow(clippy::large_enum_variant)]
 enum Message {
     Submit(Request<InFlight>),
     /// Let outstanding commands finish, then stop.
@@ -263,13 +402,30 @@ fn transport_loss(e: &HostError) -> bool {
     )
 }
 
-/// What a [`Pending`] of a recovering queue keeps to resubmit its command.
+/// What a [`Pending`] (or a sink's [`Completed`]) of a recovering queue keeps to resubmit its command.
 #[derive(Debug)]
 struct Retry {
     slot: Arc<Slot>,
     epoch: u64,
     sqe: SubmissionQueueEntry,
     direction: DataDirection,
+}
+
+impl Retry {
+    /// `reply` of this command: `Ok` with the command to resubmit when the connection lost it (after
+    /// holding until a newer association is live), `Err` with the reply to deliver (the recovery's error in
+    /// it when the command must fail).
+    #[allow(clippy::result_large_err)] // the reply goes back to the caller by value either way
+    fn recover(&self, reply: Reply) -> Result<Request<()>, Reply> {
+        let cause = match &reply.result {
+            Err(e) if transport_loss(e) => e.clone(),
+            _ => return Err(reply),
+        };
+        if let Err(e) = self.slot.hold(self.epoch, &cause) {
+            return Err(Reply { result: Err(e), ..reply });
+        }
+        Ok(Request { sqe: self.sqe, data: reply.data, direction: self.direction, context: () })
+    }
 }
 
 /// A command in flight: wait for its completion.
@@ -301,14 +457,10 @@ impl Pending {
                 Err(RecvTimeoutError::Disconnected) => return Err(HostError::ShutDown { qid: self.qid }),
             };
             let Some(retry) = self.retry.take() else { return Ok(reply) };
-            let cause = match &reply.result {
-                Err(e) if transport_loss(e) => e.clone(),
-                _ => return Ok(reply),
+            let request = match retry.recover(reply) {
+                Ok(request) => request,
+                Err(reply) => return Ok(reply),
             };
-            if let Err(e) = retry.slot.hold(retry.epoch, &cause) {
-                return Ok(Reply { result: Err(e), ..reply });
-            }
-            let request = Request { sqe: retry.sqe, data: reply.data, direction: retry.direction, context: () };
             match retry.slot.submit(request) {
                 Ok(next) => self = next,
                 Err((e, data)) => return Ok(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false }),
@@ -335,20 +487,23 @@ impl Submitter {
     /// Submit `sqe` with `data` moving in `direction`; returns the pending completion.
     pub fn submit(&self, request: Request<()>) -> Result<Pending, HostError> {
         let (reply_tx, reply_rx) = sync_channel(1);
-        self.send(request, reply_tx).map_err(|(e, _)| e)?;
+        self.send(request, ReplyTo::Channel(reply_tx)).map_err(|(e, _)| e)?;
         Ok(Pending { qid: self.qid, rx: reply_rx, retry: None })
     }
 
-    /// Submit with the completion posted to `reply` (several commands may share one channel). On failure the
-    /// request's buffer comes back with the error.
-    pub(crate) fn send(&self, request: Request<()>, reply: ReplySender) -> Result<(), (HostError, Vec<u8>)> {
+    /// Submit with the completion posted to `reply`. On failure the request's buffer comes back with the
+    /// error (and nothing is posted).
+    fn send(&self, request: Request<()>, reply: ReplyTo) -> Result<(), (HostError, Vec<u8>)> {
         let Request { sqe, data, direction, context: () } = request;
         let timed = !(self.qid == 0 && sqe.opcode == ASYNC_EVENT_REQUEST);
         let context = InFlight { reply, submitted: Instant::now(), direction, timed };
         let request = Request { sqe, data, direction, context };
         if let Err(e) = self.tx.send(Message::Submit(request)) {
             let data = match e.0 {
-                Message::Submit(r) => r.data,
+                Message::Submit(mut r) => {
+                    r.context.reply.disarm();
+                    r.data
+                }
                 Message::Shutdown | Message::Abort => Vec::new(),
             };
             return Err((HostError::ShutDown { qid: self.qid }, data));
@@ -405,29 +560,54 @@ impl Slot {
         }
     }
 
-    /// Submit on the current link; with a recovery, hold while the link is failed.
+    /// Submit on the current link with a [`Pending`] to wait on.
     fn submit(self: &Arc<Self>, request: Request<()>) -> Result<Pending, (HostError, Vec<u8>)> {
+        let qid = self.qid;
+        self.submit_via(request, |retry| {
+            let (tx, rx) = sync_channel(1);
+            (ReplyTo::Channel(tx), Pending { qid, rx, retry })
+        })
+    }
+
+    /// Submit on the current link with the completion going to `sink` under `tag`.
+    fn submit_to_sink(
+        self: &Arc<Self>,
+        request: Request<()>,
+        sink: &Arc<dyn CompletionSink>,
+        tag: u64,
+    ) -> Result<(), (HostError, Vec<u8>)> {
+        let qid = self.qid;
+        self.submit_via(request, |retry| (ReplyTo::Sink(Ticket { qid, tag, sink: Some(Arc::clone(sink)), retry }), ()))
+    }
+
+    /// Submit on the current link, the completion routed by `route` (given what resubmitting needs, on a
+    /// recovering queue); with a recovery, hold while the link is failed.
+    fn submit_via<R>(
+        self: &Arc<Self>,
+        request: Request<()>,
+        mut route: impl FnMut(Option<Retry>) -> (ReplyTo, R),
+    ) -> Result<R, (HostError, Vec<u8>)> {
         let mut request = request;
         loop {
-            let (reply_tx, reply_rx) = sync_channel(1);
             let (sqe, direction) = (request.sqe, request.direction);
             let (cause, epoch, data) = {
                 let link = self.link.read().unwrap_or_else(PoisonError::into_inner);
                 let failed = self.recovery.as_ref().and_then(|_| link.shared.failure.get());
                 match failed {
                     Some(e) => (e.clone(), link.epoch, request.data),
-                    None => match link.submitter.send(request, reply_tx) {
-                        Ok(()) => {
-                            let retry = self.recovery.as_ref().map(|_| Retry {
-                                slot: Arc::clone(self),
-                                epoch: link.epoch,
-                                sqe,
-                                direction,
-                            });
-                            return Ok(Pending { qid: self.qid, rx: reply_rx, retry });
+                    None => {
+                        let retry = self.recovery.as_ref().map(|_| Retry {
+                            slot: Arc::clone(self),
+                            epoch: link.epoch,
+                            sqe,
+                            direction,
+                        });
+                        let (reply, routed) = route(retry);
+                        match link.submitter.send(request, reply) {
+                            Ok(()) => return Ok(routed),
+                            Err((e, data)) => (e, link.epoch, data),
                         }
-                        Err((e, data)) => (e, link.epoch, data),
-                    },
+                    }
                 }
             };
             if let Err(e) = self.hold(epoch, &cause) {
@@ -485,9 +665,21 @@ impl QueueHandle {
         self.slot.submit(request).map_err(|(e, _)| e)
     }
 
+    /// Submit a command whose completion goes to `sink` under `tag` (see the module docs): nothing is
+    /// allocated for it, and on a recovering queue it is held and resubmitted like [`QueueHandle::submit`]'s
+    /// (through [`Completed::settle`]). On failure the request's buffer comes back with the error.
+    pub fn submit_to_sink(
+        &self,
+        request: Request<()>,
+        sink: &Arc<dyn CompletionSink>,
+        tag: u64,
+    ) -> Result<(), (HostError, Vec<u8>)> {
+        self.slot.submit_to_sink(request, sink, tag)
+    }
+
     /// Submit with the completion posted to `reply` (shared by several commands); not held or retried.
     pub(crate) fn submit_to(&self, request: Request<()>, reply: ReplySender) -> Result<(), HostError> {
-        self.link().submitter.send(request, reply).map_err(|(e, _)| e)
+        self.link().submitter.send(request, ReplyTo::Channel(reply)).map_err(|(e, _)| e)
     }
 
     fn link(&self) -> std::sync::RwLockReadGuard<'_, Link> {
@@ -569,32 +761,27 @@ impl Drop for QueueHandle {
     }
 }
 
-fn reply(completion: Completion<InFlight>, meter: &Meter, now: Instant) {
+fn reply(completion: Completion<InFlight>, meter: &Meter, now: Instant, wakes: &mut Wakes) {
     let Completion { context, result, data, r2ts, in_capsule } = completion;
     meter.record(&context, &result, data.len(), now);
-    // The caller may have stopped waiting; nothing to do then.
-    let _ = context.reply.send(Completion { context: (), result, data, r2ts, in_capsule });
+    context.reply.deliver(Completion { context: (), result, data, r2ts, in_capsule }, wakes);
 }
 
 fn reject(rejected: Rejected<InFlight>, meter: &Meter) {
     let Rejected { error, request } = rejected;
     bump(&meter.errors, 1);
-    let _ = request.context.reply.send(Completion {
-        context: (),
-        result: Err(error),
-        data: request.data,
-        r2ts: 0,
-        in_capsule: false,
-    });
+    let reply = Completion { context: (), result: Err(error), data: request.data, r2ts: 0, in_capsule: false };
+    request.context.reply.deliver(reply, &mut Wakes::default());
 }
 
-/// Hand every finished command to its waiter (one clock read for the batch).
+/// Hand every finished command to its waiter (one clock read and one wake-up per sink for the batch).
 fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, meter: &Meter) {
     let Some(first) = queue.next_completion() else { return };
     let now = Instant::now();
-    reply(first, meter, now);
+    let mut wakes = Wakes::default();
+    reply(first, meter, now, &mut wakes);
     while let Some(c) = queue.next_completion() {
-        reply(c, meter, now);
+        reply(c, meter, now, &mut wakes);
     }
 }
 
@@ -770,6 +957,77 @@ mod tests {
         let (again, resent) = second.join().unwrap();
         assert_eq!((again.opcode, again.nsid, again.cdw10), (first.opcode, first.nsid, first.cdw10));
         assert_eq!(resent, data, "the same bytes were sent again");
+    }
+
+    /// A [`CompletionSink`] that hands completions to the test and counts wake-ups.
+    #[derive(Debug)]
+    pub(super) struct TestSink {
+        tx: Mutex<Sender<Completed>>,
+        pub(super) wakes: AtomicU64,
+    }
+
+    impl TestSink {
+        pub(super) fn new() -> (Arc<TestSink>, Receiver<Completed>) {
+            let (tx, rx) = channel();
+            (Arc::new(TestSink { tx: Mutex::new(tx), wakes: AtomicU64::new(0) }), rx)
+        }
+    }
+
+    impl CompletionSink for TestSink {
+        fn push(&self, completed: Completed) {
+            self.tx.lock().unwrap().send(completed).unwrap();
+        }
+        fn wake(&self) {
+            self.wakes.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_sink_command_the_connection_lost_is_resubmitted_under_its_tag() {
+        let (listener, q, (held, answer), first) = setup();
+        let (test_sink, rx) = TestSink::new();
+        let sink: Arc<dyn CompletionSink> = test_sink.clone();
+        let (request, data) = write_request();
+        q.submit_to_sink(request, &sink, 42).unwrap();
+        let (first, sent) = first.join().unwrap();
+        assert_eq!(sent, data);
+
+        let lost = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(lost.tag(), 42);
+        assert!(test_sink.wakes.load(Ordering::SeqCst) >= 1, "the owner was woken");
+        let settling = std::thread::spawn(move || lost.settle());
+        let (epoch, cause) = held.recv().unwrap();
+        assert_eq!(epoch, 0);
+        assert!(transport_loss(&cause), "{cause:?}");
+        let second = controller(&listener, true);
+        q.replace(queue(listener.local_addr().unwrap()), 1);
+        answer.send(Ok(())).unwrap();
+        assert!(settling.join().unwrap().is_none(), "resubmitted: the reply comes through the sink");
+
+        let done = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(done.tag(), 42, "the same tag");
+        let reply = done.settle().expect("answered by the new association");
+        assert!(reply.result.unwrap().status.is_success());
+        assert_eq!(reply.data, data, "the caller's buffer comes back");
+        let (again, resent) = second.join().unwrap();
+        assert_eq!((again.opcode, again.nsid, again.cdw10), (first.opcode, first.nsid, first.cdw10));
+        assert_eq!(resent, data, "the same bytes were sent again");
+    }
+
+    #[test]
+    fn a_lost_sink_command_fails_with_the_recovery_error_and_keeps_its_buffer() {
+        let (_listener, q, (held, answer), first) = setup();
+        let (test_sink, rx) = TestSink::new();
+        let sink: Arc<dyn CompletionSink> = test_sink;
+        let (request, data) = write_request();
+        q.submit_to_sink(request, &sink, 7).unwrap();
+        first.join().unwrap();
+        answer.send(Err(HostError::FastIoFail { after: Duration::from_millis(5) })).unwrap();
+        let lost = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let reply = lost.settle().expect("failed, not resubmitted");
+        assert!(matches!(reply.result, Err(HostError::FastIoFail { .. })), "{:?}", reply.result);
+        assert_eq!(reply.data, data);
+        assert!(held.try_recv().is_ok(), "the loss went through the recovery");
     }
 
     #[test]
@@ -967,6 +1225,48 @@ mod driver_tests {
             assert_eq!((m.read_bytes, m.written_bytes, m.errors), (8 * 4096, 8 * 512, 0));
             assert_eq!(m.latency_count(), 16);
         });
+    }
+
+    #[test]
+    fn sink_completions_carry_their_tags_and_failures_reach_the_sink() {
+        let (q, _) = Loopback::new(4);
+        let h = QueueHandle::spawn(q).unwrap();
+        let (test_sink, rx) = super::tests::TestSink::new();
+        let sink: Arc<dyn CompletionSink> = test_sink.clone();
+        for tag in 0..16u64 {
+            h.submit_to_sink(read(1, 4096), &sink, tag).unwrap();
+        }
+        let mut tags: Vec<u64> = (0..16)
+            .map(|_| {
+                let c = rx.recv_timeout(WAIT).unwrap();
+                let tag = c.tag();
+                let reply = c.settle().expect("no recovery: the reply itself");
+                assert!(reply.result.unwrap().status.is_success());
+                assert!(reply.data.len() == 4096 && reply.data.iter().all(|&b| b == 0xA5), "read data came back");
+                tag
+            })
+            .collect();
+        tags.sort_unstable();
+        assert_eq!(tags, (0..16).collect::<Vec<_>>(), "every tag exactly once");
+        assert!(test_sink.wakes.load(Ordering::SeqCst) >= 1);
+        // An error status, then a failed queue: both reach the sink under their tags.
+        h.submit_to_sink(read(NSID_ERROR, 512), &sink, 100).unwrap();
+        let c = rx.recv_timeout(WAIT).unwrap();
+        assert_eq!((c.tag(), c.settle().unwrap().result.unwrap().status), (100, Status::INVALID_FIELD));
+        h.submit_to_sink(write(NSID_FAIL_QUEUE, 512), &sink, 101).unwrap();
+        let c = rx.recv_timeout(WAIT).unwrap();
+        assert_eq!(c.tag(), 101);
+        assert!(matches!(c.settle().unwrap().result, Err(HostError::Closed { .. })));
+        match h.submit_to_sink(write(1, 512), &sink, 102) {
+            Err((e, data)) => assert!(matches!(e, HostError::Closed { .. }) && data == vec![1; 512], "{e:?}"),
+            Ok(()) => {
+                let c = rx.recv_timeout(WAIT).unwrap();
+                let reply = c.settle().unwrap();
+                assert!(matches!(reply.result, Err(HostError::Closed { .. })), "{:?}", reply.result);
+                assert_eq!(reply.data, vec![1; 512], "the buffer comes back with the failure");
+            }
+        }
+        h.close_and_check(|m| assert_eq!((m.read_bytes, m.errors), (16 * 4096, 3), "{m:?}"));
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub fn run(a: &UblkArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         source,
     })?;
     let ctrl = Arc::new(Controller::connect(addr, &a.nqn, connect)?);
-    let options = UblkOptions { queue_depth: a.queue_size, ..UblkOptions::default() };
+    let options = UblkOptions { queue_depth: a.queue_size };
     let export = UblkExport::start(Arc::clone(&ctrl), a.nsid, options)?;
     writeln!(out, "{}", export.path().display())?;
     out.flush()?;

@@ -68,7 +68,7 @@ impl RunningExport {
             }
             #[cfg(feature = "ublk")]
             ExportSpec::Ublk => {
-                let ublk = crate::ublk::UblkOptions { queue_depth: options.queue_size, ..Default::default() };
+                let ublk = crate::ublk::UblkOptions { queue_depth: options.queue_size };
                 crate::ublk::UblkExport::start(Arc::clone(ctrl), nsid, ublk)
                     .map(|x| RunningExport::Ublk(Box::new(x)))
                     .map_err(|e| e.to_string())

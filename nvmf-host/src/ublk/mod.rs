@@ -8,13 +8,18 @@
 //! Requests are decoded into the NBD export's [`Action`] (the same vocabulary, checked the same way) and
 //! turned into commands by `nvme_command`.
 //!
-//! Threads, per queue: the queue thread owns the queue's io_uring (the driver requires every command of a
-//! queue to come from one thread): it waits in `io_uring_enter` for fetched requests, submits each with
-//! the tag's buffer moved into the [`Request`] (no copy: the buffer the driver wrote is the one sent), and
-//! commits finished ones. A completion thread waits on the [`Pending`]s in submission order (a `Pending`
-//! is waited for by blocking, so the ring thread cannot) and hands each reply back through a channel plus an
-//! eventfd the ring reads. The queue thread blocks only in `io_uring_enter`, and in `submit` while the NVMe
-//! queue is full; the completion thread only in `Pending::wait` (bounded by [`UblkOptions::io_timeout`]).
+//! Threads, per queue: one, the queue thread. It owns the queue's io_uring (the driver requires every
+//! command of a queue to come from one thread) and waits in one `io_uring_enter` for both fetched requests
+//! and NVMe completions: it submits each request with the tag's buffer moved into the [`Request`] (no copy:
+//! the buffer the driver wrote is the one sent) to the NVMe queue's I/O thread with
+//! [`QueueHandle::submit_to_sink`] (tag = ublk tag, no per-command allocation); that thread pushes the
+//! completions into this queue's [`CompletionSink`] and writes its eventfd once per batch, which completes
+//! an eventfd read kept in the ring. The queue thread then drains the sink and commits in completion order
+//! (no head-of-line wait), all commits of a batch in one `io_uring_enter`. It blocks only in
+//! `io_uring_enter`, in `submit` while the NVMe queue is full, and — while the controller reconnects — in
+//! [`Completed::settle`] holding a command the lost association had in flight (then resubmitted, as
+//! [`crate::tcp::Pending::wait`] does). A command the controller never answers is failed by the NVMe
+//! queue's own command timeout.
 //!
 //! Lifecycle: [`UblkExport::start`] adds the device (ADD_DEV, SET_PARAMS), starts the queues (every tag
 //! fetched), then START_DEV; [`UblkExport::stop`] (or drop) STOP_DEV while the queues still serve (the
@@ -37,7 +42,8 @@ use nvmf_common::nvme::SubmissionQueueEntry;
 use crate::controller::Controller;
 use crate::error::HostError;
 use crate::nbd::proto::Action;
-use crate::tcp::{DataDirection, Pending, Request};
+use crate::queue_handle::{Completed, CompletionSink, QueueHandle};
+use crate::tcp::{DataDirection, Request};
 use sys::{io_flag, op, IoDesc, QueueRing};
 
 /// ONCS bit: Dataset Management.
@@ -91,13 +97,11 @@ pub enum UblkError {
 pub struct UblkOptions {
     /// Tags per ublk queue: the NVMe I/O queue size (clamped to 1..=4096).
     pub queue_depth: u16,
-    /// Bound on waiting for one NVMe completion (the queue's own command timeout comes first).
-    pub io_timeout: Duration,
 }
 
 impl Default for UblkOptions {
     fn default() -> Self {
-        UblkOptions { queue_depth: 128, io_timeout: Duration::from_secs(60) }
+        UblkOptions { queue_depth: 128 }
     }
 }
 
@@ -207,7 +211,6 @@ impl UblkExport {
                 cdev: Arc::clone(&cdev),
                 efd: Arc::clone(&efd),
                 stop: Arc::clone(&export.stop),
-                io_timeout: options.io_timeout,
             };
             let ready = ready_tx.clone();
             let thread = std::thread::Builder::new()
@@ -402,21 +405,35 @@ struct Queue {
     cdev: Arc<File>,
     efd: Arc<File>,
     stop: Arc<Stop>,
-    io_timeout: Duration,
 }
 
-/// A submitted request for the completion thread.
-struct InFlight {
-    tag: u16,
-    pending: Pending,
+/// A queue's [`CompletionSink`]: finished commands wait in a channel, and the eventfd the ring reads wakes
+/// the queue thread.
+#[derive(Debug)]
+struct Sink {
+    finished: Sender<Completed>,
+    efd: Arc<File>,
+}
+
+impl CompletionSink for Sink {
+    fn push(&self, completed: Completed) {
+        // The queue thread has stopped serving: the device is going away and nothing waits for the tag.
+        let _ = self.finished.send(completed);
+    }
+
+    fn wake(&self) {
+        let _ = sys::signal(&self.efd);
+    }
+}
+
+/// What the queue thread remembers of a tag's request while its command is out.
+#[derive(Debug, Clone, Copy, Default)]
+struct TagState {
     /// Bytes to report on success (reads and writes), 0 otherwise.
     bytes: i32,
     /// A read: the data goes back to the driver in the buffer.
     read: bool,
 }
-
-/// A finished request for the queue thread: tag, result, the buffer (with the read data).
-type Done = (u16, i32, Option<Vec<u8>>);
 
 impl Queue {
     fn run(self, ready: &std::sync::mpsc::SyncSender<io::Result<()>>) {
@@ -439,16 +456,11 @@ impl Queue {
             }
         };
         let _ = ready.send(Ok(()));
-        let (in_flight_tx, in_flight_rx) = channel::<InFlight>();
-        let (done_tx, done_rx) = channel::<Done>();
-        std::thread::scope(|s| {
-            let efd = &self.efd;
-            let timeout = self.io_timeout;
-            s.spawn(move || complete_loop(&in_flight_rx, &done_tx, efd, timeout));
-            if let Err(e) = self.serve(&descs, &mut ring, in_flight_tx, &done_rx) {
-                tracing::error!(q_id = self.q_id, error = %e, "ublk queue failed");
-            }
-        });
+        let (finished, finished_rx) = channel();
+        let sink: Arc<dyn CompletionSink> = Arc::new(Sink { finished, efd: Arc::clone(&self.efd) });
+        if let Err(e) = self.serve(&descs, &mut ring, &sink, &finished_rx) {
+            tracing::error!(q_id = self.q_id, error = %e, "ublk queue failed");
+        }
         ring.device_stopped = self.stop.device_stopped.load(Ordering::Acquire);
     }
 
@@ -457,18 +469,21 @@ impl Queue {
         &self,
         descs: &sys::IoDescs,
         ring: &mut QueueRing,
-        in_flight: Sender<InFlight>,
-        done: &Receiver<Done>,
+        sink: &Arc<dyn CompletionSink>,
+        finished: &Receiver<Completed>,
     ) -> io::Result<()> {
         let mut cqes = Vec::with_capacity(usize::from(self.depth) + 1);
+        let mut tags = vec![TagState::default(); usize::from(self.depth)];
+        let queues = self.ctrl.io_queues();
+        let queue = &queues[usize::from(self.q_id) % queues.len()];
         let mut aborted = 0;
         loop {
             ring.submit_and_wait()?;
             ring.completions(&mut cqes);
             for (user_data, result) in cqes.drain(..) {
                 if user_data == sys::EVENT {
-                    while let Ok((tag, result, buf)) = done.try_recv() {
-                        ring.commit(tag, result, buf)?;
+                    while let Ok(c) = finished.try_recv() {
+                        self.finish(c, &tags, ring)?;
                     }
                     if self.stop.requested.load(Ordering::Acquire) {
                         return Ok(());
@@ -478,7 +493,7 @@ impl Queue {
                 }
                 let tag = u16::try_from(user_data).unwrap_or(u16::MAX);
                 match result {
-                    sys::IO_RES_OK => self.handle(tag, descs.get(tag), ring, &in_flight)?,
+                    sys::IO_RES_OK => self.handle(tag, descs.get(tag), ring, queue, sink, &mut tags)?,
                     sys::IO_RES_ABORT => {
                         aborted += 1;
                         if aborted == self.depth {
@@ -492,7 +507,15 @@ impl Queue {
     }
 
     /// Submit one request's NVMe command, or complete it now with an error.
-    fn handle(&self, tag: u16, d: IoDesc, ring: &mut QueueRing, in_flight: &Sender<InFlight>) -> io::Result<()> {
+    fn handle(
+        &self,
+        tag: u16,
+        d: IoDesc,
+        ring: &mut QueueRing,
+        queue: &QueueHandle,
+        sink: &Arc<dyn CompletionSink>,
+        tags: &mut [TagState],
+    ) -> io::Result<()> {
         let g = &self.geometry;
         let action = match decode(&d, g) {
             Ok(a) => a,
@@ -517,52 +540,38 @@ impl Queue {
             }
             _ => (Vec::new(), false),
         };
-        let queues = self.ctrl.io_queues();
-        let queue = &queues[usize::from(self.q_id) % queues.len()];
-        match queue.submit(Request { sqe, data, direction, context: () }) {
-            Ok(pending) => {
-                let bytes = if direction == DataDirection::None || range.is_some() { 0 } else { bytes };
-                let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
-                // The completion thread lives as long as this loop; a send cannot fail while it runs.
-                let _ = in_flight.send(InFlight { tag, pending, bytes, read });
-                Ok(())
-            }
-            Err(e) => {
+        let bytes = if direction == DataDirection::None || range.is_some() { 0 } else { bytes };
+        tags[usize::from(tag)] = TagState { bytes: i32::try_from(bytes).unwrap_or(i32::MAX), read };
+        match queue.submit_to_sink(Request { sqe, data, direction, context: () }, sink, u64::from(tag)) {
+            Ok(()) => Ok(()),
+            Err((e, data)) => {
                 tracing::warn!(q_id = self.q_id, tag, error = %e, "ublk request: submission failed");
-                ring.commit(tag, -libc::EIO, None)
+                ring.commit(tag, -libc::EIO, (data.capacity() > 0).then_some(data))
             }
         }
     }
-}
 
-/// Wait for each submitted command in order and hand the result back to the ring (one eventfd add each).
-fn complete_loop(in_flight: &Receiver<InFlight>, done: &Sender<Done>, efd: &File, timeout: Duration) {
-    for f in in_flight {
-        let (result, buf) = match f.pending.wait(timeout) {
-            Ok(reply) => {
-                let result = match &reply.result {
-                    Ok(cqe) if cqe.status.is_success() => f.bytes,
-                    Ok(cqe) => {
-                        tracing::warn!(tag = f.tag, status = %cqe.status, "ublk request: NVMe error");
-                        -libc::EIO
-                    }
-                    Err(e) => {
-                        tracing::warn!(tag = f.tag, error = %e, "ublk request: queue failed");
-                        -libc::EIO
-                    }
-                };
-                // Reads give the data back to the driver in this buffer; otherwise it returns to the tag.
-                (result, (f.read || reply.data.capacity() > 0).then_some(reply.data))
+    /// Commit a finished command's request (unless it was resubmitted after a reconnect).
+    fn finish(&self, c: Completed, tags: &[TagState], ring: &mut QueueRing) -> io::Result<()> {
+        let Some(tag) = u16::try_from(c.tag()).ok().filter(|&t| t < self.depth) else {
+            tracing::error!(q_id = self.q_id, tag = c.tag(), "ublk: a completion for no tag");
+            return Ok(());
+        };
+        let Some(reply) = c.settle() else { return Ok(()) };
+        let state = tags[usize::from(tag)];
+        let result = match &reply.result {
+            Ok(cqe) if cqe.status.is_success() => state.bytes,
+            Ok(cqe) => {
+                tracing::warn!(q_id = self.q_id, tag, status = %cqe.status, "ublk request: NVMe error");
+                -libc::EIO
             }
             Err(e) => {
-                tracing::warn!(tag = f.tag, error = %e, "ublk request: no completion");
-                (-libc::EIO, None)
+                tracing::warn!(q_id = self.q_id, tag, error = %e, "ublk request: queue failed");
+                -libc::EIO
             }
         };
-        if done.send((f.tag, result, buf)).is_err() {
-            return;
-        }
-        let _ = sys::signal(efd);
+        // Reads give the data back to the driver in this buffer; otherwise it returns to the tag.
+        ring.commit(tag, result, (state.read || reply.data.capacity() > 0).then_some(reply.data))
     }
 }
 
