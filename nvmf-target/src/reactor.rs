@@ -287,16 +287,21 @@ impl Reactor {
         let mut events = Events::with_capacity(1024);
         let mut now = Instant::now();
         let mut next_tick = now + TICK;
+        // The RDMA side found completions at the end of the last turn: turn again without sleeping.
+        #[cfg_attr(not(feature = "rdma"), allow(unused_mut))] // only RDMA polls at the end of a turn
+        let mut busy = false;
         loop {
-            // `now` is the previous turn's reading: the clock is read once per turn (a syscall where the vDSO
-            // cannot read it, as in TCG guests), and sleeping a turn's work past the tick does not matter.
-            let timeout = next_tick.saturating_duration_since(now);
+            // The clock is read once per turn, when the poll returns (a syscall where the vDSO cannot read it, as
+            // in TCG guests): the timers and the commands' latencies (`set_turn_time`) use that reading.
+            let timeout = if busy { Duration::ZERO } else { next_tick.saturating_duration_since(now) };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!(reactor = self.index, error = %e, "epoll failed; reactor stops");
                     return;
                 }
             }
+            now = Instant::now();
+            crate::controller::queue::set_turn_time(now);
             for event in events.iter() {
                 match event.token() {
                     WAKER => self.drain_messages(),
@@ -317,7 +322,6 @@ impl Reactor {
                 }
             }
             self.complete_storage();
-            now = Instant::now();
             if now >= next_tick || self.poll_queues.swap(false, Ordering::AcqRel) {
                 for slot in 0..self.connections.len() {
                     self.with_connection(slot, |c, engine| c.tcp.poll(engine, now).map(|()| true));
@@ -329,7 +333,9 @@ impl Reactor {
             }
             self.flush_and_reap();
             #[cfg(feature = "rdma")]
-            self.rdma.flush_and_reap(&mut self.engine, now);
+            {
+                busy = self.rdma.flush_and_reap(&mut self.engine, now);
+            }
             #[cfg(feature = "rdma")]
             let rdma_done = self.rdma.is_empty();
             #[cfg(not(feature = "rdma"))]

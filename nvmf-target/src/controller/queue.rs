@@ -20,6 +20,7 @@
 //!
 //! Nothing here blocks. Admin commands take the controller's mutex (uncontended by I/O).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::mem;
 use std::sync::Arc;
@@ -45,6 +46,23 @@ use super::target::{Target, TransportInfo};
 use super::EventNotifier;
 use crate::backend::{BufferId, IoEngine, IoOp};
 use crate::metrics::{CommandKind, Completed, QueueRecorder};
+
+thread_local! {
+    /// The reactor's clock reading of its current turn (`None` off a reactor thread).
+    static TURN_TIME: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Set by a reactor once per turn, right after its poll returned: command latencies are measured in its turns.
+/// Reading the clock per command costs two `clock_gettime` per I/O, a system call where the vDSO cannot read the
+/// clock source (HPET, as in TCG guests); a turn's reading is off by at most that turn's own work.
+pub(crate) fn set_turn_time(now: Instant) {
+    TURN_TIME.with(|t| t.set(Some(now)));
+}
+
+/// The current turn's time ([`set_turn_time`]), or the clock off a reactor thread.
+fn turn_time() -> Instant {
+    TURN_TIME.with(Cell::get).unwrap_or_else(Instant::now)
+}
 
 /// Bytes of Connect data.
 const CONNECT_DATA_LEN: u32 = 1024;
@@ -234,7 +252,7 @@ struct Slot {
     stage: u8,
     /// First error seen by the plan's storage ops.
     status: Status,
-    /// When the command capsule arrived (metrics: command latency).
+    /// The turn in which the command capsule arrived ([`turn_time`]; metrics: command latency).
     arrival: Option<Instant>,
 }
 
@@ -452,7 +470,7 @@ impl Queue {
         self.activity = true;
         self.advance_sq_head();
         self.slots[usize::from(index)] =
-            Slot { state: SlotState::Executing, sqe: *sqe, arrival: Some(Instant::now()), ..Slot::FREE };
+            Slot { state: SlotState::Executing, sqe: *sqe, arrival: Some(turn_time()), ..Slot::FREE };
         let id = SlotId(index);
         let kind = match &self.state {
             QueueState::Connected(a) => Some(a.kind),
@@ -755,7 +773,7 @@ impl Queue {
         let completed = Completed {
             kind: CommandKind::of(&s.sqe, io),
             nsid: io.then_some(s.sqe.nsid),
-            latency: s.arrival.map(|t| t.elapsed()),
+            latency: s.arrival.map(|t| turn_time().saturating_duration_since(t)),
             bytes_read,
             bytes_written,
             status,

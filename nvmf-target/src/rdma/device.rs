@@ -100,6 +100,8 @@ pub(crate) struct DeviceContext {
     pub(crate) pd: ProtectionDomain,
     pub(crate) channel: CompletionChannel,
     pub(crate) cq: CompletionQueue,
+    /// The CQ is armed and its event not read yet (an arm raises at most one event: see the reactor's module docs).
+    pub(crate) armed: bool,
     /// The engine pool's region (lkey for RDMA READ/WRITE scatter/gather entries).
     pub(crate) pool: MemoryRegion<PoolRegion>,
     /// Completion queue entries the connections on this device may use at once (their queue sizes' sum).
@@ -119,7 +121,7 @@ impl DeviceContext {
         let pool = register_pool(&pd, engine.pool())?;
         tracing::info!(device = %device.name(), pool_bytes = pool.len(), cqe = cq.capacity(),
             send_with_invalidate = attrs.device_cap_flags.send_with_invalidate(), "RDMA device opened");
-        Ok(DeviceContext { device, attrs, pd, channel, cq, pool, cq_reserved: 0, shared: None })
+        Ok(DeviceContext { device, attrs, pd, channel, cq, armed: true, pool, cq_reserved: 0, shared: None })
     }
 
     /// Reserve `entries` completion queue entries for a new connection; false if the CQ cannot hold them.

@@ -2,10 +2,15 @@
 //! ids handed over by the CM thread are migrated to it), its per-device contexts (completion channel fds in the
 //! reactor's poll) and its connections. The reactor thread calls it from its loop; nothing here blocks.
 //!
-//! Completion handling: on a completion channel's readiness every event is read and acknowledged, then the CQ is
-//! drained, re-armed and polled once more (completions that arrived before the re-arm raise no event), each
-//! completion routed to its connection by the `wr_id`'s connection key (no lookup), or, for a receive of a
-//! shared receive queue, by its queue pair number (a map filled at accept; the buffer is reposted to the shared
+//! Completion handling: on a completion channel's readiness its one event is read and acknowledged (an armed CQ
+//! raises one event, and is armed again only after that event was read, so one read per readiness suffices and
+//! no `EAGAIN` read is spent) and the CQ is drained. At the end of every turn, after this turn's work requests
+//! were posted, the CQ is polled again (completions of those posts are often there already, with Soft-RoCE
+//! always for a loopback peer); only a CQ found empty is re-armed (a system call with most providers) and polled
+//! once more (completions that arrived before the re-arm raise no event). While those end-of-turn polls find
+//! completions the reactor turns again without sleeping; an idle reactor sleeps on armed CQs, spinning never.
+//! Each completion is routed to its connection by the `wr_id`'s connection key (no lookup), or, for a receive of
+//! a shared receive queue, by its queue pair number (a map filled at accept; the buffer is reposted to the shared
 //! queue at the end of the turn, after its command went to the queue).
 
 use std::net::SocketAddr;
@@ -393,26 +398,37 @@ impl RdmaReactor {
         }
     }
 
+    /// `dev`'s completion channel is readable: read its event (the CQ is disarmed now) and drain the CQ.
     fn completions(&mut self, dev: usize, engine: &mut IoEngine) {
-        loop {
-            match self.devices[dev].channel.get_event() {
-                Ok(Some(_)) => {}
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::error!(reactor = self.index, error = %e, "reading a completion event failed");
-                    break;
+        match self.devices[dev].channel.get_event() {
+            Ok(Some(_)) => self.devices[dev].armed = false,
+            Ok(None) => {}
+            Err(e) => {
+                // Arming again at the end of the turn is harmless if it still is armed.
+                tracing::error!(reactor = self.index, error = %e, "reading a completion event failed");
+                self.devices[dev].armed = false;
+            }
+        }
+        self.drain(dev, engine);
+    }
+
+    /// End of a turn, after its posts: poll each CQ; re-arm the ones found empty and not armed, then poll those
+    /// once more. Whether any completion was found (the reactor then turns again instead of sleeping).
+    fn poll_before_sleep(&mut self, engine: &mut IoEngine) -> bool {
+        let mut found = false;
+        for dev in 0..self.devices.len() {
+            let mut n = self.drain(dev, engine);
+            if n == 0 && !self.devices[dev].armed {
+                match self.devices[dev].cq.req_notify(false) {
+                    Ok(()) => self.devices[dev].armed = true,
+                    // Not armed: the reactor's tick polls it again.
+                    Err(e) => tracing::error!(reactor = self.index, error = %e, "arming the completion queue failed"),
                 }
+                n = self.drain(dev, engine);
             }
+            found |= n > 0;
         }
-        loop {
-            self.drain(dev, engine);
-            if let Err(e) = self.devices[dev].cq.req_notify(false) {
-                tracing::error!(reactor = self.index, error = %e, "arming the completion queue failed");
-            }
-            if self.drain(dev, engine) == 0 {
-                return;
-            }
-        }
+        found
     }
 
     /// Poll `dev`'s CQ until empty, routing each completion; how many there were.
@@ -495,8 +511,10 @@ impl RdmaReactor {
         }
     }
 
-    /// End of a turn: post each connection's batch; drop connections that ended and drained.
-    pub(crate) fn flush_and_reap(&mut self, engine: &mut IoEngine, now: Instant) {
+    /// End of a turn: post each connection's batch; drop connections that ended and drained; poll the CQs (see
+    /// the module docs). True if completions were found: the reactor must turn again before it sleeps (their
+    /// storage ops are not submitted and their responses not posted yet).
+    pub(crate) fn flush_and_reap(&mut self, engine: &mut IoEngine, now: Instant) -> bool {
         for slot in 0..self.connections.len() {
             let Some(conn) = self.connections[slot].as_mut() else { continue };
             let dev = conn.setup().device;
@@ -524,6 +542,7 @@ impl RdmaReactor {
         for shared in self.devices.iter_mut().filter_map(|d| d.shared.as_mut()) {
             shared.flush(&self.counters);
         }
+        self.poll_before_sleep(engine)
     }
 
     /// Target shutdown: end every connection (they are dropped once drained).
