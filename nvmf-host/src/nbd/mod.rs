@@ -4,17 +4,19 @@
 //!
 //! Threads: one acceptor thread (a [`mio::Poll`] over the listener and a waker, so [`NbdExport::stop`] never
 //! waits on a blocked `accept`), and per client two threads: the session thread runs the handshake and then
-//! reads requests and submits them with [`Controller::submit_io`] (spread round-robin over the I/O queues),
-//! the reply thread waits for the completions in request order and writes the replies. Two threads per
-//! client because a [`crate::tcp::Pending`] is waited for by blocking: a thread that reads the socket cannot
-//! also wait for completions without stalling the pipeline. Replies go out in request order (the protocol
-//! allows any order; completions spread over queues finish close together, so little is lost), and while the
-//! pipeline is full they gather in the write buffer and leave in one `write`.
+//! reads requests and submits their commands (spread round-robin over the I/O queues) with their completions
+//! going to the session's completion sink ([`crate::queue_handle::CompletionSink`]); the reply thread takes
+//! submitted requests and completions from one channel and writes each reply as its request's last command
+//! completes (completion order: the protocol matches replies by cookie). Two threads per client because a
+//! thread blocked reading the socket cannot also take completions. While completions keep coming, replies
+//! gather in the write buffer and leave in one `write`.
 //!
 //! What each may block on: the acceptor only in `poll`; the session thread in socket reads (bounded by a
-//! timeout during the handshake only — an idle client is legitimate), in `submit_io` while a queue is full,
-//! and while its client has the most requests or bytes in flight; the reply thread in completion waits
-//! (bounded by [`NbdOptions::io_timeout`]) and socket writes. Memory per client is bounded: at most
+//! timeout during the handshake only — an idle client is legitimate), in submissions while a queue is full
+//! or the controller reconnects, and while its client has the most requests or bytes in flight; the reply
+//! thread on its channel (a command the controller never answers is failed by the queue's own command
+//! timeout), in holding a command the lost association had in flight until it can be resubmitted, and in
+//! socket writes. Memory per client is bounded: at most
 //! [`MAX_IN_FLIGHT`] requests and [`IN_FLIGHT_BYTES`] of data in flight, buffers reused from a per-client
 //! pool. See [`proto`] for how each request is checked.
 
@@ -150,21 +152,13 @@ pub struct NbdOptions {
     pub read_only: bool,
     /// Largest read/write payload to advertise and accept (clamped to [`MAX_PAYLOAD`]).
     pub max_payload: u32,
-    /// Bound on waiting for one NVMe completion.
-    pub io_timeout: Duration,
     /// Clients served at once; more are closed at accept.
     pub max_clients: usize,
 }
 
 impl Default for NbdOptions {
     fn default() -> Self {
-        NbdOptions {
-            export_name: String::new(),
-            read_only: false,
-            max_payload: MAX_PAYLOAD,
-            io_timeout: Duration::from_secs(60),
-            max_clients: 64,
-        }
+        NbdOptions { export_name: String::new(), read_only: false, max_payload: MAX_PAYLOAD, max_clients: 64 }
     }
 }
 
@@ -236,7 +230,6 @@ pub(crate) struct Export {
     name: String,
     /// Blocks per NVMe command.
     piece_blocks: u64,
-    io_timeout: Duration,
 }
 
 enum Listener {
@@ -327,14 +320,7 @@ impl NbdExport {
             trim: info.oncs & IdentifyController::ONCS_DATASET_MANAGEMENT != 0,
             write_zeroes: info.oncs & IdentifyController::ONCS_WRITE_ZEROES != 0,
         };
-        let export = Arc::new(Export {
-            ctrl,
-            nsid,
-            geometry,
-            name: options.export_name.clone(),
-            piece_blocks,
-            io_timeout: options.io_timeout,
-        });
+        let export = Arc::new(Export { ctrl, nsid, geometry, name: options.export_name.clone(), piece_blocks });
 
         let (mut listener, local) = bind(&listen)?;
         let io_err = |what, source| NbdError::Io { what, listen: listen.to_string(), source };

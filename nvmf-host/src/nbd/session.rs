@@ -1,15 +1,22 @@
 //! One NBD client: the handshake, then the transmission phase split over two threads — this session thread
-//! reads and checks requests and submits their NVMe commands, the reply thread waits for completions in
-//! request order and writes the replies (see the parent module for why and what each blocks on).
+//! reads and checks requests and submits their NVMe commands, the reply thread writes the replies as the
+//! commands complete (see the parent module for what each blocks on).
 //!
-//! A request is a [`Job`]; jobs and their data buffers go round between the two threads (reader → reply
-//! thread → reader) so the steady state allocates nothing here beyond what `submit_io` allocates per
-//! command. A client that breaks the framing (bad magic, a write payload over the maximum) is answered
-//! where it can be and then disconnected; anything else gets an NBD error and the session goes on.
+//! A request is a [`Job`] in one of [`MAX_IN_FLIGHT`] job slots. Its commands go out with
+//! [`QueueHandle::submit_to_sink`] (spread round-robin over the I/O queues), tagged with the slot and the
+//! piece, and complete into the session's [`CompletionSink`]: the same channel that carries the submitted
+//! jobs to the reply thread, so that thread sleeps in one place and answers each request as soon as its
+//! last command completes (completion order; the protocol matches replies by cookie). A command the
+//! controller's lost association had in flight is held and resubmitted by [`Completed::settle`] there.
+//! Jobs and their data buffers go round between the two threads (reader → reply thread → reader) so the
+//! steady state allocates nothing per request or command. A client that breaks the framing (bad magic, a
+//! write payload over the maximum) is answered where it can be and then disconnected; anything else gets an
+//! NBD error and the session goes on.
 
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::mem;
 use std::net::Shutdown;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
@@ -18,7 +25,8 @@ use nvmf_common::nvme::SubmissionQueueEntry;
 
 use super::proto::{self, check_request, errno, info, opt, rep, Action, RequestHeader};
 use super::{Export, Stream, HANDSHAKE_TIMEOUT, IN_FLIGHT_BYTES, MAX_IN_FLIGHT};
-use crate::tcp::{DataDirection, Pending, Request};
+use crate::queue_handle::{Completed, CompletionSink};
+use crate::tcp::{DataDirection, Request};
 
 /// Option data longer than this is refused (`NBD_OPT_GO` with a 4096-byte name is about 4 KiB).
 const MAX_OPTION_LEN: u32 = 16 << 10;
@@ -53,19 +61,59 @@ fn transmission(stream: Stream, x: &Arc<Export>) -> io::Result<()> {
     };
     stream.set_read_timeout(None).map_err(close)?;
     let writer = stream.try_clone().map_err(close)?;
-    let (jobs, jobs_rx) = channel::<Job>();
+    let (events, events_rx) = channel::<Event>();
     let (recycle, recycled) = channel::<Job>();
+    let sink: Arc<dyn CompletionSink> = Arc::new(Sink(events.clone()));
     let rx = Arc::clone(x);
     let replier = std::thread::Builder::new()
         .name("nbd-reply".into())
-        .spawn(move || reply_loop(writer, &jobs_rx, &recycle, &rx))
+        .spawn(move || reply_loop(writer, &events_rx, &recycle, &rx))
         .map_err(close)?;
     tracing::debug!(nsid = x.nsid, "NBD client in transmission phase");
-    read_loop(BufReader::new(stream), &jobs, &recycled, x);
-    // Dropping the job sender lets the reply thread answer what is in flight, then close the socket.
-    drop(jobs);
+    read_loop(BufReader::new(stream), &Session { jobs: events, sink, next_queue: AtomicUsize::new(0) }, &recycled, x);
+    // With the session's senders gone, the reply thread answers what is in flight (the commands' tickets
+    // hold the last senders), then closes the socket.
     let _ = replier.join();
     Ok(())
+}
+
+/// What the reply thread waits for: a submitted job, or a command of one completing.
+#[derive(Debug)]
+enum Event {
+    Job(Job),
+    Done(Completed),
+}
+
+/// The session's [`CompletionSink`]: completions join the jobs on the reply thread's channel (whose receiver
+/// is woken by the send, so `wake` has nothing left to do).
+#[derive(Debug)]
+struct Sink(Sender<Event>);
+
+impl CompletionSink for Sink {
+    fn push(&self, completed: Completed) {
+        // The reply thread outlives every command (it waits for all of them): a send cannot fail.
+        let _ = self.0.send(Event::Done(completed));
+    }
+
+    fn wake(&self) {}
+}
+
+/// The reader's side of the session: where jobs go, where their commands complete, and the next I/O queue.
+struct Session {
+    jobs: Sender<Event>,
+    sink: Arc<dyn CompletionSink>,
+    next_queue: AtomicUsize,
+}
+
+/// A command's sink tag: its job slot and its piece of the request.
+fn tag(slot: usize, piece: usize) -> u64 {
+    (slot as u64) << 32 | piece as u64
+}
+
+/// The job slot and piece of a tag (`None` for a tag this session never made).
+fn untag(tag: u64) -> Option<(usize, usize)> {
+    let slot = usize::try_from(tag >> 32).ok().filter(|&s| s < MAX_IN_FLIGHT)?;
+    Some((slot, usize::try_from(tag & u64::from(u32::MAX)).ok()?))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +210,8 @@ fn handshake(s: &mut Stream, x: &Export) -> Result<bool, HandshakeError> {
 /// One request on its way through the pipeline.
 #[derive(Debug, Default)]
 struct Job {
+    /// Its slot among the session's jobs in flight (the high half of its commands' tags).
+    slot: usize,
     cookie: u64,
     /// The NBD error decided before submission (0: see the completions).
     error: u32,
@@ -169,27 +219,21 @@ struct Job {
     read: bool,
     /// Flush after the commands complete (trim with FUA: Dataset Management has no FUA bit).
     flush_after: bool,
-    /// A read or write (as opposed to flush, trim, write zeroes).
-    data: bool,
     /// Bytes charged to the in-flight budget.
     bytes: u64,
-    /// The NVMe commands, in block order.
-    pending: Vec<Pending>,
-    /// Data buffers: the write payload before submission, the read data after completion.
+    /// NVMe commands submitted (pieces `0..commands`, in block order).
+    commands: usize,
+    /// Data buffers: the write payload before submission; on the reply thread, each command's buffer at its
+    /// piece's index (the read data, in block order).
     buffers: Vec<Vec<u8>>,
-}
-
-impl Job {
-    /// Nothing to wait for, or one read/write command: quick enough to hold earlier replies back for.
-    fn quick(&self) -> bool {
-        self.pending.is_empty() || (self.data && self.pending.len() == 1)
-    }
 }
 
 /// The reader's reusable jobs and buffers, and what is in flight.
 #[derive(Debug)]
 struct Pool {
     jobs: Vec<Job>,
+    /// Job slots not in flight.
+    slots: Vec<usize>,
     buffers: Vec<Vec<u8>>,
     max_buffers: usize,
     in_flight: usize,
@@ -197,16 +241,25 @@ struct Pool {
 }
 
 impl Pool {
+    fn new(max_buffers: usize) -> Pool {
+        let slots = (0..MAX_IN_FLIGHT).rev().collect();
+        Pool { jobs: Vec::new(), slots, buffers: Vec::new(), max_buffers, in_flight: 0, bytes: 0 }
+    }
+
     fn reclaim(&mut self, mut job: Job) {
         self.in_flight -= 1;
         self.bytes -= job.bytes;
+        self.slots.push(job.slot);
         for b in job.buffers.drain(..) {
-            if self.buffers.len() < self.max_buffers {
-                self.buffers.push(b);
-            }
+            self.give_back(b);
         }
-        job.pending.clear();
         self.jobs.push(job);
+    }
+
+    fn give_back(&mut self, b: Vec<u8>) {
+        if self.buffers.len() < self.max_buffers && b.capacity() > 0 {
+            self.buffers.push(b);
+        }
     }
 
     /// A job charged with `bytes`, waiting for finished ones while the limits are reached; `None` when the
@@ -219,14 +272,17 @@ impl Pool {
             let j = recycled.recv().ok()?;
             self.reclaim(j);
         }
+        // Fewer than MAX_IN_FLIGHT jobs are out, so a slot is free.
+        let slot = self.slots.pop()?;
         self.in_flight += 1;
         self.bytes += bytes;
         let mut job = self.jobs.pop().unwrap_or_default();
+        job.slot = slot;
+        job.commands = 0;
         job.bytes = bytes;
         job.error = 0;
         job.read = false;
         job.flush_after = false;
-        job.data = false;
         Some(job)
     }
 
@@ -237,10 +293,11 @@ impl Pool {
     }
 }
 
-fn read_loop(mut r: BufReader<Stream>, jobs: &Sender<Job>, recycled: &Receiver<Job>, x: &Export) {
+fn read_loop(mut r: BufReader<Stream>, session: &Session, recycled: &Receiver<Job>, x: &Export) {
+    let jobs = &session.jobs;
     let piece = usize::try_from(x.piece_blocks * u64::from(x.geometry.block_size)).unwrap_or(usize::MAX);
     let max_buffers = usize::try_from(IN_FLIGHT_BYTES).unwrap_or(usize::MAX) / piece.max(1) + MAX_IN_FLIGHT;
-    let mut pool = Pool { jobs: Vec::new(), buffers: Vec::new(), max_buffers, in_flight: 0, bytes: 0 };
+    let mut pool = Pool::new(max_buffers);
     loop {
         let mut hb = [0; proto::REQUEST_LEN];
         if let Err(e) = r.read_exact(&mut hb) {
@@ -266,7 +323,7 @@ fn read_loop(mut r: BufReader<Stream>, jobs: &Sender<Job>, recycled: &Receiver<J
             if let Some(mut job) = pool.acquire(0, recycled) {
                 job.cookie = h.cookie;
                 job.error = errno::EINVAL;
-                let _ = jobs.send(job);
+                let _ = jobs.send(Event::Job(job));
             }
             return;
         }
@@ -283,10 +340,10 @@ fn read_loop(mut r: BufReader<Stream>, jobs: &Sender<Job>, recycled: &Receiver<J
             }
         }
         match checked {
-            Ok(action) => submit(&mut job, action, x, piece, &mut pool),
+            Ok(action) => submit(&mut job, action, session, x, piece, &mut pool),
             Err(e) => job.error = e,
         }
-        if jobs.send(job).is_err() {
+        if jobs.send(Event::Job(job)).is_err() {
             return;
         }
     }
@@ -309,19 +366,25 @@ fn read_payload(r: &mut impl Read, job: &mut Job, len: u32, piece: usize, pool: 
     Ok(())
 }
 
-/// Submit the NVMe commands for `action` (a piece per command); a failed submission makes the job `EIO`.
-fn submit(job: &mut Job, action: Action, x: &Export, piece: usize, pool: &mut Pool) {
+/// Submit the NVMe commands for `action` (a piece per command, tagged with the job's slot and the piece);
+/// a failed submission makes the job `EIO` and submits no more of it.
+fn submit(job: &mut Job, action: Action, session: &Session, x: &Export, piece: usize, pool: &mut Pool) {
     let nsid = x.nsid;
     let bs = u64::from(x.geometry.block_size);
-    let send = |job: &mut Job, sqe: SubmissionQueueEntry, data: Vec<u8>, direction| {
-        if job.error != 0 {
-            return;
+    let queues = x.ctrl.io_queues();
+    let send = |job: &mut Job, pool: &mut Pool, sqe: SubmissionQueueEntry, data: Vec<u8>, direction| {
+        if job.error != 0 || queues.is_empty() {
+            job.error = errno::EIO;
+            return pool.give_back(data);
         }
-        match x.ctrl.submit_io(Request { sqe, data, direction, context: () }) {
-            Ok(p) => job.pending.push(p),
-            Err(e) => {
+        let queue = &queues[session.next_queue.fetch_add(1, Ordering::Relaxed) % queues.len()];
+        let request = Request { sqe, data, direction, context: () };
+        match queue.submit_to_sink(request, &session.sink, tag(job.slot, job.commands)) {
+            Ok(()) => job.commands += 1,
+            Err((e, data)) => {
                 tracing::warn!(error = %e, "NBD request: submission failed");
                 job.error = errno::EIO;
+                pool.give_back(data);
             }
         }
     };
@@ -331,37 +394,35 @@ fn submit(job: &mut Job, action: Action, x: &Export, piece: usize, pool: &mut Po
         Action::Nothing | Action::Disconnect => {}
         Action::Read { slba, blocks } => {
             job.read = true;
-            job.data = true;
             let mut at = slba;
             while at < slba + blocks {
                 let n = (slba + blocks - at).min(x.piece_blocks);
                 let mut b = pool.buffer();
                 b.resize(usize::try_from(n * bs).unwrap_or(piece), 0);
                 let sqe = NvmeRead { nsid, slba: at, nlb: nlb(n), ..NvmeRead::default() }.to_sqe();
-                send(job, sqe, b, DataDirection::ControllerToHost);
+                send(job, pool, sqe, b, DataDirection::ControllerToHost);
                 at += n;
             }
         }
         Action::Write { slba, fua, .. } => {
-            job.data = true;
             let mut buffers = mem::take(&mut job.buffers);
             let mut at = slba;
             for b in buffers.drain(..) {
                 let n = b.len() as u64 / bs;
                 let sqe = NvmeWrite { nsid, slba: at, nlb: nlb(n), fua, ..NvmeWrite::default() }.to_sqe();
-                send(job, sqe, b, DataDirection::HostToController);
+                send(job, pool, sqe, b, DataDirection::HostToController);
                 at += n;
             }
             job.buffers = buffers;
         }
-        Action::Flush => send(job, Flush { nsid }.to_sqe(), Vec::new(), DataDirection::None),
+        Action::Flush => send(job, pool, Flush { nsid }.to_sqe(), Vec::new(), DataDirection::None),
         Action::Trim { slba, blocks, fua } => {
             // One range covers the whole request: a u32 byte length is far fewer than 2^32 blocks.
             let length = u32::try_from(blocks).unwrap_or(u32::MAX);
             let mut b = pool.buffer();
             b.extend_from_slice(&DsmRange { cattr: 0, length, slba }.to_bytes());
             let sqe = DatasetManagement { nsid, nr: 0, ad: true, ..DatasetManagement::default() }.to_sqe();
-            send(job, sqe, b, DataDirection::HostToController);
+            send(job, pool, sqe, b, DataDirection::HostToController);
             job.flush_after = fua;
         }
         Action::WriteZeroes { slba, blocks, fua, no_hole } => {
@@ -369,48 +430,66 @@ fn submit(job: &mut Job, action: Action, x: &Export, piece: usize, pool: &mut Po
             while at < slba + blocks {
                 let n = (slba + blocks - at).min(65536);
                 let sqe = WriteZeroes { nsid, slba: at, nlb: nlb(n), deac: !no_hole, fua, ..WriteZeroes::default() };
-                send(job, sqe.to_sqe(), Vec::new(), DataDirection::None);
+                send(job, pool, sqe.to_sqe(), Vec::new(), DataDirection::None);
                 at += n;
             }
         }
     }
 }
 
-/// Wait for a job's commands; its NBD error (0 for success). Buffers go back into the job.
-fn complete(job: &mut Job, x: &Export) -> u32 {
-    let mut error = job.error;
-    for p in job.pending.drain(..) {
-        match p.wait(x.io_timeout) {
-            Ok(reply) => {
-                match &reply.result {
-                    Ok(cqe) if cqe.status.is_success() => {}
-                    Ok(cqe) => {
-                        tracing::warn!(status = %cqe.status, cookie = job.cookie, "NBD request: NVMe error");
-                        error = errno::EIO;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, cookie = job.cookie, "NBD request: queue failed");
-                        error = errno::EIO;
-                    }
-                }
-                job.buffers.push(reply.data);
+/// A job slot on the reply thread: the job once it arrived, and what its commands brought back so far
+/// (completions may arrive before the job itself).
+#[derive(Debug, Default)]
+struct Slot {
+    job: Option<Job>,
+    done: usize,
+    error: u32,
+    buffers: Vec<Vec<u8>>,
+}
+
+impl Slot {
+    /// A command of this slot's job finished with `reply`.
+    fn complete(&mut self, piece: usize, reply: crate::tcp::Reply) {
+        self.done += 1;
+        match &reply.result {
+            Ok(cqe) if cqe.status.is_success() => {}
+            Ok(cqe) => {
+                tracing::warn!(status = %cqe.status, "NBD request: NVMe error");
+                self.error = errno::EIO;
             }
             Err(e) => {
-                tracing::warn!(error = %e, cookie = job.cookie, "NBD request: no completion");
+                tracing::warn!(error = %e, "NBD request: queue failed");
+                self.error = errno::EIO;
+            }
+        }
+        if self.buffers.len() <= piece {
+            self.buffers.resize_with(piece + 1, Vec::new);
+        }
+        self.buffers[piece] = reply.data;
+    }
+
+    /// The job, once it arrived and all its commands completed; its NBD error (0 for success) and its
+    /// buffers (the read data in block order) moved into it.
+    fn finished(&mut self, x: &Export) -> Option<(Job, u32)> {
+        if self.job.as_ref()?.commands != self.done {
+            return None;
+        }
+        let mut job = self.job.take()?;
+        let mut error = if job.error != 0 { job.error } else { self.error };
+        if error == 0 && job.flush_after {
+            if let Err(e) = x.ctrl.flush(x.nsid) {
+                tracing::warn!(error = %e, "NBD request: flush after trim");
                 error = errno::EIO;
             }
         }
+        job.buffers.clear();
+        mem::swap(&mut job.buffers, &mut self.buffers);
+        (self.done, self.error) = (0, 0);
+        Some((job, error))
     }
-    if error == 0 && job.flush_after {
-        if let Err(e) = x.ctrl.flush(x.nsid) {
-            tracing::warn!(error = %e, "NBD request: flush after trim");
-            error = errno::EIO;
-        }
-    }
-    error
 }
 
-fn reply_loop(stream: Stream, jobs: &Receiver<Job>, recycle: &Sender<Job>, x: &Export) {
+fn reply_loop(stream: Stream, events: &Receiver<Event>, recycle: &Sender<Job>, x: &Export) {
     let control = stream.try_clone().ok();
     let mut w = BufWriter::with_capacity(REPLY_BUFFER, stream);
     let mut broken = false;
@@ -422,38 +501,53 @@ fn reply_loop(stream: Stream, jobs: &Receiver<Job>, recycle: &Sender<Job>, x: &E
             let _ = c.shutdown(Shutdown::Both);
         }
     };
-    let mut next = jobs.recv().ok();
-    while let Some(mut job) = next.take() {
-        // Replies already written wait in the buffer (one write for many) only while the next job is a
-        // single read or write; before anything slower, they go out.
-        if !broken && !job.quick() {
-            if let Err(e) = w.flush() {
-                fail(e, &mut broken);
+    let mut slots: Vec<Slot> = (0..MAX_IN_FLIGHT).map(|_| Slot::default()).collect();
+    let mut next = events.recv().ok();
+    while let Some(event) = next.take() {
+        let slot = match event {
+            Event::Job(job) => {
+                let s = job.slot;
+                slots[s].job = Some(job);
+                s
             }
-        }
-        let error = complete(&mut job, x);
-        if !broken {
-            let written = w.write_all(&proto::simple_reply(error, job.cookie)).and_then(|()| {
-                if error == 0 && job.read {
-                    job.buffers.iter().try_for_each(|b| w.write_all(b))
-                } else {
-                    Ok(())
+            Event::Done(completed) => {
+                let Some((s, piece)) = untag(completed.tag()) else {
+                    tracing::error!(tag = completed.tag(), "NBD: a completion for no request");
+                    next = events.recv().ok();
+                    continue;
+                };
+                // `None`: resubmitted after a reconnect; its reply comes back later.
+                if let Some(reply) = completed.settle() {
+                    slots[s].complete(piece, reply);
                 }
-            });
-            if let Err(e) = written {
-                fail(e, &mut broken);
+                s
             }
+        };
+        if let Some((job, error)) = slots[slot].finished(x) {
+            if !broken {
+                let written = w.write_all(&proto::simple_reply(error, job.cookie)).and_then(|()| {
+                    if error == 0 && job.read {
+                        job.buffers.iter().try_for_each(|b| w.write_all(b))
+                    } else {
+                        Ok(())
+                    }
+                });
+                if let Err(e) = written {
+                    fail(e, &mut broken);
+                }
+            }
+            let _ = recycle.send(job);
         }
-        let _ = recycle.send(job);
-        next = match jobs.try_recv() {
-            Ok(j) => Some(j),
+        // Replies gather in the write buffer while more events are ready, and go out in one write when none is.
+        next = match events.try_recv() {
+            Ok(e) => Some(e),
             Err(TryRecvError::Empty) => {
                 if !broken {
                     if let Err(e) = w.flush() {
                         fail(e, &mut broken);
                     }
                 }
-                jobs.recv().ok()
+                events.recv().ok()
             }
             Err(TryRecvError::Disconnected) => None,
         };
@@ -471,7 +565,7 @@ mod tests {
     #[test]
     fn pool_bounds_requests_and_bytes_in_flight() {
         let (tx, rx) = channel();
-        let mut pool = Pool { jobs: Vec::new(), buffers: Vec::new(), max_buffers: 2, in_flight: 0, bytes: 0 };
+        let mut pool = Pool::new(2);
         // The first request always goes, however large; the budget then holds the next back.
         let big = pool.acquire(IN_FLIGHT_BYTES, &rx).unwrap();
         assert_eq!(pool.bytes, IN_FLIGHT_BYTES);
