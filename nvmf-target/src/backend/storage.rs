@@ -238,8 +238,8 @@ impl Storage {
         }
     }
 
-    /// Whether data bypasses the page cache (O_DIRECT, or NVMe passthrough). False for null/memory and buffered
-    /// fallbacks.
+    /// Whether data bypasses the page cache (O_DIRECT, or NVMe passthrough). False for null/memory, for files and
+    /// block devices opened with [`Storage::open_buffered`], and where the filesystem refused O_DIRECT.
     pub fn is_direct(&self) -> bool {
         match &self.kind {
             Kind::File(f) | Kind::BlockDevice(f) => f.direct,

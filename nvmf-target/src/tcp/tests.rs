@@ -43,11 +43,11 @@ impl Rig {
     fn new(config: TcpTransportConfig) -> Rig {
         let storage =
             Storage::open(&StorageSpec::Memory { size: 16 << 20, block_size: BLOCK }).expect("memory storage");
-        Rig::with_storage(config, storage)
+        Rig::with_storage(config, Arc::new(storage))
     }
 
     /// A rig whose namespace 1 is `storage`.
-    fn with_storage(config: TcpTransportConfig, storage: Storage) -> Rig {
+    fn with_storage(config: TcpTransportConfig, storage: Arc<Storage>) -> Rig {
         let engine = IoEngine::new(&EngineConfig {
             ring_entries: 64,
             buffer_size: 1 << 20,
@@ -58,7 +58,7 @@ impl Rig {
         })
         .expect("io engine");
         let mut subsystem = SubsystemParams::new(SUBNQN);
-        subsystem.namespaces.push(NamespaceParams::new(1, Arc::new(storage)));
+        subsystem.namespaces.push(NamespaceParams::new(1, storage));
         let target = Target::new(TargetParams::default(), vec![subsystem]).expect("target");
         Rig { engine, target, config, next_key: 1 }
     }
@@ -460,7 +460,18 @@ fn buffered_file_namespace_round_trips_and_flush_and_fua_leave_nothing_unwritten
     let file = std::fs::File::open(&path).unwrap();
     file.sync_all().unwrap();
     let unwritten = || cached_and_unwritten_pages(file.as_raw_fd()).expect("cachestat (Linux 6.5)").1;
-    let storage = Storage::open_buffered(&StorageSpec::Path { path: path.clone(), block_size: BLOCK }).unwrap();
+    // The namespace as the daemon opens it from a configuration file; without the key it is O_DIRECT.
+    let open = |buffered_io: &str| {
+        let text = format!(
+            "[[listener]]\naddress = \"127.0.0.1\"\n[[subsystem]]\nnqn = \"{SUBNQN}\"\n\
+             [[subsystem.namespace]]\npath = \"{}\"\n{buffered_io}",
+            path.display()
+        );
+        let config = nvmf_config::TargetConfig::from_str(&text, "test").unwrap();
+        crate::daemon::namespace_params(SUBNQN, &config.subsystems[0].namespaces[0]).unwrap().storage
+    };
+    assert!(open("").is_direct(), "ext4 under /var/tmp takes O_DIRECT");
+    let storage = open("buffered_io = true\n");
     assert!(!storage.is_direct() && storage.volatile_write_cache());
     let mut rig = Rig::with_storage(TcpTransportConfig::default(), storage);
     let (_admin, mut io) = association(&mut rig, false, false, 0);
