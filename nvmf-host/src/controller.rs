@@ -65,6 +65,7 @@ use crate::error::HostError;
 use crate::identity::HostIdentity;
 use crate::queue_handle::Recovery;
 #[cfg(feature = "rdma")]
+use crate::rdma::queue::DetachedTeardown;
 use crate::rdma::{RdmaQueue, RdmaQueueOptions};
 use crate::tcp::{DataDirection, Pending, QueueHandle, Reply, Request, Submitter, TcpQueue, TcpQueueOptions};
 
@@ -470,7 +471,7 @@ fn open_queue(
                 connect_timeout: options.connect_timeout,
                 command_timeout: options.io_timeout,
             };
-            QueueHandle::spawn(RdmaQueue::connect(addr, &qopts)?)
+            QueueHandle::spawn(DetachedTeardown::new(RdmaQueue::connect(addr, &qopts)?))
         }
         #[cfg(not(feature = "rdma"))]
         Transport::Rdma => {

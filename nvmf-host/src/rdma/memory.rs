@@ -112,10 +112,12 @@ pub(super) struct QueueMemory {
     channel: CompletionChannel,
     capsules: MemoryRegion,
     responses: MemoryRegion,
+    /// Per slot, with memory windows; empty without. Before `data`: a window still bound when the queue
+    /// failed (the controller never invalidated it) keeps its region from being deregistered (EINVAL, and the
+    /// protection domain then leaks); deallocating the windows first unbinds them.
+    windows: Vec<MemoryWindow>,
     /// Per slot: one region (windows) or one per [`Transfer`] direction.
     data: Vec<[Option<MemoryRegion>; 2]>,
-    /// Per slot, with memory windows; empty without.
-    windows: Vec<MemoryWindow>,
     /// Window rkey without its 8-bit tag → slot.
     window_of: HashMap<u32, usize>,
     pd: ProtectionDomain,
