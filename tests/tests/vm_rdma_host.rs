@@ -14,8 +14,8 @@
 //!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_rdma_host -- --nocapture
 //!
 //! `NVMF_HOST_BIN` picks the `nvmf-host` binary (default: built with the test's profile); `RDMA_HOST_BENCH=1`
-//! also runs `vm/rdma-host-bench.sh` (4 KiB randread QD 32: `perf -t rdma` vs the kernel host with fio) in the
-//! same guest and prints both lines.
+//! also runs `vm/host-bench.sh --guest` (`nvmf-host perf` vs the kernel host with fio over nvmet-tcp and
+//! nvmet-rdma) in the same guest and prints its table.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -66,7 +66,7 @@ fn rdma_host_against_kernel_nvmet() {
         }
         Err(_) => vm, // run_or_skip says why and skips (or panics under NVMF_REQUIRE_VM=1)
     };
-    // RDMA_HOST_BENCH=1: also measure perf -t rdma against the kernel host (tests/vm/rdma-host-bench.sh).
+    // RDMA_HOST_BENCH=1: also measure nvmf-host perf against the kernel host (tests/vm/host-bench.sh).
     let vm = match std::env::var("RDMA_HOST_BENCH") {
         Ok(v) => vm.env("RDMA_HOST_BENCH", v).deadline(Duration::from_secs(420)),
         Err(_) => vm,
@@ -83,7 +83,7 @@ timeout 60 "$NVMF_HOST_BIN" perf -t rdma -a "$NVMF_RDMA_ADDR" -s 4420 -n {NQN} -
 echo "PERF $(cat "$NVMF_VM_LOGS/perf.json")"
 if [ -n "${{RDMA_HOST_BENCH:-}}" ]; then
   nvmet_teardown
-  {manifest}/vm/rdma-host-bench.sh
+  {manifest}/vm/host-bench.sh --guest
 fi
 "#
     );

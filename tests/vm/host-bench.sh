@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Host benchmark in the test VM: our host (`nvmf-host perf`, one I/O queue) vs the kernel's host (nvme-tcp /
+# nvme-rdma connected with one I/O queue, fio io_uring direct on its /dev/nvmeXnY) against the same kernel target
+# namespace (nvmet-tcp on 127.0.0.1 and nvmet-rdma on rxe0, one memory-backed null_blk): 4 KiB randread and
+# randwrite at QD 32 and 128 KiB sequential read at QD 8, BENCH_RUNTIME seconds each, no ramp on either side.
+# Latency is submission to completion on both sides (perf's latency_us, fio's lat_ns with --lat_percentiles).
+# Prints a Markdown table (IOPS, MiB/s, p99, ours/kernel) and the host machine's load average after the run. Not a
+# test: under TCG absolute numbers mean little; compare ratios from one run.
+#
+#   tests/vm/host-bench.sh                      # build nvmf-host (release), boot one guest, run everything (~3 min)
+#   BENCH_RUNTIME=20 BENCH_TRANSPORTS=tcp tests/vm/host-bench.sh
+#   RDMA_HOST_BENCH=1 NVMF_VM=1 cargo test --release -p nvmf-tests --test vm_rdma_host -- --nocapture
+#                                               # the opt-in hook: in that scenario's guest, with the test's profile
+#
+# Environment: BENCH_RUNTIME (seconds per run, default 10), BENCH_TRANSPORTS ("tcp rdma"), BENCH_CPUS (guest
+# vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/host-bench). The table is also written to
+# $BENCH_LOGS/bench.md, beside every perf and fio JSON. `--guest` is the half that runs in the VM (it needs
+# NVMF_HOST_BIN).
+set -euo pipefail
+
+if [ "${1:-}" != --guest ]; then
+  cd "$(dirname "$0")/../.."
+  target_dir=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
+  echo "bench: building nvmf-host (release) and nvmf-vm" >&2
+  cargo build --quiet --release -p nvmf-host --bin nvmf-host
+  cargo build --quiet -p nvmf-tests --bin nvmf-vm
+  logs=${BENCH_LOGS:-$target_dir/tmp/host-bench}
+  rm -rf "$logs"
+  mkdir -p "$logs"
+  env_args=(--env "NVMF_HOST_BIN=$target_dir/release/nvmf-host")
+  for v in BENCH_RUNTIME BENCH_TRANSPORTS; do
+    [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
+  done
+  "$target_dir/debug/nvmf-vm" --bare --rxe --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk \
+    --cpus "${BENCH_CPUS:-2}" --deadline 1200 --logs "$logs" "${env_args[@]}" -- bash tests/vm/host-bench.sh --guest
+  # Right after the run: the 1- and 5-minute averages cover it (the guest's own vCPU threads count, about 2).
+  echo "Host machine load average right after the run (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)." |
+    tee -a "$logs/bench.md"
+  echo "bench: logs in $logs" >&2
+  exit 0
+fi
+
+# ---- in the guest ----------------------------------------------------------------------------------------
+[ -n "${NVMF_GUEST_LIB:-}" ] && . "$NVMF_GUEST_LIB"
+: "${NVMF_HOST_BIN:?path of the nvmf-host binary}"
+runtime=${BENCH_RUNTIME:-10}
+transports=${BENCH_TRANSPORTS:-tcp rdma}
+nqn=nqn.2024-01.io.nvmf-rs:host-bench
+table=$NVMF_VM_LOGS/bench.md
+
+# The workloads: name, fio --rw, perf -w, block size in bytes, queue depth.
+workloads=("randread randread randread 4096 32" "randwrite randwrite randwrite 4096 32" "seqread read read 131072 8")
+
+# Written by randwrite, read by the others: 1 GiB, memory-backed (reads of never-written blocks cost no less).
+dev=$(nullblk_create hostbench 1024)
+nvmet_subsys "$nqn" "$dev"
+
+# ours TRTYPE ADDR PORT WORKLOAD -> "IOPS MIBS P99_US", perf's JSON kept.
+ours() {
+  local trtype=$1 addr=$2 port=$3 name pw bs qd out
+  read -r name _ pw bs qd <<< "$4"
+  out=$NVMF_VM_LOGS/perf-$trtype-$name.json
+  timeout $((runtime + 60)) "$NVMF_HOST_BIN" perf -t "$trtype" -a "$addr" -s "$port" -n "$nqn" -c 1 -q "$qd" \
+    -o "$bs" -w "$pw" -T "$runtime" --json > "$out" 2> "$out.err" ||
+    { cat "$out.err" >&2; fail "nvmf-host perf -t $trtype $name"; return 1; }
+  jq -r '"\(.iops | floor) \(.mib_per_s * 10 | floor / 10) \(.latency_us.p99 | floor)"' "$out"
+}
+
+# kernel TRTYPE DEV WORKLOAD -> "IOPS MIBS P99_US", fio's JSON kept.
+kernel() {
+  local trtype=$1 dev=$2 name rw bs qd dir=read out
+  read -r name rw _ bs qd <<< "$3"
+  [ "$rw" = randwrite ] && dir=write
+  out=$NVMF_VM_LOGS/fio-$trtype-$name.json
+  timeout $((runtime + 60)) fio --name="$name" --filename="$dev" --ioengine=io_uring --direct=1 --rw="$rw" \
+    --bs="$bs" --iodepth="$qd" --numjobs=1 --time_based --runtime="$runtime" --lat_percentiles=1 \
+    --output-format=json > "$out" 2> "$out.err" || { cat "$out.err" >&2; fail "fio -t $trtype $name"; return 1; }
+  jq -r ".jobs[0].$dir | \"\(.iops | floor) \(.bw_bytes / 104857.6 | floor / 10) \(.lat_ns.percentile[\"99.000000\"] / 1000 | floor)\"" "$out"
+}
+
+{
+  echo "| transport | workload | ours IOPS | kernel IOPS | ours MiB/s | kernel MiB/s | ours p99 µs | kernel p99 µs | ours/kernel IOPS |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+} > "$table"
+
+for t in $transports; do
+  case $t in
+    tcp) addr=127.0.0.1; nvmet_tcp_port 1 "$addr" 4420 "$nqn" ;;
+    rdma) addr=$NVMF_RDMA_ADDR; nvmet_rdma_port 2 "$addr" 4420 "$nqn" ;;
+    *) fail "BENCH_TRANSPORTS: unknown transport $t"; exit 1 ;;
+  esac
+  declare -A o=()
+  for w in "${workloads[@]}"; do
+    o[$w]=$(ours "$t" "$addr" 4420 "$w")
+    log "ours $t ${w%% *}: ${o[$w]}"
+  done
+  kdev=$(host_connect "$t" "$addr" 4420 "$nqn" -i 1)
+  for w in "${workloads[@]}"; do
+    read -r name _ _ bs qd <<< "$w"
+    read -r oi om op <<< "${o[$w]}"
+    read -r ki km kp <<< "$(kernel "$t" "$kdev" "$w")"
+    log "kernel $t $name: $ki $km $kp"
+    ratio=$(awk -v a="$oi" -v b="$ki" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+    echo "| $t | $((bs / 1024)) KiB $name QD$qd | $oi | $ki | $om | $km | $op | $kp | ${ratio}x |" >> "$table"
+  done
+  host_disconnect "$nqn"
+  unset o
+done
+
+{
+  echo
+  echo "One I/O queue each side, ${runtime} s per run, no ramp. Guest: $(nproc) vCPUs (QEMU TCG), kernel $(uname -r);"
+  echo "nvmet on a 1 GiB memory-backed null_blk; TCP over the guest's loopback, RDMA over Soft-RoCE (rxe0)."
+} >> "$table"
+cat "$table"
