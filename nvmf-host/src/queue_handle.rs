@@ -9,8 +9,8 @@
 //! one write for the batch), then polls: it sleeps in the queue's `poll` (RDMA arms the completion queue,
 //! drains it once more and then sleeps) and never spins while idle. No lock is taken on this path: the
 //! channel and the reply are lock-free queues, and the I/O thread publishes counters and the per-queue
-//! metrics ([`QueueMetrics`]: bytes, errors, a latency histogram) through atomics. (The reply channel is
-//! allocated per command; a pool of completion slots indexed by CID would remove that allocation.)
+//! metrics ([`QueueMetrics`]: bytes, errors, a latency histogram) through atomics. (A [`Pending`]'s reply
+//! channel is allocated per command; a completion sink, below, needs none.)
 //!
 //! What blocks: [`Submitter::submit`] blocks only while the request channel is full (as many requests
 //! queued as the queue is deep — backpressure); [`Pending::wait`] blocks for the completion, bounded by

@@ -8,7 +8,9 @@
 //!   files' checksums intact; SIGTERM deletes the device (`/dev/ublkb0`, `/dev/ublkc0` gone) and the host
 //!   exits 0; the data is still on the target (read back through a second export).
 //! - `ublk_export_randread_vs_perf` (measurement, no timed assertion): fio 4 KiB randread QD 32 on
-//!   `/dev/ublkb0` and `nvmf-host perf` with the same workload on the same namespace; prints both IOPS.
+//!   `/dev/ublkb0` and `nvmf-host perf` with the same workload on the same namespace; prints both IOPS. With
+//!   `$NVMF_HOST_BASELINE_BIN` (another build of `nvmf-host`, e.g. before a change) the fio run is made with
+//!   that one too, in the same guest, and printed as `ublk fio (baseline)`.
 //!
 //! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`). Logs (the daemons', fio's,
 //! dmesg) land in `target/tmp/vm-logs/<test>/`.
@@ -46,7 +48,7 @@ memory = "256MiB"
 /// Guest helpers: start the target, start/stop a ublk export and wait for its device.
 const HELPERS: &str = r#"
 ublk_start() {
-  start_daemon host timeout 900 "$NVMF_HOST_BIN" ublk -t tcp -a 127.0.0.1 -s 4420 -n "$NQN" -i 2 -Q 128
+  start_daemon host timeout 900 "${1:-$NVMF_HOST_BIN}" ublk -t tcp -a 127.0.0.1 -s 4420 -n "$NQN" -i 2 -Q 128
   wait_until 60 _ublk_ready || { cat "$NVMF_VM_LOGS/host.log" >&2; fail "no ublk device"; return 1; }
   DEV=$(grep -m1 '^/dev/ublkb' "$NVMF_VM_LOGS/host.log")
   log "ublk device $DEV"
@@ -68,7 +70,10 @@ fn run(name: &str, script: &str) -> Option<VmOutput> {
                 None => nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
                     .unwrap_or_else(|e| panic!("nvmf-host binary: {e}")),
             };
-            vm.env("NVMF_TARGET_BIN", target.to_string_lossy()).env("NVMF_HOST_BIN", host.to_string_lossy())
+            let baseline = std::env::var("NVMF_HOST_BASELINE_BIN").unwrap_or_default();
+            vm.env("NVMF_TARGET_BIN", target.to_string_lossy())
+                .env("NVMF_HOST_BIN", host.to_string_lossy())
+                .env("NVMF_HOST_BASELINE_BIN", baseline)
         }
         Err(_) => vm, // run_or_skip says why and skips (or panics under NVMF_REQUIRE_VM=1)
     };
@@ -160,13 +165,21 @@ fn ublk_export_randread_vs_perf() {
     let Some(out) = run(
         "ublk_export_randread_vs_perf",
         r#"
+randread() {
+  timeout 120 fio --name=ublk --filename="$DEV" --ioengine=libaio --direct=1 --rw=randread --bs=4k --iodepth=32 \
+    --size=64M --time_based --runtime=10 --group_reporting > "$NVMF_VM_LOGS/fio-ublk$1.log"
+  echo "ublk fio$1: $(grep -m1 'IOPS=' "$NVMF_VM_LOGS/fio-ublk$1.log")"
+}
 ublk_start
 # Fill the range read so every read returns data.
 fio --name=fill --filename="$DEV" --ioengine=libaio --direct=1 --rw=write --bs=1M --iodepth=4 --size=64M >/dev/null
-timeout 120 fio --name=ublk --filename="$DEV" --ioengine=libaio --direct=1 --rw=randread --bs=4k --iodepth=32 \
-  --size=64M --time_based --runtime=10 --group_reporting > "$NVMF_VM_LOGS/fio-ublk.log"
-echo "ublk fio: $(grep -m1 'IOPS=' "$NVMF_VM_LOGS/fio-ublk.log")"
+randread ""
 stop_daemon host 30
+if [ -n "${NVMF_HOST_BASELINE_BIN:-}" ]; then
+  ublk_start "$NVMF_HOST_BASELINE_BIN"
+  randread " (baseline)"
+  stop_daemon host 30
+fi
 timeout 120 "$NVMF_HOST_BIN" perf -t tcp -a 127.0.0.1 -s 4420 -n "$NQN" -q 32 -o 4096 -w randread -T 10 -c 1 \
   > "$NVMF_VM_LOGS/perf.log" 2>&1
 echo "perf: $(grep -m1 "^Total" "$NVMF_VM_LOGS/perf.log")"
