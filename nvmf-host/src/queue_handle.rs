@@ -42,7 +42,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SendError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -153,7 +153,7 @@ impl Completed {
             Ok(request) => request,
             Err(reply) => return Some(reply),
         };
-        match retry.slot.submit_to_sink(request, &sink, self.tag) {
+        match retry.slot.submit_to_sink(request, &sink, self.tag, true) {
             Ok(()) => None,
             Err((e, data)) => Some(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false }),
         }
@@ -487,18 +487,29 @@ impl Submitter {
     /// Submit `sqe` with `data` moving in `direction`; returns the pending completion.
     pub fn submit(&self, request: Request<()>) -> Result<Pending, HostError> {
         let (reply_tx, reply_rx) = sync_channel(1);
-        self.send(request, ReplyTo::Channel(reply_tx)).map_err(|(e, _)| e)?;
+        self.send(request, ReplyTo::Channel(reply_tx), true).map_err(|(e, _)| e)?;
         Ok(Pending { qid: self.qid, rx: reply_rx, retry: None })
     }
 
-    /// Submit with the completion posted to `reply`. On failure the request's buffer comes back with the
-    /// error (and nothing is posted).
-    fn send(&self, request: Request<()>, reply: ReplyTo) -> Result<(), (HostError, Vec<u8>)> {
+    /// Submit with the completion posted to `reply`, waking the I/O thread if `wake` (else only when the
+    /// request channel is full). On failure the request's buffer comes back with the error (and nothing is
+    /// posted).
+    fn send(&self, request: Request<()>, reply: ReplyTo, wake: bool) -> Result<(), (HostError, Vec<u8>)> {
         let Request { sqe, data, direction, context: () } = request;
         let timed = !(self.qid == 0 && sqe.opcode == ASYNC_EVENT_REQUEST);
         let context = InFlight { reply, submitted: Instant::now(), direction, timed };
         let request = Request { sqe, data, direction, context };
-        if let Err(e) = self.tx.send(Message::Submit(request)) {
+        let message = Message::Submit(request);
+        let sent = match self.tx.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(message)) => {
+                // A sleeping I/O thread must take some before this one fits.
+                let _ = self.waker.wake();
+                self.tx.send(message)
+            }
+            Err(TrySendError::Disconnected(message)) => Err(SendError(message)),
+        };
+        if let Err(e) = sent {
             let data = match e.0 {
                 Message::Submit(mut r) => {
                     r.context.reply.disarm();
@@ -510,7 +521,9 @@ impl Submitter {
         }
         // The request is queued; if the wake fails the I/O thread is gone and the request completes with
         // ShutDown when the channel drops.
-        let _ = self.waker.wake();
+        if wake {
+            let _ = self.waker.wake();
+        }
         Ok(())
     }
 
@@ -563,7 +576,7 @@ impl Slot {
     /// Submit on the current link with a [`Pending`] to wait on.
     fn submit(self: &Arc<Self>, request: Request<()>) -> Result<Pending, (HostError, Vec<u8>)> {
         let qid = self.qid;
-        self.submit_via(request, |retry| {
+        self.submit_via(request, true, |retry| {
             let (tx, rx) = sync_channel(1);
             (ReplyTo::Channel(tx), Pending { qid, rx, retry })
         })
@@ -575,16 +588,20 @@ impl Slot {
         request: Request<()>,
         sink: &Arc<dyn CompletionSink>,
         tag: u64,
+        wake: bool,
     ) -> Result<(), (HostError, Vec<u8>)> {
         let qid = self.qid;
-        self.submit_via(request, |retry| (ReplyTo::Sink(Ticket { qid, tag, sink: Some(Arc::clone(sink)), retry }), ()))
+        self.submit_via(request, wake, |retry| {
+            (ReplyTo::Sink(Ticket { qid, tag, sink: Some(Arc::clone(sink)), retry }), ())
+        })
     }
 
     /// Submit on the current link, the completion routed by `route` (given what resubmitting needs, on a
-    /// recovering queue); with a recovery, hold while the link is failed.
+    /// recovering queue), waking the I/O thread if `wake`; with a recovery, hold while the link is failed.
     fn submit_via<R>(
         self: &Arc<Self>,
         request: Request<()>,
+        wake: bool,
         mut route: impl FnMut(Option<Retry>) -> (ReplyTo, R),
     ) -> Result<R, (HostError, Vec<u8>)> {
         let mut request = request;
@@ -603,7 +620,7 @@ impl Slot {
                             direction,
                         });
                         let (reply, routed) = route(retry);
-                        match link.submitter.send(request, reply) {
+                        match link.submitter.send(request, reply, wake) {
                             Ok(()) => return Ok(routed),
                             Err((e, data)) => (e, link.epoch, data),
                         }
@@ -674,12 +691,29 @@ impl QueueHandle {
         sink: &Arc<dyn CompletionSink>,
         tag: u64,
     ) -> Result<(), (HostError, Vec<u8>)> {
-        self.slot.submit_to_sink(request, sink, tag)
+        self.slot.submit_to_sink(request, sink, tag, true)
+    }
+
+    /// [`QueueHandle::submit_to_sink`] without waking the I/O thread (unless the request channel is full):
+    /// for a caller submitting a batch, which then calls [`QueueHandle::wake`] once.
+    pub fn queue_to_sink(
+        &self,
+        request: Request<()>,
+        sink: &Arc<dyn CompletionSink>,
+        tag: u64,
+    ) -> Result<(), (HostError, Vec<u8>)> {
+        self.slot.submit_to_sink(request, sink, tag, false)
+    }
+
+    /// Wake the I/O thread to take what [`QueueHandle::queue_to_sink`] queued.
+    pub fn wake(&self) {
+        // A failed wake means the I/O thread is gone; its requests complete with ShutDown.
+        let _ = self.link().submitter.waker.wake();
     }
 
     /// Submit with the completion posted to `reply` (shared by several commands); not held or retried.
     pub(crate) fn submit_to(&self, request: Request<()>, reply: ReplySender) -> Result<(), HostError> {
-        self.link().submitter.send(request, ReplyTo::Channel(reply)).map_err(|(e, _)| e)
+        self.link().submitter.send(request, ReplyTo::Channel(reply), true).map_err(|(e, _)| e)
     }
 
     fn link(&self) -> std::sync::RwLockReadGuard<'_, Link> {
@@ -994,7 +1028,12 @@ mod tests {
 
         let lost = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!(lost.tag(), 42);
-        assert!(test_sink.wakes.load(Ordering::SeqCst) >= 1, "the owner was woken");
+        // The I/O thread wakes the owner after pushing (bounded wait, not a timing assertion).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while test_sink.wakes.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the owner was never woken");
+            std::thread::yield_now();
+        }
         let settling = std::thread::spawn(move || lost.settle());
         let (epoch, cause) = held.recv().unwrap();
         assert_eq!(epoch, 0);
@@ -1232,10 +1271,15 @@ mod driver_tests {
         let (q, _) = Loopback::new(4);
         let h = QueueHandle::spawn(q).unwrap();
         let (test_sink, rx) = super::tests::TestSink::new();
-        let sink: Arc<dyn CompletionSink> = test_sink.clone();
-        for tag in 0..16u64 {
+        let sink: Arc<dyn CompletionSink> = test_sink;
+        // Half one by one, half as a batch with one wake-up.
+        for tag in 0..8u64 {
             h.submit_to_sink(read(1, 4096), &sink, tag).unwrap();
         }
+        for tag in 8..16u64 {
+            h.queue_to_sink(read(1, 4096), &sink, tag).unwrap();
+        }
+        h.wake();
         let mut tags: Vec<u64> = (0..16)
             .map(|_| {
                 let c = rx.recv_timeout(WAIT).unwrap();
@@ -1248,7 +1292,6 @@ mod driver_tests {
             .collect();
         tags.sort_unstable();
         assert_eq!(tags, (0..16).collect::<Vec<_>>(), "every tag exactly once");
-        assert!(test_sink.wakes.load(Ordering::SeqCst) >= 1);
         // An error status, then a failed queue: both reach the sink under their tags.
         h.submit_to_sink(read(NSID_ERROR, 512), &sink, 100).unwrap();
         let c = rx.recv_timeout(WAIT).unwrap();

@@ -12,7 +12,8 @@
 //! command of a queue to come from one thread) and waits in one `io_uring_enter` for both fetched requests
 //! and NVMe completions: it submits each request with the tag's buffer moved into the [`Request`] (no copy:
 //! the buffer the driver wrote is the one sent) to the NVMe queue's I/O thread with
-//! [`QueueHandle::submit_to_sink`] (tag = ublk tag, no per-command allocation); that thread pushes the
+//! [`QueueHandle::queue_to_sink`] (tag = ublk tag, no per-command allocation; one wake-up of that thread per
+//! batch of fetched requests); that thread pushes the
 //! completions into this queue's [`CompletionSink`] and writes its eventfd once per batch, which completes
 //! an eventfd read kept in the ring. The queue thread then drains the sink and commits in completion order
 //! (no head-of-line wait), all commits of a batch in one `io_uring_enter`. It blocks only in
@@ -480,6 +481,7 @@ impl Queue {
         loop {
             ring.submit_and_wait()?;
             ring.completions(&mut cqes);
+            let mut queued = false;
             for (user_data, result) in cqes.drain(..) {
                 if user_data == sys::EVENT {
                     while let Ok(c) = finished.try_recv() {
@@ -493,7 +495,7 @@ impl Queue {
                 }
                 let tag = u16::try_from(user_data).unwrap_or(u16::MAX);
                 match result {
-                    sys::IO_RES_OK => self.handle(tag, descs.get(tag), ring, queue, sink, &mut tags)?,
+                    sys::IO_RES_OK => queued |= self.handle(tag, descs.get(tag), ring, queue, sink, &mut tags)?,
                     sys::IO_RES_ABORT => {
                         aborted += 1;
                         if aborted == self.depth {
@@ -503,10 +505,14 @@ impl Queue {
                     e => tracing::warn!(q_id = self.q_id, tag, result = e, "ublk fetch/commit failed"),
                 }
             }
+            if queued {
+                queue.wake();
+            }
         }
     }
 
-    /// Submit one request's NVMe command, or complete it now with an error.
+    /// Queue one request's NVMe command (`Ok(true)`: the caller wakes the NVMe queue), or complete it now
+    /// with an error.
     fn handle(
         &self,
         tag: u16,
@@ -515,16 +521,18 @@ impl Queue {
         queue: &QueueHandle,
         sink: &Arc<dyn CompletionSink>,
         tags: &mut [TagState],
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let g = &self.geometry;
         let action = match decode(&d, g) {
             Ok(a) => a,
             Err(errno) => {
                 tracing::warn!(q_id = self.q_id, tag, ?d, errno, "ublk request refused");
-                return ring.commit(tag, errno, None);
+                return ring.commit(tag, errno, None).map(|()| false);
             }
         };
-        let Some((sqe, direction, range)) = nvme_command(g.nsid, &action) else { return ring.commit(tag, 0, None) };
+        let Some((sqe, direction, range)) = nvme_command(g.nsid, &action) else {
+            return ring.commit(tag, 0, None).map(|()| false);
+        };
         let bytes = usize::try_from(u64::from(d.nr_sectors) << 9).unwrap_or(0);
         let (data, read) = match (&action, range) {
             (Action::Write { .. }, _) => (ring.take_buffer(tag, Some(bytes)), false),
@@ -542,11 +550,11 @@ impl Queue {
         };
         let bytes = if direction == DataDirection::None || range.is_some() { 0 } else { bytes };
         tags[usize::from(tag)] = TagState { bytes: i32::try_from(bytes).unwrap_or(i32::MAX), read };
-        match queue.submit_to_sink(Request { sqe, data, direction, context: () }, sink, u64::from(tag)) {
-            Ok(()) => Ok(()),
+        match queue.queue_to_sink(Request { sqe, data, direction, context: () }, sink, u64::from(tag)) {
+            Ok(()) => Ok(true),
             Err((e, data)) => {
                 tracing::warn!(q_id = self.q_id, tag, error = %e, "ublk request: submission failed");
-                ring.commit(tag, -libc::EIO, (data.capacity() > 0).then_some(data))
+                ring.commit(tag, -libc::EIO, (data.capacity() > 0).then_some(data)).map(|()| false)
             }
         }
     }

@@ -217,14 +217,18 @@ impl Control {
             .user_data(u64::from(op));
         // SAFETY: the command's only buffer is `addr`, which the caller keeps valid until the completion below.
         unsafe { self.ring.submission().push(&sqe) }.map_err(|_| io::Error::other("control ring full"))?;
-        loop {
+        // The wait can end with no completion yet (woken for task work, e.g. while STOP_DEV drains the
+        // queues): wait again until the command's completion is there.
+        let cqe = loop {
             match self.ring.submit_and_wait(1) {
-                Ok(_) => break,
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-        }
-        let cqe = self.ring.completion().next().ok_or_else(|| io::Error::other("control command: no completion"))?;
+            if let Some(cqe) = self.ring.completion().next() {
+                break cqe;
+            }
+        };
         if cqe.result() < 0 {
             return Err(io::Error::from_raw_os_error(-cqe.result()));
         }
