@@ -300,21 +300,7 @@ fn connect_list_export_metrics_disconnect_and_sigterm() {
     assert_eq!(metric(&text, &live), Some(1.0), "{text}");
     assert_eq!(metric(&text, "nvmf_host_exports{controller=\"nvmf1\"}"), Some(1.0), "{text}");
     assert!(metric(&text, "nvmf_host_queue_commands_total{controller=\"nvmf0\",qid=\"0\"}").unwrap() > 0.0, "{text}");
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is installed");
-    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let checked = promtool.wait_with_output().unwrap();
-    assert!(
-        checked.status.success(),
-        "promtool: {}{}\n{text}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    support::assert_promtool_accepts(&text);
 
     // disconnect -n ends both associations; disconnect of something unknown is an error.
     let out = d.ok(&["disconnect", "-n", SUBNQN]);

@@ -5,8 +5,6 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::Write as _;
-use std::process::{Command, Stdio};
 
 use nvmf_host::metrics::{registry, ControllerSample, HostCollector};
 use nvmf_host::Controller;
@@ -78,20 +76,6 @@ fn queue_bytes_errors_and_latency_after_io() {
     // The admin queue read Identify data and counts none of the I/O.
     assert!(get(r#"nvmf_host_queue_bytes_total{controller="nvmf0",qid="0",direction="read"}"#) >= 4096.0);
 
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is installed");
-    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::assert_promtool_accepts(&text);
     ctrl.disconnect().expect("clean disconnect");
 }

@@ -89,3 +89,24 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     #[allow(clippy::cast_possible_truncation)] // a repeating byte pattern
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).wrapping_add((i >> 9) as u8)).collect()
 }
+
+/// Asserts that `promtool check metrics` accepts an exposition page (`promtool` comes with Debian's prometheus).
+pub fn assert_promtool_accepts(text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed");
+    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
