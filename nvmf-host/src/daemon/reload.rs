@@ -1,6 +1,6 @@
 //! Live reconfiguration of the host daemon (SIGHUP, or `nvmf-host reload` over the control socket): re-read the
 //! configuration file, validate it whole, and apply the difference to the configured controllers without
-//! touching the others ([`reload`]); and the CLI's side ([`request_reload`]).
+//! touching the others (`reload`); and the CLI's side ([`request_reload`]).
 //!
 //! A configured controller is known by its association: transport, address, port and subsystem NQN (the host
 //! NQN is the daemon's for all of them). Against the running configuration a reload:
@@ -18,7 +18,7 @@
 //! `disconnect` request is connected again by the next reload, as the file still names it. `[host]`,
 //! `[metrics]` and `[logging]` changes need a restart: they are reported and left as they run. A file that does
 //! not read or validate is rejected whole before anything changes. Runs on the thread that asked (main for
-//! SIGHUP, a control connection's thread for `reload`), one reload at a time (the [`Reloader`] mutex); it blocks
+//! SIGHUP, a control connection's thread for `reload`), one reload at a time (the `Reloader` mutex); it blocks
 //! on disconnects, exports and first connect attempts, never holding the table lock across them.
 
 use std::fmt;
