@@ -22,6 +22,14 @@ fn fake(
     digests: bool,
     respond: impl FnOnce(u16, Framing) -> Vec<u8> + Send + 'static,
 ) -> (std::net::SocketAddr, JoinHandle<()>) {
+    fake_chunks(digests, move |cid, f| vec![respond(cid, f)])
+}
+
+/// [`fake`] writing the response in pieces, 20 ms apart, so the host receives them in separate reads.
+fn fake_chunks(
+    digests: bool,
+    respond: impl FnOnce(u16, Framing) -> Vec<Vec<u8>> + Send + 'static,
+) -> (std::net::SocketAddr, JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let t = std::thread::spawn(move || {
@@ -37,7 +45,10 @@ fn fake(
         let mut capsule = vec![0u8; capsule_len];
         s.read_exact(&mut capsule).unwrap();
         let sqe = SubmissionQueueEntry::parse(&capsule[8..72]).unwrap();
-        s.write_all(&respond(sqe.cid, framing)).unwrap();
+        for chunk in respond(sqe.cid, framing) {
+            s.write_all(&chunk).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // Keep the socket open until the host hangs up (or 5 s pass).
         let mut sink = [0u8; 256];
         while let Ok(n) = s.read(&mut sink) {
@@ -197,6 +208,50 @@ fn success_flag_completes_the_read() {
     assert!(c.result.unwrap().status.is_success());
     assert!(c.data.iter().all(|&b| b == 4));
     drop(q);
+    t.join().unwrap();
+}
+
+/// The host reads C2HData straight into the command's buffer once a header is in; PDUs cut anywhere (mid-header,
+/// mid-data, two PDUs in one read) must still land whole and in place.
+#[test]
+fn c2h_data_split_across_reads_lands_in_the_buffer() {
+    let (addr, t) = fake_chunks(false, |cid, f| {
+        let first = C2hData { cccid: cid, datao: 0, datal: 3000, last_pdu: false, success: false };
+        let second = C2hData { cccid: cid, datao: 3000, datal: 1096, last_pdu: true, success: true };
+        let data: Vec<u8> = (0..4096u32).map(|i| u8::try_from(i % 251).unwrap()).collect();
+        let mut b = pdu(Pdu::C2hData(first), &data[..3000], f);
+        b.extend(pdu(Pdu::C2hData(second), &data[3000..], f));
+        // The first PDU's header cut (assembled by the decoder); the second PDU's header whole with two data bytes
+        // behind the first PDU's end, then its data in two more reads (read straight into the buffer).
+        [0, 10, 100, 3050, 3100, b.len()].windows(2).map(|w| b[w[0]..w[1]].to_vec()).collect()
+    });
+    let mut q = queue(addr, false);
+    let (err, c) = read_until_done(&mut q);
+    assert!(err.is_none(), "{err:?}");
+    let c = c.unwrap();
+    assert!(c.result.unwrap().status.is_success());
+    let expected: Vec<u8> = (0..4096u32).map(|i| u8::try_from(i % 251).unwrap()).collect();
+    assert_eq!(c.data, expected);
+    drop(q);
+    t.join().unwrap();
+}
+
+/// A C2HData out of the command's range is refused from its header, before its data arrives.
+#[test]
+fn c2h_data_header_alone_beyond_the_command_fails_the_queue() {
+    let (addr, t) = fake_chunks(false, |cid, f| {
+        let c2h = C2hData { cccid: cid, datao: 1024, datal: 4096, last_pdu: true, success: false };
+        let b = pdu(Pdu::C2hData(c2h), &[3; 4096], f);
+        // The header and a few data bytes; the rest never comes.
+        vec![b[..40].to_vec()]
+    });
+    let mut q = queue(addr, false);
+    match read_until_done(&mut q).0 {
+        Some(HostError::Protocol { reason, fes, .. }) => {
+            assert_eq!(fes, FatalErrorStatus::DataTransferOutOfRange, "{reason}");
+        }
+        other => panic!("expected Data Transfer Out of Range, got {other:?}"),
+    }
     t.join().unwrap();
 }
 

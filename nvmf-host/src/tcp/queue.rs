@@ -11,7 +11,10 @@
 //! already completed is caught as an unknown CID instead of completing a later command. Data is never copied
 //! on the send side: PDU headers are encoded into the send queue and the data is written from the command's
 //! own buffer with vectored writes (many PDUs per `writev`). Received C2HData is bounds-checked (CCCID of a
-//! live read, in order, DATAO + DATAL within the command's buffer) and copied into that buffer.
+//! live read, in order, DATAO + DATAL within the command's buffer) and its data lands in that buffer: once a
+//! C2HData header is in and its data is not, the rest is read from the socket straight into the command's buffer
+//! (no assembly copy of PDUs that straddle reads); a PDU that arrived whole in one read, or one with a data digest or
+//! padding, is copied from the receive buffer.
 //!
 //! Anything the controller sends that the protocol does not allow fails the whole queue with a typed
 //! [`HostError`]: every outstanding command completes with that error, an H2CTermReq is sent where the
@@ -34,10 +37,11 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use nvmf_common::nvme::opcode::admin::ASYNC_EVENT_REQUEST;
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, Status, SubmissionQueueEntry};
+use nvmf_common::transport::tcp::decoder::decode_header;
 use nvmf_common::transport::tcp::pdu::{MAX_ENCODED_HEADER_LEN, MIN_MAXH2CDATA, TERM_REQ_MAX_DATA_LEN};
 use nvmf_common::transport::tcp::{
-    decode, C2hData, CapsuleCommand, Decoded, DecoderConfig, DigestTypes, Direction, FatalErrorStatus, Framing,
-    H2cData, IcReq, Pdu, PduDecoder, PduError, R2t, TermReq, DIGEST_LEN,
+    decode, C2hData, CapsuleCommand, CommonHeader, Decoded, DecoderConfig, DigestTypes, Direction, FatalErrorStatus,
+    Framing, H2cData, IcReq, Pdu, PduDecoder, PduError, PduType, R2t, TermReq, DIGEST_LEN,
 };
 
 use crate::error::HostError;
@@ -176,6 +180,7 @@ struct Slot<T> {
     r2ts: u16,
     in_capsule: bool,
     digest_error: bool,
+    /// When the command was submitted, to the poll: stamped by the first [`TcpQueue::poll`] after `submit`.
     submitted: Instant,
     /// Whether the command timeout applies: not to an Asynchronous Event Request, which the controller
     /// holds until an event occurs.
@@ -201,6 +206,18 @@ impl OutPdu {
     }
 }
 
+/// A C2HData PDU whose data is being read from the socket straight into its command's buffer.
+#[derive(Debug, Clone, Copy)]
+struct DirectC2h {
+    pdu: Pdu,
+    c2h: C2hData,
+    index: usize,
+    /// The next byte of the command's buffer to fill.
+    at: usize,
+    /// Where the PDU's data ends in the command's buffer (the PDU ends there too: no data digest).
+    end: usize,
+}
+
 /// Counters of one queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueStats {
@@ -224,6 +241,9 @@ struct Commands<T> {
     in_capsule_limit: u32,
     slots: Vec<Slot<T>>,
     free: Vec<u16>,
+    /// Slots submitted since the last poll, whose `submitted` time that poll stamps: one clock read per batch
+    /// instead of one per command (in a guest without a vDSO clock each read is a system call).
+    unstamped: Vec<u16>,
     out: VecDeque<OutPdu>,
     completed: VecDeque<Completion<T>>,
     stats: QueueStats,
@@ -238,6 +258,7 @@ pub struct TcpQueue<T> {
     waker: Option<Arc<Waker>>,
     decoder: PduDecoder,
     rx: Vec<u8>,
+    direct: Option<DirectC2h>,
     cmds: Commands<T>,
     failed: Option<HostError>,
     command_timeout: Duration,
@@ -254,6 +275,21 @@ fn is_connect(sqe: &SubmissionQueueEntry) -> bool {
 
 fn len_u32(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// One `read` from the socket: `Some(n)` bytes, `None` if it would block; end of stream and resets are
+/// [`HostError::Closed`].
+fn read_socket(stream: &mio::net::TcpStream, buf: &mut [u8], qid: u16) -> Result<Option<usize>, HostError> {
+    loop {
+        return match (&*stream).read(buf) {
+            Ok(0) => Err(HostError::Closed { qid }),
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Err(HostError::Closed { qid }),
+            Err(e) => Err(HostError::io(qid, "receiving", &e)),
+        };
+    }
 }
 
 impl<T> TcpQueue<T> {
@@ -356,6 +392,7 @@ impl<T> TcpQueue<T> {
             waker: None,
             decoder,
             rx: vec![0; 256 * 1024],
+            direct: None,
             cmds: Commands {
                 qid,
                 framing,
@@ -363,6 +400,7 @@ impl<T> TcpQueue<T> {
                 in_capsule_limit: options.in_capsule_limit,
                 slots,
                 free: (0..options.depth).rev().collect(),
+                unstamped: Vec::with_capacity(depth),
                 out: VecDeque::with_capacity(depth * 2),
                 completed: VecDeque::with_capacity(depth),
                 stats: QueueStats::default(),
@@ -460,6 +498,12 @@ impl<T> TcpQueue<T> {
 
     fn poll_inner(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
         let qid = self.cmds.qid;
+        if !self.cmds.unstamped.is_empty() {
+            let now = Instant::now();
+            for index in self.cmds.unstamped.drain(..) {
+                self.cmds.slots[usize::from(index)].submitted = now;
+            }
+        }
         // Send what `submit` queued before sleeping: the responses to wait for depend on it.
         if !self.cmds.out.is_empty() {
             self.cmds.flush(&mut self.stream).map_err(|e| HostError::io(qid, "sending", &e))?;
@@ -475,15 +519,16 @@ impl<T> TcpQueue<T> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(HostError::io(qid, "polling", &e)),
         }
-        let (mut readable, mut writable) = (false, false);
+        let (mut readable, mut closed, mut writable) = (false, false, false);
         for event in &self.events {
             if event.token() == SOCKET {
-                readable |= event.is_readable() || event.is_read_closed() || event.is_error();
+                readable |= event.is_readable();
+                closed |= event.is_read_closed() || event.is_error();
                 writable |= event.is_writable();
             }
         }
-        if readable {
-            self.receive()?;
+        if readable || closed {
+            self.receive(closed)?;
         }
         if writable || readable || !self.cmds.out.is_empty() {
             self.cmds.flush(&mut self.stream).map_err(|e| HostError::io(qid, "sending", &e))?;
@@ -509,19 +554,38 @@ impl<T> TcpQueue<T> {
     }
 
     /// Read everything the socket has and handle each PDU.
-    fn receive(&mut self) -> Result<(), HostError> {
+    ///
+    /// A read that fills less than it was given has emptied the socket's receive queue, so the loop stops there
+    /// instead of paying one more `read` for its `WouldBlock`: bytes arriving later raise a new readiness edge
+    /// (epoll reports each arrival on a TCP socket). Unless `closed` (the event said the peer hung up or the socket
+    /// has an error): then the end of the stream or the error is already there behind the data, with no edge to
+    /// come, so the loop reads until the read reports it.
+    fn receive(&mut self, closed: bool) -> Result<(), HostError> {
         let qid = self.cmds.qid;
         loop {
-            let n = match (&self.stream).read(&mut self.rx) {
-                Ok(0) => return Err(HostError::Closed { qid }),
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Err(HostError::Closed { qid }),
-                Err(e) => return Err(HostError::io(qid, "receiving", &e)),
-            };
+            if let Some(mut d) = self.direct {
+                // Bounds checked by `start_direct`.
+                let dst = &mut self.cmds.slots[d.index].data[d.at..d.end];
+                let want = dst.len();
+                let Some(n) = read_socket(&self.stream, dst, qid)? else { return Ok(()) };
+                d.at += n;
+                if d.at == d.end {
+                    self.direct = None;
+                    self.cmds.c2h_done(&d.pdu, d.c2h, d.index)?;
+                } else {
+                    self.direct = Some(d);
+                }
+                if n < want && !closed {
+                    return Ok(());
+                }
+                continue;
+            }
+            let Some(n) = read_socket(&self.stream, &mut self.rx, qid)? else { return Ok(()) };
             let mut start = 0;
             while start < n {
+                if self.decoder.buffered() == 0 && self.start_direct(start, n)? {
+                    break;
+                }
                 let step = self.decoder.feed(&self.rx[start..n]);
                 start += step.consumed;
                 match step.result {
@@ -534,7 +598,41 @@ impl<T> TcpQueue<T> {
                     Err(error) => return Err(HostError::Pdu { qid, error }),
                 }
             }
+            if n < self.rx.len() && !closed {
+                return Ok(());
+            }
         }
+    }
+
+    /// If `rx[start..n]` begins a C2HData whose header is complete but whose data is not all there: check it against
+    /// its command, copy the data that did arrive into the command's buffer and have [`TcpQueue::receive`] read the
+    /// rest straight into it. Returns whether it did. PDUs with a data digest or padding before the data, and
+    /// anything the header checks refuse, are left to the decoder (which reports errors with the TermReq data).
+    fn start_direct(&mut self, start: usize, n: usize) -> Result<bool, HostError> {
+        let buf = &self.rx[start..n];
+        // Most PDUs arrive whole: a look at the common header spares them a second parse.
+        match CommonHeader::parse(buf) {
+            Ok(ch)
+                if ch.pdu_type == PduType::C2hData && usize::try_from(ch.plen).is_ok_and(|plen| plen > buf.len()) => {}
+            _ => return Ok(false),
+        }
+        let Ok(Some((pdu, layout))) = decode_header(buf, self.decoder.config()) else { return Ok(false) };
+        let Pdu::C2hData(c2h) = pdu else { return Ok(false) };
+        let data = layout.data_range();
+        if layout.ddgst
+            || buf.len() >= layout.plen
+            || data.start != layout.header_end()
+            || data.end != layout.plen
+            || usize::try_from(c2h.datal) != Ok(data.len())
+        {
+            return Ok(false);
+        }
+        let (index, range) = self.cmds.c2h_target(&pdu, c2h, Some(data.len()))?;
+        let arrived = &buf[data.start..];
+        let at = range.start + arrived.len();
+        self.cmds.slots[index].data[range.start..at].copy_from_slice(arrived);
+        self.direct = Some(DirectC2h { pdu, c2h, index, at, end: range.end });
+        Ok(true)
     }
 
     /// Fail the queue: complete every outstanding command with `error`, send an H2CTermReq if the error is
@@ -562,6 +660,7 @@ impl<T> TcpQueue<T> {
         }
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
         self.cmds.out.clear();
+        self.direct = None;
         for index in 0..self.cmds.slots.len() {
             if self.cmds.slots[index].state != CommandState::Free {
                 self.cmds.slots[index].unsent = 0;
@@ -656,7 +755,7 @@ impl<T> Commands<T> {
         slot.r2ts = 0;
         slot.in_capsule = in_capsule;
         slot.digest_error = false;
-        slot.submitted = Instant::now();
+        self.unstamped.push(index16);
         slot.timed = !(qid == 0 && sqe.opcode == ASYNC_EVENT_REQUEST);
         self.out.push_back(out);
         self.stats.submitted += 1;
@@ -788,13 +887,25 @@ impl<T> Commands<T> {
 
     /// C2HData: `data` is `None` when its digest failed (checks still apply; nothing is copied).
     fn on_c2h(&mut self, pdu: &Pdu, c2h: C2hData, data: Option<&[u8]>) -> Result<(), HostError> {
+        let (index, range) = self.c2h_target(pdu, c2h, data.map(<[u8]>::len))?;
+        let slot = &mut self.slots[index];
+        match (data, slot.data.get_mut(range)) {
+            (Some(data), Some(dst)) => dst.copy_from_slice(data),
+            _ => slot.digest_error = true,
+        }
+        self.c2h_done(pdu, c2h, index)
+    }
+
+    /// Check a C2HData carrying `data_len` bytes (`None`: unknown, its digest failed) against its command: the
+    /// command's slot and where the data goes in its buffer.
+    fn c2h_target(&self, pdu: &Pdu, c2h: C2hData, data_len: Option<usize>) -> Result<(usize, Range<usize>), HostError> {
         let qid = self.qid;
         let range_error = |reason: String| protocol(qid, pdu, FatalErrorStatus::DataTransferOutOfRange, reason);
         let Some(index) = self.live(c2h.cccid) else {
             let reason = format!("C2HData for CCCID {:#x}, which is not outstanding", c2h.cccid);
             return Err(protocol(qid, pdu, FatalErrorStatus::InvalidPduHeaderField, reason));
         };
-        let slot = &mut self.slots[index];
+        let slot = &self.slots[index];
         if slot.direction != DataDirection::ControllerToHost {
             return Err(range_error(format!("C2HData for CID {:#x}, which reads no data", c2h.cccid)));
         }
@@ -810,22 +921,22 @@ impl<T> Commands<T> {
             range_error(format!("DATAO {} + DATAL {} beyond the command's {} bytes", c2h.datao, c2h.datal, slot.len))
         })?;
         let range = usize::try_from(c2h.datao).unwrap_or(usize::MAX)..usize::try_from(end).unwrap_or(usize::MAX);
-        match data {
-            Some(data) => {
-                let dst = slot
-                    .data
-                    .get_mut(range)
-                    .filter(|d| d.len() == data.len())
-                    .ok_or_else(|| range_error(format!("{} data bytes for DATAL {}", data.len(), c2h.datal)))?;
-                dst.copy_from_slice(data);
-            }
-            None => slot.digest_error = true,
+        match (data_len, slot.data.get(range.clone())) {
+            (Some(n), Some(dst)) if n == dst.len() => Ok((index, range)),
+            (None, Some(_)) => Ok((index, range)),
+            (n, _) => Err(range_error(format!("{n:?} data bytes for DATAL {}", c2h.datal))),
         }
-        slot.state = CommandState::ReceivingC2h { received: end };
+    }
+
+    /// A checked C2HData's data is in the command's buffer (or its digest failed): the command advances, and
+    /// completes if the controller set SUCCESS.
+    fn c2h_done(&mut self, pdu: &Pdu, c2h: C2hData, index: usize) -> Result<(), HostError> {
+        // DATAO + DATAL was checked against the command's length.
+        self.slots[index].state = CommandState::ReceivingC2h { received: c2h.datao.saturating_add(c2h.datal) };
         if c2h.success {
             if !c2h.last_pdu {
                 return Err(protocol(
-                    qid,
+                    self.qid,
                     pdu,
                     FatalErrorStatus::InvalidPduHeaderField,
                     "SUCCESS without LAST_PDU".into(),

@@ -145,6 +145,22 @@ pub fn decode(buf: &[u8], config: &DecoderConfig) -> Result<Decoded, PduError> {
     Ok(Decoded::Pdu { pdu, data: layout.data_range(), consumed: layout.plen })
 }
 
+/// Decode only the header of the PDU at the start of `buf`: `Ok(Some((pdu, layout)))` once the header (and its
+/// digest) has arrived and checks out, `Ok(None)` while it is incomplete, an error as soon as something is wrong
+/// (the same checks as [`decode`]). For receivers that place a PDU's data themselves — straight from the socket
+/// into the command's buffer — instead of waiting for the whole PDU: they must read no byte past `layout.plen`
+/// and still verify the data digest when `layout.ddgst` is set.
+pub fn decode_header(buf: &[u8], config: &DecoderConfig) -> Result<Option<(Pdu, PduLayout)>, PduError> {
+    if buf.len() < COMMON_HEADER_LEN {
+        return Ok(None);
+    }
+    let (ch, layout) = check_common(buf, config)?;
+    if buf.len() < layout.header_end() {
+        return Ok(None);
+    }
+    Ok(Some((check_header(buf, &ch, &layout)?, layout)))
+}
+
 /// A whole PDU from [`PduDecoder::feed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReceivedPdu<'a> {
@@ -500,6 +516,29 @@ mod tests {
         let mut b = p.to_bytes(data, &framing).unwrap();
         b[73] ^= 1;
         assert!(matches!(decode(&b, &config(H2C, framing)), Err(PduError::HeaderDigest { .. })));
+    }
+
+    #[test]
+    fn decode_header_needs_only_the_header() {
+        let framing = Framing { hdgst: true, ddgst: true, hpda: 0, cpda: 0 };
+        let c2h = Pdu::C2hData(C2hData { cccid: 3, datao: 0, datal: 4096, last_pdu: true, success: false });
+        let data = vec![0x5a; 4096];
+        let b = c2h.to_bytes(&data, &framing).unwrap();
+        let cfg = config(C2H, framing);
+        // 24-byte header + 4-byte header digest.
+        for cut in [0, 7, 8, 27] {
+            assert_eq!(decode_header(&b[..cut], &cfg).unwrap(), None, "{cut} bytes");
+        }
+        let (pdu, layout) = decode_header(&b[..28], &cfg).unwrap().unwrap();
+        assert_eq!(pdu, c2h);
+        assert_eq!((layout.data_range(), layout.plen, layout.ddgst), (28..28 + 4096, b.len(), true));
+        assert_eq!(&b[layout.data_range()], &data[..]);
+        // The same checks as `decode`: a corrupt header digest is refused before any data arrived.
+        let mut bad = b[..28].to_vec();
+        bad[10] ^= 1;
+        assert!(matches!(decode_header(&bad, &cfg), Err(PduError::HeaderDigest { .. })));
+        // The wrong direction is refused after the common header.
+        assert!(decode_header(&b[..8], &config(H2C, framing)).is_err());
     }
 
     #[test]
