@@ -171,10 +171,11 @@ fn sighup_applies_namespace_and_subsystem_changes_and_rejects_invalid_files() {
     // The first association was not disturbed: its data reads back.
     let c = ok(io.command(Read { nsid: 1, slba: 8, nlb: 15, ..Read::default() }.to_sqe(), None, data.len()));
     assert_eq!(c.data, data);
-    // The new subsystem accepts a Connect and serves its namespace.
+    // The new subsystem accepts a Connect and serves its namespace once the whole reload is applied (the notice
+    // above can come before the reload has added the second subsystem).
+    wait_log(&log_path, "configuration reloaded");
     let (mut admin2, _io2) = associate(addr, SUBNQN2);
     assert_eq!(active_namespaces(&mut admin2), [1]);
-    wait_log(&log_path, "configuration reloaded");
 
     // An invalid file is rejected with its location; the target keeps serving with the running configuration.
     std::fs::write(
