@@ -15,7 +15,10 @@
 # Environment: BENCH_RUNTIME (seconds per run, default 10), BENCH_TRANSPORTS ("tcp rdma"), BENCH_CPUS (guest
 # vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/host-bench). The table is also written to
 # $BENCH_LOGS/bench.md, beside every perf and fio JSON. `--guest` is the half that runs in the VM (it needs
-# NVMF_HOST_BIN).
+# NVMF_HOST_BIN). BENCH_BASELINE_BIN (an older nvmf-host binary): its perf runs too, in the same guest, as rows
+# "<transport> baseline". BENCH_PROFILE=1: after the table, each of our runs twice more, under `/usr/bin/time`
+# (voluntary/involuntary context switches per I/O) and under `strace -c -f` (syscalls per I/O, total and the most
+# frequent; strace slows the run, so compare these between builds, not with the table): $BENCH_LOGS/profile.md.
 set -euo pipefail
 
 if [ "${1:-}" != --guest ]; then
@@ -28,7 +31,7 @@ if [ "${1:-}" != --guest ]; then
   rm -rf "$logs"
   mkdir -p "$logs"
   env_args=(--env "NVMF_HOST_BIN=$target_dir/release/nvmf-host")
-  for v in BENCH_RUNTIME BENCH_TRANSPORTS; do
+  for v in BENCH_RUNTIME BENCH_TRANSPORTS BENCH_BASELINE_BIN BENCH_PROFILE; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
   "$target_dir/debug/nvmf-vm" --bare --rxe --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk \
@@ -55,12 +58,12 @@ workloads=("randread randread randread 4096 32" "randwrite randwrite randwrite 4
 dev=$(nullblk_create hostbench 1024)
 nvmet_subsys "$nqn" "$dev"
 
-# ours TRTYPE ADDR PORT WORKLOAD -> "IOPS MIBS P99_US", perf's JSON kept.
+# ours TRTYPE ADDR PORT WORKLOAD [BIN [TAG [WRAPPER...]]] -> "IOPS MIBS P99_US", perf's JSON kept.
 ours() {
-  local trtype=$1 addr=$2 port=$3 name pw bs qd out
+  local trtype=$1 addr=$2 port=$3 name pw bs qd out bin=${5:-$NVMF_HOST_BIN} tag=${6:-}
   read -r name _ pw bs qd <<< "$4"
-  out=$NVMF_VM_LOGS/perf-$trtype-$name.json
-  timeout $((runtime + 60)) "$NVMF_HOST_BIN" perf -t "$trtype" -a "$addr" -s "$port" -n "$nqn" -c 1 -q "$qd" \
+  out=$NVMF_VM_LOGS/perf-$trtype-$name$tag.json
+  timeout $((runtime + 60)) "${@:7}" "$bin" perf -t "$trtype" -a "$addr" -s "$port" -n "$nqn" -c 1 -q "$qd" \
     -o "$bs" -w "$pw" -T "$runtime" --json > "$out" 2> "$out.err" ||
     { cat "$out.err" >&2; fail "nvmf-host perf -t $trtype $name"; return 1; }
   jq -r '"\(.iops | floor) \(.mib_per_s * 10 | floor / 10) \(.latency_us.p99 | floor)"' "$out"
@@ -89,10 +92,14 @@ for t in $transports; do
     rdma) addr=$NVMF_RDMA_ADDR; nvmet_rdma_port 2 "$addr" 4420 "$nqn" ;;
     *) fail "BENCH_TRANSPORTS: unknown transport $t"; exit 1 ;;
   esac
-  declare -A o=()
+  declare -A o=() b=()
   for w in "${workloads[@]}"; do
     o[$w]=$(ours "$t" "$addr" 4420 "$w")
     log "ours $t ${w%% *}: ${o[$w]}"
+    if [ -n "${BENCH_BASELINE_BIN:-}" ]; then
+      b[$w]=$(ours "$t" "$addr" 4420 "$w" "$BENCH_BASELINE_BIN" -baseline)
+      log "baseline $t ${w%% *}: ${b[$w]}"
+    fi
   done
   kdev=$(host_connect "$t" "$addr" 4420 "$nqn" -i 1)
   for w in "${workloads[@]}"; do
@@ -102,10 +109,47 @@ for t in $transports; do
     log "kernel $t $name: $ki $km $kp"
     ratio=$(awk -v a="$oi" -v b="$ki" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
     echo "| $t | $((bs / 1024)) KiB $name QD$qd | $oi | $ki | $om | $km | $op | $kp | ${ratio}x |" >> "$table"
+    if [ -n "${b[$w]:-}" ]; then
+      read -r bi bm bp <<< "${b[$w]}"
+      ratio=$(awk -v a="$bi" -v b="$ki" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+      echo "| $t baseline | $((bs / 1024)) KiB $name QD$qd | $bi | $ki | $bm | $km | $bp | $kp | ${ratio}x |" >> "$table"
+    fi
   done
   host_disconnect "$nqn"
-  unset o
+  unset o b
 done
+
+# profile TRTYPE ADDR WORKLOAD BIN TAG -> profile.md rows: context switches per I/O (a run under /usr/bin/time), then
+# syscalls per I/O, the total and the six most frequent (a run under strace -c -f, which slows it).
+profile() {
+  local name st tm ios calls vol invol
+  read -r name _ <<< "$3"
+  st=$NVMF_VM_LOGS/strace-$1-$name$5.txt
+  tm=$NVMF_VM_LOGS/time-$1-$name$5.txt
+  ours "$1" "$2" 4420 "$3" "$4" "$5-time" /usr/bin/time -o "$tm" -f '%w %c' > /dev/null
+  ios=$(jq -r '.reads + .writes' "$NVMF_VM_LOGS/perf-$1-$name$5-time.json")
+  read -r vol invol < "$tm"
+  ours "$1" "$2" 4420 "$3" "$4" "$5-strace" strace -c -f -o "$st" > /dev/null
+  calls=$(awk '$NF == "total" { print $4 }' "$st")
+  awk -v n="$1 $name ${5:-new}" -v i="$ios" -v v="$vol" -v w="$invol" -v c="$calls" \
+    -v j="$(jq -r '.reads + .writes' "$NVMF_VM_LOGS/perf-$1-$name$5-strace.json")" \
+    'BEGIN { printf "| %s | %.2f | %.2f | %.2f |\n", n, v / i, w / i, c / j }'
+  grep -E '^ *[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+' "$st" | sort -k4 -nr | head -6 |
+    awk -v j="$(jq -r '.reads + .writes' "$NVMF_VM_LOGS/perf-$1-$name$5-strace.json")" '{ printf "|   %s | | | %.2f |\n", $NF, $4 / j }'
+}
+
+if [ "${BENCH_PROFILE:-0}" = 1 ]; then
+  prof=$NVMF_VM_LOGS/profile.md
+  { echo "| run | voluntary ctxsw/I/O | involuntary ctxsw/I/O | syscalls/I/O (strace) |"; echo "|---|---:|---:|---:|"; } > "$prof"
+  for t in $transports; do
+    case $t in tcp) addr=127.0.0.1 ;; rdma) addr=$NVMF_RDMA_ADDR ;; esac
+    for w in "${workloads[@]}"; do
+      profile "$t" "$addr" "$w" "$NVMF_HOST_BIN" "" >> "$prof"
+      [ -n "${BENCH_BASELINE_BIN:-}" ] && profile "$t" "$addr" "$w" "$BENCH_BASELINE_BIN" -baseline >> "$prof"
+    done
+  done
+  cat "$prof"
+fi
 
 {
   echo
