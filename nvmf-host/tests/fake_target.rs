@@ -217,12 +217,15 @@ fn success_flag_completes_the_read() {
 fn c2h_data_split_across_reads_lands_in_the_buffer() {
     let (addr, t) = fake_chunks(false, |cid, f| {
         let first = C2hData { cccid: cid, datao: 0, datal: 3000, last_pdu: false, success: false };
-        let second = C2hData { cccid: cid, datao: 3000, datal: 1096, last_pdu: true, success: true };
+        let second = C2hData { cccid: cid, datao: 3000, datal: 1096, last_pdu: true, success: false };
         let data: Vec<u8> = (0..4096u32).map(|i| u8::try_from(i % 251).unwrap()).collect();
         let mut b = pdu(Pdu::C2hData(first), &data[..3000], f);
         b.extend(pdu(Pdu::C2hData(second), &data[3000..], f));
+        let response = CapsuleResponse { cqe: CompletionQueueEntry::new(cid, Status::SUCCESS) };
+        b.extend(pdu(Pdu::CapsuleResponse(response), &[], f));
         // The first PDU's header cut (assembled by the decoder); the second PDU's header whole with two data bytes
-        // behind the first PDU's end, then its data in two more reads (read straight into the buffer).
+        // behind the first PDU's end, then its data in two more reads (read straight into the buffer), the last
+        // one with the CapsuleResp behind the data (in the same read, into the receive buffer).
         [0, 10, 100, 3050, 3100, b.len()].windows(2).map(|w| b[w[0]..w[1]].to_vec()).collect()
     });
     let mut q = queue(addr, false);

@@ -27,7 +27,7 @@
 //! timeout) and in [`TcpQueue::poll`] for at most the timeout the caller passes.
 
 use std::collections::VecDeque;
-use std::io::{IoSlice, Read, Write};
+use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::Arc;
@@ -277,11 +277,11 @@ fn len_u32(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
-/// One `read` from the socket: `Some(n)` bytes, `None` if it would block; end of stream and resets are
+/// One `readv` from the socket: `Some(n)` bytes, `None` if it would block; end of stream and resets are
 /// [`HostError::Closed`].
-fn read_socket(stream: &mio::net::TcpStream, buf: &mut [u8], qid: u16) -> Result<Option<usize>, HostError> {
+fn read_socket(stream: &mio::net::TcpStream, bufs: &mut [IoSliceMut], qid: u16) -> Result<Option<usize>, HostError> {
     loop {
-        return match (&*stream).read(buf) {
+        return match (&*stream).read_vectored(bufs) {
             Ok(0) => Err(HostError::Closed { qid }),
             Ok(n) => Ok(Some(n)),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
@@ -564,44 +564,55 @@ impl<T> TcpQueue<T> {
         let qid = self.cmds.qid;
         loop {
             if let Some(mut d) = self.direct {
-                // Bounds checked by `start_direct`.
+                // Bounds checked by `start_direct`. Bytes past this PDU (the next ones) land in `rx` in the same read.
                 let dst = &mut self.cmds.slots[d.index].data[d.at..d.end];
                 let want = dst.len();
-                let Some(n) = read_socket(&self.stream, dst, qid)? else { return Ok(()) };
-                d.at += n;
+                let mut bufs = [IoSliceMut::new(dst), IoSliceMut::new(&mut self.rx)];
+                let Some(n) = read_socket(&self.stream, &mut bufs, qid)? else { return Ok(()) };
+                d.at += n.min(want);
                 if d.at == d.end {
                     self.direct = None;
                     self.cmds.c2h_done(&d.pdu, d.c2h, d.index)?;
                 } else {
                     self.direct = Some(d);
                 }
-                if n < want && !closed {
+                if n > want {
+                    self.handle_rx(n - want)?;
+                }
+                if n < want + self.rx.len() && !closed {
                     return Ok(());
                 }
                 continue;
             }
-            let Some(n) = read_socket(&self.stream, &mut self.rx, qid)? else { return Ok(()) };
-            let mut start = 0;
-            while start < n {
-                if self.decoder.buffered() == 0 && self.start_direct(start, n)? {
-                    break;
-                }
-                let step = self.decoder.feed(&self.rx[start..n]);
-                start += step.consumed;
-                match step.result {
-                    Ok(Some(p)) => self.cmds.on_pdu(p.pdu, p.data)?,
-                    Ok(None) => break,
-                    Err(PduError::DataDigest { pdu, mismatch, .. }) => {
-                        tracing::warn!(qid, ?pdu, %mismatch, "data digest error");
-                        self.cmds.on_data_digest_error(&pdu)?;
-                    }
-                    Err(error) => return Err(HostError::Pdu { qid, error }),
-                }
-            }
+            let Some(n) = read_socket(&self.stream, &mut [IoSliceMut::new(&mut self.rx)], qid)? else { return Ok(()) };
+            self.handle_rx(n)?;
             if n < self.rx.len() && !closed {
                 return Ok(());
             }
         }
+    }
+
+    /// Handle the `n` bytes at the start of `rx`: every PDU in them, and the start of the next one.
+    fn handle_rx(&mut self, n: usize) -> Result<(), HostError> {
+        let qid = self.cmds.qid;
+        let mut start = 0;
+        while start < n {
+            if self.decoder.buffered() == 0 && self.start_direct(start, n)? {
+                break;
+            }
+            let step = self.decoder.feed(&self.rx[start..n]);
+            start += step.consumed;
+            match step.result {
+                Ok(Some(p)) => self.cmds.on_pdu(p.pdu, p.data)?,
+                Ok(None) => break,
+                Err(PduError::DataDigest { pdu, mismatch, .. }) => {
+                    tracing::warn!(qid, ?pdu, %mismatch, "data digest error");
+                    self.cmds.on_data_digest_error(&pdu)?;
+                }
+                Err(error) => return Err(HostError::Pdu { qid, error }),
+            }
+        }
+        Ok(())
     }
 
     /// If `rx[start..n]` begins a C2HData whose header is complete but whose data is not all there: check it against
