@@ -173,7 +173,9 @@ echo "namespaces: $(host_list '[.controllers[0].namespaces[].nsid] | join(",")')
 
 stop_daemon host 30 && echo "daemon exit: 0"
 # What the target holds, read by the kernel's host: every acknowledged write is there.
-kdev=$(host_connect "$T" "$ADDR" 4420 "$NQN")
+host_connect "$T" "$ADDR" 4420 "$NQN" > /dev/null
+wait_until 10 _has_namespace "$NQN" 1 || fail "namespace 1 did not appear"
+kdev=/dev/$(_namespace_of "$NQN" 1)
 timeout 600 fio --name=read --filename="$kdev" "${fio_args[@]}" --rw=randread \
   > "$NVMF_VM_LOGS/fio-kernel-read.log" 2>&1 || { cat "$NVMF_VM_LOGS/fio-kernel-read.log" >&2; fail "kernel read-back"; }
 read -r r _ <<< "$(_fio_issued "$NVMF_VM_LOGS/fio-kernel-read.log")"

@@ -130,12 +130,15 @@ nvmet_teardown() {
   done
 }
 
-# The block device of the first namespace of the connected subsystem NQN.
+# The block device of namespace NSID (default: the lowest NSID) of the connected subsystem NQN. Found by NSID,
+# not by name: the kernel scans namespaces concurrently, so nvme0n1 can be NSID 2.
 _namespace_of() {
-  local s
+  local s d
   for s in /sys/class/nvme-subsystem/*; do
     [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$1" ] || continue
-    ls "$s" | grep -E '^nvme[0-9]+n[0-9]+$' | head -1
+    for d in "$s"/nvme*n*; do
+      [ -e "$d/nsid" ] && echo "$(cat "$d/nsid") $(basename "$d")"
+    done | sort -n | { if [ -n "${2:-}" ]; then grep "^$2 "; else cat; fi; } | head -1 | cut -d' ' -f2
   done
 }
 
@@ -150,7 +153,7 @@ host_connect() {
   log "connected $nqn over $trtype $addr:$svcid: /dev/$ns"
   echo "/dev/$ns"
 }
-_has_namespace() { local ns; ns=$(_namespace_of "$1"); [ -n "$ns" ] && [ -b "/dev/$ns" ]; }
+_has_namespace() { local ns; ns=$(_namespace_of "$1" "${2:-}"); [ -n "$ns" ] && [ -b "/dev/$ns" ]; }
 
 host_disconnect() {
   timeout 60 nvme disconnect -n "$1" >&2 || { fail "nvme disconnect -n $1 failed"; return 1; }
