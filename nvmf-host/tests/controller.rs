@@ -196,6 +196,36 @@ fn sixty_four_commands_in_flight_on_one_queue() {
     // is submitted), so it is not asserted here: the poll-API half above proves 64 in flight deterministically.
 }
 
+/// Large reads make the queue read its socket in small windows (the payloads go straight into their buffers):
+/// 128 KiB and 4 KiB reads in flight together, back to back on one queue, each lands whole and in place.
+#[test]
+fn large_and_small_reads_in_flight_together() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(1)).expect("connect");
+    let data = pattern(16 * 128 * 1024, 5);
+    ctrl.write(1, 0, &data).unwrap();
+    let q1 = &ctrl.io_queues()[0];
+    for round in 0..4 {
+        let pending: Vec<_> = (0..16usize)
+            .map(|i| {
+                // Even: a 128 KiB read of chunk i; odd: the 4 KiB at chunk i's block `round`.
+                let (offset, len) =
+                    if i % 2 == 0 { (i * 131_072, 131_072) } else { (i * 131_072 + round * 4096, 4096) };
+                let nlb = u16::try_from(len / 512 - 1).unwrap();
+                let sqe = Read { nsid: 1, slba: (offset / 512) as u64, nlb, ..Read::default() }.to_sqe();
+                let request =
+                    Request { sqe, data: vec![0; len], direction: DataDirection::ControllerToHost, context: () };
+                (offset, len, q1.submit(request).unwrap())
+            })
+            .collect();
+        for (offset, len, p) in pending {
+            let r = p.wait(Duration::from_secs(10)).unwrap();
+            assert!(r.result.unwrap().status.is_success());
+            assert!(r.data == data[offset..offset + len], "round {round}: {len} bytes at {offset}");
+        }
+    }
+}
+
 #[test]
 fn flush_write_zeroes_deallocate() {
     let target = Target::start();

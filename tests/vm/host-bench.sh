@@ -17,8 +17,9 @@
 # $BENCH_LOGS/bench.md, beside every perf and fio JSON. `--guest` is the half that runs in the VM (it needs
 # NVMF_HOST_BIN). BENCH_BASELINE_BIN (an older nvmf-host binary): its perf runs too, in the same guest, as rows
 # "<transport> baseline". BENCH_PROFILE=1: after the table, each of our runs twice more, under `/usr/bin/time`
-# (voluntary/involuntary context switches per I/O) and under `strace -c -f` (syscalls per I/O, total and the most
-# frequent; strace slows the run, so compare these between builds, not with the table): $BENCH_LOGS/profile.md.
+# (voluntary/involuntary context switches, user/system CPU µs per I/O) and under `strace -c -f` (syscalls per I/O,
+# total and the most frequent; strace slows the run, so compare these between builds, not with the table):
+# $BENCH_LOGS/profile.md.
 set -euo pipefail
 
 if [ "${1:-}" != --guest ]; then
@@ -119,28 +120,32 @@ for t in $transports; do
   unset o b
 done
 
-# profile TRTYPE ADDR WORKLOAD BIN TAG -> profile.md rows: context switches per I/O (a run under /usr/bin/time), then
-# syscalls per I/O, the total and the six most frequent (a run under strace -c -f, which slows it).
+# profile TRTYPE ADDR WORKLOAD BIN TAG -> profile.md rows: context switches and user/system CPU µs per I/O (a run
+# under /usr/bin/time), then syscalls per I/O, the total and the six most frequent (a run under strace -c -f, which
+# slows it).
 profile() {
-  local name st tm ios calls vol invol
+  local name st tm ios calls vol invol user sys
   read -r name _ <<< "$3"
   st=$NVMF_VM_LOGS/strace-$1-$name$5.txt
   tm=$NVMF_VM_LOGS/time-$1-$name$5.txt
-  ours "$1" "$2" 4420 "$3" "$4" "$5-time" /usr/bin/time -o "$tm" -f '%w %c' > /dev/null
+  ours "$1" "$2" 4420 "$3" "$4" "$5-time" /usr/bin/time -o "$tm" -f '%w %c %U %S' > /dev/null
   ios=$(jq -r '.reads + .writes' "$NVMF_VM_LOGS/perf-$1-$name$5-time.json")
-  read -r vol invol < "$tm"
+  read -r vol invol user sys < "$tm"
   ours "$1" "$2" 4420 "$3" "$4" "$5-strace" strace -c -f -o "$st" > /dev/null
   calls=$(awk '$NF == "total" { print $4 }' "$st")
-  awk -v n="$1 $name ${5:-new}" -v i="$ios" -v v="$vol" -v w="$invol" -v c="$calls" \
+  awk -v n="$1 $name ${5:-new}" -v i="$ios" -v v="$vol" -v w="$invol" -v c="$calls" -v u="$user" -v s="$sys" \
     -v j="$(jq -r '.reads + .writes' "$NVMF_VM_LOGS/perf-$1-$name$5-strace.json")" \
-    'BEGIN { printf "| %s | %.2f | %.2f | %.2f |\n", n, v / i, w / i, c / j }'
+    'BEGIN { printf "| %s | %.2f | %.2f | %.0f | %.0f | %.2f |\n", n, v / i, w / i, u * 1e6 / i, s * 1e6 / i, c / j }'
   grep -E '^ *[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+' "$st" | sort -k4 -nr | head -6 |
-    awk -v j="$(jq -r '.reads + .writes' "$NVMF_VM_LOGS/perf-$1-$name$5-strace.json")" '{ printf "|   %s | | | %.2f |\n", $NF, $4 / j }'
+    awk -v j="$(jq -r '.reads + .writes' "$NVMF_VM_LOGS/perf-$1-$name$5-strace.json")" '{ printf "|   %s | | | | | %.2f |\n", $NF, $4 / j }'
 }
 
 if [ "${BENCH_PROFILE:-0}" = 1 ]; then
   prof=$NVMF_VM_LOGS/profile.md
-  { echo "| run | voluntary ctxsw/I/O | involuntary ctxsw/I/O | syscalls/I/O (strace) |"; echo "|---|---:|---:|---:|"; } > "$prof"
+  {
+    echo "| run | voluntary ctxsw/I/O | involuntary ctxsw/I/O | user CPU µs/I/O | system CPU µs/I/O | syscalls/I/O (strace) |"
+    echo "|---|---:|---:|---:|---:|---:|"
+  } > "$prof"
   for t in $transports; do
     case $t in tcp) addr=127.0.0.1 ;; rdma) addr=$NVMF_RDMA_ADDR ;; esac
     for w in "${workloads[@]}"; do

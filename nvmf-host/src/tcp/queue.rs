@@ -247,6 +247,9 @@ struct Commands<T> {
     out: VecDeque<OutPdu>,
     completed: VecDeque<Completion<T>>,
     stats: QueueStats,
+    /// Outstanding reads of at least [`LARGE_READ`] bytes: while there are any, the socket is read into `rx` only
+    /// [`SMALL_RX_WINDOW`] bytes at a time (see [`TcpQueue::receive`]).
+    large_reads: usize,
 }
 
 /// A host NVMe/TCP queue pair (see the module docs).
@@ -271,6 +274,16 @@ fn protocol(qid: u16, pdu: &Pdu, fes: FatalErrorStatus, reason: String) -> HostE
 
 fn is_connect(sqe: &SubmissionQueueEntry) -> bool {
     sqe.opcode == FABRICS && sqe.fctype() == fctype::CONNECT
+}
+
+/// Reads this large make [`TcpQueue::receive`] read the socket into `rx` in small windows.
+const LARGE_READ: u32 = 32 * 1024;
+/// What `rx` takes per read while large reads are outstanding: room for the PDUs between two C2HData payloads
+/// (a CapsuleResp, the next C2HData header) and a little data.
+const SMALL_RX_WINDOW: usize = 4096;
+
+fn is_large_read(direction: DataDirection, len: u32) -> bool {
+    direction == DataDirection::ControllerToHost && len >= LARGE_READ
 }
 
 fn len_u32(len: usize) -> u32 {
@@ -404,6 +417,7 @@ impl<T> TcpQueue<T> {
                 out: VecDeque::with_capacity(depth * 2),
                 completed: VecDeque::with_capacity(depth),
                 stats: QueueStats::default(),
+                large_reads: 0,
             },
             failed: None,
             command_timeout: options.command_timeout,
@@ -560,14 +574,21 @@ impl<T> TcpQueue<T> {
     /// (epoll reports each arrival on a TCP socket). Unless `closed` (the event said the peer hung up or the socket
     /// has an error): then the end of the stream or the error is already there behind the data, with no edge to
     /// come, so the loop reads until the read reports it.
+    ///
+    /// While large reads are outstanding `rx` takes only [`SMALL_RX_WINDOW`] bytes per read: a read into all of
+    /// `rx` would take whole C2HData payloads there, to be copied again into their commands' buffers (in a guest
+    /// without a fast memcpy that second copy of 128 KiB cost more than the system calls the window adds); with
+    /// the window, the next C2HData header arrives with little data behind it and the rest of the payload is read
+    /// straight into its buffer.
     fn receive(&mut self, closed: bool) -> Result<(), HostError> {
         let qid = self.cmds.qid;
         loop {
+            let window = if self.cmds.large_reads > 0 { SMALL_RX_WINDOW } else { self.rx.len() };
             if let Some(mut d) = self.direct {
                 // Bounds checked by `start_direct`. Bytes past this PDU (the next ones) land in `rx` in the same read.
                 let dst = &mut self.cmds.slots[d.index].data[d.at..d.end];
                 let want = dst.len();
-                let mut bufs = [IoSliceMut::new(dst), IoSliceMut::new(&mut self.rx)];
+                let mut bufs = [IoSliceMut::new(dst), IoSliceMut::new(&mut self.rx[..window])];
                 let Some(n) = read_socket(&self.stream, &mut bufs, qid)? else { return Ok(()) };
                 d.at += n.min(want);
                 if d.at == d.end {
@@ -579,14 +600,16 @@ impl<T> TcpQueue<T> {
                 if n > want {
                     self.handle_rx(n - want)?;
                 }
-                if n < want + self.rx.len() && !closed {
+                if n < want + window && !closed {
                     return Ok(());
                 }
                 continue;
             }
-            let Some(n) = read_socket(&self.stream, &mut [IoSliceMut::new(&mut self.rx)], qid)? else { return Ok(()) };
+            let Some(n) = read_socket(&self.stream, &mut [IoSliceMut::new(&mut self.rx[..window])], qid)? else {
+                return Ok(());
+            };
             self.handle_rx(n)?;
-            if n < self.rx.len() && !closed {
+            if n < window && !closed {
                 return Ok(());
             }
         }
@@ -766,6 +789,9 @@ impl<T> Commands<T> {
         slot.r2ts = 0;
         slot.in_capsule = in_capsule;
         slot.digest_error = false;
+        if is_large_read(slot.direction, len) {
+            self.large_reads += 1;
+        }
         self.unstamped.push(index16);
         slot.timed = !(qid == 0 && sqe.opcode == ASYNC_EVENT_REQUEST);
         self.out.push_back(out);
@@ -845,6 +871,9 @@ impl<T> Commands<T> {
             cqe
         });
         slot.state = CommandState::Free;
+        if is_large_read(slot.direction, slot.len) {
+            self.large_reads -= 1;
+        }
         let data = std::mem::take(&mut slot.data);
         if let Some(context) = slot.context.take() {
             self.completed.push_back(Completion {
