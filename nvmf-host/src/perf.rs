@@ -120,6 +120,9 @@ pub struct PerfOptions {
     pub duration: Duration,
     /// I/O queues, one worker thread each (`-c`).
     pub queues: u16,
+    /// Poll the queues without ever sleeping, as SPDK's perf does (`--busy-poll`): no wake-up latency, one CPU
+    /// busy per queue. Otherwise a worker sleeps in its poll until its socket or completion queue has news.
+    pub busy_poll: bool,
 }
 
 /// Latency summary in microseconds.
@@ -343,6 +346,8 @@ struct Job {
     read_percent: u8,
     duration: Duration,
     drain_timeout: Duration,
+    /// How long one poll may wait: zero when busy polling.
+    poll_timeout: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -443,7 +448,7 @@ fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) -> Result<W
     let mut outstanding = depth;
     let mut drain_deadline = None;
     while outstanding > 0 {
-        queue.poll(Some(Duration::from_millis(10)))?;
+        queue.poll(Some(job.poll_timeout))?;
         // One clock read per poll, shared by the completions it brought (they arrived together): in a guest whose
         // clock has no vDSO each read is a system call.
         let now = Instant::now();
@@ -654,6 +659,7 @@ fn drive<Q: BareQueue<u32> + 'static>(
             read_percent: options.workload.read_percent(options.mix),
             duration: options.duration,
             drain_timeout: options.connect.io_timeout,
+            poll_timeout: if options.busy_poll { Duration::ZERO } else { Duration::from_millis(10) },
         };
         let start = Arc::clone(&start);
         let handle = std::thread::Builder::new()

@@ -78,6 +78,24 @@ fn randwrite_writes_data() {
     assert_eq!(written, whole, "partially written blocks");
 }
 
+/// Busy polling (never sleeping in a poll) runs the same workloads to the same end: reads and writes completed,
+/// written blocks whole, the JSON says how it ran.
+#[test]
+fn busy_poll_reads_and_writes() {
+    let target = Target::start();
+    let j = json_of(&perf(&target, &["-w", "randwrite", "-q", "8", "-T", "1", "--json", "--busy-poll"]));
+    assert_eq!(j["busy_poll"], true, "{j}");
+    assert!(f(&j, &["writes"]) > 0.0, "{j}");
+    let data = namespace_1(&target);
+    let written = data.chunks(4096).filter(|c| c.iter().any(|&b| b != 0)).count();
+    assert!(written > 0, "no 4 KiB block of namespace 1 was written");
+    assert_eq!(written, data.chunks(4096).filter(|c| c.iter().all(|&b| b != 0)).count(), "partially written blocks");
+    let j = json_of(&perf(&target, &["-w", "rw", "-M", "50", "-q", "8", "-T", "1", "--json", "--busy-poll"]));
+    assert!(f(&j, &["reads"]) > 0.0 && f(&j, &["writes"]) > 0.0, "{j}");
+    let j = json_of(&perf(&target, &["-w", "randread", "-q", "8", "-T", "1", "--json"]));
+    assert_eq!(j["busy_poll"], false, "{j}");
+}
+
 #[test]
 fn mixed_sequential_and_table_output() {
     let target = Target::start();

@@ -204,6 +204,9 @@ pub struct PerfArgs {
     /// Data digests.
     #[arg(long = "data-digest")]
     pub data_digest: bool,
+    /// Poll without sleeping, as SPDK's perf does: no wake-up latency, one CPU busy per queue.
+    #[arg(long = "busy-poll")]
+    pub busy_poll: bool,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -303,6 +306,7 @@ fn perf(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         mix: a.mix,
         duration: Duration::from_secs(a.time.max(1)),
         queues: a.queues,
+        busy_poll: a.busy_poll,
     };
     let report = crate::perf::run(&options)?;
     if a.json {
@@ -338,6 +342,7 @@ pub fn perf_json(r: &PerfReport, o: &PerfOptions) -> Value {
         "queue_depth": r.queue_depth,
         "io_size": r.io_size,
         "queues": o.queues,
+        "busy_poll": o.busy_poll,
         "seconds": r.elapsed.as_secs_f64(),
         "reads": r.reads,
         "writes": r.writes,
