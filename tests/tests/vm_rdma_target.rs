@@ -75,7 +75,7 @@ cat /tmp/discover.txt
 echo "discovery: $(grep -c "subnqn: *{NQN}" /tmp/discover.txt) subsystem, trtype $(grep -m1 '^trtype:' /tmp/discover.txt | tr -s ' ' | cut -d' ' -f2), qptype $(grep -m1 'qptype:' /tmp/discover.txt | tr -s ' ' | cut -d' ' -f2-), cms $(grep -m1 'cms:' /tmp/discover.txt | tr -s ' ' | cut -d' ' -f2-)"
 dev=$(host_connect rdma $NVMF_RDMA_ADDR 4420 {NQN} -i 2)
 ctrl=$(ctrl_of {NQN})
-echo "transport: $(cat /sys/class/nvme/$ctrl/transport), queues: $(cat /sys/class/nvme/$ctrl/queue_count), target qps: $(our_qps), gauge: $(metric nvmf_target_rdma_queue_pairs)"
+echo "transport: $(cat /sys/class/nvme/$ctrl/transport), queues: $(cat /sys/class/nvme/$ctrl/queue_count), target qps: $(our_qps), gauge: $(metric nvmf_target_rdma_queue_pairs), connections: $(metric 'nvmf_target_connections{{transport="rdma"}}')"
 step fio_rw_verify $dev 4K 32 8M
 step fio_rw_verify $dev 128K 32 32M
 step fio_rw_verify $dev 512 16 1M
@@ -126,7 +126,7 @@ grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true
     vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
     out.assert_success();
     assert_stdout_has(&out, "discovery: 1 subsystem, trtype rdma, qptype connected, cms rdma-cm");
-    assert_stdout_has(&out, "transport: rdma, queues: 3, target qps: 3, gauge: 3");
+    assert_stdout_has(&out, "transport: rdma, queues: 3, target qps: 3, gauge: 3, connections: 3");
     for (bs, qd, blocks) in [("4K", 32, 2048), ("128K", 32, 256), ("512", 16, 2048), ("1M", 4, 32)] {
         assert_stdout_has(
             &out,

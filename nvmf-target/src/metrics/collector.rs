@@ -128,11 +128,15 @@ impl TargetCollector {
 
     fn connections_by_transport(&self) -> Vec<(&'static str, usize)> {
         let mut by: Vec<(&'static str, usize)> = Vec::new();
-        for c in &self.connections {
-            let n = c.count.load(Ordering::Relaxed);
-            match by.iter_mut().find(|(t, _)| *t == c.transport) {
+        let counted = self.connections.iter().map(|c| (c.transport, c.count.load(Ordering::Relaxed)));
+        // An NVMe/RDMA connection is a queue pair (counted by the reactors that serve them).
+        #[cfg(feature = "rdma")]
+        let counted =
+            counted.chain(self.rdma.iter().map(|r| ("rdma", usize::try_from(r.queue_pairs()).unwrap_or(usize::MAX))));
+        for (transport, n) in counted {
+            match by.iter_mut().find(|(t, _)| *t == transport) {
                 Some((_, total)) => *total += n,
-                None => by.push((c.transport, n)),
+                None => by.push((transport, n)),
             }
         }
         by
