@@ -13,11 +13,13 @@
 #
 # Environment: BENCH_RUNTIME (seconds per fio run, default 10), BENCH_RAMP (2), BENCH_REACTORS (our reactor counts
 # to try, default "2"), BENCH_ROUNDS (2), BENCH_BASELINE (another nvmf-target binary, e.g. a build of an older
-# commit: also benchmarked, as "baseline", with each reactor count, to measure a change in the same run), BENCH_CPUS (guest vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/bench-rdma),
-# BENCH_PROFILE=1 (also profile our target: per run its reactors' context switches and CPU time per I/O and its
-# RDMA counters, in $BENCH_LOGS/profile.md; then, per reactor count, one extra 5 s run of each 4 KiB workload
-# under `strace -c -f` (syscalls per I/O) and one under `perf record -g` (perf-*.txt); those runs are slowed by
-# the tracing and count for nothing in the table).
+# commit: also benchmarked, as "baseline", with each reactor count, to measure a change in the same run),
+# BENCH_CPUS (guest vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/bench-rdma),
+# BENCH_PROFILE=1 (also profile: per workload one more run of each target, with the guest's busy CPU time per I/O
+# (host side included: the same for every target but the target's share) and for ours the reactors' context
+# switches, user and system CPU time per I/O and RDMA counters, in $BENCH_LOGS/profile.md; then, per reactor
+# count, one extra 5 s run of each 4 KiB workload under `strace -c -f` (syscalls per I/O) and one under
+# `perf record -g` (perf-*.txt); those runs are slowed by the tracing and count for nothing in the table).
 # The table is also written to $BENCH_LOGS/bench.md, beside every fio JSON. `--guest` is the half that runs in the
 # VM.
 set -euo pipefail
@@ -102,9 +104,9 @@ run_fio() {
 # _ios FIO_JSON: I/Os fio completed (both directions).
 _ios() { jq -r '.jobs[0].read.total_ios + .jobs[0].write.total_ios' "$1"; }
 
-# _reactor_stats PID: "voluntary involuntary cpu_ticks" summed over the target's reactor threads.
+# _reactor_stats PID: "voluntary involuntary user_ticks system_ticks" summed over the target's reactor threads.
 _reactor_stats() {
-  local t v=0 n=0 c=0 vol inv fields
+  local t v=0 n=0 u=0 s=0 vol inv fields
   for t in /proc/"$1"/task/*; do
     case $(cat "$t/comm" 2> /dev/null) in nvmf-reactor-*) ;; *) continue ;; esac
     vol=$(awk '/^voluntary_ctxt_switches/ { print $2 }' "$t/status")
@@ -112,9 +114,10 @@ _reactor_stats() {
     read -r -a fields < <(sed 's/.*) //' "$t/stat")
     v=$((v + vol))
     n=$((n + inv))
-    c=$((c + fields[11] + fields[12]))
+    u=$((u + fields[11]))
+    s=$((s + fields[12]))
   done
-  echo "$v $n $c"
+  echo "$v $n $u $s"
 }
 
 # _rdma_counters PORT: our RDMA counters (series=value), on one line.
@@ -126,19 +129,22 @@ _rdma_counters() {
 # profiled_fio LABEL DEV WORKLOAD PID PORT: an extra run_fio (not in the table), with the reactors' context
 # switches and CPU time per I/O and the RDMA counters (metrics on PORT) around it.
 profiled_fio() {
-  local label=$1 dev=$2 w=$3 pid=$4 port=$5 v0 n0 c0 v1 n1 c1 ios name out hz
-  read -r v0 n0 c0 <<< "$(_reactor_stats "$pid")"
-  echo "before $3: $(_rdma_counters "$port")" >> "$NVMF_VM_LOGS/counters-${label// /_}"
+  local label=$1 dev=$2 w=$3 pid=$4 port=$5 v0 n0 u0 s0 v1 n1 u1 s1 g0 g1 ios name out hz
+  read -r v0 n0 u0 s0 <<< "$(_reactor_stats "$pid")"
+  read -r g0 _ <<< "$(_cpu_jiffies)"
+  [ "$port" = 0 ] || echo "before $3: $(_rdma_counters "$port")" >> "$NVMF_VM_LOGS/counters-${label// /_}"
   run_fio "$label" "$dev" "$w" profile || return 1
-  read -r v1 n1 c1 <<< "$(_reactor_stats "$pid")"
-  echo "after $3: $(_rdma_counters "$port")" >> "$NVMF_VM_LOGS/counters-${label// /_}"
+  read -r v1 n1 u1 s1 <<< "$(_reactor_stats "$pid")"
+  read -r g1 _ <<< "$(_cpu_jiffies)"
+  [ "$port" = 0 ] || echo "after $3: $(_rdma_counters "$port")" >> "$NVMF_VM_LOGS/counters-${label// /_}"
   read -r name _ <<< "$w"
   out=$NVMF_VM_LOGS/fio-${label// /_}-$name-profile.json
   ios=$(_ios "$out")
   hz=$(getconf CLK_TCK)
   [ "$ios" -gt 0 ] || ios=1
   # Voluntary switches are the reactors' sleeps (epoll waits that blocked); per I/O in thousandths.
-  echo "| $label | $name | $(((v1 - v0) * 1000 / ios)) | $(((n1 - n0) * 1000 / ios)) | $(((c1 - c0) * 1000000 / hz / ios)) | $(jq -r '.jobs[0].ctx' "$out") |" >> "$NVMF_VM_LOGS/profile.md"
+  # CPU per I/O: the reactors' user and system time, and the whole guest's busy time (host side included).
+  echo "| $label | $name | $(((v1 - v0) * 1000 / ios)) | $(((n1 - n0) * 1000 / ios)) | $(((u1 - u0) * 1000000 / hz / ios)) | $(((s1 - s0) * 1000000 / hz / ios)) | $(((g1 - g0) * 1000000 / hz / ios)) | $(jq -r '.jobs[0].ctx' "$out") |" >> "$NVMF_VM_LOGS/profile.md"
 }
 
 # traced_runs LABEL DEV PID: one short run of each 4 KiB workload under strace -c, then one under perf record.
@@ -169,8 +175,8 @@ traced_runs() {
 
 if [ "$profile" = 1 ]; then
   {
-    echo "| target | workload | reactor sleeps / I/O (x1000) | preemptions / I/O (x1000) | reactor CPU µs / I/O | fio ctx switches |"
-    echo "|---|---|---:|---:|---:|---:|"
+    echo "| target | workload | reactor sleeps / I/O (x1000) | preemptions / I/O (x1000) | reactor user µs / I/O | reactor system µs / I/O | guest busy µs / I/O | fio ctx switches |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|"
   } > "$NVMF_VM_LOGS/profile.md"
 fi
 
@@ -218,14 +224,16 @@ for round in $(seq 1 "$rounds"); do
 done
 
 if [ "$profile" = 1 ]; then
+  # The kernel target's row: only the guest's busy time per I/O means something there (no reactors).
+  for w in "${workloads[@]}"; do profiled_fio nvmet-rdma "$dev_kernel" "$w" 0 0; done
   for i in $(seq 1 ${#ours[@]}); do
     label=${labels[i - 1]}
     pid=$(nvmf_target_pid "ours-$i")
     # Idle with a host connected (keep-alives only): the reactors must sleep, not spin.
-    read -r v0 _ c0 <<< "$(_reactor_stats "$pid")"
+    read -r v0 _ u0 s0 <<< "$(_reactor_stats "$pid")"
     sleep 5
-    read -r v1 _ c1 <<< "$(_reactor_stats "$pid")"
-    echo "idle $label, 5 s: reactor CPU $(((c1 - c0) * 1000 / $(getconf CLK_TCK))) ms, $((v1 - v0)) sleeps" >> "$NVMF_VM_LOGS/profile.md"
+    read -r v1 _ u1 s1 <<< "$(_reactor_stats "$pid")"
+    echo "idle $label, 5 s: reactor CPU $(((u1 + s1 - u0 - s0) * 1000 / $(getconf CLK_TCK))) ms, $((v1 - v0)) sleeps" >> "$NVMF_VM_LOGS/profile.md"
     for w in "${workloads[@]}"; do profiled_fio "$label" "${dev_ours[$label]}" "$w" "$pid" $((9420 + i)); done
     traced_runs "$label" "${dev_ours[$label]}" "$pid"
   done
