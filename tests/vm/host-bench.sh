@@ -4,8 +4,9 @@
 # namespace (nvmet-tcp on 127.0.0.1 and nvmet-rdma on rxe0, one memory-backed null_blk): 4 KiB randread and
 # randwrite at QD 32 and 128 KiB sequential read at QD 8, BENCH_RUNTIME seconds each, no ramp on either side.
 # Latency is submission to completion on both sides (perf's latency_us, fio's lat_ns with --lat_percentiles).
-# Prints a Markdown table (IOPS, MiB/s, p99, ours/kernel) and the host machine's load average after the run. Not a
-# test: under TCG absolute numbers mean little; compare ratios from one run.
+# Prints a Markdown table (IOPS, MiB/s, p99, the guest's busy CPU time per I/O — host and target side together —,
+# ours/kernel) and the host machine's load average after the run. Not a test: under TCG absolute numbers mean
+# little; compare ratios from one run.
 #
 #   tests/vm/host-bench.sh                      # build nvmf-host (release), boot one guest, run everything (~3 min)
 #   BENCH_RUNTIME=20 BENCH_TRANSPORTS=tcp tests/vm/host-bench.sh
@@ -59,32 +60,42 @@ workloads=("randread randread randread 4096 32" "randwrite randwrite randwrite 4
 dev=$(nullblk_create hostbench 1024)
 nvmet_subsys "$nqn" "$dev"
 
-# ours TRTYPE ADDR PORT WORKLOAD [BIN [TAG [WRAPPER...]]] -> "IOPS MIBS P99_US", perf's JSON kept.
+# The guest's busy CPU time so far, in clock ticks (every CPU; idle and iowait excluded).
+_busy_ticks() { local _c u n s i w q sq st; read -r _c u n s i w q sq st _ < /proc/stat; echo $((u + n + s + q + sq + st)); }
+
+# ours TRTYPE ADDR PORT WORKLOAD [BIN [TAG [WRAPPER...]]] -> "IOPS MIBS P99_US BUSY_US" (BUSY_US: the guest's busy
+# CPU per I/O, target side included), perf's JSON kept.
 ours() {
-  local trtype=$1 addr=$2 port=$3 name pw bs qd out bin=${5:-$NVMF_HOST_BIN} tag=${6:-}
+  local trtype=$1 addr=$2 port=$3 name pw bs qd out bin=${5:-$NVMF_HOST_BIN} tag=${6:-} b0 b1
   read -r name _ pw bs qd <<< "$4"
   out=$NVMF_VM_LOGS/perf-$trtype-$name$tag.json
+  b0=$(_busy_ticks)
   timeout $((runtime + 60)) "${@:7}" "$bin" perf -t "$trtype" -a "$addr" -s "$port" -n "$nqn" -c 1 -q "$qd" \
     -o "$bs" -w "$pw" -T "$runtime" --json > "$out" 2> "$out.err" ||
     { cat "$out.err" >&2; fail "nvmf-host perf -t $trtype $name"; return 1; }
-  jq -r '"\(.iops | floor) \(.mib_per_s * 10 | floor / 10) \(.latency_us.p99 | floor)"' "$out"
+  b1=$(_busy_ticks)
+  jq -r --arg busy "$(((b1 - b0) * 1000000 / $(getconf CLK_TCK)))" \
+    '"\(.iops | floor) \(.mib_per_s * 10 | floor / 10) \(.latency_us.p99 | floor) \(($busy | tonumber) / (.reads + .writes) | floor)"' "$out"
 }
 
-# kernel TRTYPE DEV WORKLOAD -> "IOPS MIBS P99_US", fio's JSON kept.
+# kernel TRTYPE DEV WORKLOAD -> "IOPS MIBS P99_US BUSY_US", fio's JSON kept.
 kernel() {
-  local trtype=$1 dev=$2 name rw bs qd dir=read out
+  local trtype=$1 dev=$2 name rw bs qd dir=read out b0 b1
   read -r name rw _ bs qd <<< "$3"
   [ "$rw" = randwrite ] && dir=write
   out=$NVMF_VM_LOGS/fio-$trtype-$name.json
+  b0=$(_busy_ticks)
   timeout $((runtime + 60)) fio --name="$name" --filename="$dev" --ioengine=io_uring --direct=1 --rw="$rw" \
     --bs="$bs" --iodepth="$qd" --numjobs=1 --time_based --runtime="$runtime" --lat_percentiles=1 \
     --output-format=json > "$out" 2> "$out.err" || { cat "$out.err" >&2; fail "fio -t $trtype $name"; return 1; }
-  jq -r ".jobs[0].$dir | \"\(.iops | floor) \(.bw_bytes / 104857.6 | floor / 10) \(.lat_ns.percentile[\"99.000000\"] / 1000 | floor)\"" "$out"
+  b1=$(_busy_ticks)
+  jq -r --arg busy "$(((b1 - b0) * 1000000 / $(getconf CLK_TCK)))" \
+    ".jobs[0].$dir | \"\(.iops | floor) \(.bw_bytes / 104857.6 | floor / 10) \(.lat_ns.percentile[\"99.000000\"] / 1000 | floor) \((\$busy | tonumber) / .total_ios | floor)\"" "$out"
 }
 
 {
-  echo "| transport | workload | ours IOPS | kernel IOPS | ours MiB/s | kernel MiB/s | ours p99 µs | kernel p99 µs | ours/kernel IOPS |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| transport | workload | ours IOPS | kernel IOPS | ours MiB/s | kernel MiB/s | ours p99 µs | kernel p99 µs | ours guest CPU µs/I/O | kernel guest CPU µs/I/O | ours/kernel IOPS |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 } > "$table"
 
 for t in $transports; do
@@ -105,15 +116,15 @@ for t in $transports; do
   kdev=$(host_connect "$t" "$addr" 4420 "$nqn" -i 1)
   for w in "${workloads[@]}"; do
     read -r name _ _ bs qd <<< "$w"
-    read -r oi om op <<< "${o[$w]}"
-    read -r ki km kp <<< "$(kernel "$t" "$kdev" "$w")"
+    read -r oi om op oc <<< "${o[$w]}"
+    read -r ki km kp kc <<< "$(kernel "$t" "$kdev" "$w")"
     log "kernel $t $name: $ki $km $kp"
     ratio=$(awk -v a="$oi" -v b="$ki" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-    echo "| $t | $((bs / 1024)) KiB $name QD$qd | $oi | $ki | $om | $km | $op | $kp | ${ratio}x |" >> "$table"
+    echo "| $t | $((bs / 1024)) KiB $name QD$qd | $oi | $ki | $om | $km | $op | $kp | $oc | $kc | ${ratio}x |" >> "$table"
     if [ -n "${b[$w]:-}" ]; then
-      read -r bi bm bp <<< "${b[$w]}"
+      read -r bi bm bp bc <<< "${b[$w]}"
       ratio=$(awk -v a="$bi" -v b="$ki" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-      echo "| $t baseline | $((bs / 1024)) KiB $name QD$qd | $bi | $ki | $bm | $km | $bp | $kp | ${ratio}x |" >> "$table"
+      echo "| $t baseline | $((bs / 1024)) KiB $name QD$qd | $bi | $ki | $bm | $km | $bp | $kp | $bc | $kc | ${ratio}x |" >> "$table"
     fi
   done
   host_disconnect "$nqn"
