@@ -1,7 +1,8 @@
 //! `fio-jobs/compare --quick --native` end to end: nvmf-host perf against our target (its namespace O_DIRECT, then
-//! with buffered_io), iscsi-perf against tgtd and local fio, all on a small scratch file. Checks that
-//! `results.json` holds every job × target, that both runs of our target and local fio produced numbers for every
-//! job (iSCSI where its tools and root are there), and that `results.md` and `results.png` are a table and a PNG.
+//! with buffered_io; perf sleeping and with `--busy-poll`), iscsi-perf against tgtd and local fio, all on a small
+//! scratch file. Checks that `results.json` holds every job × target, that every run of our target and local fio
+//! produced numbers for every job (iSCSI where its tools and root are there), and that `results.md` and
+//! `results.png` are a table and a PNG.
 //! About a minute.
 //!
 //! Needs python3-matplotlib (`/usr/bin/python3`) and fio: without them the test prints `SKIPPED` and passes,
@@ -24,6 +25,10 @@ const JOBS: [&str; 7] = [
 ];
 const OURS: &str = "nvmf-rs O_DIRECT (nvmf-host perf)";
 const OURS_BUFFERED: &str = "nvmf-rs buffered_io (nvmf-host perf)";
+const OURS_BUSY: &str = "nvmf-rs O_DIRECT (nvmf-host perf --busy-poll)";
+const OURS_BUFFERED_BUSY: &str = "nvmf-rs buffered_io (nvmf-host perf --busy-poll)";
+/// Every target of a native run.
+const TARGETS: usize = 6;
 const ISCSI: &str = "tgtd iSCSI (iscsi-perf)";
 const LOCAL: &str = "local fio io_uring";
 
@@ -80,12 +85,12 @@ fn compare_quick_native_writes_json_markdown_and_png() {
 
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
     let results = doc["results"].as_array().unwrap();
-    assert_eq!(results.len(), JOBS.len() * 4, "every job × target");
+    assert_eq!(results.len(), JOBS.len() * TARGETS, "every job × target");
     let row = |job: &str, target: &str| {
         results.iter().find(|r| r["job"] == job && r["target"] == target).unwrap_or_else(|| panic!("{job} × {target}"))
     };
     for job in JOBS {
-        for target in [OURS, OURS_BUFFERED, LOCAL] {
+        for target in [OURS, OURS_BUFFERED, OURS_BUSY, OURS_BUFFERED_BUSY, LOCAL] {
             let r = row(job, target);
             assert!(number(r, "iops").is_some_and(|v| v > 0.0), "{job} × {target}: {r}");
             assert!(number(r, "mib_s").is_some_and(|v| v > 0.0), "{job} × {target}: {r}");
@@ -110,7 +115,11 @@ fn compare_quick_native_writes_json_markdown_and_png() {
 
     let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
     assert!(md.contains("| job | target | IOPS | MiB/s | p99 (µs) | note |"), "{md}");
-    assert_eq!(md.lines().filter(|l| l.starts_with("| ") && l.contains(" | ")).count(), 1 + JOBS.len() * 4, "{md}");
+    assert_eq!(
+        md.lines().filter(|l| l.starts_with("| ") && l.contains(" | ")).count(),
+        1 + JOBS.len() * TARGETS,
+        "{md}"
+    );
     let png = std::fs::read(out.path().join("results.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "a PNG chart");
 }
