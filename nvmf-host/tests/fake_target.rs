@@ -90,6 +90,19 @@ fn read_until_done(q: &mut TcpQueue<u32>) -> (Option<HostError>, Option<Completi
     }
 }
 
+/// [`read_until_done`] on a fresh queue (no digests) to `addr`, which must complete it successfully with the queue
+/// intact; the data read. Joins the fake target `t`.
+fn read_succeeds(addr: std::net::SocketAddr, t: JoinHandle<()>) -> Vec<u8> {
+    let mut q = queue(addr, false);
+    let (err, c) = read_until_done(&mut q);
+    assert!(err.is_none(), "{err:?}");
+    let c = c.expect("completed");
+    assert!(c.result.expect("a CQE").status.is_success());
+    drop(q);
+    t.join().unwrap();
+    c.data
+}
+
 fn pdu(p: Pdu, data: &[u8], framing: Framing) -> Vec<u8> {
     p.to_bytes(data, &framing).unwrap()
 }
@@ -201,14 +214,7 @@ fn success_flag_completes_the_read() {
         let c2h = C2hData { cccid: cid, datao: 0, datal: 4096, last_pdu: true, success: true };
         pdu(Pdu::C2hData(c2h), &[4; 4096], f)
     });
-    let mut q = queue(addr, false);
-    let (err, c) = read_until_done(&mut q);
-    assert!(err.is_none());
-    let c = c.unwrap();
-    assert!(c.result.unwrap().status.is_success());
-    assert!(c.data.iter().all(|&b| b == 4));
-    drop(q);
-    t.join().unwrap();
+    assert!(read_succeeds(addr, t).iter().all(|&b| b == 4));
 }
 
 /// The host reads C2HData straight into the command's buffer once a header is in; PDUs cut anywhere (mid-header,
@@ -228,15 +234,8 @@ fn c2h_data_split_across_reads_lands_in_the_buffer() {
         // one with the CapsuleResp behind the data (in the same read, into the receive buffer).
         [0, 10, 100, 3050, 3100, b.len()].windows(2).map(|w| b[w[0]..w[1]].to_vec()).collect()
     });
-    let mut q = queue(addr, false);
-    let (err, c) = read_until_done(&mut q);
-    assert!(err.is_none(), "{err:?}");
-    let c = c.unwrap();
-    assert!(c.result.unwrap().status.is_success());
     let expected: Vec<u8> = (0..4096u32).map(|i| u8::try_from(i % 251).unwrap()).collect();
-    assert_eq!(c.data, expected);
-    drop(q);
-    t.join().unwrap();
+    assert_eq!(read_succeeds(addr, t), expected);
 }
 
 /// A C2HData out of the command's range is refused from its header, before its data arrives.
