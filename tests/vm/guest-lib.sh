@@ -313,3 +313,15 @@ nvmf_target_reload() {
   log "$name reloaded its configuration"
   grep -aE 'configuration (reloaded|rejected)' "$log" | tail -n 1
 }
+
+# The guest's copy_to_user speed, "MB/s (erms: yes|no)": dd reads a 16 MiB tmpfs file 128 KiB at a time (the
+# benchmarks' footer: QEMU 7.2's TCG runs `rep movsb`, which the kernel's copy_to_user and glibc's memcpy use on
+# CPUs with ERMS, about ten times slower than a plain loop, so this rate says how dear every user-space copy is).
+copy_to_user_rate() {
+  local f=/dev/shm/copy-rate erms=no rate
+  grep -qw erms /proc/cpuinfo && erms=yes
+  head -c 16M /dev/zero > "$f"
+  rate=$(dd if="$f" of=/dev/null bs=128K 2>&1 | awk '/copied/ { print $(NF - 1), $NF }')
+  rm -f "$f"
+  echo "$rate (erms: $erms)"
+}

@@ -2,18 +2,21 @@
 # Host benchmark in the test VM: our host (`nvmf-host perf`, one I/O queue) vs the kernel's host (nvme-tcp /
 # nvme-rdma connected with one I/O queue, fio io_uring direct on its /dev/nvmeXnY) against the same kernel target
 # namespace (nvmet-tcp on 127.0.0.1 and nvmet-rdma on rxe0, one memory-backed null_blk): 4 KiB randread and
-# randwrite at QD 32 and 128 KiB sequential read at QD 8, BENCH_RUNTIME seconds each, no ramp on either side.
+# randwrite at QD 32 and 128 KiB sequential read at QD 8, BENCH_RUNTIME seconds each, no ramp on either side;
+# BENCH_ROUNDS rounds in which each workload runs on both hosts back to back (ours first in odd rounds, the
+# kernel's in even ones), the table giving the rounds' means and each round's ratio. The namespace is written
+# whole before the first run.
 # Latency is submission to completion on both sides (perf's latency_us, fio's lat_ns with --lat_percentiles).
 # Prints a Markdown table (IOPS, MiB/s, p99, the guest's busy CPU time per I/O — host and target side together —,
 # ours/kernel) and the host machine's load average after the run. Not a test: under TCG absolute numbers mean
 # little; compare ratios from one run.
 #
 #   tests/vm/host-bench.sh                      # build nvmf-host (release), boot one guest, run everything (~3 min)
-#   BENCH_RUNTIME=20 BENCH_TRANSPORTS=tcp tests/vm/host-bench.sh
+#   BENCH_RUNTIME=20 BENCH_ROUNDS=3 BENCH_TRANSPORTS=tcp tests/vm/host-bench.sh
 #   RDMA_HOST_BENCH=1 NVMF_VM=1 cargo test --release -p nvmf-tests --test vm_rdma_host -- --nocapture
 #                                               # the opt-in hook: in that scenario's guest, with the test's profile
 #
-# Environment: BENCH_RUNTIME (seconds per run, default 10), BENCH_TRANSPORTS ("tcp rdma"), BENCH_CPUS (guest
+# Environment: BENCH_RUNTIME (seconds per run, default 10), BENCH_ROUNDS (1), BENCH_TRANSPORTS ("tcp rdma"), BENCH_CPUS (guest
 # vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/host-bench). The table is also written to
 # $BENCH_LOGS/bench.md, beside every perf and fio JSON. `--guest` is the half that runs in the VM (it needs
 # NVMF_HOST_BIN). BENCH_BASELINE_BIN (an older nvmf-host binary): its perf runs too, in the same guest, as rows
@@ -21,6 +24,14 @@
 # (voluntary/involuntary context switches, user/system CPU µs per I/O) and under `strace -c -f` (syscalls per I/O,
 # total and the most frequent; strace slows the run, so compare these between builds, not with the table):
 # $BENCH_LOGS/profile.md.
+#
+# Guest CPU: QEMU `-cpu max,-erms` unless NVMF_VM_CPU says otherwise. QEMU 7.2's TCG runs `rep movsb` a byte per
+# emulated loop turn: 128 KiB take about 300 µs, ten times a plain load/store loop. With ERMS in the CPU model the
+# guest kernel's copy_to_user and glibc's memcpy use `rep movsb` (so every user-space copy pays that), while the
+# kernel's own memcpy does not (without FSRM it is a movq loop): a user-space process copying data is
+# penalised against kernel code by the emulator alone. Without ERMS both sides copy with loops, as on real
+# CPUs, where `rep movsb` runs at memory speed. The footer gives the guest's copy_to_user rate
+# (`copy_to_user_rate`) and whether it had ERMS.
 set -euo pipefail
 
 if [ "${1:-}" != --guest ]; then
@@ -33,13 +44,14 @@ if [ "${1:-}" != --guest ]; then
   rm -rf "$logs"
   mkdir -p "$logs"
   env_args=(--env "NVMF_HOST_BIN=$target_dir/release/nvmf-host")
-  for v in BENCH_RUNTIME BENCH_TRANSPORTS BENCH_BASELINE_BIN BENCH_PROFILE; do
+  for v in BENCH_RUNTIME BENCH_ROUNDS BENCH_TRANSPORTS BENCH_BASELINE_BIN BENCH_PROFILE; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
+  export NVMF_VM_CPU=${NVMF_VM_CPU:-max,-erms}
   "$target_dir/debug/nvmf-vm" --bare --rxe --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk \
     --cpus "${BENCH_CPUS:-2}" --deadline 1200 --logs "$logs" "${env_args[@]}" -- bash tests/vm/host-bench.sh --guest
   # Right after the run: the 1- and 5-minute averages cover it (the guest's own vCPU threads count, about 2).
-  echo "Host machine load average right after the run (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)." |
+  echo "QEMU \`-cpu $NVMF_VM_CPU\`. Host machine load average right after the run (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)." |
     tee -a "$logs/bench.md"
   echo "bench: logs in $logs" >&2
   exit 0
@@ -49,6 +61,7 @@ fi
 [ -n "${NVMF_GUEST_LIB:-}" ] && . "$NVMF_GUEST_LIB"
 : "${NVMF_HOST_BIN:?path of the nvmf-host binary}"
 runtime=${BENCH_RUNTIME:-10}
+rounds=${BENCH_ROUNDS:-1}
 transports=${BENCH_TRANSPORTS:-tcp rdma}
 nqn=nqn.2024-01.io.nvmf-rs:host-bench
 table=$NVMF_VM_LOGS/bench.md
@@ -56,7 +69,7 @@ table=$NVMF_VM_LOGS/bench.md
 # The workloads: name, fio --rw, perf -w, block size in bytes, queue depth.
 workloads=("randread randread randread 4096 32" "randwrite randwrite randwrite 4096 32" "seqread read read 131072 8")
 
-# Written by randwrite, read by the others: 1 GiB, memory-backed (reads of never-written blocks cost no less).
+# 1 GiB, memory-backed, written whole before the first run (below).
 dev=$(nullblk_create hostbench 1024)
 nvmet_subsys "$nqn" "$dev"
 
@@ -78,12 +91,12 @@ ours() {
     '"\(.iops | floor) \(.mib_per_s * 10 | floor / 10) \(.latency_us.p99 | floor) \(($busy | tonumber) / (.reads + .writes) | floor)"' "$out"
 }
 
-# kernel TRTYPE DEV WORKLOAD -> "IOPS MIBS P99_US BUSY_US", fio's JSON kept.
+# kernel TRTYPE DEV WORKLOAD [TAG] -> "IOPS MIBS P99_US BUSY_US", fio's JSON kept.
 kernel() {
   local trtype=$1 dev=$2 name rw bs qd dir=read out b0 b1
   read -r name rw _ bs qd <<< "$3"
   [ "$rw" = randwrite ] && dir=write
-  out=$NVMF_VM_LOGS/fio-$trtype-$name.json
+  out=$NVMF_VM_LOGS/fio-$trtype-$name${4:-}.json
   b0=$(_busy_ticks)
   timeout $((runtime + 60)) fio --name="$name" --filename="$dev" --ioengine=io_uring --direct=1 --rw="$rw" \
     --bs="$bs" --iodepth="$qd" --numjobs=1 --time_based --runtime="$runtime" --lat_percentiles=1 \
@@ -93,42 +106,66 @@ kernel() {
     ".jobs[0].$dir | \"\(.iops | floor) \(.bw_bytes / 104857.6 | floor / 10) \(.lat_ns.percentile[\"99.000000\"] / 1000 | floor) \((\$busy | tonumber) / .total_ios | floor)\"" "$out"
 }
 
+# row TRANSPORT LABEL WORKLOAD OURS_RUNS KERNEL_RUNS: a table row of the rounds' means ("IOPS MIBS P99 BUSY" per
+# run, one run per line) and the ratio of the mean IOPS, then the per-round ratios.
+row() {
+  local bs qd name
+  read -r name _ _ bs qd <<< "$3"
+  paste -d' ' <(echo "$4") <(echo "$5") | awk -v t="$2" -v w="$((bs / 1024)) KiB $name QD$qd" '
+    { for (i = 1; i <= 8; i++) s[i] += $i; r = r sep sprintf("%.2f", ($5 > 0 ? $1 / $5 : 0)); sep = " · "; n++ }
+    END {
+      for (i = 1; i <= 8; i++) m[i] = s[i] / n
+      printf "| %s | %s | %.0f | %.0f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.2fx | %s |\n",
+        t, w, m[1], m[5], m[2], m[6], m[3], m[7], m[4], m[8], (m[5] > 0 ? m[1] / m[5] : 0), r
+    }'
+}
+
 {
-  echo "| transport | workload | ours IOPS | kernel IOPS | ours MiB/s | kernel MiB/s | ours p99 µs | kernel p99 µs | ours guest CPU µs/I/O | kernel guest CPU µs/I/O | ours/kernel IOPS |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| transport | workload | ours IOPS | kernel IOPS | ours MiB/s | kernel MiB/s | ours p99 µs | kernel p99 µs | ours guest CPU µs/I/O | kernel guest CPU µs/I/O | ours/kernel IOPS | per round |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 } > "$table"
 
+# Per transport the kernel host connects once; then, round after round, each workload runs on both hosts back to
+# back, so a slowdown of the guest (other work on this machine) hits both alike.
 for t in $transports; do
   case $t in
     tcp) addr=127.0.0.1; nvmet_tcp_port 1 "$addr" 4420 "$nqn" ;;
     rdma) addr=$NVMF_RDMA_ADDR; nvmet_rdma_port 2 "$addr" 4420 "$nqn" ;;
     *) fail "BENCH_TRANSPORTS: unknown transport $t"; exit 1 ;;
   esac
-  declare -A o=() b=()
-  for w in "${workloads[@]}"; do
-    o[$w]=$(ours "$t" "$addr" 4420 "$w")
-    log "ours $t ${w%% *}: ${o[$w]}"
-    if [ -n "${BENCH_BASELINE_BIN:-}" ]; then
-      b[$w]=$(ours "$t" "$addr" 4420 "$w" "$BENCH_BASELINE_BIN" -baseline)
-      log "baseline $t ${w%% *}: ${b[$w]}"
-    fi
-  done
   kdev=$(host_connect "$t" "$addr" 4420 "$nqn" -i 1)
+  if [ -z "${filled:-}" ]; then
+    # Every block written once, so every read costs the target alike (null_blk answers unwritten blocks with a
+    # memset, written ones with a copy) whichever host reads first.
+    fio --name=fill --filename="$kdev" --ioengine=io_uring --direct=1 --rw=write --bs=1M --iodepth=4 > /dev/null
+    filled=1
+  fi
+  declare -A o=() b=() k=()
+  for r in $(seq "$rounds"); do
+    for w in "${workloads[@]}"; do
+      # Odd rounds run our host first, even rounds the kernel's: a warm-up or a drift favours neither.
+      if ((r % 2 == 0)); then
+        k[$w]+=$(kernel "$t" "$kdev" "$w" "-r$r")$'\n'
+        log "round $r kernel $t ${w%% *}: $(tail -n 2 <<< "${k[$w]}" | head -1)"
+      fi
+      o[$w]+=$(ours "$t" "$addr" 4420 "$w" "$NVMF_HOST_BIN" "-r$r")$'\n'
+      log "round $r ours $t ${w%% *}: $(tail -n 2 <<< "${o[$w]}" | head -1)"
+      if [ -n "${BENCH_BASELINE_BIN:-}" ]; then
+        b[$w]+=$(ours "$t" "$addr" 4420 "$w" "$BENCH_BASELINE_BIN" "-baseline-r$r")$'\n'
+        log "round $r baseline $t ${w%% *}: $(tail -n 2 <<< "${b[$w]}" | head -1)"
+      fi
+      if ((r % 2 == 1)); then
+        k[$w]+=$(kernel "$t" "$kdev" "$w" "-r$r")$'\n'
+        log "round $r kernel $t ${w%% *}: $(tail -n 2 <<< "${k[$w]}" | head -1)"
+      fi
+    done
+  done
   for w in "${workloads[@]}"; do
-    read -r name _ _ bs qd <<< "$w"
-    read -r oi om op oc <<< "${o[$w]}"
-    read -r ki km kp kc <<< "$(kernel "$t" "$kdev" "$w")"
-    log "kernel $t $name: $ki $km $kp"
-    ratio=$(awk -v a="$oi" -v b="$ki" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-    echo "| $t | $((bs / 1024)) KiB $name QD$qd | $oi | $ki | $om | $km | $op | $kp | $oc | $kc | ${ratio}x |" >> "$table"
-    if [ -n "${b[$w]:-}" ]; then
-      read -r bi bm bp bc <<< "${b[$w]}"
-      ratio=$(awk -v a="$bi" -v b="$ki" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-      echo "| $t baseline | $((bs / 1024)) KiB $name QD$qd | $bi | $ki | $bm | $km | $bp | $kp | $bc | $kc | ${ratio}x |" >> "$table"
-    fi
+    row "$t" "$t" "$w" "${o[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
+    [ -n "${b[$w]:-}" ] && row "$t" "$t baseline" "$w" "${b[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
   done
   host_disconnect "$nqn"
-  unset o b
+  unset o b k
 done
 
 # profile TRTYPE ADDR WORKLOAD BIN TAG -> profile.md rows: context switches and user/system CPU µs per I/O (a run
@@ -169,7 +206,8 @@ fi
 
 {
   echo
-  echo "One I/O queue each side, ${runtime} s per run, no ramp. Guest: $(nproc) vCPUs (QEMU TCG), kernel $(uname -r);"
+  echo "One I/O queue each side, ${runtime} s per run, no ramp, $rounds round(s) alternating which host runs first (means); namespace written whole first. Guest: $(nproc) vCPUs (QEMU TCG), kernel $(uname -r);"
   echo "nvmet on a 1 GiB memory-backed null_blk; TCP over the guest's loopback, RDMA over Soft-RoCE (rxe0)."
+  echo "The guest's copy_to_user (dd from tmpfs, 128 KiB reads): $(copy_to_user_rate)."
 } >> "$table"
 cat "$table"

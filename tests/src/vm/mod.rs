@@ -451,6 +451,7 @@ impl Vm {
         let verbose = env_flag("NVMF_VM_VERBOSE");
         let accel =
             env::var("NVMF_VM_ACCEL").ok().filter(|a| !a.is_empty()).unwrap_or_else(|| "tcg,thread=multi".into());
+        let cpu = env::var("NVMF_VM_CPU").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "max".into());
         let console = if verbose { "console=ttyS0 loglevel=7" } else { "console=ttyS0 loglevel=4 quiet" };
         let mut args: Vec<String> = [
             "-nodefaults",
@@ -460,7 +461,7 @@ impl Vm {
             "-accel",
             &accel,
             "-cpu",
-            "max",
+            &cpu,
             "-smp",
             &self.cpus.to_string(),
             "-m",
