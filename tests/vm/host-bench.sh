@@ -141,22 +141,21 @@ for t in $transports; do
     filled=1
   fi
   declare -A o=() b=() k=()
+  # The kernel host's run of workload $w in round $r, kept in k.
+  kernel_run() { local res; res=$(kernel "$t" "$kdev" "$w" "-r$r"); k[$w]+=$res$'\n'; log "round $r kernel $t ${w%% *}: $res"; }
   for r in $(seq "$rounds"); do
     for w in "${workloads[@]}"; do
       # Odd rounds run our host first, even rounds the kernel's: a warm-up or a drift favours neither.
       if ((r % 2 == 0)); then
-        k[$w]+=$(kernel "$t" "$kdev" "$w" "-r$r")$'\n'
-        log "round $r kernel $t ${w%% *}: $(tail -n 2 <<< "${k[$w]}" | head -1)"
+        kernel_run
       fi
-      o[$w]+=$(ours "$t" "$addr" 4420 "$w" "$NVMF_HOST_BIN" "-r$r")$'\n'
-      log "round $r ours $t ${w%% *}: $(tail -n 2 <<< "${o[$w]}" | head -1)"
+      res=$(ours "$t" "$addr" 4420 "$w" "$NVMF_HOST_BIN" "-r$r"); o[$w]+=$res$'\n'; log "round $r ours $t ${w%% *}: $res"
       if [ -n "${BENCH_BASELINE_BIN:-}" ]; then
-        b[$w]+=$(ours "$t" "$addr" 4420 "$w" "$BENCH_BASELINE_BIN" "-baseline-r$r")$'\n'
-        log "round $r baseline $t ${w%% *}: $(tail -n 2 <<< "${b[$w]}" | head -1)"
+        res=$(ours "$t" "$addr" 4420 "$w" "$BENCH_BASELINE_BIN" "-baseline-r$r"); b[$w]+=$res$'\n'
+        log "round $r baseline $t ${w%% *}: $res"
       fi
       if ((r % 2 == 1)); then
-        k[$w]+=$(kernel "$t" "$kdev" "$w" "-r$r")$'\n'
-        log "round $r kernel $t ${w%% *}: $(tail -n 2 <<< "${k[$w]}" | head -1)"
+        kernel_run
       fi
     done
   done
