@@ -25,13 +25,8 @@
 # total and the most frequent; strace slows the run, so compare these between builds, not with the table):
 # $BENCH_LOGS/profile.md.
 #
-# Guest CPU: QEMU `-cpu max,-erms` unless NVMF_VM_CPU says otherwise. QEMU 7.2's TCG runs `rep movsb` a byte per
-# emulated loop turn: 128 KiB take about 300 µs, ten times a plain load/store loop. With ERMS in the CPU model the
-# guest kernel's copy_to_user and glibc's memcpy use `rep movsb` (so every user-space copy pays that), while the
-# kernel's own memcpy does not (without FSRM it is a movq loop): a user-space process copying data is
-# penalised against kernel code by the emulator alone. Without ERMS both sides copy with loops, as on real
-# CPUs, where `rep movsb` runs at memory speed. The footer gives the guest's copy_to_user rate
-# (`copy_to_user_rate`) and whether it had ERMS.
+# Guest CPU: QEMU `-cpu max,-erms` unless NVMF_VM_CPU says otherwise: TCG's slow `rep movsb` would otherwise charge
+# every user-space copy ten times a kernel one (tests/README.md, "The benchmarks' guest CPU: no ERMS").
 set -euo pipefail
 
 if [ "${1:-}" != --guest ]; then
