@@ -65,7 +65,7 @@ nsid = 1
 ublk = true
 HOST_TOML
 start_daemon host "$NVMF_HOST_BIN" run --config /tmp/host/host.toml
-wait_until 60 grep -q 'nvmf_host::daemon: ready' "$NVMF_VM_LOGS/host.log" || {{ cat "$NVMF_VM_LOGS/host.log" >&2; fail "daemon not ready"; }}
+daemon_ready host 'nvmf_host::daemon: ready'
 "$NVMF_HOST_BIN" list --control /tmp/host/control.sock
 "$NVMF_HOST_BIN" list -o json --control /tmp/host/control.sock > /tmp/host/list.json
 echo "state: $(jq -r '.controllers[0].state' /tmp/host/list.json)"

@@ -69,7 +69,7 @@ listen = "127.0.0.1:9656"
 level = "info"
 HOST_TOML
 start_daemon host "$NVMF_HOST_BIN" run --config /tmp/host/host.toml
-wait_until 60 grep -q 'nvmf_host::daemon: ready' "$NVMF_VM_LOGS/host.log" || {{ cat "$NVMF_VM_LOGS/host.log" >&2; fail "daemon not ready"; }}
+daemon_ready host 'nvmf_host::daemon: ready'
 
 # (a) our host -> nvmet-rdma
 k_ublk=$(H connect -t rdma -a "$NVMF_RDMA_ADDR" -s 4420 -n {KNQN} -i 2 --ublk | sed -n 1p)

@@ -51,8 +51,7 @@ nsid = 1
 ublk = true
 EOF
   start_daemon host "$NVMF_HOST_BIN" run --config $H/host.toml
-  wait_until 60 grep -q 'nvmf_host::daemon: ready' "$NVMF_VM_LOGS/host.log" ||
-    { cat "$NVMF_VM_LOGS/host.log" >&2; fail "daemon not ready"; return 1; }
+  daemon_ready host 'nvmf_host::daemon: ready'
 }
 export_of() { host_list '.controllers[0].exports[0].address'; }
 host_list() { timeout 30 "$NVMF_HOST_BIN" list -o json --control $H/control.sock | jq -r "$1"; }

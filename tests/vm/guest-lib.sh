@@ -12,6 +12,8 @@
 #   host_disconnect NQN
 #   fio_verify DEV [SECONDS] [ENGINE]         random writes with crc32c verification (default 10 s, libaio)
 #   start_daemon NAME CMD...                  run CMD in the background, output to $NVMF_VM_LOGS/NAME.log
+#   daemon_ready NAME PATTERN [SECONDS]       until NAME's log has PATTERN (60 s); else its log, daemon_report, fail
+#   daemon_report NAME                        its exit status, or every thread's state and kernel stack; dmesg
 #   stop_daemon NAME [SECONDS]                SIGTERM, then SIGKILL after SECONDS (10); returns its status
 #   wait_until SECONDS CMD...                 retry CMD every 0.2 s until it succeeds or SECONDS pass
 #   wait_tcp_listen PORT [SECONDS]            until something listens on TCP PORT
@@ -181,6 +183,41 @@ start_daemon() {
   log "started $name (pid $!): $*"
 }
 
+daemon_ready() {
+  local name=$1 pattern=$2 log=$NVMF_VM_LOGS/$1.log pid
+  pid=$(cat "/run/nvmf-daemons/$name.pid" 2>/dev/null) || { fail "no daemon $name"; return 1; }
+  wait_until "${3:-60}" _ready_or_gone "$log" "$pattern" "$pid"
+  if grep -q "$pattern" "$log" && ! _gone "$pid"; then
+    log "$name ready"
+    return 0
+  fi
+  tail -n 40 "$log" >&2
+  daemon_report "$name"
+  fail "$name did not become ready"
+}
+_ready_or_gone() { grep -q "$2" "$1" || _gone "$3"; }
+
+# Why a daemon is stuck or gone: its exit status (a daemon started by this shell), or each thread's state, wait
+# channel and kernel stack, its children's too (our target runs under `timeout`); then the kernel log's tail,
+# where a segfault or a hung task shows (the console is quiet).
+daemon_report() {
+  local pid p t
+  pid=$(cat "/run/nvmf-daemons/$1.pid" 2>/dev/null) || return 0
+  if _gone "$pid"; then
+    wait "$pid" 2>/dev/null
+    echo "$1 (pid $pid) has exited: status $?" >&2
+  else
+    for p in "$pid" $(awk -v p="$pid" '$4 == p { print $1 }' /proc/[0-9]*/stat 2>/dev/null); do
+      for t in /proc/"$p"/task/*; do
+        echo "$1: pid $p thread ${t##*/} $(cat "$t/comm") state $(awk '{ print $3 }' "$t/stat") wchan $(cat "$t/wchan")"
+        sed 's/^/    /' "$t/stack"
+      done
+    done >&2 2>/dev/null
+  fi
+  echo "dmesg (tail):" >&2
+  dmesg | tail -n 30 >&2
+}
+
 stop_daemon() {
   local name=$1 secs=${2:-10} pid rc
   pid=$(cat "/run/nvmf-daemons/$name.pid" 2>/dev/null) || { fail "no daemon $name"; return 1; }
@@ -217,24 +254,15 @@ collect_logs() {
 # --- our target ------------------------------------------------------------------------------------------
 
 nvmf_target_start() {
-  local name=$1 config=$2 netns=${3:-} log=$NVMF_VM_LOGS/$1.log pid
+  local name=$1 config=$2 netns=${3:-}
   [ -x "${NVMF_TARGET_BIN:-}" ] || { fail "NVMF_TARGET_BIN (${NVMF_TARGET_BIN:-unset}) is not an executable"; return 1; }
   if [ -n "$netns" ]; then
     start_daemon "$name" ip netns exec "$netns" timeout 900 "$NVMF_TARGET_BIN" --config "$config"
   else
     start_daemon "$name" timeout 900 "$NVMF_TARGET_BIN" --config "$config"
   fi
-  pid=$(cat "/run/nvmf-daemons/$name.pid")
-  if ! wait_until 60 _target_ready "$log" "$pid"; then
-    tail -n 30 "$log" >&2
-    fail "$name did not become ready"
-    return 1
-  fi
-  kill -0 "$pid" 2>/dev/null || { tail -n 30 "$log" >&2; fail "$name exited at start"; return 1; }
-  log "$name ready"
+  daemon_ready "$name" 'nvmf-target: ready'
 }
-# Ready, or dead (then wait_until stops at once and the caller reports the log).
-_target_ready() { grep -q 'nvmf-target: ready' "$1" || ! kill -0 "$2" 2>/dev/null; }
 
 ctrl_of() {
   local s c
