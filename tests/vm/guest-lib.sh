@@ -186,7 +186,7 @@ start_daemon() {
 daemon_ready() {
   local name=$1 pattern=$2 log=$NVMF_VM_LOGS/$1.log pid
   pid=$(cat "/run/nvmf-daemons/$name.pid" 2>/dev/null) || { fail "no daemon $name"; return 1; }
-  wait_until "${3:-60}" _ready_or_gone "$log" "$pattern" "$pid"
+  wait_until "${3:-60}" _ready_or_gone "$log" "$pattern" "$pid" || true
   if grep -q "$pattern" "$log" && ! _gone "$pid"; then
     log "$name ready"
     return 0
@@ -197,25 +197,25 @@ daemon_ready() {
 }
 _ready_or_gone() { grep -q "$2" "$1" || _gone "$3"; }
 
-# Why a daemon is stuck or gone: its exit status (a daemon started by this shell), or each thread's state, wait
+# Why a daemon is stuck or gone: its exit status (127: not a child of this shell), or each thread's state, wait
 # channel and kernel stack, its children's too (our target runs under `timeout`); then the kernel log's tail,
-# where a segfault or a hung task shows (the console is quiet).
+# where a segfault or a hung task shows (the console is quiet). Safe under `set -e`.
 daemon_report() {
-  local pid p t
+  local pid p t rc=0
   pid=$(cat "/run/nvmf-daemons/$1.pid" 2>/dev/null) || return 0
   if _gone "$pid"; then
-    wait "$pid" 2>/dev/null
-    echo "$1 (pid $pid) has exited: status $?" >&2
+    wait "$pid" 2>/dev/null || rc=$?
+    echo "$1 (pid $pid) has exited: status $rc" >&2
   else
     for p in "$pid" $(awk -v p="$pid" '$4 == p { print $1 }' /proc/[0-9]*/stat 2>/dev/null); do
       for t in /proc/"$p"/task/*; do
         echo "$1: pid $p thread ${t##*/} $(cat "$t/comm") state $(awk '{ print $3 }' "$t/stat") wchan $(cat "$t/wchan")"
-        sed 's/^/    /' "$t/stack"
+        sed 's/^/    /' "$t/stack" || true
       done
     done >&2 2>/dev/null
   fi
   echo "dmesg (tail):" >&2
-  dmesg | tail -n 30 >&2
+  dmesg | tail -n 30 >&2 || true
 }
 
 stop_daemon() {
