@@ -808,9 +808,13 @@ fn reject(rejected: Rejected<InFlight>, meter: &Meter) {
     request.context.reply.deliver(reply, &mut Wakes::default());
 }
 
-/// Hand every finished command to its waiter (one clock read and one wake-up per sink for the batch).
-fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, meter: &Meter) {
+/// Hand every finished command to its waiter (one clock read and one wake-up per sink for the batch), the
+/// queue's counters published first: a waiter holding its reply finds its command counted in
+/// [`QueueHandle::stats`] (as it finds it in the meter, recorded before each delivery).
+fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, shared: &Shared) {
     let Some(first) = queue.next_completion() else { return };
+    publish(queue, shared);
+    let meter = &shared.meter;
     let now = Instant::now();
     let mut wakes = Wakes::default();
     reply(first, meter, now, &mut wakes);
@@ -847,7 +851,7 @@ fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Sh
                 reject(*rejected, meter);
             }
         }
-        reply_all(&mut queue, meter);
+        reply_all(&mut queue, shared);
         if queue.failure().is_some() {
             publish(&queue, shared);
             if stopping {
@@ -864,12 +868,12 @@ fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Sh
             break;
         }
         let _ = queue.poll(Some(Duration::from_millis(100)));
-        reply_all(&mut queue, meter);
+        reply_all(&mut queue, shared);
         publish(&queue, shared);
     }
     publish(&queue, shared);
     queue.close();
-    reply_all(&mut queue, meter);
+    reply_all(&mut queue, shared);
     for request in backlog {
         reject(Rejected { error: HostError::ShutDown { qid }, request }, meter);
     }
