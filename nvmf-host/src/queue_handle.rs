@@ -731,9 +731,9 @@ impl QueueHandle {
         self.slot.qid
     }
 
-    /// Counters and metrics, as of the I/O thread's last loop (summed over the connections a reconnect
-    /// replaced, except the high-water mark, which is the current connection's). Lock-free but for the
-    /// uncontended read lock on the current link.
+    /// Counters and metrics, as of the I/O thread's last loop, and counting every command whose reply has been
+    /// delivered (summed over the connections a reconnect replaced, except the high-water mark, which is the
+    /// current connection's). Lock-free but for the uncontended read lock on the current link.
     pub fn stats(&self) -> QueueMetrics {
         let s = &self.link().shared;
         let r = &self.slot.retired;
