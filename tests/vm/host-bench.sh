@@ -136,21 +136,27 @@ for t in $transports; do
     filled=1
   fi
   declare -A o=() b=() k=()
-  # The kernel host's run of workload $w in round $r, kept in k.
-  kernel_run() { local res; res=$(kernel "$t" "$kdev" "$w" "-r$r"); k[$w]+=$res$'\n'; log "round $r kernel $t ${w%% *}: $res"; }
+  # record RUNS LABEL CMD...: run CMD (workload $w, round $r), add its result line to RUNS[$w] and log it.
+  record() {
+    local -n runs=$1
+    local label=$2 res
+    shift 2
+    res=$("$@")
+    runs[$w]+=$res$'\n'
+    log "round $r $label $t ${w%% *}: $res"
+  }
   for r in $(seq "$rounds"); do
     for w in "${workloads[@]}"; do
       # Odd rounds run our host first, even rounds the kernel's: a warm-up or a drift favours neither.
       if ((r % 2 == 0)); then
-        kernel_run
+        record k kernel kernel "$t" "$kdev" "$w" "-r$r"
       fi
-      res=$(ours "$t" "$addr" 4420 "$w" "$NVMF_HOST_BIN" "-r$r"); o[$w]+=$res$'\n'; log "round $r ours $t ${w%% *}: $res"
+      record o ours ours "$t" "$addr" 4420 "$w" "$NVMF_HOST_BIN" "-r$r"
       if [ -n "${BENCH_BASELINE_BIN:-}" ]; then
-        res=$(ours "$t" "$addr" 4420 "$w" "$BENCH_BASELINE_BIN" "-baseline-r$r"); b[$w]+=$res$'\n'
-        log "round $r baseline $t ${w%% *}: $res"
+        record b baseline ours "$t" "$addr" 4420 "$w" "$BENCH_BASELINE_BIN" "-baseline-r$r"
       fi
       if ((r % 2 == 1)); then
-        kernel_run
+        record k kernel kernel "$t" "$kdev" "$w" "-r$r"
       fi
     done
   done
