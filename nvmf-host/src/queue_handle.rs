@@ -810,9 +810,10 @@ fn reject(rejected: Rejected<InFlight>, meter: &Meter) {
 
 /// Hand every finished command to its waiter (one clock read and one wake-up per sink for the batch), the
 /// queue's counters published first: a waiter holding its reply finds its command counted in
-/// [`QueueHandle::stats`] (as it finds it in the meter, recorded before each delivery).
-fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, shared: &Shared) {
-    let Some(first) = queue.next_completion() else { return };
+/// [`QueueHandle::stats`] (as it finds it in the meter, recorded before each delivery). Returns whether it
+/// published (there was something to deliver).
+fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, shared: &Shared) -> bool {
+    let Some(first) = queue.next_completion() else { return false };
     publish(queue, shared);
     let meter = &shared.meter;
     let now = Instant::now();
@@ -821,6 +822,7 @@ fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, shared: &Shared) {
     while let Some(c) = queue.next_completion() {
         reply(c, meter, now, &mut wakes);
     }
+    true
 }
 
 /// The I/O thread.
@@ -868,8 +870,10 @@ fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Sh
             break;
         }
         let _ = queue.poll(Some(Duration::from_millis(100)));
-        reply_all(&mut queue, shared);
-        publish(&queue, shared);
+        // Submissions and a failure are published even when no command finished.
+        if !reply_all(&mut queue, shared) {
+            publish(&queue, shared);
+        }
     }
     publish(&queue, shared);
     queue.close();
