@@ -52,6 +52,15 @@ pub enum PerfError {
     /// A worker thread panicked.
     #[error("perf worker for queue {0} panicked")]
     Worker(u16),
+    /// A worker could not be pinned to its CPU.
+    #[error("perf worker for queue {qid}: {source}")]
+    Pin {
+        /// The worker's queue.
+        qid: u16,
+        /// Why.
+        #[source]
+        source: nvmf_service::cpus::CpuError,
+    },
 }
 
 /// The I/O pattern (`-w`).
@@ -123,6 +132,11 @@ pub struct PerfOptions {
     /// Poll the queues without ever sleeping, as SPDK's perf does (`--busy-poll`): no wake-up latency, one CPU
     /// busy per queue. Otherwise a worker sleeps in its poll until its socket or completion queue has news.
     pub busy_poll: bool,
+    /// CPUs the workers are pinned to, the `i`-th queue's on `cpus[i % cpus.len()]` (`--cpus`); `None`: not
+    /// pinned. Pinned, a queue's work stays on one CPU as the kernel's host keeps each queue's on its `io_cpu` and
+    /// SPDK's perf its reactors on their cores: a worker that migrates pays cross-CPU wake-ups and drags the
+    /// softirq work of its socket along.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// Latency summary in microseconds.
@@ -348,6 +362,8 @@ struct Job {
     drain_timeout: Duration,
     /// How long one poll may wait: zero when busy polling.
     poll_timeout: Duration,
+    /// The CPU to pin the worker to.
+    cpu: Option<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -421,6 +437,13 @@ fn submit_one(
 
 /// One worker: keep `depth` commands in flight for `duration`, then drain.
 fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) -> Result<WorkerResult, PerfError> {
+    // Pinned before the first allocation, so the buffers are the pinned CPU's memory. A failure still waits at
+    // the barrier, which counts every worker.
+    let pinned = job.cpu.map_or(Ok(()), nvmf_service::cpus::pin_current_thread);
+    if let Err(source) = pinned {
+        start.wait();
+        return Err(PerfError::Pin { qid: job.qid, source });
+    }
     let depth = usize::from(job.depth);
     let mut result = WorkerResult::default();
     // Everything the loop touches is allocated here.
@@ -501,6 +524,9 @@ pub fn run(options: &PerfOptions) -> Result<PerfReport, PerfError> {
     }
     if options.queues == 0 {
         return Err(PerfError::Invalid("at least one I/O queue is needed".into()));
+    }
+    if options.cpus.as_ref().is_some_and(Vec::is_empty) {
+        return Err(PerfError::Invalid("the CPU list to pin workers to is empty".into()));
     }
     let mut admin_opts = options.connect.clone();
     admin_opts.nr_io_queues = 0;
@@ -660,6 +686,7 @@ fn drive<Q: BareQueue<u32> + 'static>(
             duration: options.duration,
             drain_timeout: options.connect.io_timeout,
             poll_timeout: if options.busy_poll { Duration::ZERO } else { Duration::from_millis(10) },
+            cpu: options.cpus.as_ref().map(|cpus| cpus[i % cpus.len()]),
         };
         let start = Arc::clone(&start);
         let handle = std::thread::Builder::new()

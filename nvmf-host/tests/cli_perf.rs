@@ -96,6 +96,55 @@ fn busy_poll_reads_and_writes() {
     assert_eq!(j["busy_poll"], false, "{j}");
 }
 
+/// The CPUs (`Cpus_allowed_list`) of the running perf `child`'s worker for queue `qid`: once it shows `expected`
+/// (a worker pins itself as it starts, having the process's CPUs before), else what it last showed.
+fn worker_cpus(child: &std::process::Child, qid: u16, expected: &str) -> Option<String> {
+    let tasks = format!("/proc/{}/task", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut seen = None;
+    while seen.as_deref() != Some(expected) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for task in std::fs::read_dir(&tasks).into_iter().flatten().flatten() {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            if status.lines().any(|l| l == format!("Name:\tnvmf-perf-q{qid}")) {
+                seen = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:\t")).map(str::to_owned);
+            }
+        }
+    }
+    seen
+}
+
+/// Workers are pinned to the process's CPUs by default, to `--cpus` when given (round robin), not at all with
+/// `--cpus none`; a list that is not one, or a CPU the machine lacks, is refused with the reason.
+#[test]
+fn workers_are_pinned_to_their_cpus() {
+    let target = Target::start();
+    let allowed = nvmf_service::cpus::allowed().unwrap();
+    let j = json_of(&perf(&target, &["-w", "randread", "-q", "4", "-T", "1", "--json", "-c", "2"]));
+    let expected: Vec<serde_json::Value> = allowed.iter().map(|&c| c.into()).collect();
+    assert_eq!(j["cpus"].as_array(), Some(&expected), "{j}");
+    let last = *allowed.last().unwrap();
+    let port = target.addr.port().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+        .args(["perf", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN, "-w", "randread", "-T", "2"])
+        .args(["-c", "2", "--json", "--cpus", &last.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("nvmf-host runs");
+    let cpu = last.to_string();
+    let pinned = (worker_cpus(&child, 1, &cpu), worker_cpus(&child, 2, &cpu));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(pinned, (Some(cpu.clone()), Some(cpu)));
+    assert_eq!(json_of(&out)["cpus"], serde_json::json!([last]));
+    let j = json_of(&perf(&target, &["-w", "randread", "-q", "4", "-T", "1", "--json", "--cpus", "none"]));
+    assert!(j["cpus"].is_null() && f(&j, &["reads"]) > 0.0, "{j}");
+    for (list, says) in [("0,x", "bad CPU list"), ("4095", "bad CPU list"), ("1023", "CPU 1023")] {
+        let out = perf(&target, &["-w", "randread", "-T", "1", "--cpus", list]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "--cpus {list}: {stderr}");
+    }
+}
+
 #[test]
 fn mixed_sequential_and_table_output() {
     let target = Target::start();

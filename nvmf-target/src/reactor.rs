@@ -123,7 +123,9 @@ impl ReactorHandle {
             .name(format!("nvmf-reactor-{index}"))
             .spawn(move || {
                 if let Some(cpu) = config.cpu {
-                    pin_to_cpu(cpu);
+                    if let Err(error) = nvmf_service::cpus::pin_current_thread(cpu) {
+                        tracing::warn!(cpu, %error, "could not pin reactor thread");
+                    }
                 }
                 let engine = match IoEngine::new(&config.engine) {
                     Ok(engine) => engine,
@@ -206,20 +208,6 @@ impl ReactorHandle {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-    }
-}
-
-fn pin_to_cpu(cpu: usize) {
-    let mut set = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and sched_setaffinity only touch that set, whose
-    // size we pass; pid 0 is the calling thread.
-    let rc = unsafe {
-        let set = set.assume_init_mut();
-        libc::CPU_SET(cpu, set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set)
-    };
-    if rc != 0 {
-        tracing::warn!(cpu, error = %io::Error::last_os_error(), "could not pin reactor thread");
     }
 }
 

@@ -5,10 +5,12 @@
 //! - [`signals`] — SIGTERM/SIGINT (stop) and SIGHUP (reload) as requests the main thread waits for.
 //! - [`logging`] — `tracing` to stderr as text or JSON lines, from a `[logging]` section.
 //! - [`metrics_http`] — the `/metrics` and `/healthz` HTTP endpoint over a `prometheus-client` registry.
+//! - [`cpus`] — CPU lists and pinning a data-path thread to its CPU (once, when the thread starts).
 //!
-//! Everything here runs on control-plane threads; nothing touches a daemon's data path.
+//! Everything here runs on control-plane threads or at a thread's start; nothing touches a daemon's data path.
 #![deny(missing_docs)]
 
+pub mod cpus;
 pub mod logging;
 pub mod metrics_http;
 pub mod notify;

@@ -42,6 +42,9 @@ pub enum CliError {
     /// perf failed.
     #[error(transparent)]
     Perf(#[from] PerfError),
+    /// `--cpus` is not a CPU list, or the process's CPUs could not be read.
+    #[error(transparent)]
+    Cpus(#[from] nvmf_service::cpus::CpuError),
     /// Writing the output failed.
     #[error("writing output: {0}")]
     Output(#[from] std::io::Error),
@@ -207,6 +210,10 @@ pub struct PerfArgs {
     /// Poll without sleeping, as SPDK's perf does: no wake-up latency, one CPU busy per queue.
     #[arg(long = "busy-poll")]
     pub busy_poll: bool,
+    /// CPUs to pin the workers to, as taskset -c writes them (0,2-3): queue i's worker on the i-th, round robin;
+    /// `none`: not pinned. Default: the CPUs this process may run on.
+    #[arg(long = "cpus", value_name = "LIST|none")]
+    pub cpus: Option<String>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -307,6 +314,11 @@ fn perf(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         duration: Duration::from_secs(a.time.max(1)),
         queues: a.queues,
         busy_poll: a.busy_poll,
+        cpus: match a.cpus.as_deref() {
+            Some("none") => None,
+            Some(list) => Some(nvmf_service::cpus::parse_list(list)?),
+            None => Some(nvmf_service::cpus::allowed()?),
+        },
     };
     let report = crate::perf::run(&options)?;
     if a.json {
@@ -343,6 +355,7 @@ pub fn perf_json(r: &PerfReport, o: &PerfOptions) -> Value {
         "io_size": r.io_size,
         "queues": o.queues,
         "busy_poll": o.busy_poll,
+        "cpus": o.cpus,
         "seconds": r.elapsed.as_secs_f64(),
         "reads": r.reads,
         "writes": r.writes,
