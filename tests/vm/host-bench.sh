@@ -6,6 +6,8 @@
 # BENCH_ROUNDS rounds in which each workload runs on both hosts back to back (ours first in odd rounds, the
 # kernel's in even ones), the table giving the rounds' means and each round's ratio. The namespace is written
 # whole before the first run.
+# perf runs with its default placement, the worker pinned to the first CPU, as the kernel host keeps its queue's
+# work on the queue's io_cpu (tests/README.md, "why perf pins its workers").
 # Latency is submission to completion on both sides (perf's latency_us, fio's lat_ns with --lat_percentiles).
 # Prints a Markdown table (IOPS, MiB/s, p99, the guest's busy CPU time per I/O — host and target side together —,
 # ours/kernel) and the host machine's load average after the run. Not a test: under TCG absolute numbers mean
