@@ -161,6 +161,8 @@ pub struct LatencySummary {
 pub struct QueueResult {
     /// QID.
     pub qid: u16,
+    /// The CPU its worker was pinned to, `None`: not pinned.
+    pub cpu: Option<usize>,
     /// Commands completed within the measured time.
     pub ios: u64,
     /// Their latencies.
@@ -688,12 +690,13 @@ fn drive<Q: BareQueue<u32> + 'static>(
             poll_timeout: if options.busy_poll { Duration::ZERO } else { Duration::from_millis(10) },
             cpu: options.cpus.as_ref().map(|cpus| cpus[i % cpus.len()]),
         };
+        let cpu = job.cpu;
         let start = Arc::clone(&start);
         let handle = std::thread::Builder::new()
             .name(format!("nvmf-perf-q{qid}"))
             .spawn(move || worker(queue, job, &start))
             .map_err(|e| PerfError::Invalid(format!("spawning a worker thread: {e}")))?;
-        threads.push((qid, handle));
+        threads.push((qid, cpu, handle));
     }
     start.wait();
     let begin = Instant::now();
@@ -709,13 +712,13 @@ fn drive<Q: BareQueue<u32> + 'static>(
         histogram: LatencyHistogram::default(),
     };
     let mut first_error = None;
-    for (qid, handle) in threads {
+    for (qid, cpu, handle) in threads {
         match handle.join() {
             Ok(Ok(r)) => {
                 report.reads += r.reads;
                 report.writes += r.writes;
                 report.histogram.merge(&r.histogram);
-                report.per_queue.push(QueueResult { qid, ios: r.reads + r.writes, histogram: r.histogram });
+                report.per_queue.push(QueueResult { qid, cpu, ios: r.reads + r.writes, histogram: r.histogram });
             }
             Ok(Err(e)) => {
                 first_error.get_or_insert(e);

@@ -123,6 +123,8 @@ fn workers_are_pinned_to_their_cpus() {
     let j = json_of(&perf(&target, &["-w", "randread", "-q", "4", "-T", "1", "--json", "-c", "2"]));
     let expected: Vec<serde_json::Value> = allowed.iter().map(|&c| c.into()).collect();
     assert_eq!(j["cpus"].as_array(), Some(&expected), "{j}");
+    let ran_on: Vec<serde_json::Value> = j["per_queue"].as_array().unwrap().iter().map(|q| q["cpu"].clone()).collect();
+    assert_eq!(ran_on, [0, 1].map(|i| serde_json::Value::from(allowed[i % allowed.len()])), "{j}");
     let last = *allowed.last().unwrap();
     let port = target.addr.port().to_string();
     let child = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
@@ -135,9 +137,11 @@ fn workers_are_pinned_to_their_cpus() {
     let pinned = (worker_cpus(&child, 1, &cpu), worker_cpus(&child, 2, &cpu));
     let out = child.wait_with_output().unwrap();
     assert_eq!(pinned, (Some(cpu.clone()), Some(cpu)));
-    assert_eq!(json_of(&out)["cpus"], serde_json::json!([last]));
+    let j = json_of(&out);
+    assert_eq!(j["cpus"], serde_json::json!([last]));
+    assert_eq!(j["per_queue"][1]["cpu"], serde_json::json!(last), "{j}");
     let j = json_of(&perf(&target, &["-w", "randread", "-q", "4", "-T", "1", "--json", "--cpus", "none"]));
-    assert!(j["cpus"].is_null() && f(&j, &["reads"]) > 0.0, "{j}");
+    assert!(j["cpus"].is_null() && j["per_queue"][0]["cpu"].is_null() && f(&j, &["reads"]) > 0.0, "{j}");
     for (list, says) in [("0,x", "bad CPU list"), ("4095", "bad CPU list"), ("1023", "CPU 1023")] {
         let out = perf(&target, &["-w", "randread", "-T", "1", "--cpus", list]);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -339,6 +339,7 @@ pub fn perf_json(r: &PerfReport, o: &PerfOptions) -> Value {
             let s = q.histogram.summary();
             json!({
                 "qid": q.qid,
+                "cpu": q.cpu,
                 "ios": q.ios,
                 "iops": per_second(q.ios, r.elapsed),
                 "latency_us": {"mean": s.mean, "min": s.min, "max": s.max, "p50": s.p50, "p99": s.p99, "p999": s.p999},
