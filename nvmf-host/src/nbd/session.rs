@@ -291,6 +291,14 @@ impl Pool {
         b.clear();
         b
     }
+
+    /// A buffer of `len` bytes for a read to fill: its stale bytes stay, only growth beyond its last length
+    /// is zeroed (not the whole piece on every read).
+    fn read_buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.buffers.pop().unwrap_or_default();
+        b.resize(len, 0);
+        b
+    }
 }
 
 fn read_loop(mut r: BufReader<Stream>, session: &Session, recycled: &Receiver<Job>, x: &Export) {
@@ -397,8 +405,7 @@ fn submit(job: &mut Job, action: Action, session: &Session, x: &Export, piece: u
             let mut at = slba;
             while at < slba + blocks {
                 let n = (slba + blocks - at).min(x.piece_blocks);
-                let mut b = pool.buffer();
-                b.resize(usize::try_from(n * bs).unwrap_or(piece), 0);
+                let b = pool.read_buffer(usize::try_from(n * bs).unwrap_or(piece));
                 let sqe = NvmeRead { nsid, slba: at, nlb: nlb(n), ..NvmeRead::default() }.to_sqe();
                 send(job, pool, sqe, b, DataDirection::ControllerToHost);
                 at += n;

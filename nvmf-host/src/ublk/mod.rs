@@ -543,6 +543,7 @@ impl Queue {
             }
             (_, Some(r)) => {
                 let mut b = ring.take_buffer(tag, None);
+                b.clear();
                 b.extend_from_slice(&r.to_bytes());
                 (b, false)
             }

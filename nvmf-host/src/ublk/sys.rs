@@ -439,7 +439,9 @@ impl QueueRing {
         self.io(IO_COMMIT_AND_FETCH_REQ, tag, result, buf)
     }
 
-    /// Take `tag`'s buffer for a request's data; for a write, holding the `len` bytes the driver copied in.
+    /// Take `tag`'s buffer for a request's data: for a write, holding the `len` bytes the driver copied in;
+    /// otherwise as the tag's last command left it (its bytes are stale: a read resizes it, so only the part
+    /// beyond the last request's length is zeroed — not the whole buffer on every read).
     pub fn take_buffer(&mut self, tag: u16, write_len: Option<usize>) -> Vec<u8> {
         let mut b = self.buffers[usize::from(tag)].take().unwrap_or_default();
         match write_len {
@@ -448,7 +450,8 @@ impl QueueRing {
                 // driver has copied exactly that many bytes of data into this buffer (within its capacity).
                 unsafe { b.set_len(len) };
             }
-            _ => b.clear(),
+            Some(_) => b.clear(),
+            None => {}
         }
         b
     }
