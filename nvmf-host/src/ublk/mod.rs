@@ -22,6 +22,15 @@
 //! [`crate::tcp::Pending::wait`] does). A command the controller never answers is failed by the NVMe
 //! queue's own command timeout.
 //!
+//! Why a command crosses from the queue thread to the I/O thread instead of one thread doing both: the NVMe I/O
+//! queue is the controller's, shared by every namespace's export and by library callers, and a reconnect
+//! replaces its I/O thread, while ublk_drv binds each ublk queue for the device's lifetime to the one thread
+//! that fetched its tags. The crossing is batched (one wake each way per batch). In the test VM (fio on
+//! `/dev/ublkb0`, NVMe/TCP to nvmet with null_blk) it cost 0.37 context switches per 4 KiB read at QD 32 and
+//! 1.1 per 128 KiB read at QD 8; the queue thread and the I/O thread each spent 120-145 µs of guest CPU per
+//! 4 KiB read, out of 720-840 µs for the whole guest (fio, the block layer, ublk_drv, nvmet), where
+//! `nvmf-host perf` needs about 210 µs in all: most of the export's cost lies in the kernel's ublk path.
+//!
 //! Lifecycle: [`UblkExport::start`] adds the device (ADD_DEV, SET_PARAMS), starts the queues (every tag
 //! fetched), then START_DEV; [`UblkExport::stop`] (or drop) STOP_DEV while the queues still serve (the
 //! kernel flushes), stops the queue threads, closes `/dev/ublkcN` and DEL_DEV.
