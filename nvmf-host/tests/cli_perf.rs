@@ -143,9 +143,7 @@ fn workers_are_pinned_to_their_cpus() {
     let j = json_of(&perf(&target, &["-w", "randread", "-q", "4", "-T", "1", "--json", "--cpus", "none"]));
     assert!(j["cpus"].is_null() && j["per_queue"][0]["cpu"].is_null() && f(&j, &["reads"]) > 0.0, "{j}");
     // A CPU the machine lacks: the one after its last possible CPU (none on a machine with all 1024 a mask names).
-    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-    let last_possible: usize = possible.trim().rsplit([',', '-']).next().unwrap().parse().unwrap();
-    let absent = Some(last_possible + 1).filter(|&c| c < 1024);
+    let absent = nvmf_service::cpus::possible().unwrap().last().map(|c| c + 1).filter(|&c| c < 1024);
     let absent = absent.map(|c| (c.to_string(), format!("CPU {c}")));
     let cases = [("0,x".to_owned(), "bad CPU list".to_owned()), ("4095".to_owned(), "bad CPU list".to_owned())];
     for (list, says) in cases.into_iter().chain(absent) {

@@ -32,6 +32,14 @@ pub fn allowed() -> Result<Vec<usize>, CpuError> {
     Ok((0..CpuSet::MAX_CPU).filter(|&cpu| set.is_set(cpu)).collect())
 }
 
+/// The CPUs this machine can ever have online (`/sys/devices/system/cpu/possible`), in ascending order.
+pub fn possible() -> Result<Vec<usize>, CpuError> {
+    let path = "/sys/devices/system/cpu/possible";
+    let text =
+        std::fs::read_to_string(path).map_err(|source| CpuError::Os { what: format!("reading {path}"), source })?;
+    parse_list(text.trim())
+}
+
 /// Pin the calling thread to `cpu`.
 pub fn pin_current_thread(cpu: usize) -> Result<(), CpuError> {
     let what = || format!("pinning a thread to CPU {cpu}");
@@ -97,8 +105,11 @@ mod tests {
             pin_current_thread(last).unwrap();
             assert_eq!(allowed().unwrap(), [last]);
             assert!(pin_current_thread(CpuSet::MAX_CPU).is_err());
-            // A CPU the kernel does not have: EINVAL from sched_setaffinity.
-            assert!(pin_current_thread(CpuSet::MAX_CPU - 1).is_err());
+            // A CPU the kernel does not have (none when all MAX_CPU are possible): EINVAL from sched_setaffinity.
+            let missing = possible().unwrap().last().map(|c| c + 1).filter(|&c| c < CpuSet::MAX_CPU);
+            if let Some(cpu) = missing {
+                assert!(pin_current_thread(cpu).is_err(), "pinned to CPU {cpu}");
+            }
         })
         .join()
         .unwrap();
