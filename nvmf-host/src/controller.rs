@@ -28,9 +28,10 @@
 //! event), rescan the namespaces and bump [`Controller::namespace_generation`], then re-arm the request.
 //!
 //! Threads: each queue has its I/O thread ([`QueueHandle`]). One supervisor thread per
-//! controller sends the Keep Alives (every KATO/2), watches the queues for failure (every 100 ms), handles
-//! asynchronous events and runs the reconnect attempts; it blocks on admin commands and connects, never on
-//! the data path. The blocking calls here run on the caller's thread, split transfers at MDTS, submit
+//! controller sends the Keep Alives (every KATO/2), handles asynchronous events, notices a lost association
+//! (a queue's I/O thread tells it when its connection fails, a held command when it meets a failed one) and runs
+//! the reconnect attempts; it sleeps until one of those is due, blocks on admin commands and connects, and is
+//! never on the data path. The blocking calls here run on the caller's thread, split transfers at MDTS, submit
 //! every piece at once (spread round-robin over the I/O queues) and wait for all of them, each wait
 //! bounded by [`ConnectOptions::io_timeout`] (and held while reconnecting). The blocking wrappers copy
 //! between the caller's slice and the queue's owned buffer; zero-copy callers use
@@ -40,7 +41,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -63,7 +64,7 @@ use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, Submiss
 
 use crate::error::HostError;
 use crate::identity::HostIdentity;
-use crate::queue_handle::Recovery;
+use crate::queue_handle::{Completed, CompletionSink, Recovery};
 #[cfg(feature = "rdma")]
 use crate::rdma::queue::DetachedTeardown;
 use crate::rdma::{RdmaQueue, RdmaQueueOptions};
@@ -75,8 +76,6 @@ const ADMIN_QUEUE_SIZE: u16 = 32;
 const ADMIN_IN_CAPSULE: u32 = 8192;
 /// Most Asynchronous Event Requests kept outstanding, whatever AERL allows (they occupy admin queue slots).
 const MAX_AERS: usize = 8;
-/// How often the supervisor looks at the queues for a failure.
-const SUPERVISOR_TICK: Duration = Duration::from_millis(100);
 
 /// The NVMe-oF transport (nvme-cli's `-t/--transport`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -231,11 +230,16 @@ struct Association {
 
 /// Where the controller stands, shared by the controller, its queues (as their [`Recovery`]) and the
 /// supervisor. Changed under the mutex; waiters (held I/O) sleep on the condition variable; the state is
-/// mirrored in atomics so [`Controller::state`] and [`Controller::reconnects`] take no lock.
+/// mirrored in atomics so [`Controller::state`] and [`Controller::reconnects`] take no lock. It is also the
+/// supervisor's inbox: every state change and every failed queue connection sends it a [`Wake::Look`], and the
+/// Asynchronous Event Requests complete into it (a [`CompletionSink`]), so the supervisor sleeps until one of
+/// those or its next deadline.
 #[derive(Debug)]
 struct Supervision {
     status: Mutex<Status>,
     changed: Condvar,
+    /// The supervisor's wake-ups (unbounded: a queue's I/O thread sends on it and must never block).
+    wake: Sender<Wake>,
     /// [`ControllerState`] as `kind << 32 | attempts`.
     word: AtomicU64,
     /// Associations since the first (the current association's epoch).
@@ -283,6 +287,8 @@ impl Supervision {
         status.state = state;
         self.word.store(state.to_word(), Ordering::Release);
         self.changed.notify_all();
+        // Gone only once the supervisor stopped, which needs no telling.
+        let _ = self.wake.send(Wake::Look);
     }
 
     /// Association `epoch` was lost (`cause`): start reconnecting unless that already happened.
@@ -324,6 +330,26 @@ impl Recovery for Supervision {
             }
         }
     }
+
+    fn link_failed(&self) {
+        let _ = self.wake.send(Wake::Look);
+    }
+}
+
+/// What wakes the supervisor (besides its deadlines).
+#[derive(Debug)]
+enum Wake {
+    /// An Asynchronous Event Request completed.
+    Event(Box<Completed>),
+    /// The controller's state changed or a queue's connection failed: look again.
+    Look,
+}
+
+impl CompletionSink for Supervision {
+    fn push(&self, completed: Completed) {
+        let _ = self.wake.send(Wake::Event(Box::new(completed)));
+    }
+    fn wake(&self) {}
 }
 
 /// What the controller, its supervisor and its queues share.
@@ -633,8 +659,9 @@ impl Inner {
         self.namespace_changed.notify_all();
     }
 
-    /// Put `count` Asynchronous Event Requests on the admin queue, completing to `events`.
-    fn arm_aers(&self, count: usize, events: &SyncSender<Reply>) {
+    /// Put `count` Asynchronous Event Requests on the admin queue, completing to the supervisor.
+    fn arm_aers(&self, count: usize) {
+        let inbox: Arc<dyn CompletionSink> = self.supervision.clone();
         for _ in 0..count {
             let request = Request {
                 sqe: AsyncEventRequest.to_sqe(),
@@ -642,7 +669,7 @@ impl Inner {
                 direction: DataDirection::None,
                 context: (),
             };
-            if let Err(e) = self.admin.submit_to(request, events.clone()) {
+            if let Err(e) = self.admin.submit_unheld_to_sink(request, &inbox, 0) {
                 tracing::warn!(error = %e, "submitting an Asynchronous Event Request");
             }
         }
@@ -650,7 +677,7 @@ impl Inner {
 
     /// An Asynchronous Event Request completed: handle the event and re-arm. Failed requests (the
     /// association went away) are re-armed by the reconnect instead.
-    fn on_event(&self, reply: &Reply, events: &SyncSender<Reply>) {
+    fn on_event(&self, reply: &Reply) {
         let cqe = match &reply.result {
             Ok(cqe) if cqe.status.is_success() => cqe,
             Ok(cqe) => return tracing::debug!(status = %cqe.status, "Asynchronous Event Request ended"),
@@ -665,7 +692,7 @@ impl Inner {
             Ok(event) => tracing::info!(?event, "asynchronous event"),
             Err(e) => tracing::warn!(error = %e, dw0 = cqe.dw0, "unknown asynchronous event"),
         }
-        self.arm_aers(1, events);
+        self.arm_aers(1);
     }
 
     /// Read the Changed Namespace List (clearing the event), rescan and tell the waiters.
@@ -698,7 +725,7 @@ impl Inner {
     }
 
     /// One reconnect attempt: a new association with as many I/O queues as before, put in place.
-    fn reconnect(&self, events: &SyncSender<Reply>) -> Result<(), HostError> {
+    fn reconnect(&self) -> Result<(), HostError> {
         let want = u16::try_from(self.io.len()).unwrap_or(u16::MAX);
         let assoc = associate(self.addr, &self.subnqn, &self.options, want)?;
         if assoc.io.len() != self.io.len() {
@@ -733,22 +760,31 @@ impl Inner {
                 Err(e) => tracing::warn!(error = %e, "namespace scan after reconnect"),
             }
         }
-        self.arm_aers(self.aers, events);
+        self.arm_aers(self.aers);
         Ok(())
     }
 }
 
-/// The supervisor thread (see the module docs): runs until the controller is deleted or fails.
-fn supervise(inner: &Inner, events: &Receiver<Reply>, events_tx: &SyncSender<Reply>) {
+/// The supervisor thread (see the module docs): runs until the controller is deleted or fails. It sleeps until a
+/// [`Wake`] or its next deadline: the next Keep Alive while live; the next attempt or the `ctrl_loss_tmo` while
+/// reconnecting.
+fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
     let sup = &inner.supervision;
     let o = &inner.options;
     let keep_alive = (!o.keep_alive_tmo.is_zero()).then_some(o.keep_alive_tmo / 2);
     let mut next_keep_alive = keep_alive.map(|i| Instant::now() + i);
     let mut next_attempt: Option<Instant> = None;
+    let mut wake_at = next_keep_alive;
     loop {
-        match events.recv_timeout(SUPERVISOR_TICK) {
-            Ok(reply) => inner.on_event(&reply, events_tx),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+        let wake = match wake_at {
+            Some(t) => wakes.recv_timeout(t.saturating_duration_since(Instant::now())).ok(),
+            // The sender lives in the supervision this thread holds: recv only returns with a wake.
+            None => wakes.recv().ok(),
+        };
+        if let Some(Wake::Event(completed)) = wake {
+            if let Some(reply) = completed.settle() {
+                inner.on_event(&reply);
+            }
         }
         let (state, epoch, lost_at) = {
             let s = sup.lock();
@@ -758,6 +794,7 @@ fn supervise(inner: &Inner, events: &Receiver<Reply>, events_tx: &SyncSender<Rep
             ControllerState::Deleting | ControllerState::Failed => return,
             ControllerState::Live => {
                 if let Some(e) = inner.failure() {
+                    // Wakes this loop again (a Look), now Reconnecting.
                     sup.lose(&mut sup.lock(), epoch, &e);
                 } else if next_keep_alive.is_some_and(|t| Instant::now() >= t) {
                     next_keep_alive = keep_alive.map(|i| Instant::now() + i);
@@ -767,19 +804,22 @@ fn supervise(inner: &Inner, events: &Receiver<Reply>, events_tx: &SyncSender<Rep
                         sup.lose(&mut sup.lock(), epoch, &e);
                     }
                 }
+                wake_at = next_keep_alive;
             }
             ControllerState::Reconnecting { attempts } => {
                 let lost_at = lost_at.unwrap_or_else(Instant::now);
+                let give_up = o.ctrl_loss_tmo.map(|t| lost_at + t);
                 let Some(at) = next_attempt else {
                     // Just lost: drop every connection now (outstanding commands complete and are held).
                     for q in inner.queues() {
                         q.abort();
                     }
                     next_attempt = Some(lost_at + o.reconnect_delay);
+                    wake_at = earliest(next_attempt, give_up);
                     continue;
                 };
                 let now = Instant::now();
-                if o.ctrl_loss_tmo.is_some_and(|t| now >= lost_at + t) {
+                if give_up.is_some_and(|t| now >= t) {
                     tracing::error!(addr = %inner.addr, subnqn = inner.subnqn, attempts, "controller lost: giving up");
                     let mut s = sup.lock();
                     if matches!(s.state, ControllerState::Reconnecting { .. }) {
@@ -788,16 +828,19 @@ fn supervise(inner: &Inner, events: &Receiver<Reply>, events_tx: &SyncSender<Rep
                     return;
                 }
                 if now < at {
+                    wake_at = earliest(Some(at), give_up);
                     continue;
                 }
-                match inner.reconnect(events_tx) {
+                match inner.reconnect() {
                     Ok(()) => {
                         next_attempt = None;
                         next_keep_alive = keep_alive.map(|i| Instant::now() + i);
+                        wake_at = next_keep_alive;
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, attempt = attempts + 1, "reconnect failed");
                         next_attempt = Some(Instant::now() + o.reconnect_delay);
+                        wake_at = earliest(next_attempt, give_up);
                         let mut s = sup.lock();
                         if s.state == (ControllerState::Reconnecting { attempts }) {
                             sup.set(&mut s, ControllerState::Reconnecting { attempts: attempts + 1 });
@@ -809,15 +852,25 @@ fn supervise(inner: &Inner, events: &Receiver<Reply>, events_tx: &SyncSender<Rep
     }
 }
 
+/// The earlier of two optional deadlines.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 impl Controller {
     /// Connect to subsystem `subnqn` at `addr` over [`ConnectOptions::transport`] and bring the association
     /// up (see the module docs). A failure here is returned as is: reconnecting starts only once an
     /// association was up.
     pub fn connect(addr: SocketAddr, subnqn: &str, options: ConnectOptions) -> Result<Self, HostError> {
         let assoc = associate(addr, subnqn, &options, options.nr_io_queues)?;
+        let (wake, wakes) = channel();
         let supervision = Arc::new(Supervision {
             status: Mutex::new(Status { state: ControllerState::Live, epoch: 0, lost_at: None }),
             changed: Condvar::new(),
+            wake,
             word: AtomicU64::new(ControllerState::Live.to_word()),
             reconnects: AtomicU64::new(0),
             fast_io_fail_tmo: options.fast_io_fail_tmo,
@@ -843,13 +896,11 @@ impl Controller {
         if subnqn != DISCOVERY_NQN {
             inner.scan_namespaces()?;
         }
-        // Room for every request of two associations (a lost one's failures and a new one's events).
-        let (events_tx, events) = sync_channel(2 * MAX_AERS + 2);
-        inner.arm_aers(inner.aers, &events_tx);
+        inner.arm_aers(inner.aers);
         let thread_inner = Arc::clone(&inner);
         let supervisor = std::thread::Builder::new()
             .name("nvmf-supervisor".into())
-            .spawn(move || supervise(&thread_inner, &events, &events_tx))
+            .spawn(move || supervise(&thread_inner, &wakes))
             .map_err(|e| {
                 // The event requests would keep a graceful close waiting forever.
                 inner.admin.abort();

@@ -14,7 +14,8 @@
 //!
 //! What blocks: [`Submitter::submit`] blocks only while the request channel is full (as many requests
 //! queued as the queue is deep — backpressure); [`Pending::wait`] blocks for the completion, bounded by
-//! its timeout. The I/O thread blocks only in `poll`, at most 100 ms at a time. Requests beyond the free
+//! its timeout. The I/O thread blocks only in `poll`: at most 100 ms at a time while commands are outstanding
+//! (their timeouts are checked in between), until woken while none is. Requests beyond the free
 //! command identifiers wait in the I/O thread's backlog until a command completes.
 //!
 //! When the queue fails, every outstanding and later request completes with the failure; the handle stays
@@ -43,7 +44,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SendError, SyncSender, TryRecvError, TrySendError};
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -376,6 +377,31 @@ struct Shared {
     max_outstanding: AtomicU16,
     meter: Meter,
     failure: OnceLock<HostError>,
+    /// Told when `failure` is set (a recovering queue's [`Recovery`]; locked once per link and once on its
+    /// failure, never per command).
+    watch: Mutex<Option<Arc<dyn Recovery>>>,
+}
+
+impl Shared {
+    /// Record the link's failure and tell the watcher, the first time.
+    fn fail(&self, e: &HostError) {
+        if self.failure.set(e.clone()).is_ok() {
+            if let Some(w) = self.watch.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                w.link_failed();
+            }
+        }
+    }
+
+    /// Tell `recovery` when this link fails (now, if it already has). The failure is set before the I/O thread
+    /// takes the lock, so at least one of the two sees the other: no failure goes unreported (one may be
+    /// reported twice).
+    fn watch(&self, recovery: &Arc<dyn Recovery>) {
+        let mut w = self.watch.lock().unwrap_or_else(PoisonError::into_inner);
+        *w = Some(Arc::clone(recovery));
+        if self.failure.get().is_some() {
+            recovery.link_failed();
+        }
+    }
 }
 
 /// What a queue of a reconnecting controller does with I/O its connection cannot carry (see the module
@@ -384,6 +410,9 @@ pub(crate) trait Recovery: Send + Sync + std::fmt::Debug {
     /// The link of queue `qid` in association `epoch` failed with `cause`: block until a newer association
     /// is live (`Ok`: resubmit there) or the I/O must fail (the error to fail it with).
     fn hold(&self, qid: u16, epoch: u64, cause: &HostError) -> Result<(), HostError>;
+    /// A link of a recovering queue failed, whether or not a command was in flight (called on its I/O thread:
+    /// must not block).
+    fn link_failed(&self);
 }
 
 /// Whether `e` means the connection was lost (so the command may be resubmitted on a new one), as opposed
@@ -659,6 +688,9 @@ impl QueueHandle {
     }
 
     fn with_link(qid: u16, link: Link, recovery: Option<Arc<dyn Recovery>>) -> Self {
+        if let Some(r) = &recovery {
+            link.shared.watch(r);
+        }
         let retired = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
         let slot = Slot { qid, link: RwLock::new(link), recovery, retired, retired_meter: Meter::default() };
         QueueHandle { slot: Arc::new(slot) }
@@ -711,9 +743,16 @@ impl QueueHandle {
         let _ = self.link().submitter.waker.wake();
     }
 
-    /// Submit with the completion posted to `reply` (shared by several commands); not held or retried.
-    pub(crate) fn submit_to(&self, request: Request<()>, reply: ReplySender) -> Result<(), HostError> {
-        self.link().submitter.send(request, ReplyTo::Channel(reply), true).map_err(|(e, _)| e)
+    /// Submit on the current connection with the completion going to `sink` under `tag`; not held or resubmitted
+    /// (the controller's supervisor: holding its commands would wait for the reconnect it runs itself).
+    pub(crate) fn submit_unheld_to_sink(
+        &self,
+        request: Request<()>,
+        sink: &Arc<dyn CompletionSink>,
+        tag: u64,
+    ) -> Result<(), HostError> {
+        let ticket = Ticket { qid: self.qid(), tag, sink: Some(Arc::clone(sink)), retry: None };
+        self.link().submitter.send(request, ReplyTo::Sink(ticket), true).map_err(|(e, _)| e)
     }
 
     fn link(&self) -> std::sync::RwLockReadGuard<'_, Link> {
@@ -769,6 +808,9 @@ impl QueueHandle {
     /// Put `new`'s connection (same QID, association `epoch`) in place of this handle's, aborting the old one.
     pub(crate) fn replace(&self, new: QueueHandle, epoch: u64) {
         let link = new.take_link(epoch);
+        if let Some(r) = &self.slot.recovery {
+            link.shared.watch(r);
+        }
         let mut old = std::mem::replace(&mut *self.slot.link.write().unwrap_or_else(PoisonError::into_inner), link);
         old.stop(Message::Abort);
         let r = &self.slot.retired;
@@ -825,6 +867,9 @@ fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, shared: &Shared) -> bool {
     true
 }
 
+/// How long the I/O thread sleeps at most while commands are outstanding: how late a command timeout may be seen.
+const TIMEOUT_CHECK: Duration = Duration::from_millis(100);
+
 /// The I/O thread.
 fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Shared) {
     let qid = queue.qid();
@@ -869,7 +914,10 @@ fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Sh
         if stopping && queue.outstanding() == 0 && backlog.is_empty() {
             break;
         }
-        let _ = queue.poll(Some(Duration::from_millis(100)));
+        // Outstanding commands have timeouts to check; with none, only a submission (the waker), the peer or a
+        // transport event has anything for this thread, and each of those ends the wait.
+        let wait = (queue.outstanding() > 0).then_some(TIMEOUT_CHECK);
+        let _ = queue.poll(wait);
         // Submissions and a failure are published even when no command finished.
         if !reply_all(&mut queue, shared) {
             publish(&queue, shared);
@@ -891,7 +939,7 @@ fn publish<T, Q: BareQueue<T>>(queue: &Q, shared: &Shared) {
     shared.r2ts.store(stats.r2ts, Ordering::Relaxed);
     shared.max_outstanding.store(stats.max_outstanding, Ordering::Relaxed);
     if let Some(e) = queue.failure() {
-        let _ = shared.failure.set(e.clone());
+        shared.fail(e);
     }
 }
 
@@ -926,6 +974,7 @@ mod tests {
             self.held.lock().unwrap().send((epoch, cause.clone())).unwrap();
             self.answer.lock().unwrap().recv().unwrap()
         }
+        fn link_failed(&self) {}
     }
 
     /// Accept one connection, answer ICReq, read one Write capsule with `LEN` bytes in it, then hang up
@@ -999,6 +1048,60 @@ mod tests {
         let (again, resent) = second.join().unwrap();
         assert_eq!((again.opcode, again.nsid, again.cdw10), (first.opcode, first.nsid, first.cdw10));
         assert_eq!(resent, data, "the same bytes were sent again");
+    }
+
+    /// Tells the test of each failed link; holds nothing.
+    #[derive(Debug)]
+    struct Watcher(Mutex<Sender<()>>);
+
+    impl Recovery for Watcher {
+        fn hold(&self, _qid: u16, _epoch: u64, cause: &HostError) -> Result<(), HostError> {
+            Err(cause.clone())
+        }
+        fn link_failed(&self) {
+            self.0.lock().unwrap().send(()).unwrap();
+        }
+    }
+
+    /// Accept one connection, answer its ICReq, and hang up when told to.
+    fn hang_up_after_icresp(listener: &TcpListener) -> (Sender<()>, JoinHandle<()>) {
+        let listener = listener.try_clone().unwrap();
+        let (go, told) = channel();
+        let controller = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut icreq = [0u8; 128];
+            s.read_exact(&mut icreq).unwrap();
+            let icresp = Pdu::IcResp(IcResp { pfv: 0, cpda: 0, dgst: Default::default(), maxh2cdata: 8192 });
+            s.write_all(&icresp.to_bytes(&[], &Framing::default()).unwrap()).unwrap();
+            told.recv().unwrap();
+        });
+        (go, controller)
+    }
+
+    #[test]
+    fn an_idle_link_that_fails_tells_its_recovery_once() {
+        // No command in flight, so no hold reports it: the I/O thread itself must (the controller's
+        // supervisor sleeps until told).
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, failed) = channel();
+        let recovery: Arc<dyn Recovery> = Arc::new(Watcher(Mutex::new(tx)));
+        let (go, first) = hang_up_after_icresp(&listener);
+        let q = queue(addr).recovering(0, Arc::clone(&recovery));
+        assert!(failed.try_recv().is_err(), "nothing failed yet");
+        go.send(()).unwrap();
+        first.join().unwrap();
+        failed.recv_timeout(Duration::from_secs(10)).expect("the first link's failure was reported");
+        assert!(q.failure().is_some());
+
+        // A replacement link is watched as well; the replaced one says nothing more.
+        let (go, second) = hang_up_after_icresp(&listener);
+        q.replace(queue(addr), 1);
+        assert!(failed.try_recv().is_err(), "the first failure was reported once");
+        go.send(()).unwrap();
+        second.join().unwrap();
+        failed.recv_timeout(Duration::from_secs(10)).expect("the replacement's failure was reported");
+        assert!(q.failure().is_some());
     }
 
     /// A [`CompletionSink`] that hands completions to the test and counts wake-ups.
@@ -1350,7 +1453,7 @@ mod driver_tests {
         assert!(probe.woken.load(Ordering::SeqCst), "the submission woke the sleeping poll");
         h.close();
         let idle = probe.idle_timeouts.lock().unwrap();
-        assert!(idle.iter().all(|t| t.is_some_and(|t| t >= Duration::from_millis(100))), "no busy polling: {idle:?}");
+        assert!(idle.iter().all(Option::is_none), "idle, it sleeps until woken (no timer, no busy polling): {idle:?}");
     }
 
     #[test]
