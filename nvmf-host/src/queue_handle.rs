@@ -14,8 +14,8 @@
 //!
 //! What blocks: [`Submitter::submit`] blocks only while the request channel is full (as many requests
 //! queued as the queue is deep — backpressure); [`Pending::wait`] blocks for the completion, bounded by
-//! its timeout. The I/O thread blocks only in `poll`: at most 100 ms at a time while commands are outstanding
-//! (their timeouts are checked in between), until woken while none is. Requests beyond the free
+//! its timeout. The I/O thread blocks only in `poll`: at most 100 ms at a time while commands that can time
+//! out are outstanding (their timeouts are checked in between), until woken while none is. Requests beyond the free
 //! command identifiers wait in the I/O thread's backlog until a command completes.
 //!
 //! When the queue fails, every outstanding and later request completes with the failure; the handle stays
@@ -76,6 +76,9 @@ pub trait BareQueue<T>: Send {
     fn free_slots(&self) -> usize;
     /// Commands submitted and not completed yet.
     fn outstanding(&self) -> usize;
+    /// Whether a command that can time out is outstanding: any but the admin queue's Asynchronous Event
+    /// Requests, which wait for an event as long as it takes.
+    fn timed_outstanding(&self) -> bool;
     /// The error the queue failed with, if it did.
     fn failure(&self) -> Option<&HostError>;
     /// The queue's own counters.
@@ -106,6 +109,9 @@ impl<T: Send> BareQueue<T> for TcpQueue<T> {
     }
     fn outstanding(&self) -> usize {
         TcpQueue::outstanding(self)
+    }
+    fn timed_outstanding(&self) -> bool {
+        TcpQueue::timed_outstanding(self)
     }
     fn failure(&self) -> Option<&HostError> {
         TcpQueue::failure(self)
@@ -914,9 +920,10 @@ fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Sh
         if stopping && queue.outstanding() == 0 && backlog.is_empty() {
             break;
         }
-        // Outstanding commands have timeouts to check; with none, only a submission (the waker), the peer or a
-        // transport event has anything for this thread, and each of those ends the wait.
-        let wait = (queue.outstanding() > 0).then_some(TIMEOUT_CHECK);
+        // Outstanding commands have timeouts to check; with none (an Asynchronous Event Request has none), only a
+        // submission (the waker), the peer or a transport event has anything for this thread, and each of those
+        // ends the wait.
+        let wait = queue.timed_outstanding().then_some(TIMEOUT_CHECK);
         let _ = queue.poll(wait);
         // Submissions and a failure are published even when no command finished.
         if !reply_all(&mut queue, shared) {
@@ -1102,6 +1109,22 @@ mod tests {
         second.join().unwrap();
         failed.recv_timeout(Duration::from_secs(10)).expect("the replacement's failure was reported");
         assert!(q.failure().is_some());
+    }
+
+    #[test]
+    fn only_commands_that_can_time_out_keep_the_io_thread_checking() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (go, controller) = hang_up_after_icresp(&listener);
+        let opts = TcpQueueOptions { qid: 0, depth: 4, ..TcpQueueOptions::default() };
+        let mut q: TcpQueue<()> = TcpQueue::connect(listener.local_addr().unwrap(), &opts).unwrap();
+        let command = |sqe| Request { sqe, data: Vec::new(), direction: DataDirection::None, context: () };
+        q.submit(command(nvmf_common::nvme::admin::AsyncEventRequest.to_sqe())).unwrap();
+        assert_eq!(q.outstanding(), 1);
+        assert!(!q.timed_outstanding(), "an Asynchronous Event Request waits as long as it takes");
+        q.submit(command(nvmf_common::nvme::admin::KeepAlive.to_sqe())).unwrap();
+        assert!(q.timed_outstanding(), "a Keep Alive times out");
+        go.send(()).unwrap();
+        controller.join().unwrap();
     }
 
     /// A [`CompletionSink`] that hands completions to the test and counts wake-ups.
@@ -1331,6 +1354,9 @@ mod driver_tests {
         }
         fn outstanding(&self) -> usize {
             self.outstanding.len()
+        }
+        fn timed_outstanding(&self) -> bool {
+            !self.outstanding.is_empty()
         }
         fn failure(&self) -> Option<&HostError> {
             self.failed.as_ref()

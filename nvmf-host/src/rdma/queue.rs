@@ -340,6 +340,12 @@ impl<T> RdmaQueue<T> {
         self.slots.len() - self.free.len()
     }
 
+    /// Whether a command that can time out is outstanding: any but the admin queue's Asynchronous Event
+    /// Requests, which wait for an event as long as it takes.
+    pub fn timed_outstanding(&self) -> bool {
+        self.outstanding() > 0 && self.slots.iter().any(|s| s.state != RdmaCommandState::Free && s.timed)
+    }
+
     /// The state of the command with identifier `cid` ([`RdmaCommandState::Free`] if none is outstanding).
     pub fn command_state(&self, cid: u16) -> RdmaCommandState {
         self.live(cid).map_or(RdmaCommandState::Free, |i| self.slots[i].state)
@@ -484,7 +490,7 @@ impl<T> RdmaQueue<T> {
             self.memory.arm()?;
             // A completion between the last poll and arming raised no event: look once more.
             if self.reap()? == 0 {
-                let timeout = if self.outstanding() > 0 {
+                let timeout = if self.timed_outstanding() {
                     Some(timeout.map_or(self.command_timeout, |t| t.min(self.command_timeout)))
                 } else {
                     timeout
@@ -734,6 +740,9 @@ impl<T: Send> BareQueue<T> for RdmaQueue<T> {
     fn outstanding(&self) -> usize {
         RdmaQueue::outstanding(self)
     }
+    fn timed_outstanding(&self) -> bool {
+        RdmaQueue::timed_outstanding(self)
+    }
     fn failure(&self) -> Option<&HostError> {
         RdmaQueue::failure(self)
     }
@@ -799,6 +808,9 @@ impl<T: Send + 'static> BareQueue<T> for DetachedTeardown<T> {
     }
     fn outstanding(&self) -> usize {
         self.0.as_ref().map_or(0, RdmaQueue::outstanding)
+    }
+    fn timed_outstanding(&self) -> bool {
+        self.0.as_ref().is_some_and(RdmaQueue::timed_outstanding)
     }
     fn failure(&self) -> Option<&HostError> {
         self.0.as_ref().and_then(RdmaQueue::failure)

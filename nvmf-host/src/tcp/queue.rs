@@ -455,6 +455,12 @@ impl<T> TcpQueue<T> {
         self.cmds.slots.len() - self.cmds.free.len()
     }
 
+    /// Whether a command that can time out is outstanding: any but the admin queue's Asynchronous Event
+    /// Requests, which wait for an event as long as it takes.
+    pub fn timed_outstanding(&self) -> bool {
+        self.outstanding() > 0 && self.cmds.slots.iter().any(|s| s.state != CommandState::Free && s.timed)
+    }
+
     /// Free command identifiers.
     pub fn free_slots(&self) -> usize {
         self.cmds.free.len()
@@ -523,7 +529,7 @@ impl<T> TcpQueue<T> {
             self.cmds.flush(&mut self.stream).map_err(|e| HostError::io(qid, "sending", &e))?;
         }
         // Bound the wait by the oldest command's deadline so timeouts fire.
-        let timeout = if self.outstanding() > 0 {
+        let timeout = if self.timed_outstanding() {
             Some(timeout.map_or(self.command_timeout, |t| t.min(self.command_timeout)))
         } else {
             timeout
