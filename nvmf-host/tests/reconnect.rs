@@ -1,7 +1,7 @@
 //! Reconnect against our target in-process on 127.0.0.1: held I/O (and a held admin command) completes after
 //! the target is back, fails after ctrl-loss-tmo when it is not, fails fast after fast-io-fail-tmo; keep-alive
-//! keeps an idle association live, and a Keep Alive timing out on a network gone dark (a relay that drops bytes
-//! without closing anything) starts a reconnect. The namespace is a file in a temporary directory so its data
+//! keeps an idle association live, a Keep Alive timing out on a network gone dark (a relay that drops bytes
+//! without closing anything) starts a reconnect, and so does an idle I/O queue's connection hung up. The namespace is a file in a temporary directory so its data
 //! survives a restart.
 
 mod support;
@@ -10,7 +10,7 @@ use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvmf_common::nvme::identify::{cns, Identify, IdentifyController, IDENTIFY_DATA_SIZE};
@@ -210,10 +210,15 @@ fn keep_alive_keeps_an_idle_association_live() {
 
 /// A TCP relay between the host and the target that can silently stop carrying the connections it has
 /// (bytes are read and dropped, nothing is closed): a network that went dark. Later connections are relayed.
+/// It can also hang up one connection on the host's side only, the target seeing nothing.
 struct Relay {
     addr: SocketAddr,
     /// Connections numbered below this are dark.
     dark_below: Arc<AtomicU64>,
+    /// The connection hung up on the host's side (`u64::MAX`: none); dark from then on.
+    cut: Arc<AtomicU64>,
+    /// The host's side of each connection, by number.
+    hosts: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Relay {
@@ -221,18 +226,27 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let dark_below = Arc::new(AtomicU64::new(0));
-        let dark = Arc::clone(&dark_below);
+        let cut = Arc::new(AtomicU64::new(u64::MAX));
+        let hosts = Arc::new(Mutex::new(Vec::new()));
+        let (dark, cut_one, host_sides) = (Arc::clone(&dark_below), Arc::clone(&cut), Arc::clone(&hosts));
         std::thread::spawn(move || {
             for (n, host) in listener.incoming().enumerate() {
                 let (Ok(host), Ok(ctrl)) = (host, TcpStream::connect(target)) else { continue };
                 let n = n as u64;
+                host_sides.lock().unwrap().push(host.try_clone().unwrap());
                 for (from, to) in [(host.try_clone().unwrap(), ctrl.try_clone().unwrap()), (ctrl, host)] {
-                    let dark = Arc::clone(&dark);
-                    std::thread::spawn(move || pump(from, to, n, &dark));
+                    let (dark, cut) = (Arc::clone(&dark), Arc::clone(&cut_one));
+                    std::thread::spawn(move || pump(from, to, n, &dark, &cut));
                 }
             }
         });
-        Relay { addr, dark_below }
+        Relay { addr, dark_below, cut, hosts }
+    }
+
+    /// Hang up connection `n` on the host's side; the target's side stays open and hears nothing.
+    fn cut_host_side(&self, n: u64) {
+        self.cut.store(n, Ordering::SeqCst);
+        self.hosts.lock().unwrap()[usize::try_from(n).unwrap()].shutdown(Shutdown::Both).unwrap();
     }
 
     /// Stop carrying every connection made so far.
@@ -246,12 +260,13 @@ impl Relay {
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, n: u64, dark_below: &AtomicU64) {
+fn pump(mut from: TcpStream, mut to: TcpStream, n: u64, dark_below: &AtomicU64, cut: &AtomicU64) {
+    let carried = || n >= dark_below.load(Ordering::SeqCst) && n != cut.load(Ordering::SeqCst);
     let mut buf = [0u8; 64 << 10];
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
-            Ok(len) if n >= dark_below.load(Ordering::SeqCst) => {
+            Ok(len) if carried() => {
                 if to.write_all(&buf[..len]).is_err() {
                     break;
                 }
@@ -260,7 +275,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, n: u64, dark_below: &AtomicU64) 
         }
     }
     // A dark network does not pass a close on either (the target ending the association is not seen).
-    if n >= dark_below.load(Ordering::SeqCst) {
+    if carried() {
         let _ = to.shutdown(Shutdown::Both);
     }
 }
@@ -294,6 +309,33 @@ fn a_keep_alive_timeout_on_a_dark_network_reconnects_and_held_io_completes() {
     let mut back = vec![0; b.len()];
     ctrl.read(1, 0, &mut back).unwrap();
     assert_eq!(back, b);
+}
+
+#[test]
+fn an_idle_io_queue_losing_its_connection_reconnects() {
+    // Nothing in flight on the I/O queue, the admin queue untouched and no keep-alive: only the I/O queue's own
+    // thread can tell the supervisor.
+    let target = support::Target::start();
+    let relay = Relay::start(target.addr);
+    let mut o = options(1);
+    o.keep_alive_tmo = Duration::ZERO;
+    o.reconnect_delay = Duration::from_millis(200);
+    let ctrl = Controller::connect(relay.addr, SUBNQN, o).expect("connect through the relay");
+    let a = pattern(4096, 12);
+    ctrl.write(1, 0, &a).unwrap();
+
+    // Admin and one I/O queue: connections 0 and 1.
+    relay.cut_host_side(1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ctrl.reconnects() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(ctrl.reconnects(), 1, "the lost I/O queue was noticed and the association replaced");
+    assert_eq!(wait_state(&ctrl, |s| s == ControllerState::Live), ControllerState::Live);
+    let mut back = vec![0; a.len()];
+    ctrl.read(1, 0, &mut back).unwrap();
+    assert_eq!(back, a);
+    ctrl.disconnect().unwrap();
 }
 
 #[test]
