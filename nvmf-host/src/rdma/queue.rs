@@ -343,7 +343,9 @@ impl<T> RdmaQueue<T> {
     /// Whether a command that can time out is outstanding: any but the admin queue's Asynchronous Event
     /// Requests, which wait for an event as long as it takes.
     pub fn timed_outstanding(&self) -> bool {
-        self.outstanding() > 0 && self.slots.iter().any(|s| s.state != RdmaCommandState::Free && s.timed)
+        // Only the admin queue has commands without a timeout: an I/O queue answers without a scan.
+        self.outstanding() > 0
+            && (self.qid != 0 || self.slots.iter().any(|s| s.state != RdmaCommandState::Free && s.timed))
     }
 
     /// The state of the command with identifier `cid` ([`RdmaCommandState::Free`] if none is outstanding).

@@ -458,7 +458,9 @@ impl<T> TcpQueue<T> {
     /// Whether a command that can time out is outstanding: any but the admin queue's Asynchronous Event
     /// Requests, which wait for an event as long as it takes.
     pub fn timed_outstanding(&self) -> bool {
-        self.outstanding() > 0 && self.cmds.slots.iter().any(|s| s.state != CommandState::Free && s.timed)
+        // Only the admin queue has commands without a timeout: an I/O queue answers without a scan.
+        self.outstanding() > 0
+            && (self.cmds.qid != 0 || self.cmds.slots.iter().any(|s| s.state != CommandState::Free && s.timed))
     }
 
     /// Free command identifiers.
