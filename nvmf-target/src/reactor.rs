@@ -5,8 +5,9 @@
 //!
 //! One turn: handle socket readiness (read, decode, execute, queue output), submit every storage op queued during the
 //! turn with one `io_uring_enter`, reap completions and turn them into responses, flush output, and every tick run
-//! each queue's timers (keep-alive, held AERs, commands waiting for a buffer). A connection that ended stays until its
-//! storage ops have completed, so the kernel never writes into a buffer we reused.
+//! each queue's timers (keep-alive, held AERs, commands waiting for a buffer); with no connection there is no timer,
+//! and the reactor sleeps until woken. A connection that ended stays until its storage ops have completed, so the
+//! kernel never writes into a buffer we reused.
 
 use std::io;
 use std::net::SocketAddr;
@@ -281,8 +282,15 @@ impl Reactor {
         loop {
             // The clock is read once per turn, when the poll returns (a syscall where the vDSO cannot read it, as
             // in TCG guests): the timers and the commands' latencies (`set_turn_time`) use that reading.
-            let timeout = if busy { Duration::ZERO } else { next_tick.saturating_duration_since(now) };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            let timeout = if busy {
+                Some(Duration::ZERO)
+            } else if self.has_connections() {
+                Some(next_tick.saturating_duration_since(now))
+            } else {
+                // No queue, so no timer: a new connection or a message comes with the waker.
+                None
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!(reactor = self.index, error = %e, "epoll failed; reactor stops");
                     return;
@@ -324,15 +332,20 @@ impl Reactor {
             {
                 busy = self.rdma.flush_and_reap(&mut self.engine, now);
             }
-            #[cfg(feature = "rdma")]
-            let rdma_done = self.rdma.is_empty();
-            #[cfg(not(feature = "rdma"))]
-            let rdma_done = true;
-            if self.shutting_down && rdma_done && self.connections.iter().all(Option::is_none) {
+            if self.shutting_down && !self.has_connections() {
                 tracing::debug!(reactor = self.index, "reactor stopped");
                 return;
             }
         }
+    }
+
+    /// Whether any connection (TCP or RDMA) is here: only then do queues' timers need the tick.
+    fn has_connections(&self) -> bool {
+        #[cfg(feature = "rdma")]
+        let rdma = !self.rdma.is_empty();
+        #[cfg(not(feature = "rdma"))]
+        let rdma = false;
+        rdma || self.connections.iter().any(Option::is_some)
     }
 
     /// Submit queued storage ops, then turn completions into responses until no more arrive without waiting.
