@@ -15,8 +15,8 @@
 //! What blocks: [`Submitter::submit`] blocks only while the request channel is full (as many requests
 //! queued as the queue is deep — backpressure); [`Pending::wait`] blocks for the completion, bounded by
 //! its timeout. The I/O thread blocks only in `poll`: at most 100 ms at a time while commands that can time
-//! out are outstanding (their timeouts are checked in between), until woken while none is. Requests beyond the free
-//! command identifiers wait in the I/O thread's backlog until a command completes.
+//! out are outstanding (their timeouts are checked in between), until woken while none is. Requests beyond
+//! the free command identifiers wait in the I/O thread's backlog until a command completes.
 //!
 //! When the queue fails, every outstanding and later request completes with the failure; the handle stays
 //! valid and reports it ([`QueueHandle::failure`]). Dropping the last handle (or [`QueueHandle::close`])
@@ -31,7 +31,8 @@
 //! `Recovery::hold` and goes to the replacement; a command the link lost completes in [`Pending::wait`]
 //! by being resubmitted there — the [`Pending`] keeps the command's SQE (64 bytes, no allocation) and the
 //! queue hands the owned data buffer back with the failed completion, so nothing is copied. The same code
-//! serves both transports.
+//! serves both transports. A recovering handle's links also tell the `Recovery` when they fail
+//! (`Recovery::link_failed`), a command in flight or not, so the controller needs no timer to notice.
 //!
 //! Completion sinks: a caller that multiplexes many commands on one thread (an export queue) submits with
 //! [`QueueHandle::submit_to_sink`] instead: no reply channel is allocated; the I/O thread pushes each

@@ -1,8 +1,8 @@
 //! Reconnect against our target in-process on 127.0.0.1: held I/O (and a held admin command) completes after
 //! the target is back, fails after ctrl-loss-tmo when it is not, fails fast after fast-io-fail-tmo; keep-alive
 //! keeps an idle association live, a Keep Alive timing out on a network gone dark (a relay that drops bytes
-//! without closing anything) starts a reconnect, and so does an idle I/O queue's connection hung up. The namespace is a file in a temporary directory so its data
-//! survives a restart.
+//! without closing anything) starts a reconnect, and so does an idle I/O queue's connection hung up. The namespace
+//! is a file in a temporary directory so its data survives a restart.
 
 mod support;
 
