@@ -992,12 +992,18 @@ mod tests {
         std::thread::spawn(move || serve(&listener, answer))
     }
 
-    fn serve(listener: &TcpListener, answer: bool) -> (SubmissionQueueEntry, Vec<u8>) {
+    /// Accept one connection and answer its ICReq.
+    fn accept_and_answer_icreq(listener: &TcpListener) -> std::net::TcpStream {
         let (mut s, _) = listener.accept().unwrap();
         let mut icreq = [0u8; 128];
         s.read_exact(&mut icreq).unwrap();
         let icresp = Pdu::IcResp(IcResp { pfv: 0, cpda: 0, dgst: Default::default(), maxh2cdata: 8192 });
         s.write_all(&icresp.to_bytes(&[], &Framing::default()).unwrap()).unwrap();
+        s
+    }
+
+    fn serve(listener: &TcpListener, answer: bool) -> (SubmissionQueueEntry, Vec<u8>) {
+        let mut s = accept_and_answer_icreq(listener);
         let mut capsule = vec![0u8; 72 + LEN];
         s.read_exact(&mut capsule).unwrap();
         let sqe = SubmissionQueueEntry::parse(&capsule[8..72]).unwrap();
@@ -1076,11 +1082,7 @@ mod tests {
         let listener = listener.try_clone().unwrap();
         let (go, told) = channel();
         let controller = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut icreq = [0u8; 128];
-            s.read_exact(&mut icreq).unwrap();
-            let icresp = Pdu::IcResp(IcResp { pfv: 0, cpda: 0, dgst: Default::default(), maxh2cdata: 8192 });
-            s.write_all(&icresp.to_bytes(&[], &Framing::default()).unwrap()).unwrap();
+            let _connection = accept_and_answer_icreq(&listener);
             told.recv().unwrap();
         });
         (go, controller)
