@@ -504,8 +504,8 @@ impl<T> TcpQueue<T> {
     }
 
     /// Send the commands submitted since the last poll, wait up to `timeout` (`None`: until something happens) for
-    /// socket events or a wake-up, then send what can be sent and handle every PDU that arrived. Completions are then in
-    /// [`TcpQueue::next_completion`]. Returns the queue's failure once it has failed.
+    /// socket events or a wake-up, then send what can be sent and handle every PDU that arrived. Completions are
+    /// then in [`TcpQueue::next_completion`]. Returns the queue's failure once it has failed.
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
@@ -530,7 +530,7 @@ impl<T> TcpQueue<T> {
         if !self.cmds.out.is_empty() {
             self.cmds.flush(&mut self.stream).map_err(|e| HostError::io(qid, "sending", &e))?;
         }
-        // Bound the wait by the oldest command's deadline so timeouts fire.
+        // A command that can time out bounds the wait by the command timeout (the I/O thread's own cap is shorter).
         let timeout = if self.timed_outstanding() {
             Some(timeout.map_or(self.command_timeout, |t| t.min(self.command_timeout)))
         } else {
