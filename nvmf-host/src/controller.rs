@@ -33,16 +33,23 @@
 //! the reconnect attempts; it sleeps until one of those is due, blocks on admin commands and connects, and is
 //! never on the data path. The blocking calls here run on the caller's thread, split transfers at MDTS, submit
 //! every piece at once (spread round-robin over the I/O queues) and wait for all of them, each wait
-//! bounded by [`ConnectOptions::io_timeout`] (and held while reconnecting). The blocking wrappers copy
-//! between the caller's slice and the queue's owned buffer; zero-copy callers use
-//! [`Controller::submit_io`] with owned buffers. The data path takes one uncontended `RwLock` read (the
-//! queue's current connection; only a reconnect write-locks it) and no other lock.
+//! bounded by [`ConnectOptions::io_timeout`] (and held while reconnecting). Each has an async twin
+//! (`read_async`, `write_async`, `flush_async`, `write_zeroes_async`, `deallocate_async`, and
+//! [`Controller::submit_io_async`]) for any executor: the same commands, awaited ([`Pending`] is a
+//! `Future` woken by the queue's I/O thread), and held while reconnecting without blocking the task's thread
+//! (the supervisor wakes held tasks on every state change and at the fast-fail deadline); the queue's command
+//! timeout bounds them. Reads and writes take scatter-gather lists (`IoSliceMut`, `IoSlice`) whose lengths add
+//! up to whole blocks; the wrappers copy between those and the queue's owned buffers (one buffer per command),
+//! and zero-copy callers use [`Controller::submit_io`] with owned buffers. The data path takes one uncontended
+//! `RwLock` read (the queue's current connection; only a reconnect write-locks it) and no other lock.
 
 use std::collections::HashMap;
+use std::io::{IoSlice, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
+use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -254,6 +261,8 @@ struct Status {
     epoch: u64,
     /// When the association was lost (while not Live).
     lost_at: Option<Instant>,
+    /// Tasks awaiting a held command ([`Recovery::poll_hold`]), woken by the next state change.
+    held: Vec<Waker>,
 }
 
 impl ControllerState {
@@ -286,9 +295,39 @@ impl Supervision {
     fn set(&self, status: &mut Status, state: ControllerState) {
         status.state = state;
         self.word.store(state.to_word(), Ordering::Release);
-        self.changed.notify_all();
+        self.wake_held(status);
         // Gone only once the supervisor stopped, which needs no telling.
         let _ = self.wake.send(Wake::Look);
+    }
+
+    /// Let every held command look at the state again (blocked or awaited).
+    fn wake_held(&self, status: &mut Status) {
+        self.changed.notify_all();
+        for waker in status.held.drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// Where a command held since association `epoch` failed (`cause`) stands: resubmit (`Ok`), fail, or
+    /// keep waiting (`Pending`). A live controller still on that association starts reconnecting here.
+    fn held(&self, status: &mut Status, qid: u16, epoch: u64, cause: &HostError) -> Poll<Result<(), HostError>> {
+        if status.epoch > epoch {
+            return Poll::Ready(Ok(()));
+        }
+        if status.state == ControllerState::Live {
+            self.lose(status, epoch, cause);
+        }
+        Poll::Ready(Err(match status.state {
+            ControllerState::Live | ControllerState::Reconnecting { .. } => {
+                let lost = Self::lost_for(status);
+                match self.fast_io_fail_tmo {
+                    Some(f) if lost >= f => HostError::FastIoFail { after: lost },
+                    _ => return Poll::Pending,
+                }
+            }
+            ControllerState::Deleting => HostError::ShutDown { qid },
+            ControllerState::Failed => HostError::ControllerLost { after: Self::lost_for(status) },
+        }))
     }
 
     /// Association `epoch` was lost (`cause`): start reconnecting unless that already happened.
@@ -309,26 +348,28 @@ impl Recovery for Supervision {
     fn hold(&self, qid: u16, epoch: u64, cause: &HostError) -> Result<(), HostError> {
         let mut status = self.lock();
         loop {
-            if status.epoch > epoch {
-                return Ok(());
-            }
-            match status.state {
-                ControllerState::Live => self.lose(&mut status, epoch, cause),
-                ControllerState::Deleting => return Err(HostError::ShutDown { qid }),
-                ControllerState::Failed => return Err(HostError::ControllerLost { after: Self::lost_for(&status) }),
-                ControllerState::Reconnecting { .. } => {
-                    let lost = Self::lost_for(&status);
-                    // Wake at the fast-fail deadline; otherwise the supervisor's state changes wake us (the
-                    // one-second bound is only a guard against a missed notification).
-                    let wait = match self.fast_io_fail_tmo {
-                        Some(f) if lost >= f => return Err(HostError::FastIoFail { after: lost }),
-                        Some(f) => (f - lost).min(Duration::from_secs(1)),
-                        None => Duration::from_secs(1),
-                    };
+            match self.held(&mut status, qid, epoch, cause) {
+                Poll::Ready(result) => return result,
+                // Wake at the fast-fail deadline; otherwise the supervisor's state changes wake us (the
+                // one-second bound is only a guard against a missed notification).
+                Poll::Pending => {
+                    let wait =
+                        self.fast_io_fail_tmo.map_or(Duration::MAX, |f| f.saturating_sub(Self::lost_for(&status)));
+                    let wait = wait.min(Duration::from_secs(1));
                     status = self.changed.wait_timeout(status, wait).unwrap_or_else(PoisonError::into_inner).0;
                 }
             }
         }
+    }
+
+    fn poll_hold(&self, qid: u16, epoch: u64, cause: &HostError, cx: &mut Context<'_>) -> Poll<Result<(), HostError>> {
+        let mut status = self.lock();
+        let held = self.held(&mut status, qid, epoch, cause);
+        if held.is_pending() && !status.held.iter().any(|w| w.will_wake(cx.waker())) {
+            // Woken by the next state change, or by the supervisor at the fast-fail deadline.
+            status.held.push(cx.waker().clone());
+        }
+        held
     }
 
     fn link_failed(&self) {
@@ -404,7 +445,11 @@ fn run(
 }
 
 fn finish(command: &'static str, pending: Pending, timeout: Duration) -> Result<Reply, HostError> {
-    let reply = pending.wait(timeout)?;
+    check(command, pending.wait(timeout)?)
+}
+
+/// `reply` of `command` if it succeeded; else its error, or its status as [`HostError::Status`].
+fn check(command: &'static str, reply: Reply) -> Result<Reply, HostError> {
     match &reply.result {
         Ok(cqe) if cqe.status.is_success() => Ok(reply),
         Ok(cqe) => Err(HostError::Status { command, status: cqe.status }),
@@ -766,14 +811,16 @@ impl Inner {
 }
 
 /// The supervisor thread (see the module docs): runs until the controller is deleted or fails. It sleeps until a
-/// [`Wake`] or its next deadline: the next Keep Alive while live; the next attempt or the `ctrl_loss_tmo` while
-/// reconnecting.
+/// [`Wake`] or its next deadline: the next Keep Alive while live; the next attempt, the `fast_io_fail_tmo` (to
+/// wake awaited held commands) or the `ctrl_loss_tmo` while reconnecting.
 fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
     let sup = &inner.supervision;
     let o = &inner.options;
     let keep_alive = (!o.keep_alive_tmo.is_zero()).then_some(o.keep_alive_tmo / 2);
     let mut next_keep_alive = keep_alive.map(|i| Instant::now() + i);
     let mut next_attempt: Option<Instant> = None;
+    // Whether the held commands were woken at this loss's fast-fail deadline.
+    let mut fast_failed = false;
     let mut wake_at = next_keep_alive;
     loop {
         let wake = match wake_at {
@@ -809,13 +856,21 @@ fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
             ControllerState::Reconnecting { attempts } => {
                 let lost_at = lost_at.unwrap_or_else(Instant::now);
                 let give_up = o.ctrl_loss_tmo.map(|t| lost_at + t);
+                // Held commands fail from the fast-fail deadline on; an awaited one learns it when woken.
+                let fast_fail = o.fast_io_fail_tmo.map(|t| lost_at + t).filter(|_| !fast_failed);
+                if fast_fail.is_some_and(|t| Instant::now() >= t) {
+                    sup.wake_held(&mut sup.lock());
+                    fast_failed = true;
+                }
+                let fast_fail = fast_fail.filter(|_| !fast_failed);
+                let deadline = |attempt| earliest(earliest(attempt, give_up), fast_fail);
                 let Some(at) = next_attempt else {
                     // Just lost: drop every connection now (outstanding commands complete and are held).
                     for q in inner.queues() {
                         q.abort();
                     }
                     next_attempt = Some(lost_at + o.reconnect_delay);
-                    wake_at = earliest(next_attempt, give_up);
+                    wake_at = deadline(next_attempt);
                     continue;
                 };
                 let now = Instant::now();
@@ -828,19 +883,20 @@ fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
                     return;
                 }
                 if now < at {
-                    wake_at = earliest(Some(at), give_up);
+                    wake_at = deadline(Some(at));
                     continue;
                 }
                 match inner.reconnect() {
                     Ok(()) => {
                         next_attempt = None;
+                        fast_failed = false;
                         next_keep_alive = keep_alive.map(|i| Instant::now() + i);
                         wake_at = next_keep_alive;
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, attempt = attempts + 1, "reconnect failed");
                         next_attempt = Some(Instant::now() + o.reconnect_delay);
-                        wake_at = earliest(next_attempt, give_up);
+                        wake_at = deadline(next_attempt);
                         let mut s = sup.lock();
                         if s.state == (ControllerState::Reconnecting { attempts }) {
                             sup.set(&mut s, ControllerState::Reconnecting { attempts: attempts + 1 });
@@ -848,6 +904,64 @@ fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The replies of a transfer's commands in order, or the first error (every command is waited for either way).
+fn all_replies(results: impl Iterator<Item = Result<Reply, HostError>>) -> Result<Vec<Reply>, HostError> {
+    let mut replies = Vec::new();
+    let mut first_error = None;
+    for result in results {
+        match result {
+            Ok(r) => replies.push(r),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(replies), Err)
+}
+
+/// The bytes of `bufs` one after the other, cut into buffers of `chunk` bytes (the last may be shorter).
+fn gather(bufs: &[IoSlice<'_>], chunk: usize) -> Vec<Vec<u8>> {
+    let len: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut pieces = Vec::with_capacity(len.div_ceil(chunk));
+    let mut piece = Vec::with_capacity(chunk.min(len));
+    for buf in bufs {
+        let mut src: &[u8] = buf;
+        while !src.is_empty() {
+            let n = (chunk - piece.len()).min(src.len());
+            piece.extend_from_slice(&src[..n]);
+            src = &src[n..];
+            if piece.len() == chunk {
+                let rest = len - (pieces.len() + 1) * chunk;
+                pieces.push(std::mem::replace(&mut piece, Vec::with_capacity(chunk.min(rest))));
+            }
+        }
+    }
+    if !piece.is_empty() {
+        pieces.push(piece);
+    }
+    pieces
+}
+
+/// Copy the replies' data into `bufs`, one after the other.
+fn scatter(replies: Vec<Reply>, bufs: &mut [IoSliceMut<'_>]) {
+    let mut dst = bufs.iter_mut().map(|b| &mut **b);
+    let mut to: &mut [u8] = &mut [];
+    for reply in replies {
+        let mut src = &reply.data[..];
+        while !src.is_empty() {
+            if to.is_empty() {
+                let Some(next) = dst.next() else { return };
+                to = next;
+                continue;
+            }
+            let n = to.len().min(src.len());
+            to[..n].copy_from_slice(&src[..n]);
+            to = &mut std::mem::take(&mut to)[n..];
+            src = &src[n..];
         }
     }
 }
@@ -868,7 +982,7 @@ impl Controller {
         let assoc = associate(addr, subnqn, &options, options.nr_io_queues)?;
         let (wake, wakes) = channel();
         let supervision = Arc::new(Supervision {
-            status: Mutex::new(Status { state: ControllerState::Live, epoch: 0, lost_at: None }),
+            status: Mutex::new(Status { state: ControllerState::Live, epoch: 0, lost_at: None, held: Vec::new() }),
             changed: Condvar::new(),
             wake,
             word: AtomicU64::new(ControllerState::Live.to_word()),
@@ -1049,6 +1163,14 @@ impl Controller {
         self.io_queue()?.submit(request)
     }
 
+    /// [`Controller::submit_io`] for async callers: never blocks while the controller reconnects (the
+    /// [`Pending`] holds the command, and `.await`ing it waits for the new association), only briefly while
+    /// the queue's request channel is full. Awaiting a [`Pending`] has no timeout of its own: the queue's
+    /// command timeout fails a command the controller never answers.
+    pub fn submit_io_async(&self, request: Request<()>) -> Result<Pending, HostError> {
+        self.io_queue()?.submit_async(request)
+    }
+
     /// Blocks per command: MDTS and the 16-bit NLB, whichever is smaller.
     fn max_blocks(&self, block_size: u32) -> usize {
         let by_mdts =
@@ -1056,7 +1178,10 @@ impl Controller {
         by_mdts.clamp(1, 65536)
     }
 
-    fn check_buffer(ns: &NamespaceInfo, slba: u64, len: usize) -> Result<usize, HostError> {
+    /// The bytes of one command (MDTS) on namespace `nsid` for a transfer of `len` bytes at `slba`, and the
+    /// block size, once the transfer is checked to be whole blocks inside the namespace.
+    fn transfer(&self, nsid: u32, slba: u64, len: usize) -> Result<(usize, usize), HostError> {
+        let ns = self.namespace(nsid)?;
         let bs = usize::try_from(ns.block_size).unwrap_or(usize::MAX);
         if len == 0 || len % bs != 0 {
             return Err(HostError::InvalidRequest(format!("{len} bytes is not a whole number of {bs}-byte blocks")));
@@ -1068,109 +1193,149 @@ impl Controller {
                 ns.nsid, ns.blocks
             )));
         }
-        Ok(bs)
+        Ok((self.max_blocks(ns.block_size) * bs, bs))
     }
 
-    fn wait_all(&self, command: &'static str, pending: Vec<Pending>) -> Result<Vec<Reply>, HostError> {
-        let mut replies = Vec::with_capacity(pending.len());
-        let mut first_error = None;
-        for p in pending {
-            match finish(command, p, self.inner.options.io_timeout) {
-                Ok(r) => replies.push(r),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
+    /// The Reads of `len` bytes from `slba`, one per `chunk` bytes, each with its own buffer.
+    fn read_requests(&self, nsid: u32, slba: u64, len: usize) -> Result<Vec<Request<()>>, HostError> {
+        let (chunk, bs) = self.transfer(nsid, slba, len)?;
+        let requests = (0..len).step_by(chunk).map(|at| {
+            let n = chunk.min(len - at);
+            let nlb = u16::try_from(n / bs - 1).unwrap_or(u16::MAX);
+            let sqe = Read { nsid, slba: slba + (at / bs) as u64, nlb, ..Read::default() }.to_sqe();
+            Request { sqe, data: vec![0; n], direction: DataDirection::ControllerToHost, context: () }
+        });
+        Ok(requests.collect())
+    }
+
+    /// The Writes of the bytes of `bufs` (gathered) at `slba`, one per `chunk` bytes.
+    fn write_requests(&self, nsid: u32, slba: u64, bufs: &[IoSlice<'_>]) -> Result<Vec<Request<()>>, HostError> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        let (chunk, bs) = self.transfer(nsid, slba, len)?;
+        let requests = gather(bufs, chunk).into_iter().scan(slba, |at, data| {
+            let blocks = data.len() / bs;
+            let nlb = u16::try_from(blocks - 1).unwrap_or(u16::MAX);
+            let sqe = Write { nsid, slba: *at, nlb, ..Write::default() }.to_sqe();
+            *at += blocks as u64;
+            Some(Request { sqe, data, direction: DataDirection::HostToController, context: () })
+        });
+        Ok(requests.collect())
+    }
+
+    /// The Flush of namespace `nsid`.
+    fn flush_requests(nsid: u32) -> Vec<Request<()>> {
+        let sqe = Flush { nsid }.to_sqe();
+        vec![Request { sqe, data: Vec::new(), direction: DataDirection::None, context: () }]
+    }
+
+    /// The Write Zeroes over `blocks` blocks from `slba`, at most 65536 blocks each.
+    fn write_zeroes_requests(&self, nsid: u32, slba: u64, blocks: u64) -> Result<Vec<Request<()>>, HostError> {
+        let ns = self.namespace(nsid)?;
+        if blocks == 0 || slba.checked_add(blocks).is_none_or(|end| end > ns.blocks) {
+            return Err(HostError::InvalidRequest(format!("Write Zeroes of LBAs {slba}+{blocks} on namespace {nsid}")));
         }
-        first_error.map_or(Ok(replies), Err)
+        let requests = (slba..slba + blocks).step_by(65536).map(|at| {
+            let nlb = u16::try_from((slba + blocks - at).min(65536) - 1).unwrap_or(u16::MAX);
+            let sqe = WriteZeroes { nsid, slba: at, nlb, ..WriteZeroes::default() }.to_sqe();
+            Request { sqe, data: Vec::new(), direction: DataDirection::None, context: () }
+        });
+        Ok(requests.collect())
+    }
+
+    /// The Dataset Management (AD) commands deallocating the `(slba, blocks)` ranges, 256 ranges each.
+    fn deallocate_requests(&self, nsid: u32, ranges: &[(u64, u32)]) -> Result<Vec<Request<()>>, HostError> {
+        self.namespace(nsid)?;
+        let requests = ranges.chunks(DSM_MAX_RANGES).map(|group| {
+            let nr = u8::try_from(group.len() - 1).unwrap_or(u8::MAX);
+            let sqe = DatasetManagement { nsid, nr, ad: true, ..DatasetManagement::default() }.to_sqe();
+            let data =
+                group.iter().flat_map(|&(slba, length)| DsmRange { cattr: 0, length, slba }.to_bytes()).collect();
+            Request { sqe, data, direction: DataDirection::HostToController, context: () }
+        });
+        Ok(requests.collect())
+    }
+
+    /// Submit every request at once (round-robin over the I/O queues) and wait for all, each wait bounded by
+    /// the I/O timeout: the replies in order, or the first error.
+    fn run_io(&self, command: &'static str, requests: Vec<Request<()>>) -> Result<Vec<Reply>, HostError> {
+        let pending = requests.into_iter().map(|r| self.submit_io(r)).collect::<Result<Vec<_>, _>>()?;
+        let t = self.inner.options.io_timeout;
+        all_replies(pending.into_iter().map(|p| finish(command, p, t)))
+    }
+
+    /// [`Controller::run_io`] for async callers ([`Controller::submit_io_async`]).
+    async fn run_io_async(&self, command: &'static str, requests: Vec<Request<()>>) -> Result<Vec<Reply>, HostError> {
+        let pending = requests.into_iter().map(|r| self.submit_io_async(r)).collect::<Result<Vec<_>, _>>()?;
+        let mut results = Vec::with_capacity(pending.len());
+        for p in pending {
+            results.push(p.await.and_then(|reply| check(command, reply)));
+        }
+        all_replies(results.into_iter())
     }
 
     /// Read `buf.len()` bytes (whole blocks) from `slba` of namespace `nsid`.
     pub fn read(&self, nsid: u32, slba: u64, buf: &mut [u8]) -> Result<(), HostError> {
-        let ns = self.namespace(nsid)?;
-        let bs = Self::check_buffer(&ns, slba, buf.len())?;
-        let chunk = self.max_blocks(ns.block_size) * bs;
-        let mut pending = Vec::new();
-        for (i, piece) in buf.chunks(chunk).enumerate() {
-            let nlb = u16::try_from(piece.len() / bs - 1).unwrap_or(u16::MAX);
-            let sqe = Read { nsid, slba: slba + ((i * chunk / bs) as u64), nlb, ..Read::default() }.to_sqe();
-            let data = vec![0; piece.len()];
-            pending.push(self.submit_io(Request {
-                sqe,
-                data,
-                direction: DataDirection::ControllerToHost,
-                context: (),
-            })?);
-        }
-        for (reply, piece) in self.wait_all("Read", pending)?.into_iter().zip(buf.chunks_mut(chunk)) {
-            piece.copy_from_slice(&reply.data);
-        }
+        self.read_vectored(nsid, slba, &mut [IoSliceMut::new(buf)])
+    }
+
+    /// Read into the buffers of `bufs` in turn (scatter; their lengths add up to whole blocks) from `slba`.
+    pub fn read_vectored(&self, nsid: u32, slba: u64, bufs: &mut [IoSliceMut<'_>]) -> Result<(), HostError> {
+        let requests = self.read_requests(nsid, slba, bufs.iter().map(|b| b.len()).sum())?;
+        scatter(self.run_io("Read", requests)?, bufs);
+        Ok(())
+    }
+
+    /// [`Controller::read_vectored`], async: never blocks while the controller reconnects (see
+    /// [`Controller::submit_io_async`]).
+    pub async fn read_async(&self, nsid: u32, slba: u64, bufs: &mut [IoSliceMut<'_>]) -> Result<(), HostError> {
+        let requests = self.read_requests(nsid, slba, bufs.iter().map(|b| b.len()).sum())?;
+        scatter(self.run_io_async("Read", requests).await?, bufs);
         Ok(())
     }
 
     /// Write `data` (whole blocks) at `slba` of namespace `nsid`.
     pub fn write(&self, nsid: u32, slba: u64, data: &[u8]) -> Result<(), HostError> {
-        let ns = self.namespace(nsid)?;
-        let bs = Self::check_buffer(&ns, slba, data.len())?;
-        let chunk = self.max_blocks(ns.block_size) * bs;
-        let mut pending = Vec::new();
-        for (i, piece) in data.chunks(chunk).enumerate() {
-            let nlb = u16::try_from(piece.len() / bs - 1).unwrap_or(u16::MAX);
-            let sqe = Write { nsid, slba: slba + ((i * chunk / bs) as u64), nlb, ..Write::default() }.to_sqe();
-            let request =
-                Request { sqe, data: piece.to_vec(), direction: DataDirection::HostToController, context: () };
-            pending.push(self.submit_io(request)?);
-        }
-        self.wait_all("Write", pending).map(|_| ())
+        self.write_vectored(nsid, slba, &[IoSlice::new(data)])
+    }
+
+    /// Write the buffers of `bufs` one after the other (gather; their lengths add up to whole blocks) at `slba`.
+    pub fn write_vectored(&self, nsid: u32, slba: u64, bufs: &[IoSlice<'_>]) -> Result<(), HostError> {
+        self.run_io("Write", self.write_requests(nsid, slba, bufs)?).map(|_| ())
+    }
+
+    /// [`Controller::write_vectored`], async.
+    pub async fn write_async(&self, nsid: u32, slba: u64, bufs: &[IoSlice<'_>]) -> Result<(), HostError> {
+        self.run_io_async("Write", self.write_requests(nsid, slba, bufs)?).await.map(|_| ())
     }
 
     /// Flush namespace `nsid`'s volatile write cache.
     pub fn flush(&self, nsid: u32) -> Result<(), HostError> {
-        let sqe = Flush { nsid }.to_sqe();
-        let p = self.submit_io(Request { sqe, data: Vec::new(), direction: DataDirection::None, context: () })?;
-        finish("Flush", p, self.inner.options.io_timeout).map(|_| ())
+        self.run_io("Flush", Self::flush_requests(nsid)).map(|_| ())
+    }
+
+    /// [`Controller::flush`], async.
+    pub async fn flush_async(&self, nsid: u32) -> Result<(), HostError> {
+        self.run_io_async("Flush", Self::flush_requests(nsid)).await.map(|_| ())
     }
 
     /// Write Zeroes over `blocks` blocks from `slba` (split into commands of at most 65536 blocks).
     pub fn write_zeroes(&self, nsid: u32, slba: u64, blocks: u64) -> Result<(), HostError> {
-        let ns = self.namespace(nsid)?;
-        if blocks == 0 || slba.checked_add(blocks).is_none_or(|end| end > ns.blocks) {
-            return Err(HostError::InvalidRequest(format!("Write Zeroes of LBAs {slba}+{blocks} on namespace {nsid}")));
-        }
-        let mut pending = Vec::new();
-        let mut at = slba;
-        while at < slba + blocks {
-            let n = (slba + blocks - at).min(65536);
-            let nlb = u16::try_from(n - 1).unwrap_or(u16::MAX);
-            let sqe = WriteZeroes { nsid, slba: at, nlb, ..WriteZeroes::default() }.to_sqe();
-            pending.push(self.submit_io(Request {
-                sqe,
-                data: Vec::new(),
-                direction: DataDirection::None,
-                context: (),
-            })?);
-            at += n;
-        }
-        self.wait_all("Write Zeroes", pending).map(|_| ())
+        self.run_io("Write Zeroes", self.write_zeroes_requests(nsid, slba, blocks)?).map(|_| ())
+    }
+
+    /// [`Controller::write_zeroes`], async.
+    pub async fn write_zeroes_async(&self, nsid: u32, slba: u64, blocks: u64) -> Result<(), HostError> {
+        self.run_io_async("Write Zeroes", self.write_zeroes_requests(nsid, slba, blocks)?).await.map(|_| ())
     }
 
     /// Deallocate (Dataset Management, AD) the `(slba, blocks)` ranges; up to 256 ranges per command.
     pub fn deallocate(&self, nsid: u32, ranges: &[(u64, u32)]) -> Result<(), HostError> {
-        self.namespace(nsid)?;
-        let mut pending = Vec::new();
-        for group in ranges.chunks(DSM_MAX_RANGES) {
-            let nr = u8::try_from(group.len() - 1).unwrap_or(u8::MAX);
-            let sqe = DatasetManagement { nsid, nr, ad: true, ..DatasetManagement::default() }.to_sqe();
-            let data =
-                group.iter().flat_map(|&(slba, length)| DsmRange { cattr: 0, length, slba }.to_bytes()).collect();
-            pending.push(self.submit_io(Request {
-                sqe,
-                data,
-                direction: DataDirection::HostToController,
-                context: (),
-            })?);
-        }
-        self.wait_all("Dataset Management", pending).map(|_| ())
+        self.run_io("Dataset Management", self.deallocate_requests(nsid, ranges)?).map(|_| ())
+    }
+
+    /// [`Controller::deallocate`], async.
+    pub async fn deallocate_async(&self, nsid: u32, ranges: &[(u64, u32)]) -> Result<(), HostError> {
+        self.run_io_async("Dataset Management", self.deallocate_requests(nsid, ranges)?).await.map(|_| ())
     }
 
     /// Shut down cleanly: stop the supervisor, close the I/O queues, CC.SHN normal and wait for CSTS.SHST

@@ -5,7 +5,8 @@
 //! - [`queue_handle`] — a queue of either transport on its own I/O thread, shared by any number of threads,
 //!   with held I/O across reconnects and per-queue metrics.
 //! - [`controller`] — an association with one controller — bring-up (Connect, CC.EN/CSTS.RDY, Identify,
-//!   Number of Queues, I/O queue Connects), keep-alive, namespaces, blocking I/O wrappers, shutdown.
+//!   Number of Queues, I/O queue Connects), keep-alive, namespaces, blocking and async I/O with scatter-gather
+//!   buffers, shutdown.
 //! - [`identity`] — the host NQN and host ID (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, or generated).
 //! - [`discovery`] — reading a discovery controller's Discovery Log Page.
 //! - [`nbd`] — an NBD server exporting one namespace (unix socket or TCP) for qemu, fio and nbd-client.
@@ -18,6 +19,28 @@
 //! - [`error`] — the error type, [`HostError`].
 //!
 //! See `shared/design/ARCHITECTURE.md` for where this sits.
+//!
+//! Async I/O runs on any executor (the queues' I/O threads wake the awaiting task); while the controller
+//! reconnects, awaited commands are held without blocking the executor's thread:
+//!
+//! ```no_run
+//! use std::io::{IoSlice, IoSliceMut};
+//! use nvmf_host::{ConnectOptions, Controller, HostError};
+//!
+//! async fn copy_header(ctrl: &Controller) -> Result<(), HostError> {
+//!     let (mut header, mut body) = ([0u8; 512], vec![0u8; 3584]);
+//!     // One 4 KiB read from LBA 0 of namespace 1, scattered over two buffers.
+//!     ctrl.read_async(1, 0, &mut [IoSliceMut::new(&mut header), IoSliceMut::new(&mut body)]).await?;
+//!     // Written back at LBA 8, gathered from the same two.
+//!     ctrl.write_async(1, 8, &[IoSlice::new(&header), IoSlice::new(&body)]).await?;
+//!     ctrl.flush_async(1).await
+//! }
+//!
+//! let addr = "127.0.0.1:4420".parse().unwrap();
+//! let ctrl = Controller::connect(addr, "nqn.2024-01.io.nvmf-rs:example", ConnectOptions::default())?;
+//! # let _ = copy_header(&ctrl);
+//! # Ok::<(), HostError>(())
+//! ```
 #![deny(missing_docs)]
 
 pub mod cli;

@@ -10,13 +10,14 @@
 //! drains it once more and then sleeps) and never spins while idle. No lock is taken on this path: the
 //! channel and the reply are lock-free queues, and the I/O thread publishes counters and the per-queue
 //! metrics ([`QueueMetrics`]: bytes, errors, a latency histogram) through atomics. (A [`Pending`]'s reply
-//! channel is allocated per command; a completion sink, below, needs none.)
+//! channel and waker are allocated per command; a completion sink, below, needs neither.)
 //!
-//! What blocks: [`Submitter::submit`] blocks only while the request channel is full (as many requests
-//! queued as the queue is deep — backpressure); [`Pending::wait`] blocks for the completion, bounded by
-//! its timeout. The I/O thread blocks only in `poll`: at most 100 ms at a time while commands that can time
-//! out are outstanding (their timeouts are checked in between), until woken while none is. Requests beyond
-//! the free command identifiers wait in the I/O thread's backlog until a command completes.
+//! What blocks: [`Submitter::submit`] blocks only while the request channel is full (as many requests queued as the
+//! queue is deep — backpressure); [`Pending::wait`] blocks for the completion, bounded by its timeout. A [`Pending`] is
+//! also a `Future`: the I/O thread wakes the awaiting task after posting the reply (an `AtomicWaker` beside the reply
+//! channel: no lock). The I/O thread blocks only in `poll`: at most 100 ms at a time while commands that can time out
+//! are outstanding (their timeouts are checked in between), until woken while none is. Requests beyond the free command
+//! identifiers wait in the I/O thread's backlog until a command completes.
 //!
 //! When the queue fails, every outstanding and later request completes with the failure; the handle stays
 //! valid and reports it ([`QueueHandle::failure`]). Dropping the last handle (or [`QueueHandle::close`])
@@ -31,7 +32,9 @@
 //! `Recovery::hold` and goes to the replacement; a command the link lost completes in [`Pending::wait`]
 //! by being resubmitted there — the [`Pending`] keeps the command's SQE (64 bytes, no allocation) and the
 //! queue hands the owned data buffer back with the failed completion, so nothing is copied. The same code
-//! serves both transports. A recovering handle's links also tell the `Recovery` when they fail
+//! serves both transports. [`QueueHandle::submit_async`] never holds: the [`Pending`] it returns holds the
+//! command itself, blocking in [`Pending::wait`] or, awaited, as a task the `Recovery` wakes
+//! (`Recovery::poll_hold`). A recovering handle's links also tell the `Recovery` when they fail
 //! (`Recovery::link_failed`), a command in flight or not, so the controller needs no timer to notice.
 //!
 //! Completion sinks: a caller that multiplexes many commands on one thread (an export queue) submits with
@@ -43,12 +46,16 @@
 //! the same sink under the same tag.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SendError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use atomic_waker::AtomicWaker;
 use mio::Waker;
 use nvmf_common::nvme::opcode::admin::ASYNC_EVENT_REQUEST;
 use nvmf_common::nvme::{CompletionQueueEntry, SubmissionQueueEntry};
@@ -233,8 +240,8 @@ impl Drop for Wakes {
 /// Where the I/O thread posts a command's completion.
 #[derive(Debug)]
 enum ReplyTo {
-    /// A reply channel ([`Pending`]'s, or one shared by several commands).
-    Channel(ReplySender),
+    /// A [`Pending`]'s.
+    Channel(ReplyPort),
     /// A completion sink.
     Sink(Ticket),
 }
@@ -242,8 +249,7 @@ enum ReplyTo {
 impl ReplyTo {
     fn deliver(self, reply: Reply, wakes: &mut Wakes) {
         match self {
-            // The caller may have stopped waiting; nothing to do then.
-            ReplyTo::Channel(tx) => drop(tx.send(reply)),
+            ReplyTo::Channel(port) => port.send(reply),
             ReplyTo::Sink(ticket) => ticket.deliver(reply, wakes),
         }
     }
@@ -252,6 +258,34 @@ impl ReplyTo {
     fn disarm(&mut self) {
         if let ReplyTo::Sink(t) = self {
             t.sink = None;
+        }
+    }
+}
+
+/// Where a [`Pending`]'s reply goes: its channel, and the waker of a task awaiting it, woken once the reply is
+/// sent — or once the channel is closed unsent (the request was dropped with the I/O thread), so the task sees
+/// that too.
+#[derive(Debug)]
+struct ReplyPort {
+    tx: Option<ReplySender>,
+    waker: Arc<AtomicWaker>,
+}
+
+impl ReplyPort {
+    fn send(mut self, reply: Reply) {
+        if let Some(tx) = self.tx.take() {
+            // The caller may have stopped waiting; nothing to do then.
+            drop(tx.send(reply));
+        }
+        self.waker.wake();
+    }
+}
+
+impl Drop for ReplyPort {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            drop(tx);
+            self.waker.wake();
         }
     }
 }
@@ -417,6 +451,9 @@ pub(crate) trait Recovery: Send + Sync + std::fmt::Debug {
     /// The link of queue `qid` in association `epoch` failed with `cause`: block until a newer association
     /// is live (`Ok`: resubmit there) or the I/O must fail (the error to fail it with).
     fn hold(&self, qid: u16, epoch: u64, cause: &HostError) -> Result<(), HostError>;
+    /// [`Recovery::hold`] without blocking: `Pending` after arranging for `cx`'s task to be woken when the
+    /// answer may have changed.
+    fn poll_hold(&self, qid: u16, epoch: u64, cause: &HostError, cx: &mut Context<'_>) -> Poll<Result<(), HostError>>;
     /// A link of a recovering queue failed, whether or not a command was in flight (called on its I/O thread:
     /// must not block).
     fn link_failed(&self);
@@ -438,6 +475,14 @@ fn transport_loss(e: &HostError) -> bool {
     )
 }
 
+/// Why the connection lost the command `reply` answers, if it did (a command it lost may go to a new one).
+fn lost_cause(reply: &Reply) -> Option<HostError> {
+    match &reply.result {
+        Err(e) if transport_loss(e) => Some(e.clone()),
+        _ => None,
+    }
+}
+
 /// What a [`Pending`] (or a sink's [`Completed`]) of a recovering queue keeps to resubmit its command.
 #[derive(Debug)]
 struct Retry {
@@ -453,10 +498,7 @@ impl Retry {
     /// it when the command must fail).
     #[allow(clippy::result_large_err)] // the reply goes back to the caller by value either way
     fn recover(&self, reply: Reply) -> Result<Request<()>, Reply> {
-        let cause = match &reply.result {
-            Err(e) if transport_loss(e) => e.clone(),
-            _ => return Err(reply),
-        };
+        let Some(cause) = lost_cause(&reply) else { return Err(reply) };
         if let Err(e) = self.slot.hold(self.epoch, &cause) {
             return Err(Reply { result: Err(e), ..reply });
         }
@@ -464,12 +506,23 @@ impl Retry {
     }
 }
 
-/// A command in flight: wait for its completion.
+/// A command in flight: wait for its completion ([`Pending::wait`], blocking) or `.await` it (a [`Future`] with
+/// the same result, for any executor: the I/O thread wakes the task).
 #[derive(Debug)]
 pub struct Pending {
     qid: u16,
-    rx: Receiver<Reply>,
-    retry: Option<Retry>,
+    stage: Stage,
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// Submitted: the reply comes on `rx`, and `waker` is woken after it is sent.
+    Waiting { rx: Receiver<Reply>, waker: Arc<AtomicWaker>, retry: Option<Retry> },
+    /// Not on a connection: the controller is reconnecting (association `epoch` failed with `cause`).
+    /// Submitted once a newer association is live, or completed with the recovery's error.
+    Holding { slot: Arc<Slot>, epoch: u64, cause: HostError, request: Request<()> },
+    /// The result was handed out.
+    Done,
 }
 
 impl Pending {
@@ -482,24 +535,100 @@ impl Pending {
     /// instead, the reply carries that error and the command's buffer.
     pub fn wait(mut self, timeout: Duration) -> Result<Reply, HostError> {
         loop {
-            let reply = match self.rx.recv_timeout(timeout) {
-                Ok(reply) => reply,
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(HostError::Timeout {
-                        what: format!("completion on queue {}", self.qid),
-                        after: timeout,
-                    })
+            let done = match std::mem::replace(&mut self.stage, Stage::Done) {
+                Stage::Waiting { rx, retry, .. } => match rx.recv_timeout(timeout) {
+                    Ok(reply) => self.settle(retry, reply),
+                    Err(RecvTimeoutError::Timeout) => {
+                        return Err(HostError::Timeout {
+                            what: format!("completion on queue {}", self.qid),
+                            after: timeout,
+                        })
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return Err(HostError::ShutDown { qid: self.qid }),
+                },
+                Stage::Holding { slot, epoch, cause, request } => {
+                    let held = slot.hold(epoch, &cause);
+                    self.resubmit(slot, held, request)
                 }
-                Err(RecvTimeoutError::Disconnected) => return Err(HostError::ShutDown { qid: self.qid }),
+                Stage::Done => return Err(HostError::ShutDown { qid: self.qid }),
             };
-            let Some(retry) = self.retry.take() else { return Ok(reply) };
-            let request = match retry.recover(reply) {
-                Ok(request) => request,
-                Err(reply) => return Ok(reply),
+            if let Some(reply) = done {
+                return Ok(reply);
+            }
+        }
+    }
+
+    /// The command's `reply` came in: the result, or `None` with the command [`Stage::Holding`] (the
+    /// connection lost it and the queue recovers: `retry`).
+    fn settle(&mut self, retry: Option<Retry>, reply: Reply) -> Option<Reply> {
+        let Some(Retry { slot, epoch, sqe, direction }) = retry else { return Some(reply) };
+        let Some(cause) = lost_cause(&reply) else { return Some(reply) };
+        let request = Request { sqe, data: reply.data, direction, context: () };
+        self.stage = Stage::Holding { slot, epoch, cause, request };
+        None
+    }
+
+    /// The hold ended with `held`: submit `request` again (this becomes the new command's wait, or a hold
+    /// again if the new connection failed already), or the reply carrying the error and the buffer.
+    fn resubmit(&mut self, slot: Arc<Slot>, held: Result<(), HostError>, request: Request<()>) -> Option<Reply> {
+        let failed = |e, data| Some(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false });
+        if let Err(e) = held {
+            return failed(e, request.data);
+        }
+        match slot.try_submit(request) {
+            Ok(next) => {
+                *self = next;
+                None
+            }
+            Err(Refused::Failed(e, data)) => failed(e, data),
+            Err(Refused::Held { epoch, cause, request }) => {
+                self.stage = Stage::Holding { slot, epoch, cause, request };
+                None
+            }
+        }
+    }
+}
+
+impl Future for Pending {
+    type Output = Result<Reply, HostError>;
+
+    /// As [`Pending::wait`] without its timeout (the queue's command timeout still applies) and without
+    /// blocking: a held command waits for the controller's next state change as a registered task.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            let done = match std::mem::replace(&mut this.stage, Stage::Done) {
+                Stage::Waiting { rx, waker, retry } => {
+                    let received = match rx.try_recv() {
+                        Err(TryRecvError::Empty) => {
+                            // Registered before looking again, so a reply sent in between is not missed.
+                            waker.register(cx.waker());
+                            rx.try_recv()
+                        }
+                        other => other,
+                    };
+                    match received {
+                        Ok(reply) => this.settle(retry, reply),
+                        Err(TryRecvError::Empty) => {
+                            this.stage = Stage::Waiting { rx, waker, retry };
+                            return Poll::Pending;
+                        }
+                        Err(TryRecvError::Disconnected) => {
+                            return Poll::Ready(Err(HostError::ShutDown { qid: this.qid }))
+                        }
+                    }
+                }
+                Stage::Holding { slot, epoch, cause, request } => match slot.poll_hold(epoch, &cause, cx) {
+                    Poll::Ready(held) => this.resubmit(slot, held, request),
+                    Poll::Pending => {
+                        this.stage = Stage::Holding { slot, epoch, cause, request };
+                        return Poll::Pending;
+                    }
+                },
+                Stage::Done => return Poll::Ready(Err(HostError::ShutDown { qid: this.qid })),
             };
-            match retry.slot.submit(request) {
-                Ok(next) => self = next,
-                Err((e, data)) => return Ok(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false }),
+            if let Some(reply) = done {
+                return Poll::Ready(Ok(reply));
             }
         }
     }
@@ -522,9 +651,9 @@ impl std::fmt::Debug for Submitter {
 impl Submitter {
     /// Submit `sqe` with `data` moving in `direction`; returns the pending completion.
     pub fn submit(&self, request: Request<()>) -> Result<Pending, HostError> {
-        let (reply_tx, reply_rx) = sync_channel(1);
-        self.send(request, ReplyTo::Channel(reply_tx), true).map_err(|(e, _)| e)?;
-        Ok(Pending { qid: self.qid, rx: reply_rx, retry: None })
+        let (reply, pending) = reply_port(self.qid, None);
+        self.send(request, reply, true).map_err(|(e, _)| e)?;
+        Ok(pending)
     }
 
     /// Submit with the completion posted to `reply`, waking the I/O thread if `wake` (else only when the
@@ -609,13 +738,25 @@ impl Slot {
         }
     }
 
+    /// As [`Recovery::hold`], as a future's step: registers the task to be woken when it may end.
+    fn poll_hold(&self, epoch: u64, cause: &HostError, cx: &mut Context<'_>) -> Poll<Result<(), HostError>> {
+        match &self.recovery {
+            Some(r) => r.poll_hold(self.qid, epoch, cause, cx),
+            None => Poll::Ready(Err(cause.clone())),
+        }
+    }
+
     /// Submit on the current link with a [`Pending`] to wait on.
     fn submit(self: &Arc<Self>, request: Request<()>) -> Result<Pending, (HostError, Vec<u8>)> {
         let qid = self.qid;
-        self.submit_via(request, true, |retry| {
-            let (tx, rx) = sync_channel(1);
-            (ReplyTo::Channel(tx), Pending { qid, rx, retry })
-        })
+        self.submit_via(request, true, |retry| reply_port(qid, retry))
+    }
+
+    /// [`Slot::submit`] without holding: while the link is failed the request comes back to be held.
+    #[allow(clippy::result_large_err)] // the request goes back by value: boxing it would allocate
+    fn try_submit(self: &Arc<Self>, request: Request<()>) -> Result<Pending, Refused> {
+        let qid = self.qid;
+        self.try_submit_via(request, true, |retry| reply_port(qid, retry))
     }
 
     /// Submit on the current link with the completion going to `sink` under `tag`.
@@ -642,33 +783,65 @@ impl Slot {
     ) -> Result<R, (HostError, Vec<u8>)> {
         let mut request = request;
         loop {
-            let (sqe, direction) = (request.sqe, request.direction);
-            let (cause, epoch, data) = {
-                let link = self.link.read().unwrap_or_else(PoisonError::into_inner);
-                let failed = self.recovery.as_ref().and_then(|_| link.shared.failure.get());
-                match failed {
-                    Some(e) => (e.clone(), link.epoch, request.data),
-                    None => {
-                        let retry = self.recovery.as_ref().map(|_| Retry {
-                            slot: Arc::clone(self),
-                            epoch: link.epoch,
-                            sqe,
-                            direction,
-                        });
-                        let (reply, routed) = route(retry);
-                        match link.submitter.send(request, reply, wake) {
-                            Ok(()) => return Ok(routed),
-                            Err((e, data)) => (e, link.epoch, data),
-                        }
+            match self.try_submit_via(request, wake, &mut route) {
+                Ok(routed) => return Ok(routed),
+                Err(Refused::Failed(e, data)) => return Err((e, data)),
+                Err(Refused::Held { epoch, cause, request: r }) => {
+                    if let Err(e) = self.hold(epoch, &cause) {
+                        return Err((e, r.data));
                     }
+                    request = r;
                 }
-            };
-            if let Err(e) = self.hold(epoch, &cause) {
-                return Err((e, data));
             }
-            request = Request { sqe, data, direction, context: () };
         }
     }
+
+    /// One try of [`Slot::submit_via`]: a recovering queue's request comes back [`Refused::Held`] when the link
+    /// has failed (or the send to it did).
+    #[allow(clippy::result_large_err)] // the request goes back by value: boxing it would allocate
+    fn try_submit_via<R>(
+        self: &Arc<Self>,
+        request: Request<()>,
+        wake: bool,
+        route: impl FnOnce(Option<Retry>) -> (ReplyTo, R),
+    ) -> Result<R, Refused> {
+        let (sqe, direction) = (request.sqe, request.direction);
+        let link = self.link.read().unwrap_or_else(PoisonError::into_inner);
+        let held = |cause, data| {
+            let request = Request { sqe, data, direction, context: () };
+            match self.recovery {
+                Some(_) => Refused::Held { epoch: link.epoch, cause, request },
+                None => Refused::Failed(cause, request.data),
+            }
+        };
+        if let Some(e) = self.recovery.as_ref().and_then(|_| link.shared.failure.get()) {
+            return Err(held(e.clone(), request.data));
+        }
+        let retry = self.recovery.as_ref().map(|_| Retry { slot: Arc::clone(self), epoch: link.epoch, sqe, direction });
+        let (reply, routed) = route(retry);
+        match link.submitter.send(request, reply, wake) {
+            Ok(()) => Ok(routed),
+            Err((e, data)) => Err(held(e, data)),
+        }
+    }
+}
+
+/// Why [`Slot::try_submit_via`] did not submit.
+#[derive(Debug)]
+enum Refused {
+    /// The command fails with this error; its buffer comes back.
+    Failed(HostError, Vec<u8>),
+    /// The controller is reconnecting: hold the request until association `epoch` (failed with `cause`) is
+    /// replaced.
+    Held { epoch: u64, cause: HostError, request: Request<()> },
+}
+
+/// A reply channel for one command and the [`Pending`] that waits on it.
+fn reply_port(qid: u16, retry: Option<Retry>) -> (ReplyTo, Pending) {
+    let (tx, rx) = sync_channel(1);
+    let waker = Arc::new(AtomicWaker::new());
+    let port = ReplyPort { tx: Some(tx), waker: Arc::clone(&waker) };
+    (ReplyTo::Channel(port), Pending { qid, stage: Stage::Waiting { rx, waker, retry } })
 }
 
 /// A queue driven by its own I/O thread (see the module docs).
@@ -719,6 +892,21 @@ impl QueueHandle {
     /// reconnects (see the module docs).
     pub fn submit(&self, request: Request<()>) -> Result<Pending, HostError> {
         self.slot.submit(request).map_err(|(e, _)| e)
+    }
+
+    /// Submit a command without blocking while the controller reconnects: the returned [`Pending`] holds it
+    /// then (awaiting it waits for the new association; [`Pending::wait`] blocks for it). It may block briefly
+    /// while the request channel is full (as many requests queued as the queue is deep), until the I/O thread
+    /// takes them.
+    pub fn submit_async(&self, request: Request<()>) -> Result<Pending, HostError> {
+        match self.slot.try_submit(request) {
+            Ok(pending) => Ok(pending),
+            Err(Refused::Failed(e, _)) => Err(e),
+            Err(Refused::Held { epoch, cause, request }) => {
+                let slot = Arc::clone(&self.slot);
+                Ok(Pending { qid: self.qid(), stage: Stage::Holding { slot, epoch, cause, request } })
+            }
+        }
     }
 
     /// Submit a command whose completion goes to `sink` under `tag` (see the module docs): nothing is
@@ -982,6 +1170,15 @@ mod tests {
             self.held.lock().unwrap().send((epoch, cause.clone())).unwrap();
             self.answer.lock().unwrap().recv().unwrap()
         }
+        fn poll_hold(
+            &self,
+            qid: u16,
+            epoch: u64,
+            cause: &HostError,
+            _: &mut Context<'_>,
+        ) -> Poll<Result<(), HostError>> {
+            Poll::Ready(self.hold(qid, epoch, cause))
+        }
         fn link_failed(&self) {}
     }
 
@@ -1072,6 +1269,9 @@ mod tests {
         fn hold(&self, _qid: u16, _epoch: u64, cause: &HostError) -> Result<(), HostError> {
             Err(cause.clone())
         }
+        fn poll_hold(&self, _: u16, _: u64, cause: &HostError, _: &mut Context<'_>) -> Poll<Result<(), HostError>> {
+            Poll::Ready(Err(cause.clone()))
+        }
         fn link_failed(&self) {
             self.0.lock().unwrap().send(()).unwrap();
         }
@@ -1086,6 +1286,50 @@ mod tests {
             told.recv().unwrap();
         });
         (go, controller)
+    }
+
+    /// Counts the wake-ups of a task.
+    #[derive(Debug, Default)]
+    struct WakeCount(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for WakeCount {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn an_awaiting_task_is_woken_by_its_reply_and_by_a_reply_dropped_unsent() {
+        let count = Arc::new(WakeCount::default());
+        let waker = std::task::Waker::from(Arc::clone(&count));
+        let mut cx = Context::from_waker(&waker);
+        let woken = || count.0.load(Ordering::SeqCst);
+
+        let (port, mut pending) = reply_port(3, None);
+        assert!(Pin::new(&mut pending).poll(&mut cx).is_pending());
+        let ReplyTo::Channel(port) = port else { unreachable!("a reply port") };
+        port.send(Reply {
+            context: (),
+            result: Err(HostError::Closed { qid: 3 }),
+            data: vec![7],
+            r2ts: 0,
+            in_capsule: false,
+        });
+        assert_eq!(woken(), 1, "woken once the reply is sent");
+        match Pin::new(&mut pending).poll(&mut cx) {
+            Poll::Ready(Ok(reply)) => assert_eq!(reply.data, vec![7]),
+            other => panic!("expected the reply, got {other:?}"),
+        }
+
+        // The I/O thread went away with the request still queued: the reply is dropped, never sent.
+        let (port, mut pending) = reply_port(3, None);
+        assert!(Pin::new(&mut pending).poll(&mut cx).is_pending());
+        drop(port);
+        assert_eq!(woken(), 2, "woken when the reply channel closes unsent");
+        match Pin::new(&mut pending).poll(&mut cx) {
+            Poll::Ready(Err(HostError::ShutDown { qid: 3 })) => {}
+            other => panic!("expected ShutDown, got {other:?}"),
+        }
     }
 
     #[test]

@@ -1,20 +1,21 @@
 //! The host library against our target, in-process on 127.0.0.1: bring-up, namespaces, I/O at many sizes
 //! (in-capsule and R2T paths, with and without digests), pipelining, flush / write zeroes / deallocate,
-//! keep-alive and disconnect.
+//! keep-alive and disconnect; the async API with scatter-gather buffers.
 
 mod support;
 
+use std::io::{IoSlice, IoSliceMut};
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::connect::{Connect, ConnectData};
 use nvmf_common::fabrics::nqn::Nqn;
 use nvmf_common::fabrics::property::{Property, PropertyGet};
-use nvmf_common::nvme::io::Read;
+use nvmf_common::nvme::io::{Read, Write};
 use nvmf_common::nvme::Status;
 use nvmf_common::nvme::{SglDescriptor, SglSubtype};
 use nvmf_host::tcp::{DataDirection, Request, TcpQueue, TcpQueueOptions};
 use nvmf_host::{Controller, HostError};
-use support::{options, pattern, Target, SUBNQN};
+use support::{block_on, join_all, options, pattern, Target, SUBNQN};
 
 #[test]
 fn bring_up_and_namespaces() {
@@ -288,4 +289,110 @@ fn disconnect_then_a_new_association() {
     again.read(1, 5, &mut b).unwrap();
     assert_eq!(b, pattern(512, 1));
     again.disconnect().unwrap();
+}
+
+/// How long a test waits for an awaited command to wake its task (generous: a missing wake-up fails).
+const WOKEN_WITHIN: Duration = Duration::from_secs(10);
+
+/// `data` cut at `cuts` (ascending offsets) into slices.
+fn cut<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<IoSlice<'a>> {
+    let mut slices = Vec::new();
+    let mut rest = data;
+    let mut at = 0;
+    for &c in cuts {
+        let (head, tail) = rest.split_at(c - at);
+        slices.push(IoSlice::new(head));
+        (rest, at) = (tail, c);
+    }
+    slices.push(IoSlice::new(rest));
+    slices
+}
+
+#[test]
+fn async_io_with_scatter_gather_buffers() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(2)).expect("connect");
+    let mdts = usize::try_from(ctrl.info().max_transfer.expect("MDTS")).unwrap();
+    // Longer than one command can carry, so it splits; the buffers' edges fall inside blocks and across the
+    // commands' edges.
+    let len = 2 * mdts + 3 * 512;
+    let data = pattern(len, 9);
+    let slices = cut(&data, &[1000, 1007, mdts - 5, mdts + 4096, len - 1]);
+    block_on(ctrl.write_async(1, 100, &slices), WOKEN_WITHIN).expect("gathered write");
+
+    let mut whole = vec![0u8; len];
+    ctrl.read(1, 100, &mut whole).expect("read back");
+    assert!(whole == data, "the gathered write put the bytes in order");
+
+    let mut back = vec![0u8; len];
+    {
+        let (a, rest) = back.split_at_mut(513);
+        let (b, rest) = rest.split_at_mut(0);
+        let (c, d) = rest.split_at_mut(mdts + 7);
+        let mut bufs = [IoSliceMut::new(a), IoSliceMut::new(b), IoSliceMut::new(c), IoSliceMut::new(d)];
+        block_on(ctrl.read_async(1, 100, &mut bufs), WOKEN_WITHIN).expect("scattered read");
+    }
+    assert!(back == data, "the scattered read filled the buffers in order");
+
+    // The blocking vectored calls take the same lists.
+    let other = pattern(8192, 10);
+    ctrl.write_vectored(2, 3, &cut(&other, &[1, 4096])).expect("write_vectored");
+    let (mut x, mut y) = (vec![0u8; 100], vec![0u8; 8092]);
+    block_on(ctrl.read_async(2, 3, &mut [IoSliceMut::new(&mut x), IoSliceMut::new(&mut y)]), WOKEN_WITHIN)
+        .expect("read ns 2");
+    assert!([x, y].concat() == other);
+    let mut z = vec![0u8; 8192];
+    ctrl.read_vectored(2, 3, &mut [IoSliceMut::new(&mut z)]).expect("read_vectored");
+    assert!(z == other);
+
+    block_on(ctrl.write_zeroes_async(1, 101, 4), WOKEN_WITHIN).expect("write zeroes");
+    let mut zeroed = vec![0xAAu8; 6 * 512];
+    block_on(ctrl.read_async(1, 100, &mut [IoSliceMut::new(&mut zeroed)]), WOKEN_WITHIN).unwrap();
+    assert!(zeroed[..512] == data[..512], "block 100 kept");
+    assert!(zeroed[512..5 * 512].iter().all(|&b| b == 0), "blocks 101-104 zeroed");
+    assert!(zeroed[5 * 512..] == data[5 * 512..6 * 512], "block 105 kept");
+    block_on(ctrl.flush_async(1), WOKEN_WITHIN).expect("flush");
+    block_on(ctrl.deallocate_async(1, &[(2000, 8), (4000, 16)]), WOKEN_WITHIN).expect("deallocate");
+
+    // Bad requests fail before anything is sent.
+    let mut odd = vec![0u8; 700];
+    let e = block_on(ctrl.read_async(1, 0, &mut [IoSliceMut::new(&mut odd)]), WOKEN_WITHIN).unwrap_err();
+    assert!(matches!(e, HostError::InvalidRequest(_)), "{e}");
+    let blocks = ctrl.namespaces().unwrap()[0].blocks;
+    let e = block_on(ctrl.write_async(1, blocks - 1, &[IoSlice::new(&[0; 1024])]), WOKEN_WITHIN).unwrap_err();
+    assert!(matches!(e, HostError::InvalidRequest(_)), "{e}");
+    let e = block_on(ctrl.flush_async(7), WOKEN_WITHIN).unwrap_err();
+    assert!(matches!(e, HostError::Status { command: "Flush", .. }), "{e}");
+    ctrl.disconnect().expect("disconnect");
+}
+
+#[test]
+fn sixty_four_awaited_commands_in_flight_from_one_thread() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(2)).expect("connect");
+    let block = |i: usize| pattern(4096, u8::try_from(i % 200).unwrap() + 20);
+    let writes = (0..64usize)
+        .map(|i| {
+            let sqe = Write { nsid: 1, slba: (i * 8) as u64, nlb: 7, ..Write::default() }.to_sqe();
+            let request = Request { sqe, data: block(i), direction: DataDirection::HostToController, context: () };
+            ctrl.submit_io_async(request).expect("submitted")
+        })
+        .collect();
+    for (i, reply) in block_on(join_all(writes), WOKEN_WITHIN).into_iter().enumerate() {
+        assert!(reply.expect("write completes").result.expect("a CQE").status.is_success(), "write {i}");
+    }
+    let reads = (0..64usize)
+        .map(|i| {
+            let sqe = Read { nsid: 1, slba: (i * 8) as u64, nlb: 7, ..Read::default() }.to_sqe();
+            let data = vec![0; 4096];
+            ctrl.submit_io_async(Request { sqe, data, direction: DataDirection::ControllerToHost, context: () })
+                .expect("submitted")
+        })
+        .collect();
+    for (i, reply) in block_on(join_all(reads), WOKEN_WITHIN).into_iter().enumerate() {
+        let reply = reply.expect("read completes");
+        assert!(reply.result.expect("a CQE").status.is_success());
+        assert!(reply.data == block(i), "read {i} returns write {i}'s bytes");
+    }
+    ctrl.disconnect().expect("disconnect");
 }

@@ -2,7 +2,8 @@
 //! the target is back, fails after ctrl-loss-tmo when it is not, fails fast after fast-io-fail-tmo; keep-alive
 //! keeps an idle association live, a Keep Alive timing out on a network gone dark (a relay that drops bytes
 //! without closing anything) starts a reconnect, and so does an idle I/O queue's connection hung up. The namespace
-//! is a file in a temporary directory so its data survives a restart.
+//! is a file in a temporary directory so its data survives a restart. Awaited commands (the async API) are held
+//! the same way without blocking the thread that submits them.
 
 mod support;
 
@@ -19,7 +20,7 @@ use nvmf_config::TargetConfig;
 use nvmf_host::tcp::{DataDirection, Request};
 use nvmf_host::{Controller, ControllerState, HostError};
 use nvmf_target::daemon::RunningTarget;
-use support::{options, pattern, SUBNQN};
+use support::{block_on, options, pattern, SUBNQN};
 
 /// 16 MiB of 512-byte blocks, as a file.
 fn image(dir: &Path) -> PathBuf {
@@ -358,4 +359,74 @@ fn disconnecting_while_reconnecting_fails_held_io_and_returns_its_buffer() {
     let reply = waiter.join().unwrap().expect("the held command completes");
     assert!(matches!(reply.result, Err(HostError::ShutDown { .. })), "{:?}", reply.result);
     assert_eq!(reply.data, data, "the caller's buffer comes back");
+}
+
+#[test]
+fn an_awaited_write_is_held_across_a_target_restart_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = image(dir.path());
+    let target = start(&image, 0);
+    let addr = addr_of(&target);
+    let mut o = options(2);
+    o.reconnect_delay = Duration::from_millis(300);
+    o.ctrl_loss_tmo = Some(Duration::from_secs(20));
+    let ctrl = Controller::connect(addr, SUBNQN, o).expect("connect");
+    target.shutdown();
+    assert!(matches!(wait_state(&ctrl, |s| s != ControllerState::Live), ControllerState::Reconnecting { .. }));
+
+    // Submitted while reconnecting, on this thread: it must come back at once (blocking here would last
+    // until ctrl-loss-tmo, since the target only returns below) holding the command.
+    let data = pattern(64 << 10, 11);
+    let sqe = Write { nsid: 1, slba: 2048, nlb: 127, ..Write::default() }.to_sqe();
+    let request = Request { sqe, data: data.clone(), direction: DataDirection::HostToController, context: () };
+    let pending = ctrl.submit_io_async(request).expect("held, not failed");
+    let gathered = pattern(8192, 12);
+    let target = start(&image, addr.port());
+    let write = async {
+        let reply = pending.await?;
+        ctrl.write_async(1, 4096, &[std::io::IoSlice::new(&gathered[..100]), std::io::IoSlice::new(&gathered[100..])])
+            .await?;
+        Ok::<_, HostError>(reply)
+    };
+    // Each wait for a wake-up is bounded: the reconnect attempts' state changes and the completions wake it.
+    let reply = block_on(write, Duration::from_secs(20)).expect("completes on the new association");
+    assert!(reply.result.expect("a CQE").status.is_success());
+    assert_eq!(reply.data, data, "the buffer comes back");
+    assert_eq!(ctrl.state(), ControllerState::Live);
+    assert_eq!(ctrl.reconnects(), 1);
+    let mut back = vec![0; data.len()];
+    ctrl.read(1, 2048, &mut back).unwrap();
+    assert_eq!(back, data, "the held write reached the namespace");
+    let mut back = vec![0; gathered.len()];
+    ctrl.read(1, 4096, &mut back).unwrap();
+    assert_eq!(back, gathered);
+    ctrl.disconnect().unwrap();
+    target.shutdown();
+}
+
+#[test]
+fn an_awaited_held_command_fails_at_fast_io_fail_tmo() {
+    let target = support::Target::start();
+    let mut o = options(1);
+    // No attempt (and so no state change) before the fast-fail deadline: only the supervisor's wake at that
+    // deadline can tell the awaiting task.
+    o.reconnect_delay = Duration::from_secs(30);
+    o.fast_io_fail_tmo = Some(Duration::from_millis(500));
+    o.ctrl_loss_tmo = Some(Duration::from_secs(60));
+    let ctrl = Controller::connect(target.addr, SUBNQN, o).expect("connect");
+    drop(target);
+    assert!(matches!(wait_state(&ctrl, |s| s != ControllerState::Live), ControllerState::Reconnecting { .. }));
+
+    let data = pattern(4096, 13);
+    let sqe = Write { nsid: 1, slba: 0, nlb: 7, ..Write::default() }.to_sqe();
+    let request = Request { sqe, data: data.clone(), direction: DataDirection::HostToController, context: () };
+    let pending = ctrl.submit_io_async(request).expect("held");
+    let reply = block_on(pending, Duration::from_secs(10)).expect("a reply");
+    match reply.result {
+        Err(HostError::FastIoFail { after }) => assert!(after >= Duration::from_millis(500), "{after:?}"),
+        other => panic!("expected the fast-I/O-fail error, got {other:?}"),
+    }
+    assert_eq!(reply.data, data, "the buffer comes back with the error");
+    assert!(matches!(ctrl.state(), ControllerState::Reconnecting { .. }), "{:?}", ctrl.state());
+    drop(ctrl);
 }
