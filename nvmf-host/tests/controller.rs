@@ -354,6 +354,14 @@ fn async_io_with_scatter_gather_buffers() {
     block_on(ctrl.flush_async(1), WOKEN_WITHIN).expect("flush");
     block_on(ctrl.deallocate_async(1, &[(2000, 8), (4000, 16)]), WOKEN_WITHIN).expect("deallocate");
 
+    // The futures can move between an executor's threads (tokio::spawn needs that).
+    fn send<T: Send>(t: T) -> T {
+        t
+    }
+    block_on(send(ctrl.flush_async(1)), WOKEN_WITHIN).expect("flush");
+    let mut one = vec![0u8; 512];
+    block_on(send(ctrl.read_async(1, 100, &mut [IoSliceMut::new(&mut one)])), WOKEN_WITHIN).expect("read");
+
     // Bad requests fail before anything is sent.
     let mut odd = vec![0u8; 700];
     let e = block_on(ctrl.read_async(1, 0, &mut [IoSliceMut::new(&mut odd)]), WOKEN_WITHIN).unwrap_err();
