@@ -64,6 +64,22 @@ fn wait_state(ctrl: &Controller, want: impl Fn(ControllerState) -> bool) -> Cont
     }
 }
 
+/// The `len` bytes at `slba` of namespace 1.
+fn read_back(ctrl: &Controller, slba: u64, len: usize) -> Vec<u8> {
+    let mut back = vec![0; len];
+    ctrl.read(1, slba, &mut back).unwrap_or_else(|e| panic!("read of LBA {slba}: {e}"));
+    back
+}
+
+/// The controller is live on its second association, and each `(slba, bytes)` written is on namespace 1.
+fn assert_reconnected_once_with(ctrl: &Controller, written: &[(u64, &[u8])]) {
+    assert_eq!(wait_state(ctrl, |s| s == ControllerState::Live), ControllerState::Live);
+    assert_eq!(ctrl.reconnects(), 1);
+    for &(slba, bytes) in written {
+        assert!(read_back(ctrl, slba, bytes.len()) == bytes, "the write at LBA {slba} reached the namespace");
+    }
+}
+
 fn addr_of(t: &RunningTarget) -> SocketAddr {
     t.local_addrs()[0]
 }
@@ -81,9 +97,7 @@ fn held_write_completes_after_the_target_restarts() {
 
     let (a, b) = (pattern(64 << 10, 1), pattern(64 << 10, 2));
     ctrl.write(1, 0, &a).unwrap();
-    let mut back = vec![0; a.len()];
-    ctrl.read(1, 0, &mut back).unwrap();
-    assert_eq!(back, a);
+    assert_eq!(read_back(&ctrl, 0, a.len()), a);
 
     target.shutdown();
     // One writer through the blocking wrapper, one through submit_io + Pending::wait (owned buffer).
@@ -121,11 +135,7 @@ fn held_write_completes_after_the_target_restarts() {
     let identify = admin.join().unwrap().expect("held admin command completes after the target is back");
     let id = IdentifyController::parse(&identify.data).expect("Identify Controller data");
     assert_eq!(id.subnqn.to_string(), SUBNQN, "the held Identify ran on the new association");
-    assert_eq!(ctrl.state(), ControllerState::Live);
-    assert_eq!(ctrl.reconnects(), 1);
-
-    ctrl.read(1, 0, &mut back).unwrap();
-    assert_eq!(back, b, "the held write reached the namespace");
+    assert_reconnected_once_with(&ctrl, &[(0, &b)]);
     let sqe = Read { nsid: 1, slba: 1024, nlb: 127, ..Read::default() }.to_sqe();
     let data = vec![0; b.len()];
     let p = ctrl.submit_io(Request { sqe, data, direction: DataDirection::ControllerToHost, context: () }).unwrap();
@@ -179,10 +189,7 @@ fn fast_io_fail_fails_io_while_reconnecting_and_io_works_after_the_target_return
     assert_eq!(wait_state(&ctrl, |s| s == ControllerState::Live), ControllerState::Live);
     let c = pattern(8192, 6);
     ctrl.write(1, 8, &c).unwrap();
-    let mut back = vec![0; c.len()];
-    ctrl.read(1, 8, &mut back).unwrap();
-    assert_eq!(back, c);
-    assert_eq!(ctrl.reconnects(), 1);
+    assert_reconnected_once_with(&ctrl, &[(8, &c)]);
     ctrl.disconnect().unwrap();
     target.shutdown();
 }
@@ -202,9 +209,7 @@ fn keep_alive_keeps_an_idle_association_live() {
     assert!(sent >= 3, "Keep Alives completed while idle: {sent}");
     let d = pattern(4096, 7);
     ctrl.write(1, 0, &d).unwrap();
-    let mut back = vec![0; d.len()];
-    ctrl.read(1, 0, &mut back).unwrap();
-    assert_eq!(back, d);
+    assert_eq!(read_back(&ctrl, 0, d.len()), d);
     assert_eq!(ctrl.reconnects(), 0, "the association was never replaced");
     ctrl.disconnect().unwrap();
 }
@@ -307,9 +312,7 @@ fn a_keep_alive_timeout_on_a_dark_network_reconnects_and_held_io_completes() {
     assert_eq!(wait_state(&ctrl, |s| s == ControllerState::Live), ControllerState::Live);
     assert_eq!(ctrl.reconnects(), 1);
     assert_ne!(ctrl.cntlid(), ctrl.info().cntlid, "the target (still up) gave the new association another controller");
-    let mut back = vec![0; b.len()];
-    ctrl.read(1, 0, &mut back).unwrap();
-    assert_eq!(back, b);
+    assert_eq!(read_back(&ctrl, 0, b.len()), b);
 }
 
 #[test]
@@ -333,9 +336,7 @@ fn an_idle_io_queue_losing_its_connection_reconnects() {
     }
     assert_eq!(ctrl.reconnects(), 1, "the lost I/O queue was noticed and the association replaced");
     assert_eq!(wait_state(&ctrl, |s| s == ControllerState::Live), ControllerState::Live);
-    let mut back = vec![0; a.len()];
-    ctrl.read(1, 0, &mut back).unwrap();
-    assert_eq!(back, a);
+    assert_eq!(read_back(&ctrl, 0, a.len()), a);
     ctrl.disconnect().unwrap();
 }
 
@@ -392,14 +393,7 @@ fn an_awaited_write_is_held_across_a_target_restart_without_blocking() {
     let reply = block_on(write, Duration::from_secs(20)).expect("completes on the new association");
     assert!(reply.result.expect("a CQE").status.is_success());
     assert_eq!(reply.data, data, "the buffer comes back");
-    assert_eq!(ctrl.state(), ControllerState::Live);
-    assert_eq!(ctrl.reconnects(), 1);
-    let mut back = vec![0; data.len()];
-    ctrl.read(1, 2048, &mut back).unwrap();
-    assert_eq!(back, data, "the held write reached the namespace");
-    let mut back = vec![0; gathered.len()];
-    ctrl.read(1, 4096, &mut back).unwrap();
-    assert_eq!(back, gathered);
+    assert_reconnected_once_with(&ctrl, &[(2048, &data), (4096, &gathered)]);
     ctrl.disconnect().unwrap();
     target.shutdown();
 }
