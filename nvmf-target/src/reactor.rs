@@ -4,10 +4,13 @@
 //! asynchronous events from other threads, shutdown), and never blocks anywhere else.
 //!
 //! One turn: handle socket readiness (read, decode, execute, queue output), submit every storage op queued during the
-//! turn with one `io_uring_enter`, reap completions and turn them into responses, flush output, and every tick run
-//! each queue's timers (keep-alive, held AERs, commands waiting for a buffer); with no connection there is no timer,
-//! and the reactor sleeps until woken. A connection that ended stays until its storage ops have completed, so the
-//! kernel never writes into a buffer we reused.
+//! turn with one `io_uring_enter`, reap completions and turn them into responses, poll the queues that have work
+//! waiting (commands that waited for a buffer or ring space), flush output. The reactor sleeps until an event or its
+//! queues' earliest timer: a keep-alive deadline (KATO after an admin queue's last command), on RDMA a closing queue
+//! pair's flush bound; at a timer, or when a queue's notifier fired (an asynchronous event for a held AER, an
+//! association ended or reset by another reactor's queue), it polls every queue. With no timer it sleeps until woken.
+//! A connection that ended stays until its storage ops have completed, so the kernel never writes into a buffer we
+//! reused.
 
 use std::io;
 use std::net::SocketAddr;
@@ -32,9 +35,6 @@ use crate::tcp::{TcpConnection, TcpTransportConfig};
 const WAKER: Token = Token(0);
 const ENGINE: Token = Token(1);
 const FIRST_CONNECTION: usize = 2;
-
-/// How often queues' timers run when nothing else wakes the reactor.
-const TICK: Duration = Duration::from_millis(50);
 
 /// Errors starting a reactor.
 #[derive(Debug, thiserror::Error)]
@@ -275,7 +275,8 @@ impl Reactor {
     fn run(&mut self) {
         let mut events = Events::with_capacity(1024);
         let mut now = Instant::now();
-        let mut next_tick = now + TICK;
+        // The earliest timer of any queue here (keep-alive deadlines; RDMA: a closing queue pair's flush bound).
+        let mut next_timer: Option<Instant> = None;
         // The RDMA side found completions at the end of the last turn: turn again without sleeping.
         #[cfg_attr(not(feature = "rdma"), allow(unused_mut))] // only RDMA polls at the end of a turn
         let mut busy = false;
@@ -284,11 +285,10 @@ impl Reactor {
             // in TCG guests): the timers and the commands' latencies (`set_turn_time`) use that reading.
             let timeout = if busy {
                 Some(Duration::ZERO)
-            } else if self.has_connections() {
-                Some(next_tick.saturating_duration_since(now))
             } else {
-                // No queue, so no timer: a new connection or a message comes with the waker.
-                None
+                // Without a timer only an event has work for this thread: a socket, a completion, or the waker
+                // (a new connection, a queue's notifier, shutdown).
+                next_timer.map(|t| t.saturating_duration_since(now))
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -318,13 +318,21 @@ impl Reactor {
                 }
             }
             self.complete_storage();
-            if now >= next_tick || self.poll_queues.swap(false, Ordering::AcqRel) {
-                for slot in 0..self.connections.len() {
+            // Every queue at a timer or when a notifier fired; otherwise only those with work waiting on this
+            // turn (commands that waited for a buffer or ring space).
+            let all = next_timer.is_some_and(|t| now >= t) | self.poll_queues.swap(false, Ordering::AcqRel);
+            let mut polled = false;
+            for slot in 0..self.connections.len() {
+                if all || matches!(&self.connections[slot], Some(c) if c.tcp.wants_poll()) {
                     self.with_connection(slot, |c, engine| c.tcp.poll(engine, now).map(|()| true));
+                    polled = true;
                 }
-                #[cfg(feature = "rdma")]
-                self.rdma.poll(&mut self.engine, now);
-                next_tick = now + TICK;
+            }
+            #[cfg(feature = "rdma")]
+            {
+                polled |= self.rdma.poll(&mut self.engine, now, all);
+            }
+            if polled {
                 self.complete_storage();
             }
             self.flush_and_reap();
@@ -336,10 +344,25 @@ impl Reactor {
                 tracing::debug!(reactor = self.index, "reactor stopped");
                 return;
             }
+            next_timer = self.next_timer(now);
         }
     }
 
-    /// Whether any connection (TCP or RDMA) is here: only then do queues' timers need the tick.
+    /// The earliest timer of this reactor's queues still ahead (see [`Reactor::run`]; one this turn ran and left
+    /// behind waits for an event, such as the storage completions a closing queue needs).
+    fn next_timer(&self, now: Instant) -> Option<Instant> {
+        let tcp = self.connections.iter().flatten().filter_map(|c| c.tcp.next_timer()).filter(|&t| t > now).min();
+        #[cfg(feature = "rdma")]
+        let tcp = match (tcp, self.rdma.next_timer(now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        #[cfg(not(feature = "rdma"))]
+        let _ = now;
+        tcp
+    }
+
+    /// Whether any connection (TCP or RDMA) is here (the shutdown waits for none).
     fn has_connections(&self) -> bool {
         #[cfg(feature = "rdma")]
         let rdma = !self.rdma.is_empty();

@@ -324,8 +324,7 @@ pub struct Queue {
     table: Arc<NamespaceTable>,
     table_generation: u64,
     sq_head: u16,
-    /// A command arrived since the last `poll` (keep-alive).
-    activity: bool,
+    /// When the last command arrived (its reactor turn's clock reading): the keep-alive timer's start.
     last_activity: Option<Instant>,
     notifier: Option<Notifier>,
     /// The slot of a Disconnect command: once released, the queue ends.
@@ -364,7 +363,6 @@ impl Queue {
             table: Arc::new(NamespaceTable::default()),
             table_generation: 0,
             sq_head: 0,
-            activity: false,
             last_activity: None,
             notifier: None,
             disconnect_slot: None,
@@ -428,13 +426,19 @@ impl Queue {
         self.slots.get(usize::from(slot.0)).filter(|s| s.state != SlotState::Free).map(|s| &s.sqe)
     }
 
+    /// Whether [`Queue::poll`] has work at the end of this turn: commands waiting for a buffer or ring space (a
+    /// turn's completions may have freed them), or a finished Disconnect to act on.
+    pub fn wants_poll(&self) -> bool {
+        self.disconnected || !self.retry.is_empty()
+    }
+
     /// Storage ops of this queue not yet completed; the reactor keeps a dead queue until this is 0.
     pub fn in_flight(&self) -> usize {
         self.storage_ops
     }
 
-    /// When the keep-alive timer expires if no command arrives (admin queue with a KATO, after a first
-    /// `poll`); the reactor should `poll` by then.
+    /// When the keep-alive timer expires if no command arrives (admin queue with a KATO): KATO after the last
+    /// command. The reactor `poll`s the queue then (the queue's only timer).
     pub fn keep_alive_deadline(&self) -> Option<Instant> {
         match &self.state {
             QueueState::Connected(Association { controller, kind: QueueKind::Admin, .. }) => {
@@ -467,10 +471,11 @@ impl Queue {
         let Some(index) = self.free.pop() else {
             return Err(QueueError::QueueOverrun { capacity: self.slots.len() });
         };
-        self.activity = true;
+        let arrival = turn_time();
+        self.last_activity = Some(arrival);
         self.advance_sq_head();
         self.slots[usize::from(index)] =
-            Slot { state: SlotState::Executing, sqe: *sqe, arrival: Some(turn_time()), ..Slot::FREE };
+            Slot { state: SlotState::Executing, sqe: *sqe, arrival: Some(arrival), ..Slot::FREE };
         let id = SlotId(index);
         let kind = match &self.state {
             QueueState::Connected(a) => Some(a.kind),
@@ -560,9 +565,11 @@ impl Queue {
         }
     }
 
-    /// Called every reactor turn and when woken: ends the queue if its association ended, checks the
-    /// keep-alive timer (admin queue: expiry tears the association down), delivers asynchronous events to held
-    /// AERs and retries commands waiting for a pool buffer or ring space. Steps to carry out go to `out`.
+    /// Called at the keep-alive deadline, when the queue's notifier fired (asynchronous event, association ended
+    /// or reset elsewhere), and at the end of every reactor turn while [`Queue::wants_poll`]: ends the queue if
+    /// its association ended, checks the keep-alive timer (admin queue: expiry tears the association down),
+    /// delivers asynchronous events to held AERs and retries commands waiting for a pool buffer or ring space.
+    /// Steps to carry out go to `out`.
     pub fn poll(&mut self, engine: &mut IoEngine, now: Instant, out: &mut Vec<Step>) -> Result<(), QueueError> {
         if self.disconnected {
             let qid = self.qid().unwrap_or(0);
@@ -683,9 +690,6 @@ impl Queue {
         controller: &Arc<Controller>,
         now: Instant,
     ) -> Result<(), QueueError> {
-        if mem::take(&mut self.activity) {
-            self.last_activity = Some(now);
-        }
         let last = *self.last_activity.get_or_insert(now);
         let kato_ms = controller.kato_ms();
         if kato_ms > 0 && now.saturating_duration_since(last) >= Duration::from_millis(u64::from(kato_ms)) {

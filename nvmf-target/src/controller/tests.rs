@@ -30,6 +30,7 @@ use nvmf_common::nvme::log_page::{
 };
 use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, Status, SubmissionQueueEntry};
 
+use super::queue::set_turn_time;
 use super::subsystem::CNTLID_RANGE;
 use super::*;
 use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
@@ -966,28 +967,34 @@ fn aer_disabled_by_configuration() {
 fn keep_alive_expiry_with_a_fake_clock() {
     let target = target();
     let mut engine = engine();
+    // The reactor's turn time is the clock commands arrive by.
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    set_turn_time(at(0));
     let mut admin = Host::new(&target);
     let done = admin.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, HOSTID, 2000).ok();
     let cntlid = ConnectResponse::from_dw0(done.cqe.dw0).cntlid;
     admin.enable(&mut engine);
     let mut io = Host::new(&target);
     io.connect(&mut engine, 1, 31, cntlid, SUBNQN, HOSTNQN).ok();
-    let t0 = Instant::now();
     let mut out = Vec::new();
-    let at = |ms: u64| t0 + Duration::from_millis(ms);
-    admin.queue.poll(&mut engine, at(0), &mut out).unwrap();
+    // The timer runs from the last admin command, the reactor polls the queue by its deadline.
     assert_eq!(admin.queue.keep_alive_deadline(), Some(at(2000)));
     admin.queue.poll(&mut engine, at(1500), &mut out).unwrap();
-    // A Keep Alive restarts the timer (seen by the next poll).
+    // A Keep Alive restarts the timer.
+    set_turn_time(at(1600));
     admin.run(&mut engine, KeepAlive.to_sqe()).ok();
-    admin.queue.poll(&mut engine, at(1600), &mut out).unwrap();
+    assert_eq!(admin.queue.keep_alive_deadline(), Some(at(3600)));
     admin.queue.poll(&mut engine, at(3500), &mut out).unwrap();
     // Any admin command counts too.
+    set_turn_time(at(3500));
     admin.property_get(&mut engine, 0x1C, PropertySize::Four).ok();
-    admin.queue.poll(&mut engine, at(3500), &mut out).unwrap();
+    assert_eq!(admin.queue.keep_alive_deadline(), Some(at(5500)));
     admin.queue.poll(&mut engine, at(5499), &mut out).unwrap();
     // I/O does not count (no Traffic Based Keep Alive).
+    set_turn_time(at(5400));
     io.read(&mut engine, 1, 0, 1).ok();
+    assert_eq!(admin.queue.keep_alive_deadline(), Some(at(5500)));
     let controller = Arc::clone(admin.queue.controller().unwrap());
     assert_eq!(
         admin.queue.poll(&mut engine, at(5500), &mut out),

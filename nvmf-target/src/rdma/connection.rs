@@ -275,6 +275,20 @@ impl RdmaConnection {
         (flushed || now.saturating_duration_since(since) >= FLUSH_TIMEOUT) && self.queue.in_flight() == 0
     }
 
+    /// Whether the queue has work for [`RdmaConnection::poll`] at the end of this turn (`Queue::wants_poll`).
+    pub(crate) fn wants_poll(&self) -> bool {
+        !self.is_closing() && self.queue.wants_poll()
+    }
+
+    /// When this connection needs the reactor next without an event: the queue's keep-alive deadline; while
+    /// closing, the flush timeout ([`RdmaConnection::is_drained`]).
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
+        match self.closing_since {
+            Some(since) => Some(since + FLUSH_TIMEOUT),
+            None => self.queue.keep_alive_deadline(),
+        }
+    }
+
     /// Whether it receives through the shared receive queue.
     pub(crate) fn uses_shared_receive(&self) -> bool {
         self.receive.is_none()
@@ -348,7 +362,8 @@ impl RdmaConnection {
         }
     }
 
-    /// Every tick and when woken: the queue's timers, held AERs and retries.
+    /// At the queue's timer, when its notifier fired, or at the end of a turn while it
+    /// [`RdmaConnection::wants_poll`]: the queue's timers, held AERs and retries.
     pub(crate) fn poll(&mut self, engine: &mut IoEngine, now: Instant) {
         if self.is_closing() {
             return;

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
@@ -48,6 +48,8 @@ pub(crate) const QUEUE_KEY_BASE: u64 = 1 << 32;
 
 /// Completions read per `ibv_poll_cq` batch.
 const POLL_BATCH: usize = 64;
+/// How soon the reactor tries again to arm a completion queue whose arming failed.
+const ARM_RETRY: Duration = Duration::from_millis(50);
 
 /// Work completion status values counted one by one (higher ones are counted with the last).
 const STATUS_SLOTS: usize = 24;
@@ -421,7 +423,7 @@ impl RdmaReactor {
             if n == 0 && !self.devices[dev].armed {
                 match self.devices[dev].cq.req_notify(false) {
                     Ok(()) => self.devices[dev].armed = true,
-                    // Not armed: the reactor's tick polls it again.
+                    // Not armed: the reactor polls it again after ARM_RETRY.
                     Err(e) => tracing::error!(reactor = self.index, error = %e, "arming the completion queue failed"),
                 }
                 n = self.drain(dev, engine);
@@ -504,11 +506,23 @@ impl RdmaReactor {
         }
     }
 
-    /// Every tick or when woken: each queue's timers and retries.
-    pub(crate) fn poll(&mut self, engine: &mut IoEngine, now: Instant) {
-        for conn in self.connections.iter_mut().flatten() {
+    /// Poll every queue (`all`: a timer is due or a notifier fired) or those with work waiting on this turn;
+    /// whether any was polled.
+    pub(crate) fn poll(&mut self, engine: &mut IoEngine, now: Instant, all: bool) -> bool {
+        let mut polled = false;
+        for conn in self.connections.iter_mut().flatten().filter(|c| all || c.wants_poll()) {
             conn.poll(engine, now);
+            polled = true;
         }
+        polled
+    }
+
+    /// The earliest of the connections' timers still ahead of `now`; soon, while a completion queue could not be
+    /// armed (its completion channel would not wake the reactor).
+    pub(crate) fn next_timer(&self, now: Instant) -> Option<Instant> {
+        let unarmed = self.devices.iter().any(|d| !d.armed).then_some(now + ARM_RETRY);
+        let ahead = self.connections.iter().flatten().filter_map(RdmaConnection::next_timer).filter(|&t| t > now);
+        ahead.chain(unarmed).min()
     }
 
     /// End of a turn: post each connection's batch; drop connections that ended and drained; poll the CQs (see

@@ -170,6 +170,16 @@ impl TcpConnection {
         self.session.queue.in_flight()
     }
 
+    /// Whether the queue has work for [`TcpConnection::poll`] at the end of this turn (`Queue::wants_poll`).
+    pub fn wants_poll(&self) -> bool {
+        self.session.phase != Phase::Closed && self.session.queue.wants_poll()
+    }
+
+    /// When the queue's timer (keep-alive) needs [`TcpConnection::poll`] next, if it has one.
+    pub fn next_timer(&self) -> Option<Instant> {
+        (self.session.phase != Phase::Closed).then(|| self.session.queue.keep_alive_deadline()).flatten()
+    }
+
     /// Whether bytes wait to be written: the reactor should call [`TcpConnection::on_writable`] (now, after
     /// the batch of events it is handling, and when the socket becomes writable).
     pub fn wants_write(&self) -> bool {
@@ -225,7 +235,8 @@ impl TcpConnection {
         }
     }
 
-    /// Every reactor turn: let the queue complete held commands, run its keep-alive timer and retry
+    /// At the queue's timer, when its notifier fired, or at the end of a turn while it
+    /// [`TcpConnection::wants_poll`]: let the queue complete held commands, run its keep-alive timer and retry
     /// commands that waited for a buffer; queue the output. An `Err` ends the connection.
     pub fn poll(&mut self, engine: &mut IoEngine, now: Instant) -> Result<(), ConnectionError> {
         if self.session.phase == Phase::Closed {
