@@ -404,3 +404,31 @@ fn sixty_four_awaited_commands_in_flight_from_one_thread() {
     }
     ctrl.disconnect().expect("disconnect");
 }
+
+#[test]
+fn more_large_reads_in_flight_than_the_targets_buffer_pool_holds() {
+    // One I/O queue, so one reactor of the target serves all of it: 96 reads of 1 MiB submitted at once against its
+    // pool of 32 large buffers. Those beyond it wait on the target's retry list and go as buffers come back (how
+    // many overlap depends on scheduling).
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(1)).expect("connect");
+    let image = pattern(16 << 20, 21);
+    ctrl.write(1, 0, &image).expect("fill the namespace");
+    let mib = 1usize << 20;
+    let reads = (0..96usize)
+        .map(|i| {
+            let slba = ((i % 16) * mib / 512) as u64;
+            let sqe = Read { nsid: 1, slba, nlb: u16::try_from(mib / 512 - 1).unwrap(), ..Read::default() }.to_sqe();
+            let data = vec![0; mib];
+            ctrl.submit_io_async(Request { sqe, data, direction: DataDirection::ControllerToHost, context: () })
+                .expect("submitted")
+        })
+        .collect();
+    for (i, reply) in block_on(join_all(reads), WOKEN_WITHIN).into_iter().enumerate() {
+        let reply = reply.expect("read completes");
+        assert!(reply.result.expect("a CQE").status.is_success(), "read {i}");
+        let at = (i % 16) * mib;
+        assert!(reply.data == image[at..at + mib], "read {i} has the bytes of MiB {}", i % 16);
+    }
+    ctrl.disconnect().expect("disconnect");
+}

@@ -5,12 +5,12 @@
 //!
 //! One turn: handle socket readiness (read, decode, execute, queue output), submit every storage op queued during the
 //! turn with one `io_uring_enter`, reap completions and turn them into responses, poll the queues that have work
-//! waiting (commands that waited for a buffer or ring space), flush output. The reactor sleeps until an event or its
-//! queues' earliest timer: a keep-alive deadline (KATO after an admin queue's last command), on RDMA a closing queue
-//! pair's flush bound; at a timer, or when a queue's notifier fired (an asynchronous event for a held AER, an
-//! association ended or reset by another reactor's queue), it polls every queue. With no timer it sleeps until woken.
-//! A connection that ended stays until its storage ops have completed, so the kernel never writes into a buffer we
-//! reused.
+//! waiting (commands that waited for a buffer or ring space; again after `RETRY_AFTER` if they still wait), flush
+//! output. The reactor sleeps until an event or its queues' earliest timer: a keep-alive deadline (KATO after an admin
+//! queue's last command), on RDMA a closing queue pair's flush bound; at a timer, or when a queue's notifier fired (an
+//! asynchronous event for a held AER, an association ended or reset by another reactor's queue), it polls every queue.
+//! With no timer it sleeps until woken. A connection that ended stays until its storage ops have completed, so the
+//! kernel never writes into a buffer we reused.
 
 use std::io;
 use std::net::SocketAddr;
@@ -35,6 +35,11 @@ use crate::tcp::{TcpConnection, TcpTransportConfig};
 const WAKER: Token = Token(0);
 const ENGINE: Token = Token(1);
 const FIRST_CONNECTION: usize = 2;
+
+/// When a queue's waiting commands are retried at the latest. They are retried at the end of every turn, but what
+/// frees their buffer or ring space may come later in the turn (a response written; on RDMA a send completion
+/// reaped) with no event after it.
+pub(crate) const RETRY_AFTER: Duration = Duration::from_millis(10);
 
 /// Errors starting a reactor.
 #[derive(Debug, thiserror::Error)]
@@ -349,9 +354,12 @@ impl Reactor {
     }
 
     /// The earliest timer of this reactor's queues still ahead (see [`Reactor::run`]; one this turn ran and left
-    /// behind waits for an event, such as the storage completions a closing queue needs).
+    /// behind waits for an event, such as the storage completions a closing queue needs); [`RETRY_AFTER`] from
+    /// now while a queue still has work waiting.
     fn next_timer(&self, now: Instant) -> Option<Instant> {
-        let tcp = self.connections.iter().flatten().filter_map(|c| c.tcp.next_timer()).filter(|&t| t > now).min();
+        let live = self.connections.iter().flatten();
+        let retry = live.clone().any(|c| c.tcp.wants_poll()).then_some(now + RETRY_AFTER);
+        let tcp = live.filter_map(|c| c.tcp.next_timer()).filter(|&t| t > now).chain(retry).min();
         #[cfg(feature = "rdma")]
         let tcp = match (tcp, self.rdma.next_timer(now)) {
             (Some(a), Some(b)) => Some(a.min(b)),

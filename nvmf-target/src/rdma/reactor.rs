@@ -34,6 +34,7 @@ use super::listener::{reject, RdmaAccepted};
 use super::memory::Work;
 use crate::backend::IoEngine;
 use crate::controller::{EventNotifier, Queue, SlotId, Target, TransportInfo};
+use crate::reactor::RETRY_AFTER;
 
 /// Token of the reactor's RDMA CM event channel.
 const CM_TOKEN: usize = usize::MAX - 1;
@@ -518,11 +519,13 @@ impl RdmaReactor {
     }
 
     /// The earliest of the connections' timers still ahead of `now`; soon, while a completion queue could not be
-    /// armed (its completion channel would not wake the reactor).
+    /// armed (its completion channel would not wake the reactor) or a queue has work waiting (`RETRY_AFTER`).
     pub(crate) fn next_timer(&self, now: Instant) -> Option<Instant> {
         let unarmed = self.devices.iter().any(|d| !d.armed).then_some(now + ARM_RETRY);
-        let ahead = self.connections.iter().flatten().filter_map(RdmaConnection::next_timer).filter(|&t| t > now);
-        ahead.chain(unarmed).min()
+        let live = self.connections.iter().flatten();
+        let retry = live.clone().any(|c| c.wants_poll()).then_some(now + RETRY_AFTER);
+        let ahead = live.filter_map(RdmaConnection::next_timer).filter(|&t| t > now);
+        ahead.chain(unarmed).chain(retry).min()
     }
 
     /// End of a turn: post each connection's batch; drop connections that ended and drained; poll the CQs (see
