@@ -15,7 +15,8 @@ use nvmf_common::nvme::Status;
 use nvmf_common::nvme::{SglDescriptor, SglSubtype};
 use nvmf_host::tcp::{DataDirection, Request, TcpQueue, TcpQueueOptions};
 use nvmf_host::{Controller, HostError};
-use support::{block_on, join_all, options, pattern, Target, SUBNQN};
+use nvmf_tests::executor::{block_on, join_all};
+use support::{options, pattern, Target, SUBNQN};
 
 #[test]
 fn bring_up_and_namespaces() {

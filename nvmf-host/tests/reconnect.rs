@@ -20,7 +20,8 @@ use nvmf_config::TargetConfig;
 use nvmf_host::tcp::{DataDirection, Request};
 use nvmf_host::{Controller, ControllerState, HostError};
 use nvmf_target::daemon::RunningTarget;
-use support::{block_on, options, pattern, SUBNQN};
+use nvmf_tests::executor::block_on;
+use support::{options, pattern, SUBNQN};
 
 /// 16 MiB of 512-byte blocks, as a file.
 fn image(dir: &Path) -> PathBuf {

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `rdma_host_against_kernel_nvmet` | boots one guest and runs the `guest_*` tests below there, then `nvmf-host perf -t rdma -T 3 --json` reports nonzero IOPS with every command successful |
 //! | `guest_admin_and_io` (in the guest) | admin queue: RDMA CM connect, Fabrics Connect, Property Get CAP, CC.EN → CSTS.RDY, Identify Controller and Namespace give the null_blk's geometry; one I/O queue with a memory window per command: writes of 512 B (in-capsule), 4 KiB, 128 KiB and 1 MiB (keyed SGL) submitted at once and read back byte-exact, also at once; the same on a second queue without memory windows (the fallback); a read past the end gets an error status and the queue goes on |
+//! | `guest_controller_async_io` (in the guest) | the library's `Controller` over NVMe/RDMA, async: a gathered write of 2 MiB + 1.5 KiB (split at MDTS, buffer edges inside blocks) read back scattered into other buffers, byte-exact; 64 reads awaited together from one thread; flush |
 //! | `guest_rejects` (in the guest) | a wrong subsystem NQN → Connect refused with Connect Invalid Parameters; an I/O queue ID the controller never granted → its Connect refused; an admin queue with HSQSIZE 64 (> 31) → the RDMA CM reject carrying NVMe/RDMA status Invalid HSQSIZE |
 //!
 //! The `guest_*` tests are `#[ignore]`d: they need the guest's rxe0 and nvmet-rdma, and the host test runs this
@@ -17,6 +18,7 @@
 //! also runs `vm/host-bench.sh --guest` (`nvmf-host perf` vs the kernel host with fio over nvmet-tcp and
 //! nvmet-rdma) in the same guest and prints its table.
 
+use std::io::{IoSlice, IoSliceMut};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,7 +28,8 @@ use nvmf_common::nvme::Status;
 use nvmf_host::rdma::admin::execute;
 use nvmf_host::rdma::{BareAdmin, RdmaQueue, RdmaQueueOptions};
 use nvmf_host::tcp::{DataDirection, Request};
-use nvmf_host::{ConnectOptions, HostError};
+use nvmf_host::{ConnectOptions, Controller, HostError, Transport};
+use nvmf_tests::executor::{block_on, join_all};
 use nvmf_tests::vm::{self, Vm};
 
 const NQN: &str = "nqn.2024-01.io.nvmf-rs:vm-rdma-host";
@@ -77,7 +80,8 @@ fn rdma_host_against_kernel_nvmet() {
 set -eu
 nvmet_subsys_nullblk {NQN} 256
 nvmet_rdma_port 1 "$NVMF_RDMA_ADDR" 4420 {NQN}
-timeout 240 "$RDMA_HOST_TESTS" --ignored --exact --nocapture --test-threads 1 guest_admin_and_io guest_rejects
+timeout 240 "$RDMA_HOST_TESTS" --ignored --exact --nocapture --test-threads 1 guest_admin_and_io guest_rejects \
+  guest_controller_async_io
 timeout 60 "$NVMF_HOST_BIN" perf -t rdma -a "$NVMF_RDMA_ADDR" -s 4420 -n {NQN} -q 32 -o 4096 -w randread -T 3 --json \
   > "$NVMF_VM_LOGS/perf.json" 2> "$NVMF_VM_LOGS/perf.log" || {{ cat "$NVMF_VM_LOGS/perf.log" >&2; fail "perf -t rdma"; exit 1; }}
 echo "PERF $(cat "$NVMF_VM_LOGS/perf.json")"
@@ -90,7 +94,7 @@ fi
     let Some(out) = vm.run_or_skip(&script) else { return };
     out.assert_success();
     // --nocapture interleaves the guest tests' output with libtest's lines: count passes in its summary.
-    assert!(out.stdout.contains("test result: ok. 2 passed; 0 failed"), "guest tests failed\n{}", out.report());
+    assert!(out.stdout.contains("test result: ok. 3 passed; 0 failed"), "guest tests failed\n{}", out.report());
     let line = out.stdout.lines().find_map(|l| l.strip_prefix("PERF ")).unwrap_or_else(|| panic!("{}", out.report()));
     let perf: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("perf JSON {line}: {e}"));
     let iops = perf["iops"].as_f64().unwrap_or(0.0);
@@ -157,6 +161,45 @@ fn guest_admin_and_io() {
     round_trip(&mut q2, admin.in_capsule_data, |i| 200_000 + (i as u64) * 4096, "no windows");
     q2.close();
     admin.close();
+}
+
+#[test]
+#[ignore = "runs inside the test VM (rdma_host_against_kernel_nvmet starts it)"]
+fn guest_controller_async_io() {
+    let options = ConnectOptions { transport: Transport::Rdma, nr_io_queues: 2, ..options() };
+    let ctrl = Controller::connect(addr(), NQN, options).expect("connect over RDMA");
+    let within = Duration::from_secs(60);
+    let mdts = 1usize << 20;
+    let len = 2 * mdts + 3 * 512;
+    let slba = 300_000;
+    let data = pattern(slba, len);
+    let cuts = [0, 1000, 1007, mdts - 5, mdts + 4096, len - 1, len];
+    let gathered: Vec<IoSlice> = cuts.windows(2).map(|w| IoSlice::new(&data[w[0]..w[1]])).collect();
+    block_on(ctrl.write_async(1, slba, &gathered), within).expect("gathered write");
+    let mut back = vec![0u8; len];
+    {
+        let (a, rest) = back.split_at_mut(513);
+        let (b, c) = rest.split_at_mut(mdts + 7);
+        let mut bufs = [IoSliceMut::new(a), IoSliceMut::new(b), IoSliceMut::new(c)];
+        block_on(ctrl.read_async(1, slba, &mut bufs), within).expect("scattered read");
+    }
+    assert!(back == data, "the scattered read returned the gathered write's bytes");
+
+    let reads = (0..64u64)
+        .map(|i| {
+            let sqe = Read { nsid: 1, slba: slba + i * 8, nlb: 7, ..Read::default() }.to_sqe();
+            let request = Request { sqe, data: vec![0; 4096], direction: DataDirection::ControllerToHost, context: () };
+            ctrl.submit_io_async(request).expect("submitted")
+        })
+        .collect();
+    for (i, reply) in block_on(join_all(reads), within).into_iter().enumerate() {
+        let reply = reply.expect("read completes");
+        assert!(reply.result.expect("a completion").status.is_success(), "read {i}");
+        assert!(reply.data == data[i * 4096..(i + 1) * 4096], "read {i}");
+    }
+    block_on(ctrl.flush_async(1), within).expect("flush");
+    println!("async over RDMA: {len} bytes gathered and scattered, 64 reads awaited together");
+    ctrl.disconnect().expect("disconnect");
 }
 
 /// Write 512 B, 4 KiB, 128 KiB and 1 MiB at `slba(0..4)` all at once, read them back all at once, byte-exact.
