@@ -28,7 +28,8 @@
 //! event), rescan the namespaces and bump [`Controller::namespace_generation`], then re-arm the request.
 //!
 //! Threads: each queue has its I/O thread ([`QueueHandle`]). One supervisor thread per
-//! controller sends the Keep Alives (every KATO/2), handles asynchronous events, notices a lost association
+//! controller sends the Keep Alives (every KATO/2; to a controller that reports Traffic Based Keep Alive, none while
+//! I/O flows: see `supervise`), handles asynchronous events, notices a lost association
 //! (a queue's I/O thread tells it when its connection fails, a held command when it meets a failed one) and runs
 //! the reconnect attempts; it sleeps until one of those is due, blocks on admin commands and connects, and is
 //! never on the data path. The blocking calls here run on the caller's thread, split transfers at MDTS, submit
@@ -46,7 +47,7 @@
 use std::collections::HashMap;
 use std::io::{IoSlice, IoSliceMut};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::task::{Context, Poll, Waker};
@@ -187,6 +188,9 @@ pub struct ControllerInfo {
     pub vwc: bool,
     /// Keep Alive Support granularity in milliseconds (KAS × 100).
     pub kas_ms: u32,
+    /// Traffic Based Keep Alive (CTRATT bit 6): any command restarts the controller's keep-alive timer, so the
+    /// host skips a Keep Alive while I/O completes.
+    pub traffic_based_keep_alive: bool,
     /// I/O queues granted by Set Features Number of Queues (and connected).
     pub io_queues: u16,
     /// The capability register.
@@ -404,6 +408,8 @@ struct Inner {
     aers: usize,
     /// The current association's controller ID.
     cntlid: AtomicU16,
+    /// Whether the current association's controller reports Traffic Based Keep Alive.
+    traffic_based_keep_alive: AtomicBool,
     namespaces: RwLock<HashMap<u32, NamespaceInfo>>,
     /// Bumped on each namespace change; waiters sleep on `namespace_changed`.
     namespace_generation: Mutex<u64>,
@@ -625,6 +631,7 @@ fn associate(
         oncs: id.oncs,
         vwc: id.vwc_present(),
         kas_ms: u32::from(id.kas) * 100,
+        traffic_based_keep_alive: id.ctratt & IdentifyController::CTRATT_TBKAS != 0,
         io_queues: 0,
         cap,
     };
@@ -648,6 +655,11 @@ fn associate(
 }
 
 impl Inner {
+    /// I/O commands submitted and completed on every I/O queue so far (the Keep Alive's traffic check).
+    fn io_counts(&self) -> (u64, u64) {
+        self.io.iter().map(|q| q.stats()).fold((0, 0), |(s, c), m| (s + m.submitted, c + m.completed))
+    }
+
     fn admin_command(
         &self,
         command: &'static str,
@@ -787,6 +799,7 @@ impl Inner {
             q.replace(new, epoch);
         }
         self.cntlid.store(assoc.info.cntlid, Ordering::Relaxed);
+        self.traffic_based_keep_alive.store(assoc.info.traffic_based_keep_alive, Ordering::Relaxed);
         {
             let mut status = sup.lock();
             status.epoch = epoch;
@@ -816,8 +829,16 @@ impl Inner {
 fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
     let sup = &inner.supervision;
     let o = &inner.options;
-    let keep_alive = (!o.keep_alive_tmo.is_zero()).then_some(o.keep_alive_tmo / 2);
-    let mut next_keep_alive = keep_alive.map(|i| Instant::now() + i);
+    let keep_alive = (!o.keep_alive_tmo.is_zero()).then_some(o.keep_alive_tmo);
+    // A Keep Alive every KATO/2. To a controller with Traffic Based Keep Alive (any command it receives restarts its
+    // timer) the supervisor looks every KATO/4, as Linux does, and sends none if since its last look I/O commands
+    // were submitted (so the controller's timer restarted since then) and some completed (it is alive): the
+    // next Keep Alive then goes out at most two looks, KATO/2, after the last I/O, as without TBKAS.
+    let tbkas = || inner.traffic_based_keep_alive.load(Ordering::Relaxed);
+    let interval = |kato: Duration| if tbkas() { kato / 4 } else { kato / 2 };
+    let mut next_keep_alive = keep_alive.map(|k| Instant::now() + interval(k));
+    // I/O commands submitted and completed as of the last look.
+    let mut io_seen = inner.io_counts();
     let mut next_attempt: Option<Instant> = None;
     // Whether the held commands were woken at this loss's fast-fail deadline.
     let mut fast_failed = false;
@@ -844,11 +865,17 @@ fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
                     // Wakes this loop again (a Look), now Reconnecting.
                     sup.lose(&mut sup.lock(), epoch, &e);
                 } else if next_keep_alive.is_some_and(|t| Instant::now() >= t) {
-                    next_keep_alive = keep_alive.map(|i| Instant::now() + i);
-                    let sqe = KeepAlive.to_sqe();
-                    let sub = inner.admin.submitter();
-                    if let Err(e) = run(&sub, "Keep Alive", sqe, DataDirection::None, Vec::new(), o.keep_alive_tmo) {
-                        sup.lose(&mut sup.lock(), epoch, &e);
+                    next_keep_alive = keep_alive.map(|k| Instant::now() + interval(k));
+                    let counts = inner.io_counts();
+                    let traffic = tbkas() && counts.0 != io_seen.0 && counts.1 != io_seen.1;
+                    io_seen = counts;
+                    if !traffic {
+                        let sqe = KeepAlive.to_sqe();
+                        let sub = inner.admin.submitter();
+                        if let Err(e) = run(&sub, "Keep Alive", sqe, DataDirection::None, Vec::new(), o.keep_alive_tmo)
+                        {
+                            sup.lose(&mut sup.lock(), epoch, &e);
+                        }
                     }
                 }
                 wake_at = next_keep_alive;
@@ -890,7 +917,7 @@ fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
                     Ok(()) => {
                         next_attempt = None;
                         fast_failed = false;
-                        next_keep_alive = keep_alive.map(|i| Instant::now() + i);
+                        next_keep_alive = keep_alive.map(|k| Instant::now() + interval(k));
                         wake_at = next_keep_alive;
                     }
                     Err(e) => {
@@ -1001,6 +1028,7 @@ impl Controller {
             io: assoc.io.into_iter().map(|q| q.recovering(0, Arc::clone(&recovery))).collect(),
             aers: assoc.aers,
             cntlid: AtomicU16::new(assoc.info.cntlid),
+            traffic_based_keep_alive: AtomicBool::new(assoc.info.traffic_based_keep_alive),
             namespaces: RwLock::new(HashMap::new()),
             namespace_generation: Mutex::new(0),
             namespace_changed: Condvar::new(),

@@ -277,6 +277,35 @@ fn keep_alive_keeps_the_association() {
     ctrl.disconnect().unwrap();
 }
 
+/// Our target reports Traffic Based Keep Alive and restarts its keep-alive timer on I/O: while reads complete, the
+/// host sends no Keep Alive for longer than the KATO and the association stays; once idle, Keep Alives resume.
+#[test]
+fn traffic_based_keep_alive_skips_keep_alives_while_io_completes() {
+    let target = Target::start();
+    let mut opts = options(1);
+    opts.keep_alive_tmo = Duration::from_secs(2);
+    let ctrl = Controller::connect(target.addr, SUBNQN, opts).expect("connect");
+    assert!(ctrl.info().traffic_based_keep_alive, "the target reports TBKAS");
+    let admin = || ctrl.admin().unwrap().stats().submitted;
+    let before = admin();
+    let mut buf = vec![0u8; 4096];
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        ctrl.read(1, 0, &mut buf).expect("read while no Keep Alive goes out");
+    }
+    // Without TBKAS the host sends one every 1 s (KATO/2), with it but ignoring the I/O one every 0.5 s; the
+    // supervisor's first look may come before the first read completed.
+    let during_io = admin() - before;
+    assert!(during_io <= 1, "Keep Alives sent while I/O completed for 3 s: {during_io}");
+    let before = admin();
+    std::thread::sleep(Duration::from_secs(2));
+    let idle = admin() - before;
+    assert!(idle >= 2, "Keep Alives sent in 2 idle seconds: {idle}");
+    ctrl.read(1, 0, &mut buf).expect("still associated");
+    assert_eq!(ctrl.reconnects(), 0, "the target never ended the association");
+    ctrl.disconnect().unwrap();
+}
+
 #[test]
 fn disconnect_then_a_new_association() {
     let target = Target::start();

@@ -377,8 +377,10 @@ echo "digests: ok"
     assert_stdout_has(&out, "digests: ok");
 }
 
-/// The host vanishes (its veth is deleted under a live association): the target's keep-alive timer expires,
-/// the association ends (no controller, no connection left), and a new host connects afresh.
+/// The target reports Traffic Based Keep Alive, so the kernel host (KATO 2 s) sends no Keep Alive while its I/O
+/// completes, and the target's timer restarts on that I/O: 6 s of reads leave the association as it was. Then the
+/// host vanishes (its veth is deleted under a live association): the target's keep-alive timer expires, the
+/// association ends (no controller, no connection left), and a new host connects afresh.
 #[test]
 fn keep_alive_expiry_when_the_host_vanishes() {
     let config = config("10.78.0.2", "[[subsystem.namespace]]\nmemory = \"16MiB\"\n", "");
@@ -388,6 +390,8 @@ fn keep_alive_expiry_when_the_host_vanishes() {
     let controllers = m(&format!("nvmf_target_controllers{{subsystem=\"{NQN}\"}}"));
     let connections = m("nvmf_target_connections{transport=\"tcp\"}");
     let expiries = m(&format!("nvmf_target_keep_alive_expiries_total{{subsystem=\"{NQN}\"}}"));
+    let keep_alives =
+        m(&format!("nvmf_target_commands_total{{subsystem=\"{NQN}\",namespace=\"0\",opcode=\"keep_alive\"}}"));
     let Some(out) = run(
         "keep_alive_expiry_when_the_host_vanishes",
         vm,
@@ -415,6 +419,17 @@ dd if=/dev/urandom of=$dev bs=4k count=16 oflag=direct status=none
 # While the host lives, its keep-alives hold the association (2.5 × KATO of idle time).
 sleep 5
 echo "alive: expiries {expiries} controllers {controllers}"
+echo "ctratt: $(nvme id-ctrl /dev/$ctrl | awk '$1 == "ctratt" {{ print $3 }}')"
+# Idle, the host sends a Keep Alive every KATO/4 (TBKAS); counted from 2 s into the run, once reads flow.
+fio --name=tbkas --filename=$dev --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth=4 --time_based \
+  --runtime=9 > /dev/null &
+fio_pid=$!
+sleep 2
+ka0={keep_alives}
+sleep 6
+ka1={keep_alives}
+wait $fio_pid
+echo "during I/O: keep-alives $((ka1 - ka0)) expiries {expiries} cntlid $(cat /sys/class/nvme/$ctrl/cntlid)"
 t0=$SECONDS
 ip link del vh
 if wait_until 30 grep -q 'keep alive timeout expired' $NVMF_VM_LOGS/target.log; then
@@ -443,6 +458,12 @@ echo "keep-alive: ok"
     out.assert_success();
     assert_stdout_has(&out, "before: controllers 1 connections 2");
     assert_stdout_has(&out, "alive: expiries 0 controllers 1");
+    let first = out.stdout.lines().find_map(|l| l.strip_prefix("first cntlid: ")).expect("first cntlid");
+    let during = out.stdout.lines().find_map(|l| l.strip_prefix("during I/O: keep-alives ")).expect("I/O phase");
+    let (sent, rest) = during.split_once(' ').expect("keep-alive count");
+    // Without TBKAS the host sends one every second (KATO/2); it may send one at the start of the run.
+    assert!(sent.parse::<u32>().is_ok_and(|n| n <= 1), "Keep Alives during 6 s of I/O: {sent}\n{}", out.report());
+    assert_eq!(rest, format!("expiries 0 cntlid {first}"), "the association lived through the I/O\n{}", out.report());
     let expired = out
         .stdout
         .lines()

@@ -194,7 +194,8 @@ pub(crate) fn identify_controller<'a>(ctx: &AdminContext<'a>) -> IdentifyControl
         mdts: params.mdts_field(),
         cntlid: controller.cntlid(),
         ver: VERSION.to_u32(),
-        ctratt: IdentifyController::CTRATT_HOST_ID_128,
+        // Traffic Based Keep Alive: any command restarts the keep-alive timer (Queue::keep_alive_deadline).
+        ctratt: IdentifyController::CTRATT_HOST_ID_128 | IdentifyController::CTRATT_TBKAS,
         aerl: AERL,
         lpa: IdentifyController::LPA_EXTENDED_DATA,
         elpe: ELPE,

@@ -5,7 +5,9 @@
 //! queue, the Changed Namespace List and Error Information logs, the I/O queues connected — is behind a
 //! `Mutex`, taken by admin commands, at Connect and by control-plane notifications, never per I/O. What I/O
 //! queues must see cheaply is mirrored in atomics: `ready` (CSTS.RDY), `io_epoch` (bumped by a controller
-//! reset: I/O queues of an older epoch end), `terminated`, the write-cache enable and KATO.
+//! reset: I/O queues of an older epoch end), `terminated`, the write-cache enable and KATO, and the time of the
+//! latest I/O command (Traffic Based Keep Alive: I/O restarts the keep-alive timer, published by each I/O queue at
+//! most every [`TRAFFIC_GRANULARITY`], so the admin queue's timer sees it without a write per command).
 //!
 //! Counters: every queue owns a [`QueueCounters`] whose fields are atomics written by that queue's reactor
 //! alone with a plain load + store (no locked read-modify-write on the data path); the SMART log sums them on
@@ -14,6 +16,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::property::{
     Capabilities, ControllerConfiguration, ControllerStatus, ShutdownNotification, ShutdownStatus, Version,
@@ -35,6 +38,10 @@ pub const AERL: u8 = 3;
 
 /// Error Information Log Entries, 0's based (ELPE): the newest 16 errors are kept.
 pub const ELPE: u8 = 15;
+
+/// How often at most an I/O queue publishes its latest command's time to its controller (Traffic Based Keep
+/// Alive): the published time can be this much older than the latest I/O command, so the keep-alive timer adds it.
+pub const TRAFFIC_GRANULARITY: Duration = Duration::from_millis(100);
 
 /// Default Keep Alive Support (KAS) in 100 ms units: the timer's granularity (1 s). KATO is rounded up to a
 /// multiple of it. [`TargetParams::kas`](super::TargetParams::kas) sets it.
@@ -237,6 +244,10 @@ pub struct Controller {
     kato_ms: AtomicU32,
     /// Keep Alive Support: the timer granularity in 100 ms units.
     kas: u16,
+    /// The origin of `io_traffic_ns`.
+    created: Instant,
+    /// Nanoseconds after `created`, plus one (0: none yet), of the latest I/O command an I/O queue published.
+    io_traffic_ns: AtomicU64,
     state: Mutex<ControllerState>,
 }
 
@@ -276,6 +287,8 @@ impl Controller {
             write_cache: AtomicBool::new(write_cache),
             kato_ms: AtomicU32::new(round_kato(kato_ms, kas)),
             kas,
+            created: Instant::now(),
+            io_traffic_ns: AtomicU64::new(0),
             state: Mutex::new(ControllerState {
                 cc: ControllerConfiguration::default(),
                 csts: ControllerStatus::default(),
@@ -345,6 +358,21 @@ impl Controller {
     /// Keep Alive Timeout in milliseconds (0: disabled), rounded up to KAS.
     pub fn kato_ms(&self) -> u32 {
         self.kato_ms.load(Ordering::Relaxed)
+    }
+
+    /// Record I/O traffic at `at` (an I/O queue's command arrival; see [`TRAFFIC_GRANULARITY`]).
+    pub(crate) fn note_io_traffic(&self, at: Instant) {
+        let ns = u64::try_from(at.saturating_duration_since(self.created).as_nanos()).unwrap_or(u64::MAX - 1);
+        self.io_traffic_ns.fetch_max(ns + 1, Ordering::Relaxed);
+    }
+
+    /// The latest I/O traffic published, plus [`TRAFFIC_GRANULARITY`] for what the queues have not published
+    /// yet: the keep-alive timer restarts there.
+    pub fn io_traffic(&self) -> Option<Instant> {
+        match self.io_traffic_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(self.created + Duration::from_nanos(ns - 1) + TRAFFIC_GRANULARITY),
+        }
     }
 
     /// Volatile write cache enabled (Set Features 06h); when disabled every write is FUA.

@@ -39,7 +39,9 @@ use nvmf_common::nvme::opcode::{admin as admin_op, fctype, FABRICS};
 use nvmf_common::nvme::{CompletionQueueEntry, Status, StatusCodeType, SubmissionQueueEntry};
 
 use super::admin::{self, AdminContext};
-use super::association::{CcOutcome, Controller, IoQueueRefusal, Notifier, QueueCounters, AERL, VERSION};
+use super::association::{
+    CcOutcome, Controller, IoQueueRefusal, Notifier, QueueCounters, AERL, TRAFFIC_GRANULARITY, VERSION,
+};
 use super::io::{self, DataSource, Direction, StorageOp};
 use super::subsystem::NamespaceTable;
 use super::target::{Target, TransportInfo};
@@ -326,6 +328,8 @@ pub struct Queue {
     sq_head: u16,
     /// When the last command arrived (its reactor turn's clock reading): the keep-alive timer's start.
     last_activity: Option<Instant>,
+    /// When this I/O queue last published a command's arrival to its controller (Traffic Based Keep Alive).
+    traffic_published: Option<Instant>,
     notifier: Option<Notifier>,
     /// The slot of a Disconnect command: once released, the queue ends.
     disconnect_slot: Option<u16>,
@@ -364,6 +368,7 @@ impl Queue {
             table_generation: 0,
             sq_head: 0,
             last_activity: None,
+            traffic_published: None,
             notifier: None,
             disconnect_slot: None,
             disconnected: false,
@@ -438,7 +443,8 @@ impl Queue {
     }
 
     /// When the keep-alive timer expires if no command arrives (admin queue with a KATO): KATO after the last
-    /// command. The reactor `poll`s the queue then (the queue's only timer).
+    /// command on any of the controller's queues (Traffic Based Keep Alive, as Identify reports). The reactor
+    /// `poll`s the queue then (the queue's only timer).
     pub fn keep_alive_deadline(&self) -> Option<Instant> {
         match &self.state {
             QueueState::Connected(Association { controller, kind: QueueKind::Admin, .. }) => {
@@ -446,7 +452,8 @@ impl Queue {
                 if kato == 0 {
                     return None;
                 }
-                self.last_activity.map(|t| t + Duration::from_millis(u64::from(kato)))
+                let last = self.last_activity.max(controller.io_traffic());
+                last.map(|t| t + Duration::from_millis(u64::from(kato)))
             }
             _ => None,
         }
@@ -473,6 +480,7 @@ impl Queue {
         };
         let arrival = turn_time();
         self.last_activity = Some(arrival);
+        self.publish_traffic(arrival);
         self.advance_sq_head();
         self.slots[usize::from(index)] =
             Slot { state: SlotState::Executing, sqe: *sqe, arrival: Some(arrival), ..Slot::FREE };
@@ -684,13 +692,26 @@ impl Queue {
         Ok(())
     }
 
+    /// An I/O queue's command arrived at `arrival`: tell the controller's keep-alive timer, at most every
+    /// [`TRAFFIC_GRANULARITY`] (one shared write per interval, not per command).
+    fn publish_traffic(&mut self, arrival: Instant) {
+        let QueueState::Connected(Association { controller, kind: QueueKind::Io(_), .. }) = &self.state else {
+            return;
+        };
+        if self.traffic_published.is_none_or(|p| arrival.saturating_duration_since(p) >= TRAFFIC_GRANULARITY) {
+            self.traffic_published = Some(arrival);
+            controller.note_io_traffic(arrival);
+        }
+    }
+
     fn check_keep_alive(
         &mut self,
         engine: &mut IoEngine,
         controller: &Arc<Controller>,
         now: Instant,
     ) -> Result<(), QueueError> {
-        let last = *self.last_activity.get_or_insert(now);
+        let admin_last = *self.last_activity.get_or_insert(now);
+        let last = controller.io_traffic().map_or(admin_last, |t| t.max(admin_last));
         let kato_ms = controller.kato_ms();
         if kato_ms > 0 && now.saturating_duration_since(last) >= Duration::from_millis(u64::from(kato_ms)) {
             let cntlid = controller.cntlid();

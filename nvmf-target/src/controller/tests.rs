@@ -596,6 +596,7 @@ fn identify_controller_fields() {
     assert_ne!(id.sgls & IdentifyController::SGLS_TRANSPORT_DATA_BLOCK, 0);
     assert_eq!(id.sgls & IdentifyController::SGLS_KEYED_DATA_BLOCK, 0);
     assert_ne!(id.ctratt & IdentifyController::CTRATT_HOST_ID_128, 0);
+    assert_ne!(id.ctratt & IdentifyController::CTRATT_TBKAS, 0, "Traffic Based Keep Alive");
     assert!(!id.fr.is_empty());
 }
 
@@ -991,13 +992,23 @@ fn keep_alive_expiry_with_a_fake_clock() {
     admin.property_get(&mut engine, 0x1C, PropertySize::Four).ok();
     assert_eq!(admin.queue.keep_alive_deadline(), Some(at(5500)));
     admin.queue.poll(&mut engine, at(5499), &mut out).unwrap();
-    // I/O does not count (no Traffic Based Keep Alive).
+    // Traffic Based Keep Alive: an I/O command restarts the timer too; the queue publishes its commands'
+    // arrival at most every TRAFFIC_GRANULARITY, so the timer runs from that much later.
     set_turn_time(at(5400));
     io.read(&mut engine, 1, 0, 1).ok();
-    assert_eq!(admin.queue.keep_alive_deadline(), Some(at(5500)));
+    assert_eq!(admin.queue.keep_alive_deadline(), Some(at(7500)));
+    admin.queue.poll(&mut engine, at(5500), &mut out).unwrap();
+    // Within the granularity the queue does not publish again; after it, it does.
+    set_turn_time(at(5450));
+    io.read(&mut engine, 1, 0, 1).ok();
+    assert_eq!(admin.queue.keep_alive_deadline(), Some(at(7500)));
+    set_turn_time(at(6000));
+    io.read(&mut engine, 1, 0, 1).ok();
+    assert_eq!(admin.queue.keep_alive_deadline(), Some(at(8100)));
+    admin.queue.poll(&mut engine, at(8099), &mut out).unwrap();
     let controller = Arc::clone(admin.queue.controller().unwrap());
     assert_eq!(
-        admin.queue.poll(&mut engine, at(5500), &mut out),
+        admin.queue.poll(&mut engine, at(8100), &mut out),
         Err(QueueError::KeepAliveExpired { cntlid, kato_ms: 2000 })
     );
     assert!(admin.queue.is_closed());
@@ -1007,7 +1018,7 @@ fn keep_alive_expiry_with_a_fake_clock() {
     assert!(controller.csts().cfs, "CSTS.CFS set on expiry");
     assert_eq!(controller.lock().errors[0].status, Status::KEEP_ALIVE_TIMER_EXPIRED);
     // The I/O queue of the association ends too.
-    assert_eq!(io.queue.poll(&mut engine, at(5500), &mut out), Err(QueueError::AssociationEnded { cntlid }));
+    assert_eq!(io.queue.poll(&mut engine, at(8100), &mut out), Err(QueueError::AssociationEnded { cntlid }));
     // A dead queue refuses commands.
     assert_eq!(admin.queue.command(&mut engine, &KeepAlive.to_sqe(), &[]), Err(QueueError::Closed));
 }
