@@ -54,7 +54,9 @@ use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nvmf_common::fabrics::connect::{Connect, ConnectData, ConnectResponse, CNTLID_DYNAMIC};
+use nvmf_common::fabrics::connect::{
+    Connect, ConnectData, ConnectResponse, CATTR_DISABLE_SQ_FLOW_CONTROL, CNTLID_DYNAMIC,
+};
 use nvmf_common::fabrics::nqn::{Nqn, DISCOVERY_NQN};
 use nvmf_common::fabrics::property::{
     Capabilities, ControllerConfiguration, ControllerStatus, Property, PropertyGet, PropertySet, ShutdownNotification,
@@ -124,6 +126,12 @@ pub struct ConnectOptions {
     pub hdr_digest: bool,
     /// Data digests (`--data-digest`; NVMe/TCP only).
     pub data_digest: bool,
+    /// Ask the controller to disable SQ flow control (`--disable-sqflow`; Connect CATTR bit 2, on every queue): it
+    /// then reports no SQ head, and over NVMe/TCP may end a successful read with its last C2HData PDU instead of
+    /// a response capsule. The host never relies on SQ head reports (it keeps no more commands outstanding than
+    /// the queue has entries), so this only saves PDUs. nvme-cli's `connect-all` sets it for a discovery log entry
+    /// that allows it (TREQ bit 2), as `nvmf-host connect-all` does.
+    pub disable_sqflow: bool,
     /// Bound on connecting each queue (TCP and ICReq/ICResp; RDMA address and route resolution and the CM
     /// connect).
     pub connect_timeout: Duration,
@@ -154,6 +162,7 @@ impl Default for ConnectOptions {
             keep_alive_tmo: Duration::from_secs(5),
             hdr_digest: false,
             data_digest: false,
+            disable_sqflow: false,
             connect_timeout: Duration::from_secs(10),
             io_timeout: Duration::from_secs(30),
             reconnect_delay: Duration::from_secs(10),
@@ -476,7 +485,7 @@ pub(crate) fn connect_request<T>(
     let connect = Connect {
         qid,
         sqsize,
-        cattr: 0,
+        cattr: if options.disable_sqflow { CATTR_DISABLE_SQ_FLOW_CONTROL } else { 0 },
         kato: kato_ms,
         sgl1: SglDescriptor::DataBlock { address: 0, length: 1024, subtype: SglSubtype::Offset },
     };

@@ -1,10 +1,13 @@
 //! The host library against our target, in-process on 127.0.0.1: bring-up, namespaces, I/O at many sizes
 //! (in-capsule and R2T paths, with and without digests), pipelining, flush / write zeroes / deallocate,
-//! keep-alive and disconnect; the async API with scatter-gather buffers.
+//! keep-alive and disconnect; SQ flow control disabled; the async API with scatter-gather buffers.
 
 mod support;
 
-use std::io::{IoSlice, IoSliceMut};
+use std::io::{IoSlice, IoSliceMut, Read as _, Write as _};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::connect::{Connect, ConnectData};
@@ -304,6 +307,68 @@ fn traffic_based_keep_alive_skips_keep_alives_while_io_completes() {
     ctrl.read(1, 0, &mut buf).expect("still associated");
     assert_eq!(ctrl.reconnects(), 0, "the target never ended the association");
     ctrl.disconnect().unwrap();
+}
+
+/// A relay on 127.0.0.1 to `to` for any number of connections; counts the bytes the controller sends.
+fn counting_relay(to: SocketAddr) -> (SocketAddr, Arc<AtomicU64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&count);
+    std::thread::spawn(move || {
+        for host in listener.incoming() {
+            let (Ok(host), Ok(target)) = (host, TcpStream::connect(to)) else { return };
+            let (mut from_host, mut to_target) = (host.try_clone().unwrap(), target.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from_host, &mut to_target);
+                let _ = to_target.shutdown(Shutdown::Write);
+            });
+            let (mut from_target, mut to_host, counter) = (target, host, Arc::clone(&counter));
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(n @ 1..) = from_target.read(&mut buf) {
+                    // Counted before the host can see them: once a read completes, its bytes are in.
+                    counter.fetch_add(n as u64, Ordering::SeqCst);
+                    if to_host.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = to_host.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    (addr, count)
+}
+
+/// With SQ flow control disabled (`--disable-sqflow`), our target ends each successful read with its C2HData PDU
+/// (SUCCESS flag) and sends no response capsule: 24 bytes less per read on the wire, same data.
+#[test]
+fn disabled_sq_flow_control_saves_the_read_response_capsule() {
+    const READS: u64 = 100;
+    const C2H_DATA: u64 = 24 + 4096; // common header 8 + PDU-specific header 16, then the data
+    const CAPSULE_RESP: u64 = 8 + 16; // common header, then the completion queue entry
+    let target = Target::start();
+    let (relay, from_target) = counting_relay(target.addr);
+    let data = pattern(4096, 9);
+    for disable_sqflow in [true, false] {
+        let mut opts = options(1);
+        // Nothing but the reads on the wire while counting.
+        opts.keep_alive_tmo = Duration::ZERO;
+        opts.disable_sqflow = disable_sqflow;
+        let ctrl = Controller::connect(relay, SUBNQN, opts).expect("connect through the relay");
+        ctrl.write(1, 8, &data).unwrap();
+        let before = from_target.load(Ordering::SeqCst);
+        let mut buf = vec![0u8; 4096];
+        for _ in 0..READS {
+            buf.fill(0);
+            ctrl.read(1, 8, &mut buf).unwrap();
+            assert_eq!(buf, data);
+        }
+        let per_read = C2H_DATA + if disable_sqflow { 0 } else { CAPSULE_RESP };
+        let sent = from_target.load(Ordering::SeqCst) - before;
+        assert_eq!(sent, READS * per_read, "bytes from the target for {READS} reads, disable_sqflow {disable_sqflow}");
+        ctrl.disconnect().unwrap();
+    }
 }
 
 #[test]

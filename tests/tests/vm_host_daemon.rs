@@ -1,6 +1,7 @@
 //! The host daemon (`nvmf-host run`) against the Linux 6.12 kernel target (nvmet-tcp, a memory-backed null_blk
 //! namespace) in the test VM, the way a boot-time mount uses it: the configured controller is connected at
-//! start, its namespace is exported over NBD on a unix socket, the kernel's nbd driver attaches it with
+//! start (SQ flow control disabled: nvmet-tcp ends successful reads with their last data PDU), its namespace is
+//! exported over NBD on a unix socket, the kernel's nbd driver attaches it with
 //! `nbd-client`, fio verifies data through it, ext4 is made, mounted, written, remounted and checked; a second
 //! subsystem's namespace is exported as `/dev/ublkbN` (ublk_drv) and gets the same treatment; the CLI lists both
 //! controllers; SIGTERM removes the devices and ends both associations with CC.SHN acknowledged by the kernel
@@ -53,6 +54,7 @@ level = "info"
 address = "127.0.0.1"
 nqn = "{NQN}"
 nr_io_queues = 2
+disable_sqflow = true
 [[controller.export]]
 nsid = 1
 nbd = "unix:/tmp/host/disk.sock"

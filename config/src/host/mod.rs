@@ -82,6 +82,8 @@ pub struct ControllerConfig {
     pub hdr_digest: bool,
     /// Data digests (`--data-digest`). Default false.
     pub data_digest: bool,
+    /// Ask the controller to disable SQ flow control (`--disable-sqflow`). Default false.
+    pub disable_sqflow: bool,
     /// `[[controller.export]]`: namespaces served as block devices (NSIDs unique).
     pub exports: Vec<ExportConfig>,
 }

@@ -60,6 +60,8 @@ pub(crate) struct RawController {
     pub hdr_digest: Option<bool>,
     #[serde(default)]
     pub data_digest: Option<bool>,
+    #[serde(default)]
+    pub disable_sqflow: Option<bool>,
     #[serde(default, rename = "export")]
     pub exports: Vec<RawExport>,
 }

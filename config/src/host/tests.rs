@@ -19,7 +19,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("unknown_section", "[hosts]\n",
         "h.toml:1:2: hosts: unknown field `hosts`, expected one of `host`, `metrics`, `logging`, `controller`"),
     ("unknown_key", "@@queue_depth = 3\n",
-        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `hdr_digest`, `data_digest`, `export`"),
+        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `hdr_digest`, `data_digest`, `disable_sqflow`, `export`"),
     ("missing_nqn", "[[controller]]\naddress = \"::1\"\n",
         "h.toml:1:1: controller[0]: missing field `nqn`"),
     ("bad_transport", "@@transport = \"fc\"\n",

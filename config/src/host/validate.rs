@@ -171,6 +171,7 @@ fn controller(
         fast_io_fail_tmo,
         hdr_digest: raw.hdr_digest.unwrap_or(false),
         data_digest: raw.data_digest.unwrap_or(false),
+        disable_sqflow: raw.disable_sqflow.unwrap_or(false),
         exports,
     })
 }

@@ -63,6 +63,9 @@ pub struct ConnectOptionArgs {
     /// NVMe/TCP data digests.
     #[arg(short = 'G', long = "data-digest")]
     pub data_digest: bool,
+    /// Ask the controller to disable SQ flow control (`connect-all` also does for entries whose TREQ allows it).
+    #[arg(short = 'd', long = "disable-sqflow")]
+    pub disable_sqflow: bool,
 }
 
 /// `nvmf-host connect`.
@@ -153,6 +156,7 @@ fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> Result<Conne
         hostid: o.hostid.clone(),
         hdr_digest: o.hdr_digest,
         data_digest: o.data_digest,
+        disable_sqflow: o.disable_sqflow,
         nbd: None,
         ublk: false,
         export_nsid: None,

@@ -207,6 +207,9 @@ pub struct PerfArgs {
     /// Data digests.
     #[arg(long = "data-digest")]
     pub data_digest: bool,
+    /// Ask the controller to disable SQ flow control (NVMe/TCP reads then end without a response capsule).
+    #[arg(long = "disable-sqflow")]
+    pub disable_sqflow: bool,
     /// Poll without sleeping, as SPDK's perf does: no wake-up latency, one CPU busy per queue.
     #[arg(long = "busy-poll")]
     pub busy_poll: bool,
@@ -248,6 +251,9 @@ pub struct ForegroundConnection {
     /// Data digests.
     #[arg(long = "data-digest")]
     pub data_digest: bool,
+    /// Ask the controller to disable SQ flow control (NVMe/TCP reads then end without a response capsule).
+    #[arg(long = "disable-sqflow")]
+    pub disable_sqflow: bool,
 }
 
 impl ForegroundConnection {
@@ -257,6 +263,7 @@ impl ForegroundConnection {
         o.transport = endpoint.transport;
         o.hdr_digest = self.hdr_digest;
         o.data_digest = self.data_digest;
+        o.disable_sqflow = self.disable_sqflow;
         if let Some(n) = self.nr_io_queues {
             o.nr_io_queues = n;
         }
@@ -301,6 +308,7 @@ fn perf(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let mut connect = connect_options(a.hostnqn.as_ref());
     connect.hdr_digest = a.hdr_digest;
     connect.data_digest = a.data_digest;
+    connect.disable_sqflow = a.disable_sqflow;
     let options = PerfOptions {
         transport,
         addr,

@@ -59,6 +59,7 @@ fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> Connect
         keep_alive_tmo: c.keep_alive_tmo,
         hdr_digest: c.hdr_digest,
         data_digest: c.data_digest,
+        disable_sqflow: c.disable_sqflow,
         reconnect_delay: c.reconnect_delay,
         ctrl_loss_tmo: c.ctrl_loss_tmo,
         fast_io_fail_tmo: c.fast_io_fail_tmo,
@@ -117,6 +118,7 @@ pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) ->
     options.fast_io_fail_tmo = seconds_opt(p.fast_io_fail_tmo, options.fast_io_fail_tmo);
     options.hdr_digest = p.hdr_digest;
     options.data_digest = p.data_digest;
+    options.disable_sqflow = p.disable_sqflow;
     let mut exports = Vec::new();
     if let Some(text) = &p.nbd {
         let listen: NbdListen = text.parse().map_err(|e| format!("--nbd: {e}"))?;

@@ -55,6 +55,9 @@ pub struct ConnectParams {
     /// `--data-digest`.
     #[serde(default)]
     pub data_digest: bool,
+    /// `--disable-sqflow`.
+    #[serde(default)]
+    pub disable_sqflow: bool,
     /// `--nbd`: export a namespace (the first active one, or `export_nsid`) over NBD on this endpoint
     /// (`unix:/path` or `ADDR:PORT`).
     #[serde(default)]

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use nvmf_common::fabrics::discovery::{SubsystemType, TransportType};
+use nvmf_common::fabrics::discovery::{treq, SubsystemType, TransportType};
 
 use super::params::params_from_request;
 use super::protocol::{
@@ -16,6 +16,7 @@ use super::reload::reload;
 use super::table::{connect_once, end_controller, end_entry, state_name, Entry, Reserved, Shared, State};
 use crate::cli::Transport;
 use crate::controller::Controller;
+use crate::discovery::DiscoveryRecord;
 use crate::metrics::ControllerSample;
 
 /// What the metrics collector reads (no admin command: a scrape must stay cheap).
@@ -189,17 +190,7 @@ fn connect_all(shared: &Shared, p: &ConnectParams) -> ControlReply {
                 entry.name = Some(name);
                 entry.outcome = "already connected".into();
             } else {
-                let request = ConnectParams {
-                    transport: if r.trtype == TransportType::Rdma { "rdma" } else { "tcp" }.into(),
-                    traddr: r.traddr.clone(),
-                    trsvcid: r.trsvcid.clone(),
-                    nqn: r.subnqn.clone(),
-                    nbd: None,
-                    ublk: false,
-                    export_nsid: None,
-                    ..p.clone()
-                };
-                match connect(shared, &request) {
+                match connect(shared, &entry_request(p, r)) {
                     ControlReply::Connected { name, .. } => {
                         entry.name = Some(name);
                         entry.outcome = "connected".into();
@@ -212,6 +203,22 @@ fn connect_all(shared: &Shared, p: &ConnectParams) -> ControlReply {
         entries.push(entry);
     }
     ControlReply::ConnectedAll { entries }
+}
+
+/// What `connect-all` asks for one discovery log entry: its address and subsystem with the request's options; SQ
+/// flow control disabled when the entry allows it (TREQ bit 2), as nvme-cli does.
+fn entry_request(p: &ConnectParams, r: &DiscoveryRecord) -> ConnectParams {
+    ConnectParams {
+        transport: if r.trtype == TransportType::Rdma { "rdma" } else { "tcp" }.into(),
+        traddr: r.traddr.clone(),
+        trsvcid: r.trsvcid.clone(),
+        nqn: r.subnqn.clone(),
+        disable_sqflow: p.disable_sqflow || r.treq & treq::DISABLE_SQFLOW != 0,
+        nbd: None,
+        ublk: false,
+        export_nsid: None,
+        ..p.clone()
+    }
 }
 
 fn disconnect(shared: &Shared, which: Option<&DisconnectTarget>) -> ControlReply {
@@ -264,5 +271,64 @@ pub(super) fn handle(shared: &Arc<Shared>, request: ControlRequest) -> ControlRe
             Ok(summary) => ControlReply::Reloaded { changes: summary.lines().to_vec() },
             Err(e) => ControlReply::Error { message: e.to_string() },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nvmf_common::fabrics::discovery::{AddressFamily, Tsas};
+
+    use super::*;
+
+    fn record(trtype: TransportType, treq: u8) -> DiscoveryRecord {
+        DiscoveryRecord {
+            trtype,
+            adrfam: AddressFamily::Ipv4,
+            subtype: SubsystemType::Nvm,
+            treq,
+            portid: 1,
+            cntlid: 0xFFFF,
+            asqsz: 32,
+            eflags: 0,
+            trsvcid: "4421".into(),
+            subnqn: "nqn.2024-01.io.example:a".into(),
+            traddr: "10.0.0.2".into(),
+            tsas: Tsas::None,
+        }
+    }
+
+    #[test]
+    fn connect_all_disables_sq_flow_control_where_the_entry_allows_it() {
+        let asked = ConnectParams {
+            transport: "tcp".into(),
+            traddr: "10.0.0.1".into(),
+            trsvcid: "8009".into(),
+            nqn: String::new(),
+            nr_io_queues: Some(2),
+            queue_size: None,
+            keep_alive_tmo: None,
+            reconnect_delay: None,
+            ctrl_loss_tmo: None,
+            fast_io_fail_tmo: None,
+            hostnqn: None,
+            hostid: None,
+            hdr_digest: false,
+            data_digest: false,
+            disable_sqflow: false,
+            nbd: None,
+            ublk: false,
+            export_nsid: None,
+            duplicate_connect: false,
+        };
+        let allowed = entry_request(&asked, &record(TransportType::Rdma, treq::NOT_REQUIRED | treq::DISABLE_SQFLOW));
+        assert!(allowed.disable_sqflow);
+        assert_eq!(
+            (allowed.transport.as_str(), allowed.traddr.as_str(), allowed.trsvcid.as_str(), allowed.nr_io_queues),
+            ("rdma", "10.0.0.2", "4421", Some(2))
+        );
+        assert_eq!(allowed.nqn, "nqn.2024-01.io.example:a");
+        assert!(!entry_request(&asked, &record(TransportType::Tcp, treq::NOT_REQUIRED)).disable_sqflow);
+        let forced = ConnectParams { disable_sqflow: true, ..asked };
+        assert!(entry_request(&forced, &record(TransportType::Tcp, treq::NOT_SPECIFIED)).disable_sqflow);
     }
 }

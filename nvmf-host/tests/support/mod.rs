@@ -76,6 +76,7 @@ pub fn options(nr_io_queues: u16) -> ConnectOptions {
         keep_alive_tmo: Duration::from_secs(2),
         hdr_digest: false,
         data_digest: false,
+        disable_sqflow: false,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(10),
         reconnect_delay: Duration::from_millis(500),
