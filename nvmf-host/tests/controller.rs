@@ -267,19 +267,6 @@ fn controller_status_errors_are_typed() {
     assert!(cqe.status.same_code(Status::LBA_OUT_OF_RANGE), "{}", cqe.status);
 }
 
-#[test]
-fn keep_alive_keeps_the_association() {
-    let target = Target::start();
-    let mut opts = options(1);
-    opts.keep_alive_tmo = Duration::from_millis(1000);
-    let ctrl = Controller::connect(target.addr, SUBNQN, opts).expect("connect");
-    std::thread::sleep(Duration::from_millis(2500));
-    let mut buf = vec![0u8; 512];
-    ctrl.read(1, 0, &mut buf).expect("still associated after 2.5 × KATO");
-    assert!(ctrl.admin().unwrap().stats().completed >= 4, "keep-alives sent: {:?}", ctrl.admin().unwrap().stats());
-    ctrl.disconnect().unwrap();
-}
-
 /// Our target reports Traffic Based Keep Alive and restarts its keep-alive timer on I/O: while reads complete, the
 /// host sends no Keep Alive for longer than the KATO and the association stays; once idle, Keep Alives resume.
 #[test]
@@ -300,10 +287,11 @@ fn traffic_based_keep_alive_skips_keep_alives_while_io_completes() {
     // supervisor's first look may come before the first read completed.
     let during_io = admin() - before;
     assert!(during_io <= 1, "Keep Alives sent while I/O completed for 3 s: {during_io}");
+    // Idle for 1.5 × KATO: only the Keep Alives (every 0.5 s) hold the association.
     let before = admin();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(3));
     let idle = admin() - before;
-    assert!(idle >= 2, "Keep Alives sent in 2 idle seconds: {idle}");
+    assert!(idle >= 3, "Keep Alives sent in 3 idle seconds: {idle}");
     ctrl.read(1, 0, &mut buf).expect("still associated");
     assert_eq!(ctrl.reconnects(), 0, "the target never ended the association");
     ctrl.disconnect().unwrap();

@@ -25,7 +25,8 @@
 # "<transport> baseline". BENCH_PROFILE=1: after the table, each of our runs twice more, under `/usr/bin/time`
 # (voluntary/involuntary context switches, user/system CPU µs per I/O) and under `strace -c -f` (syscalls per I/O,
 # total and the most frequent; strace slows the run, so compare these between builds, not with the table):
-# $BENCH_LOGS/profile.md.
+# $BENCH_LOGS/profile.md. BENCH_DISABLE_SQFLOW=1: both hosts connect with SQ flow control disabled (nvme connect
+# --disable-sqflow, perf --disable-sqflow; over TCP nvmet then ends successful reads without a response capsule).
 #
 # Guest CPU: QEMU `-cpu max,-erms` unless NVMF_VM_CPU says otherwise: TCG's slow `rep movsb` would otherwise charge
 # every user-space copy ten times a kernel one (tests/README.md, "The benchmarks' guest CPU: no ERMS").
@@ -41,13 +42,14 @@ if [ "${1:-}" != --guest ]; then
   rm -rf "$logs"
   mkdir -p "$logs"
   env_args=(--env "NVMF_HOST_BIN=$target_dir/release/nvmf-host")
-  for v in BENCH_RUNTIME BENCH_ROUNDS BENCH_TRANSPORTS BENCH_BASELINE_BIN BENCH_PROFILE; do
+  for v in BENCH_RUNTIME BENCH_ROUNDS BENCH_TRANSPORTS BENCH_BASELINE_BIN BENCH_PROFILE BENCH_DISABLE_SQFLOW; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
   export NVMF_VM_CPU=${NVMF_VM_CPU:-max,-erms}
   "$target_dir/debug/nvmf-vm" --bare --rxe --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk \
     --cpus "${BENCH_CPUS:-2}" --deadline 1200 --logs "$logs" "${env_args[@]}" -- bash tests/vm/host-bench.sh --guest
   # Right after the run: the 1- and 5-minute averages cover it (the guest's own vCPU threads count, about 2).
+  [ "${BENCH_DISABLE_SQFLOW:-0}" = 1 ] && echo "Both hosts connected with --disable-sqflow." | tee -a "$logs/bench.md"
   echo "QEMU \`-cpu $NVMF_VM_CPU\`. Host machine load average right after the run (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)." |
     tee -a "$logs/bench.md"
   echo "bench: logs in $logs" >&2
@@ -62,6 +64,9 @@ rounds=${BENCH_ROUNDS:-1}
 transports=${BENCH_TRANSPORTS:-tcp rdma}
 nqn=nqn.2024-01.io.nvmf-rs:host-bench
 table=$NVMF_VM_LOGS/bench.md
+# Connect flags both hosts get (nvme-cli and perf spell them alike).
+sqflow=()
+[ "${BENCH_DISABLE_SQFLOW:-0}" = 1 ] && sqflow=(--disable-sqflow)
 
 # The workloads: name, fio --rw, perf -w, block size in bytes, queue depth.
 workloads=("randread randread randread 4096 32" "randwrite randwrite randwrite 4096 32" "seqread read read 131072 8")
@@ -81,7 +86,7 @@ ours() {
   out=$NVMF_VM_LOGS/perf-$trtype-$name$tag.json
   b0=$(_busy_ticks)
   timeout $((runtime + 60)) "${@:7}" "$bin" perf -t "$trtype" -a "$addr" -s "$port" -n "$nqn" -c 1 -q "$qd" \
-    -o "$bs" -w "$pw" -T "$runtime" --json > "$out" 2> "$out.err" ||
+    -o "$bs" -w "$pw" -T "$runtime" "${sqflow[@]}" --json > "$out" 2> "$out.err" ||
     { cat "$out.err" >&2; fail "nvmf-host perf -t $trtype $name"; return 1; }
   b1=$(_busy_ticks)
   jq -r --arg busy "$(((b1 - b0) * 1000000 / $(getconf CLK_TCK)))" \
@@ -130,7 +135,7 @@ for t in $transports; do
     rdma) addr=$NVMF_RDMA_ADDR; nvmet_rdma_port 2 "$addr" 4420 "$nqn" ;;
     *) fail "BENCH_TRANSPORTS: unknown transport $t"; exit 1 ;;
   esac
-  kdev=$(host_connect "$t" "$addr" 4420 "$nqn" -i 1)
+  kdev=$(host_connect "$t" "$addr" 4420 "$nqn" -i 1 "${sqflow[@]}")
   if [ -z "${filled:-}" ]; then
     # Every block written once, so every read costs the target alike (null_blk answers unwritten blocks with a
     # memset, written ones with a copy) whichever host reads first.
