@@ -182,7 +182,7 @@ echo "basics: ok"
         "mn=nvmf-rs vm test".into(),
         "mdts=8".into(),    // 1 MiB / 4 KiB (CAP.MPSMIN) = 2^8
         "ver=66304".into(), // 1.3.0
-        "ctratt=1".into(),  // 128-bit host identifier
+        "ctratt=65".into(), // 128-bit host identifier, Traffic Based Keep Alive
         "cntrltype=1".into(),
         "oaes=256".into(), // namespace attribute notices
         "aerl=3".into(),
