@@ -452,8 +452,7 @@ impl Queue {
                 if kato == 0 {
                     return None;
                 }
-                let last = self.last_activity.max(controller.io_traffic());
-                last.map(|t| t + Duration::from_millis(u64::from(kato)))
+                self.keep_alive_start(controller).map(|t| t + Duration::from_millis(u64::from(kato)))
             }
             _ => None,
         }
@@ -704,14 +703,20 @@ impl Queue {
         }
     }
 
+    /// Where the keep-alive timer runs from: the later of this (admin) queue's last command and the I/O traffic
+    /// the controller's queues published (`None` before either).
+    fn keep_alive_start(&self, controller: &Controller) -> Option<Instant> {
+        self.last_activity.max(controller.io_traffic())
+    }
+
     fn check_keep_alive(
         &mut self,
         engine: &mut IoEngine,
         controller: &Arc<Controller>,
         now: Instant,
     ) -> Result<(), QueueError> {
-        let admin_last = *self.last_activity.get_or_insert(now);
-        let last = controller.io_traffic().map_or(admin_last, |t| t.max(admin_last));
+        self.last_activity.get_or_insert(now);
+        let last = self.keep_alive_start(controller).unwrap_or(now);
         let kato_ms = controller.kato_ms();
         if kato_ms > 0 && now.saturating_duration_since(last) >= Duration::from_millis(u64::from(kato_ms)) {
             let cntlid = controller.cntlid();
