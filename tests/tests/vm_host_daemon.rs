@@ -108,9 +108,9 @@ nbd-client -d /dev/nbd0 >&2
 
 stop_daemon host 30 && echo "daemon exit: 0"
 echo "ublk device after exit: $(test -e "$ublk" && echo present || echo removed)"
-grep -E 'disconnect' "$NVMF_VM_LOGS/host.log" >&2 || true
-echo "unclean disconnects: $(grep -c 'disconnect was not clean' "$NVMF_VM_LOGS/host.log" || true)"
-echo "clean disconnects: $(grep -c 'INFO nvmf_host::daemon::table: disconnected name=nvmf' "$NVMF_VM_LOGS/host.log" || true)"
+grep -E 'disconnect' "$(daemon_log host)" >&2 || true
+echo "unclean disconnects: $(grep -c 'disconnect was not clean' "$(daemon_log host)" || true)"
+echo "clean disconnects: $(grep -c 'INFO nvmf_host::daemon::table: disconnected name=nvmf' "$(daemon_log host)" || true)"
 echo "kernel keep-alive expiries: $(dmesg | grep -c 'keep-alive timer' || true)"
 "#
     );

@@ -63,7 +63,7 @@ port_down() { rm "$NVMET/ports/1/subsystems/$NQN" && rmdir "$NVMET/ports/1"; log
 # Writes the block device DEV (/dev/ublkbN) completed (its stat's fifth field).
 writes_of() { local w; read -r _ _ _ _ w _ < "/sys/block/${1#/dev/}/stat"; echo "$w"; }
 writes_over() { (($(writes_of "$1") > $2)); }
-count() { grep -c "$1" "$NVMF_VM_LOGS/host.log" || true; }
+count() { grep -c "$1" "$(daemon_log host)" || true; }
 "#;
 
 /// The transports: the shell's `$T` and `$ADDR` (nvmet's port and the host's address).
@@ -166,7 +166,7 @@ echo "reconnects logged: $(count 'INFO nvmf_host::controller: reconnected')"
 ns2=$(nullblk_create nvmfns2 64)
 s=$NVMET/subsystems/$NQN/namespaces/2
 mkdir "$s" && echo -n "$ns2" > "$s/device_path" && echo 1 > "$s/enable"
-wait_until 60 grep -q 'namespace attributes changed' "$NVMF_VM_LOGS/host.log" || fail "no namespace notice"
+wait_until 60 grep -q 'namespace attributes changed' "$(daemon_log host)" || fail "no namespace notice"
 echo "namespace notice after the reconnect: yes"
 echo "namespaces: $(host_list '[.controllers[0].namespaces[].nsid] | join(",")')"
 

@@ -117,8 +117,8 @@ echo "shutdown with live connections: status $rc"
 timeout 60 nvme disconnect -n {NQN} >&2 || true
 wait || true
 # (No control socket directory in the guest: that warning is expected.)
-echo "target log warnings: $(grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log | grep -vc 'control socket' || true)"
-grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true
+echo "target log warnings: $(grep -E 'WARN|ERROR' $(daemon_log target) | grep -vc 'control socket' || true)"
+grep -E 'WARN|ERROR' $(daemon_log target) || true
 "#
     );
     let start = Instant::now();
@@ -198,7 +198,7 @@ EOF
 our_qps() {{ rdma resource show qp 2>/dev/null | grep -c 'comm nvmf-' || true; }}
 nvmf_target_start target $CONFIG
 dev=$(host_connect rdma $NVMF_RDMA_ADDR 4420 {NQN} -i 2)
-echo "connected: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs), shared receive queues: $(grep -c 'shared receive queue created' $NVMF_VM_LOGS/target.log || true)"
+echo "connected: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs), shared receive queues: $(grep -c 'shared receive queue created' $(daemon_log target) || true)"
 step fio_rw_verify $dev 4K 32 8M
 step fio_rw_verify $dev 128K 32 32M
 host_disconnect {NQN}
@@ -208,8 +208,8 @@ curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_rdma' || true
 rc=0
 stop_daemon target 30 || rc=$?
 echo "target stopped: status $rc"
-echo "target log warnings: $(grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log | grep -vc 'control socket' || true)"
-grep -E 'WARN|ERROR' $NVMF_VM_LOGS/target.log || true
+echo "target log warnings: $(grep -E 'WARN|ERROR' $(daemon_log target) | grep -vc 'control socket' || true)"
+grep -E 'WARN|ERROR' $(daemon_log target) || true
 "#
     );
     let start = Instant::now();

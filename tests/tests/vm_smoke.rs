@@ -127,7 +127,7 @@ fn cargo_binary_runs_in_guest() {
 {probe}
 # The daemon helpers, with a stand-in daemon that exits 7 on SIGTERM.
 start_daemon standin bash -c 'trap "echo stopping; exit 7" TERM; echo serving; while :; do sleep 0.2; done'
-wait_until 10 grep -q serving "$NVMF_VM_LOGS/standin.log"
+wait_until 10 grep -q serving "$(daemon_log standin)"
 stop_daemon standin 10
 echo "daemon status: $?"
 test -b /dev/nvme0n1 && echo "emulated nvme: $(cat /sys/class/nvme/nvme0/transport) $(blockdev --getsize64 /dev/nvme0n1)"

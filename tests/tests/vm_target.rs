@@ -357,10 +357,10 @@ fn header_and_data_digests() {
 set -eu
 nvmf_target_start target $CONFIG
 dev=$(host_connect tcp 127.0.0.1 4420 {NQN} -i 2 -g -G)
-echo "digest connections: $(grep 'connection initialized' $NVMF_VM_LOGS/target.log | grep -c 'hdgst: true, ddgst: true')"
+echo "digest connections: $(grep 'connection initialized' $(daemon_log target) | grep -c 'hdgst: true, ddgst: true')"
 step fio_rw_verify $dev 4K 32 8M
 step fio_rw_verify $dev 128K 32 16M
-echo "digest errors: $(grep -c 'digest error' $NVMF_VM_LOGS/target.log || true)"
+echo "digest errors: $(grep -c 'digest error' $(daemon_log target) || true)"
 host_disconnect {NQN}
 stop_daemon target
 echo "digests: ok"
@@ -432,7 +432,7 @@ wait $fio_pid
 echo "during I/O: keep-alives $((ka1 - ka0)) expiries {expiries} cntlid $(cat /sys/class/nvme/$ctrl/cntlid)"
 t0=$SECONDS
 ip link del vh
-if wait_until 30 grep -q 'keep alive timeout expired' $NVMF_VM_LOGS/target.log; then
+if wait_until 30 grep -q 'keep alive timeout expired' $(daemon_log target); then
   echo "expired after $((SECONDS - t0)) s"
 else
   echo "no keep-alive expiry within 30 s"

@@ -49,11 +49,11 @@ memory = "256MiB"
 const HELPERS: &str = r#"
 ublk_start() {
   start_daemon host timeout 900 "${1:-$NVMF_HOST_BIN}" ublk -t tcp -a 127.0.0.1 -s 4420 -n "$NQN" -i 2 -Q 128
-  wait_until 60 _ublk_ready || { cat "$NVMF_VM_LOGS/host.log" >&2; fail "no ublk device"; return 1; }
-  DEV=$(grep -m1 '^/dev/ublkb' "$NVMF_VM_LOGS/host.log")
+  wait_until 60 _ublk_ready || { cat "$(daemon_log host)" >&2; fail "no ublk device"; return 1; }
+  DEV=$(grep -m1 '^/dev/ublkb' "$(daemon_log host)")
   log "ublk device $DEV"
 }
-_ublk_ready() { grep -q '^/dev/ublkb' "$NVMF_VM_LOGS/host.log" && [ -b "$(grep -m1 '^/dev/ublkb' "$NVMF_VM_LOGS/host.log")" ]; }
+_ublk_ready() { grep -q '^/dev/ublkb' "$(daemon_log host)" && [ -b "$(grep -m1 '^/dev/ublkb' "$(daemon_log host)")" ]; }
 "#;
 
 /// Runs `script` with the target started, `$NVMF_HOST_BIN`, `$NQN` and the helpers above.

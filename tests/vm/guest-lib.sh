@@ -11,7 +11,8 @@
 #   host_connect TRTYPE ADDR SVCID NQN [ARGS] kernel host connect (nvme-cli) -> the namespace's /dev/nvmeXnY
 #   host_disconnect NQN
 #   fio_verify DEV [SECONDS] [ENGINE]         random writes with crc32c verification (default 10 s, libaio)
-#   start_daemon NAME CMD...                  run CMD in the background, output to $NVMF_VM_LOGS/NAME.log
+#   start_daemon NAME CMD...                  run CMD in the background, output to $(daemon_log NAME)
+#   daemon_log NAME                           its log (guest tmpfs; copied to $NVMF_VM_LOGS/NAME.log)
 #   daemon_ready NAME PATTERN [SECONDS]       until NAME's log has PATTERN (60 s); else its log, daemon_report, fail
 #   daemon_report NAME                        its exit status, or every thread's state and kernel stack; dmesg
 #   stop_daemon NAME [SECONDS]                SIGTERM, then SIGKILL after SECONDS (10); returns its status
@@ -175,16 +176,39 @@ fio_verify() {
   log "fio verify on $dev: ok ($verified blocks read back and verified)"
 }
 
+# A daemon writes its log to the guest's tmpfs, which scenarios read (`daemon_log`): over the 9p share a write
+# now and then never reached the file (a `ready` line the daemon had logged, so `daemon_ready` failed with the
+# daemon up). `tail -F` mirrors it into $NVMF_VM_LOGS as it grows (for a run that times out); stop_daemon and
+# collect_logs copy it there whole.
+daemon_log() { echo "/run/nvmf-daemons/$1.log"; }
 start_daemon() {
-  local name=$1
+  local name=$1 log
   shift
-  "$@" > "$NVMF_VM_LOGS/$name.log" 2>&1 &
+  log=$(daemon_log "$name")
+  _stop_mirror "$name"
+  "$@" > "$log" 2>&1 &
   echo $! > "/run/nvmf-daemons/$name.pid"
   log "started $name (pid $!): $*"
+  tail -n +1 -F "$log" > "$NVMF_VM_LOGS/$name.log" 2>/dev/null &
+  echo $! > "/run/nvmf-daemons/$name.mirror"
+}
+_stop_mirror() {
+  local pid
+  pid=$(cat "/run/nvmf-daemons/$1.mirror" 2>/dev/null) || return 0
+  kill "$pid" 2>/dev/null
+  wait_until 5 _gone "$pid" || true
+  wait "$pid" 2>/dev/null
+  rm -f "/run/nvmf-daemons/$1.mirror"
+}
+# The whole log into $NVMF_VM_LOGS (the mirror may have missed a write).
+_publish_log() {
+  _stop_mirror "$1"
+  cp "$(daemon_log "$1")" "$NVMF_VM_LOGS/$1.log" 2>/dev/null || true
 }
 
 daemon_ready() {
-  local name=$1 pattern=$2 log=$NVMF_VM_LOGS/$1.log pid
+  local name=$1 pattern=$2 log pid
+  log=$(daemon_log "$name")
   pid=$(cat "/run/nvmf-daemons/$name.pid" 2>/dev/null) || { fail "no daemon $name"; return 1; }
   wait_until "${3:-60}" _ready_or_gone "$log" "$pattern" "$pid" || true
   if grep -q "$pattern" "$log" && ! _gone "$pid"; then
@@ -229,14 +253,18 @@ stop_daemon() {
   wait "$pid" 2>/dev/null
   rc=$?
   rm -f "/run/nvmf-daemons/$name.pid"
+  _publish_log "$name"
   log "stopped $name: status $rc"
   return $rc
 }
 _gone() { ! kill -0 "$1" 2>/dev/null || [ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
 
 collect_logs() {
-  local dir=${1:-$NVMF_VM_LOGS}
+  local dir=${1:-$NVMF_VM_LOGS} f
   mkdir -p "$dir"
+  for f in /run/nvmf-daemons/*.log; do
+    [ -e "$f" ] && _publish_log "$(basename "$f" .log)"
+  done
   dmesg > "$dir/dmesg.txt" 2>&1
   {
     echo "# nvme list"; nvme list 2>&1
@@ -329,7 +357,8 @@ nvmf_target_pid() {
 _reload_outcomes() { grep -acE 'configuration (reloaded|rejected)' "$1" || true; }
 _reload_logged() { [ "$(_reload_outcomes "$1")" -gt "$2" ]; }
 nvmf_target_reload() {
-  local name=$1 secs=${2:-15} log=$NVMF_VM_LOGS/$1.log pid before
+  local name=$1 secs=${2:-15} log pid before
+  log=$(daemon_log "$name")
   pid=$(nvmf_target_pid "$name") || return 1
   before=$(_reload_outcomes "$log")
   kill -HUP "$pid" || { fail "cannot signal $name (pid $pid)"; return 1; }
