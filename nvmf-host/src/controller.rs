@@ -77,6 +77,7 @@ use crate::identity::HostIdentity;
 use crate::queue_handle::{Completed, CompletionSink, Recovery};
 #[cfg(feature = "rdma")]
 use crate::rdma::queue::DetachedTeardown;
+#[cfg(feature = "rdma")]
 use crate::rdma::{RdmaQueue, RdmaQueueOptions};
 use crate::tcp::{DataDirection, Pending, QueueHandle, Reply, Request, Submitter, TcpQueue, TcpQueueOptions};
 
