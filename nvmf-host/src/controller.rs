@@ -420,11 +420,37 @@ struct Inner {
     cntlid: AtomicU16,
     /// Whether the current association's controller reports Traffic Based Keep Alive.
     traffic_based_keep_alive: AtomicBool,
+    /// Commands on I/O queues connected outside the controller ([`Controller::bare_io_traffic`]).
+    bare_io: Arc<IoTraffic>,
     namespaces: RwLock<HashMap<u32, NamespaceInfo>>,
     /// Bumped on each namespace change; waiters sleep on `namespace_changed`.
     namespace_generation: Mutex<u64>,
     namespace_changed: Condvar,
     supervision: Arc<Supervision>,
+}
+
+/// Where callers that drive bare I/O queues of the association (perf) report their commands, so the supervisor
+/// counts them as I/O traffic: a Traffic Based Keep Alive controller then gets no Keep Alive while they run. Report
+/// in batches (perf does every [`IoTraffic::REPORT_INTERVAL`]), not per command: it is one shared counter pair.
+#[derive(Debug, Default)]
+pub struct IoTraffic {
+    submitted: AtomicU64,
+    completed: AtomicU64,
+}
+
+impl IoTraffic {
+    /// How often perf reports: well inside the supervisor's KATO/4 looks for any KATO of a second or more.
+    pub const REPORT_INTERVAL: Duration = Duration::from_millis(100);
+
+    /// Add commands submitted and completed since the last report.
+    pub fn add(&self, submitted: u64, completed: u64) {
+        self.submitted.fetch_add(submitted, Ordering::Relaxed);
+        self.completed.fetch_add(completed, Ordering::Relaxed);
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        (self.submitted.load(Ordering::Relaxed), self.completed.load(Ordering::Relaxed))
+    }
 }
 
 /// An association with one controller (see the module docs).
@@ -665,9 +691,10 @@ fn associate(
 }
 
 impl Inner {
-    /// I/O commands submitted and completed on every I/O queue so far (the Keep Alive's traffic check).
+    /// I/O commands submitted and completed on every I/O queue so far, bare ones included (the Keep Alive's
+    /// traffic check).
     fn io_counts(&self) -> (u64, u64) {
-        self.io.iter().map(|q| q.stats()).fold((0, 0), |(s, c), m| (s + m.submitted, c + m.completed))
+        self.io.iter().map(|q| q.stats()).fold(self.bare_io.counts(), |(s, c), m| (s + m.submitted, c + m.completed))
     }
 
     fn admin_command(
@@ -1039,6 +1066,7 @@ impl Controller {
             aers: assoc.aers,
             cntlid: AtomicU16::new(assoc.info.cntlid),
             traffic_based_keep_alive: AtomicBool::new(assoc.info.traffic_based_keep_alive),
+            bare_io: Arc::default(),
             namespaces: RwLock::new(HashMap::new()),
             namespace_generation: Mutex::new(0),
             namespace_changed: Condvar::new(),
@@ -1143,6 +1171,11 @@ impl Controller {
     /// are.
     pub fn request_io_queues(&self, count: u16) -> Result<u16, HostError> {
         number_of_queues(&self.inner.admin.submitter(), count, self.inner.options.io_timeout)
+    }
+
+    /// Where a caller driving bare I/O queues of this association reports their commands (see [`IoTraffic`]).
+    pub fn bare_io_traffic(&self) -> Arc<IoTraffic> {
+        Arc::clone(&self.inner.bare_io)
     }
 
     /// Property Get of `p` on the admin queue.

@@ -59,6 +59,8 @@ pub mod tcp;
 #[cfg(feature = "ublk")]
 pub mod ublk;
 
-pub use controller::{ConnectOptions, Controller, ControllerInfo, ControllerState, NamespaceInfo, Transport};
+pub use controller::{
+    ConnectOptions, Controller, ControllerInfo, ControllerState, IoTraffic, NamespaceInfo, Transport,
+};
 pub use error::HostError;
 pub use identity::HostIdentity;

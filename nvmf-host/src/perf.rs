@@ -9,7 +9,9 @@
 //! Threads: one worker per I/O queue; the caller's thread waits for them. The measuring loop never
 //! allocates: the data buffers (one per outstanding command) and the submission timestamps are allocated
 //! up front and travel with the commands, the histogram is a fixed array, offsets come from a xorshift
-//! generator. It blocks only in the queue's `poll`.
+//! generator. It blocks only in the queue's `poll`. Every [`IoTraffic::REPORT_INTERVAL`] a worker adds its
+//! command counts to the controller's ([`Controller::bare_io_traffic`]), so a controller with Traffic Based Keep
+//! Alive gets no Keep Alive while perf runs, as with the controller's own queues.
 //!
 //! Nothing is written to the namespace unless the workload writes.
 
@@ -21,7 +23,9 @@ use nvmf_common::nvme::io::{Read, Write};
 
 use nvmf_common::fabrics::property::Capabilities;
 
-use crate::controller::{connect_request, connect_response, ConnectOptions, Controller, NamespaceInfo, Transport};
+use crate::controller::{
+    connect_request, connect_response, ConnectOptions, Controller, IoTraffic, NamespaceInfo, Transport,
+};
 use crate::error::HostError;
 pub use crate::queue_handle::BareQueue;
 #[cfg(feature = "rdma")]
@@ -346,7 +350,7 @@ impl Rng {
 }
 
 /// What one worker needs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Job {
     qid: u16,
     nsid: u32,
@@ -366,6 +370,8 @@ struct Job {
     poll_timeout: Duration,
     /// The CPU to pin the worker to.
     cpu: Option<usize>,
+    /// Where the worker reports its commands to the controller's keep-alive (every `IoTraffic::REPORT_INTERVAL`).
+    traffic: Arc<IoTraffic>,
 }
 
 #[derive(Debug, Default)]
@@ -472,6 +478,9 @@ fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) -> Result<W
     }
     let mut outstanding = depth;
     let mut drain_deadline = None;
+    // Commands not yet reported to the controller's keep-alive, and when it was last told.
+    let (mut submitted, mut completed) = (depth as u64, 0u64);
+    let mut reported_at = begin;
     while outstanding > 0 {
         queue.poll(Some(job.poll_timeout))?;
         // One clock read per poll, shared by the completions it brought (they arrived together): in a guest whose
@@ -483,6 +492,7 @@ fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) -> Result<W
                 continue;
             }
             outstanding -= 1;
+            completed += 1;
             let cqe = c.result?;
             let (slba, read) = slbas[slot];
             if !cqe.status.is_success() {
@@ -501,9 +511,14 @@ fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) -> Result<W
                 let s = slot as u32;
                 slbas[slot] = submit_one(&mut queue, &job, &mut rng, &mut cursor, s, c.data)?;
                 outstanding += 1;
+                submitted += 1;
             } else {
                 buffers[slot] = c.data;
             }
+        }
+        if now.duration_since(reported_at) >= IoTraffic::REPORT_INTERVAL {
+            job.traffic.add(submitted, completed);
+            (submitted, completed, reported_at) = (0, 0, now);
         }
         if now > end {
             let deadline = *drain_deadline.get_or_insert(now + job.drain_timeout);
@@ -635,7 +650,7 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
                 fabrics_connect(&mut q, ctrl, depth)?;
                 queues.push(q);
             }
-            drive(queues, options, &ns, plan)
+            drive(queues, options, &ns, plan, &ctrl.bare_io_traffic())
         }
         #[cfg(feature = "rdma")]
         Transport::Rdma => {
@@ -654,7 +669,7 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
                 fabrics_connect(&mut q, ctrl, depth)?;
                 queues.push(q);
             }
-            drive(queues, options, &ns, plan)
+            drive(queues, options, &ns, plan, &ctrl.bare_io_traffic())
         }
         #[cfg(not(feature = "rdma"))]
         Transport::Rdma => Err(PerfError::Invalid("this build has no NVMe/RDMA (feature `rdma`)".into())),
@@ -667,6 +682,7 @@ fn drive<Q: BareQueue<u32> + 'static>(
     options: &PerfOptions,
     ns: &NamespaceInfo,
     plan: Plan,
+    traffic: &Arc<IoTraffic>,
 ) -> Result<PerfReport, PerfError> {
     let Plan { blocks, slots } = plan;
     let bs = ns.block_size;
@@ -689,6 +705,7 @@ fn drive<Q: BareQueue<u32> + 'static>(
             drain_timeout: options.connect.io_timeout,
             poll_timeout: if options.busy_poll { Duration::ZERO } else { Duration::from_millis(10) },
             cpu: options.cpus.as_ref().map(|cpus| cpus[i % cpus.len()]),
+            traffic: Arc::clone(traffic),
         };
         let cpu = job.cpu;
         let start = Arc::clone(&start);

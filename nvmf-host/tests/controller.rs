@@ -17,7 +17,7 @@ use nvmf_common::nvme::io::{Read, Write};
 use nvmf_common::nvme::Status;
 use nvmf_common::nvme::{SglDescriptor, SglSubtype};
 use nvmf_host::tcp::{DataDirection, Request, TcpQueue, TcpQueueOptions};
-use nvmf_host::{Controller, HostError};
+use nvmf_host::{perf, Controller, HostError};
 use nvmf_tests::executor::{block_on, join_all};
 use support::{options, pattern, Target, SUBNQN};
 
@@ -296,6 +296,42 @@ fn traffic_based_keep_alive_skips_keep_alives_while_io_completes() {
     assert!(idle >= 3, "Keep Alives sent in 3 idle seconds: {idle}");
     ctrl.read(1, 0, &mut buf).expect("still associated");
     assert_eq!(ctrl.reconnects(), 0, "the target never ended the association");
+    ctrl.disconnect().unwrap();
+}
+
+/// I/O on a bare queue (perf's) counts as traffic for Traffic Based Keep Alive once reported through
+/// `Controller::bare_io_traffic`; unreported, the supervisor sees none and keeps sending Keep Alives.
+#[test]
+fn bare_queue_io_reported_as_traffic_skips_keep_alives() {
+    let target = Target::start();
+    let ctrl = Controller::connect(target.addr, SUBNQN, options(0)).expect("connect");
+    assert!(ctrl.info().traffic_based_keep_alive, "the target reports TBKAS");
+    assert_eq!(ctrl.request_io_queues(1).unwrap(), 1);
+    let qopts = TcpQueueOptions { qid: 1, depth: 31, ..TcpQueueOptions::default() };
+    let mut queue: TcpQueue<()> = TcpQueue::connect(target.addr, &qopts).unwrap();
+    perf::fabrics_connect(&mut queue, &ctrl, 31).expect("bare I/O queue Connect");
+    let traffic = ctrl.bare_io_traffic();
+    // Keep Alives (completed admin commands) during 3 s of reads on the bare queue.
+    let mut keep_alives_during_reads = |report: bool| {
+        let before = ctrl.admin().unwrap().stats().completed;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(3) {
+            let sqe = Read { nsid: 1, slba: 0, nlb: 7, ..Read::default() }.to_sqe();
+            let request = Request { sqe, data: vec![0; 4096], direction: DataDirection::ControllerToHost, context: () };
+            let c = perf::execute(&mut queue, request, Duration::from_secs(5)).expect("read on the bare queue");
+            assert!(c.result.expect("completion").status.is_success());
+            if report {
+                traffic.add(1, 1);
+            }
+        }
+        ctrl.admin().unwrap().stats().completed - before
+    };
+    // KATO 2 s: a look every 0.5 s, a Keep Alive at each while the supervisor sees no traffic.
+    let unreported = keep_alives_during_reads(false);
+    assert!(unreported >= 4, "Keep Alives in 3 s of unreported bare I/O: {unreported}");
+    let reported = keep_alives_during_reads(true);
+    assert!(reported <= 1, "Keep Alives in 3 s of reported bare I/O: {reported}");
+    assert_eq!(ctrl.reconnects(), 0);
     ctrl.disconnect().unwrap();
 }
 
