@@ -195,9 +195,10 @@ start_daemon() {
 _stop_mirror() {
   local pid
   pid=$(cat "/run/nvmf-daemons/$1.mirror" 2>/dev/null) || return 0
-  kill "$pid" 2>/dev/null
+  # Safe under `set -e`: the mirror may be gone already, and `wait` returns its SIGTERM status.
+  kill "$pid" 2>/dev/null || true
   wait_until 5 _gone "$pid" || true
-  wait "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null || true
   rm -f "/run/nvmf-daemons/$1.mirror"
 }
 # The whole log into $NVMF_VM_LOGS (the mirror may have missed a write).
