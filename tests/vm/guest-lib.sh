@@ -201,10 +201,10 @@ _stop_mirror() {
   wait "$pid" 2>/dev/null || true
   rm -f "/run/nvmf-daemons/$1.mirror"
 }
-# The whole log into $NVMF_VM_LOGS (the mirror may have missed a write).
+# _publish_log NAME [DIR]: the whole log into DIR ($NVMF_VM_LOGS; the mirror may have missed a write).
 _publish_log() {
   _stop_mirror "$1"
-  cp "$(daemon_log "$1")" "$NVMF_VM_LOGS/$1.log" 2>/dev/null || true
+  cp "$(daemon_log "$1")" "${2:-$NVMF_VM_LOGS}/$1.log" 2>/dev/null || true
 }
 
 daemon_ready() {
@@ -264,7 +264,7 @@ collect_logs() {
   local dir=${1:-$NVMF_VM_LOGS} f
   mkdir -p "$dir"
   for f in /run/nvmf-daemons/*.log; do
-    [ -e "$f" ] && _publish_log "$(basename "$f" .log)"
+    [ -e "$f" ] && _publish_log "$(basename "$f" .log)" "$dir"
   done
   dmesg > "$dir/dmesg.txt" 2>&1
   {
