@@ -1,25 +1,24 @@
-//! Starting and stopping a whole target from its validated configuration: open every namespace's storage, build
-//! the controller model, start the reactors, then the acceptor. Runs on the control thread (main); nothing here is
-//! on the data path.
+//! Starting and stopping a whole target from its validated configuration: open every namespace's storage, bind the
+//! listeners, build the controller model, start the reactors (each with every transport's poll group), then the
+//! transports' listener threads and the metrics endpoint. Runs on the control thread (main); nothing here is on the
+//! data path, and nothing here names a transport but to print it.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use nvmf_common::fabrics::discovery::{AddressFamily, TcpSecurityType, TransportType, Tsas};
-#[cfg(feature = "rdma")]
-use nvmf_common::fabrics::discovery::{RdmaCms, RdmaProviderType, RdmaQpType};
 use nvmf_config::size::format_size;
-use nvmf_config::target::{ListenerConfig, ListenerTransport, NamespaceBackend, NamespaceConfig, SubsystemConfig};
+use nvmf_config::target::{ListenerTransport, NamespaceBackend, NamespaceConfig, SubsystemConfig};
 use nvmf_config::TargetConfig;
 
 use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
-use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams, Target, TargetError, TargetParams};
-use crate::listener::{Acceptor, BoundListeners, ListenerError, TcpListenerSpec};
-use crate::metrics::{ConnectionCounter, MetricsError, MetricsServer, TargetCollector};
-#[cfg(feature = "rdma")]
-use crate::rdma::{BoundRdmaListeners, RdmaCmThread, RdmaListenerError, RdmaListenerSpec, RdmaTransportConfig};
+use crate::controller::{NamespaceParams, SubsystemParams, Target, TargetError, TargetParams};
+use crate::metrics::{MetricsError, MetricsServer};
 use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
-use crate::tcp::TcpTransportConfig;
+use crate::tcp::Acceptor;
+use crate::transport::{
+    BoundTransportListeners, ListenError, NewQueuePair, TransportCounters, TransportListeners, TransportSet,
+};
 
 /// Why the target could not start.
 #[derive(Debug, thiserror::Error)]
@@ -43,27 +42,19 @@ pub enum StartError {
     Reactor(#[from] ReactorError),
     /// A listener could not be opened.
     #[error(transparent)]
-    Listener(#[from] ListenerError),
+    Listener(#[from] ListenError),
     /// The metrics endpoint could not start.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
-    /// An RDMA listener could not be opened (no rdma_cm, no RDMA device on the address…).
-    #[cfg(feature = "rdma")]
-    #[error(transparent)]
-    RdmaListener(#[from] RdmaListenerError),
-    /// A transport this build does not serve.
-    #[error("listener {0}: this build has no RDMA transport (cargo feature `rdma`); use tcp://")]
-    UnsupportedTransport(String),
 }
 
 /// A running target.
 #[derive(Debug)]
 pub struct RunningTarget {
     target: Arc<Target>,
-    reactors: Arc<Vec<ReactorHandle>>,
-    acceptor: Acceptor,
-    #[cfg(feature = "rdma")]
-    rdma_cm: Option<RdmaCmThread>,
+    reactors: Arc<Vec<ReactorHandle<NewQueuePair>>>,
+    counters: Vec<TransportCounters>,
+    listeners: TransportListeners,
     storages: Vec<Arc<Storage>>,
     metrics: Option<MetricsServer>,
 }
@@ -107,62 +98,6 @@ pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<Namespa
     Ok(namespace)
 }
 
-/// The acceptor's spec for TCP listener `l` with discovery port ID `port_id` (`None` for another transport).
-pub fn tcp_listener_spec(l: &ListenerConfig, port_id: u16) -> Option<TcpListenerSpec> {
-    let ListenerTransport::Tcp(options) = l.transport else { return None };
-    let tcp = TcpTransportConfig {
-        in_capsule_data_size: l.in_capsule_data_size,
-        header_digest: options.header_digest,
-        data_digest: options.data_digest,
-        ..TcpTransportConfig::default()
-    };
-    Some(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp) })
-}
-
-/// The discovery log's entry for TCP listener `spec`, bound at `local`.
-pub fn tcp_listener_params(spec: &TcpListenerSpec, local: SocketAddr) -> ListenerParams {
-    ListenerParams {
-        port_id: spec.port_id,
-        trtype: TransportType::Tcp,
-        adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
-        traddr: local.ip().to_string(),
-        trsvcid: local.port().to_string(),
-        tsas: Tsas::Tcp { sectype: TcpSecurityType::None },
-    }
-}
-
-/// The RDMA CM thread's spec for RDMA listener `l` with discovery port ID `port_id` (`None` for another transport).
-#[cfg(feature = "rdma")]
-pub fn rdma_listener_spec(l: &ListenerConfig, port_id: u16, max_io_queues: u16) -> Option<RdmaListenerSpec> {
-    let ListenerTransport::Rdma(options) = l.transport else { return None };
-    let rdma = RdmaTransportConfig {
-        in_capsule_data_size: l.in_capsule_data_size,
-        max_queue_depth: u16::try_from(l.max_queue_size).unwrap_or(u16::MAX),
-        send_with_invalidate: options.send_with_invalidate,
-        srq: options.srq,
-    };
-    Some(RdmaListenerSpec { address: l.address, port_id, max_qid: max_io_queues, rdma: Arc::new(rdma) })
-}
-
-/// The discovery log's entry for RDMA listener `spec`, bound at `local`: as Linux nvmet reports RDMA ports,
-/// reliable connected, provider not specified, RDMA CM.
-#[cfg(feature = "rdma")]
-pub fn rdma_listener_params(spec: &RdmaListenerSpec, local: SocketAddr) -> ListenerParams {
-    ListenerParams {
-        port_id: spec.port_id,
-        trtype: TransportType::Rdma,
-        adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
-        traddr: local.ip().to_string(),
-        trsvcid: local.port().to_string(),
-        tsas: Tsas::Rdma {
-            qptype: RdmaQpType::Connected,
-            prtype: RdmaProviderType::NotSpecified,
-            cms: RdmaCms::RdmaCm,
-            pkey: 0,
-        },
-    }
-}
-
 /// Open the storage of every namespace, start `config.reactors.threads` reactors and listen on every listener.
 pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let mut storages = Vec::new();
@@ -171,33 +106,8 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         subsystems.push(subsystem_params(s, &mut storages)?);
     }
 
-    let mut listener_specs = Vec::with_capacity(config.listeners.len());
-    #[cfg(feature = "rdma")]
-    let mut rdma_specs = Vec::new();
-    for (i, l) in config.listeners.iter().enumerate() {
-        let port_id = u16::try_from(i + 1).unwrap_or(u16::MAX);
-        #[cfg(feature = "rdma")]
-        if let Some(spec) = rdma_listener_spec(l, port_id, config.limits.max_io_queues) {
-            rdma_specs.push(spec);
-            continue;
-        }
-        let spec = tcp_listener_spec(l, port_id).ok_or_else(|| StartError::UnsupportedTransport(l.to_string()))?;
-        listener_specs.push(spec);
-    }
-
     // Bind before building the model so that the discovery log reports the ports the sockets really got.
-    let bound = BoundListeners::bind(&listener_specs)?;
-    #[allow(unused_mut)] // without the rdma feature only TCP listeners are added
-    let mut listener_params: Vec<ListenerParams> =
-        listener_specs.iter().zip(bound.local_addrs()).map(|(spec, local)| tcp_listener_params(spec, *local)).collect();
-    #[cfg(feature = "rdma")]
-    let rdma_bound = if rdma_specs.is_empty() { None } else { Some(BoundRdmaListeners::bind(&rdma_specs)?) };
-    #[cfg(feature = "rdma")]
-    if let Some(rdma_bound) = &rdma_bound {
-        let rdma = rdma_specs.iter().zip(rdma_bound.local_addrs());
-        listener_params.extend(rdma.map(|(spec, local)| rdma_listener_params(spec, *local)));
-        listener_params.sort_by_key(|p| p.port_id);
-    }
+    let bound = BoundTransportListeners::bind(config)?;
 
     let limits = &config.limits;
     let target_params = TargetParams {
@@ -207,7 +117,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         kato_max_ms: limits.keep_alive_max_ms,
         kas: limits.kas(),
         discovery_enabled: config.discovery.enabled,
-        listeners: listener_params,
+        listeners: bound.discovery_entries(),
         ..TargetParams::default()
     };
     let target = Target::new(target_params, subsystems)?;
@@ -217,11 +127,17 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         ..EngineConfig::default()
     };
     let mut reactors = Vec::with_capacity(config.reactors.threads);
+    let mut counters = Vec::with_capacity(config.reactors.threads);
     for index in 0..config.reactors.threads {
         let reactor_config =
             ReactorConfig { index, cpu: config.reactors.cpus.get(index).copied(), engine: engine.clone() };
-        match ReactorHandle::spawn(reactor_config, Arc::clone(&target)) {
-            Ok(r) => reactors.push(r),
+        let reactor_counters = TransportCounters::default();
+        let group = TransportSet::new(index, &reactor_counters);
+        match ReactorHandle::spawn(reactor_config, Arc::clone(&target), group) {
+            Ok(r) => {
+                reactors.push(r);
+                counters.push(reactor_counters);
+            }
             Err(e) => {
                 for r in reactors {
                     r.shutdown();
@@ -231,18 +147,9 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         }
     }
     let reactors = Arc::new(reactors);
-    let acceptor = match Acceptor::start(bound, Arc::clone(&reactors)) {
-        Ok(a) => a,
+    let listeners = match bound.start(&reactors) {
+        Ok(listeners) => listeners,
         Err(e) => {
-            stop_reactors(reactors);
-            return Err(e.into());
-        }
-    };
-    #[cfg(feature = "rdma")]
-    let rdma_cm = match rdma_bound.map(|b| RdmaCmThread::start(b, Arc::clone(&reactors))).transpose() {
-        Ok(cm) => cm,
-        Err(e) => {
-            acceptor.stop();
             stop_reactors(reactors);
             return Err(e.into());
         }
@@ -250,43 +157,21 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let metrics = match config.metrics.listen {
         None => None,
         Some(listen) => {
-            let connections = reactors
-                .iter()
-                .map(|r| ConnectionCounter { transport: "tcp", count: r.connection_counter() })
-                .collect();
-            let collector = TargetCollector::new(Arc::clone(&target), connections);
-            // The RDMA families only where RDMA is served.
-            #[cfg(feature = "rdma")]
-            let collector = match rdma_cm {
-                Some(_) => collector.with_rdma(reactors.iter().map(ReactorHandle::rdma_counters).collect()),
-                None => collector,
-            };
+            let collector = listeners.collector(Arc::clone(&target), &counters);
             match MetricsServer::start(listen, crate::metrics::registry(collector)) {
                 Ok(server) => Some(server),
                 Err(e) => {
-                    #[cfg(feature = "rdma")]
-                    if let Some(cm) = rdma_cm {
-                        cm.stop();
-                    }
-                    acceptor.stop();
+                    listeners.stop();
                     stop_reactors(reactors);
                     return Err(e.into());
                 }
             }
         }
     };
-    Ok(RunningTarget {
-        target,
-        reactors,
-        acceptor,
-        #[cfg(feature = "rdma")]
-        rdma_cm,
-        storages,
-        metrics,
-    })
+    Ok(RunningTarget { target, reactors, counters, listeners, storages, metrics })
 }
 
-fn stop_reactors(reactors: Arc<Vec<ReactorHandle>>) {
+fn stop_reactors(reactors: Arc<Vec<ReactorHandle<NewQueuePair>>>) {
     match Arc::try_unwrap(reactors) {
         Ok(reactors) => reactors.into_iter().for_each(ReactorHandle::shutdown),
         Err(_) => tracing::error!("reactors still shared at shutdown"),
@@ -299,28 +184,24 @@ impl RunningTarget {
         &self.target
     }
 
-    /// The addresses the listeners are bound to, in configuration order.
+    /// The addresses the TCP listeners are bound to, in configuration order.
     pub fn local_addrs(&self) -> &[SocketAddr] {
-        self.acceptor.local_addrs()
+        self.listeners.tcp().local_addrs()
     }
 
     /// The addresses the RDMA listeners are bound to, in configuration order.
     pub fn rdma_local_addrs(&self) -> &[SocketAddr] {
-        #[cfg(feature = "rdma")]
-        if let Some(cm) = &self.rdma_cm {
-            return cm.local_addrs();
-        }
-        &[]
+        self.listeners.rdma_local_addrs()
     }
 
     /// The TCP acceptor: the listeners it serves.
     pub fn acceptor(&self) -> &Acceptor {
-        &self.acceptor
+        self.listeners.tcp()
     }
 
     /// The TCP acceptor, to change its listeners (reload).
     pub fn acceptor_mut(&mut self) -> &mut Acceptor {
-        &mut self.acceptor
+        self.listeners.tcp_mut()
     }
 
     /// The address the metrics endpoint is bound to, when `[metrics] listen` is set.
@@ -338,28 +219,24 @@ impl RunningTarget {
         self.storages.retain(|s| !Arc::ptr_eq(s, storage));
     }
 
-    /// Connections served now, over all reactors.
+    /// TCP connections served now, over all reactors.
     pub fn connections(&self) -> usize {
-        self.reactors.iter().map(ReactorHandle::connections).sum()
+        self.counters.iter().map(|c| c.tcp_connections.load(std::sync::atomic::Ordering::Relaxed)).sum()
     }
 
-    /// Every reactor's live connection count (for status reports on another thread).
-    pub fn connection_counters(&self) -> Vec<Arc<std::sync::atomic::AtomicUsize>> {
-        self.reactors.iter().map(ReactorHandle::connection_counter).collect()
+    /// Every reactor's live TCP connection count (for status reports on another thread).
+    pub fn connection_counters(&self) -> Vec<Arc<AtomicUsize>> {
+        self.counters.iter().map(|c| Arc::clone(&c.tcp_connections)).collect()
     }
 
     /// Stop: close the listeners, end every association (in-flight storage ops complete first), then flush every
     /// namespace's storage so that acknowledged writes are durable.
     pub fn shutdown(self) {
-        #[cfg(feature = "rdma")]
-        if let Some(cm) = self.rdma_cm {
-            cm.stop();
-        }
-        let RunningTarget { acceptor, reactors, storages, metrics, .. } = self;
+        let RunningTarget { listeners, reactors, storages, metrics, .. } = self;
+        listeners.stop();
         if let Some(metrics) = metrics {
             metrics.stop();
         }
-        acceptor.stop();
         stop_reactors(reactors);
         for storage in storages {
             if let Err(e) = storage.flush_blocking() {

@@ -1,17 +1,18 @@
 //! nvmf-target: exports local storage as NVMe over Fabrics subsystems.
 //!
-//! Layers, top down: [`daemon`] starts everything from a validated configuration; the [`listener`] accepts TCP
-//! connections (and, with the `rdma` feature, the RDMA CM thread of `rdma` validates NVMe/RDMA connect requests)
-//! and hands them to [`reactor`]s (one thread per core, each owning its connections, its io_uring and
-//! its buffers); [`tcp`] moves capsules and data over NVMe/TCP; [`controller`] is the transport-agnostic NVMe-oF
-//! controller (subsystems, namespaces, queues, admin and I/O commands); [`backend`] does the storage I/O.
+//! Layers, top down (`docs/architecture.md` has the whole map): [`daemon`] starts everything from a validated
+//! configuration, [`reload`] changes it live and [`control`] serves the control socket; [`transport`] is the
+//! boundary between the [`reactor`]s (one thread per core, each owning its io_uring engine, its buffers and one poll
+//! group) and the transports: [`tcp`] (NVMe/TCP: its acceptor thread and its poll group) and, with the `rdma`
+//! feature, `rdma` (NVMe/RDMA: its RDMA CM thread and its poll group); [`controller`] is the transport-agnostic
+//! NVMe-oF controller (subsystems, namespaces, queues, admin and I/O commands); [`backend`] does the storage I/O;
+//! [`metrics`] reads the counters at scrape time.
 #![deny(missing_docs)]
 
 pub mod backend;
 pub mod control;
 pub mod controller;
 pub mod daemon;
-pub mod listener;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
@@ -21,3 +22,4 @@ pub mod reactor;
 pub mod reload;
 pub mod signals;
 pub mod tcp;
+pub mod transport;

@@ -19,11 +19,10 @@ use nvmf_service::notify::reloading;
 
 use crate::backend::Storage;
 use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams};
-use crate::daemon::{
-    namespace_params, subsystem_params, tcp_listener_params, tcp_listener_spec, RunningTarget, StartError,
-};
-use crate::listener::ListenerSlot;
+use crate::daemon::{namespace_params, subsystem_params, RunningTarget, StartError};
 use crate::notify::ServiceNotifier;
+use crate::tcp::{ListenerSlot, TcpListenerSpec};
+use crate::transport::ListenError;
 
 /// What a reload did: counts of applied changes, and the keys it left alone.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -263,21 +262,21 @@ impl Reloader {
         let mut last_port_id = running.target().listeners().iter().map(|l| l.port_id).max().unwrap_or(0);
         let mut plan = ListenerPlan::default();
         for l in tcp_listeners(new) {
-            let unsupported = || StartError::UnsupportedTransport(l.to_string());
+            let unsupported = || StartError::Listener(ListenError::UnsupportedTransport(l.to_string()));
             match acceptor.listeners().iter().find(|(spec, _)| spec.address == l.address) {
                 Some((spec, local)) => {
-                    let kept = tcp_listener_spec(l, spec.port_id).ok_or_else(unsupported)?;
+                    let kept = TcpListenerSpec::from_config(l, spec.port_id).ok_or_else(unsupported)?;
                     if !self.current.listeners.contains(l) {
                         plan.changed += 1;
                     }
-                    plan.params.push(tcp_listener_params(&kept, *local));
+                    plan.params.push(kept.discovery_entry(*local));
                     plan.slots.push(ListenerSlot::Keep(kept));
                 }
                 None => {
                     last_port_id = last_port_id.checked_add(1).ok_or_else(unsupported)?;
-                    let spec = tcp_listener_spec(l, last_port_id).ok_or_else(unsupported)?;
-                    let bound = acceptor.bind(&spec)?;
-                    plan.params.push(tcp_listener_params(&spec, bound.local_addr()));
+                    let spec = TcpListenerSpec::from_config(l, last_port_id).ok_or_else(unsupported)?;
+                    let bound = acceptor.bind(&spec).map_err(ListenError::from)?;
+                    plan.params.push(spec.discovery_entry(bound.local_addr()));
                     plan.slots.push(ListenerSlot::Open(bound));
                     plan.added += 1;
                 }

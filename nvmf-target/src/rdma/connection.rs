@@ -30,9 +30,9 @@ use nvmf_common::nvme::sgl::{SglDescriptor, SglSubtype};
 use nvmf_common::nvme::sqe::{SubmissionQueueEntry, SQE_SIZE};
 use nvmf_common::transport::rdma::verbs::{MemoryRegion, QueuePair, RdmaError, WorkCompletion};
 
+use super::counters::RdmaCounters;
 use super::device::{DeviceContext, SharedReceive};
 use super::memory::{post_recvs, post_sends, received, PostScratch, ReceiveQueue, Work};
-use super::reactor::RdmaCounters;
 use crate::backend::{BufferId, IoEngine};
 use crate::controller::{Queue, QueueError, SlotId, Step};
 

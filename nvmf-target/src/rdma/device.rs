@@ -14,8 +14,8 @@ use nvmf_common::transport::rdma::verbs::{
 };
 
 use super::connection::{wr_id, WrKind};
+use super::counters::RdmaCounters;
 use super::memory::{post_recvs, register_pool, PoolRegion, PostScratch, ReceiveQueue};
-use super::reactor::RdmaCounters;
 use crate::backend::IoEngine;
 
 /// Completion queue entries each reactor asks of a device (bounded by the device's `max_cqe`).

@@ -1,6 +1,6 @@
 //! The RDMA CM thread (`nvmf-rdma-cm`): binds and listens on every NVMe/RDMA listener with one RDMA CM event
-//! channel, validates each connect request's private data and hands the request's new id to a reactor, round
-//! robin. It sleeps in `epoll_wait` on the event channel and a waker, and blocks nowhere else. Events of an id
+//! channel, validates each connect request's private data and hands the request's new id over (to the reactors,
+//! round robin: the daemon decides). It sleeps in `epoll_wait` on the event channel and a waker, and blocks nowhere else. Events of an id
 //! after the hand-over arrive at the reactor (which migrates the id to its own event channel before accepting).
 
 use std::io;
@@ -10,12 +10,15 @@ use std::thread::JoinHandle;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
+use nvmf_common::fabrics::discovery::{AddressFamily, RdmaCms, RdmaProviderType, RdmaQpType, TransportType, Tsas};
 use nvmf_common::transport::rdma::private_data::{RdmaCmReject, RdmaCmRejectStatus, RdmaCmRequest};
 use nvmf_common::transport::rdma::verbs::{CmEvent, CmEventKind, CmId, EventChannel, PeerConnParam, RdmaError};
 use nvmf_common::wire::WireError;
 
+use nvmf_config::target::{ListenerConfig, ListenerTransport};
+
 use super::config::RdmaTransportConfig;
-use crate::reactor::ReactorHandle;
+use crate::controller::ListenerParams;
 
 const CHANNEL: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -37,6 +40,39 @@ pub struct RdmaListenerSpec {
     pub max_qid: u16,
     /// The listener's NVMe/RDMA settings.
     pub rdma: Arc<RdmaTransportConfig>,
+}
+
+impl RdmaListenerSpec {
+    /// The spec of RDMA listener `l` with discovery port ID `port_id` and a target serving `max_io_queues` I/O
+    /// queues per controller (`None` for another transport).
+    pub fn from_config(l: &ListenerConfig, port_id: u16, max_io_queues: u16) -> Option<Self> {
+        let ListenerTransport::Rdma(options) = l.transport else { return None };
+        let rdma = RdmaTransportConfig {
+            in_capsule_data_size: l.in_capsule_data_size,
+            max_queue_depth: u16::try_from(l.max_queue_size).unwrap_or(u16::MAX),
+            send_with_invalidate: options.send_with_invalidate,
+            srq: options.srq,
+        };
+        Some(RdmaListenerSpec { address: l.address, port_id, max_qid: max_io_queues, rdma: Arc::new(rdma) })
+    }
+
+    /// The discovery log's entry for this listener, bound at `local`: as Linux nvmet reports RDMA ports, reliable
+    /// connected, provider not specified, RDMA CM.
+    pub fn discovery_entry(&self, local: SocketAddr) -> ListenerParams {
+        ListenerParams {
+            port_id: self.port_id,
+            trtype: TransportType::Rdma,
+            adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
+            traddr: local.ip().to_string(),
+            trsvcid: local.port().to_string(),
+            tsas: Tsas::Rdma {
+                qptype: RdmaQpType::Connected,
+                prtype: RdmaProviderType::NotSpecified,
+                cms: RdmaCms::RdmaCm,
+                pkey: 0,
+            },
+        }
+    }
 }
 
 /// Errors opening RDMA listeners.
@@ -147,8 +183,12 @@ pub struct RdmaCmThread {
 }
 
 impl RdmaCmThread {
-    /// Serve connect requests on `bound` for `reactors`.
-    pub fn start(bound: BoundRdmaListeners, reactors: Arc<Vec<ReactorHandle>>) -> Result<Self, RdmaListenerError> {
+    /// Serve connect requests on `bound`, handing every valid one to `hand_over` (which gives it back when nobody
+    /// can take it: the request is then rejected).
+    pub fn start(
+        bound: BoundRdmaListeners,
+        hand_over: impl FnMut(RdmaAccepted) -> Result<(), RdmaAccepted> + Send + 'static,
+    ) -> Result<Self, RdmaListenerError> {
         let poll = Poll::new().map_err(RdmaListenerError::Os)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(RdmaListenerError::Os)?);
         let fd = std::os::fd::AsRawFd::as_raw_fd(&bound.channel);
@@ -156,7 +196,7 @@ impl RdmaCmThread {
         let local = bound.local.clone();
         let thread = std::thread::Builder::new()
             .name("nvmf-rdma-cm".into())
-            .spawn(move || cm_loop(poll, &bound, &reactors))
+            .spawn(move || cm_loop(poll, &bound, hand_over))
             .map_err(RdmaListenerError::Os)?;
         Ok(RdmaCmThread { waker, thread: Some(thread), local })
     }
@@ -175,9 +215,12 @@ impl RdmaCmThread {
     }
 }
 
-fn cm_loop(mut poll: Poll, bound: &BoundRdmaListeners, reactors: &[ReactorHandle]) {
+fn cm_loop(
+    mut poll: Poll,
+    bound: &BoundRdmaListeners,
+    mut hand_over: impl FnMut(RdmaAccepted) -> Result<(), RdmaAccepted>,
+) {
     let mut events = Events::with_capacity(16);
-    let mut next = 0usize;
     loop {
         if let Err(e) = poll.poll(&mut events, None) {
             if e.kind() == io::ErrorKind::Interrupted {
@@ -193,7 +236,7 @@ fn cm_loop(mut poll: Poll, bound: &BoundRdmaListeners, reactors: &[ReactorHandle
         }
         loop {
             match bound.channel.get_event() {
-                Ok(Some(event)) => handle_event(event, bound, reactors, &mut next),
+                Ok(Some(event)) => handle_event(event, bound, &mut hand_over),
                 Ok(None) => break,
                 Err(e) => {
                     tracing::error!(error = %e, "RDMA CM thread: reading an event failed");
@@ -204,7 +247,11 @@ fn cm_loop(mut poll: Poll, bound: &BoundRdmaListeners, reactors: &[ReactorHandle
     }
 }
 
-fn handle_event(mut event: CmEvent, bound: &BoundRdmaListeners, reactors: &[ReactorHandle], next: &mut usize) {
+fn handle_event(
+    mut event: CmEvent,
+    bound: &BoundRdmaListeners,
+    hand_over: &mut impl FnMut(RdmaAccepted) -> Result<(), RdmaAccepted>,
+) {
     if event.kind != CmEventKind::ConnectRequest {
         tracing::debug!(kind = ?event.kind, status = event.status, "RDMA CM event on the listener channel");
         return;
@@ -223,21 +270,18 @@ fn handle_event(mut event: CmEvent, bound: &BoundRdmaListeners, reactors: &[Reac
             reject(&mut id, sts);
         }
         Ok((request, depth)) => {
-            if reactors.is_empty() {
-                reject(&mut id, RdmaCmRejectStatus::NoResources);
-                return;
-            }
-            let reactor = &reactors[*next % reactors.len()];
-            *next = next.wrapping_add(1);
             tracing::debug!(peer = ?peer_addr, qid = request.qid, depth, "NVMe/RDMA connect request");
-            reactor.accept_rdma(RdmaAccepted {
+            let accepted = RdmaAccepted {
                 id,
                 request,
                 peer: event.peer.unwrap_or_default(),
                 depth,
                 port_id: spec.port_id,
                 rdma: Arc::clone(&spec.rdma),
-            });
+            };
+            if let Err(mut refused) = hand_over(accepted) {
+                reject(&mut refused.id, RdmaCmRejectStatus::NoResources);
+            }
         }
     }
 }

@@ -3,7 +3,10 @@
 //! What runs where:
 //! - [`listener`]: one `nvmf-rdma-cm` thread binds and listens on every RDMA listener with one RDMA CM event
 //!   channel, validates each connect request's private data (rejecting with the NVMe/RDMA reject codes) and hands
-//!   the new id to a reactor, round robin. It sleeps in `epoll_wait` and blocks nowhere else.
+//!   the new id over (to the reactors, round robin). It sleeps in `epoll_wait` and blocks nowhere else.
+//! - `poll_group`: [`RdmaPollGroup`], per reactor, the transport's [`crate::transport::PollGroup`]: its RDMA CM
+//!   event channel, its device contexts and its queue pairs.
+//! - [`counters`]: [`RdmaCounters`], per reactor, read by the metrics.
 //! - `device`: per reactor, per RDMA device (created at the first connection on that device): the protection
 //!   domain (one per device per process), one completion queue with its completion channel (polled by the
 //!   reactor, armed to sleep when idle) and the reactor's engine buffer pool registered as one memory region, so
@@ -19,11 +22,13 @@
 
 pub mod config;
 pub(crate) mod connection;
+pub mod counters;
 pub(crate) mod device;
 pub mod listener;
 pub(crate) mod memory;
-pub(crate) mod reactor;
+mod poll_group;
 
 pub use config::RdmaTransportConfig;
+pub use counters::RdmaCounters;
 pub use listener::{BoundRdmaListeners, RdmaAccepted, RdmaCmThread, RdmaListenerError, RdmaListenerSpec};
-pub use reactor::RdmaCounters;
+pub use poll_group::RdmaPollGroup;

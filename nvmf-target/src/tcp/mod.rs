@@ -8,11 +8,14 @@
 //! PDUs and completions as CapsuleResps, and ends the connection with a C2HTermReq on a fatal transport
 //! error.
 //!
-//! Threading: a connection lives on one reactor thread from accept to close and is driven by that
-//! reactor's readiness events and storage completions. It never blocks: sockets are non-blocking, a full
+//! Threading: the acceptor thread ([`listener`]) accepts and hands each connection over; from then on a
+//! connection lives on one reactor thread, in its [`TcpPollGroup`], and is driven by that reactor's readiness
+//! events and storage completions. It never blocks: sockets are non-blocking, a full
 //! socket leaves bytes queued until the next writable event, and reading pauses while the send backlog
 //! is large. No lock, no allocation per command once its tables are warm.
 //!
+//! - [`listener`] — the acceptor thread: TCP listeners, accepting and handing connections over.
+//! - `poll_group` — [`TcpPollGroup`], a reactor's connection table (the transport's [`crate::transport::PollGroup`]).
 //! - [`config`] — [`TcpTransportConfig`], the port's settings.
 //! - `connection` — [`TcpConnection`], the state machine and socket I/O.
 //! - `outgoing` — framing of ICResp, R2T, C2HData, CapsuleResp and C2HTermReq.
@@ -23,13 +26,17 @@
 pub mod config;
 mod connection;
 pub mod error;
+pub mod listener;
 mod outgoing;
+mod poll_group;
 mod send;
 mod transfer;
 
 pub use config::TcpTransportConfig;
 pub use connection::TcpConnection;
 pub use error::ConnectionError;
+pub use listener::{Acceptor, BoundListener, BoundListeners, ListenerError, ListenerSlot, TcpListenerSpec};
+pub use poll_group::{AcceptedConnection, TcpPollGroup};
 pub use transfer::ProtocolViolation;
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! [`RdmaReactor`]: a reactor's NVMe/RDMA side: its RDMA CM event channel (created at the first connection; the
+//! [`RdmaPollGroup`]: a reactor's NVMe/RDMA queue pairs, the RDMA side of the
+//! [`PollGroup`] boundary: its RDMA CM event channel (created at the first connection; the
 //! ids handed over by the CM thread are migrated to it), its per-device contexts (completion channel fds in the
 //! reactor's poll) and its connections. The reactor thread calls it from its loop; nothing here blocks.
 //!
@@ -11,126 +12,49 @@
 //! completions the reactor turns again without sleeping; an idle reactor sleeps on armed CQs, spinning never.
 //! Each completion is routed to its connection by the `wr_id`'s connection key (no lookup), or, for a receive of
 //! a shared receive queue, by its queue pair number (a map filled at accept; the buffer is reposted to the shared
-//! queue at the end of the turn, after its command went to the queue).
+//! queue at the end of the turn, after its command went to the queue). The connection key is also the connection's
+//! slot, its controller queue's key (storage completions) and, for the CM channel and devices, the poll tokens are
+//! the group's own: 0 for the CM channel, 1 + i for device context i.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mio::event::Event;
 use mio::unix::SourceFd;
-use mio::{Interest, Registry, Token};
+use mio::Interest;
 use nvmf_common::fabrics::discovery::TransportType;
 use nvmf_common::transport::rdma::private_data::{RdmaCmAccept, RdmaCmRejectStatus};
 use nvmf_common::transport::rdma::verbs::{
-    AccessFlags, CmEvent, CmEventKind, CmId, ConnParam, EventChannel, QpCapabilities, QpInitAttr, QueuePair, WcStatus,
+    AccessFlags, CmEvent, CmEventKind, CmId, ConnParam, EventChannel, QpCapabilities, QpInitAttr, QueuePair,
     WorkCompletion,
 };
 
 use super::connection::{split_wr_id, ConnectionSetup, RdmaConnection, RdmaConnectionError, WrKind};
+use super::counters::RdmaCounters;
 use super::device::DeviceContext;
 use super::listener::{reject, RdmaAccepted};
-use super::memory::Work;
 use crate::backend::IoEngine;
-use crate::controller::{EventNotifier, Queue, SlotId, Target, TransportInfo};
+use crate::controller::{Queue, SlotId, TransportInfo};
 use crate::reactor::RETRY_AFTER;
+use crate::transport::{GroupContext, PollGroup};
 
-/// Token of the reactor's RDMA CM event channel.
-const CM_TOKEN: usize = usize::MAX - 1;
-/// Token of device context `i`'s completion channel: `LAST_DEVICE_TOKEN - i`.
-const LAST_DEVICE_TOKEN: usize = usize::MAX - 2;
+/// The group's token of its RDMA CM event channel.
+const CM_TOKEN: u32 = 0;
+/// The group's token of device context `i`'s completion channel: `FIRST_DEVICE_TOKEN + i`.
+const FIRST_DEVICE_TOKEN: u32 = 1;
 /// Devices one reactor serves at most.
 const MAX_DEVICES: usize = 64;
-
-/// Queue keys of RDMA connections start here (TCP connections use their slot), so storage completions find
-/// their transport by the key alone.
-pub(crate) const QUEUE_KEY_BASE: u64 = 1 << 32;
 
 /// Completions read per `ibv_poll_cq` batch.
 const POLL_BATCH: usize = 64;
 /// How soon the reactor tries again to arm a completion queue whose arming failed.
 const ARM_RETRY: Duration = Duration::from_millis(50);
 
-/// Work completion status values counted one by one (higher ones are counted with the last).
-const STATUS_SLOTS: usize = 24;
-
-/// One reactor's NVMe/RDMA counters (single writer: the reactor; read at scrape time).
-#[derive(Debug, Default)]
-pub struct RdmaCounters {
-    /// Posted work requests: RDMA READ, RDMA WRITE, SEND, receive, SEND with invalidate.
-    posted: [AtomicU64; 5],
-    /// Successful completions: receive, RDMA READ, SEND.
-    completed: [AtomicU64; 3],
-    /// Error completions by `ibv_wc_status` value.
-    errors: [AtomicU64; STATUS_SLOTS],
-    /// Live queue pairs.
-    queue_pairs: AtomicU64,
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
-}
-
-impl RdmaCounters {
-    pub(crate) fn posted(&self, work: &Work) {
-        let i = match work {
-            Work::Read { .. } => 0,
-            Work::Write { .. } => 1,
-            Work::Send { invalidate: None, .. } => 2,
-            Work::Send { invalidate: Some(_), .. } => 4,
-        };
-        bump(&self.posted[i], 1);
-    }
-
-    pub(crate) fn posted_receives(&self, n: usize) {
-        bump(&self.posted[3], u64::try_from(n).unwrap_or(u64::MAX));
-    }
-
-    pub(crate) fn completed(&self, kind: WrKind) {
-        let i = match kind {
-            WrKind::Recv | WrKind::SharedRecv => 0,
-            WrKind::Read => 1,
-            WrKind::Send => 2,
-        };
-        bump(&self.completed[i], 1);
-    }
-
-    pub(crate) fn completion_error(&self, status: WcStatus) {
-        let i = usize::try_from(status.to_raw()).unwrap_or(usize::MAX).min(STATUS_SLOTS - 1);
-        bump(&self.errors[i], 1);
-    }
-
-    /// Posted work requests by opcode (`rdma_read`, `rdma_write`, `send`, `send_with_invalidate`, `recv`).
-    pub fn work_requests(&self) -> [(&'static str, u64); 5] {
-        let v = |i: usize| self.posted[i].load(Ordering::Relaxed);
-        [("rdma_read", v(0)), ("rdma_write", v(1)), ("send", v(2)), ("send_with_invalidate", v(4)), ("recv", v(3))]
-    }
-
-    /// Successful completions by opcode (`recv`, `rdma_read`, `send`; RDMA WRITEs are unsignalled).
-    pub fn completions(&self) -> [(&'static str, u64); 3] {
-        let v = |i: usize| self.completed[i].load(Ordering::Relaxed);
-        [("recv", v(0)), ("rdma_read", v(1)), ("send", v(2))]
-    }
-
-    /// Error completions by work completion status name (only statuses seen).
-    pub fn completion_errors(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        self.errors.iter().enumerate().filter_map(|(i, c)| {
-            let n = c.load(Ordering::Relaxed);
-            let status = WcStatus::from_raw(u32::try_from(i).ok()?);
-            (n > 0).then(|| (status.name(), n))
-        })
-    }
-
-    /// Live queue pairs.
-    pub fn queue_pairs(&self) -> u64 {
-        self.queue_pairs.load(Ordering::Relaxed)
-    }
-}
-
-/// A reactor's RDMA side (see the module docs).
+/// A reactor's NVMe/RDMA queue pairs (see the module docs).
 #[derive(Debug)]
-pub(crate) struct RdmaReactor {
+pub struct RdmaPollGroup {
     index: usize,
     // Dropped before the device contexts: queue pairs go before the pool's region they name.
     connections: Vec<Option<RdmaConnection>>,
@@ -141,9 +65,10 @@ pub(crate) struct RdmaReactor {
     wcs: Vec<WorkCompletion>,
 }
 
-impl RdmaReactor {
-    pub(crate) fn new(index: usize, counters: Arc<RdmaCounters>) -> Self {
-        RdmaReactor {
+impl RdmaPollGroup {
+    /// The NVMe/RDMA group of reactor `index`, counting into `counters`.
+    pub fn new(index: usize, counters: Arc<RdmaCounters>) -> Self {
+        RdmaPollGroup {
             index,
             connections: Vec::new(),
             free: Vec::new(),
@@ -154,35 +79,13 @@ impl RdmaReactor {
         }
     }
 
-    /// Whether `token` is one of ours.
-    pub(crate) fn owns_token(token: Token) -> bool {
-        token.0 > LAST_DEVICE_TOKEN - MAX_DEVICES
-    }
-
-    /// Whether storage completions with queue key `key` are ours.
-    pub(crate) fn owns_key(key: u64) -> bool {
-        key >= QUEUE_KEY_BASE
-    }
-
-    /// No connection left (shutdown may end).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.connections.iter().all(Option::is_none)
-    }
-
     /// Accept a connect request the CM thread validated: migrate its id here, size and create the queue pair,
     /// post the receives and accept; reject with No Resources if any of that fails.
-    pub(crate) fn accept(
-        &mut self,
-        accepted: RdmaAccepted,
-        engine: &mut IoEngine,
-        registry: &Registry,
-        target: &Arc<Target>,
-        notifier: EventNotifier,
-    ) {
+    fn accept_request(&mut self, accepted: RdmaAccepted, cx: &mut GroupContext<'_>) {
         let RdmaAccepted { mut id, request, peer, depth, port_id, rdma } = accepted;
         let peer_addr = id.peer_addr();
         let local = id.local_addr();
-        let dev = match self.prepare(&mut id, engine, registry) {
+        let dev = match self.prepare(&mut id, cx) {
             Ok(dev) => dev,
             Err(e) => {
                 tracing::warn!(reactor = self.index, peer = ?peer_addr, error = %e, "cannot serve NVMe/RDMA connection");
@@ -222,11 +125,11 @@ impl RdmaReactor {
             in_capsule_data_size: rdma.in_capsule_data_size,
             port_id,
             local_address: local.map(|a: SocketAddr| a.ip()),
-            queue_key: QUEUE_KEY_BASE + u64::from(setup.key),
+            queue_key: 0,
         };
-        let mut queue = Queue::new(Arc::clone(target), info);
-        queue.set_event_notifier(notifier);
+        let queue = cx.new_queue(info, setup.key);
         let max_reads = setup.max_reads;
+        let engine = &mut *cx.engine;
         match self.create(id, dev, depth, max_send_wr, queue, setup, shared) {
             Ok(mut conn) => {
                 conn.flush(engine, &self.devices[dev], &self.counters);
@@ -261,7 +164,7 @@ impl RdmaReactor {
                     map.connections.insert(conn.qp().qp_num(), conn.setup().key);
                 }
                 self.connections[slot] = Some(conn);
-                bump(&self.counters.queue_pairs, 1);
+                self.counters.queue_pair_created();
             }
             Err((id, e)) => {
                 tracing::warn!(reactor = self.index, peer = ?peer_addr, error = %e, "cannot create NVMe/RDMA queue pair");
@@ -275,11 +178,11 @@ impl RdmaReactor {
     }
 
     /// The CM channel exists and `id` is on it; the device context of `id`'s device exists: its index.
-    fn prepare(&mut self, id: &mut CmId, engine: &IoEngine, registry: &Registry) -> Result<usize, String> {
+    fn prepare(&mut self, id: &mut CmId, cx: &GroupContext<'_>) -> Result<usize, String> {
         if self.cm.is_none() {
             let cm = EventChannel::new().map_err(|e| e.to_string())?;
-            registry
-                .register(&mut SourceFd(&cm.as_raw_fd()), Token(CM_TOKEN), Interest::READABLE)
+            cx.registry
+                .register(&mut SourceFd(&cm.as_raw_fd()), cx.token(CM_TOKEN), Interest::READABLE)
                 .map_err(|e| format!("registering the RDMA CM channel: {e}"))?;
             self.cm = Some(cm);
         }
@@ -293,9 +196,9 @@ impl RdmaReactor {
         if self.devices.len() >= MAX_DEVICES {
             return Err(format!("more than {MAX_DEVICES} RDMA devices"));
         }
-        let ctx = DeviceContext::open(device, engine).map_err(|e| e.to_string())?;
-        let token = Token(LAST_DEVICE_TOKEN - self.devices.len());
-        registry
+        let ctx = DeviceContext::open(device, cx.engine).map_err(|e| e.to_string())?;
+        let token = cx.token(FIRST_DEVICE_TOKEN + u32::try_from(self.devices.len()).unwrap_or(u32::MAX));
+        cx.registry
             .register(&mut SourceFd(&ctx.channel.as_raw_fd()), token, Interest::READABLE)
             .map_err(|e| format!("registering a completion channel: {e}"))?;
         self.devices.push(ctx);
@@ -354,15 +257,6 @@ impl RdmaReactor {
             .map_err(|(id, e)| (Some(id), e.to_string()))?,
         };
         Ok(RdmaConnection::new(qp, receive, responses, queue, setup))
-    }
-
-    /// One of our fds is readable.
-    pub(crate) fn ready(&mut self, token: Token, engine: &mut IoEngine) {
-        if token.0 == CM_TOKEN {
-            self.cm_events(engine);
-        } else if let Some(dev) = LAST_DEVICE_TOKEN.checked_sub(token.0).filter(|&d| d < self.devices.len()) {
-            self.completions(dev, engine);
-        }
     }
 
     fn cm_events(&mut self, engine: &mut IoEngine) {
@@ -488,55 +382,61 @@ impl RdmaReactor {
         self.wcs = wcs;
         total
     }
+}
 
-    /// A storage completion for queue `key` (≥ [`QUEUE_KEY_BASE`]).
-    pub(crate) fn io_completed(
-        &mut self,
-        key: u64,
-        slot: SlotId,
-        result: Result<u32, std::io::Error>,
-        engine: &mut IoEngine,
-    ) {
-        let conn = usize::try_from(key - QUEUE_KEY_BASE)
-            .ok()
-            .and_then(|k| self.connections.get_mut(k))
-            .and_then(Option::as_mut);
-        match conn {
-            Some(conn) => conn.io_completed(engine, slot, result),
-            None => tracing::error!(reactor = self.index, key, "storage completion for no RDMA connection"),
+impl PollGroup for RdmaPollGroup {
+    type QueuePair = RdmaAccepted;
+
+    fn accept(&mut self, request: RdmaAccepted, cx: &mut GroupContext<'_>) {
+        self.accept_request(request, cx);
+    }
+
+    /// The CM channel or a device's completion channel is readable.
+    fn ready(&mut self, token: u64, _event: &Event, cx: &mut GroupContext<'_>) {
+        if token == u64::from(CM_TOKEN) {
+            self.cm_events(cx.engine);
+        } else if let Some(dev) = token
+            .checked_sub(u64::from(FIRST_DEVICE_TOKEN))
+            .and_then(|d| usize::try_from(d).ok())
+            .filter(|&d| d < self.devices.len())
+        {
+            self.completions(dev, cx.engine);
         }
     }
 
-    /// Poll every queue (`all`: a timer is due or a notifier fired) or those with work waiting on this turn;
-    /// whether any was polled.
-    pub(crate) fn poll(&mut self, engine: &mut IoEngine, now: Instant, all: bool) -> bool {
+    fn storage_completed(
+        &mut self,
+        queue_key: u64,
+        slot: SlotId,
+        result: Result<u32, std::io::Error>,
+        cx: &mut GroupContext<'_>,
+    ) {
+        let conn = usize::try_from(queue_key).ok().and_then(|k| self.connections.get_mut(k)).and_then(Option::as_mut);
+        match conn {
+            Some(conn) => conn.io_completed(cx.engine, slot, result),
+            None => tracing::error!(reactor = self.index, queue_key, "storage completion for no RDMA connection"),
+        }
+    }
+
+    fn poll(&mut self, cx: &mut GroupContext<'_>, all: bool) -> bool {
         let mut polled = false;
         for conn in self.connections.iter_mut().flatten().filter(|c| all || c.wants_poll()) {
-            conn.poll(engine, now);
+            conn.poll(cx.engine, cx.now);
             polled = true;
         }
         polled
     }
 
-    /// The earliest of the connections' timers still ahead of `now`; soon, while a completion queue could not be
-    /// armed (its completion channel would not wake the reactor) or a queue has work waiting (`RETRY_AFTER`).
-    pub(crate) fn next_timer(&self, now: Instant) -> Option<Instant> {
-        let unarmed = self.devices.iter().any(|d| !d.armed).then_some(now + ARM_RETRY);
-        let live = self.connections.iter().flatten();
-        let retry = live.clone().any(|c| c.wants_poll()).then_some(now + RETRY_AFTER);
-        let ahead = live.filter_map(RdmaConnection::next_timer).filter(|&t| t > now);
-        ahead.chain(unarmed).chain(retry).min()
-    }
-
-    /// End of a turn: post each connection's batch; drop connections that ended and drained; poll the CQs (see
-    /// the module docs). True if completions were found: the reactor must turn again before it sleeps (their
-    /// storage ops are not submitted and their responses not posted yet).
-    pub(crate) fn flush_and_reap(&mut self, engine: &mut IoEngine, now: Instant) -> bool {
+    /// Post each connection's batch; drop connections that ended and drained; poll the CQs (see the module docs).
+    /// True if completions were found: the reactor must turn again before it sleeps (their storage ops are not
+    /// submitted and their responses not posted yet).
+    fn end_turn(&mut self, cx: &mut GroupContext<'_>) -> bool {
+        let engine = &mut *cx.engine;
         for slot in 0..self.connections.len() {
             let Some(conn) = self.connections[slot].as_mut() else { continue };
             let dev = conn.setup().device;
             conn.flush(engine, &self.devices[dev], &self.counters);
-            if conn.is_drained(now) {
+            if conn.is_drained(cx.now) {
                 if let Some(mut conn) = self.connections[slot].take() {
                     conn.finish(engine);
                     let entries = conn.setup().cq_entries;
@@ -552,7 +452,7 @@ impl RdmaReactor {
                     drop(conn);
                     self.devices[dev].unreserve_cq(entries);
                     self.free.push(slot);
-                    self.counters.queue_pairs.fetch_sub(1, Ordering::Relaxed);
+                    self.counters.queue_pair_destroyed();
                 }
             }
         }
@@ -562,10 +462,24 @@ impl RdmaReactor {
         self.poll_before_sleep(engine)
     }
 
-    /// Target shutdown: end every connection (they are dropped once drained).
-    pub(crate) fn shutdown(&mut self, engine: &mut IoEngine) {
+    /// The earliest of the connections' timers still ahead of `now`; soon, while a completion queue could not be
+    /// armed (its completion channel would not wake the reactor) or a queue has work waiting (`RETRY_AFTER`).
+    fn next_timer(&self, now: Instant) -> Option<Instant> {
+        let unarmed = self.devices.iter().any(|d| !d.armed).then_some(now + ARM_RETRY);
+        let live = self.connections.iter().flatten();
+        let retry = live.clone().any(|c| c.wants_poll()).then_some(now + RETRY_AFTER);
+        let ahead = live.filter_map(RdmaConnection::next_timer).filter(|&t| t > now);
+        ahead.chain(unarmed).chain(retry).min()
+    }
+
+    /// End every connection (they are dropped once drained).
+    fn shutdown(&mut self, cx: &mut GroupContext<'_>) {
         for conn in self.connections.iter_mut().flatten() {
-            conn.close(engine, &RdmaConnectionError::Protocol("target shutting down"));
+            conn.close(cx.engine, &RdmaConnectionError::Protocol("target shutting down"));
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.connections.iter().all(Option::is_none)
     }
 }

@@ -1,6 +1,6 @@
-//! The acceptor: one thread that accepts connections on every TCP listener and hands each to a reactor, round
-//! robin. It is the only code that accepts on the listening sockets; it sleeps in `epoll_wait` and never blocks
-//! elsewhere. Once a connection is handed over the acceptor forgets it.
+//! The NVMe/TCP acceptor: one thread that accepts connections on every TCP listener and hands each over (to the
+//! reactors, round robin: the daemon decides). It is the only code that accepts on the listening sockets; it sleeps
+//! in `epoll_wait` and never blocks elsewhere. Once a connection is handed over the acceptor forgets it.
 //!
 //! A reload changes the listeners while the acceptor runs: the control thread binds and registers new sockets
 //! first (so a failure changes nothing), then hands the acceptor thread the new set through a channel and waits
@@ -16,8 +16,11 @@ use std::thread::JoinHandle;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
-use crate::reactor::{Accepted, ReactorHandle};
-use crate::tcp::TcpTransportConfig;
+use nvmf_common::fabrics::discovery::{AddressFamily, TcpSecurityType, TransportType, Tsas};
+use nvmf_config::target::{ListenerConfig, ListenerTransport};
+
+use super::{AcceptedConnection, TcpTransportConfig};
+use crate::controller::ListenerParams;
 
 /// The waker's token; listeners use their port ID as token, which never reaches it.
 const WAKER: Token = Token(usize::MAX);
@@ -31,6 +34,32 @@ pub struct TcpListenerSpec {
     pub port_id: u16,
     /// The listener's NVMe/TCP settings.
     pub tcp: Arc<TcpTransportConfig>,
+}
+
+impl TcpListenerSpec {
+    /// The spec of TCP listener `l` with discovery port ID `port_id` (`None` for another transport).
+    pub fn from_config(l: &ListenerConfig, port_id: u16) -> Option<Self> {
+        let ListenerTransport::Tcp(options) = l.transport else { return None };
+        let tcp = TcpTransportConfig {
+            in_capsule_data_size: l.in_capsule_data_size,
+            header_digest: options.header_digest,
+            data_digest: options.data_digest,
+            ..TcpTransportConfig::default()
+        };
+        Some(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp) })
+    }
+
+    /// The discovery log's entry for this listener, bound at `local`.
+    pub fn discovery_entry(&self, local: SocketAddr) -> ListenerParams {
+        ListenerParams {
+            port_id: self.port_id,
+            trtype: TransportType::Tcp,
+            adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
+            traddr: local.ip().to_string(),
+            trsvcid: local.port().to_string(),
+            tsas: Tsas::Tcp { sectype: TcpSecurityType::None },
+        }
+    }
 }
 
 /// Errors opening listeners.
@@ -134,8 +163,12 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    /// Start accepting on `bound` for `reactors`.
-    pub fn start(bound: BoundListeners, reactors: Arc<Vec<ReactorHandle>>) -> Result<Self, ListenerError> {
+    /// Start accepting on `bound`, handing every connection to `hand_over` (which gives it back when nobody can take
+    /// it: the connection is then closed).
+    pub fn start(
+        bound: BoundListeners,
+        hand_over: impl FnMut(AcceptedConnection) -> Result<(), AcceptedConnection> + Send + 'static,
+    ) -> Result<Self, ListenerError> {
         let BoundListeners { poll, waker, listeners, local } = bound;
         let registry = poll.registry().try_clone().map_err(ListenerError::Os)?;
         let served = listeners.iter().map(|l| (l.spec.clone(), l.local)).collect();
@@ -144,7 +177,7 @@ impl Acceptor {
         let (commands, received) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("nvmf-acceptor".into())
-            .spawn(move || accept_loop(poll, sockets, &received, &reactors))
+            .spawn(move || accept_loop(poll, sockets, &received, hand_over))
             .map_err(ListenerError::Os)?;
         Ok(Acceptor { waker, registry, commands, thread: Some(thread), listeners: served, local })
     }
@@ -213,10 +246,9 @@ fn accept_loop(
     mut poll: Poll,
     mut listeners: HashMap<Token, (TcpListener, TcpListenerSpec)>,
     commands: &Receiver<Command>,
-    reactors: &[ReactorHandle],
+    mut hand_over: impl FnMut(AcceptedConnection) -> Result<(), AcceptedConnection>,
 ) {
     let mut events = Events::with_capacity(64);
-    let mut next = 0usize;
     loop {
         if let Err(e) = poll.poll(&mut events, None) {
             if e.kind() == io::ErrorKind::Interrupted {
@@ -237,7 +269,7 @@ fn accept_loop(
                             // readiness already: accept what is queued.
                             for token in added {
                                 if let Some((listener, spec)) = listeners.get(&token) {
-                                    accept_all(listener, spec, reactors, &mut next);
+                                    accept_all(listener, spec, &mut hand_over);
                                 }
                             }
                             let _ = done.send(());
@@ -247,7 +279,7 @@ fn accept_loop(
                 continue;
             }
             let Some((listener, spec)) = listeners.get(&event.token()) else { continue };
-            accept_all(listener, spec, reactors, &mut next);
+            accept_all(listener, spec, &mut hand_over);
         }
     }
 }
@@ -275,17 +307,23 @@ fn reconfigure(
     *listeners = next;
 }
 
-/// Accept every queued connection on `listener`, handing each to the next reactor.
-fn accept_all(listener: &TcpListener, spec: &TcpListenerSpec, reactors: &[ReactorHandle], next: &mut usize) {
+/// Accept every queued connection on `listener`, handing each over.
+fn accept_all(
+    listener: &TcpListener,
+    spec: &TcpListenerSpec,
+    hand_over: &mut impl FnMut(AcceptedConnection) -> Result<(), AcceptedConnection>,
+) {
     loop {
         match listener.accept() {
             Ok((stream, peer)) => {
                 // mio hands out non-blocking sockets; the reactor re-wraps it.
                 let stream = std::net::TcpStream::from(stream);
-                let Some(reactor) = reactors.get(*next % reactors.len().max(1)) else { return };
-                *next = next.wrapping_add(1);
                 tracing::info!(%peer, listener = %spec.address, "host connected");
-                reactor.accept(Accepted { stream, peer, port_id: spec.port_id, tcp: Arc::clone(&spec.tcp) });
+                let connection = AcceptedConnection { stream, peer, port_id: spec.port_id, tcp: Arc::clone(&spec.tcp) };
+                if hand_over(connection).is_err() {
+                    tracing::warn!(%peer, listener = %spec.address, "no reactor takes connections; closed");
+                    return;
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -1,0 +1,161 @@
+//! Every transport's listeners, as the daemon starts and stops them: bound first ([`BoundTransportListeners`], so
+//! the discovery log reports the ports the sockets really got), then served by each transport's listener thread
+//! ([`TransportListeners`]: the NVMe/TCP acceptor, the NVMe/RDMA CM thread), which hand new queue pairs to the
+//! reactors round robin. Runs on the control thread.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use nvmf_config::TargetConfig;
+
+use super::set::{round_robin, NewQueuePair, TransportCounters};
+use crate::controller::{ListenerParams, Target};
+use crate::metrics::{ConnectionCounter, TargetCollector};
+#[cfg(feature = "rdma")]
+use crate::rdma::{BoundRdmaListeners, RdmaCmThread, RdmaListenerError, RdmaListenerSpec};
+use crate::reactor::ReactorHandle;
+use crate::tcp::{Acceptor, BoundListeners, ListenerError, TcpListenerSpec};
+
+/// Why listeners could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// A TCP listener could not be opened.
+    #[error(transparent)]
+    Tcp(#[from] ListenerError),
+    /// An RDMA listener could not be opened (no rdma_cm, no RDMA device on the address…).
+    #[cfg(feature = "rdma")]
+    #[error(transparent)]
+    Rdma(#[from] RdmaListenerError),
+    /// A transport this build does not serve.
+    #[error("listener {0}: this build has no RDMA transport (cargo feature `rdma`); use tcp://")]
+    UnsupportedTransport(String),
+}
+
+/// Every configured listener, bound and listening, not yet served.
+#[derive(Debug)]
+pub struct BoundTransportListeners {
+    tcp_specs: Vec<TcpListenerSpec>,
+    tcp: BoundListeners,
+    #[cfg(feature = "rdma")]
+    rdma: Option<(Vec<RdmaListenerSpec>, BoundRdmaListeners)>,
+}
+
+impl BoundTransportListeners {
+    /// Bind every listener of `config` (discovery port IDs in configuration order, from 1).
+    pub fn bind(config: &TargetConfig) -> Result<Self, ListenError> {
+        let mut tcp_specs = Vec::with_capacity(config.listeners.len());
+        #[cfg(feature = "rdma")]
+        let mut rdma_specs = Vec::new();
+        for (i, l) in config.listeners.iter().enumerate() {
+            let port_id = u16::try_from(i + 1).unwrap_or(u16::MAX);
+            #[cfg(feature = "rdma")]
+            if let Some(spec) = RdmaListenerSpec::from_config(l, port_id, config.limits.max_io_queues) {
+                rdma_specs.push(spec);
+                continue;
+            }
+            let spec = TcpListenerSpec::from_config(l, port_id)
+                .ok_or_else(|| ListenError::UnsupportedTransport(l.to_string()))?;
+            tcp_specs.push(spec);
+        }
+        let tcp = BoundListeners::bind(&tcp_specs)?;
+        #[cfg(feature = "rdma")]
+        let rdma = match rdma_specs.is_empty() {
+            true => None,
+            false => {
+                let bound = BoundRdmaListeners::bind(&rdma_specs)?;
+                Some((rdma_specs, bound))
+            }
+        };
+        Ok(BoundTransportListeners {
+            tcp_specs,
+            tcp,
+            #[cfg(feature = "rdma")]
+            rdma,
+        })
+    }
+
+    /// The discovery log's entries for these listeners, by port ID.
+    pub fn discovery_entries(&self) -> Vec<ListenerParams> {
+        let tcp = self.tcp_specs.iter().zip(self.tcp.local_addrs());
+        #[cfg_attr(not(feature = "rdma"), expect(unused_mut, reason = "only RDMA entries are added to TCP's"))]
+        let mut entries: Vec<ListenerParams> = tcp.map(|(spec, local)| spec.discovery_entry(*local)).collect();
+        #[cfg(feature = "rdma")]
+        if let Some((specs, bound)) = &self.rdma {
+            entries.extend(specs.iter().zip(bound.local_addrs()).map(|(spec, local)| spec.discovery_entry(*local)));
+            entries.sort_by_key(|p| p.port_id);
+        }
+        entries
+    }
+
+    /// Serve the listeners: every new queue pair goes to the next of `reactors`.
+    pub fn start(self, reactors: &Arc<Vec<ReactorHandle<NewQueuePair>>>) -> Result<TransportListeners, ListenError> {
+        let tcp = Acceptor::start(self.tcp, round_robin(reactors))?;
+        #[cfg(feature = "rdma")]
+        let rdma = match self.rdma.map(|(_, bound)| RdmaCmThread::start(bound, round_robin(reactors))).transpose() {
+            Ok(cm) => cm,
+            Err(e) => {
+                tcp.stop();
+                return Err(e.into());
+            }
+        };
+        Ok(TransportListeners {
+            tcp,
+            #[cfg(feature = "rdma")]
+            rdma,
+        })
+    }
+}
+
+/// Every transport's listener thread, running.
+#[derive(Debug)]
+pub struct TransportListeners {
+    tcp: Acceptor,
+    #[cfg(feature = "rdma")]
+    rdma: Option<RdmaCmThread>,
+}
+
+impl TransportListeners {
+    /// The NVMe/TCP acceptor: the TCP listeners it serves.
+    pub fn tcp(&self) -> &Acceptor {
+        &self.tcp
+    }
+
+    /// The NVMe/TCP acceptor, to change its listeners (reload).
+    pub fn tcp_mut(&mut self) -> &mut Acceptor {
+        &mut self.tcp
+    }
+
+    /// The addresses the RDMA listeners are bound to, in configuration order.
+    pub fn rdma_local_addrs(&self) -> &[SocketAddr] {
+        #[cfg(feature = "rdma")]
+        if let Some(cm) = &self.rdma {
+            return cm.local_addrs();
+        }
+        &[]
+    }
+
+    /// The metrics collector over `target` and the reactors' `counters`: connections by transport, and the RDMA
+    /// families where RDMA is served.
+    pub fn collector(&self, target: Arc<Target>, counters: &[TransportCounters]) -> TargetCollector {
+        let connections = counters
+            .iter()
+            .map(|c| ConnectionCounter { transport: "tcp", count: Arc::clone(&c.tcp_connections) })
+            .collect();
+        let collector = TargetCollector::new(target, connections);
+        #[cfg(feature = "rdma")]
+        let collector = match self.rdma {
+            Some(_) => collector.with_rdma(counters.iter().map(|c| Arc::clone(&c.rdma)).collect()),
+            None => collector,
+        };
+        collector
+    }
+
+    /// Stop accepting: close every listener (queue pairs already handed over live on in their reactors).
+    pub fn stop(self) {
+        #[cfg(feature = "rdma")]
+        if let Some(cm) = self.rdma {
+            cm.stop();
+        }
+        self.tcp.stop();
+    }
+}

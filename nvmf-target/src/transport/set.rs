@@ -1,0 +1,163 @@
+//! [`TransportSet`]: the poll group a daemon's reactor runs, one member per transport built in (NVMe/TCP always,
+//! NVMe/RDMA with the `rdma` feature), and [`NewQueuePair`], what the transports' listener threads hand to a
+//! reactor. Routing by space is a `match` over the closed set of transports: no dynamic dispatch per event or per
+//! storage completion.
+
+use std::io;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mio::event::Event;
+
+use super::{split, GroupContext, PollGroup};
+use crate::controller::SlotId;
+#[cfg(feature = "rdma")]
+use crate::rdma::{RdmaAccepted, RdmaCounters, RdmaPollGroup};
+use crate::reactor::ReactorHandle;
+use crate::tcp::{AcceptedConnection, TcpPollGroup};
+
+/// The space of NVMe/TCP's tokens and queue keys.
+const TCP: u64 = 0;
+/// The space of NVMe/RDMA's tokens and queue keys.
+#[cfg(feature = "rdma")]
+const RDMA: u64 = 1;
+
+/// A queue pair on its way from a transport's listener thread to a reactor.
+#[derive(Debug)]
+pub enum NewQueuePair {
+    /// A TCP connection the acceptor accepted.
+    Tcp(AcceptedConnection),
+    /// An RDMA CM connect request the CM thread validated.
+    #[cfg(feature = "rdma")]
+    Rdma(RdmaAccepted),
+}
+
+impl From<AcceptedConnection> for NewQueuePair {
+    fn from(connection: AcceptedConnection) -> Self {
+        NewQueuePair::Tcp(connection)
+    }
+}
+
+#[cfg(feature = "rdma")]
+impl From<RdmaAccepted> for NewQueuePair {
+    fn from(request: RdmaAccepted) -> Self {
+        NewQueuePair::Rdma(request)
+    }
+}
+
+/// One reactor's transport counters (single writer: the reactor; read by metrics and status at any time).
+#[derive(Debug, Clone, Default)]
+pub struct TransportCounters {
+    /// NVMe/TCP connections served now.
+    pub tcp_connections: Arc<AtomicUsize>,
+    /// NVMe/RDMA work requests, completions and queue pairs.
+    #[cfg(feature = "rdma")]
+    pub rdma: Arc<RdmaCounters>,
+}
+
+/// Every transport's poll group of one reactor (see the module docs).
+#[derive(Debug)]
+pub struct TransportSet {
+    tcp: TcpPollGroup,
+    // Dropped before the engine with the reactor: its queue pairs name the pool's memory region.
+    #[cfg(feature = "rdma")]
+    rdma: RdmaPollGroup,
+}
+
+impl TransportSet {
+    /// The poll groups of reactor `index`, counting into `counters`.
+    pub fn new(index: usize, counters: &TransportCounters) -> Self {
+        TransportSet {
+            tcp: TcpPollGroup::new(index, Arc::clone(&counters.tcp_connections)),
+            #[cfg(feature = "rdma")]
+            rdma: RdmaPollGroup::new(index, Arc::clone(&counters.rdma)),
+        }
+    }
+}
+
+impl PollGroup for TransportSet {
+    type QueuePair = NewQueuePair;
+
+    fn accept(&mut self, queue_pair: NewQueuePair, cx: &mut GroupContext<'_>) {
+        match queue_pair {
+            NewQueuePair::Tcp(connection) => self.tcp.accept(connection, &mut cx.within(TCP)),
+            #[cfg(feature = "rdma")]
+            NewQueuePair::Rdma(request) => self.rdma.accept(request, &mut cx.within(RDMA)),
+        }
+    }
+
+    fn ready(&mut self, token: u64, event: &Event, cx: &mut GroupContext<'_>) {
+        match split(token) {
+            (TCP, local) => self.tcp.ready(local, event, &mut cx.within(TCP)),
+            #[cfg(feature = "rdma")]
+            (RDMA, local) => self.rdma.ready(local, event, &mut cx.within(RDMA)),
+            (space, local) => tracing::error!(space, local, "readiness for no transport"),
+        }
+    }
+
+    fn storage_completed(
+        &mut self,
+        queue_key: u64,
+        slot: SlotId,
+        result: Result<u32, io::Error>,
+        cx: &mut GroupContext<'_>,
+    ) {
+        match split(queue_key) {
+            (TCP, key) => self.tcp.storage_completed(key, slot, result, &mut cx.within(TCP)),
+            #[cfg(feature = "rdma")]
+            (RDMA, key) => self.rdma.storage_completed(key, slot, result, &mut cx.within(RDMA)),
+            (space, key) => tracing::error!(space, key, "storage completion for no transport"),
+        }
+    }
+
+    fn poll(&mut self, cx: &mut GroupContext<'_>, all: bool) -> bool {
+        let polled = self.tcp.poll(&mut cx.within(TCP), all);
+        #[cfg(feature = "rdma")]
+        let polled = self.rdma.poll(&mut cx.within(RDMA), all) | polled;
+        polled
+    }
+
+    fn end_turn(&mut self, cx: &mut GroupContext<'_>) -> bool {
+        let busy = self.tcp.end_turn(&mut cx.within(TCP));
+        #[cfg(feature = "rdma")]
+        let busy = self.rdma.end_turn(&mut cx.within(RDMA)) | busy;
+        busy
+    }
+
+    fn next_timer(&self, now: Instant) -> Option<Instant> {
+        let tcp = self.tcp.next_timer(now);
+        #[cfg(feature = "rdma")]
+        let tcp = tcp.into_iter().chain(self.rdma.next_timer(now)).min();
+        tcp
+    }
+
+    fn shutdown(&mut self, cx: &mut GroupContext<'_>) {
+        self.tcp.shutdown(&mut cx.within(TCP));
+        #[cfg(feature = "rdma")]
+        self.rdma.shutdown(&mut cx.within(RDMA));
+    }
+
+    fn is_empty(&self) -> bool {
+        #[cfg(feature = "rdma")]
+        if !self.rdma.is_empty() {
+            return false;
+        }
+        self.tcp.is_empty()
+    }
+}
+
+/// What a listener thread calls with each new queue pair: hands it to the next of `reactors` in turn, or gives it
+/// back when there is none.
+pub fn round_robin<T: Into<NewQueuePair>>(
+    reactors: &Arc<Vec<ReactorHandle<NewQueuePair>>>,
+) -> impl FnMut(T) -> Result<(), T> + Send + 'static {
+    let reactors = Arc::clone(reactors);
+    let mut next = 0usize;
+    move |queue_pair| {
+        let Some(reactor) = reactors.get(next % reactors.len().max(1)) else { return Err(queue_pair) };
+        next = next.wrapping_add(1);
+        reactor.accept(queue_pair.into());
+        Ok(())
+    }
+}
