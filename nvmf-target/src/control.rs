@@ -244,6 +244,62 @@ pub fn request(path: &Path, request: &str) -> Result<Reply, ControlError> {
     }
 }
 
+/// What `nvmf-target reload` learned.
+#[derive(Debug)]
+pub enum ReloadOutcome {
+    /// The daemon applied the file; what changed.
+    Applied(String),
+    /// The file is invalid here (its location and what is wrong): it was not sent, the daemon keeps running as it
+    /// was.
+    Invalid(nvmf_config::ConfigError),
+    /// The daemon rejected the file, and keeps running as it was; why.
+    Rejected(String),
+}
+
+/// Why `nvmf-target reload` could not ask.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadRequestError {
+    /// The control socket could not be used.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The daemon has no file to reload (it runs from quick-start flags), or could not say which.
+    #[error("{0}")]
+    NoFile(String),
+    /// The file named is not the one the daemon runs from.
+    #[error("the daemon reloads {daemon}, not {named}")]
+    OtherFile {
+        /// The daemon's file.
+        daemon: PathBuf,
+        /// The file named on the command line.
+        named: PathBuf,
+    },
+}
+
+/// `nvmf-target reload`: ask the daemon at `socket` which file it runs from (it must be `file`, when given),
+/// validate that file here, so that a typo is reported with its location and never reaches the daemon, then have
+/// the daemon apply it.
+pub fn request_reload(socket: &Path, file: Option<&Path>) -> Result<ReloadOutcome, ReloadRequestError> {
+    let named = request(socket, "config-path")?;
+    if !named.ok {
+        return Err(ReloadRequestError::NoFile(named.text));
+    }
+    let daemon_file = PathBuf::from(&named.text);
+    if let Some(file) = file {
+        let same = match (file.canonicalize(), daemon_file.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => file == daemon_file,
+        };
+        if !same {
+            return Err(ReloadRequestError::OtherFile { daemon: daemon_file, named: file.to_owned() });
+        }
+    }
+    if let Err(e) = nvmf_config::TargetConfig::from_file(&daemon_file) {
+        return Ok(ReloadOutcome::Invalid(e));
+    }
+    let reply = request(socket, "reload")?;
+    Ok(if reply.ok { ReloadOutcome::Applied(reply.text) } else { ReloadOutcome::Rejected(reply.text) })
+}
+
 /// Forward the daemon's signals to `requests` (a thread that ends after forwarding a termination).
 pub fn forward_signals(mut signals: crate::signals::Signals, requests: Sender<Request>) -> io::Result<()> {
     std::thread::Builder::new().name("nvmf-signals".into()).spawn(move || loop {
@@ -323,6 +379,49 @@ mod tests {
         assert!(request(&path, "config-path").unwrap().ok);
         server.stop();
         assert_eq!(main.join().unwrap(), ["config-path"]);
+    }
+
+    #[test]
+    fn reload_is_sent_only_for_the_daemons_file_once_it_is_valid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let file = dir.path().join("target.toml");
+        let (tx, rx) = mpsc::channel();
+        let daemon_file = file.display().to_string();
+        let main = std::thread::spawn(move || {
+            let mut reloads = 0;
+            for request in rx {
+                match request {
+                    Request::ConfigPath(reply) => reply.send(Reply::ok(daemon_file.clone())).unwrap(),
+                    Request::Reload(Some(reply)) => {
+                        reloads += 1;
+                        reply.send(Reply::ok("namespaces: 1 added, 0 removed")).unwrap();
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            reloads
+        });
+        let server = ControlServer::start(&path, tx).unwrap();
+
+        std::fs::write(&file, "[[subsystem]]\nnqn = 7\n").unwrap();
+        let other = dir.path().join("other.toml");
+        std::fs::write(&other, "").unwrap();
+        let err = request_reload(&path, Some(&other)).unwrap_err();
+        assert!(matches!(err, ReloadRequestError::OtherFile { .. }), "{err}");
+        match request_reload(&path, None).unwrap() {
+            ReloadOutcome::Invalid(e) => assert!(e.to_string().contains("target.toml:2"), "{e}"),
+            outcome => panic!("an invalid file is not sent: {outcome:?}"),
+        }
+        let valid =
+            "[[listener]]\naddress = \"127.0.0.1\"\n[[subsystem]]\nnqn = \"nqn.2024-01.io.nvmf-rs:control-unit\"\n";
+        std::fs::write(&file, valid).unwrap();
+        match request_reload(&path, Some(&file)).unwrap() {
+            ReloadOutcome::Applied(changes) => assert_eq!(changes, "namespaces: 1 added, 0 removed"),
+            outcome => panic!("a valid file is applied: {outcome:?}"),
+        }
+        server.stop();
+        assert_eq!(main.join().unwrap(), 1, "only the valid file reached the daemon");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! nvmf-target: exports local storage as NVMe over Fabrics subsystems.
 //!
-//! Layers, top down (`docs/architecture.md` has the whole map): [`daemon`] starts everything from a validated
-//! configuration, [`reload`] changes it live and [`control`] serves the control socket; [`transport`] is the
+//! Layers, top down (`docs/architecture.md` has the whole map): [`serve`] is the daemon's main thread (signals,
+//! control requests, service notifications), [`daemon`] starts everything from a validated configuration, [`reload`]
+//! changes it live and [`control`] serves the control socket; [`transport`] is the
 //! boundary between the [`reactor`]s (one thread per core, each owning its io_uring engine, its buffers and one poll
 //! group) and the transports: [`tcp`] (NVMe/TCP: its acceptor thread and its poll group) and, with the `rdma`
 //! feature, `rdma` (NVMe/RDMA: its RDMA CM thread and its poll group); [`controller`] is the transport-agnostic
@@ -20,6 +21,7 @@ pub mod notify;
 pub mod rdma;
 pub mod reactor;
 pub mod reload;
+pub mod serve;
 pub mod signals;
 pub mod tcp;
 pub mod transport;

@@ -1,17 +1,15 @@
-//! The nvmf-target daemon: parse the command line, load the configuration, start tracing, run the target until
-//! SIGTERM/SIGINT (reloading the configuration on SIGHUP or a control-socket request), telling a service manager
-//! (sd_notify) when it is ready, how it is doing and when it stops. `nvmf-target reload` is the control client.
+//! The nvmf-target daemon: parse the command line, load the configuration, start logging, then
+//! [`serve`](nvmf_target::serve::serve) until SIGTERM/SIGINT. `nvmf-target reload` is the control client
+//! ([`nvmf_target::control::request_reload`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use nvmf_config::{QuickStart, TargetConfig};
-use nvmf_target::control::{self, ControlServer, Reply, Request, DEFAULT_CONTROL_SOCKET};
-use nvmf_target::notify::{ServiceNotifier, StatusReporter};
-use nvmf_target::reload::Reloader;
+use nvmf_target::control::{self, ReloadOutcome, DEFAULT_CONTROL_SOCKET};
+use nvmf_target::serve::{serve, ServeOptions};
 
 /// Export local storage as NVMe over Fabrics subsystems.
 #[derive(Debug, Parser)]
@@ -67,89 +65,26 @@ fn main() -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     nvmf_target::logging::init(&config.logging);
-    let (requests, received) = std::sync::mpsc::channel();
-    let signals = nvmf_target::signals::Signals::new().context("installing signal handlers")?;
-    control::forward_signals(signals, requests.clone()).context("starting the signal thread")?;
-    let notifier = Arc::new(ServiceNotifier::from_env().context("$NOTIFY_SOCKET")?);
-    let mut running = nvmf_target::daemon::start(&config).context("starting the target")?;
-    let control = start_control(cli.control.as_deref(), requests)?;
-    nvmf_target::daemon::print_ready(&config, &running);
-    notifier.notify("READY=1");
-    let status =
-        StatusReporter::start(Arc::clone(&notifier), running.connection_counters(), Arc::clone(running.target()))?;
-    let mut reloader = Reloader::new(cli.config.clone(), config);
-    for request in received {
-        match request {
-            Request::Terminate => break,
-            Request::Reload(reply) => {
-                let outcome = reloader.reload(&mut running, &notifier);
-                if let Some(reply) = reply {
-                    let _ =
-                        reply.send(outcome.map_or_else(|e| Reply::error(e.to_string()), |s| Reply::ok(s.to_string())));
-                }
-            }
-            Request::ConfigPath(reply) => {
-                let _ = reply.send(match reloader.path() {
-                    Some(path) => Reply::ok(path.display().to_string()),
-                    None => Reply::error("the target runs from quick-start flags, not a configuration file"),
-                });
-            }
-        }
-    }
-    notifier.notify("STOPPING=1");
-    drop(status);
-    tracing::info!("shutting down");
-    if let Some(control) = control {
-        control.stop();
-    }
-    running.shutdown();
+    serve(config, &ServeOptions { config_path: cli.config, control: cli.control })?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// The control socket at `path`, or at the default path when it can be served there (a warning otherwise: SIGHUP
-/// still reloads).
-fn start_control(
-    path: Option<&Path>,
-    requests: std::sync::mpsc::Sender<Request>,
-) -> anyhow::Result<Option<ControlServer>> {
-    match path {
-        Some(path) => Ok(Some(ControlServer::start(path, requests)?)),
-        None => match ControlServer::start(Path::new(DEFAULT_CONTROL_SOCKET), requests) {
-            Ok(server) => Ok(Some(server)),
-            Err(e) => {
-                tracing::warn!("no control socket ({e}); `nvmf-target reload` cannot reach this daemon, SIGHUP can");
-                Ok(None)
-            }
-        },
-    }
-}
-
-/// `nvmf-target reload`: validate the daemon's configuration file here, so that a typo is reported with its
-/// location and never reaches the daemon, then have the daemon apply it and print what it did.
+/// `nvmf-target reload`: print what the daemon changed, or why nothing was.
 fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
-    let socket = &args.control;
-    let named = control::request(socket, "config-path")?;
-    anyhow::ensure!(named.ok, "{}", named.text);
-    let daemon_file = PathBuf::from(&named.text);
-    if let Some(file) = &args.config {
-        let same = match (file.canonicalize(), daemon_file.canonicalize()) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => file == &daemon_file,
-        };
-        anyhow::ensure!(same, "the daemon reloads {}, not {}", daemon_file.display(), file.display());
-    }
-    if let Err(e) = TargetConfig::from_file(&daemon_file) {
-        eprintln!("{e}");
-        eprintln!("nvmf-target reload: not sent; the daemon keeps its running configuration");
-        return Ok(ExitCode::FAILURE);
-    }
-    let reply = control::request(socket, "reload")?;
-    if reply.ok {
-        println!("{}", reply.text);
-        Ok(ExitCode::SUCCESS)
-    } else {
-        eprintln!("{}", reply.text);
-        eprintln!("nvmf-target reload: rejected; the daemon keeps its running configuration");
-        Ok(ExitCode::FAILURE)
+    match control::request_reload(&args.control, args.config.as_deref())? {
+        ReloadOutcome::Applied(changes) => {
+            println!("{changes}");
+            Ok(ExitCode::SUCCESS)
+        }
+        ReloadOutcome::Invalid(error) => {
+            eprintln!("{error}");
+            eprintln!("nvmf-target reload: not sent; the daemon keeps its running configuration");
+            Ok(ExitCode::FAILURE)
+        }
+        ReloadOutcome::Rejected(why) => {
+            eprintln!("{why}");
+            eprintln!("nvmf-target reload: rejected; the daemon keeps its running configuration");
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
