@@ -14,7 +14,7 @@
 # The table is also written to $BENCH_LOGS/bench.md. `--guest` is the half that runs in the VM.
 #
 # Guest CPU: QEMU `-cpu max,-erms` unless NVMF_VM_CPU says otherwise: TCG's slow `rep movsb` would otherwise charge
-# every user-space copy ten times a kernel one (tests/README.md, "The benchmarks' guest CPU: no ERMS").
+# every user-space copy ten times a kernel one (docs/benchmarks.md, "The guest CPU: no ERMS").
 set -euo pipefail
 
 if [ "${1:-}" != --guest ]; then

@@ -7,7 +7,7 @@
 # kernel's in even ones), the table giving the rounds' means and each round's ratio. The namespace is written
 # whole before the first run.
 # perf runs with its default placement, the worker pinned to the first CPU, as the kernel host keeps its queue's
-# work on the queue's io_cpu (tests/README.md, "why perf pins its workers").
+# work on the queue's io_cpu (docs/benchmarks.md, "Why perf pins its workers").
 # Latency is submission to completion on both sides (perf's latency_us, fio's lat_ns with --lat_percentiles).
 # Prints a Markdown table (IOPS, MiB/s, p99, the guest's busy CPU time per I/O — host and target side together —,
 # ours/kernel) and the host machine's load average after the run. Not a test: under TCG absolute numbers mean
@@ -29,7 +29,7 @@
 # --disable-sqflow, perf --disable-sqflow; over TCP nvmet then ends successful reads without a response capsule).
 #
 # Guest CPU: QEMU `-cpu max,-erms` unless NVMF_VM_CPU says otherwise: TCG's slow `rep movsb` would otherwise charge
-# every user-space copy ten times a kernel one (tests/README.md, "The benchmarks' guest CPU: no ERMS").
+# every user-space copy ten times a kernel one (docs/benchmarks.md, "The guest CPU: no ERMS").
 set -euo pipefail
 
 if [ "${1:-}" != --guest ]; then
