@@ -13,7 +13,7 @@ use crate::metrics::CommandKind;
 
 /// The reporter thread (`STATUS=serving, N connection(s), X IOPS`, watchdog pings); ends when dropped.
 #[derive(Debug)]
-pub struct StatusReporter(#[allow(dead_code)] nvmf_service::notify::StatusReporter); // held for its Drop
+pub struct StatusReporter(#[expect(dead_code, reason = "held for its Drop")] nvmf_service::notify::StatusReporter);
 
 /// I/O commands completed so far in every subsystem (live queues and ended ones), from the subsystems' metrics.
 /// Takes each subsystem's metrics lock once: for the status line every few seconds, never per command.
@@ -48,7 +48,7 @@ impl StatusReporter {
             // A subsystem removed by a reload takes its counts along: never report a negative rate.
             let done = commands.saturating_sub(previous.1);
             *previous = (now, commands);
-            #[allow(clippy::cast_precision_loss)] // a rate for humans
+            #[expect(clippy::cast_precision_loss, reason = "a rate for humans")]
             let iops = if seconds > 0.0 { done as f64 / seconds } else { 0.0 };
             format!("serving, {live} connection(s), {iops:.0} IOPS")
         };

@@ -106,7 +106,7 @@ fi
 
 /// A recognisable pattern for the write at `slba` of `len` bytes.
 fn pattern(slba: u64, len: usize) -> Vec<u8> {
-    #[allow(clippy::cast_possible_truncation)] // repeating byte pattern
+    #[expect(clippy::cast_possible_truncation, reason = "a repeating byte pattern")]
     (0..len).map(|i| ((i as u64).wrapping_mul(31) ^ slba.wrapping_mul(7) ^ (i as u64 >> 9)) as u8).collect()
 }
 

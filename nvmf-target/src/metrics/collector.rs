@@ -166,8 +166,8 @@ fn gauge(m: &mut MetricEncoder<'_>, labels: &[(&str, &str)], value: u64) -> fmt:
     m.encode_family(&labels)?.encode_gauge(&value)
 }
 
-/// Nanoseconds as seconds (precision loss beyond 2^53 ns, about 104 days of summed latency, is acceptable).
-#[allow(clippy::cast_precision_loss)]
+/// Nanoseconds as seconds.
+#[expect(clippy::cast_precision_loss, reason = "beyond 2^53 ns, about 104 days of summed latency, is acceptable")]
 fn seconds(ns: u64) -> f64 {
     ns as f64 / 1e9
 }

@@ -205,11 +205,9 @@ impl RdmaPollGroup {
         Ok(self.devices.len() - 1)
     }
 
-    /// Create the queue pair and its regions.
     /// Create the queue pair and its regions (`shared`: on the device's shared receive queue, without receive
     /// buffers of its own).
-    #[allow(clippy::type_complexity)] // the id comes back with the error only when the queue pair was not made
-    #[allow(clippy::too_many_arguments)] // all of them describe the one queue pair made here
+    #[expect(clippy::too_many_arguments, reason = "all of them describe the one queue pair made here")]
     fn create(
         &self,
         id: CmId,
