@@ -1,0 +1,80 @@
+//! A command's data buffers: allocation from the reactor's [`IoEngine`] pool (parking the command on the retry
+//! list while the pool is empty), copies of in-capsule data, asking the transport for host data, retrying parked
+//! commands, and giving the buffers back.
+
+use nvmf_common::nvme::Status;
+
+use super::connect::CONNECT_DATA_LEN;
+use super::{Plan, Queue, SlotId, SlotState, Step};
+use crate::backend::{BufferId, IoEngine};
+
+impl Queue {
+    pub(super) fn release_buffers(&mut self, engine: &mut IoEngine, id: SlotId) {
+        let s = self.slot(id);
+        let (buffer, aux) = (s.buffer.take(), s.aux.take());
+        for b in [buffer, aux].into_iter().flatten() {
+            engine.release(b);
+        }
+    }
+
+    /// Park `id` on the retry list in `state`.
+    pub(super) fn park(&mut self, id: SlotId, state: SlotState) -> Step {
+        self.slot(id).state = state;
+        self.retry.push_back(id.0);
+        Step::Pending
+    }
+
+    /// A pool buffer of `len` bytes, or the step to return: parked until a buffer is free, or failed if no
+    /// buffer of the pool can ever hold `len` (MDTS configured above the engine's buffer size).
+    pub(super) fn alloc(&mut self, engine: &mut IoEngine, id: SlotId, len: u32) -> Result<BufferId, Step> {
+        if let Some(buffer) = engine.alloc(len as usize) {
+            return Ok(buffer);
+        }
+        if len as usize > engine.buffer_size() {
+            tracing::error!(len, buffer_size = engine.buffer_size(), "transfer larger than the engine's buffers");
+            return Err(self.respond_err(engine, id, Status::INVALID_FIELD.with_dnr(), 0));
+        }
+        Err(self.park(id, SlotState::NeedBuffer))
+    }
+
+    /// Get a buffer of `len` for the host's data and ask the transport for it.
+    pub(super) fn fetch_data(&mut self, engine: &mut IoEngine, id: SlotId, len: u32) -> Step {
+        let buffer = match self.alloc(engine, id, len) {
+            Ok(b) => b,
+            Err(step) => return step,
+        };
+        let s = self.slot(id);
+        s.buffer = Some(buffer);
+        s.state = SlotState::AwaitingData;
+        Step::FetchData { slot: id, cid: s.sqe.cid, buffer, len }
+    }
+
+    /// Copy in-capsule data into a pool buffer. Without a buffer the data cannot be kept: the command
+    /// completes with Command Interrupted, which hosts retry.
+    pub(super) fn take_in_capsule(&mut self, engine: &mut IoEngine, id: SlotId, data: &[u8]) -> Result<(), Step> {
+        let Some(buffer) = engine.alloc(data.len()) else {
+            tracing::debug!(len = data.len(), "buffer pool exhausted for in-capsule data");
+            return Err(self.respond_err(engine, id, Status::COMMAND_INTERRUPTED, 0));
+        };
+        engine.buffer_mut(buffer)[..data.len()].copy_from_slice(data);
+        let s = self.slot(id);
+        s.buffer = Some(buffer);
+        s.has_data = true;
+        Ok(())
+    }
+
+    /// A slot parked for a buffer: try again.
+    pub(super) fn resume_buffer(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        let s = *self.slot(id);
+        self.slot(id).state = SlotState::Executing;
+        match s.plan {
+            Plan::AdminOutput { .. } => self.admin_output(engine, id),
+            Plan::Read { .. } => self.start_read(engine, id),
+            Plan::Compare { .. } if s.has_data => self.start_compare_read(engine, id),
+            Plan::Connect => self.fetch_data(engine, id, CONNECT_DATA_LEN),
+            Plan::Write { len, .. } | Plan::Compare { len, .. } => self.fetch_data(engine, id, len),
+            Plan::Dsm { list_len, .. } => self.fetch_data(engine, id, list_len),
+            _ => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
+        }
+    }
+}

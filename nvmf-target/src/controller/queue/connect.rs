@@ -1,0 +1,156 @@
+//! Fabrics Connect, the only command a queue takes before it is connected: it creates a controller (admin queue)
+//! or attaches the queue to a live one (I/O queue), answering refusals with the Connect status and the offset of
+//! the offending field.
+
+use std::sync::Arc;
+
+use nvmf_common::fabrics::connect::{
+    connect_error_response, data_offset, sqe_offset, Connect, ConnectData, ConnectResponse, InvalidParameter,
+    CNTLID_DYNAMIC,
+};
+use nvmf_common::nvme::opcode::{fctype, FABRICS};
+use nvmf_common::nvme::{Status, SubmissionQueueEntry};
+
+use super::{Association, Plan, Queue, QueueKind, SlotId, Step};
+use crate::backend::IoEngine;
+use crate::controller::association::{Controller, IoQueueRefusal};
+use crate::controller::io::{self, DataSource, Direction};
+
+/// Bytes of Connect data.
+pub(super) const CONNECT_DATA_LEN: u32 = 1024;
+
+/// Outcome of the Connect checks: the status and dword 0 to answer with.
+type ConnectResult = Result<u32, (Status, u32)>;
+
+fn invalid_parameter(p: InvalidParameter) -> (Status, u32) {
+    (Status::CONNECT_INVALID_PARAMETERS.with_dnr(), p.to_dw0())
+}
+
+impl Queue {
+    pub(super) fn unconnected_command(
+        &mut self,
+        engine: &mut IoEngine,
+        id: SlotId,
+        sqe: &SubmissionQueueEntry,
+        in_capsule: &[u8],
+    ) -> Step {
+        if sqe.opcode != FABRICS || sqe.fctype() != fctype::CONNECT {
+            return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+        }
+        if let Err(status) = io::check_flags(sqe) {
+            return self.respond_err(engine, id, status, 0);
+        }
+        if let Err(e) = Connect::from_sqe(sqe) {
+            let (status, dw0) = connect_error_response(&e);
+            return self.respond_err(engine, id, status, dw0);
+        }
+        match io::data_source(sqe, self.transport.trtype, Direction::ToController, in_capsule.len()) {
+            Err(status) => self.respond_err(engine, id, status, 0),
+            Ok((DataSource::InCapsule { offset }, len)) => {
+                // Connect::from_sqe checked the length is 1024; data_source that it lies within the capsule.
+                let data = in_capsule.get(offset..offset + len as usize).unwrap_or_default();
+                self.finish_connect(engine, id, sqe, data)
+            }
+            Ok((DataSource::Transport, _)) => {
+                self.slot(id).plan = Plan::Connect;
+                self.fetch_data(engine, id, CONNECT_DATA_LEN)
+            }
+        }
+    }
+
+    pub(super) fn finish_connect(
+        &mut self,
+        engine: &mut IoEngine,
+        id: SlotId,
+        sqe: &SubmissionQueueEntry,
+        data: &[u8],
+    ) -> Step {
+        let result = match Connect::from_sqe(sqe) {
+            Ok(connect) => self.connect(&connect, data),
+            Err(e) => Err(connect_error_response(&e)),
+        };
+        match result {
+            Ok(dw0) => self.respond_ok(id, dw0, 0, None),
+            Err((status, dw0)) => {
+                tracing::info!(%status, dw0, qid = sqe.cdw10 >> 16, "Connect refused");
+                self.respond_err(engine, id, status, dw0)
+            }
+        }
+    }
+
+    fn connect(&mut self, connect: &Connect, data: &[u8]) -> ConnectResult {
+        let data = ConnectData::parse(data).map_err(|e| connect_error_response(&e))?;
+        let hostnqn = data.hostnqn.as_str();
+        let Some(subsystem) = self.target.subsystem(data.subnqn.as_str()) else {
+            tracing::info!(subnqn = data.subnqn.as_str(), host = hostnqn, "Connect to an unknown subsystem");
+            return Err(invalid_parameter(InvalidParameter::in_data(data_offset::SUBNQN)));
+        };
+        if !subsystem.host_allowed(hostnqn) {
+            tracing::info!(subnqn = subsystem.nqn(), host = hostnqn, "Connect from a host not allowed");
+            return Err((
+                Status::CONNECT_INVALID_HOST.with_dnr(),
+                InvalidParameter::in_data(data_offset::HOSTNQN).to_dw0(),
+            ));
+        }
+        let params = self.target.params();
+        if connect.queue_entries() > params.max_queue_entries {
+            return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::SQSIZE)));
+        }
+        if connect.is_admin() {
+            if data.cntlid != CNTLID_DYNAMIC {
+                return Err(invalid_parameter(InvalidParameter::in_data(data_offset::CNTLID)));
+            }
+            if connect.kato > params.kato_max_ms {
+                return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::KATO)));
+            }
+            let controller = subsystem
+                .register_controller(|cntlid| {
+                    Arc::new(Controller::new(
+                        cntlid,
+                        Arc::clone(&subsystem),
+                        hostnqn,
+                        data.hostid,
+                        connect.kato,
+                        params,
+                        true,
+                    ))
+                })
+                .ok_or((Status::CONNECT_CONTROLLER_BUSY, 0))?;
+            controller.attach_admin_queue(Arc::clone(&self.counters), self.notifier.clone());
+            let cntlid = controller.cntlid();
+            tracing::info!(
+                cntlid,
+                subnqn = subsystem.nqn(),
+                host = hostnqn,
+                kato_ms = connect.kato,
+                "admin queue connected"
+            );
+            self.establish(Association { controller, kind: QueueKind::Admin, sqsize: connect.sqsize, epoch: 0 });
+            return Ok(ConnectResponse { cntlid, atr: false, ascr: false }.to_dw0());
+        }
+        if subsystem.is_discovery() {
+            return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::QID)));
+        }
+        let Some(controller) = subsystem.controller(data.cntlid).filter(|c| c.hostnqn() == hostnqn) else {
+            return Err(invalid_parameter(InvalidParameter::in_data(data_offset::CNTLID)));
+        };
+        if controller.hostid() != data.hostid {
+            return Err(invalid_parameter(InvalidParameter::in_data(data_offset::HOSTID)));
+        }
+        let epoch = match controller.attach_io_queue(connect.qid, Arc::clone(&self.counters), self.notifier.clone()) {
+            Ok(epoch) => epoch,
+            Err(IoQueueRefusal::QidAboveGranted(granted)) => {
+                tracing::info!(qid = connect.qid, granted, "I/O queue beyond the queues granted");
+                return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::QID)));
+            }
+            Err(refusal) => {
+                tracing::info!(qid = connect.qid, ?refusal, "I/O queue Connect refused");
+                return Err((Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0));
+            }
+        };
+        let cntlid = controller.cntlid();
+        tracing::debug!(cntlid, qid = connect.qid, sqsize = connect.sqsize, "I/O queue connected");
+        self.establish(Association { controller, kind: QueueKind::Io(connect.qid), sqsize: connect.sqsize, epoch });
+        Ok(ConnectResponse { cntlid, atr: false, ascr: false }.to_dw0())
+    }
+}

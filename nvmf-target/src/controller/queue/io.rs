@@ -1,0 +1,177 @@
+//! I/O commands: their validation (flags, NSID, SGL against transfer length and in-capsule data, MDTS, LBA
+//! range), the [`Plan`] each becomes, and getting its host data in before it goes to storage.
+
+use nvmf_common::nvme::io::{is_invalid_opcode, IoCommand, NSID_ALL};
+use nvmf_common::nvme::opcode::FABRICS;
+use nvmf_common::nvme::{Status, SubmissionQueueEntry};
+
+use super::{Plan, Queue, SlotId, Step};
+use crate::backend::IoEngine;
+use crate::controller::io::{self, DataSource, Direction};
+
+impl Queue {
+    pub(super) fn io_command(
+        &mut self,
+        engine: &mut IoEngine,
+        id: SlotId,
+        sqe: &SubmissionQueueEntry,
+        in_capsule: &[u8],
+    ) -> Step {
+        if sqe.opcode == FABRICS {
+            return self.fabrics_command(engine, id, sqe, false);
+        }
+        if let Err(status) = io::check_flags(sqe) {
+            return self.respond_err(engine, id, status, 0);
+        }
+        self.refresh_table();
+        let command = match IoCommand::from_sqe(sqe) {
+            Ok(c) => c,
+            Err(e) if is_invalid_opcode(&e) => {
+                return self.respond_err(engine, id, Status::INVALID_OPCODE.with_dnr(), 0)
+            }
+            Err(_) => return self.respond_err(engine, id, Status::INVALID_FIELD.with_dnr(), 0),
+        };
+        match self.plan_io(sqe, &command, in_capsule) {
+            Err(status) => self.respond_err(engine, id, status, 0),
+            Ok((plan, source)) => {
+                self.slot(id).plan = plan;
+                self.start_io(engine, id, source, in_capsule)
+            }
+        }
+    }
+
+    /// Validate an I/O command (NSID, SGL against transfer length and in-capsule data, MDTS, LBA range) and
+    /// decide its plan and where its data is.
+    fn plan_io(
+        &self,
+        sqe: &SubmissionQueueEntry,
+        command: &IoCommand,
+        in_capsule: &[u8],
+    ) -> Result<(Plan, Option<DataSource>), Status> {
+        let invalid_ns = Status::INVALID_NAMESPACE.with_dnr();
+        let mdts = u64::from(self.target.params().mdts);
+        let trtype = self.transport.trtype;
+        // Read, Write and Compare: the SGL must describe exactly blocks × block size, within MDTS.
+        let rw = |nsid: u32, slba: u64, blocks: u32, direction: Direction| {
+            let ns = self.table.get(nsid).ok_or(invalid_ns)?;
+            let len = u64::from(blocks) << ns.block_shift();
+            let (source, sgl_len) = io::data_source(sqe, trtype, direction, in_capsule.len())?;
+            if u64::from(sgl_len) != len {
+                return Err(Status::DATA_SGL_LENGTH_INVALID.with_dnr());
+            }
+            if len > mdts {
+                return Err(Status::INVALID_FIELD.with_dnr());
+            }
+            let offset = io::lba_offset(ns, slba, u64::from(blocks))?;
+            Ok((offset, sgl_len, source))
+        };
+        let write_through = !self.controller().is_some_and(|c| c.write_cache_enabled());
+        Ok(match *command {
+            IoCommand::Read(c) => {
+                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToHost)?;
+                (Plan::Read { nsid: c.nsid, offset, len }, Some(source))
+            }
+            IoCommand::Write(c) => {
+                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToController)?;
+                (Plan::Write { nsid: c.nsid, offset, len, fua: c.fua || write_through }, Some(source))
+            }
+            IoCommand::Compare(c) => {
+                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToController)?;
+                (Plan::Compare { nsid: c.nsid, offset, len }, Some(source))
+            }
+            IoCommand::Flush(c) => {
+                if c.nsid != NSID_ALL && self.table.get(c.nsid).is_none() {
+                    return Err(invalid_ns);
+                }
+                (Plan::Flush { nsid: c.nsid }, None)
+            }
+            IoCommand::WriteZeroes(c) => {
+                let ns = self.table.get(c.nsid).ok_or(invalid_ns)?;
+                if !ns.storage().supports_write_zeroes() {
+                    return Err(Status::INVALID_OPCODE.with_dnr());
+                }
+                let offset = io::lba_offset(ns, c.slba, u64::from(c.blocks()))?;
+                let len = u64::from(c.blocks()) << ns.block_shift();
+                let flush_after = (c.fua || write_through) && ns.storage().volatile_write_cache();
+                (Plan::WriteZeroes { nsid: c.nsid, offset, len, flush_after }, None)
+            }
+            IoCommand::DatasetManagement(c) => {
+                self.table.get(c.nsid).ok_or(invalid_ns)?;
+                let list_len = c.range_list_len();
+                let (source, sgl_len) = io::data_source(sqe, trtype, Direction::ToController, in_capsule.len())?;
+                // The SGL may describe more than the list (Linux nvmet: `nvmet_check_data_len_lte`).
+                if (sgl_len as usize) < list_len {
+                    return Err(Status::DATA_SGL_LENGTH_INVALID.with_dnr());
+                }
+                let list_len = u32::try_from(list_len).map_err(|_| Status::INVALID_FIELD.with_dnr())?;
+                (Plan::Dsm { nsid: c.nsid, dsm: c, list_len }, Some(source))
+            }
+        })
+    }
+
+    /// Start a planned I/O command: get its data in (in-capsule copy or fetch) or go to storage.
+    fn start_io(&mut self, engine: &mut IoEngine, id: SlotId, source: Option<DataSource>, in_capsule: &[u8]) -> Step {
+        let plan = self.slot(id).plan;
+        let data_len = match plan {
+            Plan::Write { len, .. } | Plan::Compare { len, .. } | Plan::Dsm { list_len: len, .. } => len,
+            Plan::Read { .. } => return self.start_read(engine, id),
+            _ => return self.submit_ops(engine, id),
+        };
+        match source {
+            Some(DataSource::InCapsule { offset }) => {
+                let data = in_capsule.get(offset..offset + data_len as usize).unwrap_or_default();
+                if let Err(step) = self.take_in_capsule(engine, id, data) {
+                    return step;
+                }
+                match plan {
+                    Plan::Compare { .. } => self.start_compare_read(engine, id),
+                    Plan::Dsm { .. } => self.dsm_ranges_ready(engine, id),
+                    _ => self.submit_ops(engine, id),
+                }
+            }
+            _ => self.fetch_data(engine, id, data_len),
+        }
+    }
+
+    pub(super) fn start_read(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        let Plan::Read { len, .. } = self.slot(id).plan else {
+            return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
+        };
+        let buffer = match self.alloc(engine, id, len) {
+            Ok(b) => b,
+            Err(step) => return step,
+        };
+        self.slot(id).buffer = Some(buffer);
+        self.submit_ops(engine, id)
+    }
+
+    /// Compare: host data is in; read the media into a second buffer.
+    pub(super) fn start_compare_read(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        let Plan::Compare { len, .. } = self.slot(id).plan else {
+            return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
+        };
+        let aux = match self.alloc(engine, id, len) {
+            Ok(b) => b,
+            Err(step) => return step,
+        };
+        self.slot(id).aux = Some(aux);
+        self.submit_ops(engine, id)
+    }
+
+    /// Dataset Management: the range list is in; check every range before deallocating any.
+    pub(super) fn dsm_ranges_ready(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        let s = *self.slot(id);
+        let (Plan::Dsm { nsid, dsm, list_len }, Some(buffer)) = (s.plan, s.buffer) else {
+            return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
+        };
+        let Some(ns) = self.table.get(nsid) else {
+            return self.respond_err(engine, id, Status::INVALID_NAMESPACE.with_dnr(), 0);
+        };
+        let list = engine.buffer(buffer);
+        let list = list.get(..list_len as usize).unwrap_or(list);
+        if let Err(status) = io::check_dsm_ranges(ns, &dsm, list) {
+            return self.respond_err(engine, id, status, 0);
+        }
+        self.submit_ops(engine, id)
+    }
+}

@@ -1,0 +1,655 @@
+//! [`Queue`]: one submission/completion queue pair as the controller sees it, driven by its transport.
+//!
+//! A queue is created when a transport connection is accepted and owned by that connection's reactor thread
+//! until it is dropped. It knows nothing but the target until a Connect arrives; then it is the admin queue
+//! (a new controller) or an I/O queue (of a live controller). States: `AwaitingConnect` → `Connected` → `Dead`.
+//!
+//! Every command occupies a slot of a fixed slab, allocated once at Connect: twice the queue's entries, because
+//! a slot stays busy from its command's arrival until the transport's [`Queue::release`] (which on RDMA can
+//! trail the host's reuse of the SQ entry). A host submitting beyond that has broken flow control:
+//! [`QueueError::QueueOverrun`]. Command identifiers are not checked for conflicts (Linux nvmet does not either;
+//! a reused CID whose slot awaits release is normal). A slot's state is an explicit enum (SPDK style): Free →
+//! NeedBuffer / AwaitingData / NeedSubmit / Executing / HeldAer → Responding → Free, or Orphaned when the queue
+//! dies with storage I/O in flight.
+//!
+//! The data path (I/O commands) takes no lock and allocates nothing: the namespace table is a cached `Arc`
+//! refreshed when the subsystem's generation changes; counters are single-writer atomics; buffers come from
+//! the reactor's [`IoEngine`] pool and storage ops go to its ring with tag `(queue_key << 16) | slot`. When the
+//! pool is exhausted a command waits on the retry list (or, holding in-capsule data it cannot keep, completes
+//! with the retryable Command Interrupted); a full ring likewise parks the command until [`Queue::poll`].
+//!
+//! Nothing here blocks. Admin commands take the controller's mutex (uncontended by I/O).
+//!
+//! This module holds the types, the slot slab and the entry points the transport calls ([`Queue::command`],
+//! [`Queue::data_received`], [`Queue::io_completed`], [`Queue::poll`], [`Queue::release`], …); the command
+//! handling they dispatch to is split by what it does, each child adding an `impl Queue` block:
+//! - `connect`: Fabrics Connect, before the queue is connected.
+//! - `fabrics`: Property Get/Set and Disconnect on a connected queue.
+//! - `admin`: admin command dispatch and held Asynchronous Event Requests.
+//! - `io`: I/O command validation and planning, and getting host data in.
+//! - `storage`: a plan's storage ops on the engine's ring and the command's finish.
+//! - `buffers`: pool buffers, in-capsule copies, data fetches and the retry list.
+//! - `respond`: completion queue entries, metrics and the error log.
+//! - `state`: connecting, association liveness, SQ head, the namespace table cache.
+//! - `keep_alive`: the Keep Alive timer and Traffic Based Keep Alive.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::mem;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nvmf_common::fabrics::connect::CONNECT_DATA_SIZE;
+use nvmf_common::nvme::io::DatasetManagement;
+use nvmf_common::nvme::{CompletionQueueEntry, Status, SubmissionQueueEntry};
+
+use super::association::{Controller, Notifier, QueueCounters, AERL};
+use super::io::{storage_status, StorageOp};
+use super::subsystem::NamespaceTable;
+use super::target::{Target, TransportInfo};
+use super::EventNotifier;
+use crate::backend::{BufferId, IoEngine};
+use crate::metrics::QueueRecorder;
+
+mod admin;
+mod buffers;
+mod connect;
+mod fabrics;
+mod io;
+mod keep_alive;
+mod respond;
+mod state;
+mod storage;
+
+thread_local! {
+    /// The reactor's clock reading of its current turn (`None` off a reactor thread).
+    static TURN_TIME: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Set by a reactor once per turn, right after its poll returned: command latencies are measured in its turns.
+/// Reading the clock per command costs two `clock_gettime` per I/O, a system call where the vDSO cannot read the
+/// clock source (HPET, as in TCG guests); a turn's reading is off by at most that turn's own work.
+pub(crate) fn set_turn_time(now: Instant) {
+    TURN_TIME.with(|t| t.set(Some(now)));
+}
+
+/// The current turn's time ([`set_turn_time`]), or the clock off a reactor thread.
+fn turn_time() -> Instant {
+    TURN_TIME.with(Cell::get).unwrap_or_else(Instant::now)
+}
+
+/// Slots a queue has before Connect tells it its size.
+const PRECONNECT_SLOTS: u16 = 4;
+
+/// A command's slot in its queue. Transports use it to name the command in [`Step`]s and callbacks (e.g. as
+/// the NVMe/TCP transfer tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlotId(u16);
+
+impl SlotId {
+    /// The slot with index `index`.
+    pub const fn new(index: u16) -> Self {
+        SlotId(index)
+    }
+
+    /// The slot's index.
+    pub const fn index(self) -> u16 {
+        self.0
+    }
+}
+
+/// The storage tag of `slot`'s ops on queue `queue_key` (see [`TransportInfo::queue_key`]).
+pub fn storage_tag(queue_key: u64, slot: SlotId) -> u64 {
+    (queue_key << 16) | u64::from(slot.0)
+}
+
+/// The queue key and slot of a storage tag.
+pub fn split_storage_tag(tag: u64) -> (u64, SlotId) {
+    let [lo, hi, ..] = tag.to_le_bytes();
+    (tag >> 16, SlotId(u16::from_le_bytes([lo, hi])))
+}
+
+/// What the transport must do next for a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Obtain `len` bytes of host data into `engine.buffer_mut(buffer)` (TCP: R2T/H2CData; RDMA: RDMA READ),
+    /// then call [`Queue::data_received`].
+    FetchData {
+        /// The command.
+        slot: SlotId,
+        /// Its Command Identifier (TCP R2Ts name it).
+        cid: u16,
+        /// Where the data goes.
+        buffer: BufferId,
+        /// How many bytes (from the start of the command's data).
+        len: u32,
+    },
+    /// Send `data` (the first `len` bytes of the buffer) to the host if present (TCP C2HData, RDMA WRITE), then
+    /// the response capsule with `cqe`; afterwards call [`Queue::release`].
+    Respond {
+        /// The command.
+        slot: SlotId,
+        /// The completion to send.
+        cqe: CompletionQueueEntry,
+        /// Data for the host, if any.
+        data: Option<(BufferId, u32)>,
+    },
+    /// Nothing to do now: the command went to storage or is held (AER); it comes back from
+    /// [`Queue::io_completed`] or [`Queue::poll`].
+    Pending,
+}
+
+/// A fatal queue condition: the transport must end the connection (and call [`Queue::disconnect`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// The host has more commands outstanding than its queue holds (flow control broken).
+    #[error("queue overrun: the host has more than {capacity} commands outstanding")]
+    QueueOverrun {
+        /// Slots of the queue.
+        capacity: usize,
+    },
+    /// No command arrived on the admin queue within the Keep Alive Timeout; the association was torn down.
+    #[error("keep alive timeout ({kato_ms} ms) expired on controller {cntlid}")]
+    KeepAliveExpired {
+        /// The controller.
+        cntlid: u16,
+        /// The Keep Alive Timeout.
+        kato_ms: u32,
+    },
+    /// The association this queue belongs to ended (admin queue gone, keep-alive expiry, controller reset,
+    /// subsystem removed).
+    #[error("the association of controller {cntlid} ended")]
+    AssociationEnded {
+        /// The controller.
+        cntlid: u16,
+    },
+    /// The host deleted this I/O queue with a Disconnect command, whose response has been sent.
+    #[error("the host disconnected I/O queue {qid}")]
+    Disconnected {
+        /// The queue.
+        qid: u16,
+    },
+    /// The transport reported data for a slot that did not ask for any.
+    #[error("slot {slot} is not waiting for host data")]
+    UnexpectedData {
+        /// The slot.
+        slot: u16,
+    },
+    /// The queue is closed; nothing more can be submitted.
+    #[error("the queue is closed")]
+    Closed,
+}
+
+/// Per-slot state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    /// On the retry list: waiting for a pool buffer.
+    NeedBuffer,
+    /// `FetchData` returned; waiting for `data_received`.
+    AwaitingData,
+    /// On the retry list: more storage ops to push when the ring has room (`ops` may be in flight).
+    NeedSubmit,
+    /// Being handled, or `ops` storage ops in flight.
+    Executing,
+    /// An Asynchronous Event Request held for an event.
+    HeldAer,
+    /// `Respond` returned; waiting for `release`.
+    Responding,
+    /// The queue died with `ops` storage ops in flight; the slot frees when they complete.
+    Orphaned,
+}
+
+/// What a command does, decided once it is validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    None,
+    /// Fabrics Connect whose 1024 bytes of data are fetched into the buffer.
+    Connect,
+    /// An admin command that returns `len` bytes, executed once a buffer is available.
+    AdminOutput {
+        len: u32,
+    },
+    /// CC.SHN: flush every namespace with a volatile cache (cursor: table index), then CSTS.SHST complete.
+    Shutdown,
+    Read {
+        nsid: u32,
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        nsid: u32,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    /// Host data in `buffer`, media read into `aux`.
+    Compare {
+        nsid: u32,
+        offset: u64,
+        len: u32,
+    },
+    /// One namespace, or every namespace for NSID FFFFFFFFh (cursor: table index).
+    Flush {
+        nsid: u32,
+    },
+    /// Stage 0 zeroes; stage 1 flushes (FUA on a volatile cache).
+    WriteZeroes {
+        nsid: u32,
+        offset: u64,
+        len: u64,
+        flush_after: bool,
+    },
+    /// Range list of `list_len` bytes in `buffer` (cursor: range index).
+    Dsm {
+        nsid: u32,
+        dsm: DatasetManagement,
+        list_len: u32,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    state: SlotState,
+    plan: Plan,
+    sqe: SubmissionQueueEntry,
+    buffer: Option<BufferId>,
+    aux: Option<BufferId>,
+    has_data: bool,
+    /// Storage ops in flight.
+    ops: u32,
+    /// Progress through a multi-op plan.
+    cursor: u32,
+    stage: u8,
+    /// First error seen by the plan's storage ops.
+    status: Status,
+    /// The turn in which the command capsule arrived ([`turn_time`]; metrics: command latency).
+    arrival: Option<Instant>,
+}
+
+impl Slot {
+    const FREE: Slot = Slot {
+        state: SlotState::Free,
+        plan: Plan::None,
+        sqe: SubmissionQueueEntry {
+            opcode: 0,
+            flags: 0,
+            cid: 0,
+            nsid: 0,
+            cdw2: 0,
+            cdw3: 0,
+            mptr: 0,
+            dptr: [0; 16],
+            cdw10: 0,
+            cdw11: 0,
+            cdw12: 0,
+            cdw13: 0,
+            cdw14: 0,
+            cdw15: 0,
+        },
+        buffer: None,
+        aux: None,
+        has_data: false,
+        ops: 0,
+        cursor: 0,
+        stage: 0,
+        status: Status::SUCCESS,
+        arrival: None,
+    };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueueKind {
+    Admin,
+    Io(u16),
+}
+
+#[derive(Debug)]
+struct Association {
+    controller: Arc<Controller>,
+    kind: QueueKind,
+    sqsize: u16,
+    /// The controller's I/O epoch when this I/O queue connected.
+    epoch: u32,
+}
+
+#[derive(Debug)]
+enum QueueState {
+    AwaitingConnect,
+    Connected(Association),
+    Dead,
+}
+
+/// One submission/completion queue pair, owned by its reactor.
+#[derive(Debug)]
+pub struct Queue {
+    target: Arc<Target>,
+    transport: TransportInfo,
+    state: QueueState,
+    slots: Vec<Slot>,
+    free: Vec<u16>,
+    retry: VecDeque<u16>,
+    held_aers: VecDeque<u16>,
+    counters: Arc<QueueCounters>,
+    storage_ops: usize,
+    table: Arc<NamespaceTable>,
+    table_generation: u64,
+    sq_head: u16,
+    /// When the last command arrived (its reactor turn's clock reading): the keep-alive timer's start.
+    last_activity: Option<Instant>,
+    /// When this I/O queue last published a command's arrival to its controller (Traffic Based Keep Alive).
+    traffic_published: Option<Instant>,
+    notifier: Option<Notifier>,
+    /// The slot of a Disconnect command: once released, the queue ends.
+    disconnect_slot: Option<u16>,
+    disconnected: bool,
+    /// Metrics counters while connected; dropping them (the queue ended) folds them into the subsystem's totals.
+    metrics: Option<QueueRecorder>,
+}
+
+fn index_of(i: usize) -> u16 {
+    // Slab indices are below 65536 by construction (twice at most 32768 entries).
+    u16::try_from(i).unwrap_or(u16::MAX)
+}
+
+impl Queue {
+    /// A queue for a new transport connection, before Connect.
+    pub fn new(target: Arc<Target>, transport: TransportInfo) -> Self {
+        let slots = vec![Slot::FREE; usize::from(PRECONNECT_SLOTS)];
+        Queue {
+            target,
+            transport,
+            state: QueueState::AwaitingConnect,
+            slots,
+            free: (0..PRECONNECT_SLOTS).rev().collect(),
+            retry: VecDeque::with_capacity(usize::from(PRECONNECT_SLOTS)),
+            held_aers: VecDeque::with_capacity(usize::from(AERL) + 1),
+            counters: Arc::new(QueueCounters::default()),
+            storage_ops: 0,
+            table: Arc::new(NamespaceTable::default()),
+            table_generation: 0,
+            sq_head: 0,
+            last_activity: None,
+            traffic_published: None,
+            notifier: None,
+            disconnect_slot: None,
+            disconnected: false,
+            metrics: None,
+        }
+    }
+
+    /// Register the callback that wakes this queue's reactor (call before the first command). It is called
+    /// from any thread when [`Queue::poll`] has something to do: an asynchronous event to deliver, or the
+    /// association torn down.
+    pub fn set_event_notifier(&mut self, notifier: EventNotifier) {
+        self.notifier = Some(Notifier(notifier));
+    }
+
+    /// The queue ID once connected (0: admin queue).
+    pub fn qid(&self) -> Option<u16> {
+        match &self.state {
+            QueueState::Connected(a) => Some(match a.kind {
+                QueueKind::Admin => 0,
+                QueueKind::Io(qid) => qid,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The queue's SQSIZE (0's based) once connected, else 0.
+    pub fn sqsize(&self) -> u16 {
+        match &self.state {
+            QueueState::Connected(a) => a.sqsize,
+            _ => 0,
+        }
+    }
+
+    /// The controller of the association, once connected.
+    pub fn controller(&self) -> Option<&Arc<Controller>> {
+        match &self.state {
+            QueueState::Connected(a) => Some(&a.controller),
+            _ => None,
+        }
+    }
+
+    /// True once the queue is dead (disconnected, association ended).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, QueueState::Dead)
+    }
+
+    /// This queue's counters (for metrics).
+    pub fn counters(&self) -> &Arc<QueueCounters> {
+        &self.counters
+    }
+
+    /// What the transport told the queue.
+    pub fn transport(&self) -> &TransportInfo {
+        &self.transport
+    }
+
+    /// The command in `slot` while it is being handled (the RDMA transport reads its keyed SGL for a
+    /// [`Step::FetchData`] or a [`Step::Respond`] with data); `None` for a free slot or an unknown one.
+    pub fn sqe(&self, slot: SlotId) -> Option<&SubmissionQueueEntry> {
+        self.slots.get(usize::from(slot.0)).filter(|s| s.state != SlotState::Free).map(|s| &s.sqe)
+    }
+
+    /// Whether [`Queue::poll`] has work at the end of this turn: commands waiting for a buffer or ring space (a
+    /// turn's completions may have freed them), or a finished Disconnect to act on.
+    pub fn wants_poll(&self) -> bool {
+        self.disconnected || !self.retry.is_empty()
+    }
+
+    /// Storage ops of this queue not yet completed; the reactor keeps a dead queue until this is 0.
+    pub fn in_flight(&self) -> usize {
+        self.storage_ops
+    }
+
+    /// A command capsule arrived; `in_capsule` is its in-capsule data (possibly empty). The queue validates
+    /// everything and answers bad input with the spec's status in a [`Step::Respond`].
+    pub fn command(
+        &mut self,
+        engine: &mut IoEngine,
+        sqe: &SubmissionQueueEntry,
+        in_capsule: &[u8],
+    ) -> Result<Step, QueueError> {
+        if matches!(self.state, QueueState::Dead) {
+            return Err(QueueError::Closed);
+        }
+        self.check_association(engine)?;
+        let Some(index) = self.free.pop() else {
+            return Err(QueueError::QueueOverrun { capacity: self.slots.len() });
+        };
+        let arrival = turn_time();
+        self.last_activity = Some(arrival);
+        self.publish_traffic(arrival);
+        self.advance_sq_head();
+        self.slots[usize::from(index)] =
+            Slot { state: SlotState::Executing, sqe: *sqe, arrival: Some(arrival), ..Slot::FREE };
+        let id = SlotId(index);
+        let kind = match &self.state {
+            QueueState::Connected(a) => Some(a.kind),
+            _ => None,
+        };
+        Ok(match kind {
+            None => self.unconnected_command(engine, id, sqe, in_capsule),
+            Some(QueueKind::Admin) => self.admin_command(engine, id, sqe, in_capsule),
+            Some(QueueKind::Io(_)) => self.io_command(engine, id, sqe, in_capsule),
+        })
+    }
+
+    /// The transport could not bring `slot`'s host data (e.g. a data digest error): complete the command with
+    /// `status` instead. Its buffer is freed; the transport sends the returned response and then calls
+    /// [`Queue::release`] as for any other.
+    pub fn transfer_failed(&mut self, engine: &mut IoEngine, slot: SlotId, status: Status) -> Result<Step, QueueError> {
+        match self.slots.get(usize::from(slot.0)) {
+            Some(s) if s.state == SlotState::AwaitingData => Ok(self.respond_err(engine, slot, status, 0)),
+            _ => Err(QueueError::UnexpectedData { slot: slot.0 }),
+        }
+    }
+
+    /// All host data for `slot` is in its buffer.
+    pub fn data_received(&mut self, engine: &mut IoEngine, slot: SlotId) -> Result<Step, QueueError> {
+        let index = usize::from(slot.0);
+        match self.slots.get(index) {
+            Some(s) if s.state == SlotState::AwaitingData => {}
+            _ => return Err(QueueError::UnexpectedData { slot: slot.0 }),
+        }
+        let s = &mut self.slots[index];
+        s.has_data = true;
+        s.state = SlotState::Executing;
+        let (plan, buffer, sqe) = (s.plan, s.buffer, s.sqe);
+        Ok(match plan {
+            Plan::Connect => {
+                let mut data = [0u8; CONNECT_DATA_SIZE];
+                if let Some(b) = buffer {
+                    let src = engine.buffer(b);
+                    let n = src.len().min(CONNECT_DATA_SIZE);
+                    data[..n].copy_from_slice(&src[..n]);
+                }
+                self.release_buffers(engine, slot);
+                self.finish_connect(engine, slot, &sqe, &data)
+            }
+            Plan::Write { .. } => self.submit_ops(engine, slot),
+            Plan::Compare { .. } => self.start_compare_read(engine, slot),
+            Plan::Dsm { .. } => self.dsm_ranges_ready(engine, slot),
+            _ => self.respond_err(engine, slot, Status::INTERNAL_ERROR.with_dnr(), 0),
+        })
+    }
+
+    /// A storage op of `slot` completed (the reactor routes [`IoCompletion`](crate::backend::IoCompletion)
+    /// tags with [`split_storage_tag`]).
+    pub fn io_completed(&mut self, engine: &mut IoEngine, slot: SlotId, result: Result<u32, std::io::Error>) -> Step {
+        let Some(s) = self.slots.get_mut(usize::from(slot.0)) else {
+            tracing::warn!(slot = slot.0, "storage completion for a slot the queue does not have");
+            return Step::Pending;
+        };
+        if s.ops == 0 {
+            tracing::warn!(slot = slot.0, state = ?s.state, "storage completion for a slot with no op in flight");
+            return Step::Pending;
+        }
+        s.ops -= 1;
+        self.storage_ops = self.storage_ops.saturating_sub(1);
+        if let Err(e) = result {
+            let (op, advisory) = match s.plan {
+                Plan::Read { .. } | Plan::Compare { .. } => (StorageOp::Read, false),
+                // Deallocation is advisory: a discard the storage cannot do is not an error.
+                Plan::Dsm { .. } => (StorageOp::Write, e.kind() == std::io::ErrorKind::Unsupported),
+                _ => (StorageOp::Write, false),
+            };
+            if !advisory && s.status.is_success() {
+                s.status = storage_status(&e, op);
+                tracing::warn!(error = %e, status = %s.status, opcode = s.sqe.opcode, "storage op failed");
+            }
+        }
+        match s.state {
+            SlotState::Orphaned => {
+                if s.ops == 0 {
+                    *s = Slot::FREE;
+                    self.free.push(slot.0);
+                }
+                Step::Pending
+            }
+            SlotState::Executing if s.ops == 0 => self.ops_done(engine, slot),
+            _ => Step::Pending,
+        }
+    }
+
+    /// Called at the keep-alive deadline, when the queue's notifier fired (asynchronous event, association ended
+    /// or reset elsewhere), and at the end of every reactor turn while [`Queue::wants_poll`]: ends the queue if
+    /// its association ended, checks the keep-alive timer (admin queue: expiry tears the association down),
+    /// delivers asynchronous events to held AERs and retries commands waiting for a pool buffer or ring space.
+    /// Steps to carry out go to `out`.
+    pub fn poll(&mut self, engine: &mut IoEngine, now: Instant, out: &mut Vec<Step>) -> Result<(), QueueError> {
+        if self.disconnected {
+            let qid = self.qid().unwrap_or(0);
+            self.disconnect(engine);
+            return Err(QueueError::Disconnected { qid });
+        }
+        if matches!(self.state, QueueState::Dead) {
+            return Ok(());
+        }
+        self.check_association(engine)?;
+        if let QueueState::Connected(Association { controller, kind: QueueKind::Admin, .. }) = &self.state {
+            let controller = Arc::clone(controller);
+            self.check_keep_alive(engine, &controller, now)?;
+            if !self.held_aers.is_empty() && controller.has_pending_event() {
+                let mut state = controller.lock();
+                while let Some(&index) = self.held_aers.front() {
+                    let Some(event) = controller.take_event_locked(&mut state) else { break };
+                    self.held_aers.pop_front();
+                    out.push(self.respond_ok(SlotId(index), event.to_dw0(), 0, None));
+                }
+            }
+        }
+        self.refresh_table();
+        for _ in 0..self.retry.len() {
+            let Some(index) = self.retry.pop_front() else { break };
+            let id = SlotId(index);
+            let step = match self.slots[usize::from(index)].state {
+                SlotState::NeedBuffer => self.resume_buffer(engine, id),
+                SlotState::NeedSubmit => self.submit_ops(engine, id),
+                _ => Step::Pending,
+            };
+            if step != Step::Pending {
+                out.push(step);
+            }
+        }
+        Ok(())
+    }
+
+    /// The transport sent everything for `slot`: free the slot and its buffers.
+    pub fn release(&mut self, engine: &mut IoEngine, slot: SlotId) {
+        let index = usize::from(slot.0);
+        match self.slots.get(index) {
+            Some(s) if s.state == SlotState::Responding => {}
+            other => {
+                tracing::debug!(slot = slot.0, state = ?other.map(|s| s.state), "release of a slot not responding");
+                return;
+            }
+        }
+        self.release_buffers(engine, slot);
+        self.slots[index] = Slot::FREE;
+        self.free.push(slot.0);
+        if self.disconnect_slot == Some(slot.0) {
+            self.disconnect_slot = None;
+            self.disconnected = true;
+        }
+    }
+
+    /// The connection is gone: the queue is dead; for the admin queue the association ends. Slots with storage
+    /// I/O in flight are released when their completions arrive (the reactor keeps the queue until
+    /// [`Queue::in_flight`] is 0). Idempotent.
+    pub fn disconnect(&mut self, engine: &mut IoEngine) {
+        // Nothing completes on a dead queue: fold its counters into the subsystem's totals now.
+        self.metrics = None;
+        match mem::replace(&mut self.state, QueueState::Dead) {
+            QueueState::Connected(a) => match a.kind {
+                QueueKind::Admin => a.controller.terminate(),
+                QueueKind::Io(qid) => a.controller.detach_io_queue(qid, a.epoch),
+            },
+            QueueState::AwaitingConnect | QueueState::Dead => {}
+        }
+        for i in 0..self.slots.len() {
+            let id = SlotId(index_of(i));
+            if self.slots[i].state == SlotState::Free {
+                continue;
+            }
+            // The engine defers the release of a buffer an op is using until its completion.
+            self.release_buffers(engine, id);
+            let s = &mut self.slots[i];
+            if s.ops > 0 {
+                s.state = SlotState::Orphaned;
+            } else if s.state != SlotState::Orphaned {
+                *s = Slot::FREE;
+                self.free.push(id.0);
+            }
+        }
+        self.retry.clear();
+        self.held_aers.clear();
+        self.disconnect_slot = None;
+    }
+
+    fn slot(&mut self, id: SlotId) -> &mut Slot {
+        &mut self.slots[usize::from(id.0)]
+    }
+}

@@ -1,0 +1,60 @@
+//! The queue's association state: becoming connected (sizing the slot slab from SQSIZE, loading the namespace
+//! table), noticing that the association ended, the SQ head pointer, and refreshing the cached namespace table.
+
+use super::{index_of, Association, Queue, QueueError, QueueKind, QueueState, Slot};
+use crate::backend::IoEngine;
+use crate::metrics::QueueRecorder;
+
+impl Queue {
+    pub(super) fn advance_sq_head(&mut self) {
+        if let QueueState::Connected(a) = &self.state {
+            let entries = u32::from(a.sqsize) + 1;
+            self.sq_head = u16::try_from((u32::from(self.sq_head) + 1) % entries).unwrap_or(0);
+        }
+    }
+
+    /// End the queue if its association ended (or, for an I/O queue, its controller was reset).
+    pub(super) fn check_association(&mut self, engine: &mut IoEngine) -> Result<(), QueueError> {
+        let QueueState::Connected(a) = &self.state else { return Ok(()) };
+        let ended = a.controller.is_terminated() || (a.kind != QueueKind::Admin && a.controller.io_epoch() != a.epoch);
+        if ended {
+            let cntlid = a.controller.cntlid();
+            tracing::info!(cntlid, qid = ?self.qid(), "queue closing: association ended");
+            self.disconnect(engine);
+            return Err(QueueError::AssociationEnded { cntlid });
+        }
+        Ok(())
+    }
+
+    /// Refresh the cached namespace table if the subsystem's generation moved.
+    pub(super) fn refresh_table(&mut self) {
+        let QueueState::Connected(a) = &self.state else { return };
+        let subsystem = a.controller.subsystem();
+        if subsystem.generation() != self.table_generation {
+            let (table, generation) = subsystem.namespaces_with_generation();
+            self.table = table;
+            self.table_generation = generation;
+        }
+    }
+
+    /// Become connected: size the slab from SQSIZE (once), load the namespace table.
+    pub(super) fn establish(&mut self, association: Association) {
+        let entries = usize::from(association.sqsize) + 1;
+        let total = (entries * 2).min(usize::from(u16::MAX) + 1);
+        let old = self.slots.len();
+        if total > old {
+            self.slots.reserve_exact(total - old);
+            self.slots.resize(total, Slot::FREE);
+            self.free.reserve(total - old);
+            self.free.extend((old..total).rev().map(index_of));
+            self.retry.reserve(total);
+        }
+        self.sq_head = index_of(1 % entries);
+        let (table, generation) = association.controller.subsystem().namespaces_with_generation();
+        self.table = table;
+        self.table_generation = generation;
+        let io = association.kind != QueueKind::Admin;
+        self.metrics = Some(QueueRecorder::new(association.controller.subsystem().metrics(), io));
+        self.state = QueueState::Connected(association);
+    }
+}
