@@ -1,0 +1,159 @@
+//! Connect: admin and I/O queues, the data fetched through the transport, refusals, commands before
+//! Connect and queue overrun.
+
+use super::*;
+
+#[test]
+fn connect_admin_then_io_queues() {
+    let mut a = associate(target());
+    assert!(CNTLID_RANGE.contains(&a.cntlid));
+    assert_eq!(a.admin.queue.qid(), Some(0));
+    assert_eq!(a.admin.queue.sqsize(), 31);
+    assert_eq!(a.io.queue.qid(), Some(1));
+    assert_eq!(a.io.queue.sqsize(), 127);
+    let controller = a.admin.queue.controller().unwrap();
+    assert_eq!(controller.hostnqn(), HOSTNQN);
+    assert_eq!(controller.hostid(), HOSTID);
+    assert_eq!(controller.io_queue_count(), 1);
+    // A second association gets another controller ID.
+    let mut other = Host::new(&a.target);
+    let done = other.connect(&mut a.engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok();
+    assert_ne!(ConnectResponse::from_dw0(done.cqe.dw0).cntlid, a.cntlid);
+    assert_eq!(done.cqe.sqid, 0);
+}
+
+#[test]
+fn connect_data_fetched_through_the_transport() {
+    let target = target();
+    let mut engine = engine();
+    let mut host = Host::new(&target);
+    let connect = Connect { qid: 0, sqsize: 31, cattr: 0, kato: 0, sgl1: transport_data(1024) };
+    let data = ConnectData {
+        hostid: HOSTID,
+        cntlid: CNTLID_DYNAMIC,
+        subnqn: Nqn::new(SUBNQN).unwrap(),
+        hostnqn: Nqn::new(HOSTNQN).unwrap(),
+    };
+    let done = host.submit(&mut engine, connect.to_sqe().unwrap(), &[], &data.to_bytes()).unwrap().ok();
+    assert!(CNTLID_RANGE.contains(&ConnectResponse::from_dw0(done.cqe.dw0).cntlid));
+}
+
+#[test]
+fn connect_refusals() {
+    let mut params = subsystem_params();
+    params.allow_any_host = false;
+    params.hosts = vec![HOSTNQN.to_owned()];
+    let target = Target::new(target_params(), vec![params]).unwrap();
+    let mut engine = engine();
+    let data_ipo = |off| InvalidParameter::in_data(off).to_dw0();
+    let sqe_ipo = |off| InvalidParameter::in_command(off).to_dw0();
+
+    let done = Host::new(&target).connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, OTHER_HOST);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_HOST.with_dnr());
+    assert_eq!(done.cqe.dw0, data_ipo(512));
+
+    let done = Host::new(&target).connect(&mut engine, 0, 31, CNTLID_DYNAMIC, "nqn.2024-01.io.nvmf-rs:nope", HOSTNQN);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_PARAMETERS.with_dnr());
+    assert_eq!(done.cqe.dw0, data_ipo(256));
+
+    // SQSIZE above MQES (128 entries).
+    let done = Host::new(&target).connect(&mut engine, 0, 128, CNTLID_DYNAMIC, SUBNQN, HOSTNQN);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_PARAMETERS.with_dnr());
+    assert_eq!(done.cqe.dw0, sqe_ipo(44));
+
+    // Admin queue must ask for a dynamic controller.
+    let done = Host::new(&target).connect(&mut engine, 0, 31, 5, SUBNQN, HOSTNQN);
+    assert_eq!(done.cqe.dw0, data_ipo(16));
+
+    // KATO above the target's limit.
+    let done = Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, HOSTID, 700_000);
+    assert_eq!(done.cqe.dw0, sqe_ipo(48));
+
+    // A Connect whose SGL is not 1024 bytes.
+    let mut host = Host::new(&target);
+    let mut sqe = Connect { qid: 0, sqsize: 31, cattr: 0, kato: 0, sgl1: in_capsule(1024) }.to_sqe().unwrap();
+    sqe.set_sgl1(&in_capsule(512)).unwrap();
+    let done = host.submit(&mut engine, sqe, &[0; 512], &[]).unwrap();
+    assert_eq!(done.status(), Status::DATA_SGL_LENGTH_INVALID.with_dnr());
+
+    // In-capsule data shorter than the SGL says.
+    let sqe = Connect { qid: 0, sqsize: 31, cattr: 0, kato: 0, sgl1: in_capsule(1024) }.to_sqe().unwrap();
+    let done = host.submit(&mut engine, sqe, &[0; 100], &[]).unwrap();
+    assert_eq!(done.status(), Status::DATA_SGL_LENGTH_INVALID.with_dnr());
+
+    // Nothing connected: the queue still awaits Connect.
+    assert_eq!(host.queue.qid(), None);
+}
+
+#[test]
+fn io_queue_connect_refusals() {
+    let target = target();
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    let cntlid =
+        ConnectResponse::from_dw0(admin.connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok().cqe.dw0)
+            .cntlid;
+
+    // Before CC.EN.
+    let done = Host::new(&target).connect(&mut engine, 1, 127, cntlid, SUBNQN, HOSTNQN);
+    assert_eq!(done.status(), Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+    admin.enable(&mut engine);
+
+    // Grant 2 I/O queues.
+    let noq = NumberOfQueues::with_counts(2, 2).unwrap();
+    let done = admin.run(&mut engine, SetFeatures::new(&noq).to_sqe()).ok();
+    assert_eq!(NumberOfQueues::from_dw0(done.cqe.dw0), noq);
+
+    let ipo = |p: InvalidParameter| p.to_dw0();
+    let done = Host::new(&target).connect(&mut engine, 3, 127, cntlid, SUBNQN, HOSTNQN);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_PARAMETERS.with_dnr());
+    assert_eq!(done.cqe.dw0, ipo(InvalidParameter::in_command(42)));
+
+    let done = Host::new(&target).connect(&mut engine, 1, 127, cntlid + 1, SUBNQN, HOSTNQN);
+    assert_eq!(done.cqe.dw0, ipo(InvalidParameter::in_data(16)));
+
+    let done = Host::new(&target).connect(&mut engine, 1, 127, cntlid, SUBNQN, OTHER_HOST);
+    assert_eq!(done.cqe.dw0, ipo(InvalidParameter::in_data(16)));
+
+    let done = Host::new(&target).connect_with(&mut engine, 1, 127, cntlid, SUBNQN, HOSTNQN, [9; 16], 0);
+    assert_eq!(done.cqe.dw0, ipo(InvalidParameter::in_data(0)));
+
+    let done = Host::new(&target).connect(&mut engine, 1, 200, cntlid, SUBNQN, HOSTNQN);
+    assert_eq!(done.cqe.dw0, ipo(InvalidParameter::in_command(44)));
+
+    let mut io = Host::new(&target);
+    io.connect(&mut engine, 2, 127, cntlid, SUBNQN, HOSTNQN).ok();
+    let done = Host::new(&target).connect(&mut engine, 2, 127, cntlid, SUBNQN, HOSTNQN);
+    assert_eq!(done.status(), Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+
+    // Connect on a connected queue.
+    let done = io.connect(&mut engine, 2, 127, cntlid, SUBNQN, HOSTNQN);
+    assert_eq!(done.status(), Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+}
+
+#[test]
+fn commands_before_connect_are_sequence_errors() {
+    let target = target();
+    let mut engine = engine();
+    let mut host = Host::new(&target);
+    let seq = Status::COMMAND_SEQUENCE_ERROR.with_dnr();
+    assert_eq!(host.identify(&mut engine, cns::CONTROLLER, 0).status(), seq);
+    assert_eq!(host.read(&mut engine, 1, 0, 1).status(), seq);
+    assert_eq!(host.property_get(&mut engine, 0, PropertySize::Eight).status(), seq);
+    assert_eq!(host.run(&mut engine, KeepAlive.to_sqe()).status(), seq);
+    // Still connectable afterwards.
+    host.connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok();
+}
+
+#[test]
+fn queue_overrun_is_fatal() {
+    let target = target();
+    let mut engine = engine();
+    let mut queue = Queue::new(Arc::clone(&target), TransportInfo::tcp(1, IN_CAPSULE, 99));
+    let sqe = KeepAlive.to_sqe();
+    // Responses never released: the slots stay busy.
+    for _ in 0..4 {
+        assert!(matches!(queue.command(&mut engine, &sqe, &[]), Ok(Step::Respond { .. })));
+    }
+    assert_eq!(queue.command(&mut engine, &sqe, &[]), Err(QueueError::QueueOverrun { capacity: 4 }));
+}
