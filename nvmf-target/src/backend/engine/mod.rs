@@ -1,0 +1,443 @@
+//! The per-reactor I/O engine: one io_uring, one buffer pool, one in-flight table.
+//!
+//! Runs on its reactor thread only. `push` queues SQEs (null/memory ops are done at once and their completions
+//! queued), `submit` hands everything pushed to the kernel in one `io_uring_enter`, `reap` drains completions
+//! without blocking. The reactor sleeps on [`IoEngine::event_fd`] (readable when completions are ready).
+//!
+//! The in-flight table owns the tag ↔ buffer association of every op in the kernel: a buffer stays reserved until
+//! its CQE has been reaped, even if the caller releases it first (the release is deferred). At most as many ops
+//! as the completion queue holds are in the kernel, so the CQ cannot overflow.
+//!
+//! Short reads/writes are not resubmitted: they complete with an error (`UnexpectedEof`/`WriteZero`) that the
+//! controller maps to an internal-error status. With O_DIRECT inside the checked capacity they do not happen; a
+//! file truncated behind our back, or a buffered write hitting ENOSPC part-way, is an error either way.
+//! Discard on a block device goes through io_uring (`BLOCK_URING_CMD_DISCARD`, Linux 6.12+); on older kernels it
+//! falls back to the synchronous `BLKDISCARD` ioctl, which blocks the reactor while the device works.
+//!
+//! NVMe passthrough storages (`/dev/ngXnY`) get NVMe commands (`NVME_URING_CMD_IO`) on the same ring, whose
+//! entries are big for that (see `ring.rs`). An op the drive must receive as several commands (a Read/Write above
+//! the transfer limit, a Write Zeroes above 65536 LBAs) is pushed whole or not at all and completes once, when
+//! its last command has: with the op's byte count, or the first failure (a drive status is a [`DriveStatus`]
+//! inside the `io::Error`).
+//!
+//! This module holds the engine's types, its buffer calls, [`IoEngine::push`] (which does null and memory ops
+//! at once and hands the others on), `submit` and `reap`; the children hold the rest:
+//! - `in_flight`: the in-flight table, the NVMe command groups, and what a CQE must report.
+//! - `file_ops`: ops on regular files and block devices.
+//! - `passthrough`: ops on NVMe passthrough storages.
+//! - `fixed_files`: the ring's fixed-file slots.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use super::nvme;
+use super::pool::{BufferPool, StartIoError};
+use super::ring::{self, Ring};
+use super::storage::Kind;
+#[cfg(doc)]
+use super::DriveStatus;
+use super::{BackendError, BufferId, Storage};
+use fixed_files::{FileSlot, IdHasher};
+use in_flight::{cqe_result, Expect, Groups, InFlightTable};
+
+mod file_ops;
+mod fixed_files;
+mod in_flight;
+mod passthrough;
+
+#[cfg(test)]
+mod tests;
+
+/// A storage operation. Offsets and lengths are in bytes and must be multiples of the storage's block size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoOp {
+    /// Read `len` bytes at `offset` into the op's buffer.
+    Read {
+        /// Byte offset.
+        offset: u64,
+        /// Byte count (at most the buffer's allocated length).
+        len: u32,
+    },
+    /// Write `len` bytes of the op's buffer at `offset`; with `fua` the data is durable at completion
+    /// (`RWF_DSYNC`).
+    Write {
+        /// Byte offset.
+        offset: u64,
+        /// Byte count (at most the buffer's allocated length).
+        len: u32,
+        /// Force Unit Access.
+        fua: bool,
+    },
+    /// Make every completed write durable (`fdatasync`).
+    Flush,
+    /// Make `[offset, offset + len)` read as zeros.
+    WriteZeroes {
+        /// Byte offset.
+        offset: u64,
+        /// Byte count.
+        len: u64,
+    },
+    /// Deallocate `[offset, offset + len)` (files and memory then read zeros).
+    Discard {
+        /// Byte offset.
+        offset: u64,
+        /// Byte count.
+        len: u64,
+    },
+}
+
+/// The outcome of one pushed op.
+#[derive(Debug)]
+pub struct IoCompletion {
+    /// The tag given to [`IoEngine::push`].
+    pub tag: u64,
+    /// Bytes transferred (Read/Write; 0 for the others), or the error: an errno from the kernel, `InvalidInput`
+    /// for an op the engine refused (out of range, misaligned, bad buffer), `Unsupported` for a capability the
+    /// storage lacks, `UnexpectedEof`/`WriteZero` for a short transfer, or (NVMe passthrough) the drive's NVMe
+    /// status as a [`DriveStatus`] (kind `Other`; read it with [`drive_status`](super::drive_status)).
+    pub result: Result<u32, io::Error>,
+}
+
+/// Sizes of an [`IoEngine`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Submission queue entries (the CQ has twice as many). Default 256.
+    pub ring_entries: u32,
+    /// Size of a large buffer; the largest transfer one buffer holds (≥ MDTS). Default 1 MiB.
+    pub buffer_size: usize,
+    /// Number of large buffers. Default 32.
+    pub buffer_count: usize,
+    /// Size of a small buffer, for the many small transfers. Default 64 KiB; 0 count disables the class.
+    pub small_buffer_size: usize,
+    /// Number of small buffers. Default 512.
+    pub small_buffer_count: usize,
+    /// Fixed-file slots (distinct storages one engine serves at a time without falling back to plain
+    /// descriptors). Default 64.
+    pub max_files: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            ring_entries: 256,
+            buffer_size: 1 << 20,
+            buffer_count: 32,
+            small_buffer_size: 64 << 10,
+            small_buffer_count: 512,
+            max_files: 64,
+        }
+    }
+}
+
+/// Per-reactor I/O engine: one io_uring, a pool of aligned data buffers it owns, an in-flight table.
+#[derive(Debug)]
+pub struct IoEngine {
+    // Field order matters: the ring (which has the pool registered) is dropped before the pool is unmapped.
+    ring: Ring,
+    pool: BufferPool,
+    in_flight: InFlightTable,
+    /// Ops split into several NVMe commands.
+    groups: Groups,
+    /// Completions that did not go through the kernel (null/memory, refused ops, synchronous ioctls).
+    ready: VecDeque<IoCompletion>,
+    /// The eventfd was written for the current `ready` entries.
+    ready_signalled: bool,
+    /// Storage id → fixed file slot (looked up per op: ids are unique counters, no need for SipHash).
+    files: HashMap<u64, FileSlot, BuildHasherDefault<IdHasher>>,
+    free_file_slots: Vec<u32>,
+    /// Discard block devices through io_uring (until a kernel says it cannot).
+    async_block_discard: bool,
+}
+
+fn refused(message: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
+}
+
+fn unsupported(message: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, message)
+}
+
+/// The result of an op that needs no kernel round trip on any storage kind: empty transfers succeed at once;
+/// a read/write without a buffer, and discard or write zeroes the storage does not support, fail at once.
+fn completes_without_kernel(
+    op: IoOp,
+    buf: Option<BufferId>,
+    storage: &Storage,
+    write_zeroes_supported: bool,
+) -> Option<io::Result<u32>> {
+    match op {
+        IoOp::Read { len: 0, .. } | IoOp::Write { len: 0, .. } => Some(Ok(0)),
+        IoOp::WriteZeroes { len: 0, .. } | IoOp::Discard { len: 0, .. } => Some(Ok(0)),
+        IoOp::Read { .. } | IoOp::Write { .. } if buf.is_none() => Some(Err(refused("read/write without a buffer"))),
+        IoOp::Discard { .. } if !storage.supports_discard() => Some(Err(unsupported("discard not supported"))),
+        IoOp::WriteZeroes { .. } if !write_zeroes_supported => Some(Err(unsupported("write zeroes not supported"))),
+        _ => None,
+    }
+}
+
+/// The last line of defence: block-aligned and inside the capacity.
+fn check_range(storage: &Storage, offset: u64, len: u64) -> Result<(), io::Error> {
+    let block = u64::from(storage.block_size());
+    if offset % block != 0 || len % block != 0 {
+        return Err(refused("storage op not aligned to the block size"));
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= storage.capacity() => Ok(()),
+        _ => Err(refused("storage op beyond the capacity")),
+    }
+}
+
+fn buffer_error(e: StartIoError) -> io::Error {
+    match e {
+        StartIoError::NotAllocated => refused("storage op on a buffer that is not allocated"),
+        StartIoError::Busy => io::Error::from_raw_os_error(libc::EBUSY),
+        StartIoError::TooShort => refused("storage op longer than its buffer"),
+    }
+}
+
+impl IoEngine {
+    /// Creates the ring, maps and registers the buffer pool, and registers the eventfd.
+    pub fn new(config: &EngineConfig) -> Result<Self, BackendError> {
+        if config.ring_entries == 0 {
+            return Err(BackendError::InvalidEngineConfig("ring_entries must be > 0"));
+        }
+        if config.buffer_size == 0 || config.buffer_count == 0 {
+            return Err(BackendError::InvalidEngineConfig("buffer_size and buffer_count must be > 0"));
+        }
+        if config.small_buffer_count > 0 && config.small_buffer_size == 0 {
+            return Err(BackendError::InvalidEngineConfig("small_buffer_size must be > 0"));
+        }
+        let pool = BufferPool::new(&[
+            (config.buffer_size, config.buffer_count),
+            (config.small_buffer_size, config.small_buffer_count),
+        ])?;
+        let ring = Ring::new(config.ring_entries, &pool, config.max_files)?;
+        let in_flight = InFlightTable::new(ring.cq_entries());
+        // Every group has at least two commands in flight.
+        let groups = Groups::new(ring.cq_entries() / 2 + 1);
+        let free_file_slots = (0..ring.file_slots()).rev().collect();
+        tracing::debug!(?ring, buffers = pool.capacity(), huge_pages = pool.huge_pages(), "I/O engine created");
+        Ok(IoEngine {
+            ring,
+            pool,
+            in_flight,
+            groups,
+            ready: VecDeque::with_capacity(1024),
+            ready_signalled: false,
+            files: HashMap::default(),
+            free_file_slots,
+            async_block_discard: true,
+        })
+    }
+
+    /// Allocates a buffer of `len` bytes. `None` when the pool is exhausted (the caller waits for a release) or
+    /// `len` exceeds [`IoEngine::buffer_size`].
+    pub fn alloc(&mut self, len: usize) -> Option<BufferId> {
+        self.pool.alloc(len)
+    }
+
+    /// The buffer's bytes, exactly the allocated length. Empty if `id` is not allocated or an op on it is in flight.
+    pub fn buffer(&self, id: BufferId) -> &[u8] {
+        self.pool.get(id)
+    }
+
+    /// The buffer's bytes, writable. Empty if `id` is not allocated or an op on it is in flight.
+    pub fn buffer_mut(&mut self, id: BufferId) -> &mut [u8] {
+        self.pool.get_mut(id)
+    }
+
+    /// Frees the buffer; deferred until completion while an op using it is in flight.
+    pub fn release(&mut self, id: BufferId) {
+        self.pool.release(id);
+    }
+
+    /// The largest buffer [`IoEngine::alloc`] hands out (bound MDTS by it).
+    pub fn buffer_size(&self) -> usize {
+        self.pool.buffer_size()
+    }
+
+    /// The buffer pool (sizes, free count; region layout for registering it with an RDMA NIC).
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    /// Hand buffer `id` (its first `len` bytes) to a device outside io_uring (an RDMA NIC's READ or WRITE) until
+    /// [`IoEngine::end_transfer`]: meanwhile `buffer`/`buffer_mut` return empty slices and a release is deferred.
+    /// Returns the buffer's offset in the pool region; `None` if it is not allocated, busy or shorter than `len`.
+    #[cfg_attr(not(feature = "rdma"), allow(dead_code))] // the RDMA transport's
+    pub(crate) fn start_transfer(&mut self, id: BufferId, len: u32) -> Option<usize> {
+        self.pool.start_io(id, len).ok()?;
+        self.pool.buffer_offset(id)
+    }
+
+    /// The device is done with `id` (see [`IoEngine::start_transfer`]).
+    #[cfg_attr(not(feature = "rdma"), allow(dead_code))] // the RDMA transport's
+    pub(crate) fn end_transfer(&mut self, id: BufferId) {
+        self.pool.finish_io(id);
+    }
+
+    /// Queues `op` on `storage` under `tag`. For Read/Write, `buf` is required and `len` ≤ its allocated length;
+    /// it must not be in flight already. Nothing reaches the kernel until [`IoEngine::submit`]; null/memory ops (and
+    /// ops the engine refuses, which complete with an error) complete at once and are delivered by the next
+    /// [`IoEngine::reap`]. `Err(op)` when the ring or the in-flight table is full: submit, reap, and retry.
+    /// Tags are opaque and need not be unique (several ops of one command may share one).
+    pub fn push(&mut self, tag: u64, storage: &Arc<Storage>, op: IoOp, buf: Option<BufferId>) -> Result<(), IoOp> {
+        let range = match op {
+            IoOp::Read { offset, len } | IoOp::Write { offset, len, .. } => Some((offset, u64::from(len))),
+            IoOp::WriteZeroes { offset, len } | IoOp::Discard { offset, len } => Some((offset, len)),
+            IoOp::Flush => None,
+        };
+        if let Some((offset, len)) = range {
+            if let Err(e) = check_range(storage, offset, len) {
+                self.complete_now(tag, Err(e));
+                return Ok(());
+            }
+        }
+        match storage.kind() {
+            Kind::Null => {
+                let result = match (op, buf) {
+                    (IoOp::Read { len, .. }, Some(id)) => match self.sync_buffer_mut(id, len) {
+                        Ok(dst) => {
+                            dst.fill(0);
+                            Ok(len)
+                        }
+                        Err(e) => Err(e),
+                    },
+                    (IoOp::Write { len, .. }, Some(id)) => self.sync_buffer_mut(id, len).map(|_| len),
+                    (IoOp::Read { .. } | IoOp::Write { .. }, None) => Err(refused("read/write without a buffer")),
+                    _ => Ok(0),
+                };
+                self.complete_now(tag, result);
+            }
+            Kind::Memory(store) => {
+                let result = match (op, buf) {
+                    (IoOp::Read { offset, len }, Some(id)) => self.sync_buffer_mut(id, len).map(|dst| {
+                        store.read(offset, dst);
+                        len
+                    }),
+                    (IoOp::Write { offset, len, .. }, Some(id)) => self.sync_buffer_mut(id, len).map(|src| {
+                        store.write(offset, src);
+                        len
+                    }),
+                    (IoOp::Read { .. } | IoOp::Write { .. }, None) => Err(refused("read/write without a buffer")),
+                    (IoOp::WriteZeroes { offset, len } | IoOp::Discard { offset, len }, _) => {
+                        store.zero(offset, len);
+                        Ok(0)
+                    }
+                    (IoOp::Flush, _) => Ok(0),
+                };
+                self.complete_now(tag, result);
+            }
+            Kind::File(backing) => return self.push_ring(tag, storage, backing, false, op, buf),
+            Kind::BlockDevice(backing) => return self.push_ring(tag, storage, backing, true, op, buf),
+            Kind::Nvme(backing) => return self.push_nvme(tag, storage, backing, op, buf),
+        }
+        Ok(())
+    }
+
+    /// The first `len` bytes of an owned buffer, for ops done synchronously.
+    fn sync_buffer_mut(&mut self, id: BufferId, len: u32) -> Result<&mut [u8], io::Error> {
+        let bytes = self.pool.get_mut(id);
+        bytes.get_mut(..len as usize).ok_or_else(|| refused("storage op longer than its buffer (or buffer busy)"))
+    }
+
+    fn complete_now(&mut self, tag: u64, result: Result<u32, io::Error>) {
+        self.ready.push_back(IoCompletion { tag, result });
+    }
+
+    /// Hands every pushed op to the kernel with one `io_uring_enter` (none when nothing is queued) and returns how
+    /// many SQEs were submitted. If completions are ready without the kernel (null/memory), the eventfd is made
+    /// readable so a reactor about to sleep still reaps them.
+    pub fn submit(&mut self) -> io::Result<usize> {
+        if !self.ready.is_empty() && !self.ready_signalled {
+            self.ring.signal_event_fd();
+            self.ready_signalled = true;
+        }
+        self.ring.submit()
+    }
+
+    /// Delivers every available completion to `f`, without blocking. Buffers of completed ops become accessible
+    /// again (or are freed if released meanwhile) before `f` sees the completion.
+    pub fn reap(&mut self, mut f: impl FnMut(IoCompletion)) {
+        while let Some(completion) = self.ready.pop_front() {
+            f(completion);
+        }
+        self.ready_signalled = false;
+        let (pool, in_flight, groups) = (&mut self.pool, &mut self.in_flight, &mut self.groups);
+        let mut async_block_discard = self.async_block_discard;
+        self.ring.drain_completions(|user_data, res, extra| {
+            let Some(entry) = in_flight.remove(user_data) else {
+                tracing::error!(user_data, "completion for no op in flight");
+                return;
+            };
+            if let Some(id) = entry.buffer {
+                pool.finish_io(id);
+            }
+            let result = match (entry.expect, &entry.storage) {
+                (Expect::BlockDiscard { offset, len }, Some(storage)) if res == -libc::EOPNOTSUPP => {
+                    // This kernel has no io_uring block discard: use the (synchronous) ioctl from now on.
+                    if async_block_discard {
+                        tracing::info!("io_uring block discard unsupported; using BLKDISCARD");
+                        async_block_discard = false;
+                    }
+                    ring::block_device_discard(storage.raw_fd().unwrap_or(-1), offset, len).map(|()| 0)
+                }
+                (Expect::Nvme(len), _) => nvme::cqe_result(res, extra, len),
+                (Expect::NvmePart(group), _) => {
+                    let Some(done) = groups.part_done(group, nvme::cqe_result(res, extra, 0)) else { return };
+                    if let Some(id) = done.buffer {
+                        pool.finish_io(id);
+                    }
+                    let result = done.error.map_or(Ok(done.bytes), Err);
+                    f(IoCompletion { tag: done.tag, result });
+                    return;
+                }
+                (expect, _) => cqe_result(res, expect),
+            };
+            f(IoCompletion { tag: entry.tag, result });
+        });
+        self.async_block_discard = async_block_discard;
+    }
+
+    /// Ops pushed whose completion has not been delivered by `reap` yet.
+    pub fn in_flight(&self) -> usize {
+        // An op split into several NVMe commands counts once.
+        self.in_flight.len().saturating_sub(self.groups.parts) + self.groups.len() + self.ready.len()
+    }
+
+    /// An eventfd registered with the ring: readable when completions are ready. Register it with mio
+    /// (edge-triggered: no need to read it); a level-triggered poller calls [`IoEngine::clear_event_fd`].
+    pub fn event_fd(&self) -> RawFd {
+        self.ring.event_fd()
+    }
+
+    /// Resets the eventfd's counter (only needed with level-triggered polling).
+    pub fn clear_event_fd(&self) {
+        self.ring.drain_event_fd();
+    }
+}
+
+impl Drop for IoEngine {
+    /// Waits for every op in the kernel, so no kernel worker touches the pool after it is unmapped.
+    fn drop(&mut self) {
+        while self.in_flight.len() > 0 {
+            match self.ring.submit_and_wait_one() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::error!(error = %e, in_flight = self.in_flight.len(), "cannot drain the ring at drop");
+                    return;
+                }
+            }
+            let (pool, in_flight) = (&mut self.pool, &mut self.in_flight);
+            self.ring.drain_completions(|user_data, _, _| {
+                if let Some(id) = in_flight.remove(user_data).and_then(|e| e.buffer) {
+                    pool.finish_io(id);
+                }
+            });
+        }
+    }
+}
