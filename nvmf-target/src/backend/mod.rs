@@ -14,9 +14,11 @@
 //! retry); once per turn `submit()` (one syscall) and `reap(|c| ...)`; route `c.tag` back to the queue; `release`
 //! the buffer once its data has been sent. Sleep on [`IoEngine::event_fd`] with the sockets.
 //!
-//! RDMA (later): the pool is one contiguous region. [`BufferPool::region_len`] and [`BufferPool::buffer_offset`]
-//! are public; the base address (`BufferPool::region_ptr`) is crate-internal so only the transport code in this
-//! crate can register the region with a NIC, and it must only let the NIC touch buffers it owns.
+//! RDMA: the pool is one contiguous region, which the RDMA transport registers with the NIC as one memory
+//! region. [`BufferPool::region_len`] and [`BufferPool::buffer_offset`] are public; the base address
+//! (`BufferPool::region_ptr`) is crate-internal so only the transport code in this crate can register the
+//! region, and it must only let the NIC touch buffers it owns ([`IoEngine`]'s `start_transfer`/`end_transfer`
+//! hand a buffer to the device and take it back).
 //!
 //! Threading: an `IoEngine` is used by the reactor thread that created it only (it is `!Sync`); `Storage` is
 //! `Send + Sync`. Nothing here blocks on the data path except `BLKDISCARD` on block devices when the kernel

@@ -2,7 +2,7 @@
 //!
 //! Owned by one [`IoEngine`](super::IoEngine) (one reactor thread). No allocation per I/O: buffers come from per
 //! size-class free lists. The whole region is registered with the engine's io_uring as fixed buffers; the RDMA
-//! transport will register the same region with the NIC (see [`BufferPool::region_len`] and
+//! transport registers the same region with the NIC (see [`BufferPool::region_len`] and
 //! [`BufferPool::buffer_offset`]; the base address is crate-internal).
 //!
 //! A buffer is in one of three states: free, owned by the caller (readable/writable through
@@ -307,8 +307,8 @@ impl BufferPool {
         self.slots.get(id.index()).map(|s| s.offset)
     }
 
-    /// Base address of the region. For registering it with io_uring now and with an RDMA NIC later; the caller
-    /// must only let hardware touch buffers that are in flight.
+    /// Base address of the region, for registering it with an RDMA NIC; the caller must only let hardware touch
+    /// buffers that are in flight.
     #[cfg_attr(not(any(test, feature = "rdma")), allow(dead_code))] // the RDMA transport's
     pub(crate) fn region_ptr(&self) -> *mut u8 {
         self.base.as_ptr()

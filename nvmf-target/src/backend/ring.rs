@@ -18,9 +18,8 @@ use super::pool::{BufferPool, IoBuffer};
 use super::BackendError;
 
 /// The ring's entry sizes: 128-byte SQEs and 32-byte CQEs (`IORING_SETUP_SQE128 | IORING_SETUP_CQE32`), which
-/// NVMe passthrough requires; every other op uses the first 64 bytes. One ring serves all storages: measured on
-/// this machine with `Nop`s (io-uring 0.7, batches of 32), the big entries cost ~130 vs ~125 ns per op, within
-/// noise at batch 1 — under 1% of a real read or write — while a second ring would cost a second
+/// NVMe passthrough requires; every other op uses the first 64 bytes. One ring serves all storages: the big
+/// entries cost a negligible share of a real read or write, while a second ring would cost a second
 /// `io_uring_enter` per turn, a second buffer registration and fixed-file table.
 type BigRing = IoUring<squeue::Entry128, cqueue::Entry32>;
 
