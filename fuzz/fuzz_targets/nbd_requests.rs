@@ -3,7 +3,7 @@
 //! and every request the check accepts must lie inside the export and within the advertised payload.
 #![no_main]
 
-#[allow(dead_code)] // only the parsers are driven here
+#[expect(dead_code, reason = "only the parsers are driven here")]
 #[path = "../../nvmf-host/src/nbd/proto.rs"]
 mod proto;
 

@@ -92,7 +92,7 @@ impl Connect {
     /// an [`SglDescriptor`] field. See [`connect_error_response`].
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
         sqe.expect_fabrics(fctype::CONNECT, STRUCTURE, "0x01 (Connect)")?;
-        #[allow(clippy::cast_possible_truncation)] // splitting dwords into their 16- and 8-bit fields
+        #[expect(clippy::cast_possible_truncation, reason = "splitting dwords into their 16- and 8-bit fields")]
         let (recfmt, qid, sqsize, cattr) =
             (sqe.cdw10 as u16, (sqe.cdw10 >> 16) as u16, sqe.cdw11 as u16, (sqe.cdw11 >> 16) as u8);
         if recfmt != CONNECT_RECFMT {
@@ -218,7 +218,7 @@ pub struct ConnectResponse {
 impl ConnectResponse {
     /// Read from completion dword 0 (other AUTHREQ bits are reserved and ignored).
     pub fn from_dw0(dw0: u32) -> Self {
-        #[allow(clippy::cast_possible_truncation)] // CNTLID is bits 15:0
+        #[expect(clippy::cast_possible_truncation, reason = "CNTLID is bits 15:0")]
         ConnectResponse { cntlid: dw0 as u16, atr: dw0 & ATR != 0, ascr: dw0 & ASCR != 0 }
     }
 
@@ -264,7 +264,7 @@ impl InvalidParameter {
     /// Read from completion dword 0.
     pub fn from_dw0(dw0: u32) -> Self {
         let iattr = if dw0 & IATTR_DATA != 0 { ParameterLocation::Data } else { ParameterLocation::Command };
-        #[allow(clippy::cast_possible_truncation)] // IPO is bits 15:0
+        #[expect(clippy::cast_possible_truncation, reason = "IPO is bits 15:0")]
         InvalidParameter { iattr, ipo: dw0 as u16 }
     }
 

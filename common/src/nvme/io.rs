@@ -86,7 +86,6 @@ macro_rules! rw_command {
             pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
                 sqe.expect_opcode(Self::OPCODE, stringify!($name), "the command's own opcode")?;
                 let cdw12 = sqe.cdw12;
-                #[allow(clippy::cast_possible_truncation)] // each value is masked to its field width first
                 Ok($name {
                     nsid: sqe.nsid,
                     slba: u64::from(sqe.cdw10) | (u64::from(sqe.cdw11) << 32),
@@ -105,7 +104,7 @@ macro_rules! rw_command {
             pub fn to_sqe(&self) -> SubmissionQueueEntry {
                 let mut sqe = SubmissionQueueEntry::new(Self::OPCODE);
                 sqe.nsid = self.nsid;
-                #[allow(clippy::cast_possible_truncation)] // splitting SLBA into its two dwords
+                #[expect(clippy::cast_possible_truncation, reason = "splitting SLBA into its two dwords")]
                 {
                     sqe.cdw10 = self.slba as u32;
                     sqe.cdw11 = (self.slba >> 32) as u32;
@@ -212,7 +211,6 @@ impl WriteZeroes {
     /// Parse from an SQE whose opcode is Write Zeroes. Reserved bits (and PRINFO) are ignored.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
         sqe.expect_opcode(Self::OPCODE, "WriteZeroes", "the command's own opcode")?;
-        #[allow(clippy::cast_possible_truncation)] // NLB is masked to 16 bits
         Ok(WriteZeroes {
             nsid: sqe.nsid,
             slba: u64::from(sqe.cdw10) | (u64::from(sqe.cdw11) << 32),
@@ -227,7 +225,7 @@ impl WriteZeroes {
     pub fn to_sqe(&self) -> SubmissionQueueEntry {
         let mut sqe = SubmissionQueueEntry::new(Self::OPCODE);
         sqe.nsid = self.nsid;
-        #[allow(clippy::cast_possible_truncation)] // splitting SLBA into its two dwords
+        #[expect(clippy::cast_possible_truncation, reason = "splitting SLBA into its two dwords")]
         {
             sqe.cdw10 = self.slba as u32;
             sqe.cdw11 = (self.slba >> 32) as u32;
@@ -285,7 +283,6 @@ impl DatasetManagement {
     /// Parse from an SQE whose opcode is Dataset Management. Reserved bits are ignored.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
         sqe.expect_opcode(Self::OPCODE, "DatasetManagement", "the command's own opcode")?;
-        #[allow(clippy::cast_possible_truncation)] // NR is masked to 8 bits
         Ok(DatasetManagement {
             nsid: sqe.nsid,
             nr: (sqe.cdw10 & 0xff) as u8,

@@ -42,7 +42,7 @@ pub(crate) const NVME_URING_CMD_IO: u32 = 0xc048_4e80;
 /// Bytes of one Dataset Management range (the data of a one-range DSM command).
 pub(crate) const DSM_RANGE_BYTES: usize = DSM_RANGE_SIZE;
 /// [`DSM_RANGE_BYTES`] as a command's data length.
-#[allow(clippy::cast_possible_truncation)] // 16
+#[expect(clippy::cast_possible_truncation, reason = "DSM_RANGE_SIZE is 16")]
 pub(crate) const DSM_RANGE_LEN: u32 = DSM_RANGE_SIZE as u32;
 /// Bytes of the command area of a 128-byte SQE (`UringCmd80`).
 pub(crate) const URING_CMD_BYTES: usize = 80;
@@ -401,7 +401,7 @@ impl Plan {
     }
 
     /// The `index`th command (`index < count()`).
-    #[allow(clippy::cast_possible_truncation)] // every block count below is capped at `step` (≤ 2^32 - 1)
+    #[expect(clippy::cast_possible_truncation, reason = "every block count below is capped at `step` (≤ 2^32 - 1)")]
     pub(crate) fn chunk(&self, index: u64) -> Chunk {
         let nsid = self.nsid;
         let (offset, len) = match self.op {

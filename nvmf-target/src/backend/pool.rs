@@ -169,7 +169,7 @@ impl BufferPool {
                 let fixed_index = u16::try_from(fixed.len() - 1)
                     .map_err(|_| BackendError::InvalidEngineConfig("the buffer pool needs too many fixed buffers"))?;
                 // total_count fits in u32 (checked above).
-                #[allow(clippy::cast_possible_truncation)] // slots.len() < total_count <= u32::MAX
+                #[expect(clippy::cast_possible_truncation, reason = "slots.len() < total_count <= u32::MAX")]
                 free.push(slots.len() as u32);
                 slots.push(Slot { offset, capacity: size, len: 0, fixed_index, state: State::Free });
                 offset += size;
@@ -309,7 +309,7 @@ impl BufferPool {
 
     /// Base address of the region, for registering it with an RDMA NIC; the caller must only let hardware touch
     /// buffers that are in flight.
-    #[cfg_attr(not(any(test, feature = "rdma")), allow(dead_code))] // the RDMA transport's
+    #[cfg_attr(not(any(test, feature = "rdma")), expect(dead_code, reason = "only the RDMA transport calls it"))]
     pub(crate) fn region_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }

@@ -1,7 +1,7 @@
 //! Shared harness of the native target tests (`tests/target_*.rs`): start a target in-process on 127.0.0.1 with
 //! an ephemeral port, bring up admin and I/O queues with the blocking test host, and a few command builders.
 //! Every wait is bounded and fails with a message saying what did not happen.
-#![allow(dead_code)] // each test binary uses part of it
+#![expect(dead_code, reason = "each test binary uses part of it")]
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -112,7 +112,7 @@ pub fn ok(result: Result<Completion, ClientError>) -> Completion {
 pub fn connect_admin(addr: SocketAddr, subnqn: &str, opts: ClientOptions, kato_ms: u32) -> (TcpTestClient, u16) {
     let mut admin = TcpTestClient::connect(addr, opts).expect("TCP + ICReq");
     let c = ok(admin.fabrics_connect(subnqn, 0, 31, 0xFFFF, kato_ms));
-    #[allow(clippy::cast_possible_truncation)] // CNTLID is dword 0 bits 15:0
+    #[expect(clippy::cast_possible_truncation, reason = "CNTLID is dword 0 bits 15:0")]
     let cntlid = c.cqe.dw0 as u16;
     (admin, cntlid)
 }
@@ -254,7 +254,7 @@ pub fn get_log_page(admin: &mut TcpTestClient, lid: u8, nsid: u32, offset: u64, 
 
 /// Bytes that differ per offset and per `seed`.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    #[allow(clippy::cast_possible_truncation)] // a repeating byte pattern
+    #[expect(clippy::cast_possible_truncation, reason = "a repeating byte pattern")]
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).wrapping_add((i >> 9) as u8)).collect()
 }
 

@@ -267,14 +267,14 @@ impl IoEngine {
     /// Hand buffer `id` (its first `len` bytes) to a device outside io_uring (an RDMA NIC's READ or WRITE) until
     /// [`IoEngine::end_transfer`]: meanwhile `buffer`/`buffer_mut` return empty slices and a release is deferred.
     /// Returns the buffer's offset in the pool region; `None` if it is not allocated, busy or shorter than `len`.
-    #[cfg_attr(not(feature = "rdma"), allow(dead_code))] // the RDMA transport's
+    #[cfg_attr(not(feature = "rdma"), expect(dead_code, reason = "only the RDMA transport calls it"))]
     pub(crate) fn start_transfer(&mut self, id: BufferId, len: u32) -> Option<usize> {
         self.pool.start_io(id, len).ok()?;
         self.pool.buffer_offset(id)
     }
 
     /// The device is done with `id` (see [`IoEngine::start_transfer`]).
-    #[cfg_attr(not(feature = "rdma"), allow(dead_code))] // the RDMA transport's
+    #[cfg_attr(not(feature = "rdma"), expect(dead_code, reason = "only the RDMA transport calls it"))]
     pub(crate) fn end_transfer(&mut self, id: BufferId) {
         self.pool.finish_io(id);
     }

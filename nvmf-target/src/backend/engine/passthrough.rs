@@ -125,7 +125,7 @@ impl IoEngine {
     /// Sends `sqe` as is (but for the NSID, which is the namespace's) to an NVMe passthrough storage, moving
     /// `data` (a buffer and a length) if given; no range check. Completes like an op: the byte count or the
     /// drive's status. For tests (status pass-through of what the engine would refuse).
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(not(test), expect(dead_code, reason = "only tests send raw NVMe commands"))]
     pub(crate) fn push_nvme_command(
         &mut self,
         tag: u64,

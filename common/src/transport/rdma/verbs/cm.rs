@@ -368,9 +368,9 @@ impl fmt::Debug for CmId {
 }
 
 // AF_INET (2) and AF_INET6 (10) fit sa_family_t (u16).
-#[allow(clippy::cast_possible_truncation)]
+#[expect(clippy::cast_possible_truncation, reason = "AF_INET (2) and AF_INET6 (10) fit sa_family_t (u16)")]
 const AF_INET: libc::sa_family_t = libc::AF_INET as libc::sa_family_t;
-#[allow(clippy::cast_possible_truncation)]
+#[expect(clippy::cast_possible_truncation, reason = "AF_INET (2) and AF_INET6 (10) fit sa_family_t (u16)")]
 const AF_INET6: libc::sa_family_t = libc::AF_INET6 as libc::sa_family_t;
 
 /// A socket address in C form.

@@ -294,7 +294,7 @@ impl WorkCompletion {
         WorkCompletion::from_parts(wc.wr_id, wc.status, wc.opcode, wc.byte_len, raw, flags, wc.qp_num, wc.vendor_err)
     }
 
-    #[allow(clippy::too_many_arguments)] // one argument per ibv_wc field
+    #[expect(clippy::too_many_arguments, reason = "one argument per ibv_wc field")]
     fn from_parts(
         wr_id: u64,
         status: u32,
