@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # NVMe/TCP benchmark in the test VM: our target (nvmf-target, release build) against the kernel's nvmet-tcp,
 # both exporting the same null_blk device (/dev/nullb0, no memory backing) to the same kernel host over
-# 127.0.0.1, fio 4 KiB randread and randwrite at QD 32 (io_uring, O_DIRECT). Prints a Markdown table: IOPS,
-# p99 completion latency, the guest's CPU use and the target process's (ours only: nvmet runs in kernel
-# threads). Not a test: TCG makes absolute numbers meaningless, the ratios are what to read.
+# 127.0.0.1, fio 4 KiB randread and randwrite at QD 32 (io_uring, O_DIRECT). Every target is up at once; the kernel
+# host connects to each in turn with each I/O queue count, round after round, so a slowdown of the guest hits them
+# alike. Prints a Markdown table (IOPS, p99 completion latency, the guest's CPU use and the target process's: ours
+# only, nvmet runs in kernel threads) and the ratios of the rounds' means. Not a test: TCG makes absolute numbers
+# meaningless, the ratios are what to read.
 #
 #   tests/vm/bench-tcp.sh                        # build, boot one guest, run everything (~3-4 min)
-#   BENCH_RUNTIME=20 BENCH_REACTORS="1 2" BENCH_PERF=1 tests/vm/bench-tcp.sh
+#   BENCH_QUEUES="2 1" BENCH_ROUNDS=3 BENCH_REACTORS="1 2" BENCH_PERF=1 tests/vm/bench-tcp.sh
 #
 # Environment: BENCH_RUNTIME (seconds per fio run, default 15), BENCH_RAMP (2), BENCH_REACTORS (our reactor
-# counts to try, default "2"), BENCH_PERF=1 (perf record our daemon during one more randread run; report in the
-# logs folder), BENCH_CPUS (guest vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/bench-tcp).
+# counts to try, default "2"), BENCH_QUEUES (the kernel host's I/O queue counts to try, `nvme connect -i`; default
+# the guest's vCPU count, nvme-cli's own default), BENCH_ROUNDS (1), BENCH_BASELINE (another nvmf-target binary,
+# e.g. a build of an older commit: also benchmarked, as "baseline", with each reactor count, to measure a change in
+# the same run), BENCH_PERF=1 (perf record our daemon during one more randread run; report in the logs folder),
+# BENCH_CPUS (guest vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/bench-tcp).
 # The table is also written to $BENCH_LOGS/bench.md. `--guest` is the half that runs in the VM.
 #
 # Guest CPU: QEMU `-cpu max,-erms` unless NVMF_VM_CPU says otherwise: TCG's slow `rep movsb` would otherwise charge
@@ -27,13 +32,16 @@ if [ "${1:-}" != --guest ]; then
   rm -rf "$logs"
   mkdir -p "$logs"
   env_args=(--env "NVMF_TARGET_BIN=$target_dir/release/nvmf-target")
-  for v in BENCH_RUNTIME BENCH_RAMP BENCH_REACTORS BENCH_PERF; do
+  for v in BENCH_RUNTIME BENCH_RAMP BENCH_REACTORS BENCH_QUEUES BENCH_ROUNDS BENCH_BASELINE BENCH_PERF; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
+  # Other work on this machine slows the guest's vCPUs unevenly: the host's load goes in the table's footer.
+  load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   export NVMF_VM_CPU=${NVMF_VM_CPU:-max,-erms}
   "$target_dir/debug/nvmf-vm" --bare --modules nvmet,nvmet_tcp,nvme_tcp --cpus "${BENCH_CPUS:-2}" \
-    --deadline 1200 --logs "$logs" "${env_args[@]}" -- bash tests/vm/bench-tcp.sh --guest
-  echo "QEMU \`-cpu $NVMF_VM_CPU\`." | tee -a "$logs/bench.md"
+    --deadline 3600 --logs "$logs" "${env_args[@]}" -- bash tests/vm/bench-tcp.sh --guest
+  echo "QEMU \`-cpu $NVMF_VM_CPU\`. Host load average (1, 5, 15 min): $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after." |
+    tee -a "$logs/bench.md"
   echo "bench: logs in $logs" >&2
   exit 0
 fi
@@ -43,8 +51,9 @@ fi
 runtime=${BENCH_RUNTIME:-15}
 ramp=${BENCH_RAMP:-2}
 reactors=${BENCH_REACTORS:-2}
+queues=${BENCH_QUEUES:-$(nproc)}
+rounds=${BENCH_ROUNDS:-1}
 nqn_kernel=nqn.2024-01.io.nvmf-rs:bench-nvmet
-nqn_ours=nqn.2024-01.io.nvmf-rs:bench-ours
 table=$NVMF_VM_LOGS/bench.md
 
 # Pure null_blk: no memory backing, completions inline, so the storage costs next to nothing.
@@ -53,15 +62,17 @@ wait_until 10 test -b /dev/nullb0 || { fail "no /dev/nullb0"; exit 1; }
 
 _cpu_busy_jiffies() { local _c u n s i w q sq st; read -r _c u n s i w q sq st _ < /proc/stat; echo "$((u + n + s + q + sq + st)) $((u + n + s + i + w + q + sq + st))"; }
 _proc_jiffies() { local f; read -r -a f < "/proc/$1/stat"; echo "$((f[13] + f[14]))"; }
+# _key LABEL QUEUES RW: the results file of a target, queue count and workload.
+_key() { local l=${1// /_}; l=${l//[()]/}; echo "$NVMF_VM_LOGS/iops-$l-q$2-$3"; }
 
-# run_fio LABEL DEV RW [PID]: one fio run; appends a table row.
+# run_fio LABEL QUEUES ROUND DEV RW [PID]: one fio run; appends a table row, and its IOPS to the results file.
 run_fio() {
-  local label=$1 dev=$2 rw=$3 pid=${4:-} out b0 t0 b1 t1 p0=0 p1=0 iops p99 guest proc dir
-  out=$NVMF_VM_LOGS/fio-$label-$rw.json
+  local label=$1 q=$2 round=$3 dev=$4 rw=$5 pid=${6:-} out b0 t0 b1 t1 p0=0 p1=0 iops p99 guest proc dir
+  out=$(_key "$label" "$q" "$rw")-$round.json
   dir=${rw#rand}
   read -r b0 t0 <<< "$(_cpu_busy_jiffies)"
   [ -n "$pid" ] && p0=$(_proc_jiffies "$pid")
-  timeout $((runtime + ramp + 60)) fio --name="$label" --filename="$dev" --ioengine=io_uring --direct=1 \
+  timeout $((runtime + ramp + 60)) fio --name="$rw" --filename="$dev" --ioengine=io_uring --direct=1 \
     --rw="$rw" --bs=4k --iodepth=32 --numjobs=1 --time_based --runtime="$runtime" --ramp_time="$ramp" \
     --output-format=json > "$out" 2> "$out.err" || { cat "$out.err" >&2; fail "fio $label $rw"; return 1; }
   read -r b1 t1 <<< "$(_cpu_busy_jiffies)"
@@ -72,74 +83,98 @@ run_fio() {
   # Our daemon's CPU as % of one CPU over the whole run (ramp included, like the guest figure).
   proc="–"
   [ -n "$pid" ] && proc=$(((p1 - p0) * 100 / ((t1 - t0) / $(nproc))))
-  echo "| $label | 4 KiB $rw QD32 | $iops | $p99 | $guest | $proc |" >> "$table"
-  log "$label $rw: $iops IOPS, p99 $p99 µs, guest CPU $guest %, target CPU $proc %"
-  echo "$iops" > "$NVMF_VM_LOGS/iops-$label-$rw"
+  echo "| $label | $q | 4 KiB $rw QD32 | $round | $iops | $p99 | $guest | $proc |" >> "$table"
+  log "$label, $q I/O queue(s), $rw ($round): $iops IOPS, p99 $p99 µs, guest CPU $guest %, target CPU $proc %"
+  echo "$iops" >> "$(_key "$label" "$q" "$rw")"
 }
 
 {
-  echo "| target | workload | IOPS | p99 (µs) | guest CPU % | target process CPU % (of one CPU) |"
-  echo "|---|---|---:|---:|---:|---:|"
+  echo "| target | host I/O queues | workload | round | IOPS | p99 (µs) | guest CPU % | target process CPU % (of one CPU) |"
+  echo "|---|---:|---|---:|---:|---:|---:|---:|"
 } > "$table"
 
-# Kernel nvmet-tcp.
+# The targets, all up at once: "LABEL|PORT|NQN|DAEMON|PID" each (nvmet-tcp runs in kernel threads: no daemon).
+targets=("nvmet-tcp|4420|$nqn_kernel||")
 nvmet_subsys "$nqn_kernel" /dev/nullb0
 nvmet_tcp_port 1 127.0.0.1 4420 "$nqn_kernel"
-dev=$(host_connect tcp 127.0.0.1 4420 "$nqn_kernel")
-run_fio nvmet-tcp "$dev" randread
-run_fio nvmet-tcp "$dev" randwrite
-host_disconnect "$nqn_kernel"
-nvmet_teardown
-
-# Ours, with each reactor count.
+builds=("nvmf-rs $NVMF_TARGET_BIN")
+[ -n "${BENCH_BASELINE:-}" ] && builds+=("baseline $BENCH_BASELINE")
+port=4421
 for r in $reactors; do
-  config=/tmp/bench-$r.toml
-  cat > "$config" <<EOF
-[reactors]
-threads = $r
-[logging]
-level = "warn"
-[[listener]]
-address = "127.0.0.1"
-port = 4421
-[[subsystem]]
-nqn = "$nqn_ours"
-[[subsystem.namespace]]
-path = "/dev/nullb0"
-EOF
-  nvmf_target_start "ours-$r" "$config"
-  pid=$(pgrep -P "$(cat "/run/nvmf-daemons/ours-$r.pid")" | head -1) # the daemon under `timeout`
-  dev=$(host_connect tcp 127.0.0.1 4421 "$nqn_ours")
-  run_fio "nvmf-rs ($r reactors)" "$dev" randread "$pid"
-  run_fio "nvmf-rs ($r reactors)" "$dev" randwrite "$pid"
-  if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf > /dev/null; then
-    log "perf record of our daemon during a randread run"
+  for build in "${builds[@]}"; do
+    read -r name bin <<< "$build"
+    nqn=nqn.2024-01.io.nvmf-rs:bench-$name-$r
+    config=/tmp/bench-$name-$r.toml
+    printf '%s\n' "[reactors]" "threads = $r" "[logging]" 'level = "warn"' "[[listener]]" 'address = "127.0.0.1"' \
+      "port = $port" "[[subsystem]]" "nqn = \"$nqn\"" "[[subsystem.namespace]]" 'path = "/dev/nullb0"' > "$config"
+    start_daemon "$name-$r" timeout 7200 "$bin" --config "$config"
+    daemon_ready "$name-$r" 'nvmf-target: ready'
+    pid=$(nvmf_target_pid "$name-$r")
+    targets+=("$name ($r reactors)|$port|$nqn|$name-$r|$pid")
+    port=$((port + 1))
+  done
+done
+
+for round in $(seq "$rounds"); do
+  for q in $queues; do
+    for t in "${targets[@]}"; do
+      IFS='|' read -r label port nqn daemon pid <<< "$t"
+      dev=$(host_connect tcp 127.0.0.1 "$port" "$nqn" -i "$q")
+      run_fio "$label" "$q" "$round" "$dev" randread "$pid"
+      run_fio "$label" "$q" "$round" "$dev" randwrite "$pid"
+      host_disconnect "$nqn"
+    done
+  done
+done
+
+if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf > /dev/null; then
+  for t in "${targets[@]}"; do
+    IFS='|' read -r label port nqn daemon pid <<< "$t"
+    case $daemon in nvmf-rs-*) ;; *) continue ;; esac
+    log "perf record of $label during a randread run"
+    dev=$(host_connect tcp 127.0.0.1 "$port" "$nqn" -i "${queues%% *}")
     timeout $((runtime + 60)) fio --name=perf --filename="$dev" --ioengine=io_uring --direct=1 --rw=randread \
       --bs=4k --iodepth=32 --time_based --runtime="$runtime" > /dev/null 2>&1 &
     fio_pid=$!
     sleep "$ramp"
-    perf record -e cpu-clock -F 499 -g -p "$pid" -o "$NVMF_VM_LOGS/perf-$r.data" -- sleep $((runtime - ramp - 1)) \
-      > "$NVMF_VM_LOGS/perf-$r.record.txt" 2>&1 || log "perf record failed (see perf-$r.record.txt)"
+    perf record -e cpu-clock -F 499 -g -p "$pid" -o "$NVMF_VM_LOGS/perf-$daemon.data" -- sleep $((runtime - ramp - 1)) \
+      > "$NVMF_VM_LOGS/perf-$daemon.record.txt" 2>&1 || log "perf record failed (see perf-$daemon.record.txt)"
     wait "$fio_pid" || true
-    perf report -i "$NVMF_VM_LOGS/perf-$r.data" --stdio --no-children --sort dso,sym 2> /dev/null |
-      grep -v '^$' | head -80 > "$NVMF_VM_LOGS/perf-$r.txt" || true
-    ps -L -o tid,comm,pcpu -p "$pid" > "$NVMF_VM_LOGS/threads-$r.txt" 2>&1 || true
-  fi
-  host_disconnect "$nqn_ours"
-  stop_daemon "ours-$r"
+    perf report -i "$NVMF_VM_LOGS/perf-$daemon.data" --stdio --no-children --sort dso,sym 2> /dev/null |
+      grep -v '^$' | head -80 > "$NVMF_VM_LOGS/perf-$daemon.txt" || true
+    ps -L -o tid,comm,pcpu -p "$pid" > "$NVMF_VM_LOGS/threads-$daemon.txt" 2>&1 || true
+    host_disconnect "$nqn"
+  done
+fi
+for t in "${targets[@]}"; do
+  IFS='|' read -r label port nqn daemon pid <<< "$t"
+  [ -z "$daemon" ] || stop_daemon "$daemon"
 done
+nvmet_teardown
 
-# Ratios against nvmet-tcp.
+# _mean FILE: the mean of its lines.
+_mean() { awk '{ s += $1; n++ } END { if (n) printf "%d", s / n; else print 0 }' "$1"; }
+# _ratio A B: mean(A) / mean(B), then each round's, "1.23x (rounds 1.20 · 1.26)".
+_ratio() {
+  awk -v a="$(_mean "$1")" -v b="$(_mean "$2")" 'BEGIN { printf "%.2fx", (b ? a / b : 0) }'
+  printf ' (rounds %s)' "$(paste -d' ' "$1" "$2" | awk '{ printf "%s%.2f", (NR > 1 ? " · " : ""), ($2 ? $1 / $2 : 0) }')"
+}
+
+# Ratios of the rounds' means against nvmet-tcp (and of this build against the baseline build, when there is one).
 {
   echo
-  for rw in randread randwrite; do
-    k=$(cat "$NVMF_VM_LOGS/iops-nvmet-tcp-$rw")
-    for r in $reactors; do
-      o=$(cat "$NVMF_VM_LOGS/iops-nvmf-rs ($r reactors)-$rw")
-      echo "- $rw: nvmf-rs ($r reactors) / nvmet-tcp = $((o * 100 / k)) %"
+  for q in $queues; do
+    for rw in randread randwrite; do
+      for t in "${targets[@]:1}"; do
+        IFS='|' read -r label _ <<< "$t"
+        echo "- $q I/O queue(s), $rw: $label / nvmet-tcp = $(_ratio "$(_key "$label" "$q" "$rw")" "$(_key nvmet-tcp "$q" "$rw")")"
+        case $label in
+          baseline*) echo "- $q I/O queue(s), $rw: nvmf-rs / baseline${label#baseline} = $(_ratio "$(_key "nvmf-rs${label#baseline}" "$q" "$rw")" "$(_key "$label" "$q" "$rw")")" ;;
+        esac
+      done
     done
   done
   echo
-  echo "Guest: $(nproc) vCPUs (QEMU TCG), kernel $(uname -r), null_blk irqmode=0, fio io_uring direct, ${runtime} s per run after ${ramp} s ramp; copy_to_user $(copy_to_user_rate)."
+  echo "Guest: $(nproc) vCPUs (QEMU TCG), kernel $(uname -r), null_blk irqmode=0, fio io_uring direct, ${runtime} s per run after ${ramp} s ramp, $rounds round(s); copy_to_user $(copy_to_user_rate)."
 } >> "$table"
 cat "$table"
