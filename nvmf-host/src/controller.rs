@@ -17,8 +17,8 @@
 //! [`QueueHandle`]s callers hold stay valid — or [`ConnectOptions::ctrl_loss_tmo`] has passed since the
 //! loss ([`ControllerState::Failed`]). Meanwhile I/O is held: new I/O submissions wait, and I/O commands
 //! the lost connection had in flight are resubmitted on the new association (reads, writes, flush, write
-//! zeroes and DSM are safe to repeat at the block level), through the [`crate::tcp::Pending`] the caller
-//! waits on; see [`crate::queue_handle`] for how the owned buffers are kept without a copy. After `fast_io_fail_tmo`
+//! zeroes and DSM are safe to repeat at the block level), through the [`Pending`] the caller
+//! waits on; see [`crate::queue::handle`] for how the owned buffers are kept without a copy. After `fast_io_fail_tmo`
 //! held and new I/O fail with [`HostError::FastIoFail`] while attempts go on; after `ctrl_loss_tmo` with
 //! [`HostError::ControllerLost`]. Admin commands of [`Controller::admin_command`] are held the same way (the
 //! supervisor's own are not: it runs the reconnect they would wait for).
@@ -74,12 +74,13 @@ use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, Submiss
 
 use crate::error::HostError;
 use crate::identity::HostIdentity;
-use crate::queue_handle::{Completed, CompletionSink, Recovery};
+use crate::queue::handle::{Completed, CompletionSink, Pending, QueueHandle, Recovery, Reply, Submitter};
+use crate::queue::{execute, BareQueue, DataDirection, Request, MAX_QUEUE_DEPTH};
 #[cfg(feature = "rdma")]
 use crate::rdma::queue::DetachedTeardown;
 #[cfg(feature = "rdma")]
 use crate::rdma::{RdmaQueue, RdmaQueueOptions};
-use crate::tcp::{DataDirection, Pending, QueueHandle, Reply, Request, Submitter, TcpQueue, TcpQueueOptions};
+use crate::tcp::{TcpQueue, TcpQueueOptions};
 
 /// Depth of the admin queue (Linux uses 32).
 const ADMIN_QUEUE_SIZE: u16 = 32;
@@ -500,7 +501,7 @@ fn check(command: &'static str, reply: Reply) -> Result<Reply, HostError> {
 }
 
 /// The Fabrics Connect request for queue `qid` (its SQE and 1024-byte data), carrying `context`.
-pub(crate) fn connect_request<T>(
+fn connect_request<T>(
     qid: u16,
     options: &ConnectOptions,
     subnqn: &str,
@@ -524,7 +525,7 @@ pub(crate) fn connect_request<T>(
 }
 
 /// The CNTLID a Connect response grants, or the rejection.
-pub(crate) fn connect_response(qid: u16, cqe: &CompletionQueueEntry) -> Result<u16, HostError> {
+fn connect_response(qid: u16, cqe: &CompletionQueueEntry) -> Result<u16, HostError> {
     if !cqe.status.is_success() {
         return Err(HostError::ConnectRejected { qid, status: cqe.status, dw0: cqe.dw0 });
     }
@@ -679,7 +680,7 @@ fn associate(
         let entries = u32::from(options.queue_size).clamp(2, cap.max_queue_entries());
         let sqsize = u16::try_from(entries - 1).unwrap_or(u16::MAX);
         for qid in 1..=granted {
-            let q = open_queue(addr, options, qid, sqsize.min(crate::tcp::MAX_QUEUE_DEPTH), in_capsule_data, cntlid)?;
+            let q = open_queue(addr, options, qid, sqsize.min(MAX_QUEUE_DEPTH), in_capsule_data, cntlid)?;
             fabrics_connect(&q.submitter(), options, subnqn, sqsize, cntlid, 0)?;
             io.push(q);
         }
@@ -1164,6 +1165,16 @@ impl Controller {
     ) -> Result<Reply, HostError> {
         let pending = self.inner.admin.submit(Request { sqe, data, direction, context: () })?;
         finish(command, pending, self.inner.options.io_timeout)
+    }
+
+    /// Fabrics Connect of a fresh bare I/O queue (`TcpQueue` or `RdmaQueue`, owned by the caller) to this
+    /// association, SQSIZE `sqsize`: polls it on the caller's thread until the response arrives, bounded by the
+    /// connect timeout. For callers that drive bare I/O queues themselves (perf, tests).
+    pub fn fabrics_connect<T: Default, Q: BareQueue<T>>(&self, queue: &mut Q, sqsize: u16) -> Result<(), HostError> {
+        let (qid, o) = (queue.qid(), self.options());
+        let request = connect_request(qid, o, self.subnqn(), sqsize, self.cntlid(), 0, T::default())?;
+        let c = execute(queue, request, o.connect_timeout)?;
+        connect_response(qid, &c.result?).map(|_| ())
     }
 
     /// Set Features Number of Queues for `count` I/O queue pairs; returns how many the controller grants. For

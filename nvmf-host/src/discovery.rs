@@ -13,7 +13,7 @@ use nvmf_common::nvme::log_page::{lid, GetLogPage};
 
 use crate::controller::{ConnectOptions, Controller};
 use crate::error::HostError;
-use crate::tcp::DataDirection;
+use crate::queue::DataDirection;
 
 /// How often the page is re-read when its generation counter changes under us.
 const GENCTR_RETRIES: usize = 10;

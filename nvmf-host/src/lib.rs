@@ -1,9 +1,10 @@
 //! nvmf-host: the NVMe over Fabrics host library.
 //!
+//! - [`queue`] — what a queue pair of either transport takes and gives back, how its owner drives it
+//!   ([`queue::BareQueue`]), and [`queue::handle`]: a queue on its own I/O thread, shared by any number of
+//!   threads, with held I/O across reconnects and per-queue metrics.
 //! - [`tcp`] — the NVMe/TCP queue pair (pipelined, poll-driven).
 //! - `rdma` (feature `rdma`, on by default) — the NVMe/RDMA queue pair, same shape as the TCP one.
-//! - [`queue_handle`] — a queue of either transport on its own I/O thread, shared by any number of threads,
-//!   with held I/O across reconnects and per-queue metrics.
 //! - [`controller`] — an association with one controller — bring-up (Connect, CC.EN/CSTS.RDY, Identify,
 //!   Number of Queues, I/O queue Connects), keep-alive, namespaces, blocking and async I/O with scatter-gather
 //!   buffers, shutdown.
@@ -52,7 +53,7 @@ pub mod identity;
 pub mod metrics;
 pub mod nbd;
 pub mod perf;
-pub mod queue_handle;
+pub mod queue;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod tcp;

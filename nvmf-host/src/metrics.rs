@@ -27,7 +27,7 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::queue_handle::{latency_bucket_bound, QueueMetrics, LATENCY_BUCKETS};
+use crate::queue::handle::{latency_bucket_bound, QueueMetrics, LATENCY_BUCKETS};
 
 /// The states `nvmf_host_controller_state` enumerates.
 pub const STATES: [&str; 5] = ["connecting", "live", "reconnecting", "deleting", "failed"];

@@ -2,7 +2,7 @@
 //!
 //! The association is brought up by [`Controller::connect`] with the admin queue only (either transport). perf
 //! then asks for its I/O queues itself ([`Controller::request_io_queues`]) and connects each as a bare queue
-//! (`TcpQueue` or `RdmaQueue`, both behind [`BareQueue`]; [`fabrics_connect`]) driven by its own worker thread
+//! (`TcpQueue` or `RdmaQueue`, both behind [`BareQueue`]; [`Controller::fabrics_connect`]) driven by its own worker thread
 //! through the poll API, so exactly `queue_depth` commands are outstanding per queue and nothing sits between
 //! the measuring loop and the socket or completion queue.
 //!
@@ -23,14 +23,12 @@ use nvmf_common::nvme::io::{Read, Write};
 
 use nvmf_common::fabrics::property::Capabilities;
 
-use crate::controller::{
-    connect_request, connect_response, ConnectOptions, Controller, IoTraffic, NamespaceInfo, Transport,
-};
+use crate::controller::{ConnectOptions, Controller, IoTraffic, NamespaceInfo, Transport};
 use crate::error::HostError;
-pub use crate::queue_handle::BareQueue;
+use crate::queue::{BareQueue, DataDirection, Request, MAX_QUEUE_DEPTH};
 #[cfg(feature = "rdma")]
 use crate::rdma::{RdmaQueue, RdmaQueueOptions};
-use crate::tcp::{Completion, DataDirection, Request, TcpQueue, TcpQueueOptions, MAX_QUEUE_DEPTH};
+use crate::tcp::{TcpQueue, TcpQueueOptions};
 
 /// What went wrong running perf.
 #[derive(Debug, thiserror::Error)]
@@ -381,40 +379,6 @@ struct WorkerResult {
     histogram: LatencyHistogram,
 }
 
-/// Submit `request` on a bare `queue` and poll it until that command completes (bounded by `timeout`); the
-/// completion, whatever its status. For a queue with nothing else outstanding.
-pub fn execute<T, Q: BareQueue<T>>(
-    queue: &mut Q,
-    request: Request<T>,
-    timeout: Duration,
-) -> Result<Completion<T>, HostError> {
-    let qid = queue.qid();
-    queue.submit(request).map_err(|r| r.error)?;
-    let deadline = Instant::now() + timeout;
-    loop {
-        queue.poll(Some(Duration::from_millis(100)))?;
-        if let Some(c) = queue.next_completion() {
-            return Ok(c);
-        }
-        if Instant::now() >= deadline {
-            return Err(HostError::Timeout { what: format!("a command on queue {qid}"), after: timeout });
-        }
-    }
-}
-
-/// Fabrics Connect of a fresh bare I/O queue to `ctrl`'s association (SQSIZE `sqsize`), polling it until the
-/// response arrives.
-pub fn fabrics_connect<T: Default, Q: BareQueue<T>>(
-    queue: &mut Q,
-    ctrl: &Controller,
-    sqsize: u16,
-) -> Result<(), HostError> {
-    let (qid, o) = (queue.qid(), ctrl.options());
-    let request = connect_request(qid, o, ctrl.subnqn(), sqsize, ctrl.cntlid(), 0, T::default())?;
-    let c = execute(queue, request, o.connect_timeout)?;
-    connect_response(qid, &c.result?).map(|_| ())
-}
-
 fn submit_one(
     queue: &mut impl BareQueue<u32>,
     job: &Job,
@@ -647,7 +611,7 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
                     command_timeout: o.io_timeout,
                 };
                 let mut q = TcpQueue::connect(options.addr, &qopts)?;
-                fabrics_connect(&mut q, ctrl, depth)?;
+                ctrl.fabrics_connect(&mut q, depth)?;
                 queues.push(q);
             }
             drive(queues, options, &ns, plan, &ctrl.bare_io_traffic())
@@ -666,7 +630,7 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
                     command_timeout: o.io_timeout,
                 };
                 let mut q = RdmaQueue::connect(options.addr, &qopts)?;
-                fabrics_connect(&mut q, ctrl, depth)?;
+                ctrl.fabrics_connect(&mut q, depth)?;
                 queues.push(q);
             }
             drive(queues, options, &ns, plan, &ctrl.bare_io_traffic())

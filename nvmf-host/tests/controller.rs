@@ -16,8 +16,9 @@ use nvmf_common::fabrics::property::{Property, PropertyGet};
 use nvmf_common::nvme::io::{Read, Write};
 use nvmf_common::nvme::Status;
 use nvmf_common::nvme::{SglDescriptor, SglSubtype};
-use nvmf_host::tcp::{DataDirection, Request, TcpQueue, TcpQueueOptions};
-use nvmf_host::{perf, Controller, HostError};
+use nvmf_host::queue::{execute, DataDirection, Request};
+use nvmf_host::tcp::{TcpQueue, TcpQueueOptions};
+use nvmf_host::{Controller, HostError};
 use nvmf_tests::executor::{block_on, join_all};
 use support::{options, pattern, Target, SUBNQN};
 
@@ -309,7 +310,7 @@ fn bare_queue_io_reported_as_traffic_skips_keep_alives() {
     assert_eq!(ctrl.request_io_queues(1).unwrap(), 1);
     let qopts = TcpQueueOptions { qid: 1, depth: 31, ..TcpQueueOptions::default() };
     let mut queue: TcpQueue<()> = TcpQueue::connect(target.addr, &qopts).unwrap();
-    perf::fabrics_connect(&mut queue, &ctrl, 31).expect("bare I/O queue Connect");
+    ctrl.fabrics_connect(&mut queue, 31).expect("bare I/O queue Connect");
     let traffic = ctrl.bare_io_traffic();
     // Keep Alives (completed admin commands) during 3 s of reads on the bare queue.
     let mut keep_alives_during_reads = |report: bool| {
@@ -318,7 +319,7 @@ fn bare_queue_io_reported_as_traffic_skips_keep_alives() {
         while start.elapsed() < Duration::from_secs(3) {
             let sqe = Read { nsid: 1, slba: 0, nlb: 7, ..Read::default() }.to_sqe();
             let request = Request { sqe, data: vec![0; 4096], direction: DataDirection::ControllerToHost, context: () };
-            let c = perf::execute(&mut queue, request, Duration::from_secs(5)).expect("read on the bare queue");
+            let c = execute(&mut queue, request, Duration::from_secs(5)).expect("read on the bare queue");
             assert!(c.result.expect("completion").status.is_success());
             if report {
                 traffic.add(1, 1);

@@ -13,7 +13,8 @@ use nvmf_common::transport::tcp::Direction;
 use nvmf_common::transport::tcp::{
     C2hData, CapsuleResponse, DigestTypes, FatalErrorStatus, Framing, IcResp, Pdu, PduError, TermReq,
 };
-use nvmf_host::tcp::{Completion, DataDirection, Request, TcpQueue, TcpQueueOptions};
+use nvmf_host::queue::{Completion, DataDirection, Request};
+use nvmf_host::tcp::{TcpQueue, TcpQueueOptions};
 use nvmf_host::HostError;
 
 /// Serve one connection: ICResp with `ddgst`/`hdgst` as asked, read one 72-byte capsule (no digests:

@@ -49,10 +49,10 @@ fn queue_bytes_errors_and_latency_after_io() {
         assert_eq!(&buf[..4096], &data[..], "read back");
     }
     let past_end = nvmf_common::nvme::io::Read { nsid: 1, slba: 16 << 11, nlb: 0, ..Default::default() }.to_sqe();
-    let request = nvmf_host::tcp::Request {
+    let request = nvmf_host::queue::Request {
         sqe: past_end,
         data: vec![0; 512],
-        direction: nvmf_host::tcp::DataDirection::ControllerToHost,
+        direction: nvmf_host::queue::DataDirection::ControllerToHost,
         context: (),
     };
     let reply = ctrl.submit_io(request).unwrap().wait(std::time::Duration::from_secs(10)).unwrap();

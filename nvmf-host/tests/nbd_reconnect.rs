@@ -1,5 +1,5 @@
 //! The NBD export across a target restart, in-process on 127.0.0.1: its commands complete through a
-//! completion sink ([`nvmf_host::queue_handle::CompletionSink`]), and a write the client sends while the
+//! completion sink ([`nvmf_host::queue::handle::CompletionSink`]), and a write the client sends while the
 //! target is down is held and then completes on the new association — qemu-io, the client, sees no error and
 //! reads its data back, and the namespace (a file, so it survives the restart) holds it.
 //! Skips with a printed reason when qemu-io is missing, unless `NVMF_REQUIRE_TOOLS=1`.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use nvmf_common::nvme::identify::{cns, Identify, IdentifyController, IDENTIFY_DATA_SIZE};
 use nvmf_common::nvme::io::{Read, Write};
 use nvmf_config::TargetConfig;
-use nvmf_host::tcp::{DataDirection, Request};
+use nvmf_host::queue::{DataDirection, Request};
 use nvmf_host::{Controller, ControllerState, HostError};
 use nvmf_target::daemon::RunningTarget;
 use nvmf_tests::executor::block_on;

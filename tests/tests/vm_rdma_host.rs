@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use nvmf_common::nvme::io::{Read, Write};
 use nvmf_common::nvme::Status;
-use nvmf_host::rdma::admin::execute;
+use nvmf_host::queue::execute;
+use nvmf_host::queue::{DataDirection, Request};
 use nvmf_host::rdma::{BareAdmin, RdmaQueue, RdmaQueueOptions};
-use nvmf_host::tcp::{DataDirection, Request};
 use nvmf_host::{ConnectOptions, Controller, HostError, Transport};
 use nvmf_tests::executor::{block_on, join_all};
 use nvmf_tests::vm::{self, Vm};
@@ -238,7 +238,7 @@ fn round_trip(q: &mut RdmaQueue<usize>, in_capsule_data: u32, slba: impl Fn(usiz
 }
 
 /// Poll until `n` commands completed.
-fn drain(q: &mut RdmaQueue<usize>, n: usize) -> Vec<nvmf_host::tcp::Completion<usize>> {
+fn drain(q: &mut RdmaQueue<usize>, n: usize) -> Vec<nvmf_host::queue::Completion<usize>> {
     let mut done = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while done.len() < n {

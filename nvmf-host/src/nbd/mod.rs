@@ -5,7 +5,7 @@
 //! Threads: one acceptor thread (a [`mio::Poll`] over the listener and a waker, so [`NbdExport::stop`] never
 //! waits on a blocked `accept`), and per client two threads: the session thread runs the handshake and then
 //! reads requests and submits their commands (spread round-robin over the I/O queues) with their completions
-//! going to the session's completion sink ([`crate::queue_handle::CompletionSink`]); the reply thread takes
+//! going to the session's completion sink ([`crate::queue::handle::CompletionSink`]); the reply thread takes
 //! submitted requests and completions from one channel and writes each reply as its request's last command
 //! completes (completion order: the protocol matches replies by cookie). Two threads per client because a
 //! thread blocked reading the socket cannot also take completions. While completions keep coming, replies

@@ -25,8 +25,8 @@ use nvmf_common::nvme::SubmissionQueueEntry;
 
 use super::proto::{self, check_request, errno, info, opt, rep, Action, RequestHeader};
 use super::{Export, Stream, HANDSHAKE_TIMEOUT, IN_FLIGHT_BYTES, MAX_IN_FLIGHT};
-use crate::queue_handle::{Completed, CompletionSink};
-use crate::tcp::{DataDirection, Request};
+use crate::queue::handle::{Completed, CompletionSink, Reply};
+use crate::queue::{DataDirection, Request};
 
 /// Option data longer than this is refused (`NBD_OPT_GO` with a 4096-byte name is about 4 KiB).
 const MAX_OPTION_LEN: u32 = 16 << 10;
@@ -456,7 +456,7 @@ struct Slot {
 
 impl Slot {
     /// A command of this slot's job finished with `reply`.
-    fn complete(&mut self, piece: usize, reply: crate::tcp::Reply) {
+    fn complete(&mut self, piece: usize, reply: Reply) {
         self.done += 1;
         match &reply.result {
             Ok(cqe) if cqe.status.is_success() => {}

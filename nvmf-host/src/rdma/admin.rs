@@ -8,13 +8,10 @@
 use std::net::SocketAddr;
 
 use nvmf_common::fabrics::property::{Capabilities, Property};
-use nvmf_common::nvme::SubmissionQueueEntry;
 
 use super::{RdmaQueue, RdmaQueueOptions};
 use crate::controller::{ConnectOptions, Controller, NamespaceInfo, Transport};
 use crate::error::HostError;
-pub use crate::perf::{execute, fabrics_connect};
-use crate::tcp::{DataDirection, Reply};
 
 /// An enabled controller's admin side and what bring-up learnt (see the module docs).
 #[derive(Debug)]
@@ -53,20 +50,9 @@ impl BareAdmin {
         })
     }
 
-    /// The controller (admin commands, namespaces).
+    /// The controller: admin commands ([`Controller::admin_command`]), namespaces.
     pub fn controller(&self) -> &Controller {
         &self.ctrl
-    }
-
-    /// Run one admin command; a non-success status is [`HostError::Status`].
-    pub fn command(
-        &self,
-        command: &'static str,
-        sqe: SubmissionQueueEntry,
-        direction: DataDirection,
-        data: Vec<u8>,
-    ) -> Result<Reply, HostError> {
-        self.ctrl.admin_command(command, sqe, direction, data)
     }
 
     /// Property Get.
@@ -97,7 +83,7 @@ impl BareAdmin {
             command_timeout: o.io_timeout,
         };
         let mut queue = RdmaQueue::connect(self.ctrl.addr(), &qopts)?;
-        fabrics_connect(&mut queue, &self.ctrl, depth)?;
+        self.ctrl.fabrics_connect(&mut queue, depth)?;
         Ok(queue)
     }
 

@@ -1,5 +1,5 @@
 //! [`RdmaQueue`]: one host-side NVMe/RDMA queue pair as a poll-driven state machine, the twin of
-//! [`crate::tcp::TcpQueue`] (same [`Request`], [`Completion`] and [`Rejected`] types, same `submit` / `poll` /
+//! NVMe/TCP `TcpQueue` (same [`Request`], [`Completion`] and [`Rejected`] types, same `submit` / `poll` /
 //! `next_completion` shape).
 //!
 //! Whoever owns the queue drives it from one thread; nothing in it locks. [`RdmaQueue::submit`] stages a
@@ -9,7 +9,7 @@
 //! [`RdmaQueue::poll`] posts every staged capsule with one `post_send` (each keyed command's window bind
 //! chained before its SEND), reaps the completion queue, reposts the consumed receives with one `post_recv`,
 //! and sleeps on the completion channel and the RDMA CM event channel only when nothing completed (a
-//! [`RdmaQueue::waker`] ends that sleep from another thread: how [`crate::queue_handle::QueueHandle`]'s I/O
+//! [`RdmaQueue::waker`] ends that sleep from another thread: how [`crate::queue::handle::QueueHandle`]'s I/O
 //! thread is told of new requests).
 //!
 //! A command completes when its SEND completed, its response arrived and its data buffer is closed to the
@@ -44,15 +44,11 @@ use nvmf_common::transport::rdma::verbs::{
 
 use super::memory::{decode_wr_id, rdma, Capsule, QueueMemory, Transfer, WrKind};
 use crate::error::HostError;
-use crate::queue_handle::BareQueue;
-use crate::tcp::{Completion, DataDirection, QueueStats, Rejected, Request, MAX_QUEUE_DEPTH};
+use crate::queue::{command_id, BareQueue, Completion, DataDirection, QueueStats, Rejected, Request};
 
 const COMPLETIONS: Token = Token(0);
 const CM_EVENTS: Token = Token(1);
 const WAKER: Token = Token(2);
-/// Bits of a CID that index the slot table; the rest is the slot's generation.
-const INDEX_BITS: u32 = 12;
-const INDEX_MASK: u16 = (1 << INDEX_BITS) - 1;
 /// Work completions taken per `ibv_poll_cq`.
 const POLL_BATCH: usize = 32;
 
@@ -204,12 +200,7 @@ impl<T> RdmaQueue<T> {
     /// [`HostError::RdmaRejected`] with the controller's NVMe/RDMA status.
     pub fn connect(addr: SocketAddr, options: &RdmaQueueOptions) -> Result<Self, HostError> {
         let qid = options.qid;
-        if options.depth == 0 || options.depth > MAX_QUEUE_DEPTH {
-            return Err(HostError::InvalidRequest(format!(
-                "queue depth {} (allowed 1..={MAX_QUEUE_DEPTH})",
-                options.depth
-            )));
-        }
+        command_id::check_depth(options.depth)?;
         let deadline = Instant::now() + options.connect_timeout;
         let events = EventChannel::new().map_err(rdma(qid, "creating an RDMA CM event channel"))?;
         let mut id = CmId::new(&events).map_err(rdma(qid, "creating an RDMA CM id"))?;
@@ -358,16 +349,11 @@ impl<T> RdmaQueue<T> {
         self.failed.as_ref()
     }
 
-    fn cid(&self, index: usize) -> u16 {
-        // Index < 4096 and generation < 16: the CID fits.
-        let index = u16::try_from(index).unwrap_or(INDEX_MASK) & INDEX_MASK;
-        (self.slots[usize::from(index)].generation << INDEX_BITS) | index
-    }
-
+    /// The slot of a live command with identifier `cid`.
     fn live(&self, cid: u16) -> Option<usize> {
-        let index = usize::from(cid & INDEX_MASK);
+        let index = command_id::slot(cid);
         let slot = self.slots.get(index)?;
-        (slot.state != RdmaCommandState::Free && self.cid(index) == cid).then_some(index)
+        (slot.state != RdmaCommandState::Free && command_id::of(index, slot.generation) == cid).then_some(index)
     }
 
     /// Stage a command (see the module docs); the next [`poll`](Self::poll) or [`flush`](Self::flush) posts
@@ -428,9 +414,9 @@ impl<T> RdmaQueue<T> {
         };
         let mut sqe = request.sqe;
         sqe.set_sgl1(&sgl).map_err(|e| HostError::wire("SGL1", e))?;
-        let generation = (self.slots[index].generation + 1) & 0xF;
+        let generation = command_id::next_generation(self.slots[index].generation);
         self.slots[index].generation = generation;
-        sqe.cid = self.cid(index);
+        sqe.cid = command_id::of(index, generation);
         self.memory.write_capsule(index, &sqe.to_bytes())?;
         self.staged.push(Capsule {
             index,

@@ -1,16 +1,10 @@
-//! The host side of NVMe/TCP: a pipelined queue pair ([`TcpQueue`]); its I/O-thread driver ([`QueueHandle`],
-//! shared with NVMe/RDMA) is re-exported here from [`crate::queue_handle`].
+//! The host side of NVMe/TCP: a pipelined queue pair ([`TcpQueue`]), poll-driven by its owner, with every PDU
+//! built and parsed by `nvmf_common::transport::tcp`. What it takes and gives back is the transport-neutral
+//! [`crate::queue`]'s; [`crate::queue::handle::QueueHandle`] puts it on its own I/O thread.
 //!
 //! Threading: a [`TcpQueue`] is single-owner and poll-driven — whoever owns it calls `submit`, `poll` and
-//! `next_completion` from one thread, and nothing in it locks. [`QueueHandle`] gives each queue its own I/O
-//! thread (mio) that owns the socket; other threads submit through a bounded channel plus a waker and
-//! receive each completion on a one-shot reply ([`Pending`]). Every PDU is built and parsed with
-//! `nvmf_common::transport::tcp`.
+//! `next_completion` from one thread, and nothing in it locks.
 
-pub use crate::queue_handle as handle;
 pub mod queue;
 
-pub use handle::{Pending, QueueHandle, Reply, Submitter};
-pub use queue::{
-    CommandState, Completion, DataDirection, QueueStats, Rejected, Request, TcpQueue, TcpQueueOptions, MAX_QUEUE_DEPTH,
-};
+pub use queue::{CommandState, TcpQueue, TcpQueueOptions};

@@ -3,7 +3,7 @@
 //! The queue owns its socket, a [`mio::Poll`], the PDU decoder and a table of command slots. Whoever owns
 //! the `TcpQueue` drives it from one thread — [`TcpQueue::submit`] queues commands,
 //! [`TcpQueue::poll`] moves bytes and [`TcpQueue::next_completion`] hands back finished commands — so there
-//! is no lock anywhere in it. [`super::QueueHandle`] puts one on its own I/O thread for multi-threaded
+//! is no lock anywhere in it. [`crate::queue::handle::QueueHandle`] puts one on its own I/O thread for multi-threaded
 //! callers; tests and single-threaded tools use it directly.
 //!
 //! Commands are pipelined up to the queue depth. Each slot has an explicit [`CommandState`]; a command
@@ -45,14 +45,10 @@ use nvmf_common::transport::tcp::{
 };
 
 use crate::error::HostError;
+use crate::queue::{command_id, BareQueue, Completion, DataDirection, QueueStats, Rejected, Request};
 
 const SOCKET: Token = Token(0);
 const WAKER: Token = Token(1);
-/// Bits of a CID that index the slot table; the rest is the slot's generation.
-const INDEX_BITS: u32 = 12;
-const INDEX_MASK: u16 = (1 << INDEX_BITS) - 1;
-/// The deepest queue this host builds (the CID's index bits).
-pub const MAX_QUEUE_DEPTH: u16 = 1 << INDEX_BITS;
 /// Most iovecs handed to one `writev`.
 const MAX_IOVECS: usize = 64;
 
@@ -91,56 +87,6 @@ impl Default for TcpQueueOptions {
             command_timeout: Duration::from_secs(30),
         }
     }
-}
-
-/// Which way a command's data moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataDirection {
-    /// No data.
-    None,
-    /// Host to controller (writes): sent in the capsule or in H2CData PDUs on R2T.
-    HostToController,
-    /// Controller to host (reads): received in C2HData PDUs.
-    ControllerToHost,
-}
-
-/// A command to submit. The queue owns `data` while the command is outstanding and gives it back in the
-/// [`Completion`].
-#[derive(Debug)]
-pub struct Request<T> {
-    /// The command; its CID and SGL1 are set by the queue.
-    pub sqe: SubmissionQueueEntry,
-    /// The data buffer: the bytes to send, or the buffer to receive into (its length is the transfer length).
-    pub data: Vec<u8>,
-    /// Which way `data` moves.
-    pub direction: DataDirection,
-    /// The caller's token, returned with the completion.
-    pub context: T,
-}
-
-/// A submission the queue refused, with the request handed back.
-#[derive(Debug)]
-pub struct Rejected<T> {
-    /// Why.
-    pub error: HostError,
-    /// The request, untouched.
-    pub request: Request<T>,
-}
-
-/// A finished command.
-#[derive(Debug)]
-pub struct Completion<T> {
-    /// The caller's token from the request.
-    pub context: T,
-    /// The completion queue entry (synthesised for a C2HData with SUCCESS), or the queue failure that ended
-    /// the command.
-    pub result: Result<CompletionQueueEntry, HostError>,
-    /// The request's buffer; for reads, the data received.
-    pub data: Vec<u8>,
-    /// R2Ts the controller sent for the command.
-    pub r2ts: u16,
-    /// Whether the write data travelled in the capsule.
-    pub in_capsule: bool,
 }
 
 /// Where a command is in its life.
@@ -216,19 +162,6 @@ struct DirectC2h {
     at: usize,
     /// Where the PDU's data ends in the command's buffer (the PDU ends there too: no data digest).
     end: usize,
-}
-
-/// Counters of one queue.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    /// Commands submitted.
-    pub submitted: u64,
-    /// Commands completed (any status).
-    pub completed: u64,
-    /// The most commands outstanding at once.
-    pub max_outstanding: u16,
-    /// R2Ts served.
-    pub r2ts: u64,
 }
 
 /// The command side of the queue: slots, send queue, completions. Kept apart from the socket and decoder
@@ -310,12 +243,7 @@ impl<T> TcpQueue<T> {
     /// `options.connect_timeout`). Fails if a digest asked for is not granted (or one not asked for is).
     pub fn connect(addr: SocketAddr, options: &TcpQueueOptions) -> Result<Self, HostError> {
         let qid = options.qid;
-        if options.depth == 0 || options.depth > MAX_QUEUE_DEPTH {
-            return Err(HostError::InvalidRequest(format!(
-                "queue depth {} (allowed 1..={MAX_QUEUE_DEPTH})",
-                options.depth
-            )));
-        }
+        command_id::check_depth(options.depth)?;
         let mut stream = std::net::TcpStream::connect_timeout(&addr, options.connect_timeout)
             .map_err(|e| HostError::ConnectFailed { addr, kind: e.kind(), message: e.to_string() })?;
         let io = |what| move |e: std::io::Error| HostError::io(qid, what, &e);
@@ -725,17 +653,11 @@ impl<T> TcpQueue<T> {
 }
 
 impl<T> Commands<T> {
-    fn cid(&self, index: usize) -> u16 {
-        // Index < 4096 and generation < 16: the CID fits.
-        let index = u16::try_from(index).unwrap_or(INDEX_MASK) & INDEX_MASK;
-        (self.slots[index as usize].generation << INDEX_BITS) | index
-    }
-
     /// The slot of a live command with identifier `cid`.
     fn live(&self, cid: u16) -> Option<usize> {
-        let index = usize::from(cid & INDEX_MASK);
+        let index = command_id::slot(cid);
         let slot = self.slots.get(index)?;
-        (slot.state != CommandState::Free && self.cid(index) == cid).then_some(index)
+        (slot.state != CommandState::Free && command_id::of(index, slot.generation) == cid).then_some(index)
     }
 
     fn start(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
@@ -762,9 +684,9 @@ impl<T> Commands<T> {
         if let Err(e) = sqe.set_sgl1(&sgl) {
             return Err(Box::new(Rejected { error: HostError::wire("SGL1", e), request }));
         }
-        let generation = (self.slots[index].generation + 1) & 0xF;
+        let generation = command_id::next_generation(self.slots[index].generation);
         self.slots[index].generation = generation;
-        sqe.cid = self.cid(index);
+        sqe.cid = command_id::of(index, generation);
         let data_range = if in_capsule { 0..request.data.len() } else { 0..0 };
         let mut out = OutPdu {
             header: [0; MAX_ENCODED_HEADER_LEN],
@@ -1056,5 +978,41 @@ impl<T> Commands<T> {
         slot.r2ts = slot.r2ts.saturating_add(1);
         self.stats.r2ts += 1;
         Ok(())
+    }
+}
+
+impl<T: Send> BareQueue<T> for TcpQueue<T> {
+    fn qid(&self) -> u16 {
+        TcpQueue::qid(self)
+    }
+    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
+        TcpQueue::submit(self, request)
+    }
+    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        TcpQueue::poll(self, timeout)
+    }
+    fn next_completion(&mut self) -> Option<Completion<T>> {
+        TcpQueue::next_completion(self)
+    }
+    fn close(&mut self) {
+        TcpQueue::close(self);
+    }
+    fn waker(&mut self) -> Result<Arc<Waker>, HostError> {
+        TcpQueue::waker(self)
+    }
+    fn free_slots(&self) -> usize {
+        TcpQueue::free_slots(self)
+    }
+    fn outstanding(&self) -> usize {
+        TcpQueue::outstanding(self)
+    }
+    fn timed_outstanding(&self) -> bool {
+        TcpQueue::timed_outstanding(self)
+    }
+    fn failure(&self) -> Option<&HostError> {
+        TcpQueue::failure(self)
+    }
+    fn stats(&self) -> QueueStats {
+        TcpQueue::stats(self)
     }
 }

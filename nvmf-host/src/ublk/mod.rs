@@ -19,7 +19,7 @@
 //! (no head-of-line wait), all commits of a batch in one `io_uring_enter`. It blocks only in
 //! `io_uring_enter`, in `submit` while the NVMe queue is full, and — while the controller reconnects — in
 //! [`Completed::settle`] holding a command the lost association had in flight (then resubmitted, as
-//! [`crate::tcp::Pending::wait`] does). A command the controller never answers is failed by the NVMe
+//! [`crate::queue::handle::Pending::wait`] does). A command the controller never answers is failed by the NVMe
 //! queue's own command timeout.
 //!
 //! Why a command crosses from the queue thread to the I/O thread instead of one thread doing both: the NVMe I/O
@@ -52,8 +52,8 @@ use nvmf_common::nvme::SubmissionQueueEntry;
 use crate::controller::Controller;
 use crate::error::HostError;
 use crate::nbd::proto::Action;
-use crate::queue_handle::{Completed, CompletionSink, QueueHandle};
-use crate::tcp::{DataDirection, Request};
+use crate::queue::handle::{Completed, CompletionSink, QueueHandle};
+use crate::queue::{DataDirection, Request};
 use sys::{io_flag, op, IoDesc, QueueRing};
 
 /// ONCS bit: Dataset Management.

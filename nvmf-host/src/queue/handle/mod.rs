@@ -1,4 +1,4 @@
-//! [`QueueHandle`]: a host queue pair of either transport ([`BareQueue`]: [`TcpQueue`] or `RdmaQueue`) on its own
+//! [`QueueHandle`]: a host queue pair of either transport ([`BareQueue`]: `TcpQueue` or `RdmaQueue`) on its own
 //! I/O thread, usable from any number of threads.
 //!
 //! Threads: one I/O thread per queue owns the queue (socket or queue pair, slots) and is the only thread that
@@ -61,73 +61,7 @@ use nvmf_common::nvme::opcode::admin::ASYNC_EVENT_REQUEST;
 use nvmf_common::nvme::{CompletionQueueEntry, SubmissionQueueEntry};
 
 use crate::error::HostError;
-use crate::tcp::{Completion, DataDirection, QueueStats, Rejected, Request, TcpQueue};
-
-/// A host queue pair as its owner drives it, the same on both transports: [`TcpQueue`] and `RdmaQueue` share
-/// [`Request`], [`Completion`] and [`Rejected`], so this is a thin forwarding trait (static dispatch: the I/O
-/// thread and perf's workers are generic over it).
-pub trait BareQueue<T>: Send {
-    /// The queue identifier.
-    fn qid(&self) -> u16;
-    /// Queue a command; hands the request back when refused.
-    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>>;
-    /// Move work along, waiting up to `timeout` when there is nothing to do (a [`BareQueue::waker`] ends the
-    /// wait early).
-    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError>;
-    /// The next finished command.
-    fn next_completion(&mut self) -> Option<Completion<T>>;
-    /// Fail outstanding commands with a shutdown error and close the connection.
-    fn close(&mut self);
-    /// A waker that ends a `poll` wait from another thread (registered in the queue's poller).
-    fn waker(&mut self) -> Result<Arc<Waker>, HostError>;
-    /// Command identifiers free for `submit`.
-    fn free_slots(&self) -> usize;
-    /// Commands submitted and not completed yet.
-    fn outstanding(&self) -> usize;
-    /// Whether a command that can time out is outstanding: any but the admin queue's Asynchronous Event
-    /// Requests, which wait for an event as long as it takes.
-    fn timed_outstanding(&self) -> bool;
-    /// The error the queue failed with, if it did.
-    fn failure(&self) -> Option<&HostError>;
-    /// The queue's own counters.
-    fn stats(&self) -> QueueStats;
-}
-
-impl<T: Send> BareQueue<T> for TcpQueue<T> {
-    fn qid(&self) -> u16 {
-        TcpQueue::qid(self)
-    }
-    fn submit(&mut self, request: Request<T>) -> Result<u16, Box<Rejected<T>>> {
-        TcpQueue::submit(self, request)
-    }
-    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
-        TcpQueue::poll(self, timeout)
-    }
-    fn next_completion(&mut self) -> Option<Completion<T>> {
-        TcpQueue::next_completion(self)
-    }
-    fn close(&mut self) {
-        TcpQueue::close(self);
-    }
-    fn waker(&mut self) -> Result<Arc<Waker>, HostError> {
-        TcpQueue::waker(self)
-    }
-    fn free_slots(&self) -> usize {
-        TcpQueue::free_slots(self)
-    }
-    fn outstanding(&self) -> usize {
-        TcpQueue::outstanding(self)
-    }
-    fn timed_outstanding(&self) -> bool {
-        TcpQueue::timed_outstanding(self)
-    }
-    fn failure(&self) -> Option<&HostError> {
-        TcpQueue::failure(self)
-    }
-    fn stats(&self) -> QueueStats {
-        TcpQueue::stats(self)
-    }
-}
+use crate::queue::{BareQueue, Completion, DataDirection, Rejected, Request};
 
 /// The result of one command from a [`QueueHandle`].
 pub type Reply = Completion<()>;
@@ -1154,7 +1088,7 @@ mod tests {
     use nvmf_common::transport::tcp::{CapsuleResponse, Framing, IcResp, Pdu};
 
     use super::*;
-    use crate::tcp::TcpQueueOptions;
+    use crate::tcp::{TcpQueue, TcpQueueOptions};
 
     const LEN: usize = 512;
 
@@ -1487,6 +1421,7 @@ mod driver_tests {
     use nvmf_common::nvme::Status;
 
     use super::*;
+    use crate::queue::QueueStats;
 
     const NSID_ERROR: u32 = 7;
     const NSID_FAIL_QUEUE: u32 = 9;
