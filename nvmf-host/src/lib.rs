@@ -48,6 +48,7 @@ pub mod cli;
 pub mod controller;
 pub mod daemon;
 pub mod discovery;
+pub mod endpoint;
 pub mod error;
 pub mod identity;
 pub mod metrics;

@@ -1,15 +1,17 @@
 //! The commands that talk to the daemon's control socket, in nvme-cli's words: `connect`, `connect-all`,
-//! `disconnect`, `disconnect-all`, `list`; and `run`, which is the daemon. Each sends one request
+//! `disconnect`, `disconnect-all`, `list`, `reload`; and `run`, which is the daemon. Each sends one request
 //! ([`crate::daemon::protocol`]) and prints the reply; they run on the caller's thread.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use nvmf_config::host::DEFAULT_CONTROL_SOCKET;
+use nvmf_config::host::{HostConfig, DEFAULT_CONTROL_SOCKET};
 
-use super::{CliError, Endpoint, OutputFormat};
+use super::{CliError, OutputFormat};
 use crate::daemon::control::request;
 use crate::daemon::protocol::{ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget};
+use crate::daemon::reload::ReloadError;
+use crate::endpoint::Endpoint;
 
 /// `--control`: where the daemon listens.
 #[derive(Debug, Clone, Args)]
@@ -254,6 +256,33 @@ pub fn list(a: &ListArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> 
     }
     write_list(&controllers, out)?;
     Ok(())
+}
+
+/// `reload`: ask the daemon which file it runs from, validate that file here (so a typo is reported
+/// with its location and never reaches the daemon), then have the daemon apply it and print what changed.
+pub fn reload(a: &ControlArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let control = &a.control;
+    let path = match request(control, &ControlRequest::ConfigPath)? {
+        ControlReply::ConfigPath { path: Some(path) } => PathBuf::from(path),
+        ControlReply::ConfigPath { path: None } => return Err(CliError::Daemon(ReloadError::NoFile.to_string())),
+        ControlReply::Error { message } => return Err(CliError::Daemon(message)),
+        other => return Err(CliError::Daemon(format!("unexpected reply {other:?}"))),
+    };
+    if let Err(e) = HostConfig::from_file(&path) {
+        return Err(CliError::Daemon(format!("{e}\nnot sent: the daemon keeps its running configuration")));
+    }
+    match request(control, &ControlRequest::Reload)? {
+        ControlReply::Reloaded { changes } => {
+            for line in changes {
+                writeln!(out, "{line}")?;
+            }
+            Ok(())
+        }
+        ControlReply::Error { message } => {
+            Err(CliError::Daemon(format!("{message}\nrejected: the daemon keeps its running configuration")))
+        }
+        other => Err(CliError::Daemon(format!("unexpected reply {other:?}"))),
+    }
 }
 
 fn human_size(bytes: u64) -> String {

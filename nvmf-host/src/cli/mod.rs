@@ -1,7 +1,7 @@
 //! The `nvmf-host` command line: clap definitions with nvme-cli's option names, the `perf` and `discover`
 //! commands (run on the caller's thread, output to stdout), `nbd` ([`nbd`]), and the daemon's commands in
-//! [`control`] (`run`, `connect`, `connect-all`, `disconnect`, `disconnect-all`, `list`; `reload` in
-//! [`crate::daemon::reload`]).
+//! [`control`] (`run`, `connect`, `connect-all`, `disconnect`, `disconnect-all`, `list`, `reload`). The CLI
+//! calls the daemon (its control protocol, `run`), never the other way round.
 //!
 //! Every command takes `-t tcp` or `-t rdma` ([`Transport`]); the address is an IP address on both.
 pub mod control;
@@ -9,7 +9,6 @@ pub mod nbd;
 #[cfg(feature = "ublk")]
 pub mod ublk;
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -20,6 +19,7 @@ use serde_json::{json, Value};
 
 use crate::controller::ConnectOptions;
 use crate::discovery::{DiscoveryLog, DiscoveryRecord};
+use crate::endpoint::{Endpoint, ResolveError};
 use crate::error::HostError;
 use crate::perf::{PerfError, PerfOptions, PerfReport, Workload};
 
@@ -27,15 +27,8 @@ use crate::perf::{PerfError, PerfOptions, PerfReport, Workload};
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// The address did not resolve.
-    #[error("cannot resolve {addr}:{port}: {reason}")]
-    Address {
-        /// `-a`.
-        addr: String,
-        /// `-s`.
-        port: String,
-        /// Why.
-        reason: String,
-    },
+    #[error(transparent)]
+    Address(#[from] ResolveError),
     /// The host library failed.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -141,30 +134,6 @@ impl From<WorkloadArg> for Workload {
             WorkloadArg::Write => Workload::Write,
             WorkloadArg::Rw => Workload::Rw,
         }
-    }
-}
-
-/// Where to connect (nvme-cli's `-t -a -s`).
-#[derive(Debug, Clone, Args)]
-pub struct Endpoint {
-    /// Transport type.
-    #[arg(short = 't', long = "transport", value_enum, default_value = "tcp")]
-    pub transport: Transport,
-    /// Transport address (IP address or host name).
-    #[arg(short = 'a', long = "traddr")]
-    pub traddr: String,
-    /// Transport service id (TCP port).
-    #[arg(short = 's', long = "trsvcid", default_value = "4420")]
-    pub trsvcid: String,
-}
-
-impl Endpoint {
-    /// The socket address (an IP address on either transport: RDMA CM resolves it to the RDMA device).
-    pub fn resolve(&self) -> Result<SocketAddr, CliError> {
-        let err = |reason: String| CliError::Address { addr: self.traddr.clone(), port: self.trsvcid.clone(), reason };
-        let port: u16 = self.trsvcid.parse().map_err(|e| err(format!("trsvcid: {e}")))?;
-        let host = self.traddr.trim_start_matches('[').trim_end_matches(']');
-        (host, port).to_socket_addrs().map_err(|e| err(e.to_string()))?.next().ok_or_else(|| err("no address".into()))
     }
 }
 
@@ -290,7 +259,7 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Command::Ublk(a) => ublk::run(a, out),
         Command::Run(a) if a.check => crate::daemon::check(&a.config, out).map_err(CliError::Run),
         Command::Run(a) => crate::daemon::run(&a.config).map_err(CliError::Run),
-        Command::Reload(a) => crate::daemon::reload::request_reload(&a.control, out),
+        Command::Reload(a) => control::reload(a, out),
         Command::Connect(a) => control::connect(a, out),
         Command::ConnectAll(a) => control::connect_all(a, out),
         Command::Disconnect(a) => control::disconnect(a, out),

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use clap::Args;
 use nvmf_service::signals::Signals;
 
-use super::{CliError, Endpoint, ForegroundConnection};
+use super::{CliError, ForegroundConnection};
 use crate::controller::Controller;
+use crate::endpoint::Endpoint;
 use crate::nbd::{NbdError, NbdExport, NbdListen, NbdOptions};
 
 /// `nvmf-host nbd`.

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use clap::Args;
 use nvmf_service::signals::Signals;
 
-use super::{CliError, Endpoint, ForegroundConnection};
+use super::{CliError, ForegroundConnection};
 use crate::controller::Controller;
+use crate::endpoint::Endpoint;
 use crate::ublk::{UblkError, UblkExport, UblkOptions};
 
 /// `nvmf-host ublk`.

@@ -10,8 +10,8 @@ use nvmf_config::target::Transport as ConfigTransport;
 
 use super::exports::ExportSpec;
 use super::protocol::ConnectParams;
-use crate::cli::{Endpoint, Transport};
-use crate::controller::ConnectOptions;
+use crate::controller::{ConnectOptions, Transport};
+use crate::endpoint::Endpoint;
 use crate::identity::HostIdentity;
 use crate::nbd::NbdListen;
 

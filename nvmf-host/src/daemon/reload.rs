@@ -1,6 +1,6 @@
 //! Live reconfiguration of the host daemon (SIGHUP, or `nvmf-host reload` over the control socket): re-read the
 //! configuration file, validate it whole, and apply the difference to the configured controllers without
-//! touching the others (`reload`); and the CLI's side ([`request_reload`]).
+//! touching the others (`reload`). `nvmf-host reload` asks for one over the control socket.
 //!
 //! A configured controller is known by its association: transport, address, port and subsystem NQN (the host
 //! NQN is the daemon's for all of them). Against the running configuration a reload:
@@ -22,7 +22,6 @@
 //! on disconnects, exports and first connect attempts, never holding the table lock across them.
 
 use std::fmt;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,12 +30,9 @@ use nvmf_config::host::{ControllerConfig, ExportConfig, HostConfig};
 use nvmf_config::ConfigError;
 use nvmf_service::notify::{reloading, ServiceNotifier};
 
-use super::control::request;
 use super::exports::{ExportSpec, RunningExport};
 use super::params::config_params;
-use super::protocol::{ControlReply, ControlRequest};
 use super::table::{end_entry, start_connectors, state_name, Entry, Exports, Shared, State};
-use crate::cli::CliError;
 use crate::controller::{ConnectOptions, Controller};
 
 /// What a reload changed, one line per controller touched (and one for the changes left for a restart).
@@ -347,32 +343,6 @@ fn apply_exports(shared: &Shared, change: ExportChange, summary: &mut ReloadSumm
             drop(table);
             started.into_iter().for_each(|(_, x)| x.stop());
         }
-    }
-}
-
-/// `nvmf-host reload`: ask the daemon which file it runs from, validate that file here (so a typo is reported
-/// with its location and never reaches the daemon), then have the daemon apply it and print what changed.
-pub fn request_reload(control: &Path, out: &mut dyn Write) -> Result<(), CliError> {
-    let path = match request(control, &ControlRequest::ConfigPath)? {
-        ControlReply::ConfigPath { path: Some(path) } => PathBuf::from(path),
-        ControlReply::ConfigPath { path: None } => return Err(CliError::Daemon(ReloadError::NoFile.to_string())),
-        ControlReply::Error { message } => return Err(CliError::Daemon(message)),
-        other => return Err(CliError::Daemon(format!("unexpected reply {other:?}"))),
-    };
-    if let Err(e) = HostConfig::from_file(&path) {
-        return Err(CliError::Daemon(format!("{e}\nnot sent: the daemon keeps its running configuration")));
-    }
-    match request(control, &ControlRequest::Reload)? {
-        ControlReply::Reloaded { changes } => {
-            for line in changes {
-                writeln!(out, "{line}")?;
-            }
-            Ok(())
-        }
-        ControlReply::Error { message } => {
-            Err(CliError::Daemon(format!("{message}\nrejected: the daemon keeps its running configuration")))
-        }
-        other => Err(CliError::Daemon(format!("unexpected reply {other:?}"))),
     }
 }
 

@@ -14,8 +14,8 @@ use super::protocol::{
 };
 use super::reload::reload;
 use super::table::{connect_once, end_controller, end_entry, state_name, Entry, Reserved, Shared, State};
-use crate::cli::Transport;
 use crate::controller::Controller;
+use crate::controller::Transport;
 use crate::discovery::DiscoveryRecord;
 use crate::metrics::ControllerSample;
 
