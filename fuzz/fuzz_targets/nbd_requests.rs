@@ -1,12 +1,15 @@
-//! Fuzz target: the NBD export's parsers and request check (`nvmf_host::nbd::proto`), compiled in from its
-//! source file because the host crate pulls in the RDMA build the fuzz workspace avoids. Nothing may panic,
+//! Fuzz target: the NBD export's parsers and request check (`nvmf_host::nbd::proto`, with the `BlockOp` it
+//! decodes into from `nvmf_host::block`), compiled in from their source files because the host crate pulls in the RDMA build the fuzz workspace avoids. Nothing may panic,
 //! and every request the check accepts must lie inside the export and within the advertised payload.
 #![no_main]
 
+#[path = "../../nvmf-host/src/block/op.rs"]
+mod block;
 #[expect(dead_code, reason = "only the parsers are driven here")]
 #[path = "../../nvmf-host/src/nbd/proto.rs"]
 mod proto;
 
+use block::BlockOp;
 use proto::{check_request, Action, Geometry, RequestHeader, OPTION_HEADER_LEN, REQUEST_LEN};
 
 fn u32_at(d: &[u8], at: usize) -> u32 {
@@ -42,24 +45,24 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         assert!(slba + blocks <= g.blocks, "{h:?} {g:?}");
     };
     match check_request(&h, &g) {
-        Ok(Action::Read { slba, blocks }) => {
+        Ok(Action::Block(BlockOp::Read { slba, blocks })) => {
             assert!(h.length <= g.max_payload);
             inside(slba, blocks);
         }
-        Ok(Action::Write { slba, blocks, .. }) => {
+        Ok(Action::Block(BlockOp::Write { slba, blocks, .. })) => {
             assert!(h.length <= g.max_payload && !g.read_only);
             inside(slba, blocks);
         }
-        Ok(Action::Trim { slba, blocks, .. }) => {
+        Ok(Action::Block(BlockOp::Deallocate { slba, blocks, .. })) => {
             assert!(g.trim && !g.read_only);
             inside(slba, blocks);
         }
-        Ok(Action::WriteZeroes { slba, blocks, .. }) => {
+        Ok(Action::Block(BlockOp::WriteZeroes { slba, blocks, .. })) => {
             assert!(g.write_zeroes && !g.read_only);
             inside(slba, blocks);
         }
         Ok(Action::Nothing) => assert_eq!(h.length, 0),
-        Ok(Action::Flush) => assert_eq!((h.offset, h.length), (0, 0)),
+        Ok(Action::Block(BlockOp::Flush)) => assert_eq!((h.offset, h.length), (0, 0)),
         Ok(Action::Disconnect) | Err(_) => {}
     }
 });

@@ -44,6 +44,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod block;
 pub mod cli;
 pub mod controller;
 pub mod daemon;

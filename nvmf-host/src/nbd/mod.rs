@@ -38,6 +38,7 @@ use std::time::Duration;
 use mio::{Events, Interest, Poll, Token, Waker};
 use nvmf_common::nvme::identify::IdentifyController;
 
+use crate::block::MAX_NLB_BLOCKS;
 use crate::controller::Controller;
 use crate::error::HostError;
 use proto::Geometry;
@@ -309,7 +310,7 @@ impl NbdExport {
         }
         let info = ctrl.info();
         let by_mdts = info.max_transfer.map_or(u64::MAX, |m| u64::from(m / bs));
-        let piece_blocks = by_mdts.min(65536).min(MAX_PIECE / u64::from(bs)).max(1);
+        let piece_blocks = by_mdts.min(MAX_NLB_BLOCKS).min(MAX_PIECE / u64::from(bs)).max(1);
         // A whole number of blocks, at least one preferred block, at most the protocol's interoperable limit.
         let max_payload = options.max_payload.clamp(bs.max(4096), MAX_PAYLOAD) / bs * bs;
         let geometry = Geometry {

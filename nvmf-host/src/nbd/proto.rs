@@ -2,7 +2,10 @@
 //! the parsers for what a client sends and the encoders for what the server answers.
 //!
 //! Pure functions over byte slices: no I/O, no allocation except the option replies of the handshake. Every
-//! length and offset a client sends is checked here ([`check_request`]) before anything is submitted.
+//! length and offset a client sends is checked here ([`check_request`]) before anything is submitted. It uses
+//! nothing of the crate but [`BlockOp`]: the NBD fuzz target compiles the two files in.
+
+use crate::block::BlockOp;
 
 /// `NBDMAGIC`: the first 8 bytes the server sends.
 pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
@@ -370,49 +373,13 @@ impl Geometry {
     }
 }
 
-/// What a valid request asks for, in logical blocks.
+/// What a valid request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     /// A zero-length read, write, trim or write zeroes: succeed without touching the namespace.
     Nothing,
-    /// Read `blocks` from `slba`.
-    Read {
-        /// First block.
-        slba: u64,
-        /// Block count (≥ 1).
-        blocks: u64,
-    },
-    /// Write the payload at `slba`.
-    Write {
-        /// First block.
-        slba: u64,
-        /// Block count (≥ 1).
-        blocks: u64,
-        /// Force Unit Access.
-        fua: bool,
-    },
-    /// Flush the volatile write cache.
-    Flush,
-    /// Deallocate.
-    Trim {
-        /// First block.
-        slba: u64,
-        /// Block count (≥ 1).
-        blocks: u64,
-        /// Persist before replying.
-        fua: bool,
-    },
-    /// Write Zeroes.
-    WriteZeroes {
-        /// First block.
-        slba: u64,
-        /// Block count (≥ 1).
-        blocks: u64,
-        /// Force Unit Access.
-        fua: bool,
-        /// `NBD_CMD_FLAG_NO_HOLE`: the blocks must stay allocated (no DEAC).
-        no_hole: bool,
-    },
+    /// An operation on the namespace, in logical blocks.
+    Block(BlockOp),
     /// `NBD_CMD_DISC`: finish what is in flight, then close.
     Disconnect,
 }
@@ -441,19 +408,21 @@ pub fn check_request(h: &RequestHeader, g: &Geometry) -> Result<Action, u32> {
     }
     match h.command {
         cmd::FLUSH if h.offset != 0 || h.length != 0 => Err(errno::EINVAL),
-        cmd::FLUSH => Ok(Action::Flush),
+        cmd::FLUSH => Ok(Action::Block(BlockOp::Flush)),
         cmd::TRIM if !g.trim => Err(errno::EINVAL),
         cmd::WRITE_ZEROES if !g.write_zeroes => Err(errno::EINVAL),
         command => {
             let past_end = if command == cmd::READ || command == cmd::TRIM { errno::EINVAL } else { errno::ENOSPC };
             let (slba, blocks) = g.blocks_of(h.offset, h.length, past_end)?;
-            Ok(match command {
-                _ if blocks == 0 => Action::Nothing,
-                cmd::READ => Action::Read { slba, blocks },
-                cmd::WRITE => Action::Write { slba, blocks, fua },
-                cmd::TRIM => Action::Trim { slba, blocks, fua },
-                _ => Action::WriteZeroes { slba, blocks, fua, no_hole: h.flags & NO_HOLE != 0 },
-            })
+            if blocks == 0 {
+                return Ok(Action::Nothing);
+            }
+            Ok(Action::Block(match command {
+                cmd::READ => BlockOp::Read { slba, blocks },
+                cmd::WRITE => BlockOp::Write { slba, blocks, fua },
+                cmd::TRIM => BlockOp::Deallocate { slba, blocks, fua },
+                _ => BlockOp::WriteZeroes { slba, blocks, fua, deallocate: h.flags & NO_HOLE == 0 },
+            }))
         }
     }
 }
@@ -564,26 +533,29 @@ mod tests {
     #[test]
     fn valid_requests_map_to_blocks() {
         let g = geometry();
-        assert_eq!(check_request(&request(cmd::READ, 0, 1024, 4096), &g), Ok(Action::Read { slba: 2, blocks: 8 }));
+        assert_eq!(
+            check_request(&request(cmd::READ, 0, 1024, 4096), &g),
+            Ok(Action::Block(BlockOp::Read { slba: 2, blocks: 8 }))
+        );
         assert_eq!(
             check_request(&request(cmd::WRITE, cmd_flag::FUA, 0, 512), &g),
-            Ok(Action::Write { slba: 0, blocks: 1, fua: true })
+            Ok(Action::Block(BlockOp::Write { slba: 0, blocks: 1, fua: true }))
         );
         // The very last block.
         assert_eq!(
             check_request(&request(cmd::WRITE, 0, 2047 * 512, 512), &g),
-            Ok(Action::Write { slba: 2047, blocks: 1, fua: false })
+            Ok(Action::Block(BlockOp::Write { slba: 2047, blocks: 1, fua: false }))
         );
-        assert_eq!(check_request(&request(cmd::FLUSH, 0, 0, 0), &g), Ok(Action::Flush));
+        assert_eq!(check_request(&request(cmd::FLUSH, 0, 0, 0), &g), Ok(Action::Block(BlockOp::Flush)));
         assert_eq!(
             check_request(&request(cmd::WRITE_ZEROES, cmd_flag::NO_HOLE, 0, 1 << 20), &g),
-            Ok(Action::WriteZeroes { slba: 0, blocks: 2048, fua: false, no_hole: true })
+            Ok(Action::Block(BlockOp::WriteZeroes { slba: 0, blocks: 2048, fua: false, deallocate: false }))
         );
         // Trim and write zeroes have no payload: longer than the maximum payload is fine.
         let big = Geometry { blocks: 1 << 30, ..g };
         assert_eq!(
             check_request(&request(cmd::TRIM, 0, 0, 1 << 30), &big),
-            Ok(Action::Trim { slba: 0, blocks: 1 << 21, fua: false })
+            Ok(Action::Block(BlockOp::Deallocate { slba: 0, blocks: 1 << 21, fua: false }))
         );
         assert_eq!(check_request(&request(cmd::READ, 0, 512, 0), &g), Ok(Action::Nothing));
         assert_eq!(check_request(&request(cmd::DISC, 0, 0, 0), &g), Ok(Action::Disconnect));
@@ -616,7 +588,10 @@ mod tests {
         let ro = Geometry { read_only: true, ..g };
         assert_eq!(check_request(&request(cmd::WRITE, 0, 0, 512), &ro), Err(errno::EPERM));
         assert_eq!(check_request(&request(cmd::TRIM, 0, 0, 512), &ro), Err(errno::EPERM));
-        assert_eq!(check_request(&request(cmd::READ, 0, 0, 512), &ro), Ok(Action::Read { slba: 0, blocks: 1 }));
+        assert_eq!(
+            check_request(&request(cmd::READ, 0, 0, 512), &ro),
+            Ok(Action::Block(BlockOp::Read { slba: 0, blocks: 1 }))
+        );
         let plain = Geometry { trim: false, write_zeroes: false, ..g };
         assert_eq!(check_request(&request(cmd::TRIM, 0, 0, 512), &plain), Err(errno::EINVAL));
         assert_eq!(check_request(&request(cmd::WRITE_ZEROES, 0, 0, 512), &plain), Err(errno::EINVAL));

@@ -20,13 +20,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
-use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, Read as NvmeRead, Write as NvmeWrite, WriteZeroes};
 use nvmf_common::nvme::SubmissionQueueEntry;
 
 use super::proto::{self, check_request, errno, info, opt, rep, Action, RequestHeader};
 use super::{Export, Stream, HANDSHAKE_TIMEOUT, IN_FLIGHT_BYTES, MAX_IN_FLIGHT};
+use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
 use crate::queue::handle::{Completed, CompletionSink, Reply};
-use crate::queue::{DataDirection, Request};
+use crate::queue::Request;
 
 /// Option data longer than this is refused (`NBD_OPT_GO` with a 4096-byte name is about 4 KiB).
 const MAX_OPTION_LEN: u32 = 16 << 10;
@@ -336,7 +336,7 @@ fn read_loop(mut r: BufReader<Stream>, session: &Session, recycled: &Receiver<Jo
             return;
         }
         let bytes = match checked {
-            Ok(Action::Read { .. }) => u64::from(h.length),
+            Ok(Action::Block(BlockOp::Read { .. })) => u64::from(h.length),
             _ => u64::from(payload),
         };
         let Some(mut job) = pool.acquire(bytes, recycled) else { return };
@@ -396,48 +396,49 @@ fn submit(job: &mut Job, action: Action, session: &Session, x: &Export, piece: u
             }
         }
     };
-    // Pieces are at most 65536 blocks (see `Export::piece_blocks`), so NLB always fits.
-    let nlb = |blocks: u64| u16::try_from(blocks - 1).unwrap_or(u16::MAX);
+    // Pieces are at most MAX_NLB_BLOCKS (see `Export::piece_blocks`): one command each.
+    let piece_of = |job: &mut Job, pool: &mut Pool, op: BlockOp, data: Vec<u8>| {
+        let (sqe, direction, _) = nvm_command(nsid, &op);
+        send(job, pool, sqe, data, direction);
+    };
     match action {
         Action::Nothing | Action::Disconnect => {}
-        Action::Read { slba, blocks } => {
+        Action::Block(BlockOp::Read { slba, blocks }) => {
             job.read = true;
             let mut at = slba;
             while at < slba + blocks {
                 let n = (slba + blocks - at).min(x.piece_blocks);
                 let b = pool.read_buffer(usize::try_from(n * bs).unwrap_or(piece));
-                let sqe = NvmeRead { nsid, slba: at, nlb: nlb(n), ..NvmeRead::default() }.to_sqe();
-                send(job, pool, sqe, b, DataDirection::ControllerToHost);
+                piece_of(job, pool, BlockOp::Read { slba: at, blocks: n }, b);
                 at += n;
             }
         }
-        Action::Write { slba, fua, .. } => {
+        Action::Block(BlockOp::Write { slba, fua, .. }) => {
             let mut buffers = mem::take(&mut job.buffers);
             let mut at = slba;
             for b in buffers.drain(..) {
                 let n = b.len() as u64 / bs;
-                let sqe = NvmeWrite { nsid, slba: at, nlb: nlb(n), fua, ..NvmeWrite::default() }.to_sqe();
-                send(job, pool, sqe, b, DataDirection::HostToController);
+                piece_of(job, pool, BlockOp::Write { slba: at, blocks: n, fua }, b);
                 at += n;
             }
             job.buffers = buffers;
         }
-        Action::Flush => send(job, pool, Flush { nsid }.to_sqe(), Vec::new(), DataDirection::None),
-        Action::Trim { slba, blocks, fua } => {
+        Action::Block(BlockOp::Flush) => piece_of(job, pool, BlockOp::Flush, Vec::new()),
+        Action::Block(op @ BlockOp::Deallocate { fua, .. }) => {
             // One range covers the whole request: a u32 byte length is far fewer than 2^32 blocks.
-            let length = u32::try_from(blocks).unwrap_or(u32::MAX);
+            let (sqe, direction, range) = nvm_command(nsid, &op);
             let mut b = pool.buffer();
-            b.extend_from_slice(&DsmRange { cattr: 0, length, slba }.to_bytes());
-            let sqe = DatasetManagement { nsid, nr: 0, ad: true, ..DatasetManagement::default() }.to_sqe();
-            send(job, pool, sqe, b, DataDirection::HostToController);
+            if let Some(range) = range {
+                b.extend_from_slice(&range.to_bytes());
+            }
+            send(job, pool, sqe, b, direction);
             job.flush_after = fua;
         }
-        Action::WriteZeroes { slba, blocks, fua, no_hole } => {
+        Action::Block(BlockOp::WriteZeroes { slba, blocks, fua, deallocate }) => {
             let mut at = slba;
             while at < slba + blocks {
-                let n = (slba + blocks - at).min(65536);
-                let sqe = WriteZeroes { nsid, slba: at, nlb: nlb(n), deac: !no_hole, fua, ..WriteZeroes::default() };
-                send(job, pool, sqe.to_sqe(), Vec::new(), DataDirection::None);
+                let n = (slba + blocks - at).min(MAX_NLB_BLOCKS);
+                piece_of(job, pool, BlockOp::WriteZeroes { slba: at, blocks: n, fua, deallocate }, Vec::new());
                 at += n;
             }
         }

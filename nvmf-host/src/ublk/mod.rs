@@ -5,8 +5,8 @@
 //! Shape: one ublk queue per NVMe-oF I/O queue (ublk queue `q` submits to I/O queue `q`), as deep as the
 //! NVMe queue, requests no larger than MDTS, so every block request is exactly one NVMe command: READ,
 //! WRITE (FUA), FLUSH, DISCARD (Dataset Management, deallocate) and WRITE_ZEROES (DEAC unless NOUNMAP).
-//! Requests are decoded into the NBD export's [`Action`] (the same vocabulary, checked the same way) and
-//! turned into commands by `nvme_command`.
+//! Requests are decoded into a [`BlockOp`] (the vocabulary the NBD export shares) and turned into their
+//! command by [`crate::block`].
 //!
 //! Threads, per queue: one, the queue thread. It owns the queue's io_uring (the driver requires every
 //! command of a queue to come from one thread) and waits in one `io_uring_enter` for both fetched requests
@@ -46,12 +46,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, Read as NvmeRead, Write as NvmeWrite, WriteZeroes};
-use nvmf_common::nvme::SubmissionQueueEntry;
-
+use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
 use crate::controller::Controller;
 use crate::error::HostError;
-use crate::nbd::proto::Action;
 use crate::queue::handle::{Completed, CompletionSink, QueueHandle};
 use crate::queue::{DataDirection, Request};
 use sys::{io_flag, op, IoDesc, QueueRing};
@@ -62,8 +59,6 @@ const ONCS_DSM: u16 = 1 << 2;
 const ONCS_WRITE_ZEROES: u16 = 1 << 3;
 /// Largest request when the controller reports no MDTS (and the cap on what it reports).
 const MAX_IO_BYTES: u32 = 512 << 10;
-/// Blocks one NVMe command can carry (16-bit NLB).
-const MAX_NLB_BLOCKS: u64 = 65536;
 /// How long `/dev/ublkcN` may take to appear after ADD_DEV (udev or devtmpfs).
 const CDEV_WAIT: Duration = Duration::from_secs(10);
 
@@ -344,10 +339,10 @@ fn open_cdev(dev_id: u32) -> Result<File, UblkError> {
 }
 
 /// Decode a request into what it asks of the namespace, or the negative errno to complete it with.
-fn decode(d: &IoDesc, g: &Geometry) -> Result<Action, i32> {
+fn decode(d: &IoDesc, g: &Geometry) -> Result<BlockOp, i32> {
     let opcode = d.op();
     if opcode == op::FLUSH {
-        return Ok(Action::Flush);
+        return Ok(BlockOp::Flush);
     }
     let sector_shift = g.block_shift - 9;
     let unaligned = |s: u64| s & ((1 << sector_shift) - 1) != 0;
@@ -363,46 +358,15 @@ fn decode(d: &IoDesc, g: &Geometry) -> Result<Action, i32> {
     let bytes = count << 9;
     match opcode {
         op::READ | op::WRITE if bytes > u64::from(g.max_io_bytes) || blocks > MAX_NLB_BLOCKS => Err(-libc::EINVAL),
-        op::READ => Ok(Action::Read { slba, blocks }),
-        op::WRITE => Ok(Action::Write { slba, blocks, fua }),
-        op::DISCARD if blocks <= u64::from(u32::MAX) => Ok(Action::Trim { slba, blocks, fua }),
+        op::READ => Ok(BlockOp::Read { slba, blocks }),
+        op::WRITE => Ok(BlockOp::Write { slba, blocks, fua }),
+        op::DISCARD if blocks <= u64::from(u32::MAX) => Ok(BlockOp::Deallocate { slba, blocks, fua }),
         op::WRITE_ZEROES if blocks <= MAX_NLB_BLOCKS => {
-            Ok(Action::WriteZeroes { slba, blocks, fua, no_hole: d.op_flags & io_flag::NOUNMAP != 0 })
+            Ok(BlockOp::WriteZeroes { slba, blocks, fua, deallocate: d.op_flags & io_flag::NOUNMAP == 0 })
         }
         op::DISCARD | op::WRITE_ZEROES => Err(-libc::EINVAL),
         _ => Err(-libc::EOPNOTSUPP),
     }
-}
-
-/// The one NVMe command for an action that fits one (`blocks` ≤ 65536, trims ≤ `u32::MAX` blocks), its
-/// data direction and, for a trim, the Dataset Management range to send; `None` for actions with no
-/// command.
-pub(crate) fn nvme_command(
-    nsid: u32,
-    action: &Action,
-) -> Option<(SubmissionQueueEntry, DataDirection, Option<DsmRange>)> {
-    let nlb = |blocks: u64| u16::try_from(blocks.saturating_sub(1)).unwrap_or(u16::MAX);
-    Some(match *action {
-        Action::Nothing | Action::Disconnect => return None,
-        Action::Read { slba, blocks } => {
-            let sqe = NvmeRead { nsid, slba, nlb: nlb(blocks), ..NvmeRead::default() }.to_sqe();
-            (sqe, DataDirection::ControllerToHost, None)
-        }
-        Action::Write { slba, blocks, fua } => {
-            let sqe = NvmeWrite { nsid, slba, nlb: nlb(blocks), fua, ..NvmeWrite::default() }.to_sqe();
-            (sqe, DataDirection::HostToController, None)
-        }
-        Action::Flush => (Flush { nsid }.to_sqe(), DataDirection::None, None),
-        Action::Trim { slba, blocks, .. } => {
-            let length = u32::try_from(blocks).unwrap_or(u32::MAX);
-            let sqe = DatasetManagement { nsid, nr: 0, ad: true, ..DatasetManagement::default() }.to_sqe();
-            (sqe, DataDirection::HostToController, Some(DsmRange { cattr: 0, length, slba }))
-        }
-        Action::WriteZeroes { slba, blocks, fua, no_hole } => {
-            let sqe = WriteZeroes { nsid, slba, nlb: nlb(blocks), deac: !no_hole, fua, ..WriteZeroes::default() };
-            (sqe.to_sqe(), DataDirection::None, None)
-        }
-    })
 }
 
 /// One ublk queue's state, moved into its thread.
@@ -532,20 +496,18 @@ impl Queue {
         tags: &mut [TagState],
     ) -> io::Result<bool> {
         let g = &self.geometry;
-        let action = match decode(&d, g) {
-            Ok(a) => a,
+        let op = match decode(&d, g) {
+            Ok(op) => op,
             Err(errno) => {
                 tracing::warn!(q_id = self.q_id, tag, ?d, errno, "ublk request refused");
                 return ring.commit(tag, errno, None).map(|()| false);
             }
         };
-        let Some((sqe, direction, range)) = nvme_command(g.nsid, &action) else {
-            return ring.commit(tag, 0, None).map(|()| false);
-        };
+        let (sqe, direction, range) = nvm_command(g.nsid, &op);
         let bytes = usize::try_from(u64::from(d.nr_sectors) << 9).unwrap_or(0);
-        let (data, read) = match (&action, range) {
-            (Action::Write { .. }, _) => (ring.take_buffer(tag, Some(bytes)), false),
-            (Action::Read { .. }, _) => {
+        let (data, read) = match (&op, range) {
+            (BlockOp::Write { .. }, _) => (ring.take_buffer(tag, Some(bytes)), false),
+            (BlockOp::Read { .. }, _) => {
                 let mut b = ring.take_buffer(tag, None);
                 b.resize(bytes, 0);
                 (b, true)
@@ -605,19 +567,19 @@ mod tests {
 
     #[test]
     fn decodes_each_operation_in_blocks() {
-        assert_eq!(decode(&desc(op::READ, 0, 8, 16), &G), Ok(Action::Read { slba: 1, blocks: 2 }));
+        assert_eq!(decode(&desc(op::READ, 0, 8, 16), &G), Ok(BlockOp::Read { slba: 1, blocks: 2 }));
         assert_eq!(
             decode(&desc(op::WRITE, io_flag::FUA, 0, 8), &G),
-            Ok(Action::Write { slba: 0, blocks: 1, fua: true })
+            Ok(BlockOp::Write { slba: 0, blocks: 1, fua: true })
         );
-        assert_eq!(decode(&desc(op::FLUSH, 0, 0, 0), &G), Ok(Action::Flush));
+        assert_eq!(decode(&desc(op::FLUSH, 0, 0, 0), &G), Ok(BlockOp::Flush));
         assert_eq!(
             decode(&desc(op::DISCARD, 0, 8 * 1000, 8 * 24), &G),
-            Ok(Action::Trim { slba: 1000, blocks: 24, fua: false })
+            Ok(BlockOp::Deallocate { slba: 1000, blocks: 24, fua: false })
         );
         assert_eq!(
             decode(&desc(op::WRITE_ZEROES, io_flag::NOUNMAP, 0, 8 * 4), &G),
-            Ok(Action::WriteZeroes { slba: 0, blocks: 4, fua: false, no_hole: true })
+            Ok(BlockOp::WriteZeroes { slba: 0, blocks: 4, fua: false, deallocate: false })
         );
     }
 
@@ -635,26 +597,6 @@ mod tests {
         // Operations not offered.
         assert_eq!(decode(&desc(4, 0, 0, 8), &G), Err(-libc::EOPNOTSUPP));
         assert_eq!(decode(&desc(34, 0, 0, 8), &G), Err(-libc::EOPNOTSUPP));
-    }
-
-    #[test]
-    fn one_nvme_command_per_action() {
-        use nvmf_common::nvme::opcode::io as nvm;
-        let (sqe, dir, range) = nvme_command(1, &Action::Read { slba: 5, blocks: 65536 }).unwrap();
-        assert_eq!((sqe.opcode, sqe.nsid, dir, range), (nvm::READ, 1, DataDirection::ControllerToHost, None));
-        assert_eq!(NvmeRead::from_sqe(&sqe).unwrap().nlb, 65535);
-        let (sqe, dir, _) = nvme_command(1, &Action::Write { slba: 5, blocks: 1, fua: true }).unwrap();
-        let w = NvmeWrite::from_sqe(&sqe).unwrap();
-        assert_eq!((w.slba, w.nlb, w.fua, dir), (5, 0, true, DataDirection::HostToController));
-        let (sqe, dir, range) = nvme_command(1, &Action::Trim { slba: 7, blocks: 9, fua: false }).unwrap();
-        assert!(DatasetManagement::from_sqe(&sqe).unwrap().ad);
-        assert_eq!((dir, range), (DataDirection::HostToController, Some(DsmRange { cattr: 0, length: 9, slba: 7 })));
-        let wz = Action::WriteZeroes { slba: 1, blocks: 2, fua: false, no_hole: false };
-        let (sqe, dir, _) = nvme_command(1, &wz).unwrap();
-        let z = WriteZeroes::from_sqe(&sqe).unwrap();
-        assert_eq!((z.slba, z.nlb, z.deac, dir), (1, 1, true, DataDirection::None));
-        assert_eq!(nvme_command(1, &Action::Flush).unwrap().0.opcode, nvm::FLUSH);
-        assert!(nvme_command(1, &Action::Nothing).is_none());
     }
 
     #[test]
