@@ -160,7 +160,7 @@ echo "read-back pass verified $r of $blocks"
 echo "state: $(host_list '.controllers[0].state')"
 echo "reconnects: $(host_list '.controllers[0].reconnects')"
 echo "losses logged: $(count 'association lost; reconnecting')"
-echo "reconnects logged: $(count 'INFO nvmf_host::controller: reconnected')"
+echo "reconnects logged: $(count 'INFO nvmf_host::controller::supervision: reconnected')"
 
 # The new association has its Asynchronous Event Requests outstanding: nvmet's notice of a new namespace arrives.
 ns2=$(nullblk_create nvmfns2 64)

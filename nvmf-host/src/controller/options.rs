@@ -1,0 +1,91 @@
+//! [`ConnectOptions`]: how a [`super::Controller`] connects and recovers (nvme-cli's options), and the
+//! [`Transport`] every queue of the association uses.
+
+use std::time::Duration;
+
+use crate::identity::HostIdentity;
+
+/// The NVMe-oF transport (nvme-cli's `-t/--transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Transport {
+    /// NVMe/TCP.
+    #[default]
+    Tcp,
+    /// NVMe/RDMA (RDMA CM and verbs; needs the `rdma` feature and an RDMA device).
+    Rdma,
+}
+
+impl Transport {
+    /// The name nvme-cli and the discovery log use (`tcp`, `rdma`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Rdma => "rdma",
+        }
+    }
+}
+
+/// How to connect (nvme-cli's option names in the field docs).
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Transport (`-t`): every queue of the association uses it.
+    pub transport: Transport,
+    /// Host NQN (`--hostnqn`).
+    pub hostnqn: String,
+    /// Host Identifier (`--hostid`).
+    pub hostid: [u8; 16],
+    /// I/O queues to ask for (`--nr-io-queues`); the controller may grant fewer. 0: admin only.
+    pub nr_io_queues: u16,
+    /// Entries per I/O queue (`--queue-size`): SQSIZE + 1 in Connect.
+    pub queue_size: u16,
+    /// Keep Alive Timeout (`--keep-alive-tmo`); zero disables keep-alive.
+    pub keep_alive_tmo: Duration,
+    /// Header digests (`--hdr-digest`; NVMe/TCP only).
+    pub hdr_digest: bool,
+    /// Data digests (`--data-digest`; NVMe/TCP only).
+    pub data_digest: bool,
+    /// Ask the controller to disable SQ flow control (`--disable-sqflow`; Connect CATTR bit 2, on every queue): it
+    /// then reports no SQ head, and over NVMe/TCP may end a successful read with its last C2HData PDU instead of
+    /// a response capsule. The host never relies on SQ head reports (it keeps no more commands outstanding than
+    /// the queue has entries), so this only saves PDUs. nvme-cli's `connect-all` sets it for a discovery log entry
+    /// that allows it (TREQ bit 2), as `nvmf-host connect-all` does.
+    pub disable_sqflow: bool,
+    /// Bound on connecting each queue (TCP and ICReq/ICResp; RDMA address and route resolution and the CM
+    /// connect).
+    pub connect_timeout: Duration,
+    /// A command outstanding longer than this fails its queue.
+    pub io_timeout: Duration,
+    /// Wait between reconnect attempts after the association is lost (`--reconnect-delay`, default 10 s).
+    pub reconnect_delay: Duration,
+    /// Give up reconnecting this long after the association was lost (`--ctrl-loss-tmo`, default 600 s):
+    /// held and new I/O then fail and the controller stays [`ControllerState::Failed`]. `None` (nvme-cli's
+    /// -1) retries forever.
+    pub ctrl_loss_tmo: Option<Duration>,
+    /// Fail held and new I/O this long after the association was lost while reconnect attempts go on
+    /// (`--fast-io-fail-tmo`); `None` (the default, nvme-cli's -1) holds I/O until reconnected or
+    /// `ctrl_loss_tmo`.
+    pub fast_io_fail_tmo: Option<Duration>,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        let id = HostIdentity::from_system();
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        ConnectOptions {
+            transport: Transport::Tcp,
+            hostnqn: id.hostnqn,
+            hostid: id.hostid,
+            nr_io_queues: u16::try_from(cores).unwrap_or(u16::MAX),
+            queue_size: 128,
+            keep_alive_tmo: Duration::from_secs(5),
+            hdr_digest: false,
+            data_digest: false,
+            disable_sqflow: false,
+            connect_timeout: Duration::from_secs(10),
+            io_timeout: Duration::from_secs(30),
+            reconnect_delay: Duration::from_secs(10),
+            ctrl_loss_tmo: Some(Duration::from_secs(600)),
+            fast_io_fail_tmo: None,
+        }
+    }
+}
