@@ -1,0 +1,278 @@
+//! The I/O thread of one queue link: it owns the queue and is the only thread that touches it. Callers hand it
+//! requests through a bounded channel ([`Submitter`]) and wake it with a `mio::Waker` in the queue's own poller;
+//! it takes every queued request, submits them all (one doorbell or one write for the batch), polls, and posts
+//! each completion to its waiter (`ReplyTo`: a [`super::Pending`]'s channel or a completion sink), publishing
+//! counters and the failure through atomics (`Shared`).
+//!
+//! What blocks: the thread blocks only in the queue's `poll` — at most `TIMEOUT_CHECK` at a time while
+//! commands that can time out are outstanding, until woken while none is. [`Submitter::submit`] blocks only
+//! while the request channel is full (backpressure).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SendError, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use mio::Waker;
+use nvmf_common::nvme::opcode::admin::ASYNC_EVENT_REQUEST;
+
+use super::metrics::{bump, Meter};
+use super::pending::{reply_port, Pending, ReplyPort};
+use super::recovery::Recovery;
+use super::sink::{Ticket, Wakes};
+use super::Reply;
+use crate::error::HostError;
+use crate::queue::{BareQueue, Completion, DataDirection, Rejected, Request};
+
+/// Where the I/O thread posts a command's completion.
+#[derive(Debug)]
+pub(super) enum ReplyTo {
+    /// A [`Pending`]'s.
+    Channel(ReplyPort),
+    /// A completion sink.
+    Sink(Ticket),
+}
+
+impl ReplyTo {
+    fn deliver(self, reply: Reply, wakes: &mut Wakes) {
+        match self {
+            ReplyTo::Channel(port) => port.send(reply),
+            ReplyTo::Sink(ticket) => ticket.deliver(reply, wakes),
+        }
+    }
+
+    /// The request came back to the submitter, which reports the failure itself.
+    fn disarm(&mut self) {
+        if let ReplyTo::Sink(t) = self {
+            t.sink = None;
+        }
+    }
+}
+
+/// The I/O thread's context of one command: where its completion goes, and what its metrics need.
+#[derive(Debug)]
+pub struct InFlight {
+    pub(super) reply: ReplyTo,
+    pub(super) submitted: Instant,
+    pub(super) direction: DataDirection,
+    /// Whether the latency counts (not for an Asynchronous Event Request, outstanding until an event).
+    pub(super) timed: bool,
+}
+
+// A request is moved once into the channel's slot; boxing it would allocate per command.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Message {
+    Submit(Request<InFlight>),
+    /// Let outstanding commands finish, then stop.
+    Shutdown,
+    /// Fail outstanding commands now ([`HostError::ShutDown`]) and stop: the connection is being replaced.
+    Abort,
+}
+
+/// State the I/O thread publishes for other threads (atomics and a set-once cell: no lock).
+#[derive(Debug, Default)]
+pub(super) struct Shared {
+    pub(super) submitted: AtomicU64,
+    pub(super) completed: AtomicU64,
+    pub(super) r2ts: AtomicU64,
+    pub(super) max_outstanding: AtomicU16,
+    pub(super) meter: Meter,
+    pub(super) failure: OnceLock<HostError>,
+    /// Told when `failure` is set (a recovering queue's [`Recovery`]; locked once per link and once on its
+    /// failure, never per command).
+    pub(super) watch: Mutex<Option<Arc<dyn Recovery>>>,
+}
+
+impl Shared {
+    /// Record the link's failure and tell the watcher, the first time.
+    fn fail(&self, e: &HostError) {
+        if self.failure.set(e.clone()).is_ok() {
+            if let Some(w) = self.watch.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                w.link_failed();
+            }
+        }
+    }
+
+    /// Tell `recovery` when this link fails (now, if it already has). The failure is set before the I/O thread
+    /// takes the lock, so at least one of the two sees the other: no failure goes unreported (one may be
+    /// reported twice).
+    pub(super) fn watch(&self, recovery: &Arc<dyn Recovery>) {
+        let mut w = self.watch.lock().unwrap_or_else(PoisonError::into_inner);
+        *w = Some(Arc::clone(recovery));
+        if self.failure.get().is_some() {
+            recovery.link_failed();
+        }
+    }
+}
+
+/// A cloneable way to submit to a queue from any thread.
+#[derive(Clone)]
+pub struct Submitter {
+    pub(super) qid: u16,
+    pub(super) tx: SyncSender<Message>,
+    pub(super) waker: Arc<Waker>,
+}
+
+impl std::fmt::Debug for Submitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Submitter").field("qid", &self.qid).finish_non_exhaustive()
+    }
+}
+
+impl Submitter {
+    /// Submit `sqe` with `data` moving in `direction`; returns the pending completion.
+    pub fn submit(&self, request: Request<()>) -> Result<Pending, HostError> {
+        let (reply, pending) = reply_port(self.qid, None);
+        self.send(request, reply, true).map_err(|(e, _)| e)?;
+        Ok(pending)
+    }
+
+    /// Submit with the completion posted to `reply`, waking the I/O thread if `wake` (else only when the
+    /// request channel is full). On failure the request's buffer comes back with the error (and nothing is
+    /// posted).
+    pub(super) fn send(&self, request: Request<()>, reply: ReplyTo, wake: bool) -> Result<(), (HostError, Vec<u8>)> {
+        let Request { sqe, data, direction, context: () } = request;
+        let timed = !(self.qid == 0 && sqe.opcode == ASYNC_EVENT_REQUEST);
+        let context = InFlight { reply, submitted: Instant::now(), direction, timed };
+        let request = Request { sqe, data, direction, context };
+        let message = Message::Submit(request);
+        let sent = match self.tx.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(message)) => {
+                // A sleeping I/O thread must take some before this one fits.
+                let _ = self.waker.wake();
+                self.tx.send(message)
+            }
+            Err(TrySendError::Disconnected(message)) => Err(SendError(message)),
+        };
+        if let Err(e) = sent {
+            let data = match e.0 {
+                Message::Submit(mut r) => {
+                    r.context.reply.disarm();
+                    r.data
+                }
+                Message::Shutdown | Message::Abort => Vec::new(),
+            };
+            return Err((HostError::ShutDown { qid: self.qid }, data));
+        }
+        // The request is queued; if the wake fails the I/O thread is gone and the request completes with
+        // ShutDown when the channel drops.
+        if wake {
+            let _ = self.waker.wake();
+        }
+        Ok(())
+    }
+
+    /// The queue identifier.
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+}
+
+fn reply(completion: Completion<InFlight>, meter: &Meter, now: Instant, wakes: &mut Wakes) {
+    let Completion { context, result, data, r2ts, in_capsule } = completion;
+    meter.record(&context, &result, data.len(), now);
+    context.reply.deliver(Completion { context: (), result, data, r2ts, in_capsule }, wakes);
+}
+
+fn reject(rejected: Rejected<InFlight>, meter: &Meter) {
+    let Rejected { error, request } = rejected;
+    bump(&meter.errors, 1);
+    let reply = Completion { context: (), result: Err(error), data: request.data, r2ts: 0, in_capsule: false };
+    request.context.reply.deliver(reply, &mut Wakes::default());
+}
+
+/// Hand every finished command to its waiter (one clock read and one wake-up per sink for the batch), the
+/// queue's counters published first: a waiter holding its reply finds its command counted in
+/// [`QueueHandle::stats`] (as it finds it in the meter, recorded before each delivery). Returns whether it
+/// published (there was something to deliver).
+fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, shared: &Shared) -> bool {
+    let Some(first) = queue.next_completion() else { return false };
+    publish(queue, shared);
+    let meter = &shared.meter;
+    let now = Instant::now();
+    let mut wakes = Wakes::default();
+    reply(first, meter, now, &mut wakes);
+    while let Some(c) = queue.next_completion() {
+        reply(c, meter, now, &mut wakes);
+    }
+    true
+}
+
+/// How long the I/O thread sleeps at most while commands are outstanding: how late a command timeout may be seen.
+const TIMEOUT_CHECK: Duration = Duration::from_millis(100);
+
+/// The I/O thread.
+pub(super) fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Shared) {
+    let qid = queue.qid();
+    let meter = &shared.meter;
+    let mut backlog: VecDeque<Request<InFlight>> = VecDeque::new();
+    let mut stopping = false;
+    loop {
+        loop {
+            match rx.try_recv() {
+                Ok(Message::Submit(r)) => backlog.push_back(r),
+                Ok(Message::Shutdown) | Err(TryRecvError::Disconnected) => {
+                    stopping = true;
+                    break;
+                }
+                Ok(Message::Abort) => {
+                    queue.close();
+                    stopping = true;
+                    break;
+                }
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        while queue.free_slots() > 0 || queue.failure().is_some() {
+            let Some(request) = backlog.pop_front() else { break };
+            if let Err(rejected) = queue.submit(request) {
+                reject(*rejected, meter);
+            }
+        }
+        reply_all(&mut queue, shared);
+        if queue.failure().is_some() {
+            publish(&queue, shared);
+            if stopping {
+                break;
+            }
+            // Nothing to poll any more: answer later requests with the failure until told to stop.
+            match rx.recv() {
+                Ok(Message::Submit(r)) => backlog.push_back(r),
+                Ok(Message::Shutdown | Message::Abort) | Err(_) => break,
+            }
+            continue;
+        }
+        if stopping && queue.outstanding() == 0 && backlog.is_empty() {
+            break;
+        }
+        // Outstanding commands have timeouts to check; with none (an Asynchronous Event Request has none), only a
+        // submission (the waker), the peer or a transport event has anything for this thread, and each of those
+        // ends the wait.
+        let wait = queue.timed_outstanding().then_some(TIMEOUT_CHECK);
+        let _ = queue.poll(wait);
+        // Submissions and a failure are published even when no command finished.
+        if !reply_all(&mut queue, shared) {
+            publish(&queue, shared);
+        }
+    }
+    publish(&queue, shared);
+    queue.close();
+    reply_all(&mut queue, shared);
+    for request in backlog {
+        reject(Rejected { error: HostError::ShutDown { qid }, request }, meter);
+    }
+    tracing::debug!(qid, "I/O thread stopped");
+}
+
+fn publish<T, Q: BareQueue<T>>(queue: &Q, shared: &Shared) {
+    let stats = queue.stats();
+    shared.submitted.store(stats.submitted, Ordering::Relaxed);
+    shared.completed.store(stats.completed, Ordering::Relaxed);
+    shared.r2ts.store(stats.r2ts, Ordering::Relaxed);
+    shared.max_outstanding.store(stats.max_outstanding, Ordering::Relaxed);
+    if let Some(e) = queue.failure() {
+        shared.fail(e);
+    }
+}

@@ -1,0 +1,278 @@
+//! The I/O thread driven through [`BareQueue`] alone, against a queue without a wire ([`Loopback`]): what
+//! both transports rely on — batches beyond the depth wait in the backlog, completions reach their
+//! waiters, the metrics count bytes, errors and latency, a failed queue fails later requests, an idle
+//! thread sleeps in `poll` (never a zero timeout) and a waker ends that sleep.
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use mio::{Events, Poll, Token, Waker};
+use nvmf_common::nvme::io::{Read, Write};
+use nvmf_common::nvme::{CompletionQueueEntry, Status};
+
+use super::metrics::latency_bucket;
+use super::*;
+use crate::queue::{DataDirection, QueueStats, Rejected};
+
+const NSID_ERROR: u32 = 7;
+const NSID_FAIL_QUEUE: u32 = 9;
+
+/// What the test sees of a [`Loopback`] while the I/O thread owns it.
+#[derive(Debug, Default)]
+struct Probe {
+    /// Timeouts of the `poll` calls made with nothing outstanding.
+    idle_timeouts: Mutex<Vec<Option<Duration>>>,
+    /// Set once a `poll` returned because of the waker.
+    woken: AtomicBool,
+}
+
+/// Completes every outstanding command at the next `poll` (read data filled with 0xA5); a command for
+/// namespace [`NSID_ERROR`] gets Invalid Field, one for [`NSID_FAIL_QUEUE`] fails the whole queue.
+struct Loopback {
+    poll: Poll,
+    events: Events,
+    waker: Option<Arc<Waker>>,
+    depth: usize,
+    outstanding: Vec<Request<InFlight>>,
+    completed: VecDeque<Completion<InFlight>>,
+    stats: QueueStats,
+    failed: Option<HostError>,
+    probe: Arc<Probe>,
+}
+
+impl Loopback {
+    fn new(depth: usize) -> (Self, Arc<Probe>) {
+        let probe = Arc::new(Probe::default());
+        let q = Loopback {
+            poll: Poll::new().unwrap(),
+            events: Events::with_capacity(2),
+            waker: None,
+            depth,
+            outstanding: Vec::new(),
+            completed: VecDeque::new(),
+            stats: QueueStats::default(),
+            failed: None,
+            probe: Arc::clone(&probe),
+        };
+        (q, probe)
+    }
+
+    fn complete(&mut self, request: Request<InFlight>, result: Result<CompletionQueueEntry, HostError>) {
+        let Request { sqe, mut data, direction, context } = request;
+        if direction == DataDirection::ControllerToHost && result.is_ok() {
+            data.fill(0xA5);
+        }
+        let result = result.map(|mut c| {
+            c.cid = sqe.cid;
+            c
+        });
+        self.stats.completed += 1;
+        self.completed.push_back(Completion { context, result, data, r2ts: 0, in_capsule: false });
+    }
+}
+
+impl BareQueue<InFlight> for Loopback {
+    fn qid(&self) -> u16 {
+        1
+    }
+    fn submit(&mut self, request: Request<InFlight>) -> Result<u16, Box<Rejected<InFlight>>> {
+        if let Some(e) = &self.failed {
+            return Err(Box::new(Rejected { error: e.clone(), request }));
+        }
+        assert!(self.outstanding.len() < self.depth, "the I/O thread submitted beyond the free slots");
+        self.stats.submitted += 1;
+        self.outstanding.push(request);
+        let n = u16::try_from(self.outstanding.len()).unwrap();
+        self.stats.max_outstanding = self.stats.max_outstanding.max(n);
+        Ok(n)
+    }
+    fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        if self.outstanding.is_empty() {
+            self.probe.idle_timeouts.lock().unwrap().push(timeout);
+            self.poll.poll(&mut self.events, timeout).unwrap();
+            if !self.events.is_empty() {
+                self.probe.woken.store(true, Ordering::SeqCst);
+            }
+            return Ok(());
+        }
+        for r in std::mem::take(&mut self.outstanding) {
+            match r.sqe.nsid {
+                NSID_ERROR => self.complete(r, Ok(CompletionQueueEntry::new(0, Status::INVALID_FIELD))),
+                NSID_FAIL_QUEUE => {
+                    let e = HostError::Closed { qid: 1 };
+                    self.failed = Some(e.clone());
+                    self.complete(r, Err(e));
+                }
+                _ => self.complete(r, Ok(CompletionQueueEntry::new(0, Status::SUCCESS))),
+            }
+        }
+        Ok(())
+    }
+    fn next_completion(&mut self) -> Option<Completion<InFlight>> {
+        self.completed.pop_front()
+    }
+    fn close(&mut self) {
+        for r in std::mem::take(&mut self.outstanding) {
+            self.complete(r, Err(HostError::ShutDown { qid: 1 }));
+        }
+        self.failed.get_or_insert(HostError::ShutDown { qid: 1 });
+    }
+    fn waker(&mut self) -> Result<Arc<Waker>, HostError> {
+        let w = Arc::new(Waker::new(self.poll.registry(), Token(0)).unwrap());
+        self.waker = Some(Arc::clone(&w));
+        Ok(w)
+    }
+    fn free_slots(&self) -> usize {
+        self.depth - self.outstanding.len()
+    }
+    fn outstanding(&self) -> usize {
+        self.outstanding.len()
+    }
+    fn timed_outstanding(&self) -> bool {
+        !self.outstanding.is_empty()
+    }
+    fn failure(&self) -> Option<&HostError> {
+        self.failed.as_ref()
+    }
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}
+
+fn read(nsid: u32, len: usize) -> Request<()> {
+    let sqe = Read { nsid, slba: 0, nlb: 0, ..Read::default() }.to_sqe();
+    Request { sqe, data: vec![0; len], direction: DataDirection::ControllerToHost, context: () }
+}
+
+fn write(nsid: u32, len: usize) -> Request<()> {
+    let sqe = Write { nsid, slba: 0, nlb: 0, ..Write::default() }.to_sqe();
+    Request { sqe, data: vec![1; len], direction: DataDirection::HostToController, context: () }
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn a_batch_beyond_the_depth_completes_and_is_metered() {
+    let (q, _) = Loopback::new(4);
+    let h = QueueHandle::spawn(q).unwrap();
+    let mut pending = Vec::new();
+    for i in 0..16 {
+        pending.push(h.submit(if i % 2 == 0 { read(1, 4096) } else { write(1, 512) }).unwrap());
+    }
+    for (i, p) in pending.into_iter().enumerate() {
+        let reply = p.wait(WAIT).unwrap();
+        assert!(reply.result.unwrap().status.is_success());
+        if i % 2 == 0 {
+            assert!(reply.data.len() == 4096 && reply.data.iter().all(|&b| b == 0xA5), "read data came back");
+        } else {
+            assert_eq!(reply.data, vec![1; 512], "the write buffer came back");
+        }
+    }
+    h.close_and_check(|m| {
+        assert_eq!((m.submitted, m.completed), (16, 16));
+        assert!(m.max_outstanding <= 4, "{m:?}");
+        assert_eq!((m.read_bytes, m.written_bytes, m.errors), (8 * 4096, 8 * 512, 0));
+        assert_eq!(m.latency_count(), 16);
+    });
+}
+
+#[test]
+fn sink_completions_carry_their_tags_and_failures_reach_the_sink() {
+    let (q, _) = Loopback::new(4);
+    let h = QueueHandle::spawn(q).unwrap();
+    let (test_sink, rx) = super::tests::TestSink::new();
+    let sink: Arc<dyn CompletionSink> = test_sink;
+    // Half one by one, half as a batch with one wake-up.
+    for tag in 0..8u64 {
+        h.submit_to_sink(read(1, 4096), &sink, tag).unwrap();
+    }
+    for tag in 8..16u64 {
+        h.queue_to_sink(read(1, 4096), &sink, tag).unwrap();
+    }
+    h.wake();
+    let mut tags: Vec<u64> = (0..16)
+        .map(|_| {
+            let c = rx.recv_timeout(WAIT).unwrap();
+            let tag = c.tag();
+            let reply = c.settle().expect("no recovery: the reply itself");
+            assert!(reply.result.unwrap().status.is_success());
+            assert!(reply.data.len() == 4096 && reply.data.iter().all(|&b| b == 0xA5), "read data came back");
+            tag
+        })
+        .collect();
+    tags.sort_unstable();
+    assert_eq!(tags, (0..16).collect::<Vec<_>>(), "every tag exactly once");
+    // An error status, then a failed queue: both reach the sink under their tags.
+    h.submit_to_sink(read(NSID_ERROR, 512), &sink, 100).unwrap();
+    let c = rx.recv_timeout(WAIT).unwrap();
+    assert_eq!((c.tag(), c.settle().unwrap().result.unwrap().status), (100, Status::INVALID_FIELD));
+    h.submit_to_sink(write(NSID_FAIL_QUEUE, 512), &sink, 101).unwrap();
+    let c = rx.recv_timeout(WAIT).unwrap();
+    assert_eq!(c.tag(), 101);
+    assert!(matches!(c.settle().unwrap().result, Err(HostError::Closed { .. })));
+    match h.submit_to_sink(write(1, 512), &sink, 102) {
+        Err((e, data)) => assert!(matches!(e, HostError::Closed { .. }) && data == vec![1; 512], "{e:?}"),
+        Ok(()) => {
+            let c = rx.recv_timeout(WAIT).unwrap();
+            let reply = c.settle().unwrap();
+            assert!(matches!(reply.result, Err(HostError::Closed { .. })), "{:?}", reply.result);
+            assert_eq!(reply.data, vec![1; 512], "the buffer comes back with the failure");
+        }
+    }
+    h.close_and_check(|m| assert_eq!((m.read_bytes, m.errors), (16 * 4096, 3), "{m:?}"));
+}
+
+#[test]
+fn error_statuses_and_a_failed_queue_count_as_errors() {
+    let (q, _) = Loopback::new(4);
+    let h = QueueHandle::spawn(q).unwrap();
+    let reply = h.submit(read(NSID_ERROR, 512)).unwrap().wait(WAIT).unwrap();
+    assert_eq!(reply.result.unwrap().status, Status::INVALID_FIELD);
+    let reply = h.submit(write(NSID_FAIL_QUEUE, 512)).unwrap().wait(WAIT).unwrap();
+    assert!(matches!(reply.result, Err(HostError::Closed { .. })), "{:?}", reply.result);
+    // Later requests fail with the queue's failure (rejected by the queue, or answered by the thread).
+    let reply = h.submit(read(1, 512)).unwrap().wait(WAIT).unwrap();
+    assert!(matches!(reply.result, Err(HostError::Closed { .. })), "{:?}", reply.result);
+    assert!(matches!(h.failure(), Some(HostError::Closed { .. })));
+    h.close_and_check(|m| {
+        assert_eq!((m.errors, m.read_bytes, m.written_bytes), (3, 0, 0), "{m:?}");
+    });
+}
+
+#[test]
+fn an_idle_thread_sleeps_in_poll_and_a_submission_wakes_it() {
+    let (q, probe) = Loopback::new(4);
+    let h = QueueHandle::spawn(q).unwrap();
+    // Wait until the thread has gone to sleep at least once, then submit: the waker must end the sleep.
+    while probe.idle_timeouts.lock().unwrap().is_empty() {
+        std::thread::yield_now();
+    }
+    let reply = h.submit(read(1, 512)).unwrap().wait(WAIT).unwrap();
+    assert!(reply.result.unwrap().status.is_success());
+    assert!(probe.woken.load(Ordering::SeqCst), "the submission woke the sleeping poll");
+    h.close();
+    let idle = probe.idle_timeouts.lock().unwrap();
+    assert!(idle.iter().all(Option::is_none), "idle, it sleeps until woken (no timer, no busy polling): {idle:?}");
+}
+
+#[test]
+fn latency_buckets_are_log2_microseconds() {
+    for (ns, bucket) in
+        [(0, 0), (1000, 0), (1001, 1), (2000, 1), (2001, 2), (8000, 3), (4_194_304_000, 22), (u64::MAX, 23)]
+    {
+        assert_eq!(latency_bucket(ns), bucket, "{ns} ns");
+    }
+    assert!((latency_bucket_bound(0) - 1e-6).abs() < 1e-12);
+    assert!((latency_bucket_bound(3) - 8e-6).abs() < 1e-12);
+    assert!(latency_bucket_bound(LATENCY_BUCKETS - 1).is_infinite());
+}
+
+impl QueueHandle {
+    /// Close, then check the metrics the closed handle reports.
+    fn close_and_check(self, check: impl FnOnce(&QueueMetrics)) {
+        self.shutdown();
+        check(&self.stats());
+    }
+}
