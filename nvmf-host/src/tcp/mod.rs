@@ -5,6 +5,8 @@
 //! Threading: a [`TcpQueue`] is single-owner and poll-driven — whoever owns it calls `submit`, `poll` and
 //! `next_completion` from one thread, and nothing in it locks.
 
+mod commands;
 pub mod queue;
 
-pub use queue::{CommandState, TcpQueue, TcpQueueOptions};
+pub use commands::CommandState;
+pub use queue::{TcpQueue, TcpQueueOptions};
