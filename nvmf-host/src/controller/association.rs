@@ -26,9 +26,7 @@ use crate::error::HostError;
 use crate::queue::handle::{Pending, QueueHandle, Reply, Submitter};
 use crate::queue::{DataDirection, Request, MAX_QUEUE_DEPTH};
 #[cfg(feature = "rdma")]
-use crate::rdma::queue::DetachedTeardown;
-#[cfg(feature = "rdma")]
-use crate::rdma::{RdmaQueue, RdmaQueueOptions};
+use crate::rdma::{DetachedTeardown, RdmaQueue, RdmaQueueOptions};
 use crate::tcp::{TcpQueue, TcpQueueOptions};
 
 /// Depth of the admin queue (Linux uses 32).

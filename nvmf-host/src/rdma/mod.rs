@@ -10,6 +10,8 @@
 pub mod admin;
 mod memory;
 pub mod queue;
+pub mod teardown;
 
 pub use admin::BareAdmin;
 pub use queue::{RdmaCommandState, RdmaQueue, RdmaQueueOptions};
+pub use teardown::DetachedTeardown;
