@@ -21,7 +21,7 @@ use crate::controller::ConnectOptions;
 use crate::discovery::{DiscoveryLog, DiscoveryRecord};
 use crate::endpoint::{Endpoint, ResolveError};
 use crate::error::HostError;
-use crate::perf::{PerfError, PerfOptions, PerfReport, Workload};
+use crate::perf::{per_second, PerfError, PerfOptions, PerfReport, Workload};
 
 /// What went wrong in a command.
 #[derive(Debug, thiserror::Error)]
@@ -342,11 +342,6 @@ pub fn perf_json(r: &PerfReport, o: &PerfOptions) -> Value {
         "latency_us": {"mean": l.mean, "min": l.min, "max": l.max, "p50": l.p50, "p99": l.p99, "p999": l.p999},
         "per_queue": queues,
     })
-}
-
-#[allow(clippy::cast_precision_loss)] // rates for display
-fn per_second(n: u64, elapsed: Duration) -> f64 {
-    n as f64 / elapsed.as_secs_f64().max(1e-9)
 }
 
 /// The SPDK-like table of a perf run.

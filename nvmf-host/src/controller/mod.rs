@@ -17,9 +17,9 @@
 //! [`QueueHandle`]s callers hold stay valid — or [`ConnectOptions::ctrl_loss_tmo`] has passed since the
 //! loss ([`ControllerState::Failed`]). Meanwhile I/O is held: new I/O submissions wait, and I/O commands
 //! the lost connection had in flight are resubmitted on the new association (reads, writes, flush, write
-//! zeroes and DSM are safe to repeat at the block level), through the [`crate::queue::handle::Pending`] the caller
-//! waits on; see [`crate::queue::handle`] for how the owned buffers are kept without a copy. After `fast_io_fail_tmo`
-//! held and new I/O fail with [`HostError::FastIoFail`] while attempts go on; after `ctrl_loss_tmo` with
+//! zeroes and DSM are safe to repeat at the block level), through the [`crate::queue::handle::Pending`] the
+//! caller waits on; see [`crate::queue::handle`] for how the owned buffers are kept without a copy. After
+//! `fast_io_fail_tmo` held and new I/O fail with [`HostError::FastIoFail`] while attempts go on; after `ctrl_loss_tmo` with
 //! [`HostError::ControllerLost`]. Admin commands of [`Controller::admin_command`] are held the same way (the
 //! supervisor's own are not: it runs the reconnect they would wait for).
 //!
@@ -36,8 +36,8 @@
 //! every piece at once (spread round-robin over the I/O queues) and wait for all of them, each wait
 //! bounded by [`ConnectOptions::io_timeout`] (and held while reconnecting). Each has an async twin
 //! (`read_async`, `write_async`, `flush_async`, `write_zeroes_async`, `deallocate_async`, and
-//! [`Controller::submit_io_async`]) for any executor: the same commands, awaited ([`crate::queue::handle::Pending`] is a
-//! `Future` woken by the queue's I/O thread), and held while reconnecting without blocking the task's thread
+//! [`Controller::submit_io_async`]) for any executor: the same commands, awaited (a
+//! [`crate::queue::handle::Pending`] is a `Future` woken by the queue's I/O thread), and held while reconnecting without blocking the task's thread
 //! (the supervisor wakes held tasks on every state change and at the fast-fail deadline); the queue's command
 //! timeout bounds them. Reads and writes take scatter-gather lists (`IoSliceMut`, `IoSlice`) whose lengths add
 //! up to whole blocks; the wrappers copy between those and the queue's owned buffers (one buffer per command),

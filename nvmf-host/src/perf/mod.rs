@@ -2,8 +2,8 @@
 //!
 //! The association is brought up by [`Controller::connect`] with the admin queue only (either transport). perf
 //! then asks for its I/O queues itself ([`Controller::request_io_queues`]) and connects each as a bare queue
-//! (`TcpQueue` or `RdmaQueue`, both behind [`BareQueue`]; [`Controller::fabrics_connect`]) driven by its own worker thread
-//! through the poll API, so exactly `queue_depth` commands are outstanding per queue and nothing sits between
+//! (`TcpQueue` or `RdmaQueue`, both behind [`BareQueue`]; [`Controller::fabrics_connect`]) driven by its own
+//! worker thread through the poll API, so exactly `queue_depth` commands are outstanding per queue and nothing sits between
 //! the measuring loop and the socket or completion queue.
 //!
 //! Threads: one worker per I/O queue; the caller's thread waits for them. The measuring loop never
@@ -14,21 +14,27 @@
 //! Alive gets no Keep Alive while perf runs, as with the controller's own queues.
 //!
 //! Nothing is written to the namespace unless the workload writes.
+//!
+//! Files: this one (options, the run: connect, plan, one worker per queue, the report), `worker` (one queue's
+//! measuring loop), `histogram` ([`LatencyHistogram`]).
+
+mod histogram;
+mod worker;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use nvmf_common::nvme::io::{Read, Write};
-
 use nvmf_common::fabrics::property::Capabilities;
 
 use crate::controller::{ConnectOptions, Controller, IoTraffic, NamespaceInfo, Transport};
 use crate::error::HostError;
-use crate::queue::{BareQueue, DataDirection, Request, MAX_QUEUE_DEPTH};
+use crate::queue::{BareQueue, MAX_QUEUE_DEPTH};
 #[cfg(feature = "rdma")]
 use crate::rdma::{RdmaQueue, RdmaQueueOptions};
 use crate::tcp::{TcpQueue, TcpQueueOptions};
+pub use histogram::{LatencyHistogram, LatencySummary};
+use worker::{worker, Job};
 
 /// What went wrong running perf.
 #[derive(Debug, thiserror::Error)]
@@ -141,23 +147,6 @@ pub struct PerfOptions {
     pub cpus: Option<Vec<usize>>,
 }
 
-/// Latency summary in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct LatencySummary {
-    /// Mean.
-    pub mean: f64,
-    /// Minimum.
-    pub min: f64,
-    /// Maximum.
-    pub max: f64,
-    /// Median.
-    pub p50: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// 99.9th percentile.
-    pub p999: f64,
-}
-
 /// Results of one queue (one worker).
 #[derive(Debug, Clone)]
 pub struct QueueResult {
@@ -212,290 +201,8 @@ impl PerfReport {
 }
 
 #[allow(clippy::cast_precision_loss)] // rates for display
-fn per_second(n: u64, elapsed: Duration) -> f64 {
+pub(crate) fn per_second(n: u64, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64().max(1e-9)
-}
-
-/// Linear sub-buckets per power of two (2^5 = 32: under 3.2 % error).
-const SUB_BITS: u32 = 5;
-const SUB: usize = 1 << SUB_BITS;
-/// Buckets for every `u64` nanosecond value.
-const BUCKETS: usize = (64 - SUB_BITS as usize + 1) * SUB;
-
-/// A fixed-size log-linear histogram of nanosecond latencies: values below 32 ns are exact, above that each
-/// power of two is split in 32 equal buckets. Recording is a few arithmetic operations, no allocation.
-#[derive(Clone)]
-pub struct LatencyHistogram {
-    counts: Box<[u64; BUCKETS]>,
-    total: u64,
-    sum_ns: u128,
-    min_ns: u64,
-    max_ns: u64,
-}
-
-impl std::fmt::Debug for LatencyHistogram {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LatencyHistogram")
-            .field("total", &self.total)
-            .field("min_ns", &self.min_ns)
-            .field("max_ns", &self.max_ns)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for LatencyHistogram {
-    fn default() -> Self {
-        LatencyHistogram { counts: Box::new([0; BUCKETS]), total: 0, sum_ns: 0, min_ns: u64::MAX, max_ns: 0 }
-    }
-}
-
-impl LatencyHistogram {
-    fn bucket(ns: u64) -> usize {
-        if ns < SUB as u64 {
-            // ns < 32.
-            return usize::try_from(ns).unwrap_or(0);
-        }
-        let e = 63 - ns.leading_zeros(); // >= SUB_BITS
-        let sub = usize::try_from((ns >> (e - SUB_BITS)) & (SUB as u64 - 1)).unwrap_or(0);
-        (e - SUB_BITS + 1) as usize * SUB + sub
-    }
-
-    /// Lowest value and width of bucket `b`.
-    fn bucket_range(b: usize) -> (u64, u64) {
-        if b < SUB {
-            return (b as u64, 1);
-        }
-        let shift = u32::try_from(b / SUB - 1).unwrap_or(0);
-        let sub = (b % SUB) as u64;
-        ((SUB as u64 + sub) << shift, 1u64 << shift)
-    }
-
-    /// Record one latency.
-    pub fn record(&mut self, latency: Duration) {
-        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-        self.counts[Self::bucket(ns)] += 1;
-        self.total += 1;
-        self.sum_ns += u128::from(ns);
-        self.min_ns = self.min_ns.min(ns);
-        self.max_ns = self.max_ns.max(ns);
-    }
-
-    /// Add another histogram's counts.
-    pub fn merge(&mut self, other: &LatencyHistogram) {
-        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
-            *a += b;
-        }
-        self.total += other.total;
-        self.sum_ns += other.sum_ns;
-        self.min_ns = self.min_ns.min(other.min_ns);
-        self.max_ns = self.max_ns.max(other.max_ns);
-    }
-
-    /// Values recorded.
-    pub fn count(&self) -> u64 {
-        self.total
-    }
-
-    /// The value at quantile `q` (0..=1) in nanoseconds: the middle of its bucket, clamped to the
-    /// recorded minimum and maximum. 0 when empty.
-    pub fn quantile_ns(&self, q: f64) -> u64 {
-        if self.total == 0 {
-            return 0;
-        }
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
-        // q in 0..=1 times a count: a non-negative rank no larger than the count
-        let rank = ((q.clamp(0.0, 1.0) * self.total as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (b, &c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                let (low, width) = Self::bucket_range(b);
-                return (low + width / 2).clamp(self.min_ns, self.max_ns);
-            }
-        }
-        self.max_ns
-    }
-
-    /// Mean, min, max and percentiles in microseconds.
-    #[allow(clippy::cast_precision_loss)] // for display
-    pub fn summary(&self) -> LatencySummary {
-        if self.total == 0 {
-            return LatencySummary::default();
-        }
-        let us = |ns: u64| ns as f64 / 1000.0;
-        LatencySummary {
-            mean: self.sum_ns as f64 / self.total as f64 / 1000.0,
-            min: us(self.min_ns),
-            max: us(self.max_ns),
-            p50: us(self.quantile_ns(0.50)),
-            p99: us(self.quantile_ns(0.99)),
-            p999: us(self.quantile_ns(0.999)),
-        }
-    }
-}
-
-/// xorshift64*: cheap offsets, no allocation.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
-/// What one worker needs.
-#[derive(Debug, Clone)]
-struct Job {
-    qid: u16,
-    nsid: u32,
-    /// Blocks per command.
-    blocks: u64,
-    /// Command-sized slots in the namespace.
-    slots: u64,
-    /// First sequential slot of this queue.
-    start_slot: u64,
-    io_size: usize,
-    depth: u16,
-    random: bool,
-    read_percent: u8,
-    duration: Duration,
-    drain_timeout: Duration,
-    /// How long one poll may wait: zero when busy polling.
-    poll_timeout: Duration,
-    /// The CPU to pin the worker to.
-    cpu: Option<usize>,
-    /// Where the worker reports its commands to the controller's keep-alive (every `IoTraffic::REPORT_INTERVAL`).
-    traffic: Arc<IoTraffic>,
-}
-
-#[derive(Debug, Default)]
-struct WorkerResult {
-    reads: u64,
-    writes: u64,
-    histogram: LatencyHistogram,
-}
-
-fn submit_one(
-    queue: &mut impl BareQueue<u32>,
-    job: &Job,
-    rng: &mut Rng,
-    cursor: &mut u64,
-    slot: u32,
-    data: Vec<u8>,
-) -> Result<(u64, bool), HostError> {
-    let index = if job.random {
-        rng.next() % job.slots
-    } else {
-        let i = *cursor;
-        *cursor = (*cursor + 1) % job.slots;
-        i
-    };
-    let slba = index * job.blocks;
-    let read = job.read_percent >= 100 || (job.read_percent > 0 && rng.next() % 100 < u64::from(job.read_percent));
-    // blocks <= 65536 (checked in `run`), so NLB fits 16 bits.
-    let nlb = u16::try_from(job.blocks - 1).unwrap_or(u16::MAX);
-    let (sqe, direction) = if read {
-        (Read { nsid: job.nsid, slba, nlb, ..Read::default() }.to_sqe(), DataDirection::ControllerToHost)
-    } else {
-        (Write { nsid: job.nsid, slba, nlb, ..Write::default() }.to_sqe(), DataDirection::HostToController)
-    };
-    queue.submit(Request { sqe, data, direction, context: slot }).map_err(|r| r.error)?;
-    Ok((slba, read))
-}
-
-/// One worker: keep `depth` commands in flight for `duration`, then drain.
-fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) -> Result<WorkerResult, PerfError> {
-    // Pinned before the first allocation, so the buffers are the pinned CPU's memory. A failure still waits at
-    // the barrier, which counts every worker.
-    let pinned = job.cpu.map_or(Ok(()), nvmf_service::cpus::pin_current_thread);
-    if let Err(source) = pinned {
-        start.wait();
-        return Err(PerfError::Pin { qid: job.qid, source });
-    }
-    let depth = usize::from(job.depth);
-    let mut result = WorkerResult::default();
-    // Everything the loop touches is allocated here.
-    let mut buffers: Vec<Vec<u8>> = (0..depth)
-        .map(|i| {
-            // A non-zero pattern that differs per slot, so written data is recognisable.
-            #[allow(clippy::cast_possible_truncation)] // repeating byte pattern
-            (0..job.io_size).map(|b| (b as u8).wrapping_mul(7).wrapping_add(i as u8) | 1).collect()
-        })
-        .collect();
-    let mut started = vec![Instant::now(); depth];
-    let mut slbas = vec![(0u64, true); depth];
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (u64::from(job.qid) << 32) ^ u64::from(job.nsid) | 1);
-    let mut cursor = job.start_slot;
-    start.wait();
-    let begin = Instant::now();
-    let end = begin + job.duration;
-    for slot in 0..depth {
-        let data = std::mem::take(&mut buffers[slot]);
-        started[slot] = Instant::now();
-        #[allow(clippy::cast_possible_truncation)] // slot < depth <= 4096
-        let s = slot as u32;
-        slbas[slot] = submit_one(&mut queue, &job, &mut rng, &mut cursor, s, data)?;
-    }
-    let mut outstanding = depth;
-    let mut drain_deadline = None;
-    // Commands not yet reported to the controller's keep-alive, and when it was last told.
-    let (mut submitted, mut completed) = (depth as u64, 0u64);
-    let mut reported_at = begin;
-    while outstanding > 0 {
-        queue.poll(Some(job.poll_timeout))?;
-        // One clock read per poll, shared by the completions it brought (they arrived together): in a guest whose
-        // clock has no vDSO each read is a system call.
-        let now = Instant::now();
-        while let Some(c) = queue.next_completion() {
-            let slot = c.context as usize;
-            if slot >= depth {
-                continue;
-            }
-            outstanding -= 1;
-            completed += 1;
-            let cqe = c.result?;
-            let (slba, read) = slbas[slot];
-            if !cqe.status.is_success() {
-                let command = if read { "Read" } else { "Write" };
-                return Err(PerfError::Command { qid: job.qid, command, slba, status: cqe.status });
-            }
-            if now <= end {
-                result.histogram.record(now - started[slot]);
-                if read {
-                    result.reads += 1;
-                } else {
-                    result.writes += 1;
-                }
-                started[slot] = now;
-                #[allow(clippy::cast_possible_truncation)] // slot < depth <= 4096
-                let s = slot as u32;
-                slbas[slot] = submit_one(&mut queue, &job, &mut rng, &mut cursor, s, c.data)?;
-                outstanding += 1;
-                submitted += 1;
-            } else {
-                buffers[slot] = c.data;
-            }
-        }
-        if now.duration_since(reported_at) >= IoTraffic::REPORT_INTERVAL {
-            job.traffic.add(submitted, completed);
-            (submitted, completed, reported_at) = (0, 0, now);
-        }
-        if now > end {
-            let deadline = *drain_deadline.get_or_insert(now + job.drain_timeout);
-            if now > deadline {
-                return Err(PerfError::Host(HostError::Timeout {
-                    what: format!("{outstanding} commands on queue {} after the run", job.qid),
-                    after: job.drain_timeout,
-                }));
-            }
-        }
-    }
-    queue.close();
-    Ok(result)
 }
 
 /// Connect, run the workload on every queue for the duration, disconnect, and report.
@@ -717,37 +424,6 @@ fn drive<Q: BareQueue<u32> + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn buckets_are_monotonic_and_cover_their_values() {
-        let mut last = 0;
-        for ns in (0..100_000u64).chain([1 << 20, (1 << 40) + 12345, u64::MAX]) {
-            let b = LatencyHistogram::bucket(ns);
-            assert!(b >= last || ns > 100_000 - 1, "bucket of {ns} went down");
-            last = b;
-            let (low, width) = LatencyHistogram::bucket_range(b);
-            assert!(low <= ns && ns - low < width, "{ns} not in bucket {b} = [{low}, +{width})");
-            assert!(b < BUCKETS);
-        }
-    }
-
-    #[test]
-    fn percentiles_are_close_and_ordered() {
-        let mut h = LatencyHistogram::default();
-        for us in 1..=1000u64 {
-            h.record(Duration::from_micros(us));
-        }
-        let s = h.summary();
-        assert!((s.mean - 500.5).abs() < 0.01, "{s:?}");
-        assert!((s.p50 - 500.0).abs() / 500.0 < 0.04, "{s:?}");
-        assert!((s.p99 - 990.0).abs() / 990.0 < 0.04, "{s:?}");
-        assert!(s.min <= s.p50 && s.p50 <= s.p99 && s.p99 <= s.p999 && s.p999 <= s.max, "{s:?}");
-        let mut other = LatencyHistogram::default();
-        other.record(Duration::from_secs(1));
-        h.merge(&other);
-        assert_eq!(h.count(), 1001);
-        assert!((h.summary().max - 1e6).abs() < 1.0);
-    }
 
     #[test]
     fn workload_mix() {
