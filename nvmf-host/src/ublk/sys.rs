@@ -2,12 +2,17 @@
 //! commands on `/dev/ublk-control`, the per-queue I/O descriptor mapping of `/dev/ublkcN`, and the
 //! FETCH_REQ / COMMIT_AND_FETCH_REQ commands whose buffers the kernel writes into asynchronously.
 //!
+//! Every `#[repr(C)]` struct handed to the kernel is checked at compile time against the header's layout (size and
+//! field offsets); the two command structs (`ublksrv_ctrl_cmd`, `ublksrv_io_cmd`) are serialised byte by byte
+//! into the SQE's command area instead (`ctrl_cmd`, `io_cmd`).
+//!
 //! Threads: a [`Control`] belongs to the thread that adds, starts, stops and deletes the device (START_DEV
 //! blocks it until every queue has fetched); a [`QueueRing`] belongs to its queue's thread, which the driver
 //! records as the queue's daemon (every command of a queue must come from that thread).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
+use std::mem::{offset_of, size_of};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::ptr::NonNull;
@@ -100,6 +105,24 @@ pub struct DevInfo {
     pub reserved2: u64,
 }
 
+const _: () = assert!(size_of::<DevInfo>() == 64);
+const _: () = {
+    assert!(offset_of!(DevInfo, nr_hw_queues) == 0);
+    assert!(offset_of!(DevInfo, queue_depth) == 2);
+    assert!(offset_of!(DevInfo, state) == 4);
+    assert!(offset_of!(DevInfo, pad0) == 6);
+    assert!(offset_of!(DevInfo, max_io_buf_bytes) == 8);
+    assert!(offset_of!(DevInfo, dev_id) == 12);
+    assert!(offset_of!(DevInfo, ublksrv_pid) == 16);
+    assert!(offset_of!(DevInfo, pad1) == 20);
+    assert!(offset_of!(DevInfo, flags) == 24);
+    assert!(offset_of!(DevInfo, ublksrv_flags) == 32);
+    assert!(offset_of!(DevInfo, owner_uid) == 40);
+    assert!(offset_of!(DevInfo, owner_gid) == 44);
+    assert!(offset_of!(DevInfo, reserved1) == 48);
+    assert!(offset_of!(DevInfo, reserved2) == 56);
+};
+
 /// `struct ublk_param_basic`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -115,6 +138,19 @@ pub struct ParamBasic {
     pub virt_boundary_mask: u64,
 }
 
+const _: () = assert!(size_of::<ParamBasic>() == 32);
+const _: () = {
+    assert!(offset_of!(ParamBasic, attrs) == 0);
+    assert!(offset_of!(ParamBasic, logical_bs_shift) == 4);
+    assert!(offset_of!(ParamBasic, physical_bs_shift) == 5);
+    assert!(offset_of!(ParamBasic, io_opt_shift) == 6);
+    assert!(offset_of!(ParamBasic, io_min_shift) == 7);
+    assert!(offset_of!(ParamBasic, max_sectors) == 8);
+    assert!(offset_of!(ParamBasic, chunk_sectors) == 12);
+    assert!(offset_of!(ParamBasic, dev_sectors) == 16);
+    assert!(offset_of!(ParamBasic, virt_boundary_mask) == 24);
+};
+
 /// `struct ublk_param_discard`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -126,6 +162,16 @@ pub struct ParamDiscard {
     pub max_discard_segments: u16,
     pub reserved0: u16,
 }
+
+const _: () = assert!(size_of::<ParamDiscard>() == 20);
+const _: () = {
+    assert!(offset_of!(ParamDiscard, discard_alignment) == 0);
+    assert!(offset_of!(ParamDiscard, discard_granularity) == 4);
+    assert!(offset_of!(ParamDiscard, max_discard_sectors) == 8);
+    assert!(offset_of!(ParamDiscard, max_write_zeroes_sectors) == 12);
+    assert!(offset_of!(ParamDiscard, max_discard_segments) == 16);
+    assert!(offset_of!(ParamDiscard, reserved0) == 18);
+};
 
 /// The head of `struct ublk_params` up to the discard parameters (the driver copies `len` bytes and leaves
 /// the rest zero).
@@ -140,6 +186,15 @@ pub struct Params {
     pub pad: u32,
 }
 
+const _: () = assert!(size_of::<Params>() == 64);
+const _: () = {
+    assert!(offset_of!(Params, len) == 0);
+    assert!(offset_of!(Params, types) == 4);
+    assert!(offset_of!(Params, basic) == 8);
+    assert!(offset_of!(Params, discard) == 40);
+    assert!(offset_of!(Params, pad) == 60);
+};
+
 /// `struct ublksrv_io_desc`: one request as the driver describes it to the queue's daemon.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -153,6 +208,14 @@ pub struct IoDesc {
     /// The buffer the data is in (what the fetch gave).
     pub addr: u64,
 }
+
+const _: () = assert!(size_of::<IoDesc>() == 24);
+const _: () = {
+    assert!(offset_of!(IoDesc, op_flags) == 0);
+    assert!(offset_of!(IoDesc, nr_sectors) == 4);
+    assert!(offset_of!(IoDesc, start_sector) == 8);
+    assert!(offset_of!(IoDesc, addr) == 16);
+};
 
 impl IoDesc {
     /// The `UBLK_IO_OP_*`.
@@ -183,7 +246,7 @@ fn io_cmd(q_id: u16, tag: u16, result: i32, addr: u64) -> [u8; 16] {
 }
 
 fn size_u16<T>() -> u16 {
-    u16::try_from(std::mem::size_of::<T>()).unwrap_or(u16::MAX)
+    u16::try_from(size_of::<T>()).unwrap_or(u16::MAX)
 }
 
 /// `/dev/ublk-control` with the SQE128 ring its 32-byte commands need.
@@ -297,7 +360,7 @@ unsafe impl Send for IoDescs {}
 impl IoDescs {
     /// Map queue `q_id`'s `depth` descriptors.
     pub fn map(cdev: &File, q_id: u16, depth: u16) -> io::Result<IoDescs> {
-        let desc = std::mem::size_of::<IoDesc>();
+        let desc = size_of::<IoDesc>();
         let page = page_size();
         let len = round_up(usize::from(depth) * desc, page);
         let stride = round_up(usize::from(MAX_QUEUE_DEPTH) * desc, page);
