@@ -177,7 +177,7 @@ impl Collector for HostCollector {
                     let qid = qid.to_string();
                     let buckets: Vec<(f64, u64)> =
                         (0..LATENCY_BUCKETS).map(|b| (latency_bucket_bound(b), q.latency[b])).collect();
-                    #[allow(clippy::cast_precision_loss)] // seconds as a float, as Prometheus has them
+                    // Seconds as a float, as Prometheus has them.
                     let sum = q.latency_sum_ns as f64 * 1e-9;
                     m.encode_family(&[("controller", s.name.as_str()), ("qid", &qid)])?
                         .encode_histogram::<NoLabelSet>(sum, q.latency_count(), &buckets, None)?;

@@ -700,7 +700,7 @@ fn reload_tells_the_service_manager_and_reports_what_needs_a_restart() {
     let uptime_usec = || -> u64 {
         let text = std::fs::read_to_string("/proc/uptime").unwrap();
         let seconds: f64 = text.split_whitespace().next().unwrap().parse().unwrap();
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // seconds since boot, positive
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "seconds since boot, positive")]
         let usec = (seconds * 1e6) as u64;
         usec
     };

@@ -1,53 +1,53 @@
 //! [`Controller`]: a host's association with an NVMe-oF controller over NVMe/TCP or NVMe/RDMA
 //! ([`ConnectOptions::transport`]), kept up across connection loss.
 //!
-//! [`Controller::connect`] brings the association up the way the Linux host does: admin queue (TCP: ICReq;
-//! RDMA: RDMA CM connect with HSQSIZE 31; then Fabrics Connect with CNTLID 0xFFFF and KATO), Property Get
-//! CAP, Property Set CC.EN and a wait for CSTS.RDY bounded by CAP.TO, Identify Controller, Set Features
-//! Number of Queues, then one connection (TCP socket or RDMA queue pair) and Fabrics Connect per granted I/O
-//! queue, the namespace scan, and Asynchronous Event Requests. Everything above the queues is the same code
-//! for both transports: each queue is a [`QueueHandle`] whose I/O thread drives a `TcpQueue` or an
-//! `RdmaQueue` (writes up to the controller's IOCCSZ go in the capsule on either).
+//! [`Controller::connect`] brings the association up the way the Linux host does: admin queue (TCP: ICReq; RDMA:
+//! RDMA CM connect with HSQSIZE 31; then Fabrics Connect with CNTLID 0xFFFF and KATO), Property Get CAP, Property
+//! Set CC.EN and a wait for CSTS.RDY bounded by CAP.TO, Identify Controller, Set Features Number of Queues, then
+//! one connection (TCP socket or RDMA queue pair) and Fabrics Connect per granted I/O queue, the namespace scan,
+//! and Asynchronous Event Requests. Everything above the queues is the same code for both transports: each queue is
+//! a [`QueueHandle`] whose I/O thread drives a `TcpQueue` or an `RdmaQueue` (writes up to the controller's IOCCSZ
+//! go in the capsule on either).
 //!
-//! Reconnect (nvme-cli's `--reconnect-delay`, `--ctrl-loss-tmo`, `--fast-io-fail-tmo`): when any queue of
-//! the association fails (transport error, command timeout) or a Keep Alive fails, the controller becomes
+//! Reconnect (nvme-cli's `--reconnect-delay`, `--ctrl-loss-tmo`, `--fast-io-fail-tmo`): when any queue of the
+//! association fails (transport error, command timeout) or a Keep Alive fails, the controller becomes
 //! [`ControllerState::Reconnecting`]: every queue's connection is aborted and every
-//! [`ConnectOptions::reconnect_delay`] a whole new association is tried (same host NQN and ID, same number
-//! of I/O queues) until one comes up — the queues' connections are then replaced in place, so the
-//! [`QueueHandle`]s callers hold stay valid — or [`ConnectOptions::ctrl_loss_tmo`] has passed since the
-//! loss ([`ControllerState::Failed`]). Meanwhile I/O is held: new I/O submissions wait, and I/O commands
-//! the lost connection had in flight are resubmitted on the new association (reads, writes, flush, write
-//! zeroes and DSM are safe to repeat at the block level), through the [`crate::queue::handle::Pending`] the
-//! caller waits on; see [`crate::queue::handle`] for how the owned buffers are kept without a copy. After
-//! `fast_io_fail_tmo` held and new I/O fail with [`HostError::FastIoFail`] while attempts go on; after `ctrl_loss_tmo` with
-//! [`HostError::ControllerLost`]. Admin commands of [`Controller::admin_command`] are held the same way (the
-//! supervisor's own are not: it runs the reconnect they would wait for).
+//! [`ConnectOptions::reconnect_delay`] a whole new association is tried (same host NQN and ID, same number of I/O
+//! queues) until one comes up — the queues' connections are then replaced in place, so the [`QueueHandle`]s callers
+//! hold stay valid — or [`ConnectOptions::ctrl_loss_tmo`] has passed since the loss ([`ControllerState::Failed`]).
+//! Meanwhile I/O is held: new I/O submissions wait, and I/O commands the lost connection had in flight are
+//! resubmitted on the new association (reads, writes, flush, write zeroes and DSM are safe to repeat at the block
+//! level), through the [`crate::queue::handle::Pending`] the caller waits on; see [`crate::queue::handle`] for how
+//! the owned buffers are kept without a copy. After `fast_io_fail_tmo` held and new I/O fail with
+//! [`HostError::FastIoFail`] while attempts go on; after `ctrl_loss_tmo` with [`HostError::ControllerLost`]. Admin
+//! commands of [`Controller::admin_command`] are held the same way (the supervisor's own are not: it runs the
+//! reconnect they would wait for).
 //!
-//! Asynchronous events: the host keeps AERL + 1 Asynchronous Event Requests outstanding (at most 8); a
-//! Namespace Attribute Changed notice makes it read the Changed Namespace List log (which clears the
-//! event), rescan the namespaces and bump [`Controller::namespace_generation`], then re-arm the request.
+//! Asynchronous events: the host keeps AERL + 1 Asynchronous Event Requests outstanding (at most 8); a Namespace
+//! Attribute Changed notice makes it read the Changed Namespace List log (which clears the event), rescan the
+//! namespaces and bump [`Controller::namespace_generation`], then re-arm the request.
 //!
-//! Threads: each queue has its I/O thread ([`QueueHandle`]). One supervisor thread per
-//! controller sends the Keep Alives (every KATO/2; to a controller that reports Traffic Based Keep Alive, none while
-//! I/O flows: see `supervise`), handles asynchronous events, notices a lost association
-//! (a queue's I/O thread tells it when its connection fails, a held command when it meets a failed one) and runs
-//! the reconnect attempts; it sleeps until one of those is due, blocks on admin commands and connects, and is
-//! never on the data path. The blocking calls here run on the caller's thread, split transfers at MDTS, submit
-//! every piece at once (spread round-robin over the I/O queues) and wait for all of them, each wait
-//! bounded by [`ConnectOptions::io_timeout`] (and held while reconnecting). Each has an async twin
-//! (`read_async`, `write_async`, `flush_async`, `write_zeroes_async`, `deallocate_async`, and
-//! [`Controller::submit_io_async`]) for any executor: the same commands, awaited (a
-//! [`crate::queue::handle::Pending`] is a `Future` woken by the queue's I/O thread), and held while reconnecting without blocking the task's thread
-//! (the supervisor wakes held tasks on every state change and at the fast-fail deadline); the queue's command
-//! timeout bounds them. Reads and writes take scatter-gather lists (`IoSliceMut`, `IoSlice`) whose lengths add
-//! up to whole blocks; the wrappers copy between those and the queue's owned buffers (one buffer per command),
-//! and zero-copy callers use [`Controller::submit_io`] with owned buffers. The data path takes one uncontended
-//! `RwLock` read (the queue's current connection; only a reconnect write-locks it) and no other lock.
+//! Threads: each queue has its I/O thread ([`QueueHandle`]). One supervisor thread per controller sends the Keep
+//! Alives (every KATO/2; to a controller that reports Traffic Based Keep Alive, none while I/O flows: see
+//! `supervise`), handles asynchronous events, notices a lost association (a queue's I/O thread tells it when its
+//! connection fails, a held command when it meets a failed one) and runs the reconnect attempts; it sleeps until
+//! one of those is due, blocks on admin commands and connects, and is never on the data path. The blocking calls
+//! here run on the caller's thread, split transfers at MDTS, submit every piece at once (spread round-robin over
+//! the I/O queues) and wait for all of them, each wait bounded by [`ConnectOptions::io_timeout`] (and held while
+//! reconnecting). Each has an async twin (`read_async`, `write_async`, `flush_async`, `write_zeroes_async`,
+//! `deallocate_async`, and [`Controller::submit_io_async`]) for any executor: the same commands, awaited (a
+//! [`crate::queue::handle::Pending`] is a `Future` woken by the queue's I/O thread), and held while reconnecting
+//! without blocking the task's thread (the supervisor wakes held tasks on every state change and at the fast-fail
+//! deadline); the queue's command timeout bounds them. Reads and writes take scatter-gather lists (`IoSliceMut`,
+//! `IoSlice`) whose lengths add up to whole blocks; the wrappers copy between those and the queue's owned buffers
+//! (one buffer per command), and zero-copy callers use [`Controller::submit_io`] with owned buffers. The data path
+//! takes one uncontended `RwLock` read (the queue's current connection; only a reconnect write-locks it) and no
+//! other lock.
 //!
-//! Files: `options` (how to connect), `association` (bringing one association up: the admin queue, CC.EN,
-//! Identify, the I/O queues), `supervision` (where the controller stands, keep-alive, holding I/O, reconnect;
-//! the supervisor thread), `events` (Asynchronous Event Requests and the namespace table), `io` (the blocking and
-//! async I/O API), and this file: the [`Controller`] itself, its admin commands, connect and disconnect.
+//! Files: `options` (how to connect), `association` (bringing one association up: the admin queue, CC.EN, Identify,
+//! the I/O queues), `supervision` (where the controller stands, keep-alive, holding I/O, reconnect; the supervisor
+//! thread), `events` (Asynchronous Event Requests and the namespace table), `io` (the blocking and async I/O API),
+//! and this file: the [`Controller`] itself, its admin commands, connect and disconnect.
 
 mod association;
 mod events;

@@ -50,7 +50,7 @@ impl ControllerState {
     }
 
     pub(super) fn from_word(word: u64) -> Self {
-        #[allow(clippy::cast_possible_truncation)] // the low half is the attempt count
+        #[expect(clippy::cast_possible_truncation, reason = "the low half is the attempt count")]
         let attempts = word as u32;
         match word >> 32 {
             0 => ControllerState::Live,

@@ -109,8 +109,11 @@ impl LatencyHistogram {
         if self.total == 0 {
             return 0;
         }
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
-        // q in 0..=1 times a count: a non-negative rank no larger than the count
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "q in 0..=1 times a count: a non-negative rank no larger than the count"
+        )]
         let rank = ((q.clamp(0.0, 1.0) * self.total as f64).ceil() as u64).max(1);
         let mut seen = 0;
         for (b, &c) in self.counts.iter().enumerate() {
@@ -123,8 +126,7 @@ impl LatencyHistogram {
         self.max_ns
     }
 
-    /// Mean, min, max and percentiles in microseconds.
-    #[allow(clippy::cast_precision_loss)] // for display
+    /// Mean, min, max and percentiles in microseconds (for display: a float's precision is plenty).
     pub fn summary(&self) -> LatencySummary {
         if self.total == 0 {
             return LatencySummary::default();

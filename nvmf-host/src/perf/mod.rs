@@ -200,7 +200,7 @@ impl PerfReport {
     }
 }
 
-#[allow(clippy::cast_precision_loss)] // rates for display
+/// `n` per second over `elapsed`, for display (a float's precision is plenty).
 pub(crate) fn per_second(n: u64, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64().max(1e-9)
 }

@@ -102,7 +102,7 @@ pub(super) fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) 
     let mut buffers: Vec<Vec<u8>> = (0..depth)
         .map(|i| {
             // A non-zero pattern that differs per slot, so written data is recognisable.
-            #[allow(clippy::cast_possible_truncation)] // repeating byte pattern
+            #[expect(clippy::cast_possible_truncation, reason = "a repeating byte pattern")]
             (0..job.io_size).map(|b| (b as u8).wrapping_mul(7).wrapping_add(i as u8) | 1).collect()
         })
         .collect();
@@ -116,7 +116,7 @@ pub(super) fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) 
     for slot in 0..depth {
         let data = std::mem::take(&mut buffers[slot]);
         started[slot] = Instant::now();
-        #[allow(clippy::cast_possible_truncation)] // slot < depth <= 4096
+        #[expect(clippy::cast_possible_truncation, reason = "slot < depth <= 4096")]
         let s = slot as u32;
         slbas[slot] = submit_one(&mut queue, &job, &mut rng, &mut cursor, s, data)?;
     }
@@ -151,7 +151,7 @@ pub(super) fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) 
                     result.writes += 1;
                 }
                 started[slot] = now;
-                #[allow(clippy::cast_possible_truncation)] // slot < depth <= 4096
+                #[expect(clippy::cast_possible_truncation, reason = "slot < depth <= 4096")]
                 let s = slot as u32;
                 slbas[slot] = submit_one(&mut queue, &job, &mut rng, &mut cursor, s, c.data)?;
                 outstanding += 1;

@@ -1,6 +1,7 @@
 //! Shared harness: our target in-process on 127.0.0.1 (ephemeral port) with memory namespaces, and
 //! connect options with short timeouts.
-#![allow(dead_code)] // each test binary uses part of it
+// Not `expect`: a test binary that uses all of it would leave the expectation unfulfilled.
+#![allow(dead_code, reason = "each test binary uses part of it")]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -87,7 +88,7 @@ pub fn options(nr_io_queues: u16) -> ConnectOptions {
 
 /// Bytes that differ per offset and per `seed`.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    #[allow(clippy::cast_possible_truncation)] // a repeating byte pattern
+    #[expect(clippy::cast_possible_truncation, reason = "a repeating byte pattern")]
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).wrapping_add((i >> 9) as u8)).collect()
 }
 

@@ -60,8 +60,10 @@ pub struct InFlight {
     pub(super) timed: bool,
 }
 
-// A request is moved once into the channel's slot; boxing it would allocate per command.
-#[allow(clippy::large_enum_variant)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a request is moved once into the channel's slot; boxing it would allocate per command"
+)]
 pub(super) enum Message {
     Submit(Request<InFlight>),
     /// Let outstanding commands finish, then stop.

@@ -137,7 +137,7 @@ impl Slot {
     }
 
     /// [`Slot::submit`] without holding: while the link is failed the request comes back to be held.
-    #[allow(clippy::result_large_err)] // the request goes back by value: boxing it would allocate
+    #[expect(clippy::result_large_err, reason = "the request goes back by value: boxing it would allocate")]
     pub(super) fn try_submit(self: &Arc<Self>, request: Request<()>) -> Result<Pending, Refused> {
         let qid = self.qid;
         self.try_submit_via(request, true, |retry| reply_port(qid, retry))
@@ -182,7 +182,7 @@ impl Slot {
 
     /// One try of [`Slot::submit_via`]: a recovering queue's request comes back [`Refused::Held`] when the link
     /// has failed (or the send to it did).
-    #[allow(clippy::result_large_err)] // the request goes back by value: boxing it would allocate
+    #[expect(clippy::result_large_err, reason = "the request goes back by value: boxing it would allocate")]
     fn try_submit_via<R>(
         self: &Arc<Self>,
         request: Request<()>,

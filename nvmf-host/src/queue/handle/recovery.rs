@@ -62,7 +62,7 @@ impl Retry {
     /// `reply` of this command: `Ok` with the command to resubmit when the connection lost it (after
     /// holding until a newer association is live), `Err` with the reply to deliver (the recovery's error in
     /// it when the command must fail).
-    #[allow(clippy::result_large_err)] // the reply goes back to the caller by value either way
+    #[expect(clippy::result_large_err, reason = "the reply goes back to the caller by value either way")]
     pub(super) fn recover(&self, reply: Reply) -> Result<Request<()>, Reply> {
         let Some(cause) = lost_cause(&reply) else { return Err(reply) };
         if let Err(e) = self.slot.hold(self.epoch, &cause) {
