@@ -409,10 +409,10 @@ impl<T> TcpQueue<T> {
     /// come, so the loop reads until the read reports it.
     ///
     /// While large reads are outstanding `rx` takes only [`SMALL_RX_WINDOW`] bytes per read: a read into all of
-    /// `rx` would take whole C2HData payloads there, to be copied again into their commands' buffers (in a guest
-    /// without a fast memcpy that second copy of 128 KiB cost more than the system calls the window adds); with
-    /// the window, the next C2HData header arrives with little data behind it and the rest of the payload is read
-    /// straight into its buffer.
+    /// `rx` would take whole C2HData payloads there, to be copied again into their commands' buffers (where memcpy
+    /// is slow, as in a guest, that second copy of a large payload costs more than the system calls the window
+    /// adds); with the window, the next C2HData header arrives with little data behind it and the rest of the
+    /// payload is read straight into its buffer.
     fn receive(&mut self, closed: bool) -> Result<(), HostError> {
         let qid = self.cmds.qid;
         loop {

@@ -25,11 +25,8 @@
 //! Why a command crosses from the queue thread to the I/O thread instead of one thread doing both: the NVMe I/O
 //! queue is the controller's, shared by every namespace's export and by library callers, and a reconnect
 //! replaces its I/O thread, while ublk_drv binds each ublk queue for the device's lifetime to the one thread
-//! that fetched its tags. The crossing is batched (one wake each way per batch). In the test VM (fio on
-//! `/dev/ublkb0`, NVMe/TCP to nvmet with null_blk) it cost 0.37 context switches per 4 KiB read at QD 32 and
-//! 1.1 per 128 KiB read at QD 8; the queue thread and the I/O thread each spent 120-145 µs of guest CPU per
-//! 4 KiB read, out of 720-840 µs for the whole guest (fio, the block layer, ublk_drv, nvmet), where
-//! `nvmf-host perf` needs about 210 µs in all: most of the export's cost lies in the kernel's ublk path.
+//! that fetched its tags. The crossing is batched (one wake each way per batch), and it is a small part of what
+//! an exported request costs: most of that lies in the kernel's ublk path.
 //!
 //! Lifecycle: [`UblkExport::start`] adds the device (ADD_DEV, SET_PARAMS), starts the queues (every tag
 //! fetched), then START_DEV; [`UblkExport::stop`] (or drop) STOP_DEV while the queues still serve (the
