@@ -1,25 +1,28 @@
 //! nvmf-host: the NVMe over Fabrics host library.
 //!
-//! - [`queue`] — what a queue pair of either transport takes and gives back, how its owner drives it
-//!   ([`queue::BareQueue`]), and [`queue::handle`]: a queue on its own I/O thread, shared by any number of
-//!   threads, with held I/O across reconnects and per-queue metrics.
-//! - [`tcp`] — the NVMe/TCP queue pair (pipelined, poll-driven).
-//! - `rdma` (feature `rdma`, on by default) — the NVMe/RDMA queue pair, same shape as the TCP one.
-//! - [`controller`] — an association with one controller — bring-up (Connect, CC.EN/CSTS.RDY, Identify,
-//!   Number of Queues, I/O queue Connects), keep-alive, namespaces, blocking and async I/O with scatter-gather
-//!   buffers, shutdown.
-//! - [`identity`] — the host NQN and host ID (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, or generated).
-//! - [`discovery`] — reading a discovery controller's Discovery Log Page.
-//! - [`nbd`] — an NBD server exporting one namespace (unix socket or TCP) for qemu, fio and nbd-client.
-//! - `ublk` (feature `ublk`, on by default) — one namespace as a `/dev/ublkbN` block device through ublk_drv.
-//! - [`perf`] — an SPDK-perf-like load generator on bare pipelined queues, with a latency histogram.
+//! Layers, each depending only on the ones above it:
+//! - [`queue`] — transport-neutral: what a queue pair takes and gives back ([`queue::Request`],
+//!   [`queue::Completion`]), how its owner drives it ([`queue::BareQueue`], [`queue::execute`]), command
+//!   identifiers, and [`queue::handle`]: a queue on its own I/O thread, shared by any number of threads, with held
+//!   I/O across reconnects, completion sinks and per-queue metrics.
+//! - [`tcp`] — the NVMe/TCP queue pair (pipelined, poll-driven); `rdma` (feature `rdma`, on by default) — the
+//!   NVMe/RDMA queue pair, same shape. Both implement [`queue::BareQueue`]; neither uses the other.
+//! - [`controller`] — an association with one controller: bring-up (Connect, CC.EN/CSTS.RDY, Identify, Number of
+//!   Queues, I/O queue Connects), supervision (keep-alive, reconnect, held I/O), events (AER, namespace rescan),
+//!   blocking and async I/O with scatter-gather buffers, shutdown. [`identity`] — the host NQN and host ID
+//!   (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, or generated); [`discovery`] — a discovery controller's Discovery
+//!   Log Page; [`endpoint`] — where a controller is reached (`-t -a -s`).
+//! - [`block`] — block requests as NVMe commands, shared by the exports: [`nbd`] — an NBD server exporting one
+//!   namespace (unix socket or TCP) for qemu, fio and nbd-client; `ublk` (feature `ublk`, on by default) — one
+//!   namespace as a `/dev/ublkbN` block device through ublk_drv. [`perf`] — an SPDK-perf-like load generator on
+//!   bare pipelined queues, with a latency histogram.
 //! - [`daemon`] — `nvmf-host run`: configured and CLI-requested controllers kept connected, their exports, the
 //!   control socket the CLI talks to, sd_notify; [`metrics`] — its Prometheus collector.
-//! - [`cli`] — the `nvmf-host` command line (`perf`, `discover`, `nbd`, `run`, `connect`, `connect-all`,
-//!   `disconnect`, `disconnect-all`, `list`).
-//! - [`error`] — the error type, [`HostError`].
+//! - [`cli`] — the `nvmf-host` command line (`perf`, `discover`, `nbd`, `ublk`, `run`, `connect`, `connect-all`,
+//!   `disconnect`, `disconnect-all`, `list`, `reload`); it calls the daemon, never the reverse.
 //!
-//! See `shared/design/ARCHITECTURE.md` for where this sits.
+//! [`error`] — the error type, [`HostError`], used by all of them. See `docs/architecture.md` in the repository
+//! for where this sits.
 //!
 //! Async I/O runs on any executor (the queues' I/O threads wake the awaiting task); while the controller
 //! reconnects, awaited commands are held without blocking the executor's thread:
