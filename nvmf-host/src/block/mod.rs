@@ -1,5 +1,5 @@
 //! Block requests as NVMe commands: [`BlockOp`], what the NBD and ublk exports decode a request into, and
-//! [`nvm_command`], the NVM command set command for an operation that fits one. Pure functions, no I/O.
+//! `nvm_command`, the NVM command set command for an operation that fits one. Pure functions, no I/O.
 
 mod op;
 

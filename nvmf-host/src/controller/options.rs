@@ -58,7 +58,7 @@ pub struct ConnectOptions {
     /// Wait between reconnect attempts after the association is lost (`--reconnect-delay`, default 10 s).
     pub reconnect_delay: Duration,
     /// Give up reconnecting this long after the association was lost (`--ctrl-loss-tmo`, default 600 s):
-    /// held and new I/O then fail and the controller stays [`ControllerState::Failed`]. `None` (nvme-cli's
+    /// held and new I/O then fail and the controller stays [`super::ControllerState::Failed`]. `None` (nvme-cli's
     /// -1) retries forever.
     pub ctrl_loss_tmo: Option<Duration>,
     /// Fail held and new I/O this long after the association was lost while reconnect attempts go on

@@ -28,14 +28,14 @@ pub enum ControllerState {
     /// The association is up; I/O goes straight to the queues.
     Live,
     /// The association was lost; I/O is held while the host tries a new one every
-    /// [`ConnectOptions::reconnect_delay`].
+    /// [`super::ConnectOptions::reconnect_delay`].
     Reconnecting {
         /// Attempts made since the loss.
         attempts: u32,
     },
     /// The host is disconnecting (or dropped the controller); I/O fails.
     Deleting,
-    /// Reconnecting gave up after [`ConnectOptions::ctrl_loss_tmo`]; I/O fails.
+    /// Reconnecting gave up after [`super::ConnectOptions::ctrl_loss_tmo`]; I/O fails.
     Failed,
 }
 

@@ -83,7 +83,7 @@ impl Meter {
     }
 }
 
-/// A queue's counters and metrics as a scrape sees them ([`QueueHandle::stats`]), summed over the connections
+/// A queue's counters and metrics as a scrape sees them ([`super::QueueHandle::stats`]), summed over the connections
 /// a reconnect replaced (except `max_outstanding`, the current connection's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueMetrics {

@@ -12,7 +12,7 @@ use super::recovery::Retry;
 use super::Reply;
 use crate::error::HostError;
 
-/// Where an export queue's commands complete ([`QueueHandle::submit_to_sink`]). Called on the queue's
+/// Where an export queue's commands complete ([`super::QueueHandle::submit_to_sink`]). Called on the queue's
 /// I/O thread: neither method may block.
 pub trait CompletionSink: Send + Sync + std::fmt::Debug {
     /// Take one finished command.
@@ -38,7 +38,7 @@ impl Completed {
 
     /// The command's reply; or `None` when the connection lost it and it went to the controller's new
     /// association (its reply will come through the sink again, same tag) — held first while the controller
-    /// reconnects, exactly as [`Pending::wait`] does. Blocks only in that hold. When the command must fail
+    /// reconnects, exactly as [`super::Pending::wait`] does. Blocks only in that hold. When the command must fail
     /// instead, the reply carries the error and the command's buffer.
     pub fn settle(self) -> Option<Reply> {
         let Some((retry, sink)) = self.retry else { return Some(self.reply) };
