@@ -1,17 +1,17 @@
 //! [`run`]: an SPDK-`perf`-like load generator over NVMe/TCP or NVMe/RDMA, and its [`LatencyHistogram`].
 //!
-//! The association is brought up by [`Controller::connect`] with the admin queue only (either transport). perf
-//! then asks for its I/O queues itself ([`Controller::request_io_queues`]) and connects each as a bare queue
-//! (`TcpQueue` or `RdmaQueue`, both behind [`BareQueue`]; [`Controller::fabrics_connect`]) driven by its own
-//! worker thread through the poll API, so exactly `queue_depth` commands are outstanding per queue and nothing sits between
-//! the measuring loop and the socket or completion queue.
+//! The association is brought up by [`Controller::connect`] with the admin queue only (either transport). perf then
+//! asks for its I/O queues itself ([`Controller::request_io_queues`]) and connects each as a bare queue (`TcpQueue`
+//! or `RdmaQueue`, both behind [`BareQueue`]; [`Controller::fabrics_connect`]) driven by its own worker thread
+//! through the poll API, so exactly `queue_depth` commands are outstanding per queue and nothing sits between the
+//! measuring loop and the socket or completion queue.
 //!
-//! Threads: one worker per I/O queue; the caller's thread waits for them. The measuring loop never
-//! allocates: the data buffers (one per outstanding command) and the submission timestamps are allocated
-//! up front and travel with the commands, the histogram is a fixed array, offsets come from a xorshift
-//! generator. It blocks only in the queue's `poll`. Every [`IoTraffic::REPORT_INTERVAL`] a worker adds its
-//! command counts to the controller's ([`Controller::bare_io_traffic`]), so a controller with Traffic Based Keep
-//! Alive gets no Keep Alive while perf runs, as with the controller's own queues.
+//! Threads: one worker per I/O queue; the caller's thread waits for them. The measuring loop never allocates: the
+//! data buffers (one per outstanding command) and the submission timestamps are allocated up front and travel with
+//! the commands, the histogram is a fixed array, offsets come from a xorshift generator. It blocks only in the
+//! queue's `poll`. Every [`IoTraffic::REPORT_INTERVAL`] a worker adds its command counts to the controller's
+//! ([`Controller::bare_io_traffic`]), so a controller with Traffic Based Keep Alive gets no Keep Alive while perf
+//! runs, as with the controller's own queues.
 //!
 //! Nothing is written to the namespace unless the workload writes.
 //!
