@@ -305,8 +305,7 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
     let depth = options.queue_depth;
     match ctrl.transport() {
         Transport::Tcp => {
-            let mut queues = Vec::with_capacity(usize::from(options.queues));
-            for qid in 1..=options.queues {
+            let queues = connect_queues(ctrl, options, |qid| {
                 let qopts = TcpQueueOptions {
                     qid,
                     depth,
@@ -317,16 +316,13 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
                     connect_timeout: o.connect_timeout,
                     command_timeout: o.io_timeout,
                 };
-                let mut q = TcpQueue::connect(options.addr, &qopts)?;
-                ctrl.fabrics_connect(&mut q, depth)?;
-                queues.push(q);
-            }
+                TcpQueue::connect(options.addr, &qopts)
+            })?;
             drive(queues, options, &ns, plan, &ctrl.bare_io_traffic())
         }
         #[cfg(feature = "rdma")]
         Transport::Rdma => {
-            let mut queues = Vec::with_capacity(usize::from(options.queues));
-            for qid in 1..=options.queues {
+            let queues = connect_queues(ctrl, options, |qid| {
                 let qopts = RdmaQueueOptions {
                     qid,
                     depth,
@@ -336,15 +332,29 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
                     connect_timeout: o.connect_timeout,
                     command_timeout: o.io_timeout,
                 };
-                let mut q = RdmaQueue::connect(options.addr, &qopts)?;
-                ctrl.fabrics_connect(&mut q, depth)?;
-                queues.push(q);
-            }
+                RdmaQueue::connect(options.addr, &qopts)
+            })?;
             drive(queues, options, &ns, plan, &ctrl.bare_io_traffic())
         }
         #[cfg(not(feature = "rdma"))]
         Transport::Rdma => Err(PerfError::Invalid("this build has no NVMe/RDMA (feature `rdma`)".into())),
     }
+}
+
+/// Connect I/O queues 1..=`options.queues` as bare queues with `connect` and Fabrics Connect each to `ctrl`'s
+/// association (SQSIZE the queue depth), one after the other.
+fn connect_queues<Q: BareQueue<u32>>(
+    ctrl: &Controller,
+    options: &PerfOptions,
+    connect: impl Fn(u16) -> Result<Q, HostError>,
+) -> Result<Vec<Q>, HostError> {
+    let mut queues = Vec::with_capacity(usize::from(options.queues));
+    for qid in 1..=options.queues {
+        let mut q = connect(qid)?;
+        ctrl.fabrics_connect(&mut q, options.queue_depth)?;
+        queues.push(q);
+    }
+    Ok(queues)
 }
 
 /// Run the workload on connected I/O queues, one worker thread each, and gather the report.
