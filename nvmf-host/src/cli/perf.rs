@@ -1,0 +1,228 @@
+//! `nvmf-host perf`: its arguments ([`PerfArgs`], nvme-cli and SPDK perf option names), the run on the caller's
+//! thread ([`crate::perf::run`]), and its output: SPDK perf's table ([`write_perf_table`]) or one JSON object
+//! ([`perf_json`]).
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+
+use super::{connect_options, CliError, Transport};
+use crate::endpoint::Endpoint;
+use crate::perf::{per_second, PerfOptions, PerfReport, Workload};
+
+/// `-w`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkloadArg {
+    /// Random reads.
+    Randread,
+    /// Random writes.
+    Randwrite,
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Random mix (`-M` percent reads).
+    Rw,
+}
+
+impl From<WorkloadArg> for Workload {
+    fn from(w: WorkloadArg) -> Self {
+        match w {
+            WorkloadArg::Randread => Workload::RandRead,
+            WorkloadArg::Randwrite => Workload::RandWrite,
+            WorkloadArg::Read => Workload::Read,
+            WorkloadArg::Write => Workload::Write,
+            WorkloadArg::Rw => Workload::Rw,
+        }
+    }
+}
+
+/// `nvmf-host perf`.
+#[derive(Debug, Clone, Args)]
+pub struct PerfArgs {
+    /// Where to connect.
+    #[command(flatten)]
+    pub endpoint: Endpoint,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long = "nqn")]
+    pub nqn: String,
+    /// Host NQN (default: /etc/nvme/hostnqn or generated).
+    #[arg(long = "hostnqn")]
+    pub hostnqn: Option<String>,
+    /// Outstanding commands per I/O queue.
+    #[arg(short = 'q', long = "queue-depth", default_value_t = 32)]
+    pub queue_depth: u16,
+    /// Bytes per command.
+    #[arg(short = 'o', long = "io-size", default_value_t = 4096)]
+    pub io_size: u32,
+    /// I/O pattern.
+    #[arg(short = 'w', long = "workload", value_enum)]
+    pub workload: WorkloadArg,
+    /// Percentage of reads for `-w rw`.
+    #[arg(short = 'M', long = "rwmixread", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub mix: u8,
+    /// Seconds to run.
+    #[arg(short = 'T', long = "time", default_value_t = 10)]
+    pub time: u64,
+    /// I/O queues, one worker thread each.
+    #[arg(short = 'c', long = "queues", default_value_t = 1)]
+    pub queues: u16,
+    /// Namespace ID (default: the first active one).
+    #[arg(long = "nsid")]
+    pub nsid: Option<u32>,
+    /// Header digests.
+    #[arg(long = "hdr-digest")]
+    pub hdr_digest: bool,
+    /// Data digests.
+    #[arg(long = "data-digest")]
+    pub data_digest: bool,
+    /// Ask the controller to disable SQ flow control (NVMe/TCP reads then end without a response capsule).
+    #[arg(long = "disable-sqflow")]
+    pub disable_sqflow: bool,
+    /// Poll without sleeping, as SPDK's perf does: no wake-up latency, one CPU busy per queue.
+    #[arg(long = "busy-poll")]
+    pub busy_poll: bool,
+    /// CPUs to pin the workers to, as taskset -c writes them (0,2-3): queue i's worker on the i-th, round robin;
+    /// `none`: not pinned. Default: the CPUs this process may run on.
+    #[arg(long = "cpus", value_name = "LIST|none")]
+    pub cpus: Option<String>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Run `nvmf-host perf`.
+pub fn run(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let addr = a.endpoint.resolve()?;
+    let transport = match a.endpoint.transport {
+        Transport::Tcp => crate::perf::PerfTransport::Tcp,
+        Transport::Rdma => crate::perf::PerfTransport::Rdma,
+    };
+    let mut connect = connect_options(a.hostnqn.as_ref());
+    connect.hdr_digest = a.hdr_digest;
+    connect.data_digest = a.data_digest;
+    connect.disable_sqflow = a.disable_sqflow;
+    let options = PerfOptions {
+        transport,
+        addr,
+        subnqn: a.nqn.clone(),
+        connect,
+        nsid: a.nsid,
+        queue_depth: a.queue_depth,
+        io_size: a.io_size,
+        workload: a.workload.into(),
+        mix: a.mix,
+        duration: Duration::from_secs(a.time.max(1)),
+        queues: a.queues,
+        busy_poll: a.busy_poll,
+        cpus: match a.cpus.as_deref() {
+            Some("none") => None,
+            Some(list) => Some(nvmf_service::cpus::parse_list(list)?),
+            None => Some(nvmf_service::cpus::allowed()?),
+        },
+    };
+    let report = crate::perf::run(&options)?;
+    if a.json {
+        writeln!(out, "{}", perf_json(&report, &options))?;
+    } else {
+        write_perf_table(&report, &options, out)?;
+    }
+    Ok(())
+}
+
+/// The `--json` object of a perf run.
+pub fn perf_json(r: &PerfReport, o: &PerfOptions) -> Value {
+    let l = r.latency();
+    let queues: Vec<Value> = r
+        .per_queue
+        .iter()
+        .map(|q| {
+            let s = q.histogram.summary();
+            json!({
+                "qid": q.qid,
+                "cpu": q.cpu,
+                "ios": q.ios,
+                "iops": per_second(q.ios, r.elapsed),
+                "latency_us": {"mean": s.mean, "min": s.min, "max": s.max, "p50": s.p50, "p99": s.p99, "p999": s.p999},
+            })
+        })
+        .collect();
+    json!({
+        "traddr": o.addr.ip().to_string(),
+        "trsvcid": o.addr.port().to_string(),
+        "subnqn": o.subnqn,
+        "nsid": r.nsid,
+        "workload": format!("{:?}", o.workload).to_lowercase(),
+        "queue_depth": r.queue_depth,
+        "io_size": r.io_size,
+        "queues": o.queues,
+        "busy_poll": o.busy_poll,
+        "cpus": o.cpus,
+        "seconds": r.elapsed.as_secs_f64(),
+        "reads": r.reads,
+        "writes": r.writes,
+        "iops": r.iops(),
+        "mib_per_s": r.mib_per_s(),
+        "latency_us": {"mean": l.mean, "min": l.min, "max": l.max, "p50": l.p50, "p99": l.p99, "p999": l.p999},
+        "per_queue": queues,
+    })
+}
+
+/// The SPDK-like table of a perf run.
+pub fn write_perf_table(r: &PerfReport, o: &PerfOptions, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let device = format!("TCP (addr:{} subnqn:{}) NSID {}", o.addr, o.subnqn, r.nsid);
+    // Label column as wide as the longest label, like SPDK's.
+    let w = device.len() + " queue 65535".len();
+    let rule = "=".repeat(w + 57);
+    writeln!(
+        out,
+        "Initialization complete. Ran {:?} with {} B I/Os, queue depth {} on {} queue(s) for {:.1} s.",
+        o.workload,
+        r.io_size,
+        r.queue_depth,
+        o.queues,
+        r.elapsed.as_secs_f64()
+    )?;
+    writeln!(out, "{rule}")?;
+    writeln!(out, "{:>width$}", "Latency(us)", width = w + 57)?;
+    writeln!(
+        out,
+        "{:<w$}: {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "Device Information", "IOPS", "MiB/s", "Average", "min", "max"
+    )?;
+    let bytes = f64::from(r.io_size) / f64::from(1u32 << 20);
+    for q in &r.per_queue {
+        let s = q.histogram.summary();
+        let iops = per_second(q.ios, r.elapsed);
+        let name = format!("{device} queue {}", q.qid);
+        writeln!(
+            out,
+            "{name:<w$}: {iops:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+            iops * bytes,
+            s.mean,
+            s.min,
+            s.max
+        )?;
+    }
+    writeln!(out, "{rule}")?;
+    let l = r.latency();
+    writeln!(
+        out,
+        "{:<w$}: {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+        "Total",
+        r.iops(),
+        r.mib_per_s(),
+        l.mean,
+        l.min,
+        l.max
+    )?;
+    writeln!(out)?;
+    writeln!(out, "Summary latency data for {device}:")?;
+    writeln!(out, "{}", "=".repeat(80))?;
+    for (name, v) in [("50.00000%", l.p50), ("99.00000%", l.p99), ("99.90000%", l.p999)] {
+        writeln!(out, "{name:>10} : {v:>12.3}us")?;
+    }
+    writeln!(out)?;
+    Ok(())
+}
