@@ -1,6 +1,7 @@
 //! Fuzz target: the NBD export's parsers and request check (`nvmf_host::nbd::proto`, with the `BlockOp` it
-//! decodes into from `nvmf_host::block`), compiled in from their source files because the host crate pulls in the RDMA build the fuzz workspace avoids. Nothing may panic,
-//! and every request the check accepts must lie inside the export and within the advertised payload.
+//! decodes into from `nvmf_host::block`), compiled in from their source files because the host crate pulls in the
+//! RDMA build the fuzz workspace avoids. Nothing may panic, and every request the check accepts must lie inside the
+//! export and within the advertised payload.
 #![no_main]
 
 #[path = "../../nvmf-host/src/block/op.rs"]
