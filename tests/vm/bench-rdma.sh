@@ -12,7 +12,8 @@
 #   BENCH_RUNTIME=20 BENCH_ROUNDS=3 BENCH_REACTORS="1 2" tests/vm/bench-rdma.sh
 #
 # Environment: BENCH_RUNTIME (seconds per fio run, default 10), BENCH_RAMP (2), BENCH_REACTORS (our reactor counts
-# to try, default "2"), BENCH_ROUNDS (2), BENCH_BASELINE (another nvmf-target binary, e.g. a build of an older
+# to try, default "2"), BENCH_QUEUES (the kernel host's I/O queues, `nvme connect -i`; default nvme-cli's own, one
+# per vCPU), BENCH_ROUNDS (2), BENCH_BASELINE (another nvmf-target binary, e.g. a build of an older
 # commit: also benchmarked, as "baseline", with each reactor count, to measure a change in the same run),
 # BENCH_CPUS (guest vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/bench-rdma),
 # BENCH_PROFILE=1 (also profile: per workload one more run of each target, with the guest's busy CPU time per I/O
@@ -37,7 +38,7 @@ if [ "${1:-}" != --guest ]; then
   rm -rf "$logs"
   mkdir -p "$logs"
   env_args=(--env "NVMF_TARGET_BIN=$target_dir/release/nvmf-target")
-  for v in BENCH_RUNTIME BENCH_RAMP BENCH_REACTORS BENCH_ROUNDS BENCH_PROFILE BENCH_BASELINE; do
+  for v in BENCH_RUNTIME BENCH_RAMP BENCH_REACTORS BENCH_QUEUES BENCH_ROUNDS BENCH_PROFILE BENCH_BASELINE; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
   # Other work on this machine slows the guest's vCPUs unevenly: the host's load goes in the table's footer.
@@ -58,6 +59,7 @@ ramp=${BENCH_RAMP:-2}
 reactors=${BENCH_REACTORS:-2}
 rounds=${BENCH_ROUNDS:-2}
 profile=${BENCH_PROFILE:-0}
+queues=${BENCH_QUEUES:-$(nproc)}
 nqn_kernel=nqn.2024-01.io.nvmf-rs:bench-nvmet
 nqn_ours=nqn.2024-01.io.nvmf-rs:bench-ours
 table=$NVMF_VM_LOGS/bench.md
@@ -193,7 +195,7 @@ fi
 # 9420+i when profiling), named by its label: "nvmf-rs (R reactors)" or "baseline (R reactors)".
 nvmet_subsys "$nqn_kernel" /dev/nullb0
 nvmet_rdma_port 1 "$NVMF_RDMA_ADDR" 4420 "$nqn_kernel"
-dev_kernel=$(host_connect rdma "$NVMF_RDMA_ADDR" 4420 "$nqn_kernel")
+dev_kernel=$(host_connect rdma "$NVMF_RDMA_ADDR" 4420 "$nqn_kernel" -i "$queues")
 declare -A dev_ours
 labels=()
 for i in $(seq 1 ${#ours[@]}); do
@@ -217,7 +219,7 @@ nqn = "$nqn_ours-$i"
 path = "/dev/nullb$i"
 EOF
   NVMF_TARGET_BIN=$bin nvmf_target_start "ours-$i" "$config"
-  dev_ours[$label]=$(host_connect rdma "$NVMF_RDMA_ADDR" $((4420 + i)) "$nqn_ours-$i")
+  dev_ours[$label]=$(host_connect rdma "$NVMF_RDMA_ADDR" $((4420 + i)) "$nqn_ours-$i" -i "$queues")
 done
 
 for round in $(seq 1 "$rounds"); do
@@ -268,7 +270,7 @@ _means() { awk '{ i += $1; m += $2; p += $3; n++ } END { if (n) printf "%d %d %d
     done
   done
   echo
-  echo "Guest: $(nproc) vCPUs (QEMU TCG), kernel $(uname -r), Soft-RoCE rxe0, null_blk irqmode=0, fio io_uring direct, ${runtime} s per run after ${ramp} s ramp, load average at the end $(cut -d' ' -f1-3 /proc/loadavg); copy_to_user $(copy_to_user_rate)."
+  echo "Guest: $(nproc) vCPUs (QEMU TCG), kernel $(uname -r), the kernel host on $queues I/O queue(s), Soft-RoCE rxe0, null_blk irqmode=0, fio io_uring direct, ${runtime} s per run after ${ramp} s ramp, load average at the end $(cut -d' ' -f1-3 /proc/loadavg); copy_to_user $(copy_to_user_rate)."
 } >> "$table"
 cat "$table"
 if [ "$profile" = 1 ]; then

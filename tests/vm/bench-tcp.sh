@@ -67,8 +67,9 @@ _key() { local l=${1// /_}; l=${l//[()]/}; echo "$NVMF_VM_LOGS/iops-$l-q$2-$3"; 
 
 # run_fio LABEL QUEUES ROUND DEV RW [PID]: one fio run; appends a table row, and its IOPS to the results file.
 run_fio() {
-  local label=$1 q=$2 round=$3 dev=$4 rw=$5 pid=${6:-} out b0 t0 b1 t1 p0=0 p1=0 iops p99 guest proc dir
-  out=$(_key "$label" "$q" "$rw")-$round.json
+  local label=$1 q=$2 round=$3 dev=$4 rw=$5 pid=${6:-} key out b0 t0 b1 t1 p0=0 p1=0 iops p99 guest proc dir
+  key=$(_key "$label" "$q" "$rw")
+  out=$NVMF_VM_LOGS/fio-${key#"$NVMF_VM_LOGS"/iops-}-$round.json
   dir=${rw#rand}
   read -r b0 t0 <<< "$(_cpu_busy_jiffies)"
   [ -n "$pid" ] && p0=$(_proc_jiffies "$pid")
@@ -85,7 +86,7 @@ run_fio() {
   [ -n "$pid" ] && proc=$(((p1 - p0) * 100 / ((t1 - t0) / $(nproc))))
   echo "| $label | $q | 4 KiB $rw QD32 | $round | $iops | $p99 | $guest | $proc |" >> "$table"
   log "$label, $q I/O queue(s), $rw ($round): $iops IOPS, p99 $p99 µs, guest CPU $guest %, target CPU $proc %"
-  echo "$iops" >> "$(_key "$label" "$q" "$rw")"
+  echo "$iops" >> "$key"
 }
 
 {
