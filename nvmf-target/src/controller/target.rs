@@ -6,7 +6,7 @@
 //! counter and notifies discovery controllers.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -61,6 +61,20 @@ pub struct ListenerParams {
     pub trsvcid: String,
     /// Transport specific address subtype (RDMA QP/provider/CM, TCP security type).
     pub tsas: Tsas,
+}
+
+impl ListenerParams {
+    /// The entry of an IP listener with port ID `port_id` bound at `local`.
+    pub fn ip(port_id: u16, trtype: TransportType, local: SocketAddr, tsas: Tsas) -> Self {
+        ListenerParams {
+            port_id,
+            trtype,
+            adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
+            traddr: local.ip().to_string(),
+            trsvcid: local.port().to_string(),
+            tsas,
+        }
+    }
 }
 
 /// Target-wide limits and identity.

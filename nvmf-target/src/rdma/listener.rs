@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
-use nvmf_common::fabrics::discovery::{AddressFamily, RdmaCms, RdmaProviderType, RdmaQpType, TransportType, Tsas};
+use nvmf_common::fabrics::discovery::{RdmaCms, RdmaProviderType, RdmaQpType, TransportType, Tsas};
 use nvmf_common::transport::rdma::private_data::{RdmaCmReject, RdmaCmRejectStatus, RdmaCmRequest};
 use nvmf_common::transport::rdma::verbs::{CmEvent, CmEventKind, CmId, EventChannel, PeerConnParam, RdmaError};
 use nvmf_common::wire::WireError;
@@ -59,19 +59,13 @@ impl RdmaListenerSpec {
     /// The discovery log's entry for this listener, bound at `local`: as Linux nvmet reports RDMA ports, reliable
     /// connected, provider not specified, RDMA CM.
     pub fn discovery_entry(&self, local: SocketAddr) -> ListenerParams {
-        ListenerParams {
-            port_id: self.port_id,
-            trtype: TransportType::Rdma,
-            adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
-            traddr: local.ip().to_string(),
-            trsvcid: local.port().to_string(),
-            tsas: Tsas::Rdma {
-                qptype: RdmaQpType::Connected,
-                prtype: RdmaProviderType::NotSpecified,
-                cms: RdmaCms::RdmaCm,
-                pkey: 0,
-            },
-        }
+        let tsas = Tsas::Rdma {
+            qptype: RdmaQpType::Connected,
+            prtype: RdmaProviderType::NotSpecified,
+            cms: RdmaCms::RdmaCm,
+            pkey: 0,
+        };
+        ListenerParams::ip(self.port_id, TransportType::Rdma, local, tsas)
     }
 }
 

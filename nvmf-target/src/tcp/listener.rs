@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
-use nvmf_common::fabrics::discovery::{AddressFamily, TcpSecurityType, TransportType, Tsas};
+use nvmf_common::fabrics::discovery::{TcpSecurityType, TransportType, Tsas};
 use nvmf_config::target::{ListenerConfig, ListenerTransport};
 
 use super::{AcceptedConnection, TcpTransportConfig};
@@ -51,14 +51,7 @@ impl TcpListenerSpec {
 
     /// The discovery log's entry for this listener, bound at `local`.
     pub fn discovery_entry(&self, local: SocketAddr) -> ListenerParams {
-        ListenerParams {
-            port_id: self.port_id,
-            trtype: TransportType::Tcp,
-            adrfam: if local.is_ipv4() { AddressFamily::Ipv4 } else { AddressFamily::Ipv6 },
-            traddr: local.ip().to_string(),
-            trsvcid: local.port().to_string(),
-            tsas: Tsas::Tcp { sectype: TcpSecurityType::None },
-        }
+        ListenerParams::ip(self.port_id, TransportType::Tcp, local, Tsas::Tcp { sectype: TcpSecurityType::None })
     }
 }
 
