@@ -236,7 +236,7 @@ impl<G: PollGroup> Reactor<G> {
                     ENGINE => {}
                     Token(t) => {
                         let token = u64::try_from(t - FIRST_GROUP_TOKEN).unwrap_or(u64::MAX);
-                        let (group, mut cx) = self.split(now);
+                        let (group, mut cx) = self.group_in_context(now);
                         group.ready(token, event, &mut cx);
                     }
                 }
@@ -245,11 +245,11 @@ impl<G: PollGroup> Reactor<G> {
             // Every queue at a timer or when a notifier fired; otherwise only those with work waiting on this
             // turn (commands that waited for a buffer or ring space).
             let all = next_timer.is_some_and(|t| now >= t) | self.poll_queues.swap(false, Ordering::AcqRel);
-            let (group, mut cx) = self.split(now);
+            let (group, mut cx) = self.group_in_context(now);
             if group.poll(&mut cx, all) {
                 self.complete_storage(now);
             }
-            let (group, mut cx) = self.split(now);
+            let (group, mut cx) = self.group_in_context(now);
             busy = group.end_turn(&mut cx);
             if self.shutting_down && self.group.is_empty() {
                 tracing::debug!(reactor = self.index, "reactor stopped");
@@ -260,7 +260,7 @@ impl<G: PollGroup> Reactor<G> {
     }
 
     /// The poll group, and the context it is called with.
-    fn split(&mut self, now: Instant) -> (&mut G, GroupContext<'_>) {
+    fn group_in_context(&mut self, now: Instant) -> (&mut G, GroupContext<'_>) {
         let cx = GroupContext::new(&mut self.engine, self.poll.registry(), now, &self.target, &self.notifier);
         (&mut self.group, cx)
     }
@@ -277,7 +277,7 @@ impl<G: PollGroup> Reactor<G> {
                 self.completions = completions;
                 return;
             }
-            let (group, mut cx) = self.split(now);
+            let (group, mut cx) = self.group_in_context(now);
             for c in completions.drain(..) {
                 let (queue_key, slot) = split_storage_tag(c.tag);
                 group.storage_completed(queue_key, slot, c.result, &mut cx);
@@ -292,14 +292,14 @@ impl<G: PollGroup> Reactor<G> {
                 // Dropping a queue pair during shutdown refuses it (a socket closes, an RDMA CM id is destroyed).
                 Message::Accept(_) if self.shutting_down => {}
                 Message::Accept(queue_pair) => {
-                    let (group, mut cx) = self.split(now);
+                    let (group, mut cx) = self.group_in_context(now);
                     group.accept(queue_pair, &mut cx);
                 }
                 Message::Shutdown => {
                     // Stop accepting, end every queue pair (their queues tear down their associations); the loop
                     // ends once every storage op in flight has completed.
                     self.shutting_down = true;
-                    let (group, mut cx) = self.split(now);
+                    let (group, mut cx) = self.group_in_context(now);
                     group.shutdown(&mut cx);
                 }
             }
