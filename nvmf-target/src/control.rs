@@ -12,7 +12,7 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Sender};
@@ -72,6 +72,9 @@ pub enum ControlError {
     /// Another live daemon serves this socket.
     #[error("control socket {0}: another nvmf-target serves it")]
     InUse(PathBuf),
+    /// Something other than a socket is at the path: it is left alone.
+    #[error("control socket {0}: the path exists and is not a socket (refusing to replace it)")]
+    NotASocket(PathBuf),
     /// The socket could not be created.
     #[error("control socket {path}: {source}")]
     Bind {
@@ -117,15 +120,16 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Serve the control socket at `path`, handing requests to `requests`. A stale socket file (no daemon behind
-    /// it) is replaced; a live one is an error.
+    /// it) is replaced; a live one is an error, and so is anything else at the path (a mistyped `--control` never
+    /// deletes a file).
     pub fn start(path: &Path, requests: Sender<Request>) -> Result<Self, ControlError> {
         let bind_error = |source| ControlError::Bind { path: path.to_owned(), source };
-        if UnixStream::connect(path).is_ok() {
-            return Err(ControlError::InUse(path.to_owned()));
-        }
-        match std::fs::remove_file(path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(bind_error(e)),
-            _ => {}
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if !m.file_type().is_socket() => return Err(ControlError::NotASocket(path.to_owned())),
+            Ok(_) if UnixStream::connect(path).is_ok() => return Err(ControlError::InUse(path.to_owned())),
+            Ok(_) => std::fs::remove_file(path).map_err(bind_error)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(bind_error(e)),
         }
         let listener = UnixListener::bind(path).map_err(bind_error)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_error)?;
@@ -422,6 +426,21 @@ mod tests {
         }
         server.stop();
         assert_eq!(main.join().unwrap(), 1, "only the valid file reached the daemon");
+    }
+
+    #[test]
+    fn a_path_that_is_not_a_socket_is_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("target.toml");
+        std::fs::write(&file, "precious").unwrap();
+        let (tx, _rx) = mpsc::channel();
+        let err = ControlServer::start(&file, tx.clone()).unwrap_err();
+        assert!(matches!(err, ControlError::NotASocket(_)), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
+        let link = dir.path().join("control.sock");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert!(matches!(ControlServer::start(&link, tx), Err(ControlError::NotASocket(_))));
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
     }
 
     #[test]
