@@ -33,7 +33,7 @@ mod io;
 mod tests;
 
 pub use association::{Controller, QueueCounters};
-pub use queue::{split_storage_tag, storage_tag, Queue, QueueError, SlotId, Step};
+pub use queue::{split_storage_tag, storage_tag, Queue, QueueError, SlotId, Step, DISCOVERY_KATO_MS};
 pub use subsystem::{Namespace, NamespaceParams, NamespaceTable, Subsystem, SubsystemError, SubsystemParams};
 pub use target::{ListenerParams, Target, TargetError, TargetParams, TransportInfo};
 

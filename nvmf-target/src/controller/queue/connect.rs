@@ -19,6 +19,9 @@ use crate::controller::io::{self, DataSource, Direction};
 /// Bytes of Connect data.
 pub(super) const CONNECT_DATA_LEN: u32 = 1024;
 
+/// The keep-alive timeout of a discovery controller connected with KATO 0 (Linux nvmet's `NVMET_DISC_KATO_MS`).
+pub const DISCOVERY_KATO_MS: u32 = 120_000;
+
 /// Outcome of the Connect checks: the status and dword 0 to answer with.
 type ConnectResult = Result<u32, (Status, u32)>;
 
@@ -103,40 +106,33 @@ impl Queue {
             if connect.kato > params.kato_max_ms {
                 return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::KATO)));
             }
+            // A discovery controller whose host asked for no keep-alive still ends when its host vanishes, as
+            // Linux nvmet does (`nvme discover` connects with KATO 0).
+            let kato = match connect.kato {
+                0 if subsystem.is_discovery() => DISCOVERY_KATO_MS,
+                kato => kato,
+            };
             let controller = subsystem
                 .register_controller(|cntlid| {
-                    Arc::new(Controller::new(
-                        cntlid,
-                        Arc::clone(&subsystem),
-                        hostnqn,
-                        data.hostid,
-                        connect.kato,
-                        params,
-                        true,
-                    ))
+                    Arc::new(Controller::new(cntlid, Arc::clone(&subsystem), hostnqn, data.hostid, kato, params, true))
                 })
                 .ok_or((Status::CONNECT_CONTROLLER_BUSY, 0))?;
             controller.attach_admin_queue(Arc::clone(&self.counters), self.notifier.clone());
             let cntlid = controller.cntlid();
-            tracing::info!(
-                cntlid,
-                subnqn = subsystem.nqn(),
-                host = hostnqn,
-                kato_ms = connect.kato,
-                "admin queue connected"
-            );
+            tracing::info!(cntlid, subnqn = subsystem.nqn(), host = hostnqn, kato_ms = kato, "admin queue connected");
             self.establish(Association { controller, kind: QueueKind::Admin, sqsize: connect.sqsize, epoch: 0 });
             return Ok(ConnectResponse { cntlid, atr: false, ascr: false }.to_dw0());
         }
         if subsystem.is_discovery() {
             return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::QID)));
         }
-        let Some(controller) = subsystem.controller(data.cntlid).filter(|c| c.hostnqn() == hostnqn) else {
+        // A controller of another host, or of this host NQN with another host ID, answers like a CNTLID that
+        // does not exist: a peer cannot learn which controllers a host NQN has (Linux nvmet likewise).
+        let owned = |c: &Arc<Controller>| c.hostnqn() == hostnqn && c.hostid() == data.hostid;
+        let Some(controller) = subsystem.controller(data.cntlid).filter(owned) else {
+            tracing::info!(cntlid = data.cntlid, host = hostnqn, "I/O queue Connect for no controller of this host");
             return Err(invalid_parameter(InvalidParameter::in_data(data_offset::CNTLID)));
         };
-        if controller.hostid() != data.hostid {
-            return Err(invalid_parameter(InvalidParameter::in_data(data_offset::HOSTID)));
-        }
         let epoch = match controller.attach_io_queue(connect.qid, Arc::clone(&self.counters), self.notifier.clone()) {
             Ok(epoch) => epoch,
             Err(IoQueueRefusal::QidAboveGranted(granted)) => {

@@ -51,6 +51,8 @@ use super::EventNotifier;
 use crate::backend::{BufferId, IoEngine};
 use crate::metrics::QueueRecorder;
 
+pub use connect::DISCOVERY_KATO_MS;
+
 mod admin;
 mod buffers;
 mod connect;

@@ -115,8 +115,10 @@ fn io_queue_connect_refusals() {
     let done = Host::new(&target).connect(&mut engine, 1, 127, cntlid, SUBNQN, OTHER_HOST);
     assert_eq!(done.cqe.dw0, ipo(InvalidParameter::in_data(16)));
 
+    // Another host ID under the same host NQN answers as an unknown CNTLID does: no probing for controllers.
     let done = Host::new(&target).connect_with(&mut engine, 1, 127, cntlid, SUBNQN, HOSTNQN, [9; 16], 0);
-    assert_eq!(done.cqe.dw0, ipo(InvalidParameter::in_data(0)));
+    assert_eq!(done.status(), Status::CONNECT_INVALID_PARAMETERS.with_dnr());
+    assert_eq!(done.cqe.dw0, ipo(InvalidParameter::in_data(16)));
 
     let done = Host::new(&target).connect(&mut engine, 1, 200, cntlid, SUBNQN, HOSTNQN);
     assert_eq!(done.cqe.dw0, ipo(InvalidParameter::in_command(44)));

@@ -19,6 +19,9 @@ fn discovery_controller() {
     );
     let done = host.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, HOSTNQN, HOSTID, 0).ok();
     let cntlid = ConnectResponse::from_dw0(done.cqe.dw0).cntlid;
+    // KATO 0 on a discovery controller becomes nvmet's 120 s: a vanished host's controller is reclaimed.
+    assert_eq!(host.queue.controller().unwrap().kato_ms(), DISCOVERY_KATO_MS);
+    assert!(host.queue.keep_alive_deadline().is_some());
     // Discovery controllers answer before CC.EN (as Linux nvmet does).
     let data = host.identify(&mut engine, cns::CONTROLLER, 0).ok().data;
     let id = IdentifyController::parse(&data).unwrap();
