@@ -37,6 +37,8 @@ pub struct ReloadSummary {
     pub namespaces_removed: usize,
     /// Subsystems whose host access changed.
     pub host_access_changed: usize,
+    /// Associations ended because their host is no longer allowed.
+    pub associations_revoked: usize,
     /// TCP listeners opened.
     pub listeners_added: usize,
     /// TCP listeners closed (the connections they accepted keep running).
@@ -59,7 +61,10 @@ impl fmt::Display for ReloadSummary {
         };
         count("subsystems", &[(self.subsystems_added, "added"), (self.subsystems_removed, "removed")]);
         count("namespaces", &[(self.namespaces_added, "added"), (self.namespaces_removed, "removed")]);
-        count("host access", &[(self.host_access_changed, "subsystem(s) changed")]);
+        count(
+            "host access",
+            &[(self.host_access_changed, "subsystem(s) changed"), (self.associations_revoked, "association(s) ended")],
+        );
         count(
             "listeners",
             &[
@@ -147,6 +152,7 @@ impl Reloader {
                 namespaces_added = summary.namespaces_added,
                 namespaces_removed = summary.namespaces_removed,
                 host_access_changed = summary.host_access_changed,
+                associations_revoked = summary.associations_revoked,
                 listeners_added = summary.listeners_added,
                 listeners_removed = summary.listeners_removed,
                 listeners_changed = summary.listeners_changed,
@@ -199,7 +205,8 @@ impl Reloader {
                 Change::SetHosts(nqn, allow_any_host, hosts) => {
                     let Some(subsystem) = target.subsystem(&nqn) else { continue };
                     match subsystem.set_host_access(allow_any_host, hosts.clone()) {
-                        Ok(()) => {
+                        Ok(revoked) => {
+                            summary.associations_revoked += revoked;
                             if let Some(s) = self.subsystem_mut(&nqn) {
                                 s.allow_any_host = allow_any_host;
                                 s.hosts = hosts;

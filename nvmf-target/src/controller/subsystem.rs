@@ -466,8 +466,9 @@ impl Subsystem {
         access.allow_any_host || access.hosts.iter().any(|h| h == hostnqn)
     }
 
-    /// Replace the host access list (a reload). New Connects see it; existing associations stay.
-    pub fn set_host_access(&self, allow_any_host: bool, hosts: Vec<String>) -> Result<(), SubsystemError> {
+    /// Replace the host access list (a reload). New Connects see it, and the associations of hosts it no longer
+    /// allows end (their queues close, as when the subsystem is removed): how many.
+    pub fn set_host_access(&self, allow_any_host: bool, hosts: Vec<String>) -> Result<usize, SubsystemError> {
         for host in &hosts {
             validate_nqn(host).map_err(|e| SubsystemError::InvalidHostNqn {
                 subsystem: self.nqn.clone(),
@@ -477,7 +478,13 @@ impl Subsystem {
         }
         *self.access.write().unwrap_or_else(|e| e.into_inner()) = HostAccess { allow_any_host, hosts };
         tracing::info!(subsystem = %self.nqn, allow_any_host, "host access changed");
-        Ok(())
+        let revoked: Vec<_> = self.controllers().into_iter().filter(|c| !self.host_allowed(c.hostnqn())).collect();
+        for controller in &revoked {
+            tracing::info!(subsystem = %self.nqn, cntlid = controller.cntlid(), host = controller.hostnqn(),
+                "host no longer allowed: association ended");
+            controller.terminate();
+        }
+        Ok(revoked.len())
     }
 
     /// The current namespace table.

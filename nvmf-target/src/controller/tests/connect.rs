@@ -159,3 +159,23 @@ fn queue_overrun_is_fatal() {
     }
     assert_eq!(queue.command(&mut engine, &sqe, &[]), Err(QueueError::QueueOverrun { capacity: 4 }));
 }
+
+#[test]
+fn host_access_change_ends_the_associations_it_no_longer_allows() {
+    let mut a = associate(target());
+    let subsystem = a.target.subsystem(SUBNQN).unwrap();
+    let mut out = Vec::new();
+    // The host stays allowed: its association lives on.
+    assert_eq!(subsystem.set_host_access(false, vec![HOSTNQN.to_owned()]).unwrap(), 0);
+    a.io.queue.poll(&mut a.engine, Instant::now(), &mut out).unwrap();
+    assert_eq!(subsystem.controllers().len(), 1);
+    // Revoked: the association ends, its queues close, and the host cannot connect again.
+    assert_eq!(subsystem.set_host_access(false, vec![OTHER_HOST.to_owned()]).unwrap(), 1);
+    assert_eq!(
+        a.io.queue.poll(&mut a.engine, Instant::now(), &mut out),
+        Err(QueueError::AssociationEnded { cntlid: a.cntlid })
+    );
+    assert!(subsystem.controllers().is_empty());
+    let done = Host::new(&a.target).connect(&mut a.engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_HOST.with_dnr());
+}
