@@ -9,10 +9,10 @@
 //! queued during the turn with one `io_uring_enter`, reap completions and route each to the group by its queue key,
 //! poll the queues that have work waiting (commands that waited for a buffer or ring space; again after
 //! [`RETRY_AFTER`] if they still wait), end the turn (flush output; drop queue pairs that ended). The reactor sleeps
-//! until an event or the group's earliest timer (a keep-alive deadline, on RDMA a closing queue pair's flush bound);
-//! at a timer, or when a queue's notifier fired (an asynchronous event for a held AER, an association ended or reset
-//! by another reactor's queue), it polls every queue. With no timer it sleeps until woken; when the group found work
-//! at the end of the turn it turns again without sleeping. A queue pair that ended stays until its storage ops have
+//! until an event or the group's earliest timer (a queue's Connect or keep-alive deadline, on RDMA a closing queue
+//! pair's flush bound); at a timer, or when a queue's notifier fired (an asynchronous event for a held AER, an
+//! association ended or reset by another reactor's queue), it polls every queue. With no timer it sleeps until
+//! woken; when the group found work at the end of the turn it turns again without sleeping. A queue pair that ended stays until its storage ops have
 //! completed, so the kernel never writes into a buffer we reused.
 
 use std::io;

@@ -97,6 +97,9 @@ pub struct ControllerLimits {
     /// Longest keep-alive timeout (KATO) a host may ask for, in milliseconds; at least the granularity.
     /// Default 3600000 (one hour).
     pub keep_alive_max_ms: u32,
+    /// How long a new queue pair may take from its transport connection to a completed Fabrics Connect (NVMe/TCP:
+    /// ICReq included), in milliseconds, 100..=600000; a peer that takes longer is disconnected. Default 10000.
+    pub connect_timeout_ms: u32,
 }
 
 impl ControllerLimits {

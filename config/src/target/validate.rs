@@ -29,6 +29,8 @@ pub(crate) const DEFAULT_MAX_QUEUE_SIZE: u32 = 128;
 pub(crate) const DEFAULT_MAX_IO_QUEUES: u16 = 128;
 pub(crate) const DEFAULT_KEEP_ALIVE_GRANULARITY_MS: u32 = 100;
 pub(crate) const DEFAULT_KEEP_ALIVE_MAX_MS: u32 = 3_600_000;
+/// Default `[target] connect_timeout_ms`.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u32 = 10_000;
 pub(crate) const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
 pub(crate) const DEFAULT_MODEL: &str = "nvmf-rs";
 pub(crate) const DEFAULT_MAX_NAMESPACES: u32 = 1024;
@@ -171,7 +173,18 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
             int_in(value, low..=i64::from(u32::MAX), &key.key("keep_alive_max_ms"), "timeout", allowed)?
         }
     };
-    Ok(ControllerLimits { mdts, max_queue_size, max_io_queues, keep_alive_granularity_ms, keep_alive_max_ms })
+    let connect_timeout_ms = match raw.connect_timeout_ms {
+        None => DEFAULT_CONNECT_TIMEOUT_MS,
+        Some(value) => int_in(value, 100..=600_000, &key.key("connect_timeout_ms"), "timeout", "100..=600000")?,
+    };
+    Ok(ControllerLimits {
+        mdts,
+        max_queue_size,
+        max_io_queues,
+        keep_alive_granularity_ms,
+        keep_alive_max_ms,
+        connect_timeout_ms,
+    })
 }
 
 /// Parse an IP address literal.
@@ -521,6 +534,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             max_io_queues: Some(i64::from(limits.max_io_queues)),
             keep_alive_granularity_ms: Some(i64::from(limits.keep_alive_granularity_ms)),
             keep_alive_max_ms: Some(i64::from(limits.keep_alive_max_ms)),
+            connect_timeout_ms: Some(i64::from(limits.connect_timeout_ms)),
         }),
         discovery: Some(RawDiscovery { enabled: Some(config.discovery.enabled) }),
         reactors: Some(RawReactors {

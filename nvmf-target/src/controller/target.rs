@@ -89,6 +89,9 @@ pub struct TargetParams {
     pub max_io_queues: u16,
     /// Largest Keep Alive Timeout a host may ask for, in milliseconds (Connect or Set Features).
     pub kato_max_ms: u32,
+    /// How long a new queue may wait for its Fabrics Connect to complete, in milliseconds; then its transport
+    /// connection ends ([`QueueError::ConnectTimeout`](super::QueueError::ConnectTimeout)).
+    pub connect_timeout_ms: u32,
     /// Keep Alive Support (Identify KAS): the keep-alive timer's granularity in 100 ms units, at least 1. The
     /// reactor must poll queues at least this often.
     pub kas: u16,
@@ -108,6 +111,7 @@ impl Default for TargetParams {
             max_queue_entries: 128,
             max_io_queues: 64,
             kato_max_ms: 600_000,
+            connect_timeout_ms: 10_000,
             kas: super::association::DEFAULT_KAS,
             discovery_enabled: true,
             listeners: Vec::new(),
@@ -174,6 +178,8 @@ pub struct Target {
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
     discovery: Arc<Subsystem>,
     genctr: AtomicU64,
+    /// Queues ended because their Connect did not complete in time.
+    connect_timeouts: AtomicU64,
     /// The listeners now, replaced by a reload (read by discovery log reads, never on the data path).
     listeners: RwLock<Vec<ListenerParams>>,
 }
@@ -196,6 +202,7 @@ impl Target {
             params,
             subsystems: RwLock::new(map),
             genctr: AtomicU64::new(1),
+            connect_timeouts: AtomicU64::new(0),
             listeners,
         }))
     }
@@ -257,6 +264,15 @@ impl Target {
         tracing::info!(subsystem = %nqn, "subsystem removed");
         self.discovery_changed();
         Ok(subsystem)
+    }
+
+    /// Queues ended so far because their Connect did not complete within `connect_timeout_ms`.
+    pub fn connect_timeouts(&self) -> u64 {
+        self.connect_timeouts.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_connect_timeout(&self) {
+        self.connect_timeouts.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The listeners the discovery log reports now.

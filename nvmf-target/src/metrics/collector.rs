@@ -212,6 +212,15 @@ impl Collector for TargetCollector {
         }
         {
             let mut m = encoder.encode_descriptor(
+                "nvmf_target_timeouts",
+                "Transport connections (queue pairs) ended because a peer stalled, by the state it stalled in.",
+                None,
+                MetricType::Counter,
+            )?;
+            counter(&mut m, &[("state", "connect")], self.target.connect_timeouts())?;
+        }
+        {
+            let mut m = encoder.encode_descriptor(
                 "nvmf_target_controllers",
                 "Live controllers (associations) of each subsystem.",
                 None,

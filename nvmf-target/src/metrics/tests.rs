@@ -238,6 +238,7 @@ fn queue_commands_bytes_latency_and_errors_are_exported() {
     assert_eq!(value(&s, "nvmf_target_connections{transport=\"tcp\"}"), 2.0);
     assert_eq!(value(&s, &format!("nvmf_target_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"))), 1.0);
     assert_eq!(value(&s, &format!("nvmf_target_keep_alive_expiries_total{{subsystem=\"{SUBNQN}\"}}")), 0.0);
+    assert_eq!(value(&s, "nvmf_target_timeouts_total{state=\"connect\"}"), 0.0);
 
     // Queues end: their counts stay (folded into the subsystem), the controller is gone.
     io.queue.disconnect(&mut engine);
@@ -387,11 +388,11 @@ fn exposition_is_well_formed_in_both_formats() {
     let _ = io.io(&mut engine, read(1, 1 << 40, 1), 512, &[]);
 
     let text = scrape(&target, 1, Format::Prometheus);
-    assert_eq!(check_exposition(&text, false), 8, "{text}");
+    assert_eq!(check_exposition(&text, false), 9, "{text}");
     assert!(text.contains("# TYPE nvmf_target_commands_total counter\n"));
     assert!(text.contains("# TYPE nvmf_target_command_latency_seconds histogram\n"));
     let om = scrape(&target, 1, Format::OpenMetrics);
-    assert_eq!(check_exposition(&om, true), 8, "{om}");
+    assert_eq!(check_exposition(&om, true), 9, "{om}");
     assert!(om.contains("# TYPE nvmf_target_commands counter\n"));
     assert!(om.contains("# TYPE nvmf_target_build info\n"));
     if !promtool(&text) {

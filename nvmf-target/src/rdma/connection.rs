@@ -280,12 +280,12 @@ impl RdmaConnection {
         !self.is_closing() && self.queue.wants_poll()
     }
 
-    /// When this connection needs the reactor next without an event: the queue's keep-alive deadline; while
+    /// When this connection needs the reactor next without an event: the queue's next deadline (Connect, keep-alive); while
     /// closing, the flush timeout ([`RdmaConnection::is_drained`]).
     pub(crate) fn next_timer(&self) -> Option<Instant> {
         match self.closing_since {
             Some(since) => Some(since + FLUSH_TIMEOUT),
-            None => self.queue.keep_alive_deadline(),
+            None => self.queue.next_deadline(),
         }
     }
 

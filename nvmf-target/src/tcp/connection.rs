@@ -175,9 +175,9 @@ impl TcpConnection {
         self.session.phase != Phase::Closed && self.session.queue.wants_poll()
     }
 
-    /// When the queue's timer (keep-alive) needs [`TcpConnection::poll`] next, if it has one.
+    /// When the queue's timers (its Connect deadline, then keep-alive) need [`TcpConnection::poll`] next, if any.
     pub fn next_timer(&self) -> Option<Instant> {
-        (self.session.phase != Phase::Closed).then(|| self.session.queue.keep_alive_deadline()).flatten()
+        (self.session.phase != Phase::Closed).then(|| self.session.queue.next_deadline()).flatten()
     }
 
     /// Whether bytes wait to be written: the reactor should call [`TcpConnection::on_writable`] (now, after

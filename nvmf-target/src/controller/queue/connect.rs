@@ -3,6 +3,7 @@
 //! the offending field.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::connect::{
     connect_error_response, data_offset, sqe_offset, Connect, ConnectData, ConnectResponse, InvalidParameter,
@@ -11,7 +12,7 @@ use nvmf_common::fabrics::connect::{
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::{Association, Plan, Queue, QueueKind, SlotId, Step};
+use super::{Association, Plan, Queue, QueueError, QueueKind, QueueState, SlotId, Step};
 use crate::backend::IoEngine;
 use crate::controller::association::{Controller, IoQueueRefusal};
 use crate::controller::io::{self, DataSource, Direction};
@@ -30,6 +31,26 @@ fn invalid_parameter(p: InvalidParameter) -> (Status, u32) {
 }
 
 impl Queue {
+    /// Until a Connect completes: when the queue ends if none has (the target's connect timeout after the
+    /// queue's creation). Bounds what a peer that connects and stalls holds: its transport connection, and any
+    /// Connect whose data it never sends.
+    pub fn connect_deadline(&self) -> Option<Instant> {
+        matches!(self.state, QueueState::AwaitingConnect)
+            .then(|| self.created + Duration::from_millis(u64::from(self.target.params().connect_timeout_ms)))
+    }
+
+    /// End the queue (counted, logged) if its connect deadline has passed.
+    pub(super) fn check_connect_deadline(&mut self, engine: &mut IoEngine, now: Instant) -> Result<(), QueueError> {
+        if self.connect_deadline().is_some_and(|deadline| now >= deadline) {
+            let timeout_ms = self.target.params().connect_timeout_ms;
+            tracing::info!(timeout_ms, port_id = self.transport.port_id, "no Connect in time: connection ended");
+            self.target.count_connect_timeout();
+            self.disconnect(engine);
+            return Err(QueueError::ConnectTimeout { timeout_ms });
+        }
+        Ok(())
+    }
+
     pub(super) fn unconnected_command(
         &mut self,
         engine: &mut IoEngine,

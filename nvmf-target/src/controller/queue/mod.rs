@@ -180,6 +180,12 @@ pub enum QueueError {
     /// The queue is closed; nothing more can be submitted.
     #[error("the queue is closed")]
     Closed,
+    /// No Fabrics Connect completed within the target's connect timeout (a peer that connects and stalls).
+    #[error("no Connect completed within {timeout_ms} ms")]
+    ConnectTimeout {
+        /// The connect timeout.
+        timeout_ms: u32,
+    },
 }
 
 /// Per-slot state.
@@ -337,6 +343,8 @@ pub struct Queue {
     table: Arc<NamespaceTable>,
     table_generation: u64,
     sq_head: u16,
+    /// When the queue was created: its Connect must complete within the target's connect timeout from then.
+    created: Instant,
     /// When the last command arrived (its reactor turn's clock reading): the keep-alive timer's start.
     last_activity: Option<Instant>,
     /// When this I/O queue last published a command's arrival to its controller (Traffic Based Keep Alive).
@@ -371,6 +379,7 @@ impl Queue {
             table: Arc::new(NamespaceTable::default()),
             table_generation: 0,
             sq_head: 0,
+            created: turn_time(),
             last_activity: None,
             traffic_published: None,
             notifier: None,
@@ -556,9 +565,15 @@ impl Queue {
         }
     }
 
-    /// Called at the keep-alive deadline, when the queue's notifier fired (asynchronous event, association ended
+    /// When the transport must [`Queue::poll`] this queue without an event: its connect deadline before Connect,
+    /// its keep-alive deadline after (the queue's timers).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.connect_deadline().or_else(|| self.keep_alive_deadline())
+    }
+
+    /// Called at [`Queue::next_deadline`], when the queue's notifier fired (asynchronous event, association ended
     /// or reset elsewhere), and at the end of every reactor turn while [`Queue::wants_poll`]: ends the queue if
-    /// its association ended, checks the keep-alive timer (admin queue: expiry tears the association down),
+    /// no Connect completed in time or its association ended, checks the keep-alive timer (admin queue: expiry tears the association down),
     /// delivers asynchronous events to held AERs and retries commands waiting for a pool buffer or ring space.
     /// Steps to carry out go to `out`.
     pub fn poll(&mut self, engine: &mut IoEngine, now: Instant, out: &mut Vec<Step>) -> Result<(), QueueError> {
@@ -570,6 +585,7 @@ impl Queue {
         if matches!(self.state, QueueState::Dead) {
             return Ok(());
         }
+        self.check_connect_deadline(engine, now)?;
         self.check_association(engine)?;
         if let QueueState::Connected(Association { controller, kind: QueueKind::Admin, .. }) = &self.state {
             let controller = Arc::clone(controller);

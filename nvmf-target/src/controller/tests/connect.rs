@@ -179,3 +179,38 @@ fn host_access_change_ends_the_associations_it_no_longer_allows() {
     let done = Host::new(&a.target).connect(&mut a.engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN);
     assert_eq!(done.status(), Status::CONNECT_INVALID_HOST.with_dnr());
 }
+
+#[test]
+fn a_queue_without_a_completed_connect_ends_at_its_connect_deadline() {
+    let params = TargetParams { connect_timeout_ms: 500, ..target_params() };
+    let target = Target::new(params, vec![subsystem_params()]).unwrap();
+    let mut engine = engine();
+    let mut out = Vec::new();
+
+    // Nothing arrives: the queue ends at the deadline, not before.
+    let mut silent = Host::new(&target);
+    let deadline = silent.queue.next_deadline().expect("a deadline before Connect");
+    silent.queue.poll(&mut engine, deadline - Duration::from_millis(1), &mut out).unwrap();
+    let timed_out = Err(QueueError::ConnectTimeout { timeout_ms: 500 });
+    assert_eq!(silent.queue.poll(&mut engine, deadline, &mut out), timed_out);
+    assert!(silent.queue.is_closed());
+
+    // A Connect whose data the peer never sends: the buffer it took goes back to the pool when the queue ends.
+    let free = engine.pool().available();
+    let mut stalled = Host::new(&target);
+    let connect = Connect { qid: 0, sqsize: 31, cattr: 0, kato: 0, sgl1: transport_data(1024) };
+    let step = stalled.queue.command(&mut engine, &connect.to_sqe().unwrap(), &[]).unwrap();
+    assert!(matches!(step, Step::FetchData { .. }), "{step:?}");
+    assert_eq!(engine.pool().available(), free - 1);
+    let deadline = stalled.queue.next_deadline().unwrap();
+    assert_eq!(stalled.queue.poll(&mut engine, deadline, &mut out), timed_out);
+    assert_eq!(engine.pool().available(), free);
+    assert_eq!(target.connect_timeouts(), 2);
+
+    // A Connect that completes in time clears the deadline (an admin queue with KATO 0 has no timer then).
+    let mut admin = Host::new(&target);
+    admin.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, HOSTID, 0).ok();
+    assert_eq!(admin.queue.next_deadline(), None);
+    admin.queue.poll(&mut engine, deadline + Duration::from_secs(60), &mut out).unwrap();
+    assert_eq!(target.connect_timeouts(), 2);
+}
