@@ -7,7 +7,7 @@
 //! | `rdma_discovery_and_fio_matrix` | `nvme discover -t rdma` lists the subsystem with trtype rdma and the RDMA TSAS fields; `nvme connect -t rdma` with 1 I/O queue × queue size 32 and 4 × 128 gets exactly that; fio randwrite + randread with crc32c verification at 512 B, 4 KiB (in-capsule), 128 KiB (one keyed SGL) and 1 MiB (split transfers) on the first, 4 KiB and 1 MiB on the second |
 //! | `rdma_filesystem_and_disconnect_under_load` | ext4 written, fsck clean, checksums across a reconnect; `nvme disconnect` while fio writes, reconnect, verify again; every RDMA resource released after each disconnect |
 //! | `kernel_nvmet_rdma_answers_the_probe` | the probe against Linux nvmet-rdma gets the answers the kernel gives (so a failure below is the target's, not the probe's); needs no transport of ours |
-//! | `rdma_bad_input_and_leaks` | each malformed connect request rejected with its NVMe/RDMA code; commands before Connect, bad keyed SGL rkeys and lengths, oversize capsules answered with the right status or that QP torn down; a kernel-host connection made before the attack keeps verifying; a probe killed with SIGKILL mid-command, 1000 probe connect cycles and 50 `nvme connect`/`disconnect` cycles leave no RDMA resource, fd or memory behind |
+//! | `rdma_bad_input_and_leaks` | each malformed connect request rejected with its NVMe/RDMA code; commands before Connect, bad keyed SGL rkeys and lengths, oversize capsules answered with the right status or that QP torn down; queue pairs that never send Connect disconnected at the connect timeout; a kernel-host connection made before the attack keeps verifying; a probe killed with SIGKILL mid-command, 1000 probe connect cycles and 50 `nvme connect`/`disconnect` cycles leave no RDMA resource, fd or memory behind |
 //!
 //! The daemon is built like `vm_target`'s ([`nvmf_tests::workspace_bin::nvmf_target`]); the probe is this package's
 //! `nvmf-rdma-probe`. Guest helpers: `vm/guest-lib.sh` and `vm/rdma-lib.sh`. Opt-in like every VM scenario
@@ -283,6 +283,10 @@ probe io-before-connect io --before-connect
 probe admin-before-connect io --before-connect --qid 0
 for c in rkey rkey-read length write-length; do probe sgl-$c bad-keyed-sgl --case $c; done
 probe oversize oversize-capsule
+# Queue pairs that never send their Fabrics Connect: disconnected at the connect timeout (10 s by default).
+probe silent-io silent --qid 1 --seconds 50
+probe silent-admin silent --qid 0 --seconds 50
+echo "connect timeouts: $(metric 'nvmf_target_timeouts_total{state="connect"}')"
 echo "target alive after the attacks: $(kill -0 $pid && echo yes)"
 fio_rw_verify $dev 4K 16 4M
 
@@ -382,6 +386,15 @@ stop_daemon target
     // A SEND larger than every receive buffer fails at the target's receive: that QP is torn down.
     let v = probe(&out, "oversize");
     assert_eq!(v["outcome"], "broken", "oversize capsule: {v}\n{}", out.report());
+    // A queue pair that stays silent after the RDMA CM connect holds its CQ entries and pinned buffers only until
+    // the connect timeout (10 s by default; not before it, and long before the probe's 50 s).
+    for label in ["silent-io", "silent-admin"] {
+        let v = probe(&out, label);
+        assert_eq!(v["outcome"], "disconnected", "{label}: {v}\n{}", out.report());
+        let after = v["seconds"].as_f64().unwrap_or(0.0);
+        assert!((10.0..50.0).contains(&after), "{label}: disconnected after {after} s: {v}");
+    }
+    assert_stdout_has(&out, "connect timeouts: 2\n");
     assert_stdout_has(&out, "target alive after the attacks: yes");
     assert_eq!(
         out.stdout.matches("fio bs=4K qd=16: wrote 1024, verified 1024 after writing, 1024 on randread").count(),

@@ -14,6 +14,7 @@
 //! | `oversize-capsule [--size BYTES]` | after admin Connect, a SEND larger than the target's receive buffers (default: the IOCCSZ it advertises + 4 KiB) | `completed` or `broken` |
 //! | `cycles N` | N × (CM connect, Fabrics Connect admin, Property Get CAP, disconnect), as fast as it can | `done` with counts |
 //! | `hold [--seconds S]` | admin Connect, an Asynchronous Event Request the target keeps, then sleep (to be killed) | `holding` (printed before sleeping) |
+//! | `silent [--qid N] [--seconds S]` | RDMA CM connect (queue `qid`, default 1), then nothing: no Fabrics Connect; wait up to S s (default 60) for the target to disconnect | `disconnected` (after `seconds`) or `still_connected` |
 //!
 //! `broken` lines say which work completion failed first (`wc_status`, `wc_op`) or `timeout`, and whether the
 //! target's RDMA CM disconnect arrived within a few seconds (`disconnected`).
@@ -634,6 +635,20 @@ fn hold(o: &Options, seconds: u64) -> Result<Value, ProbeError> {
     Ok(json!({ "probe": "hold", "outcome": "released" }))
 }
 
+fn silent(o: &Options, qid: u16, seconds: u64) -> Result<Value, ProbeError> {
+    let start = Instant::now();
+    let (q, _) = open_queue(o.addr, qid, SEND_CAPACITY)?;
+    let event = next_event(&q.channel, Duration::from_secs(seconds))?;
+    let after = (start.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+    Ok(match event {
+        Some(ev) if ev.kind == CmEventKind::Disconnected => {
+            json!({ "probe": "silent", "qid": qid, "outcome": "disconnected", "seconds": after })
+        }
+        Some(ev) => json!({ "probe": "silent", "qid": qid, "outcome": "event", "cm_event": format!("{:?}", ev.kind) }),
+        None => json!({ "probe": "silent", "qid": qid, "outcome": "still_connected", "seconds": after }),
+    })
+}
+
 #[derive(Debug)]
 struct Options {
     addr: SocketAddr,
@@ -648,7 +663,8 @@ const USAGE: &str = "usage: nvmf-rdma-probe [--addr IP:PORT] [--subnqn NQN] [--h
   bad-keyed-sgl --case rkey|rkey-read|length|write-length
   oversize-capsule [--size BYTES]
   cycles N
-  hold [--seconds S]";
+  hold [--seconds S]
+  silent [--qid N] [--seconds S]";
 
 fn run(args: &[String]) -> Result<Value, ProbeError> {
     let addr = std::env::var("NVMF_RDMA_ADDR").unwrap_or_else(|_| "10.77.0.1".into());
@@ -697,6 +713,10 @@ fn run(args: &[String]) -> Result<Value, ProbeError> {
             cycles(&o, n)
         }
         Some("hold") => hold(&o, number("--seconds", 600)?),
+        Some("silent") => {
+            let qid = u16::try_from(number("--qid", 1)?).map_err(|_| ProbeError("--qid: 0..=65535".into()))?;
+            silent(&o, qid, number("--seconds", 60)?)
+        }
         _ => Err(ProbeError(USAGE.into())),
     }
 }
