@@ -116,6 +116,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         max_io_queues: limits.max_io_queues,
         kato_max_ms: limits.keep_alive_max_ms,
         connect_timeout_ms: limits.connect_timeout_ms,
+        transfer_timeout_ms: limits.transfer_timeout_ms,
         kas: limits.kas(),
         discovery_enabled: config.discovery.enabled,
         listeners: bound.discovery_entries(),

@@ -1,7 +1,8 @@
-//! Peers that connect and stall cost only their own connection: over NVMe/TCP on loopback, a socket that sends
-//! nothing, one that sends part of an ICReq, and one whose Connect needs its data fetched by R2T and never sends it
-//! are all closed at the target's connect timeout (`[target] connect_timeout_ms`), counted, and a host that
-//! connected properly keeps working meanwhile.
+//! Peers that stall cost only their own connection: over NVMe/TCP on loopback, a socket that sends nothing, one
+//! that sends part of an ICReq, and one whose Connect needs its data fetched by R2T and never sends it are closed at
+//! the target's connect timeout (`[target] connect_timeout_ms`); a connected host that never answers an R2T, and
+//! one that pipelines reads and never reads the socket, at its transfer timeout (`transfer_timeout_ms`). Each is
+//! counted, and a host that behaves keeps working meanwhile.
 
 mod target_support;
 
@@ -11,17 +12,24 @@ use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::connect::Connect;
 use nvmf_common::nvme::admin::KeepAlive;
-use nvmf_common::nvme::{SglDescriptor, SglSubtype};
+use nvmf_common::nvme::io::{Read as ReadCmd, Write as WriteCmd};
+use nvmf_common::nvme::{SglDescriptor, SglSubtype, SubmissionQueueEntry};
 use nvmf_common::transport::tcp::{CapsuleCommand, Pdu};
+use nvmf_target::controller::Stalled;
+use nvmf_tests::nvme_tcp_client::ClientError;
 use nvmf_tests::nvme_tcp_client::TcpTestClient;
-use target_support::{connect_admin, enable, expect_closed, memory_config, ok, options, Target, SUBNQN};
+use target_support::{
+    connect_admin, enable, expect_closed, memory_config, nlb, ok, options, read, Association, Target, SUBNQN,
+};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+const TRANSFER_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a test waits for a close that must come (a bound against hangs, not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(10);
 
 fn target() -> Target {
-    let config = memory_config("").replace("[reactors]", "[target]\nconnect_timeout_ms = 500\n\n[reactors]");
+    let limits = "[target]\nconnect_timeout_ms = 500\ntransfer_timeout_ms = 1000\n\n[reactors]";
+    let config = memory_config("").replace("[reactors]", limits);
     Target::start(&config)
 }
 
@@ -74,9 +82,70 @@ fn stalled_peers_are_disconnected_at_the_connect_timeout() {
     closed_by_target(partial);
     expect_closed(&mut stalled, PATIENCE);
     assert!(start.elapsed() >= CONNECT_TIMEOUT, "a connection was closed before its connect timeout");
-    assert_eq!(target.connect_timeouts(), 3);
+    assert_eq!(target.timeouts(Stalled::Connect), 3);
 
     // The host that connected in time was never touched.
     ok(host.command(KeepAlive.to_sqe(), None, 0));
-    assert_eq!(target.connect_timeouts(), 3);
+    assert_eq!(target.timeouts(Stalled::Connect), 3);
+}
+
+/// Send `sqe` with a Transport SGL Data Block of `len` bytes (data the target solicits or sends back); its CID.
+fn send_with_transport_data(client: &mut TcpTestClient, mut sqe: SubmissionQueueEntry, len: u32) -> u16 {
+    sqe.cid = client.next_cid();
+    sqe.set_sgl1(&SglDescriptor::TransportDataBlock { length: len, subtype: SglSubtype::TransportSpecific })
+        .expect("SGL encodes");
+    client.send_pdu(&Pdu::CapsuleCommand(CapsuleCommand { sqe }), &[]).expect("capsule sent");
+    sqe.cid
+}
+
+/// Wait (bounded) until the target has counted `n` transfer timeouts.
+fn transfer_timeouts_reach(t: &Target, n: u64) {
+    let deadline = Instant::now() + PATIENCE;
+    while t.running().target().timeouts(Stalled::Transfer) < n {
+        assert!(Instant::now() < deadline, "no transfer timeout counted within {PATIENCE:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn hosts_that_stall_a_transfer_are_disconnected_at_the_transfer_timeout() {
+    let t = target();
+    let mut good = Association::new(t.addr, options(), 1);
+
+    // A Write whose data the target solicits with an R2T that is never answered.
+    let mut writer = Association::new(t.addr, options(), 1);
+    let len = 64 * 1024;
+    let write = WriteCmd { nsid: 1, slba: 0, nlb: nlb(len, 512), ..WriteCmd::default() }.to_sqe();
+    send_with_transport_data(writer.io(), write, u32::try_from(len).unwrap());
+    let (r2t, _) = writer.io().recv_pdu().unwrap();
+    assert!(matches!(r2t, Pdu::R2t(_)), "the Write's data is solicited: {r2t:?}");
+    let solicited = Instant::now();
+    expect_closed(writer.io(), PATIENCE);
+    assert!(solicited.elapsed() >= TRANSFER_TIMEOUT, "closed before the transfer timeout");
+    transfer_timeouts_reach(&t, 1);
+
+    // Reads pipelined up to the queue's depth (31 MiB) by a host that never reads its socket: once the kernel's
+    // buffers are full nothing moves, and the connection ends a transfer timeout later.
+    let mut reader = Association::new(t.addr, options(), 1);
+    for _ in 0..31 {
+        let read = ReadCmd { nsid: 1, slba: 0, nlb: nlb(1 << 20, 512), ..ReadCmd::default() }.to_sqe();
+        send_with_transport_data(reader.io(), read, 1 << 20);
+    }
+    transfer_timeouts_reach(&t, 2);
+    // What the kernel buffered is still there to read; then the stream ends.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match reader.io().recv_pdu() {
+            Ok(_) => {}
+            Err(ClientError::Closed) => break,
+            Err(ClientError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("draining the stalled reader: {e}"),
+        }
+        assert!(Instant::now() < deadline, "the stalled reader's connection did not end");
+    }
+
+    // The host that behaved was never touched.
+    ok(Ok(read(good.io(), 1, 512, 0, 4096)));
+    assert_eq!(t.running().target().timeouts(Stalled::Transfer), 2);
+    assert_eq!(t.running().target().timeouts(Stalled::Connect), 0);
 }

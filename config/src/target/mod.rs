@@ -100,6 +100,10 @@ pub struct ControllerLimits {
     /// How long a new queue pair may take from its transport connection to a completed Fabrics Connect (NVMe/TCP:
     /// ICReq included), in milliseconds, 100..=600000; a peer that takes longer is disconnected. Default 10000.
     pub connect_timeout_ms: u32,
+    /// How long a connection may wait on its peer without progress — the peer reads none of the data queued for
+    /// it, or sends none of the data it was asked for (NVMe/TCP R2T) — in milliseconds, 1000..=3600000; then it
+    /// is disconnected. Default 30000.
+    pub transfer_timeout_ms: u32,
 }
 
 impl ControllerLimits {

@@ -48,6 +48,8 @@ pub(crate) struct RawLimits {
     pub keep_alive_max_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_timeout_ms: Option<i64>,
 }
 
 /// `[[listener]]`.

@@ -31,6 +31,8 @@ pub(crate) const DEFAULT_KEEP_ALIVE_GRANULARITY_MS: u32 = 100;
 pub(crate) const DEFAULT_KEEP_ALIVE_MAX_MS: u32 = 3_600_000;
 /// Default `[target] connect_timeout_ms`.
 pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u32 = 10_000;
+/// Default `[target] transfer_timeout_ms`.
+pub(crate) const DEFAULT_TRANSFER_TIMEOUT_MS: u32 = 30_000;
 pub(crate) const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
 pub(crate) const DEFAULT_MODEL: &str = "nvmf-rs";
 pub(crate) const DEFAULT_MAX_NAMESPACES: u32 = 1024;
@@ -177,6 +179,10 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         None => DEFAULT_CONNECT_TIMEOUT_MS,
         Some(value) => int_in(value, 100..=600_000, &key.key("connect_timeout_ms"), "timeout", "100..=600000")?,
     };
+    let transfer_timeout_ms = match raw.transfer_timeout_ms {
+        None => DEFAULT_TRANSFER_TIMEOUT_MS,
+        Some(value) => int_in(value, 1000..=3_600_000, &key.key("transfer_timeout_ms"), "timeout", "1000..=3600000")?,
+    };
     Ok(ControllerLimits {
         mdts,
         max_queue_size,
@@ -184,6 +190,7 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         keep_alive_granularity_ms,
         keep_alive_max_ms,
         connect_timeout_ms,
+        transfer_timeout_ms,
     })
 }
 
@@ -535,6 +542,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             keep_alive_granularity_ms: Some(i64::from(limits.keep_alive_granularity_ms)),
             keep_alive_max_ms: Some(i64::from(limits.keep_alive_max_ms)),
             connect_timeout_ms: Some(i64::from(limits.connect_timeout_ms)),
+            transfer_timeout_ms: Some(i64::from(limits.transfer_timeout_ms)),
         }),
         discovery: Some(RawDiscovery { enabled: Some(config.discovery.enabled) }),
         reactors: Some(RawReactors {

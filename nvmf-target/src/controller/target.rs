@@ -77,6 +77,29 @@ impl ListenerParams {
     }
 }
 
+/// Where a peer stalled when the target ended its connection (`nvmf_target_timeouts_total{state}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stalled {
+    /// Before its Fabrics Connect completed (`connect_timeout_ms`).
+    Connect,
+    /// In a transfer: it read none of the data queued for it, or sent none it was asked for
+    /// (`transfer_timeout_ms`).
+    Transfer,
+}
+
+impl Stalled {
+    /// Every state, in label order.
+    pub const ALL: [Stalled; 2] = [Stalled::Connect, Stalled::Transfer];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Stalled::Connect => "connect",
+            Stalled::Transfer => "transfer",
+        }
+    }
+}
+
 /// Target-wide limits and identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetParams {
@@ -92,6 +115,9 @@ pub struct TargetParams {
     /// How long a new queue may wait for its Fabrics Connect to complete, in milliseconds; then its transport
     /// connection ends ([`QueueError::ConnectTimeout`](super::QueueError::ConnectTimeout)).
     pub connect_timeout_ms: u32,
+    /// How long a connected transport connection may wait on its peer without progress (the peer reads none of
+    /// the data queued for it, or sends none of the data it was asked for), in milliseconds; then it ends.
+    pub transfer_timeout_ms: u32,
     /// Keep Alive Support (Identify KAS): the keep-alive timer's granularity in 100 ms units, at least 1. The
     /// reactor must poll queues at least this often.
     pub kas: u16,
@@ -112,6 +138,7 @@ impl Default for TargetParams {
             max_io_queues: 64,
             kato_max_ms: 600_000,
             connect_timeout_ms: 10_000,
+            transfer_timeout_ms: 30_000,
             kas: super::association::DEFAULT_KAS,
             discovery_enabled: true,
             listeners: Vec::new(),
@@ -178,8 +205,8 @@ pub struct Target {
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
     discovery: Arc<Subsystem>,
     genctr: AtomicU64,
-    /// Queues ended because their Connect did not complete in time.
-    connect_timeouts: AtomicU64,
+    /// Connections ended because their peer stalled, by [`Stalled`] state.
+    timeouts: [AtomicU64; Stalled::ALL.len()],
     /// The listeners now, replaced by a reload (read by discovery log reads, never on the data path).
     listeners: RwLock<Vec<ListenerParams>>,
 }
@@ -202,7 +229,7 @@ impl Target {
             params,
             subsystems: RwLock::new(map),
             genctr: AtomicU64::new(1),
-            connect_timeouts: AtomicU64::new(0),
+            timeouts: Default::default(),
             listeners,
         }))
     }
@@ -266,13 +293,14 @@ impl Target {
         Ok(subsystem)
     }
 
-    /// Queues ended so far because their Connect did not complete within `connect_timeout_ms`.
-    pub fn connect_timeouts(&self) -> u64 {
-        self.connect_timeouts.load(Ordering::Relaxed)
+    /// Connections ended so far because their peer stalled in `state`.
+    pub fn timeouts(&self, state: Stalled) -> u64 {
+        self.timeouts[state as usize].load(Ordering::Relaxed)
     }
 
-    pub(crate) fn count_connect_timeout(&self) {
-        self.connect_timeouts.fetch_add(1, Ordering::Relaxed);
+    /// A connection ended because its peer stalled in `state`.
+    pub fn count_timeout(&self, state: Stalled) {
+        self.timeouts[state as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The listeners the discovery log reports now.

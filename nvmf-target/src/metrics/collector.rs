@@ -13,7 +13,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
-use crate::controller::Target;
+use crate::controller::{Stalled, Target};
 
 /// Live connections of one transport, as a reactor counts them.
 #[derive(Debug, Clone)]
@@ -217,7 +217,9 @@ impl Collector for TargetCollector {
                 None,
                 MetricType::Counter,
             )?;
-            counter(&mut m, &[("state", "connect")], self.target.connect_timeouts())?;
+            for state in Stalled::ALL {
+                counter(&mut m, &[("state", state.label())], self.target.timeouts(state))?;
+            }
         }
         {
             let mut m = encoder.encode_descriptor(

@@ -21,7 +21,7 @@
 
 use std::io::{self, Read};
 use std::net::Shutdown;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use nvmf_common::fabrics::connect::Connect;
@@ -40,7 +40,7 @@ use super::outgoing::{negotiate, queue_c2h_data, queue_pdu, queue_r2t, queue_res
 use super::send::SendQueue;
 use super::transfer::{ProtocolViolation, SlotState, TransferTable};
 use crate::backend::{BufferId, IoEngine};
-use crate::controller::{Queue, QueueError, SlotId, Step};
+use crate::controller::{Queue, QueueError, SlotId, Stalled, Step};
 
 /// Where the connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +88,8 @@ struct Session {
     sq_flow_control_disabled: bool,
     /// SQHD of the last completion the queue produced (used for completions the transport makes itself).
     last_sqhd: u16,
+    /// Bytes of host data received so far (progress of a peer that was asked for data).
+    h2c_received: u64,
 }
 
 /// One NVMe/TCP connection: socket, queue, decoder, send queue and per-command transfer state (see the
@@ -101,6 +103,9 @@ pub struct TcpConnection {
     rend: usize,
     /// Reading stopped because the send backlog is over the limit.
     read_paused: bool,
+    /// Since when the connection has waited on its peer without progress, and the progress mark then
+    /// ([`TcpConnection::note_turn`]).
+    stalled: Option<(Instant, u64)>,
     session: Session,
 }
 
@@ -134,6 +139,7 @@ impl TcpConnection {
             rstart: 0,
             rend: 0,
             read_paused: false,
+            stalled: None,
             session: Session {
                 config,
                 queue,
@@ -146,6 +152,7 @@ impl TcpConnection {
                 connect_disabling_sq_flow: None,
                 sq_flow_control_disabled: false,
                 last_sqhd: 0,
+                h2c_received: 0,
             },
         }
     }
@@ -175,9 +182,36 @@ impl TcpConnection {
         self.session.phase != Phase::Closed && self.session.queue.wants_poll()
     }
 
-    /// When the queue's timers (its Connect deadline, then keep-alive) need [`TcpConnection::poll`] next, if any.
+    /// When [`TcpConnection::poll`] is due next without an event, if ever: the queue's timers (its Connect
+    /// deadline, then keep-alive) and the transfer timeout of a peer that stopped moving data.
     pub fn next_timer(&self) -> Option<Instant> {
-        (self.session.phase != Phase::Closed).then(|| self.session.queue.next_deadline()).flatten()
+        if self.session.phase == Phase::Closed {
+            return None;
+        }
+        let queue = self.session.queue.next_deadline();
+        self.transfer_deadline().into_iter().chain(queue).min()
+    }
+
+    /// End of a reactor turn at `now`: while the connection waits on its peer (output queued that the peer has
+    /// not read, host data solicited and not all received), the transfer timer runs from the last turn the peer
+    /// moved any bytes; otherwise it is off.
+    pub fn note_turn(&mut self, now: Instant) {
+        let s = &self.session;
+        let waiting = s.phase != Phase::Closed && (!s.send.is_empty() || s.transfers.awaiting_data());
+        if !waiting {
+            self.stalled = None;
+            return;
+        }
+        let progress = s.send.written() + s.h2c_received;
+        if !matches!(self.stalled, Some((_, mark)) if mark == progress) {
+            self.stalled = Some((now, progress));
+        }
+    }
+
+    /// When the connection ends unless its peer moves data (see [`TcpConnection::note_turn`]).
+    fn transfer_deadline(&self) -> Option<Instant> {
+        let timeout = self.session.queue.target().params().transfer_timeout_ms;
+        self.stalled.map(|(since, _)| since + Duration::from_millis(u64::from(timeout)))
     }
 
     /// Whether bytes wait to be written: the reactor should call [`TcpConnection::on_writable`] (now, after
@@ -241,6 +275,14 @@ impl TcpConnection {
     pub fn poll(&mut self, engine: &mut IoEngine, now: Instant) -> Result<(), ConnectionError> {
         if self.session.phase == Phase::Closed {
             return Ok(());
+        }
+        if self.transfer_deadline().is_some_and(|deadline| now >= deadline) {
+            let timeout_ms = self.session.queue.target().params().transfer_timeout_ms;
+            let peer = self.stream.peer_addr().ok();
+            tracing::info!(?peer, timeout_ms, "the host stalled in a transfer: connection ended");
+            self.session.queue.target().count_timeout(Stalled::Transfer);
+            self.close(engine);
+            return Err(ConnectionError::Stalled { timeout_ms });
         }
         let mut steps = std::mem::take(&mut self.session.steps);
         let polled = self.session.queue.poll(engine, now, &mut steps);
@@ -467,6 +509,7 @@ impl Session {
     fn h2c_data(&mut self, engine: &mut IoEngine, h: &H2cData, data: Option<&[u8]>) -> Result<(), Fatal> {
         let violation = |v| Fatal::Violation(v, Pdu::H2cData(*h), usize::try_from(h.datal).unwrap_or(0));
         let accepted = self.transfers.accept_h2c(h, data.is_some()).map_err(violation)?;
+        self.h2c_received += u64::try_from(data.map_or(0, <[u8]>::len)).unwrap_or(u64::MAX);
         if let (Some(buffer), Some(data)) = (accepted.buffer, data) {
             let start = usize::try_from(accepted.offset).unwrap_or(usize::MAX);
             let Some(dest) = engine.buffer_mut(buffer).get_mut(start..start.saturating_add(data.len())) else {

@@ -30,6 +30,13 @@ pub enum ConnectionError {
     /// The controller ended the queue (keep-alive expiry, association teardown, a fatal command error).
     #[error("queue ended the connection: {0}")]
     Queue(#[source] QueueError),
+    /// The host made no progress for the target's transfer timeout while the connection waited on it: it read
+    /// none of the data queued for it, or sent none of the data an R2T asked for.
+    #[error("the host stalled: no progress for {timeout_ms} ms with data to read or to send")]
+    Stalled {
+        /// The transfer timeout.
+        timeout_ms: u32,
+    },
     /// A PDU could not be encoded (a bug: an internal length or field out of range).
     #[error("could not encode a PDU: {0}")]
     Encode(#[from] WireError),

@@ -142,12 +142,16 @@ impl PollGroup for TcpPollGroup {
         polled
     }
 
-    /// Write queued output of every connection and drop connections that ended and have nothing in flight.
+    /// Write queued output of every connection, run their transfer timers and drop connections that ended and
+    /// have nothing in flight.
     fn end_turn(&mut self, cx: &mut GroupContext<'_>) -> bool {
         for slot in 0..self.connections.len() {
             let wants = matches!(&self.connections[slot], Some(c) if c.tcp.wants_write());
             if wants {
                 self.with_connection(slot, cx, TcpConnection::on_writable);
+            }
+            if let Some(c) = self.connections[slot].as_mut() {
+                c.tcp.note_turn(cx.now);
             }
             let done = matches!(&self.connections[slot], Some(c) if c.tcp.is_closed() && c.tcp.in_flight() == 0);
             if done {

@@ -51,17 +51,30 @@ pub(crate) struct SendQueue<B, S> {
     front_written: usize,
     /// Bytes queued and not yet written.
     pending: usize,
+    /// Bytes written so far, in all (progress: a peer that reads moves it).
+    written: u64,
 }
 
 impl<B: Copy, S: Copy> SendQueue<B, S> {
     /// An empty queue.
     pub(crate) fn new() -> Self {
-        SendQueue { arena: Vec::with_capacity(16 * 1024), segments: VecDeque::new(), front_written: 0, pending: 0 }
+        SendQueue {
+            arena: Vec::with_capacity(16 * 1024),
+            segments: VecDeque::new(),
+            front_written: 0,
+            pending: 0,
+            written: 0,
+        }
     }
 
     /// Bytes waiting to be written.
     pub(crate) fn pending_bytes(&self) -> usize {
         self.pending
+    }
+
+    /// Bytes written so far, in all.
+    pub(crate) fn written(&self) -> u64 {
+        self.written
     }
 
     /// Whether anything (bytes or a `Done` marker) is queued.
@@ -178,6 +191,7 @@ impl<B: Copy, S: Copy> SendQueue<B, S> {
     /// Consume `written` bytes from the front.
     fn advance(&mut self, mut written: usize, done: &mut Vec<S>) {
         self.pending -= written.min(self.pending);
+        self.written += u64::try_from(written).unwrap_or(u64::MAX);
         while let Some(seg) = self.segments.front() {
             let len = match *seg {
                 Segment::Bytes { len, .. } | Segment::Data { len, .. } => len,

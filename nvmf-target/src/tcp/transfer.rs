@@ -118,12 +118,20 @@ pub(crate) struct TransferTable<B, S> {
     maxh2cdata: u32,
     /// Largest R2TL.
     max_r2t_len: u32,
+    /// Slots in `AwaitingH2cData` (so a turn need not scan the table to know whether any waits).
+    awaiting: usize,
 }
 
 impl<B: Copy, S: Copy> TransferTable<B, S> {
     /// A table for R2Ts of at most `max_r2t_len` bytes and H2CData PDUs of at most `maxh2cdata`.
     pub(crate) fn new(max_r2t_len: u32, maxh2cdata: u32) -> Self {
-        TransferTable { slots: Vec::new(), max_outstanding: 1, maxh2cdata, max_r2t_len: max_r2t_len.max(1) }
+        TransferTable {
+            slots: Vec::new(),
+            max_outstanding: 1,
+            maxh2cdata,
+            max_r2t_len: max_r2t_len.max(1),
+            awaiting: 0,
+        }
     }
 
     /// Apply the host's MAXR2T (0's based, from ICReq) and our own limit.
@@ -147,7 +155,11 @@ impl<B: Copy, S: Copy> TransferTable<B, S> {
 
     /// Set `slot`'s state.
     pub(crate) fn set(&mut self, slot: u16, state: SlotState<B, S>) {
-        *self.entry(slot) = state;
+        let entry = self.entry(slot);
+        let was = matches!(entry, SlotState::AwaitingH2cData(_));
+        let is = matches!(state, SlotState::AwaitingH2cData(_));
+        *entry = state;
+        self.awaiting = self.awaiting + usize::from(is) - usize::from(was);
     }
 
     /// Start receiving `len` bytes of host data for command `cccid` (queue slot `slot`, TTAG `ttag`) into
@@ -228,14 +240,20 @@ impl<B: Copy, S: Copy> TransferTable<B, S> {
         };
         let accepted = H2cAccepted { slot: t.slot, buffer, offset: h.datao, complete };
         if complete.is_some() {
-            self.slots[usize::from(h.ttag)] = SlotState::Idle;
+            self.set(h.ttag, SlotState::Idle);
         }
         Ok(accepted)
+    }
+
+    /// Whether any command waits for host data (an R2T sent and not fully answered).
+    pub(crate) fn awaiting_data(&self) -> bool {
+        self.awaiting > 0
     }
 
     /// Forget every slot's state.
     pub(crate) fn clear(&mut self) {
         self.slots.fill(SlotState::Idle);
+        self.awaiting = 0;
     }
 }
 
@@ -265,6 +283,22 @@ mod tests {
         let a = t.accept_h2c(&h2c(0x42, 3, 8192, 10_000 - 8192, true), true).unwrap();
         assert_eq!(a.complete, Some(Ok(())));
         assert_eq!(t.get(3), SlotState::Idle);
+    }
+
+    #[test]
+    fn awaiting_data_counts_transfers_until_their_data_is_in() {
+        let mut t = TransferTable::new(u32::MAX, 4096);
+        assert!(!t.awaiting_data());
+        t.start_h2c(3, 3, 0x42, 9u8, 4096);
+        t.start_h2c(5, 5, 0x43, 8u8, 4096);
+        t.next_r2t(3).unwrap();
+        t.accept_h2c(&h2c(0x42, 3, 0, 4096, true), true).unwrap();
+        assert!(t.awaiting_data(), "slot 5 still waits");
+        t.set(5, SlotState::Sending);
+        assert!(!t.awaiting_data());
+        t.start_h2c(5, 5, 0x44, 8u8, 4096);
+        t.clear();
+        assert!(!t.awaiting_data());
     }
 
     #[test]

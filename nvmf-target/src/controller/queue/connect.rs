@@ -16,6 +16,7 @@ use super::{Association, Plan, Queue, QueueError, QueueKind, QueueState, SlotId,
 use crate::backend::IoEngine;
 use crate::controller::association::{Controller, IoQueueRefusal};
 use crate::controller::io::{self, DataSource, Direction};
+use crate::controller::Stalled;
 
 /// Bytes of Connect data.
 pub(super) const CONNECT_DATA_LEN: u32 = 1024;
@@ -44,7 +45,7 @@ impl Queue {
         if self.connect_deadline().is_some_and(|deadline| now >= deadline) {
             let timeout_ms = self.target.params().connect_timeout_ms;
             tracing::info!(timeout_ms, port_id = self.transport.port_id, "no Connect in time: connection ended");
-            self.target.count_connect_timeout();
+            self.target.count_timeout(Stalled::Connect);
             self.disconnect(engine);
             return Err(QueueError::ConnectTimeout { timeout_ms });
         }

@@ -415,6 +415,11 @@ impl Queue {
         }
     }
 
+    /// The target this queue serves.
+    pub fn target(&self) -> &Arc<Target> {
+        &self.target
+    }
+
     /// The controller of the association, once connected.
     pub fn controller(&self) -> Option<&Arc<Controller>> {
         match &self.state {

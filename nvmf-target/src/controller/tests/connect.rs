@@ -205,12 +205,12 @@ fn a_queue_without_a_completed_connect_ends_at_its_connect_deadline() {
     let deadline = stalled.queue.next_deadline().unwrap();
     assert_eq!(stalled.queue.poll(&mut engine, deadline, &mut out), timed_out);
     assert_eq!(engine.pool().available(), free);
-    assert_eq!(target.connect_timeouts(), 2);
+    assert_eq!(target.timeouts(Stalled::Connect), 2);
 
     // A Connect that completes in time clears the deadline (an admin queue with KATO 0 has no timer then).
     let mut admin = Host::new(&target);
     admin.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, HOSTID, 0).ok();
     assert_eq!(admin.queue.next_deadline(), None);
     admin.queue.poll(&mut engine, deadline + Duration::from_secs(60), &mut out).unwrap();
-    assert_eq!(target.connect_timeouts(), 2);
+    assert_eq!(target.timeouts(Stalled::Connect), 2);
 }
