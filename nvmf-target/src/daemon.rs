@@ -117,6 +117,8 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         kato_max_ms: limits.keep_alive_max_ms,
         connect_timeout_ms: limits.connect_timeout_ms,
         transfer_timeout_ms: limits.transfer_timeout_ms,
+        queue_buffer_percent: limits.queue_buffer_percent,
+        anonymous_buffer_percent: limits.anonymous_buffer_percent,
         kas: limits.kas(),
         discovery_enabled: config.discovery.enabled,
         listeners: bound.discovery_entries(),

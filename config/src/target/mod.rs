@@ -104,6 +104,12 @@ pub struct ControllerLimits {
     /// it, or sends none of the data it was asked for (NVMe/TCP R2T) — in milliseconds, 1000..=3600000; then it
     /// is disconnected. Default 30000.
     pub transfer_timeout_ms: u32,
+    /// The most of each size class of a reactor's buffer pool one queue may hold, in percent, 1..=100. Default 50.
+    pub queue_buffer_percent: u8,
+    /// The most of each size class of a reactor's buffer pool that all queues of peers not admitted to an NVM
+    /// subsystem (before their Connect completed, or on a discovery controller) may hold together, in percent,
+    /// 1..=100. Default 25.
+    pub anonymous_buffer_percent: u8,
 }
 
 impl ControllerLimits {

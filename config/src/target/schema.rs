@@ -50,6 +50,10 @@ pub(crate) struct RawLimits {
     pub connect_timeout_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer_timeout_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_buffer_percent: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anonymous_buffer_percent: Option<i64>,
 }
 
 /// `[[listener]]`.

@@ -62,6 +62,10 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:2:22: target.connect_timeout_ms: timeout 50 is out of range; allowed: 100..=600000"),
     ("transfer_timeout", "[target]\ntransfer_timeout_ms = 999\n@@",
         "t.toml:2:23: target.transfer_timeout_ms: timeout 999 is out of range; allowed: 1000..=3600000"),
+    ("queue_buffer_percent", "[target]\nqueue_buffer_percent = 0\n@@",
+        "t.toml:2:24: target.queue_buffer_percent: percentage 0 is out of range; allowed: 1..=100"),
+    ("anonymous_buffer_percent", "[target]\nanonymous_buffer_percent = 101\n@@",
+        "t.toml:2:28: target.anonymous_buffer_percent: percentage 101 is out of range; allowed: 1..=100"),
     ("address", "[[listener]]\naddress = \"localhost\"\n",
         "t.toml:2:11: listener[0].address: \"localhost\" is not an IP address; allowed: an IPv4 or IPv6 address literal such as \"0.0.0.0\", \"127.0.0.1\", \"::\" or \"::1\" (no host name, brackets or port)"),
     ("address_with_port", "[[listener]]\naddress = \"127.0.0.1:4420\"\n",
@@ -233,6 +237,8 @@ fn defaults_are_filled_in() {
             keep_alive_max_ms: 3_600_000,
             connect_timeout_ms: 10_000,
             transfer_timeout_ms: 30_000,
+            queue_buffer_percent: 50,
+            anonymous_buffer_percent: 25,
         }
     );
     assert_eq!((config.limits.kas(), config.limits.mqes()), (1, 127));

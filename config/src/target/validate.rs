@@ -33,6 +33,10 @@ pub(crate) const DEFAULT_KEEP_ALIVE_MAX_MS: u32 = 3_600_000;
 pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u32 = 10_000;
 /// Default `[target] transfer_timeout_ms`.
 pub(crate) const DEFAULT_TRANSFER_TIMEOUT_MS: u32 = 30_000;
+/// Default `[target] queue_buffer_percent`.
+pub(crate) const DEFAULT_QUEUE_BUFFER_PERCENT: u8 = 50;
+/// Default `[target] anonymous_buffer_percent`.
+pub(crate) const DEFAULT_ANONYMOUS_BUFFER_PERCENT: u8 = 25;
 pub(crate) const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
 pub(crate) const DEFAULT_MODEL: &str = "nvmf-rs";
 pub(crate) const DEFAULT_MAX_NAMESPACES: u32 = 1024;
@@ -183,6 +187,14 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         None => DEFAULT_TRANSFER_TIMEOUT_MS,
         Some(value) => int_in(value, 1000..=3_600_000, &key.key("transfer_timeout_ms"), "timeout", "1000..=3600000")?,
     };
+    let queue_buffer_percent = match raw.queue_buffer_percent {
+        None => DEFAULT_QUEUE_BUFFER_PERCENT,
+        Some(value) => int_in(value, 1..=100, &key.key("queue_buffer_percent"), "percentage", "1..=100")?,
+    };
+    let anonymous_buffer_percent = match raw.anonymous_buffer_percent {
+        None => DEFAULT_ANONYMOUS_BUFFER_PERCENT,
+        Some(value) => int_in(value, 1..=100, &key.key("anonymous_buffer_percent"), "percentage", "1..=100")?,
+    };
     Ok(ControllerLimits {
         mdts,
         max_queue_size,
@@ -191,6 +203,8 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         keep_alive_max_ms,
         connect_timeout_ms,
         transfer_timeout_ms,
+        queue_buffer_percent,
+        anonymous_buffer_percent,
     })
 }
 
@@ -543,6 +557,8 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             keep_alive_max_ms: Some(i64::from(limits.keep_alive_max_ms)),
             connect_timeout_ms: Some(i64::from(limits.connect_timeout_ms)),
             transfer_timeout_ms: Some(i64::from(limits.transfer_timeout_ms)),
+            queue_buffer_percent: Some(i64::from(limits.queue_buffer_percent)),
+            anonymous_buffer_percent: Some(i64::from(limits.anonymous_buffer_percent)),
         }),
         discovery: Some(RawDiscovery { enabled: Some(config.discovery.enabled) }),
         reactors: Some(RawReactors {

@@ -28,6 +28,7 @@
 //! registrations, eventfd, ioctls/fallocate probes, NVMe passthrough ioctls and DSM range slots). Everything else
 //! is safe code (`nvme.rs` builds the passthrough commands).
 
+mod budget;
 mod engine;
 mod error;
 mod memory;
@@ -36,6 +37,7 @@ mod pool;
 mod ring;
 mod storage;
 
+pub use budget::{AllocRefusal, BudgetLimit, BufferBudget};
 pub use engine::{EngineConfig, IoCompletion, IoEngine, IoOp};
 pub use error::BackendError;
 pub use nvme::{drive_status, DriveStatus};

@@ -12,6 +12,7 @@
 use std::io;
 use std::ptr::NonNull;
 
+use super::budget::{share, AllocRefusal, BudgetLimit, BufferBudget, MAX_CLASSES};
 use super::BackendError;
 
 /// Alignment of every buffer (and of the region): enough for O_DIRECT on any logical block size we accept.
@@ -120,6 +121,8 @@ pub struct BufferPool {
     slots: Vec<Slot>,
     /// (offset, len) of each unit registered as one io_uring fixed buffer.
     fixed: Vec<(usize, usize)>,
+    /// Buffers of each class held by anonymous holders ([`BufferBudget`]).
+    anonymous_held: [usize; MAX_CLASSES],
 }
 
 // SAFETY: the pool exclusively owns its mapping; nothing in it is tied to the creating thread, and all access goes
@@ -138,6 +141,9 @@ impl BufferPool {
         sorted.sort_unstable();
         if sorted.is_empty() {
             return Err(BackendError::InvalidEngineConfig("the buffer pool has no buffers"));
+        }
+        if sorted.len() > MAX_CLASSES {
+            return Err(BackendError::InvalidEngineConfig("the buffer pool has more than four size classes"));
         }
         if sorted.iter().any(|&(size, _)| size > MAX_FIXED_BUFFER) {
             return Err(BackendError::InvalidEngineConfig("a buffer size exceeds 1 GiB"));
@@ -178,7 +184,7 @@ impl BufferPool {
             free.reverse();
             size_classes.push(SizeClass { size, free, count });
         }
-        Ok(BufferPool { base, map_len, huge, classes: size_classes, slots, fixed })
+        Ok(BufferPool { base, map_len, huge, classes: size_classes, slots, fixed, anonymous_held: [0; MAX_CLASSES] })
     }
 
     /// Allocates a buffer of `len` bytes from the smallest size class that fits and has a free buffer. `None` when
@@ -192,6 +198,61 @@ impl BufferPool {
         slot.state = State::Owned;
         slot.len = len;
         Some(BufferId(index))
+    }
+
+    /// Allocates a buffer of `len` bytes for the holder of `budget`, from the smallest size class that fits, has a
+    /// free buffer and is within the holder's shares (see [`super::budget`]); the budget records it. Release it
+    /// with [`BufferPool::release_within`].
+    pub fn alloc_within(&mut self, len: usize, budget: &mut BufferBudget) -> Result<BufferId, AllocRefusal> {
+        if len > self.buffer_size() {
+            return Err(AllocRefusal::TooLarge);
+        }
+        if budget.held() >= budget.max_total {
+            return Err(AllocRefusal::Budget(BudgetLimit::Queue));
+        }
+        let mut refusal = AllocRefusal::Exhausted;
+        for (c, class) in self.classes.iter_mut().enumerate() {
+            if class.size < len || class.free.is_empty() {
+                continue;
+            }
+            if usize::from(budget.held[c]) >= share(class.count, budget.queue_percent) {
+                refusal = AllocRefusal::Budget(BudgetLimit::Queue);
+                continue;
+            }
+            if budget.anonymous_percent.is_some_and(|p| self.anonymous_held[c] >= share(class.count, p)) {
+                refusal = AllocRefusal::Budget(BudgetLimit::Anonymous);
+                continue;
+            }
+            let Some(index) = class.free.pop() else { continue };
+            let slot = &mut self.slots[index as usize];
+            debug_assert_eq!(slot.state, State::Free);
+            slot.state = State::Owned;
+            slot.len = len;
+            budget.held[c] += 1;
+            if budget.anonymous_percent.is_some() {
+                budget.anonymous_held[c] += 1;
+                self.anonymous_held[c] += 1;
+            }
+            return Ok(BufferId(index));
+        }
+        Err(refusal)
+    }
+
+    /// Releases `id` (as [`BufferPool::release`]) and takes it off `budget`, which allocated it.
+    pub fn release_within(&mut self, id: BufferId, budget: &mut BufferBudget) {
+        let Some(capacity) = self.slots.get(id.index()).map(|s| s.capacity) else {
+            tracing::warn!(?id, "release of an unknown buffer ignored");
+            return;
+        };
+        if let Some(c) = self.classes.iter().position(|c| c.size == capacity) {
+            budget.held[c] = budget.held[c].saturating_sub(1);
+            // A holder admitted while it held anonymous buffers gives those back to the anonymous share first.
+            if budget.anonymous_held[c] > 0 {
+                budget.anonymous_held[c] -= 1;
+                self.anonymous_held[c] = self.anonymous_held[c].saturating_sub(1);
+            }
+        }
+        self.release(id);
     }
 
     /// The allocated bytes of `id`: exactly the length asked of [`BufferPool::alloc`]. Empty when `id` is not

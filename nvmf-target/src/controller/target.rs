@@ -14,6 +14,7 @@ use nvmf_common::fabrics::discovery::{AddressFamily, TransportType, Tsas};
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 
 use super::subsystem::{Subsystem, SubsystemError, SubsystemParams};
+use crate::backend::BudgetLimit;
 
 /// Smallest MDTS a target may advertise, in bytes.
 pub const MIN_MDTS: u32 = 4096;
@@ -118,6 +119,11 @@ pub struct TargetParams {
     /// How long a connected transport connection may wait on its peer without progress (the peer reads none of
     /// the data queued for it, or sends none of the data it was asked for), in milliseconds; then it ends.
     pub transfer_timeout_ms: u32,
+    /// The most of each size class of a reactor's buffer pool one queue may hold, percent (1..=100).
+    pub queue_buffer_percent: u8,
+    /// The most of each size class of a reactor's buffer pool that queues of peers not admitted to an NVM subsystem
+    /// (before Connect; discovery controllers) may hold together, percent (1..=100).
+    pub anonymous_buffer_percent: u8,
     /// Keep Alive Support (Identify KAS): the keep-alive timer's granularity in 100 ms units, at least 1. The
     /// reactor must poll queues at least this often.
     pub kas: u16,
@@ -139,6 +145,8 @@ impl Default for TargetParams {
             kato_max_ms: 600_000,
             connect_timeout_ms: 10_000,
             transfer_timeout_ms: 30_000,
+            queue_buffer_percent: 50,
+            anonymous_buffer_percent: 25,
             kas: super::association::DEFAULT_KAS,
             discovery_enabled: true,
             listeners: Vec::new(),
@@ -207,6 +215,7 @@ pub struct Target {
     genctr: AtomicU64,
     /// Connections ended because their peer stalled, by [`Stalled`] state.
     timeouts: [AtomicU64; Stalled::ALL.len()],
+    budget_waits: [AtomicU64; BudgetLimit::ALL.len()],
     /// The listeners now, replaced by a reload (read by discovery log reads, never on the data path).
     listeners: RwLock<Vec<ListenerParams>>,
 }
@@ -230,6 +239,7 @@ impl Target {
             subsystems: RwLock::new(map),
             genctr: AtomicU64::new(1),
             timeouts: Default::default(),
+            budget_waits: Default::default(),
             listeners,
         }))
     }
@@ -301,6 +311,16 @@ impl Target {
     /// A connection ended because its peer stalled in `state`.
     pub fn count_timeout(&self, state: Stalled) {
         self.timeouts[state as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Commands so far that waited for a buffer the pool had because `limit` refused it.
+    pub fn budget_waits(&self, limit: BudgetLimit) -> u64 {
+        self.budget_waits[limit as usize].load(Ordering::Relaxed)
+    }
+
+    /// A command waits for a buffer because `limit` refused it.
+    pub fn count_budget_wait(&self, limit: BudgetLimit) {
+        self.budget_waits[limit as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The listeners the discovery log reports now.

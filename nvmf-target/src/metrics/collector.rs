@@ -13,6 +13,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
+use crate::backend::BudgetLimit;
 use crate::controller::{Stalled, Target};
 
 /// Live connections of one transport, as a reactor counts them.
@@ -219,6 +220,18 @@ impl Collector for TargetCollector {
             )?;
             for state in Stalled::ALL {
                 counter(&mut m, &[("state", state.label())], self.target.timeouts(state))?;
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_buffer_budget_waits",
+                "Commands that waited for a data buffer the pool had because a budget refused it: the queue's own \
+                 share, or the share of peers not admitted to an NVM subsystem.",
+                None,
+                MetricType::Counter,
+            )?;
+            for limit in BudgetLimit::ALL {
+                counter(&mut m, &[("budget", limit.label())], self.target.budget_waits(limit))?;
             }
         }
         {

@@ -39,7 +39,7 @@ use super::ring::{self, Ring};
 use super::storage::Kind;
 #[cfg(doc)]
 use super::DriveStatus;
-use super::{BackendError, BufferId, Storage};
+use super::{AllocRefusal, BackendError, BufferBudget, BufferId, Storage};
 use fixed_files::{FileSlot, IdHasher};
 use in_flight::{cqe_result, Expect, Groups, InFlightTable};
 
@@ -237,6 +237,17 @@ impl IoEngine {
     /// `len` exceeds [`IoEngine::buffer_size`].
     pub fn alloc(&mut self, len: usize) -> Option<BufferId> {
         self.pool.alloc(len)
+    }
+
+    /// Allocates a buffer of `len` bytes within `budget` (see [`BufferBudget`]); release it with
+    /// [`IoEngine::release_within`].
+    pub fn alloc_within(&mut self, len: usize, budget: &mut BufferBudget) -> Result<BufferId, AllocRefusal> {
+        self.pool.alloc_within(len, budget)
+    }
+
+    /// Frees a buffer [`IoEngine::alloc_within`] gave `budget` (deferred as in [`IoEngine::release`]).
+    pub fn release_within(&mut self, id: BufferId, budget: &mut BufferBudget) {
+        self.pool.release_within(id, budget);
     }
 
     /// The buffer's bytes, exactly the allocated length. Empty if `id` is not allocated or an op on it is in flight.

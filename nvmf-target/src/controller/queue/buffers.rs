@@ -1,19 +1,20 @@
-//! A command's data buffers: allocation from the reactor's [`IoEngine`] pool (parking the command on the retry
-//! list while the pool is empty), copies of in-capsule data, asking the transport for host data, retrying parked
+//! A command's data buffers: allocation from the reactor's [`IoEngine`] pool within the queue's
+//! [`BufferBudget`](crate::backend::BufferBudget) (parking the command on the retry list while the pool is empty or
+//! the budget refuses), copies of in-capsule data, asking the transport for host data, retrying parked
 //! commands, and giving the buffers back.
 
 use nvmf_common::nvme::Status;
 
 use super::connect::CONNECT_DATA_LEN;
 use super::{Plan, Queue, SlotId, SlotState, Step};
-use crate::backend::{BufferId, IoEngine};
+use crate::backend::{AllocRefusal, BufferId, IoEngine};
 
 impl Queue {
     pub(super) fn release_buffers(&mut self, engine: &mut IoEngine, id: SlotId) {
         let s = self.slot(id);
         let (buffer, aux) = (s.buffer.take(), s.aux.take());
         for b in [buffer, aux].into_iter().flatten() {
-            engine.release(b);
+            engine.release_within(b, &mut self.budget);
         }
     }
 
@@ -24,17 +25,27 @@ impl Queue {
         Step::Pending
     }
 
-    /// A pool buffer of `len` bytes, or the step to return: parked until a buffer is free, or failed if no
-    /// buffer of the pool can ever hold `len` (MDTS configured above the engine's buffer size).
+    /// A pool buffer of `len` bytes within the queue's budget, or the step to return: parked until a buffer is free
+    /// (or the budget allows one), or failed if no buffer of the pool can ever hold `len` (MDTS configured above
+    /// the engine's buffer size).
     pub(super) fn alloc(&mut self, engine: &mut IoEngine, id: SlotId, len: u32) -> Result<BufferId, Step> {
-        if let Some(buffer) = engine.alloc(len as usize) {
-            return Ok(buffer);
+        match engine.alloc_within(len as usize, &mut self.budget) {
+            Ok(buffer) => Ok(buffer),
+            Err(AllocRefusal::TooLarge) => {
+                tracing::error!(len, buffer_size = engine.buffer_size(), "transfer larger than the engine's buffers");
+                Err(self.respond_err(engine, id, Status::INVALID_FIELD.with_dnr(), 0))
+            }
+            Err(refusal) => {
+                if let AllocRefusal::Budget(limit) = refusal {
+                    let slot = self.slot(id);
+                    if !slot.budget_waited {
+                        slot.budget_waited = true;
+                        self.target.count_budget_wait(limit);
+                    }
+                }
+                Err(self.park(id, SlotState::NeedBuffer))
+            }
         }
-        if len as usize > engine.buffer_size() {
-            tracing::error!(len, buffer_size = engine.buffer_size(), "transfer larger than the engine's buffers");
-            return Err(self.respond_err(engine, id, Status::INVALID_FIELD.with_dnr(), 0));
-        }
-        Err(self.park(id, SlotState::NeedBuffer))
     }
 
     /// Get a buffer of `len` for the host's data and ask the transport for it.
@@ -52,9 +63,15 @@ impl Queue {
     /// Copy in-capsule data into a pool buffer. Without a buffer the data cannot be kept: the command
     /// completes with Command Interrupted, which hosts retry.
     pub(super) fn take_in_capsule(&mut self, engine: &mut IoEngine, id: SlotId, data: &[u8]) -> Result<(), Step> {
-        let Some(buffer) = engine.alloc(data.len()) else {
-            tracing::debug!(len = data.len(), "buffer pool exhausted for in-capsule data");
-            return Err(self.respond_err(engine, id, Status::COMMAND_INTERRUPTED, 0));
+        let buffer = match engine.alloc_within(data.len(), &mut self.budget) {
+            Ok(buffer) => buffer,
+            Err(refusal) => {
+                tracing::debug!(len = data.len(), ?refusal, "no buffer for in-capsule data");
+                if let AllocRefusal::Budget(limit) = refusal {
+                    self.target.count_budget_wait(limit);
+                }
+                return Err(self.respond_err(engine, id, Status::COMMAND_INTERRUPTED, 0));
+            }
         };
         engine.buffer_mut(buffer)[..data.len()].copy_from_slice(data);
         let s = self.slot(id);

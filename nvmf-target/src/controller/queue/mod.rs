@@ -48,7 +48,7 @@ use super::io::{storage_status, StorageOp};
 use super::subsystem::NamespaceTable;
 use super::target::{Target, TransportInfo};
 use super::EventNotifier;
-use crate::backend::{BufferId, IoEngine};
+use crate::backend::{BufferBudget, BufferId, IoEngine};
 use crate::metrics::QueueRecorder;
 
 pub use connect::DISCOVERY_KATO_MS;
@@ -273,6 +273,8 @@ struct Slot {
     status: Status,
     /// The turn in which the command capsule arrived ([`turn_time`]; metrics: command latency).
     arrival: Option<Instant>,
+    /// A budget made it wait for a buffer (counted once per command).
+    budget_waited: bool,
 }
 
 impl Slot {
@@ -303,6 +305,7 @@ impl Slot {
         stage: 0,
         status: Status::SUCCESS,
         arrival: None,
+        budget_waited: false,
     };
 }
 
@@ -340,6 +343,8 @@ pub struct Queue {
     held_aers: VecDeque<u16>,
     counters: Arc<QueueCounters>,
     storage_ops: usize,
+    /// The pool buffers this queue holds, and its shares.
+    budget: BufferBudget,
     table: Arc<NamespaceTable>,
     table_generation: u64,
     sq_head: u16,
@@ -366,6 +371,9 @@ impl Queue {
     /// A queue for a new transport connection, before Connect.
     pub fn new(target: Arc<Target>, transport: TransportInfo) -> Self {
         let slots = vec![Slot::FREE; usize::from(PRECONNECT_SLOTS)];
+        let params = target.params();
+        // Before Connect a queue needs one buffer at most: its Connect data.
+        let budget = BufferBudget::anonymous(1, params.queue_buffer_percent, params.anonymous_buffer_percent);
         Queue {
             target,
             transport,
@@ -376,6 +384,7 @@ impl Queue {
             held_aers: VecDeque::with_capacity(usize::from(AERL) + 1),
             counters: Arc::new(QueueCounters::default()),
             storage_ops: 0,
+            budget,
             table: Arc::new(NamespaceTable::default()),
             table_generation: 0,
             sq_head: 0,

@@ -54,6 +54,11 @@ impl Queue {
         self.table = table;
         self.table_generation = generation;
         let io = association.kind != QueueKind::Admin;
+        // Admitted to an NVM subsystem, the queue leaves the anonymous share; a discovery controller, which any peer
+        // may open, stays in it.
+        let params = self.target.params();
+        let anonymous = association.controller.is_discovery().then_some(params.anonymous_buffer_percent);
+        self.budget.set_limits(u16::MAX, params.queue_buffer_percent, anonymous);
         self.metrics = Some(QueueRecorder::new(association.controller.subsystem().metrics(), io));
         self.state = QueueState::Connected(association);
     }
