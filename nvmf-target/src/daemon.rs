@@ -17,7 +17,7 @@ use crate::metrics::{MetricsError, MetricsServer};
 use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
 use crate::tcp::Acceptor;
 use crate::transport::{
-    BoundTransportListeners, ListenError, NewQueuePair, TransportCounters, TransportListeners, TransportSet,
+    BoundTransportListeners, ListenError, NewQueuePair, Refusal, TransportCounters, TransportListeners, TransportSet,
 };
 
 /// Why the target could not start.
@@ -206,6 +206,11 @@ impl RunningTarget {
     /// The TCP acceptor, to change its listeners (reload).
     pub fn acceptor_mut(&mut self) -> &mut Acceptor {
         self.listeners.tcp_mut()
+    }
+
+    /// Connections every transport's listeners refused so far for `reason` (connection caps).
+    pub fn rejected_connections(&self, reason: Refusal) -> u64 {
+        self.listeners.admission().rejected(reason)
     }
 
     /// The address the metrics endpoint is bound to, when `[metrics] listen` is set.

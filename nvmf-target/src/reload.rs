@@ -272,7 +272,8 @@ impl Reloader {
             let unsupported = || StartError::Listener(ListenError::UnsupportedTransport(l.to_string()));
             match acceptor.listeners().iter().find(|(spec, _)| spec.address == l.address) {
                 Some((spec, local)) => {
-                    let kept = TcpListenerSpec::from_config(l, spec.port_id).ok_or_else(unsupported)?;
+                    let kept =
+                        TcpListenerSpec::from_config(l, spec.port_id, &self.current.limits).ok_or_else(unsupported)?;
                     if !self.current.listeners.contains(l) {
                         plan.changed += 1;
                     }
@@ -281,7 +282,8 @@ impl Reloader {
                 }
                 None => {
                     last_port_id = last_port_id.checked_add(1).ok_or_else(unsupported)?;
-                    let spec = TcpListenerSpec::from_config(l, last_port_id).ok_or_else(unsupported)?;
+                    let spec =
+                        TcpListenerSpec::from_config(l, last_port_id, &self.current.limits).ok_or_else(unsupported)?;
                     let bound = acceptor.bind(&spec).map_err(ListenError::from)?;
                     plan.params.push(spec.discovery_entry(bound.local_addr()));
                     plan.slots.push(ListenerSlot::Open(bound));

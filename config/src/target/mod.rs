@@ -110,6 +110,12 @@ pub struct ControllerLimits {
     /// subsystem (before their Connect completed, or on a discovery controller) may hold together, in percent,
     /// 1..=100. Default 25.
     pub anonymous_buffer_percent: u8,
+    /// The most transport connections (NVMe/TCP connections, NVMe/RDMA queue pairs) one peer address may hold at
+    /// once, 1..=1048576; more are refused. Default 1024.
+    pub max_connections_per_address: u32,
+    /// NVMe/TCP keepalive: a connection whose peer has been silent this long (ms) is probed, and closed after three
+    /// unanswered probes a tenth of it apart; 0 turns probes off. 0 or 10000..=86400000. Default 60000.
+    pub tcp_keepalive_ms: u32,
 }
 
 impl ControllerLimits {
@@ -136,6 +142,9 @@ pub struct ListenerConfig {
     /// Largest in-capsule data in bytes (IOCCSZ = (64 + this) / 16); a multiple of 16, at most MDTS. Default 16 KiB
     /// (Linux nvmet's TCP default).
     pub in_capsule_data_size: u32,
+    /// The most transport connections (NVMe/TCP connections, NVMe/RDMA queue pairs) the listener holds at once,
+    /// 1..=1048576; more are refused. Default 4096.
+    pub max_connections: u32,
     /// The fabric and its own options.
     pub transport: ListenerTransport,
 }

@@ -54,6 +54,10 @@ pub(crate) struct RawLimits {
     pub queue_buffer_percent: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anonymous_buffer_percent: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_address: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_keepalive_ms: Option<i64>,
 }
 
 /// `[[listener]]`.
@@ -69,6 +73,8 @@ pub(crate) struct RawListener {
     pub max_queue_size: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_capsule_data_size: Option<RawSize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<RawTcp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -74,6 +74,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:3:8: listener[0].port: port 0 is out of range; allowed: 1..=65535 (4420, or 8009 for discovery)"),
     ("listener_queue", "@[[listener]]@max_queue_size = 256\n",
         "t.toml:3:18: listener[0].max_queue_size: queue size 256 is out of range; allowed: 32..=128 ([target] max_queue_size)"),
+    ("max_connections", "@[[listener]]@max_connections = 0\n",
+        "t.toml:3:19: listener[0].max_connections: connection count 0 is out of range; allowed: 1..=1048576"),
+    ("max_connections_per_address", "[target]\nmax_connections_per_address = 2000000\n@@",
+        "t.toml:2:31: target.max_connections_per_address: connection count 2000000 is out of range; allowed: 1..=1048576"),
+    ("tcp_keepalive", "[target]\ntcp_keepalive_ms = 5000\n@@",
+        "t.toml:2:20: target.tcp_keepalive_ms: keepalive 5000 is out of range; allowed: 0 (off) or 10000..=86400000"),
     ("in_capsule", "@[[listener]]@in_capsule_data_size = 100\n",
         "t.toml:3:24: listener[0].in_capsule_data_size: in-capsule data size 100 is not allowed; allowed: a multiple of 16 from 0 to 1MiB ([target] mdts)"),
     ("in_capsule_too_big", "@[[listener]]@in_capsule_data_size = \"2MiB\"\n",
@@ -239,6 +245,8 @@ fn defaults_are_filled_in() {
             transfer_timeout_ms: 30_000,
             queue_buffer_percent: 50,
             anonymous_buffer_percent: 25,
+            max_connections_per_address: 1024,
+            tcp_keepalive_ms: 60_000,
         }
     );
     assert_eq!((config.limits.kas(), config.limits.mqes()), (1, 127));
@@ -246,6 +254,7 @@ fn defaults_are_filled_in() {
     assert_eq!(listener.to_string(), "tcp://127.0.0.1:4420");
     assert_eq!(listener.max_queue_size, 128);
     assert_eq!(listener.in_capsule_data_size, 16384);
+    assert_eq!(listener.max_connections, 4096);
     assert_eq!(listener.transport, ListenerTransport::Tcp(TcpOptions { header_digest: true, data_digest: true }));
     let subsystem = &config.subsystems[0];
     assert_eq!(subsystem.serial, crate::ids::derive_serial("nqn.2024-01.io.example:disk"));

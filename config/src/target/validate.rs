@@ -37,6 +37,12 @@ pub(crate) const DEFAULT_TRANSFER_TIMEOUT_MS: u32 = 30_000;
 pub(crate) const DEFAULT_QUEUE_BUFFER_PERCENT: u8 = 50;
 /// Default `[target] anonymous_buffer_percent`.
 pub(crate) const DEFAULT_ANONYMOUS_BUFFER_PERCENT: u8 = 25;
+/// Default `[target] max_connections_per_address`.
+pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: u32 = 1024;
+/// Default `[target] tcp_keepalive_ms`.
+pub(crate) const DEFAULT_TCP_KEEPALIVE_MS: u32 = 60_000;
+/// Default `[[listener]] max_connections`.
+pub(crate) const DEFAULT_LISTENER_MAX_CONNECTIONS: u32 = 4096;
 pub(crate) const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
 pub(crate) const DEFAULT_MODEL: &str = "nvmf-rs";
 pub(crate) const DEFAULT_MAX_NAMESPACES: u32 = 1024;
@@ -195,6 +201,23 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         None => DEFAULT_ANONYMOUS_BUFFER_PERCENT,
         Some(value) => int_in(value, 1..=100, &key.key("anonymous_buffer_percent"), "percentage", "1..=100")?,
     };
+    let max_connections_per_address = match raw.max_connections_per_address {
+        None => DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+        Some(value) => {
+            int_in(value, 1..=1 << 20, &key.key("max_connections_per_address"), "connection count", "1..=1048576")?
+        }
+    };
+    let tcp_keepalive_ms = match raw.tcp_keepalive_ms {
+        None => DEFAULT_TCP_KEEPALIVE_MS,
+        Some(0) => 0,
+        Some(value) => int_in(
+            value,
+            10_000..=86_400_000,
+            &key.key("tcp_keepalive_ms"),
+            "keepalive",
+            "0 (off) or 10000..=86400000",
+        )?,
+    };
     Ok(ControllerLimits {
         mdts,
         max_queue_size,
@@ -205,6 +228,8 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         transfer_timeout_ms,
         queue_buffer_percent,
         anonymous_buffer_percent,
+        max_connections_per_address,
+        tcp_keepalive_ms,
     })
 }
 
@@ -238,6 +263,10 @@ fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Resu
             u32::try_from(bytes).map_err(|_| Problem::new(key, "in-capsule data size too large", allowed))?
         }
     };
+    let max_connections = match raw.max_connections {
+        None => DEFAULT_LISTENER_MAX_CONNECTIONS,
+        Some(value) => int_in(value, 1..=1 << 20, &key.key("max_connections"), "connection count", "1..=1048576")?,
+    };
     let transport = match (raw.transport.unwrap_or(Transport::Tcp), &raw.tcp, &raw.rdma) {
         (Transport::Tcp, tcp, None) => {
             let tcp = tcp.clone().unwrap_or_default();
@@ -268,7 +297,13 @@ fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Resu
             ))
         }
     };
-    Ok(ListenerConfig { address: SocketAddr::new(ip, port), max_queue_size, in_capsule_data_size, transport })
+    Ok(ListenerConfig {
+        address: SocketAddr::new(ip, port),
+        max_queue_size,
+        in_capsule_data_size,
+        max_connections,
+        transport,
+    })
 }
 
 /// Namespace identifiers seen so far in the target, with where, to reject duplicates.
@@ -559,6 +594,8 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             transfer_timeout_ms: Some(i64::from(limits.transfer_timeout_ms)),
             queue_buffer_percent: Some(i64::from(limits.queue_buffer_percent)),
             anonymous_buffer_percent: Some(i64::from(limits.anonymous_buffer_percent)),
+            max_connections_per_address: Some(i64::from(limits.max_connections_per_address)),
+            tcp_keepalive_ms: Some(i64::from(limits.tcp_keepalive_ms)),
         }),
         discovery: Some(RawDiscovery { enabled: Some(config.discovery.enabled) }),
         reactors: Some(RawReactors {
@@ -577,6 +614,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
                 port: Some(i64::from(listener.address.port())),
                 max_queue_size: Some(i64::from(listener.max_queue_size)),
                 in_capsule_data_size: Some(RawSize::Text(format_size(u64::from(listener.in_capsule_data_size)))),
+                max_connections: Some(i64::from(listener.max_connections)),
                 tcp: match listener.transport {
                     ListenerTransport::Tcp(tcp) => {
                         Some(RawTcp { header_digest: Some(tcp.header_digest), data_digest: Some(tcp.data_digest) })

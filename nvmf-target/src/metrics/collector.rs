@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
 use crate::backend::BudgetLimit;
 use crate::controller::{Stalled, Target};
+use crate::transport::{Admission, Refusal};
 
 /// Live connections of one transport, as a reactor counts them.
 #[derive(Debug, Clone)]
@@ -30,6 +31,8 @@ pub struct ConnectionCounter {
 pub struct TargetCollector {
     target: Arc<Target>,
     connections: Vec<ConnectionCounter>,
+    /// The listeners' connection caps (refusals), once listeners serve.
+    admission: Option<Arc<Admission>>,
     /// Every reactor's NVMe/RDMA counters (summed at scrape).
     #[cfg(feature = "rdma")]
     rdma: Vec<Arc<crate::rdma::RdmaCounters>>,
@@ -55,9 +58,16 @@ impl TargetCollector {
         TargetCollector {
             target,
             connections,
+            admission: None,
             #[cfg(feature = "rdma")]
             rdma: Vec::new(),
         }
+    }
+
+    /// Also export the connections `admission` refused.
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.admission = Some(admission);
+        self
     }
 
     /// Also export the NVMe/RDMA counters of these reactors (`nvmf_target_rdma_*`; none without any).
@@ -220,6 +230,18 @@ impl Collector for TargetCollector {
             )?;
             for state in Stalled::ALL {
                 counter(&mut m, &[("state", state.label())], self.target.timeouts(state))?;
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_rejected_connections",
+                "Transport connections (queue pairs) refused at accept, by the cap that refused them.",
+                None,
+                MetricType::Counter,
+            )?;
+            for reason in Refusal::ALL {
+                let n = self.admission.as_ref().map_or(0, |a| a.rejected(reason));
+                counter(&mut m, &[("reason", reason.label())], n)?;
             }
         }
         {

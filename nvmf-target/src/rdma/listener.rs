@@ -4,7 +4,7 @@
 //! after the hand-over arrive at the reactor (which migrates the id to its own event channel before accepting).
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -19,6 +19,7 @@ use nvmf_config::target::{ListenerConfig, ListenerTransport};
 
 use super::config::RdmaTransportConfig;
 use crate::controller::ListenerParams;
+use crate::transport::{Admission, Admitted};
 
 const CHANNEL: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -40,6 +41,8 @@ pub struct RdmaListenerSpec {
     pub max_qid: u16,
     /// The listener's NVMe/RDMA settings.
     pub rdma: Arc<RdmaTransportConfig>,
+    /// The most queue pairs it holds at once.
+    pub max_connections: u32,
 }
 
 impl RdmaListenerSpec {
@@ -53,7 +56,14 @@ impl RdmaListenerSpec {
             send_with_invalidate: options.send_with_invalidate,
             srq: options.srq,
         };
-        Some(RdmaListenerSpec { address: l.address, port_id, max_qid: max_io_queues, rdma: Arc::new(rdma) })
+        let max_connections = l.max_connections;
+        Some(RdmaListenerSpec {
+            address: l.address,
+            port_id,
+            max_qid: max_io_queues,
+            rdma: Arc::new(rdma),
+            max_connections,
+        })
     }
 
     /// The discovery log's entry for this listener, bound at `local`: as Linux nvmet reports RDMA ports, reliable
@@ -101,6 +111,8 @@ pub struct RdmaAccepted {
     pub port_id: u16,
     /// The listener's NVMe/RDMA settings.
     pub rdma: Arc<RdmaTransportConfig>,
+    /// Its place among the listener's and the peer address's queue pairs.
+    pub admitted: Admitted,
 }
 
 /// Check a connect request's private data against a listener's limits: the queue depth to serve, or the reject
@@ -181,6 +193,7 @@ impl RdmaCmThread {
     /// can take it: the request is then rejected).
     pub fn start(
         bound: BoundRdmaListeners,
+        admission: Arc<Admission>,
         hand_over: impl FnMut(RdmaAccepted) -> Result<(), RdmaAccepted> + Send + 'static,
     ) -> Result<Self, RdmaListenerError> {
         let poll = Poll::new().map_err(RdmaListenerError::Os)?;
@@ -190,7 +203,7 @@ impl RdmaCmThread {
         let local = bound.local.clone();
         let thread = std::thread::Builder::new()
             .name("nvmf-rdma-cm".into())
-            .spawn(move || cm_loop(poll, &bound, hand_over))
+            .spawn(move || cm_loop(poll, &bound, &admission, hand_over))
             .map_err(RdmaListenerError::Os)?;
         Ok(RdmaCmThread { waker, thread: Some(thread), local })
     }
@@ -212,6 +225,7 @@ impl RdmaCmThread {
 fn cm_loop(
     mut poll: Poll,
     bound: &BoundRdmaListeners,
+    admission: &Arc<Admission>,
     mut hand_over: impl FnMut(RdmaAccepted) -> Result<(), RdmaAccepted>,
 ) {
     let mut events = Events::with_capacity(16);
@@ -230,7 +244,7 @@ fn cm_loop(
         }
         loop {
             match bound.channel.get_event() {
-                Ok(Some(event)) => handle_event(event, bound, &mut hand_over),
+                Ok(Some(event)) => handle_event(event, bound, admission, &mut hand_over),
                 Ok(None) => break,
                 Err(e) => {
                     tracing::error!(error = %e, "RDMA CM thread: reading an event failed");
@@ -244,6 +258,7 @@ fn cm_loop(
 fn handle_event(
     mut event: CmEvent,
     bound: &BoundRdmaListeners,
+    admission: &Arc<Admission>,
     hand_over: &mut impl FnMut(RdmaAccepted) -> Result<(), RdmaAccepted>,
 ) {
     if event.kind != CmEventKind::ConnectRequest {
@@ -264,6 +279,11 @@ fn handle_event(
             reject(&mut id, sts);
         }
         Ok((request, depth)) => {
+            let peer_ip = peer_addr.map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |a| a.ip());
+            let Ok(admitted) = admission.admit(spec.port_id, spec.max_connections, peer_ip) else {
+                reject(&mut id, RdmaCmRejectStatus::NoResources);
+                return;
+            };
             tracing::debug!(peer = ?peer_addr, qid = request.qid, depth, "NVMe/RDMA connect request");
             let accepted = RdmaAccepted {
                 id,
@@ -272,6 +292,7 @@ fn handle_event(
                 depth,
                 port_id: spec.port_id,
                 rdma: Arc::clone(&spec.rdma),
+                admitted,
             };
             if let Err(mut refused) = hand_over(accepted) {
                 reject(&mut refused.id, RdmaCmRejectStatus::NoResources);
@@ -297,6 +318,7 @@ mod tests {
             port_id: 1,
             max_qid: 8,
             rdma: Arc::new(RdmaTransportConfig::default()),
+            max_connections: 16,
         }
     }
 

@@ -38,7 +38,7 @@ use super::listener::{reject, RdmaAccepted};
 use crate::backend::IoEngine;
 use crate::controller::{Queue, SlotId, TransportInfo};
 use crate::reactor::RETRY_AFTER;
-use crate::transport::{GroupContext, PollGroup};
+use crate::transport::{Admitted, GroupContext, PollGroup};
 
 /// The group's token of its RDMA CM event channel.
 const CM_TOKEN: u32 = 0;
@@ -58,6 +58,8 @@ pub struct RdmaPollGroup {
     index: usize,
     // Dropped before the device contexts: queue pairs go before the pool's region they name.
     connections: Vec<Option<RdmaConnection>>,
+    /// Per connection slot: the connection's admission ticket, dropped with it.
+    places: Vec<Option<Admitted>>,
     free: Vec<usize>,
     devices: Vec<DeviceContext>,
     cm: Option<EventChannel>,
@@ -71,6 +73,7 @@ impl RdmaPollGroup {
         RdmaPollGroup {
             index,
             connections: Vec::new(),
+            places: Vec::new(),
             free: Vec::new(),
             devices: Vec::new(),
             cm: None,
@@ -82,7 +85,7 @@ impl RdmaPollGroup {
     /// Accept a connect request the CM thread validated: migrate its id here, size and create the queue pair,
     /// post the receives and accept; reject with No Resources if any of that fails.
     fn accept_request(&mut self, accepted: RdmaAccepted, cx: &mut GroupContext<'_>) {
-        let RdmaAccepted { mut id, request, peer, depth, port_id, rdma } = accepted;
+        let RdmaAccepted { mut id, request, peer, depth, port_id, rdma, admitted } = accepted;
         let peer_addr = id.peer_addr();
         let local = id.local_addr();
         let dev = match self.prepare(&mut id, cx) {
@@ -164,6 +167,8 @@ impl RdmaPollGroup {
                     map.connections.insert(conn.qp().qp_num(), conn.setup().key);
                 }
                 self.connections[slot] = Some(conn);
+                self.places.resize_with(self.connections.len(), || None);
+                self.places[slot] = Some(admitted);
                 self.counters.queue_pair_created();
             }
             Err((id, e)) => {
@@ -448,6 +453,7 @@ impl PollGroup for RdmaPollGroup {
                         shared.connections.remove(&conn.qp().qp_num());
                     }
                     drop(conn);
+                    self.places[slot] = None;
                     self.devices[dev].unreserve_cq(entries);
                     self.free.push(slot);
                     self.counters.queue_pair_destroyed();

@@ -38,6 +38,9 @@ pub struct TcpTransportConfig {
     /// Stop reading new PDUs while this many bytes wait in the send queue (backpressure against a host
     /// that sends commands faster than it reads responses).
     pub max_send_backlog: usize,
+    /// TCP keepalive: probe a peer silent this long (ms), close after three unanswered probes a tenth of it
+    /// apart; 0: no probes.
+    pub keepalive_ms: u32,
 }
 
 impl Default for TcpTransportConfig {
@@ -53,6 +56,7 @@ impl Default for TcpTransportConfig {
             c2h_success: true,
             receive_buffer_size: 256 * 1024,
             max_send_backlog: 8 * 1024 * 1024,
+            keepalive_ms: 60_000,
         }
     }
 }

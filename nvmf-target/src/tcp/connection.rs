@@ -42,6 +42,9 @@ use super::transfer::{ProtocolViolation, SlotState, TransferTable};
 use crate::backend::{BufferId, IoEngine};
 use crate::controller::{Queue, QueueError, SlotId, Stalled, Step};
 
+/// Receive buffer of a connection until its queue is connected: an ICReq and a Connect capsule fit several times.
+const PRECONNECT_RECEIVE_BUFFER: usize = 8 << 10;
+
 /// Where the connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -135,7 +138,8 @@ impl TcpConnection {
         TcpConnection {
             stream,
             decoder,
-            rbuf: vec![0; config.receive_buffer_size],
+            // A peer that has not connected yet gets a small buffer: a few thousand idle sockets then cost little.
+            rbuf: vec![0; PRECONNECT_RECEIVE_BUFFER.min(config.receive_buffer_size)],
             rstart: 0,
             rend: 0,
             read_paused: false,
@@ -160,6 +164,12 @@ impl TcpConnection {
     /// The socket, to register with (or deregister from) the reactor's `mio::Poll`.
     pub fn stream_mut(&mut self) -> &mut TcpStream {
         &mut self.stream
+    }
+
+    /// Bytes of the receive buffer now (small until the queue is connected).
+    #[cfg(test)]
+    pub(super) fn receive_buffer_len(&self) -> usize {
+        self.rbuf.len()
     }
 
     /// The connection's queue.
@@ -325,6 +335,9 @@ impl TcpConnection {
             }
             self.rstart = 0;
             self.rend = 0;
+            if self.rbuf.len() < self.session.config.receive_buffer_size && self.session.queue.qid().is_some() {
+                self.rbuf.resize(self.session.config.receive_buffer_size, 0);
+            }
             match self.stream.read(&mut self.rbuf) {
                 Ok(0) => return Ok(false),
                 Ok(n) => self.rend = n,

@@ -12,15 +12,18 @@ use std::net::SocketAddr;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use socket2::{SockRef, TcpKeepalive};
 
 use nvmf_common::fabrics::discovery::{TcpSecurityType, TransportType, Tsas};
-use nvmf_config::target::{ListenerConfig, ListenerTransport};
+use nvmf_config::target::{ControllerLimits, ListenerConfig, ListenerTransport};
 
 use super::{AcceptedConnection, TcpTransportConfig};
 use crate::controller::ListenerParams;
+use crate::transport::Admission;
 
 /// The waker's token; listeners use their port ID as token, which never reaches it.
 const WAKER: Token = Token(usize::MAX);
@@ -34,19 +37,23 @@ pub struct TcpListenerSpec {
     pub port_id: u16,
     /// The listener's NVMe/TCP settings.
     pub tcp: Arc<TcpTransportConfig>,
+    /// The most connections it holds at once.
+    pub max_connections: u32,
 }
 
 impl TcpListenerSpec {
-    /// The spec of TCP listener `l` with discovery port ID `port_id` (`None` for another transport).
-    pub fn from_config(l: &ListenerConfig, port_id: u16) -> Option<Self> {
+    /// The spec of TCP listener `l` with discovery port ID `port_id` in a target with `limits` (`None` for another
+    /// transport).
+    pub fn from_config(l: &ListenerConfig, port_id: u16, limits: &ControllerLimits) -> Option<Self> {
         let ListenerTransport::Tcp(options) = l.transport else { return None };
         let tcp = TcpTransportConfig {
             in_capsule_data_size: l.in_capsule_data_size,
             header_digest: options.header_digest,
             data_digest: options.data_digest,
+            keepalive_ms: limits.tcp_keepalive_ms,
             ..TcpTransportConfig::default()
         };
-        Some(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp) })
+        Some(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp), max_connections: l.max_connections })
     }
 
     /// The discovery log's entry for this listener, bound at `local`.
@@ -160,6 +167,7 @@ impl Acceptor {
     /// it: the connection is then closed).
     pub fn start(
         bound: BoundListeners,
+        admission: Arc<Admission>,
         hand_over: impl FnMut(AcceptedConnection) -> Result<(), AcceptedConnection> + Send + 'static,
     ) -> Result<Self, ListenerError> {
         let BoundListeners { poll, waker, listeners, local } = bound;
@@ -170,7 +178,7 @@ impl Acceptor {
         let (commands, received) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("nvmf-acceptor".into())
-            .spawn(move || accept_loop(poll, sockets, &received, hand_over))
+            .spawn(move || accept_loop(poll, sockets, &received, &admission, hand_over))
             .map_err(ListenerError::Os)?;
         Ok(Acceptor { waker, registry, commands, thread: Some(thread), listeners: served, local })
     }
@@ -239,6 +247,7 @@ fn accept_loop(
     mut poll: Poll,
     mut listeners: HashMap<Token, (TcpListener, TcpListenerSpec)>,
     commands: &Receiver<Command>,
+    admission: &Arc<Admission>,
     mut hand_over: impl FnMut(AcceptedConnection) -> Result<(), AcceptedConnection>,
 ) {
     let mut events = Events::with_capacity(64);
@@ -262,7 +271,7 @@ fn accept_loop(
                             // readiness already: accept what is queued.
                             for token in added {
                                 if let Some((listener, spec)) = listeners.get(&token) {
-                                    accept_all(listener, spec, &mut hand_over);
+                                    accept_all(listener, spec, admission, &mut hand_over);
                                 }
                             }
                             let _ = done.send(());
@@ -272,7 +281,7 @@ fn accept_loop(
                 continue;
             }
             let Some((listener, spec)) = listeners.get(&event.token()) else { continue };
-            accept_all(listener, spec, &mut hand_over);
+            accept_all(listener, spec, admission, &mut hand_over);
         }
     }
 }
@@ -300,10 +309,11 @@ fn reconfigure(
     *listeners = next;
 }
 
-/// Accept every queued connection on `listener`, handing each over.
+/// Accept every queued connection on `listener`, handing over each that `admission` admits (closing the others).
 fn accept_all(
     listener: &TcpListener,
     spec: &TcpListenerSpec,
+    admission: &Arc<Admission>,
     hand_over: &mut impl FnMut(AcceptedConnection) -> Result<(), AcceptedConnection>,
 ) {
     loop {
@@ -311,8 +321,16 @@ fn accept_all(
             Ok((stream, peer)) => {
                 // mio hands out non-blocking sockets; the reactor re-wraps it.
                 let stream = std::net::TcpStream::from(stream);
+                let Ok(admitted) = admission.admit(spec.port_id, spec.max_connections, peer.ip()) else {
+                    // Dropping the stream closes it: no reactor ever sees it.
+                    continue;
+                };
                 tracing::info!(%peer, listener = %spec.address, "host connected");
-                let connection = AcceptedConnection { stream, peer, port_id: spec.port_id, tcp: Arc::clone(&spec.tcp) };
+                if let Err(e) = set_keepalive(&stream, spec.tcp.keepalive_ms) {
+                    tracing::warn!(%peer, error = %e, "cannot set TCP keepalive");
+                }
+                let tcp = Arc::clone(&spec.tcp);
+                let connection = AcceptedConnection { stream, peer, port_id: spec.port_id, tcp, admitted };
                 if hand_over(connection).is_err() {
                     tracing::warn!(%peer, listener = %spec.address, "no reactor takes connections; closed");
                     return;
@@ -326,5 +344,36 @@ fn accept_all(
                 return;
             }
         }
+    }
+}
+
+/// Probe a peer silent `ms` milliseconds (TCP keepalive), closing after three unanswered probes `ms / 10` apart; 0
+/// leaves keepalive off. A host that vanished without a FIN then costs its connection only that long.
+fn set_keepalive(stream: &std::net::TcpStream, ms: u32) -> io::Result<()> {
+    if ms == 0 {
+        return Ok(());
+    }
+    let idle = Duration::from_millis(u64::from(ms));
+    let keepalive = TcpKeepalive::new().with_time(idle).with_interval(idle / 10).with_retries(3);
+    SockRef::from(stream).set_tcp_keepalive(&keepalive)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalive_probes_a_silent_peer_after_the_configured_time() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        let socket = SockRef::from(&stream);
+        set_keepalive(&stream, 0).unwrap();
+        assert!(!socket.keepalive().unwrap(), "0 leaves keepalive off");
+        set_keepalive(&stream, 60_000).unwrap();
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(socket.tcp_keepalive_time().unwrap(), Duration::from_secs(60));
+        assert_eq!(socket.tcp_keepalive_interval().unwrap(), Duration::from_secs(6));
+        assert_eq!(socket.tcp_keepalive_retries().unwrap(), 3);
     }
 }

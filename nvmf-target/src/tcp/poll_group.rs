@@ -17,7 +17,7 @@ use mio::Interest;
 use super::{ConnectionError, TcpConnection, TcpTransportConfig};
 use crate::backend::IoEngine;
 use crate::controller::{SlotId, TransportInfo};
-use crate::transport::{GroupContext, PollGroup};
+use crate::transport::{Admitted, GroupContext, PollGroup};
 
 /// A TCP connection accepted on a listener, on its way to a reactor.
 #[derive(Debug)]
@@ -30,6 +30,8 @@ pub struct AcceptedConnection {
     pub port_id: u16,
     /// The listener's NVMe/TCP settings.
     pub tcp: Arc<TcpTransportConfig>,
+    /// Its place among the listener's and the peer address's connections.
+    pub admitted: Admitted,
 }
 
 #[derive(Debug)]
@@ -37,6 +39,8 @@ struct Slot {
     tcp: TcpConnection,
     /// Still registered with the poll (removed when it closes).
     registered: bool,
+    /// Given back when the slot is dropped, with the connection.
+    _admitted: Admitted,
 }
 
 /// One reactor's NVMe/TCP connections (see the module docs).
@@ -102,7 +106,8 @@ impl PollGroup for TcpPollGroup {
         info.local_address = local;
         let queue = cx.new_queue(info, key);
         tracing::debug!(reactor = self.index, peer = %accepted.peer, slot, "connection accepted");
-        self.connections[slot] = Some(Slot { tcp: TcpConnection::new(stream, queue, &accepted.tcp), registered: true });
+        let tcp = TcpConnection::new(stream, queue, &accepted.tcp);
+        self.connections[slot] = Some(Slot { tcp, registered: true, _admitted: accepted.admitted });
         self.live.fetch_add(1, Ordering::Relaxed);
     }
 

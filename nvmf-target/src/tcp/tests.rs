@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::connect::{Connect, ConnectData, CATTR_DISABLE_SQ_FLOW_CONTROL, CNTLID_DYNAMIC};
 use nvmf_common::fabrics::nqn::Nqn;
-use nvmf_common::fabrics::property::{ControllerConfiguration, PropertySet, PropertySize};
+use nvmf_common::fabrics::property::{ControllerConfiguration, PropertyGet, PropertySet, PropertySize};
 use nvmf_common::nvme::features::{NumberOfQueues, SetFeatures};
 use nvmf_common::nvme::io::{Flush, Read as ReadCmd, Write as WriteCmd};
 use nvmf_common::nvme::sgl::{SglDescriptor, SglSubtype};
@@ -692,4 +692,17 @@ fn pdus_split_across_reads_and_many_per_read() {
     for i in 0..8u8 {
         assert_eq!(read(&mut io, engine, u64::from(i) * 2, 1024).0, pattern(1024, 10 + i));
     }
+}
+
+#[test]
+fn the_receive_buffer_stays_small_until_the_queue_is_connected() {
+    let mut rig = Rig::new(TcpTransportConfig::default());
+    let mut peer = rig.connect();
+    peer.initialize(&mut rig.engine, false, false, 0);
+    assert_eq!(peer.conn.receive_buffer_len(), 8 << 10, "an unconnected peer costs a small buffer");
+    let cqe = peer.connect(&mut rig.engine, 0, 0xFFFF, 0);
+    assert!(cqe.status.is_success(), "{cqe:?}");
+    let cap = PropertyGet { size: PropertySize::Eight, offset: 0 }.to_sqe();
+    admin_sqe_ok(&mut peer, &mut rig.engine, cap);
+    assert_eq!(peer.conn.receive_buffer_len(), TcpTransportConfig::default().receive_buffer_size);
 }

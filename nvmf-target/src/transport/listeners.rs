@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use nvmf_config::TargetConfig;
 
+use super::admission::Admission;
 use super::set::{round_robin, NewQueuePair, TransportCounters};
 use crate::controller::{ListenerParams, Target};
 use crate::metrics::{ConnectionCounter, TargetCollector};
@@ -38,6 +39,7 @@ pub struct BoundTransportListeners {
     tcp: BoundListeners,
     #[cfg(feature = "rdma")]
     rdma: Option<(Vec<RdmaListenerSpec>, BoundRdmaListeners)>,
+    admission: Arc<Admission>,
 }
 
 impl BoundTransportListeners {
@@ -53,7 +55,7 @@ impl BoundTransportListeners {
                 rdma_specs.push(spec);
                 continue;
             }
-            let spec = TcpListenerSpec::from_config(l, port_id)
+            let spec = TcpListenerSpec::from_config(l, port_id, &config.limits)
                 .ok_or_else(|| ListenError::UnsupportedTransport(l.to_string()))?;
             tcp_specs.push(spec);
         }
@@ -71,6 +73,7 @@ impl BoundTransportListeners {
             tcp,
             #[cfg(feature = "rdma")]
             rdma,
+            admission: Admission::new(config.limits.max_connections_per_address),
         })
     }
 
@@ -87,11 +90,15 @@ impl BoundTransportListeners {
         entries
     }
 
-    /// Serve the listeners: every new queue pair goes to the next of `reactors`.
+    /// Serve the listeners: every new queue pair the caps admit goes to the next of `reactors`.
     pub fn start(self, reactors: &Arc<Vec<ReactorHandle<NewQueuePair>>>) -> Result<TransportListeners, ListenError> {
-        let tcp = Acceptor::start(self.tcp, round_robin(reactors))?;
+        let admission = self.admission;
+        let tcp = Acceptor::start(self.tcp, Arc::clone(&admission), round_robin(reactors))?;
         #[cfg(feature = "rdma")]
-        let rdma = match self.rdma.map(|(_, bound)| RdmaCmThread::start(bound, round_robin(reactors))).transpose() {
+        let rdma =
+            self.rdma.map(|(_, bound)| RdmaCmThread::start(bound, Arc::clone(&admission), round_robin(reactors)));
+        #[cfg(feature = "rdma")]
+        let rdma = match rdma.transpose() {
             Ok(cm) => cm,
             Err(e) => {
                 tcp.stop();
@@ -102,6 +109,7 @@ impl BoundTransportListeners {
             tcp,
             #[cfg(feature = "rdma")]
             rdma,
+            admission,
         })
     }
 }
@@ -112,12 +120,18 @@ pub struct TransportListeners {
     tcp: Acceptor,
     #[cfg(feature = "rdma")]
     rdma: Option<RdmaCmThread>,
+    admission: Arc<Admission>,
 }
 
 impl TransportListeners {
     /// The NVMe/TCP acceptor: the TCP listeners it serves.
     pub fn tcp(&self) -> &Acceptor {
         &self.tcp
+    }
+
+    /// The connection caps every listener thread applies.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
     }
 
     /// The NVMe/TCP acceptor, to change its listeners (reload).
@@ -141,7 +155,7 @@ impl TransportListeners {
             .iter()
             .map(|c| ConnectionCounter { transport: "tcp", count: Arc::clone(&c.tcp_connections) })
             .collect();
-        let collector = TargetCollector::new(target, connections);
+        let collector = TargetCollector::new(target, connections).with_admission(Arc::clone(&self.admission));
         #[cfg(feature = "rdma")]
         let collector = match self.rdma {
             Some(_) => collector.with_rdma(counters.iter().map(|c| Arc::clone(&c.rdma)).collect()),

@@ -14,6 +14,7 @@
 //!
 //! Everything here runs on the reactor thread that owns the group and must never block.
 
+mod admission;
 pub mod listeners;
 pub mod set;
 
@@ -27,6 +28,7 @@ use mio::{Registry, Token};
 use crate::backend::IoEngine;
 use crate::controller::{EventNotifier, Queue, SlotId, Target, TransportInfo};
 
+pub use admission::{Admission, Admitted, Refusal};
 pub use listeners::{BoundTransportListeners, ListenError, TransportListeners};
 pub use set::{NewQueuePair, TransportCounters, TransportSet};
 
