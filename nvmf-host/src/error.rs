@@ -66,6 +66,23 @@ pub enum HostError {
         /// The Fatal Error Status the host reports in its H2CTermReq.
         fes: FatalErrorStatus,
     },
+    /// NVMe/TCP: the controller reported success for a read (CapsuleResp, or C2HData with SUCCESS) before all
+    /// its data arrived: the rest of the buffer holds no data of this read, so the command fails. The PDU
+    /// stream is intact, so the queue goes on.
+    #[error(
+        "queue {qid}: controller reported success for command {cid:#x} after sending {received} of its {expected} \
+         data bytes"
+    )]
+    IncompleteData {
+        /// The queue.
+        qid: u16,
+        /// The command identifier.
+        cid: u16,
+        /// Data bytes received.
+        received: u32,
+        /// Data bytes the command reads.
+        expected: u32,
+    },
     /// The controller ended the connection with a C2HTermReq.
     #[error("queue {qid}: controller sent C2HTermReq: {fes} (FEI {fei:#x})")]
     TermReq {

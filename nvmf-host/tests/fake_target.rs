@@ -1,24 +1,25 @@
-//! A misbehaving controller: a `TcpListener` in the test answers ICReq, reads one CapsuleCmd and then
+//! A misbehaving controller: a `TcpListener` in the test answers ICReq, reads the host's CapsuleCmds and then
 //! sends something the protocol does not allow. The host must fail the queue with the right typed error,
-//! within its timeouts, without panicking; a data digest error fails only the command.
+//! within its timeouts, without panicking; a data digest error, or a success for a read whose data did not all
+//! arrive, fails only the command. No command completes successfully with bytes the controller did not send.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nvmf_common::nvme::io::Read;
+use nvmf_common::nvme::io::{Flush, Read, Write};
 use nvmf_common::nvme::{CompletionQueueEntry, Status, SubmissionQueueEntry};
 use nvmf_common::transport::tcp::Direction;
 use nvmf_common::transport::tcp::{
-    C2hData, CapsuleResponse, DigestTypes, FatalErrorStatus, Framing, IcResp, Pdu, PduError, TermReq,
+    C2hData, CapsuleResponse, DigestTypes, FatalErrorStatus, Framing, IcResp, Pdu, PduError, R2t, TermReq,
 };
 use nvmf_host::queue::{Completion, DataDirection, Request};
 use nvmf_host::tcp::{TcpQueue, TcpQueueOptions};
 use nvmf_host::HostError;
 
-/// Serve one connection: ICResp with `ddgst`/`hdgst` as asked, read one 72-byte capsule (no digests:
-/// tests that enable them send no data), then write what `respond` builds from the capsule's CID.
+/// Serve one connection: ICResp with `ddgst`/`hdgst` as asked, read one CapsuleCmd, then write what `respond`
+/// builds from its CID.
 fn fake(
     digests: bool,
     respond: impl FnOnce(u16, Framing) -> Vec<u8> + Send + 'static,
@@ -31,6 +32,16 @@ fn fake_chunks(
     digests: bool,
     respond: impl FnOnce(u16, Framing) -> Vec<Vec<u8>> + Send + 'static,
 ) -> (std::net::SocketAddr, JoinHandle<()>) {
+    fake_script(digests, 1, move |sqes, f| respond(sqes[0].cid, f))
+}
+
+/// Serve one connection: ICResp with `ddgst`/`hdgst` as asked, read `capsules` CapsuleCmds (each whole, by its
+/// PLEN, in-capsule data included), then write the pieces `respond` builds from their SQEs, 20 ms apart.
+fn fake_script(
+    digests: bool,
+    capsules: usize,
+    respond: impl FnOnce(&[SubmissionQueueEntry], Framing) -> Vec<Vec<u8>> + Send + 'static,
+) -> (std::net::SocketAddr, JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let t = std::thread::spawn(move || {
@@ -42,11 +53,17 @@ fn fake_chunks(
         let icresp = Pdu::IcResp(IcResp { pfv: 0, cpda: 0, dgst, maxh2cdata: 8192 });
         s.write_all(&icresp.to_bytes(&[], &Framing::default()).unwrap()).unwrap();
         let framing = Framing { hdgst: digests, ddgst: digests, hpda: 0, cpda: 0 };
-        let capsule_len = 72 + if digests { 4 } else { 0 };
-        let mut capsule = vec![0u8; capsule_len];
-        s.read_exact(&mut capsule).unwrap();
-        let sqe = SubmissionQueueEntry::parse(&capsule[8..72]).unwrap();
-        for chunk in respond(sqe.cid, framing) {
+        let sqes: Vec<SubmissionQueueEntry> = (0..capsules)
+            .map(|_| {
+                let mut capsule = vec![0u8; 8];
+                s.read_exact(&mut capsule).unwrap();
+                let plen = u32::from_le_bytes(capsule[4..8].try_into().unwrap());
+                capsule.resize(usize::try_from(plen).unwrap(), 0);
+                s.read_exact(&mut capsule[8..]).unwrap();
+                SubmissionQueueEntry::parse(&capsule[8..72]).unwrap()
+            })
+            .collect();
+        for chunk in respond(&sqes, framing) {
             s.write_all(&chunk).unwrap();
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -74,10 +91,23 @@ fn queue(addr: std::net::SocketAddr, digests: bool) -> TcpQueue<u32> {
     TcpQueue::connect(addr, &opts).expect("ICReq/ICResp")
 }
 
-/// Submit a 4 KiB read and poll until it completes or the queue fails; bounded.
-fn read_until_done(q: &mut TcpQueue<u32>) -> (Option<HostError>, Option<Completion<u32>>) {
+/// A 4 KiB read whose buffer holds [`STALE`] bytes.
+fn read_request() -> Request<u32> {
     let sqe = Read { nsid: 1, slba: 0, nlb: 7, ..Read::default() }.to_sqe();
-    q.submit(Request { sqe, data: vec![0; 4096], direction: DataDirection::ControllerToHost, context: 7 }).unwrap();
+    Request { sqe, data: vec![STALE; 4096], direction: DataDirection::ControllerToHost, context: 7 }
+}
+
+/// What a read's buffer holds before the controller's data lands in it.
+const STALE: u8 = 0xEE;
+
+/// Submit a 4 KiB read ([`read_request`]) and poll until it completes or the queue fails; bounded.
+fn read_until_done(q: &mut TcpQueue<u32>) -> (Option<HostError>, Option<Completion<u32>>) {
+    until_done(q, read_request())
+}
+
+/// Submit `request` and poll until it completes or the queue fails; bounded.
+fn until_done(q: &mut TcpQueue<u32>, request: Request<u32>) -> (Option<HostError>, Option<Completion<u32>>) {
+    q.submit(request).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         assert!(Instant::now() < deadline, "the host hung");
@@ -322,4 +352,155 @@ fn digest_not_granted_is_a_negotiation_error() {
         other => panic!("expected a negotiation error, got {other:?}"),
     }
     drop(t); // the fake waits for a capsule that never comes; it times out on its own
+}
+
+fn response(cid: u16, f: Framing) -> Vec<u8> {
+    pdu(Pdu::CapsuleResponse(CapsuleResponse { cqe: CompletionQueueEntry::new(cid, Status::SUCCESS) }), &[], f)
+}
+
+/// `read_until_done`'s outcome when the controller claims success after half of the read's data: the command fails
+/// with [`HostError::IncompleteData`], its stale half never reported as read, and the queue (whose PDU stream is
+/// intact) goes on.
+fn assert_incomplete(q: &TcpQueue<u32>, (err, c): (Option<HostError>, Option<Completion<u32>>)) {
+    assert!(err.is_none(), "the queue survives: {err:?}");
+    assert!(q.failure().is_none());
+    let c = c.expect("completed");
+    match c.result {
+        Err(HostError::IncompleteData { qid: 1, received: 2048, expected: 4096, .. }) => {}
+        other => panic!("expected IncompleteData, got {other:?}"),
+    }
+    assert!(c.data[2048..].iter().all(|&b| b == STALE), "the buffer's tail is what the host put there");
+}
+
+#[test]
+fn success_response_after_part_of_the_read_fails_the_command() {
+    let (addr, t) = fake(false, |cid, f| {
+        let c2h = C2hData { cccid: cid, datao: 0, datal: 2048, last_pdu: true, success: false };
+        let mut b = pdu(Pdu::C2hData(c2h), &[5; 2048], f);
+        b.extend(response(cid, f));
+        b
+    });
+    let mut q = queue(addr, false);
+    let outcome = read_until_done(&mut q);
+    assert_incomplete(&q, outcome);
+    drop(q);
+    t.join().unwrap();
+}
+
+#[test]
+fn success_response_without_any_read_data_fails_the_command() {
+    let (addr, t) = fake(false, response);
+    let mut q = queue(addr, false);
+    match read_until_done(&mut q) {
+        (None, Some(Completion { result: Err(HostError::IncompleteData { received: 0, expected: 4096, .. }), .. })) => {
+        }
+        other => panic!("expected IncompleteData, got {other:?}"),
+    }
+    drop(q);
+    t.join().unwrap();
+}
+
+#[test]
+fn success_flag_before_all_data_fails_the_command() {
+    let (addr, t) = fake(false, |cid, f| {
+        let c2h = C2hData { cccid: cid, datao: 0, datal: 2048, last_pdu: true, success: true };
+        pdu(Pdu::C2hData(c2h), &[6; 2048], f)
+    });
+    let mut q = queue(addr, false);
+    let outcome = read_until_done(&mut q);
+    assert_incomplete(&q, outcome);
+    drop(q);
+    t.join().unwrap();
+}
+
+/// Data for bytes already received (DATAO behind what arrived) is refused as out of range.
+#[test]
+fn c2h_data_overlapping_received_data_fails_the_queue() {
+    let (addr, t) = fake(false, |cid, f| {
+        let first = C2hData { cccid: cid, datao: 0, datal: 2048, last_pdu: false, success: false };
+        let again = C2hData { cccid: cid, datao: 1024, datal: 3072, last_pdu: true, success: true };
+        let mut b = pdu(Pdu::C2hData(first), &[7; 2048], f);
+        b.extend(pdu(Pdu::C2hData(again), &[8; 3072], f));
+        b
+    });
+    let mut q = queue(addr, false);
+    match read_until_done(&mut q) {
+        (Some(HostError::Protocol { fes: FatalErrorStatus::DataTransferOutOfRange, .. }), Some(c)) => {
+            assert!(matches!(c.result, Err(HostError::Protocol { .. })), "{:?}", c.result);
+        }
+        other => panic!("expected Data Transfer Out of Range, got {other:?}"),
+    }
+    t.join().unwrap();
+}
+
+/// A second response for a command that completed names a CID no longer outstanding: the queue fails (as Linux
+/// recovers on an unknown command ID), and the other outstanding read completes with that error, not with success.
+#[test]
+fn a_second_response_fails_the_queue_and_completes_no_other_command() {
+    let (addr, t) = fake_script(false, 2, |sqes, f| {
+        let cid = sqes[0].cid;
+        let c2h = C2hData { cccid: cid, datao: 0, datal: 4096, last_pdu: true, success: false };
+        let mut b = pdu(Pdu::C2hData(c2h), &[9; 4096], f);
+        b.extend(response(cid, f));
+        vec![b, response(cid, f)]
+    });
+    let mut q = queue(addr, false);
+    q.submit(Request { context: 1, ..read_request() }).unwrap();
+    q.submit(Request { context: 2, ..read_request() }).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut done = Vec::new();
+    let mut failure = None;
+    while done.len() < 2 {
+        assert!(Instant::now() < deadline, "the host hung");
+        if let Err(e) = q.poll(Some(Duration::from_millis(100))) {
+            failure = Some(e);
+        }
+        done.extend(std::iter::from_fn(|| q.next_completion()));
+    }
+    match failure {
+        Some(HostError::Protocol { reason, fes: FatalErrorStatus::InvalidPduHeaderField, .. }) => {
+            assert!(reason.contains("not outstanding"), "{reason}");
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+    let first = done.iter().find(|c| c.context == 1).expect("the first read");
+    assert!(first.result.as_ref().is_ok_and(|cqe| cqe.status.is_success()), "{:?}", first.result);
+    assert!(first.data.iter().all(|&b| b == 9));
+    let second = done.iter().find(|c| c.context == 2).expect("the second read");
+    assert!(matches!(second.result, Err(HostError::Protocol { .. })), "{:?}", second.result);
+    t.join().unwrap();
+}
+
+/// An R2T that solicits no write data — for a read, for a command without data, or outside the write — fails the
+/// queue with Data Transfer Out of Range; no H2CData is sent for it.
+#[test]
+fn r2t_that_solicits_no_write_data_fails_the_queue() {
+    let write = Write { nsid: 1, slba: 0, nlb: 31, ..Write::default() }.to_sqe();
+    let cases = [
+        ("a read", read_request(), 0, 4096),
+        (
+            "a flush",
+            Request { sqe: Flush { nsid: 1 }.to_sqe(), data: Vec::new(), direction: DataDirection::None, context: 0 },
+            0,
+            4096,
+        ),
+        (
+            "beyond a 16 KiB write",
+            Request { sqe: write, data: vec![1; 16384], direction: DataDirection::HostToController, context: 0 },
+            8192,
+            16384,
+        ),
+    ];
+    for (what, request, r2to, r2tl) in cases {
+        let (addr, t) = fake(false, move |cid, f| pdu(Pdu::R2t(R2t { cccid: cid, ttag: 1, r2to, r2tl }), &[], f));
+        let mut q = queue(addr, false);
+        match until_done(&mut q, request) {
+            (Some(HostError::Protocol { fes: FatalErrorStatus::DataTransferOutOfRange, .. }), Some(c)) => {
+                assert!(c.result.is_err(), "{what}: {:?}", c.result);
+            }
+            other => panic!("{what}: expected Data Transfer Out of Range, got {other:?}"),
+        }
+        assert_eq!(q.stats().r2ts, 0, "{what}: no R2T was answered");
+        t.join().unwrap();
+    }
 }

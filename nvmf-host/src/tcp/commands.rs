@@ -299,7 +299,9 @@ impl<T> Commands<T> {
                     let reason = "CapsuleResp before the command's data was sent".to_string();
                     return Err(protocol(qid, &pdu, FatalErrorStatus::PduSequenceError, reason));
                 }
-                self.complete(index, Ok(resp.cqe));
+                let result =
+                    if resp.cqe.status.is_success() { self.all_received(index, resp.cqe) } else { Ok(resp.cqe) };
+                self.complete(index, result);
                 Ok(())
             }
             Pdu::C2hData(c2h) => self.on_c2h(&pdu, c2h, Some(data)),
@@ -386,10 +388,27 @@ impl<T> Commands<T> {
                     "SUCCESS without LAST_PDU".into(),
                 ));
             }
-            let cqe = CompletionQueueEntry::new(c2h.cccid, Status::SUCCESS);
-            self.complete(index, Ok(cqe));
+            let result = self.all_received(index, CompletionQueueEntry::new(c2h.cccid, Status::SUCCESS));
+            self.complete(index, result);
         }
         Ok(())
+    }
+
+    /// `cqe`, a success for slot `index`, unless the command reads data that has not all arrived: then
+    /// [`HostError::IncompleteData`], as the rest of its buffer holds no data of this read.
+    fn all_received(&self, index: usize, cqe: CompletionQueueEntry) -> Result<CompletionQueueEntry, HostError> {
+        let slot = &self.slots[index];
+        if slot.direction != DataDirection::ControllerToHost {
+            return Ok(cqe);
+        }
+        let received = match slot.state {
+            CommandState::ReceivingC2h { received } => received,
+            _ => 0,
+        };
+        if received == slot.len {
+            return Ok(cqe);
+        }
+        Err(HostError::IncompleteData { qid: self.qid, cid: cqe.cid, received, expected: slot.len })
     }
 
     /// R2T: queue H2CData PDUs of at most MAXH2CDATA covering the solicited range.

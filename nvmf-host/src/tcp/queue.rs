@@ -21,7 +21,9 @@
 //! spec asks for one, and the socket is shut down. Outstanding commands older than the command timeout fail
 //! the queue too (except Asynchronous Event Requests, which wait for an event by design), so nothing else waits
 //! forever. A data digest error is not fatal (NVMe/TCP 1.0 §7.4.6.2): the
-//! command completes with Transient Transport Error and the queue goes on.
+//! command completes with Transient Transport Error and the queue goes on. Nor is a success (CapsuleResp, or
+//! C2HData with SUCCESS) for a read whose data did not all arrive: the stream is intact, but the command fails
+//! with [`HostError::IncompleteData`] rather than completing with bytes the controller never sent.
 //!
 //! Never blocks except in [`TcpQueue::connect`] (TCP connect and ICReq/ICResp, bounded by the connect
 //! timeout) and in [`TcpQueue::poll`] for at most the timeout the caller passes.
