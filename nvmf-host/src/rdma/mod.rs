@@ -10,6 +10,7 @@
 pub mod admin;
 mod memory;
 pub mod queue;
+mod slot;
 pub mod teardown;
 
 pub use admin::BareAdmin;

@@ -17,8 +17,9 @@
 //! invalidate the window the host posts a local invalidate and waits for it. Only then are read data copied
 //! out. Command identifiers are slot index plus a 4-bit generation, as on TCP.
 //!
-//! Anything the controller does that NVMe/RDMA does not allow — a response for no outstanding command, an
-//! invalidated rkey that is not the command's, a failed work completion, a disconnect — fails the whole queue
+//! Anything the controller does that NVMe/RDMA does not allow — a response for no outstanding command, a
+//! second response for one, an invalidated rkey that is not the command's (the checks of `slot.rs`), a failed
+//! work completion, a disconnect — fails the whole queue
 //! with a typed [`HostError`]: every outstanding command completes with it and the connection is
 //! disconnected. Commands outstanding longer than the command timeout fail the queue too (not Asynchronous
 //! Event Requests).
@@ -43,6 +44,8 @@ use nvmf_common::transport::rdma::verbs::{
 };
 
 use super::memory::{decode_wr_id, rdma, Capsule, QueueMemory, Transfer, WrKind};
+pub use super::slot::RdmaCommandState;
+use super::slot::Slot;
 use crate::error::HostError;
 use crate::queue::{command_id, BareQueue, Completion, DataDirection, QueueStats, Rejected, Request};
 
@@ -89,36 +92,6 @@ impl Default for RdmaQueueOptions {
             command_timeout: Duration::from_secs(30),
         }
     }
-}
-
-/// Where a command is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RdmaCommandState {
-    /// The slot is free.
-    Free,
-    /// Staged by `submit`; its capsule is posted by the next `poll`.
-    Staged,
-    /// Capsule posted; waiting for the SEND completion and the response.
-    Outstanding,
-    /// Response received; waiting for the local invalidate of the command's window (and the SEND completion).
-    Invalidating,
-}
-
-#[derive(Debug)]
-struct Slot<T> {
-    state: RdmaCommandState,
-    generation: u16,
-    context: Option<T>,
-    data: Vec<u8>,
-    direction: DataDirection,
-    in_capsule: bool,
-    /// The window rkey handed to the controller, while the window may be bound.
-    rkey: Option<u32>,
-    sent: bool,
-    response: Option<CompletionQueueEntry>,
-    submitted: Instant,
-    /// Whether the command timeout applies (not to an Asynchronous Event Request).
-    timed: bool,
 }
 
 /// A host NVMe/RDMA queue pair (see the module docs).
@@ -260,21 +233,7 @@ impl<T> RdmaQueue<T> {
             waker: None,
             qid,
             in_capsule_limit: options.in_capsule_limit,
-            slots: (0..slots)
-                .map(|_| Slot {
-                    state: RdmaCommandState::Free,
-                    generation: 0,
-                    context: None,
-                    data: Vec::new(),
-                    direction: DataDirection::None,
-                    in_capsule: false,
-                    rkey: None,
-                    sent: false,
-                    response: None,
-                    submitted: now,
-                    timed: true,
-                })
-                .collect(),
+            slots: (0..slots).map(|_| Slot::new(now)).collect(),
             free: (0..options.depth).rev().collect(),
             staged: Vec::with_capacity(slots),
             reposts: Vec::with_capacity(receives),
@@ -602,22 +561,7 @@ impl<T> RdmaQueue<T> {
                 let Some(slot_index) = self.live(cqe.cid) else {
                     return Err(violation(format!("response for CID {:#x}, which is not outstanding", cqe.cid)));
                 };
-                let slot = &mut self.slots[slot_index];
-                if slot.state != RdmaCommandState::Outstanding {
-                    return Err(violation(format!("response for CID {:#x} in state {:?}", cqe.cid, slot.state)));
-                }
-                if let Some(rkey) = wc.invalidated_rkey {
-                    if slot.rkey != Some(rkey) {
-                        return Err(violation(format!(
-                            "CID {:#x}'s response invalidated rkey {rkey:#x}, not the command's ({:?})",
-                            cqe.cid, slot.rkey
-                        )));
-                    }
-                    slot.rkey = None;
-                }
-                slot.response = Some(cqe);
-                if slot.rkey.is_some() {
-                    slot.state = RdmaCommandState::Invalidating;
+                if self.slots[slot_index].accept_response(cqe, wc.invalidated_rkey).map_err(violation)? {
                     self.invalidates.push(slot_index);
                 }
                 self.try_complete(slot_index)
