@@ -107,6 +107,18 @@ pub enum HostError {
         /// How long the host waited.
         after: Duration,
     },
+    /// The controller's Connect response asks for in-band authentication (AUTHREQ ATR or ASCR), which this
+    /// host does not implement.
+    #[error(
+        "queue {qid}: target requires in-band authentication (DH-HMAC-CHAP{}), which this host does not support yet",
+        if *secure_channel { " and a secure channel" } else { "" }
+    )]
+    AuthenticationRequired {
+        /// The queue.
+        qid: u16,
+        /// ASCR: a secure channel (TLS) is to be set up after authentication too.
+        secure_channel: bool,
+    },
     /// The controller refused a Fabrics Connect.
     #[error("Connect of queue {qid} refused: {status} (dword 0 {dw0:#x})")]
     ConnectRejected {

@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use nvmf_common::fabrics::connect::ConnectResponse;
 use nvmf_common::nvme::io::{Flush, Read, Write};
 use nvmf_common::nvme::{CompletionQueueEntry, Status, SubmissionQueueEntry};
 use nvmf_common::transport::tcp::Direction;
@@ -16,7 +17,9 @@ use nvmf_common::transport::tcp::{
 };
 use nvmf_host::queue::{Completion, DataDirection, Request};
 use nvmf_host::tcp::{TcpQueue, TcpQueueOptions};
-use nvmf_host::HostError;
+use nvmf_host::{Controller, HostError};
+
+mod support;
 
 /// Serve one connection: ICResp with `ddgst`/`hdgst` as asked, read one CapsuleCmd, then write what `respond`
 /// builds from its CID.
@@ -501,6 +504,29 @@ fn r2t_that_solicits_no_write_data_fails_the_queue() {
             other => panic!("{what}: expected Data Transfer Out of Range, got {other:?}"),
         }
         assert_eq!(q.stats().r2ts, 0, "{what}: no R2T was answered");
+        t.join().unwrap();
+    }
+}
+
+/// A Connect response asking for in-band authentication (AUTHREQ: ATR, ASCR) ends the connect with one clear error
+/// before any other command is sent.
+#[test]
+fn a_target_that_requires_authentication_is_refused_at_connect() {
+    for (atr, ascr) in [(true, false), (false, true), (true, true)] {
+        let (addr, t) = fake(false, move |cid, f| {
+            let mut cqe = CompletionQueueEntry::new(cid, Status::SUCCESS);
+            cqe.dw0 = ConnectResponse { cntlid: 1, atr, ascr }.to_dw0();
+            pdu(Pdu::CapsuleResponse(CapsuleResponse { cqe }), &[], f)
+        });
+        let start = Instant::now();
+        match Controller::connect(addr, "nqn.2024-01.io.nvmf-rs:auth", support::options(1)) {
+            Err(e @ HostError::AuthenticationRequired { qid: 0, secure_channel }) => {
+                assert_eq!(secure_channel, ascr);
+                assert!(e.to_string().contains("requires in-band authentication"), "{e}");
+            }
+            other => panic!("ATR {atr} ASCR {ascr}: expected AuthenticationRequired, got {other:?}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(3), "no later command waited for an answer");
         t.join().unwrap();
     }
 }

@@ -140,12 +140,18 @@ pub(super) fn connect_request<T>(
     Ok(Request { sqe, data, direction: DataDirection::HostToController, context })
 }
 
-/// The CNTLID a Connect response grants, or the rejection.
+/// The CNTLID a Connect response grants, or the rejection. A controller that asks for authentication (AUTHREQ)
+/// would refuse every later command until it is done; without DH-HMAC-CHAP the host stops here (as Linux does
+/// when built without CONFIG_NVME_HOST_AUTH), on every queue's Connect.
 pub(super) fn connect_response(qid: u16, cqe: &CompletionQueueEntry) -> Result<u16, HostError> {
     if !cqe.status.is_success() {
         return Err(HostError::ConnectRejected { qid, status: cqe.status, dw0: cqe.dw0 });
     }
-    Ok(ConnectResponse::from_dw0(cqe.dw0).cntlid)
+    let response = ConnectResponse::from_dw0(cqe.dw0);
+    if response.atr || response.ascr {
+        return Err(HostError::AuthenticationRequired { qid, secure_channel: response.ascr });
+    }
+    Ok(response.cntlid)
 }
 
 /// Fabrics Connect on a fresh queue; returns the CNTLID.
