@@ -233,6 +233,12 @@ impl RunningTarget {
         self.counters.iter().map(|c| c.tcp_connections.load(std::sync::atomic::Ordering::Relaxed)).sum()
     }
 
+    /// Data buffers over all reactors' pools: (free, total), as of each reactor's last turn.
+    pub fn data_buffers(&self) -> (usize, usize) {
+        let load = |a: &AtomicUsize| a.load(std::sync::atomic::Ordering::Relaxed);
+        self.counters.iter().fold((0, 0), |(f, t), c| (f + load(&c.buffers.free), t + load(&c.buffers.total)))
+    }
+
     /// Every reactor's live TCP connection count (for status reports on another thread).
     pub fn connection_counters(&self) -> Vec<Arc<AtomicUsize>> {
         self.counters.iter().map(|c| Arc::clone(&c.tcp_connections)).collect()

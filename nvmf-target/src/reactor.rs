@@ -242,11 +242,11 @@ impl<G: PollGroup> Reactor<G> {
                 }
             }
             self.complete_storage(now);
-            // Every queue at a timer or when a notifier fired; otherwise only those with work waiting on this
-            // turn (commands that waited for a buffer or ring space).
-            let all = next_timer.is_some_and(|t| now >= t) | self.poll_queues.swap(false, Ordering::AcqRel);
+            // Every queue when a notifier fired; otherwise the group polls those whose timers are due and those
+            // with work waiting (commands that waited for a buffer or ring space).
+            let notified = self.poll_queues.swap(false, Ordering::AcqRel);
             let (group, mut cx) = self.group_in_context(now);
-            if group.poll(&mut cx, all) {
+            if group.poll(&mut cx, notified) {
                 self.complete_storage(now);
             }
             let (group, mut cx) = self.group_in_context(now);

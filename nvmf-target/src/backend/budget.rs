@@ -81,6 +81,11 @@ impl BufferBudget {
         self.anonymous_percent = anonymous_percent;
     }
 
+    /// Whether the holder counts against the anonymous share.
+    pub fn is_anonymous(&self) -> bool {
+        self.anonymous_percent.is_some()
+    }
+
     /// Buffers held in all classes.
     pub fn held(&self) -> u16 {
         self.held.iter().sum()

@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
 use crate::backend::BudgetLimit;
 use crate::controller::{Stalled, Target};
-use crate::transport::{Admission, Refusal};
+use crate::transport::{Admission, BufferGauge, Refusal};
 
 /// Live connections of one transport, as a reactor counts them.
 #[derive(Debug, Clone)]
@@ -33,6 +33,8 @@ pub struct TargetCollector {
     connections: Vec<ConnectionCounter>,
     /// The listeners' connection caps (refusals), once listeners serve.
     admission: Option<Arc<Admission>>,
+    /// Every reactor's data buffers, by reactor index.
+    buffers: Vec<Arc<BufferGauge>>,
     /// Every reactor's NVMe/RDMA counters (summed at scrape).
     #[cfg(feature = "rdma")]
     rdma: Vec<Arc<crate::rdma::RdmaCounters>>,
@@ -59,9 +61,16 @@ impl TargetCollector {
             target,
             connections,
             admission: None,
+            buffers: Vec::new(),
             #[cfg(feature = "rdma")]
             rdma: Vec::new(),
         }
+    }
+
+    /// Also export every reactor's data buffers (by reactor index).
+    pub fn with_buffers(mut self, buffers: Vec<Arc<BufferGauge>>) -> Self {
+        self.buffers = buffers;
+        self
     }
 
     /// Also export the connections `admission` refused.
@@ -242,6 +251,21 @@ impl Collector for TargetCollector {
             for reason in Refusal::ALL {
                 let n = self.admission.as_ref().map_or(0, |a| a.rejected(reason));
                 counter(&mut m, &[("reason", reason.label())], n)?;
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_data_buffers",
+                "Data buffers of each reactor's pool, free and in all, at the end of the reactor's last turn.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (reactor, gauge_of) in self.buffers.iter().enumerate() {
+                let reactor = reactor.to_string();
+                for (state, n) in [("free", &gauge_of.free), ("total", &gauge_of.total)] {
+                    let n = u64::try_from(n.load(Ordering::Relaxed)).unwrap_or(u64::MAX);
+                    gauge(&mut m, &[("reactor", &reactor), ("state", state)], n)?;
+                }
             }
         }
         {

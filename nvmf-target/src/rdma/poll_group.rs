@@ -421,9 +421,11 @@ impl PollGroup for RdmaPollGroup {
         }
     }
 
-    fn poll(&mut self, cx: &mut GroupContext<'_>, all: bool) -> bool {
+    fn poll(&mut self, cx: &mut GroupContext<'_>, notified: bool) -> bool {
         let mut polled = false;
-        for conn in self.connections.iter_mut().flatten().filter(|c| all || c.wants_poll()) {
+        let now = cx.now;
+        let due = |c: &&mut RdmaConnection| notified || c.wants_poll() || c.next_timer().is_some_and(|t| t <= now);
+        for conn in self.connections.iter_mut().flatten().filter(due) {
             conn.poll(cx.engine, cx.now);
             polled = true;
         }

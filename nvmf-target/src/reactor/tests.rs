@@ -121,8 +121,8 @@ impl PollGroup for FakeGroup {
         let _ = self.seen.send(Seen::Completed { id: queue_key, slot: slot.index(), bytes });
     }
 
-    fn poll(&mut self, _cx: &mut GroupContext<'_>, all: bool) -> bool {
-        if all {
+    fn poll(&mut self, cx: &mut GroupContext<'_>, notified: bool) -> bool {
+        if notified || self.timer.is_some_and(|t| t <= cx.now) {
             self.timer = None;
             let _ = self.seen.send(Seen::PolledAll);
         }

@@ -192,6 +192,11 @@ impl TcpConnection {
         self.session.phase != Phase::Closed && self.session.queue.wants_poll()
     }
 
+    /// Whether the connection's peer is not admitted to an NVM subsystem yet ([`Queue::is_anonymous`]).
+    pub fn is_anonymous(&self) -> bool {
+        self.session.queue.is_anonymous()
+    }
+
     /// When [`TcpConnection::poll`] is due next without an event, if ever: the queue's timers (its Connect
     /// deadline, then keep-alive) and the transfer timeout of a peer that stopped moving data.
     pub fn next_timer(&self) -> Option<Instant> {

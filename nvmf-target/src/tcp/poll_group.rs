@@ -5,6 +5,8 @@
 //!
 //! Runs on its reactor thread only; never blocks.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use mio::Interest;
 use super::{ConnectionError, TcpConnection, TcpTransportConfig};
 use crate::backend::IoEngine;
 use crate::controller::{SlotId, TransportInfo};
+use crate::reactor::RETRY_AFTER;
 use crate::transport::{Admitted, GroupContext, PollGroup};
 
 /// A TCP connection accepted on a listener, on its way to a reactor.
@@ -41,9 +44,22 @@ struct Slot {
     registered: bool,
     /// Given back when the slot is dropped, with the connection.
     _admitted: Admitted,
+    /// Tells this connection's timer entries from those of the slot's earlier occupants.
+    id: u64,
+    /// The timer of its live entry in the timer heap (entries for other instants are stale).
+    timer: Option<Instant>,
+    /// Listed in `touched` this turn.
+    touched: bool,
+    /// Listed in `waiting` or `waiting_anonymous`.
+    waiting: bool,
 }
 
 /// One reactor's NVMe/TCP connections (see the module docs).
+///
+/// A turn costs what it touches, not what the group holds: the end of a turn visits the connections this turn
+/// touched (readiness, storage completions, polls), timers wait in a heap, and queued commands waiting for buffers
+/// are retried every turn for admitted hosts but only every [`RETRY_AFTER`] for anonymous peers. So a thousand idle
+/// or stalled peers cost a host's I/O nothing but their own timers.
 #[derive(Debug)]
 pub struct TcpPollGroup {
     index: usize,
@@ -52,16 +68,58 @@ pub struct TcpPollGroup {
     free: Vec<usize>,
     /// Connections served now (metrics and status read it).
     live: Arc<AtomicUsize>,
+    next_id: u64,
+    /// Slots touched this turn (the end of the turn writes their output, runs their transfer timers, reschedules
+    /// them, drops the ones that ended).
+    touched: Vec<usize>,
+    /// Timers by instant: (when, connection id, slot); an entry whose connection moved its timer is stale.
+    timers: BinaryHeap<Reverse<(Instant, u64, usize)>>,
+    /// Slots whose queue has commands waiting (for a buffer or ring space): admitted hosts, retried every turn.
+    waiting: Vec<usize>,
+    /// The same for anonymous peers, retried every [`RETRY_AFTER`].
+    waiting_anonymous: Vec<usize>,
+    /// When the anonymous peers' waiting commands were last retried.
+    anonymous_retried: Option<Instant>,
+    /// Slots to poll this turn (reused).
+    due: Vec<usize>,
 }
 
 impl TcpPollGroup {
     /// The NVMe/TCP group of reactor `index`, counting its connections in `live`.
     pub fn new(index: usize, live: Arc<AtomicUsize>) -> Self {
-        TcpPollGroup { index, connections: Vec::new(), free: Vec::new(), live }
+        TcpPollGroup {
+            index,
+            connections: Vec::new(),
+            free: Vec::new(),
+            live,
+            next_id: 0,
+            touched: Vec::new(),
+            timers: BinaryHeap::new(),
+            waiting: Vec::new(),
+            waiting_anonymous: Vec::new(),
+            anonymous_retried: None,
+            due: Vec::new(),
+        }
     }
 
-    /// Run `f` on a live connection; an error or a close ends the connection (its socket leaves the poll).
+    /// Run `f` on a live connection (touched: the end of the turn visits it); an error or a close ends the
+    /// connection (its socket leaves the poll).
     fn with_connection(
+        &mut self,
+        slot: usize,
+        cx: &mut GroupContext<'_>,
+        f: impl FnOnce(&mut TcpConnection, &mut IoEngine) -> Result<bool, ConnectionError>,
+    ) {
+        let Some(Some(conn)) = self.connections.get_mut(slot) else { return };
+        if !conn.touched {
+            conn.touched = true;
+            self.touched.push(slot);
+        }
+        self.run(slot, cx, f);
+    }
+
+    /// Run `f` on a live connection without touching it (see [`TcpPollGroup::with_connection`]).
+    fn run(
         &mut self,
         slot: usize,
         cx: &mut GroupContext<'_>,
@@ -82,6 +140,79 @@ impl TcpPollGroup {
             let _ = cx.registry.deregister(conn.tcp.stream_mut());
             conn.registered = false;
         }
+    }
+
+    /// Slots in `list` whose connection still waits, moved to `self.due` (flags cleared: a poll re-lists them).
+    fn take_waiting(connections: &mut [Option<Slot>], list: &mut Vec<usize>, due: &mut Vec<usize>) {
+        for slot in list.drain(..) {
+            if let Some(Some(conn)) = connections.get_mut(slot) {
+                if conn.waiting {
+                    conn.waiting = false;
+                    due.push(slot);
+                }
+            }
+        }
+    }
+
+    /// End of turn for one touched connection: output, transfer timer, reschedule; drop it if it ended and drained.
+    fn settle(&mut self, slot: usize, cx: &mut GroupContext<'_>) {
+        let wants = matches!(&self.connections[slot], Some(c) if c.tcp.wants_write());
+        if wants {
+            // What the socket does not take now waits for its writable event.
+            self.run(slot, cx, TcpConnection::on_writable);
+        }
+        let Some(conn) = self.connections[slot].as_mut() else { return };
+        conn.touched = false;
+        conn.tcp.note_turn(cx.now);
+        if conn.tcp.is_closed() && conn.tcp.in_flight() == 0 {
+            if let Some(mut c) = self.connections[slot].take() {
+                if c.registered {
+                    let _ = cx.registry.deregister(c.tcp.stream_mut());
+                }
+                self.free.push(slot);
+                self.live.fetch_sub(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        // A timer already due was just polled and waits for an event (a closing queue's storage completions). One
+        // scheduled earlier than the connection's timer stays: it fires, polls in vain and reschedules, so a
+        // deadline that moves later each turn (a transfer in progress, keep-alive) costs no heap push.
+        match (conn.timer, conn.tcp.next_timer().filter(|&t| t > cx.now)) {
+            (Some(scheduled), Some(t)) if scheduled <= t => {}
+            (_, Some(t)) => {
+                conn.timer = Some(t);
+                self.timers.push(Reverse((t, conn.id, slot)));
+            }
+            (_, None) => {}
+        }
+        if conn.tcp.wants_poll() && !conn.waiting {
+            conn.waiting = true;
+            match conn.tcp.is_anonymous() {
+                true => self.waiting_anonymous.push(slot),
+                false => self.waiting.push(slot),
+            }
+        }
+        // Stale entries (connections gone, or rescheduled earlier) leave the heap when they reach its top; bound
+        // them anyway.
+        if self.timers.len() > 2 * self.connections.len() + 64 {
+            let connections = &self.connections;
+            self.timers.retain(
+                |&Reverse((t, id, s))| matches!(connections.get(s), Some(Some(c)) if c.id == id && c.timer == Some(t)),
+            );
+        }
+    }
+
+    /// The earliest live timer entry, dropping stale ones from the top of the heap.
+    fn earliest_timer(&mut self) -> Option<(Instant, usize)> {
+        while let Some(&Reverse((t, id, slot))) = self.timers.peek() {
+            match self.connections.get(slot) {
+                Some(Some(c)) if c.id == id && c.timer == Some(t) => return Some((t, slot)),
+                _ => {
+                    self.timers.pop();
+                }
+            }
+        }
+        None
     }
 }
 
@@ -107,7 +238,13 @@ impl PollGroup for TcpPollGroup {
         let queue = cx.new_queue(info, key);
         tracing::debug!(reactor = self.index, peer = %accepted.peer, slot, "connection accepted");
         let tcp = TcpConnection::new(stream, queue, &accepted.tcp);
-        self.connections[slot] = Some(Slot { tcp, registered: true, _admitted: accepted.admitted });
+        let id = self.next_id;
+        self.next_id += 1;
+        let admitted = accepted.admitted;
+        let conn = Slot { tcp, registered: true, _admitted: admitted, id, timer: None, touched: true, waiting: false };
+        self.connections[slot] = Some(conn);
+        // Touched: the end of this turn schedules its Connect deadline.
+        self.touched.push(slot);
         self.live.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -128,57 +265,68 @@ impl PollGroup for TcpPollGroup {
         result: Result<u32, std::io::Error>,
         cx: &mut GroupContext<'_>,
     ) {
-        let Some(Some(conn)) = usize::try_from(queue_key).ok().and_then(|k| self.connections.get_mut(k)) else {
+        let Ok(key) = usize::try_from(queue_key) else { return };
+        if !matches!(self.connections.get(key), Some(Some(_))) {
             tracing::error!(reactor = self.index, queue_key, "storage completion for no connection");
             return;
-        };
-        conn.tcp.io_completed(cx.engine, slot, result);
+        }
+        self.with_connection(key, cx, |c, engine| {
+            c.io_completed(engine, slot, result);
+            Ok(true)
+        });
     }
 
-    fn poll(&mut self, cx: &mut GroupContext<'_>, all: bool) -> bool {
+    fn poll(&mut self, cx: &mut GroupContext<'_>, notified: bool) -> bool {
         let now = cx.now;
-        let mut polled = false;
-        for slot in 0..self.connections.len() {
-            if all || matches!(&self.connections[slot], Some(c) if c.tcp.wants_poll()) {
-                self.with_connection(slot, cx, |c, engine| c.poll(engine, now).map(|()| true));
-                polled = true;
+        let mut due = std::mem::take(&mut self.due);
+        if notified {
+            due.extend((0..self.connections.len()).filter(|&s| self.connections[s].is_some()));
+        } else {
+            while let Some((t, slot)) = self.earliest_timer() {
+                if t > now {
+                    break;
+                }
+                self.timers.pop();
+                if let Some(Some(c)) = self.connections.get_mut(slot) {
+                    c.timer = None;
+                }
+                due.push(slot);
+            }
+            Self::take_waiting(&mut self.connections, &mut self.waiting, &mut due);
+            if self.anonymous_retried.is_none_or(|at| now >= at + RETRY_AFTER) && !self.waiting_anonymous.is_empty() {
+                self.anonymous_retried = Some(now);
+                Self::take_waiting(&mut self.connections, &mut self.waiting_anonymous, &mut due);
             }
         }
+        let polled = !due.is_empty();
+        for &slot in &due {
+            self.with_connection(slot, cx, |c, engine| c.poll(engine, now).map(|()| true));
+        }
+        due.clear();
+        self.due = due;
         polled
     }
 
-    /// Write queued output of every connection, run their transfer timers and drop connections that ended and
-    /// have nothing in flight.
+    /// Write queued output of the connections touched this turn, run their transfer timers, reschedule them and
+    /// drop those that ended and have nothing in flight.
     fn end_turn(&mut self, cx: &mut GroupContext<'_>) -> bool {
-        for slot in 0..self.connections.len() {
-            let wants = matches!(&self.connections[slot], Some(c) if c.tcp.wants_write());
-            if wants {
-                self.with_connection(slot, cx, TcpConnection::on_writable);
-            }
-            if let Some(c) = self.connections[slot].as_mut() {
-                c.tcp.note_turn(cx.now);
-            }
-            let done = matches!(&self.connections[slot], Some(c) if c.tcp.is_closed() && c.tcp.in_flight() == 0);
-            if done {
-                if let Some(mut c) = self.connections[slot].take() {
-                    if c.registered {
-                        let _ = cx.registry.deregister(c.tcp.stream_mut());
-                    }
-                    self.free.push(slot);
-                    self.live.fetch_sub(1, Ordering::Relaxed);
-                }
-            }
+        let mut touched = std::mem::take(&mut self.touched);
+        for &slot in &touched {
+            self.settle(slot, cx);
         }
+        touched.clear();
+        self.touched = touched;
         false
     }
 
-    /// The earliest queue timer still ahead (one this turn ran and left behind waits for an event, such as the
-    /// storage completions a closing queue needs); [`RETRY_AFTER`](crate::reactor::RETRY_AFTER) from now while a
-    /// queue still has work waiting.
+    /// The earliest queue timer; [`RETRY_AFTER`] from now while an admitted host's commands wait, and from the
+    /// last retry while an anonymous peer's do.
     fn next_timer(&self, now: Instant) -> Option<Instant> {
-        let live = self.connections.iter().flatten();
-        let retry = live.clone().any(|c| c.tcp.wants_poll()).then_some(now + crate::reactor::RETRY_AFTER);
-        live.filter_map(|c| c.tcp.next_timer()).filter(|&t| t > now).chain(retry).min()
+        let timer = self.timers.peek().map(|&Reverse((t, _, _))| t.max(now));
+        let retry = (!self.waiting.is_empty()).then_some(now + RETRY_AFTER);
+        let anonymous =
+            (!self.waiting_anonymous.is_empty()).then(|| self.anonymous_retried.map_or(now, |at| at + RETRY_AFTER));
+        timer.into_iter().chain(retry).chain(anonymous).min()
     }
 
     fn shutdown(&mut self, cx: &mut GroupContext<'_>) {

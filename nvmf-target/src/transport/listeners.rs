@@ -155,7 +155,9 @@ impl TransportListeners {
             .iter()
             .map(|c| ConnectionCounter { transport: "tcp", count: Arc::clone(&c.tcp_connections) })
             .collect();
-        let collector = TargetCollector::new(target, connections).with_admission(Arc::clone(&self.admission));
+        let collector = TargetCollector::new(target, connections)
+            .with_admission(Arc::clone(&self.admission))
+            .with_buffers(counters.iter().map(|c| Arc::clone(&c.buffers)).collect());
         #[cfg(feature = "rdma")]
         let collector = match self.rdma {
             Some(_) => collector.with_rdma(counters.iter().map(|c| Arc::clone(&c.rdma)).collect()),

@@ -30,7 +30,7 @@ use crate::controller::{EventNotifier, Queue, SlotId, Target, TransportInfo};
 
 pub use admission::{Admission, Admitted, Refusal};
 pub use listeners::{BoundTransportListeners, ListenError, TransportListeners};
-pub use set::{NewQueuePair, TransportCounters, TransportSet};
+pub use set::{BufferGauge, NewQueuePair, TransportCounters, TransportSet};
 
 /// Tokens below this are the reactor's own (its waker and its engine's eventfd); a poll group's begin here.
 pub(crate) const FIRST_GROUP_TOKEN: usize = 2;
@@ -65,10 +65,10 @@ pub trait PollGroup: Send + 'static {
         cx: &mut GroupContext<'_>,
     );
 
-    /// Poll every queue (`all`: a timer is due or a queue's notifier fired) or only those with work waiting
-    /// (commands that waited for a buffer or ring space); whether any queue was polled (its storage ops are then
-    /// submitted before the turn ends).
-    fn poll(&mut self, cx: &mut GroupContext<'_>, all: bool) -> bool;
+    /// Poll the queues whose timers are due at `cx.now` and those with work waiting (commands that waited for a
+    /// buffer or ring space), or every queue when `notified` (a queue's notifier fired: which one is not known);
+    /// whether any queue was polled (its storage ops are then submitted before the turn ends).
+    fn poll(&mut self, cx: &mut GroupContext<'_>, notified: bool) -> bool;
 
     /// End of a turn: send what is queued, drop queue pairs that ended and drained. True when the group found
     /// more work meanwhile and the reactor must turn again without sleeping.

@@ -4,7 +4,7 @@
 //! storage completion.
 
 use std::io;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,14 +51,26 @@ impl From<RdmaAccepted> for NewQueuePair {
 pub struct TransportCounters {
     /// NVMe/TCP connections served now.
     pub tcp_connections: Arc<AtomicUsize>,
+    /// The reactor's data buffers: (free, total) at the end of its last turn.
+    pub buffers: Arc<BufferGauge>,
     /// NVMe/RDMA work requests, completions and queue pairs.
     #[cfg(feature = "rdma")]
     pub rdma: Arc<RdmaCounters>,
 }
 
+/// A reactor's data buffers, published once per turn (one relaxed store; never per command).
+#[derive(Debug, Default)]
+pub struct BufferGauge {
+    /// Buffers free in the pool.
+    pub free: AtomicUsize,
+    /// Buffers in the pool.
+    pub total: AtomicUsize,
+}
+
 /// Every transport's poll group of one reactor (see the module docs).
 #[derive(Debug)]
 pub struct TransportSet {
+    buffers: Arc<BufferGauge>,
     tcp: TcpPollGroup,
     // Dropped before the engine with the reactor: its queue pairs name the pool's memory region.
     #[cfg(feature = "rdma")]
@@ -69,6 +81,7 @@ impl TransportSet {
     /// The poll groups of reactor `index`, counting into `counters`.
     pub fn new(index: usize, counters: &TransportCounters) -> Self {
         TransportSet {
+            buffers: Arc::clone(&counters.buffers),
             tcp: TcpPollGroup::new(index, Arc::clone(&counters.tcp_connections)),
             #[cfg(feature = "rdma")]
             rdma: RdmaPollGroup::new(index, Arc::clone(&counters.rdma)),
@@ -111,10 +124,10 @@ impl PollGroup for TransportSet {
         }
     }
 
-    fn poll(&mut self, cx: &mut GroupContext<'_>, all: bool) -> bool {
-        let polled = self.tcp.poll(&mut cx.within(TCP), all);
+    fn poll(&mut self, cx: &mut GroupContext<'_>, notified: bool) -> bool {
+        let polled = self.tcp.poll(&mut cx.within(TCP), notified);
         #[cfg(feature = "rdma")]
-        let polled = self.rdma.poll(&mut cx.within(RDMA), all) | polled;
+        let polled = self.rdma.poll(&mut cx.within(RDMA), notified) | polled;
         polled
     }
 
@@ -122,6 +135,9 @@ impl PollGroup for TransportSet {
         let busy = self.tcp.end_turn(&mut cx.within(TCP));
         #[cfg(feature = "rdma")]
         let busy = self.rdma.end_turn(&mut cx.within(RDMA)) | busy;
+        let pool = cx.engine.pool();
+        self.buffers.free.store(pool.available(), Ordering::Relaxed);
+        self.buffers.total.store(pool.capacity(), Ordering::Relaxed);
         busy
     }
 

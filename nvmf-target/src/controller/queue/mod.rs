@@ -464,6 +464,12 @@ impl Queue {
         self.disconnected || !self.retry.is_empty()
     }
 
+    /// Whether the queue's peer is not admitted to an NVM subsystem (before Connect; a discovery controller): its
+    /// waiting commands can wait for the reactor's retry interval rather than be retried every turn.
+    pub fn is_anonymous(&self) -> bool {
+        self.budget.is_anonymous()
+    }
+
     /// Storage ops of this queue not yet completed; the reactor keeps a dead queue until this is 0.
     pub fn in_flight(&self) -> usize {
         self.storage_ops

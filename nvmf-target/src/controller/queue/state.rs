@@ -55,10 +55,13 @@ impl Queue {
         self.table_generation = generation;
         let io = association.kind != QueueKind::Admin;
         // Admitted to an NVM subsystem, the queue leaves the anonymous share; a discovery controller, which any peer
-        // may open, stays in it.
+        // may open, stays in it with one buffer at a time (hosts read the discovery log one command at a time), so
+        // one peer cannot take the whole anonymous share.
         let params = self.target.params();
-        let anonymous = association.controller.is_discovery().then_some(params.anonymous_buffer_percent);
-        self.budget.set_limits(u16::MAX, params.queue_buffer_percent, anonymous);
+        match association.controller.is_discovery() {
+            true => self.budget.set_limits(1, params.queue_buffer_percent, Some(params.anonymous_buffer_percent)),
+            false => self.budget.set_limits(u16::MAX, params.queue_buffer_percent, None),
+        }
         self.metrics = Some(QueueRecorder::new(association.controller.subsystem().metrics(), io));
         self.state = QueueState::Connected(association);
     }
