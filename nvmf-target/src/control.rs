@@ -12,7 +12,6 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Sender};
@@ -22,6 +21,7 @@ use std::time::Duration;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
+use nvmf_service::unix_socket::{bind_owner_only, SocketPathError};
 
 /// Where the daemon serves its control socket unless told otherwise (systemd's `RuntimeDirectory=nvmf-target`).
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/nvmf-target/control.sock";
@@ -124,15 +124,11 @@ impl ControlServer {
     /// deletes a file).
     pub fn start(path: &Path, requests: Sender<Request>) -> Result<Self, ControlError> {
         let bind_error = |source| ControlError::Bind { path: path.to_owned(), source };
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if !m.file_type().is_socket() => return Err(ControlError::NotASocket(path.to_owned())),
-            Ok(_) if UnixStream::connect(path).is_ok() => return Err(ControlError::InUse(path.to_owned())),
-            Ok(_) => std::fs::remove_file(path).map_err(bind_error)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(bind_error(e)),
-        }
-        let listener = UnixListener::bind(path).map_err(bind_error)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_error)?;
+        let listener = bind_owner_only(path).map_err(|e| match e {
+            SocketPathError::InUse(path) => ControlError::InUse(path),
+            SocketPathError::NotASocket(path) => ControlError::NotASocket(path),
+            SocketPathError::Io { source, .. } => bind_error(source),
+        })?;
         listener.set_nonblocking(true).map_err(bind_error)?;
         let poll = Poll::new().map_err(ControlError::Os)?;
         poll.registry()
@@ -321,6 +317,8 @@ pub fn forward_signals(mut signals: crate::signals::Signals, requests: Sender<Re
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     /// A daemon stand-in: answers each request on `requests` like the main thread would.

@@ -6,6 +6,7 @@
 //! - [`logging`] — `tracing` to stderr as text or JSON lines, from a `[logging]` section.
 //! - [`metrics_http`] — the `/metrics` and `/healthz` HTTP endpoint over a `prometheus-client` registry.
 //! - [`cpus`] — CPU lists and pinning a data-path thread to its CPU (once, when the thread starts).
+//! - [`unix_socket`] — owner-only unix sockets that never replace a path that is not a socket.
 //!
 //! Everything here runs on control-plane threads or at a thread's start; nothing touches a daemon's data path.
 #![deny(missing_docs)]
@@ -15,3 +16,4 @@ pub mod logging;
 pub mod metrics_http;
 pub mod notify;
 pub mod signals;
+pub mod unix_socket;

@@ -8,13 +8,14 @@
 //! socket file from a dead daemon is replaced, a live daemon's is not.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use nvmf_service::unix_socket::{bind_owner_only, SocketPathError};
 
 use super::protocol::{ControlReply, ControlRequest, MAX_LINE};
 
@@ -90,20 +91,18 @@ pub struct ControlServer {
 impl ControlServer {
     /// Bind `path` (replacing a dead daemon's socket file) and serve `handler`.
     pub fn start(path: &Path, handler: Handler) -> io::Result<Self> {
-        if UnixStream::connect(path).is_ok() {
-            return Err(io::Error::new(io::ErrorKind::AddrInUse, "another nvmf-host daemon answers there"));
-        }
-        match std::fs::symlink_metadata(path) {
-            // A dead daemon's socket: replace it. Anything else at the path is not ours to delete.
-            Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)?,
-            Ok(_) => return Err(io::Error::new(io::ErrorKind::AlreadyExists, "the path exists and is not a socket")),
-            Err(_) => {}
-        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        let listener = UnixListener::bind(path)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        let listener = bind_owner_only(path).map_err(|e| match e {
+            SocketPathError::InUse(_) => {
+                io::Error::new(io::ErrorKind::AddrInUse, "another nvmf-host daemon answers there")
+            }
+            SocketPathError::NotASocket(_) => {
+                io::Error::new(io::ErrorKind::AlreadyExists, "the path exists and is not a socket")
+            }
+            SocketPathError::Io { source, .. } => source,
+        })?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -209,6 +208,8 @@ fn serve(stream: UnixStream, handler: &Handler) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     fn server(dir: &Path) -> ControlServer {
