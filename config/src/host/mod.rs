@@ -118,7 +118,7 @@ pub enum ExportKind {
 pub enum NbdEndpoint {
     /// A unix socket path (`unix:/run/nvmf-host/disk.sock`); a relative path is relative to the file's directory.
     Unix(PathBuf),
-    /// A TCP address (`127.0.0.1:10809`).
+    /// A loopback TCP address (`127.0.0.1:10809`); others are refused (NBD has no authentication).
     Tcp(SocketAddr),
 }
 

@@ -13,7 +13,8 @@ use super::*;
 use crate::error::{KeyPath, Problem, ValueError};
 use crate::target::{check_nqn, int_in, ip_address, logging, metrics, socket_address, DEFAULT_PORT};
 
-const NBD_ALLOWED: &str = "\"unix:/absolute/or/relative/path\" or \"ADDRESS:PORT\" such as \"127.0.0.1:10809\"";
+const NBD_ALLOWED: &str =
+    "\"unix:/absolute/or/relative/path\" or a loopback \"ADDRESS:PORT\" such as \"127.0.0.1:10809\" or \"[::1]:10809\"";
 const EXPORT_ALLOWED: &str = "exactly one of nbd = \"unix:/path\" or \"ADDRESS:PORT\" (an NBD server), or ublk = true \
                               (a /dev/ublkbN device)";
 
@@ -199,7 +200,14 @@ pub(crate) fn nbd_endpoint(text: &str, base: Option<&Path>) -> Result<NbdEndpoin
         }
         return Ok(NbdEndpoint::Unix(resolve(Path::new(path), base)));
     }
-    socket_address(text, &KeyPath::root())
-        .map(NbdEndpoint::Tcp)
-        .map_err(|_| ValueError::new(format!("{text:?} is neither unix:PATH nor an address and port"), NBD_ALLOWED))
+    let addr = socket_address(text, &KeyPath::root())
+        .map_err(|_| ValueError::new(format!("{text:?} is neither unix:PATH nor an address and port"), NBD_ALLOWED))?;
+    if !addr.ip().is_loopback() {
+        // NBD has no authentication: on any other address the network could read and write the namespace.
+        return Err(ValueError::new(
+            format!("{text:?} is not a loopback address (NBD has no authentication)"),
+            NBD_ALLOWED,
+        ));
+    }
+    Ok(NbdEndpoint::Tcp(addr))
 }

@@ -82,7 +82,8 @@ pub struct ConnectArgs {
     /// Connection options.
     #[command(flatten)]
     pub options: ConnectOptionArgs,
-    /// Export a namespace over NBD on `unix:/path` or `ADDR:PORT`.
+    /// Export a namespace over NBD on a unix socket `unix:/path` (mode 0600: the daemon's user and root) or
+    /// loopback TCP `127.0.0.1:PORT` (any local user; other addresses are refused).
     #[arg(long = "nbd", value_name = "LISTEN")]
     pub nbd: Option<String>,
     /// Export a namespace as a /dev/ublkbN block device (needs ublk_drv).

@@ -72,7 +72,7 @@ pub enum Command {
     Perf(perf::PerfArgs),
     /// Print a discovery controller's Discovery Log Page (like `nvme discover`).
     Discover(discover::DiscoverArgs),
-    /// Serve a namespace over NBD (unix socket or TCP) until SIGINT/SIGTERM.
+    /// Serve a namespace over NBD (an owner-only unix socket, or loopback TCP when asked) until SIGINT/SIGTERM.
     Nbd(nbd::NbdArgs),
     /// Serve a namespace as a /dev/ublkbN block device until SIGINT/SIGTERM.
     #[cfg(feature = "ublk")]

@@ -9,7 +9,7 @@ use nvmf_service::signals::Signals;
 use super::{CliError, ForegroundConnection};
 use crate::controller::Controller;
 use crate::endpoint::Endpoint;
-use crate::nbd::{NbdError, NbdExport, NbdListen, NbdOptions};
+use crate::nbd::{NbdError, NbdExport, NbdListen, NbdOptions, DEFAULT_NBD_SOCKET};
 
 /// `nvmf-host nbd`.
 #[derive(Debug, Clone, Args)]
@@ -23,8 +23,10 @@ pub struct NbdArgs {
     /// Namespace to export.
     #[arg(long = "nsid", default_value_t = 1)]
     pub nsid: u32,
-    /// Where to serve NBD: `unix:/path` or `ADDR:PORT` (loopback by default).
-    #[arg(long = "listen", default_value = "127.0.0.1:10809")]
+    /// Where to serve NBD: a unix socket `unix:/path`, created mode 0600 (this user and root only), or loopback
+    /// TCP `127.0.0.1:PORT` / `[::1]:PORT` (any local user; other addresses are refused: NBD has no
+    /// authentication).
+    #[arg(long = "listen", value_name = "unix:PATH|ADDR:PORT", default_value = DEFAULT_NBD_SOCKET)]
     pub listen: NbdListen,
     /// Host identity, queues and digests.
     #[command(flatten)]
@@ -60,4 +62,28 @@ pub fn run(a: &NbdArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Err(_) => tracing::warn!("controller still shared at exit; not shutting it down"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn listen(extra: &[&str]) -> Result<NbdListen, clap::Error> {
+        let args = ["nvmf-host", "nbd", "-a", "127.0.0.1", "-n", "nqn.2024-01.io.nvmf-rs:default"];
+        match Cli::try_parse_from(args.iter().chain(extra))?.command {
+            Command::Nbd(a) => Ok(a.listen),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_unix_socket_by_default_and_tcp_on_loopback_only_when_asked() {
+        assert_eq!(listen(&[]).unwrap(), NbdListen::Unix(DEFAULT_NBD_SOCKET.into()));
+        assert_eq!(listen(&["--listen", "127.0.0.1:10809"]).unwrap(), "127.0.0.1:10809".parse().unwrap());
+        let err = listen(&["--listen", "0.0.0.0:10809"]).unwrap_err().to_string();
+        assert!(err.contains("loopback address only"), "{err}");
+    }
 }

@@ -2,6 +2,11 @@
 //! simple replies) on a unix socket or a TCP address, for `qemu-img`/`qemu-io`, fio's nbd engine and
 //! `nbd-client`.
 //!
+//! Access: NBD has no authentication, so whoever reaches the socket reads and writes the namespace. A unix
+//! socket (the default, [`DEFAULT_NBD_SOCKET`]) is created mode 0600 — the exporting user (and root) only — and
+//! never replaces a path that is not a socket ([`nvmf_service::unix_socket`]); TCP only on a loopback address,
+//! when asked for (any local user can connect to it).
+//!
 //! Threads: one acceptor thread (a [`mio::Poll`] over the listener and a waker, so [`NbdExport::stop`] never
 //! waits on a blocked `accept`), and per client two threads: the session thread runs the handshake and then
 //! reads requests and submits their commands (spread round-robin over the I/O queues) with their completions
@@ -26,7 +31,7 @@ mod session;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -37,11 +42,15 @@ use std::time::Duration;
 
 use mio::{Events, Interest, Poll, Token, Waker};
 use nvmf_common::nvme::identify::IdentifyController;
+use nvmf_service::unix_socket::{bind_owner_only, SocketPathError};
 
 use crate::block::MAX_NLB_BLOCKS;
 use crate::controller::Controller;
 use crate::error::HostError;
 use proto::Geometry;
+
+/// Where `nvmf-host nbd` serves unless told otherwise (`--listen`); the daemon's exports name their own.
+pub const DEFAULT_NBD_SOCKET: &str = "/run/nvmf-host/nbd.sock";
 
 /// Requests one client may have in flight; more wait in the socket (backpressure).
 pub const MAX_IN_FLIGHT: usize = 128;
@@ -68,6 +77,15 @@ pub enum NbdError {
     /// The listen address did not parse.
     #[error("invalid NBD listen address '{0}': expected unix:/path, /path or ADDR:PORT")]
     InvalidListen(String),
+    /// A TCP address that other machines could reach: NBD has no authentication.
+    #[error(
+        "NBD over TCP listens on a loopback address only (NBD has no authentication), not {0}; use \
+         unix:/path or 127.0.0.1:PORT / [::1]:PORT"
+    )]
+    NotLoopback(SocketAddr),
+    /// The unix socket path is taken (a live export, or something that is not a socket).
+    #[error("NBD socket {0}")]
+    SocketPath(#[from] SocketPathError),
     /// The namespace is not active on the controller.
     #[error("namespace {0} is not active on this controller")]
     UnknownNamespace(u32),
@@ -94,12 +112,12 @@ pub enum NbdError {
     Host(#[from] HostError),
 }
 
-/// Where an export listens: `unix:/path` (or an absolute path) or `ADDR:PORT`.
+/// Where an export listens: `unix:/path` (or an absolute path) or a loopback `ADDR:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NbdListen {
-    /// A unix socket at this path (created on start, removed on stop).
+    /// A unix socket at this path, mode 0600 (created on start, removed on stop).
     Unix(PathBuf),
-    /// A TCP address (port 0 picks one; see [`NbdExport::local_addr`]).
+    /// A loopback TCP address (port 0 picks one; see [`NbdExport::local_addr`]); others are refused at start.
     Tcp(SocketAddr),
 }
 
@@ -114,9 +132,18 @@ impl NbdListen {
 }
 
 impl Default for NbdListen {
-    /// Loopback on the IANA NBD port.
+    /// [`DEFAULT_NBD_SOCKET`].
     fn default() -> Self {
-        NbdListen::Tcp(SocketAddr::from(([127, 0, 0, 1], 10809)))
+        NbdListen::Unix(PathBuf::from(DEFAULT_NBD_SOCKET))
+    }
+}
+
+/// NBD over TCP is for this machine only.
+fn loopback_only(addr: SocketAddr) -> Result<SocketAddr, NbdError> {
+    if addr.ip().is_loopback() {
+        Ok(addr)
+    } else {
+        Err(NbdError::NotLoopback(addr))
     }
 }
 
@@ -140,7 +167,8 @@ impl FromStr for NbdListen {
         if s.starts_with('/') {
             return Ok(NbdListen::Unix(PathBuf::from(s)));
         }
-        s.parse().map(NbdListen::Tcp).map_err(|_| bad())
+        let addr = s.parse().map_err(|_| bad())?;
+        loopback_only(addr).map(NbdListen::Tcp)
     }
 }
 
@@ -264,24 +292,27 @@ impl Listener {
     }
 }
 
-/// Bind `listen`; a stale unix socket (nobody accepting) is replaced, a live one is an error.
+/// Bind `listen`: a loopback TCP address, or an owner-only unix socket (its missing directory is created mode
+/// 0700; a stale socket is replaced, a live one or a path that is not a socket is an error).
 fn bind(listen: &NbdListen) -> Result<(Listener, NbdListen), NbdError> {
     let err = |what, source| NbdError::Io { what, listen: listen.to_string(), source };
     match listen {
         NbdListen::Tcp(addr) => {
-            let l = mio::net::TcpListener::bind(*addr).map_err(|e| err("binding", e))?;
+            let l = mio::net::TcpListener::bind(loopback_only(*addr)?).map_err(|e| err("binding", e))?;
             let local = l.local_addr().map_err(|e| err("reading the address of", e))?;
             Ok((Listener::Tcp(l), NbdListen::Tcp(local)))
         }
         NbdListen::Unix(path) => {
-            if let Ok(meta) = std::fs::symlink_metadata(path) {
-                if !meta.file_type().is_socket() || UnixStream::connect(path).is_ok() {
-                    return Err(err("binding", io::Error::from(io::ErrorKind::AddrInUse)));
-                }
-                std::fs::remove_file(path).map_err(|e| err("removing the stale socket", e))?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| err("creating the directory of", e))?;
             }
-            let l = mio::net::UnixListener::bind(path).map_err(|e| err("binding", e))?;
-            Ok((Listener::Unix(l, path.clone()), listen.clone()))
+            let l = bind_owner_only(path)?;
+            l.set_nonblocking(true).map_err(|e| err("binding", e))?;
+            Ok((Listener::Unix(mio::net::UnixListener::from_std(l), path.clone()), listen.clone()))
         }
     }
 }
@@ -455,7 +486,36 @@ mod tests {
         for bad in ["unix:", "localhost", "127.0.0.1", "nbd://x", ""] {
             assert!(matches!(bad.parse::<NbdListen>(), Err(NbdError::InvalidListen(_))), "{bad}");
         }
-        assert_eq!(NbdListen::default().uri(), "nbd://127.0.0.1:10809");
+        assert_eq!(NbdListen::default().uri(), "nbd+unix:///?socket=/run/nvmf-host/nbd.sock");
         assert_eq!(NbdListen::Unix("/a b".into()).uri(), "nbd+unix:///?socket=/a b");
+    }
+
+    #[test]
+    fn tcp_is_loopback_only() {
+        for bad in ["0.0.0.0:10809", "192.168.1.5:10809", "[::]:10809", "[2001:db8::1]:1"] {
+            let err = bad.parse::<NbdListen>().unwrap_err();
+            assert!(matches!(err, NbdError::NotLoopback(_)), "{bad}: {err}");
+        }
+        assert!("[::1]:10809".parse::<NbdListen>().is_ok());
+        assert!("127.0.0.2:10809".parse::<NbdListen>().is_ok());
+        // Built directly (the library's callers), a non-loopback address is refused at bind.
+        let wide = NbdListen::Tcp(SocketAddr::from(([0, 0, 0, 0], 0)));
+        assert!(matches!(bind(&wide), Err(NbdError::NotLoopback(_))));
+    }
+
+    #[test]
+    fn a_unix_socket_is_owner_only_in_a_private_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/nvmf-host/disk.sock");
+        let (_listener, _) = bind(&NbdListen::Unix(path.clone())).unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        let file = dir.path().join("disk.img");
+        std::fs::write(&file, "data").unwrap();
+        let err = bind(&NbdListen::Unix(file.clone())).err().unwrap();
+        assert!(matches!(err, NbdError::SocketPath(SocketPathError::NotASocket(_))), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "data");
     }
 }
