@@ -128,6 +128,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
 
     let engine = EngineConfig {
         buffer_size: usize::try_from(limits.mdts).unwrap_or(usize::MAX).max(EngineConfig::default().buffer_size),
+        discard_queue_depth: config.reactors.discard_queue_depth,
         ..EngineConfig::default()
     };
     let mut reactors = Vec::with_capacity(config.reactors.threads);

@@ -110,7 +110,8 @@ impl<Q: Send + 'static> ReactorHandle<Q> {
                         tracing::warn!(cpu, %error, "could not pin reactor thread");
                     }
                 }
-                let engine = match IoEngine::new(&config.engine) {
+                let counters = Arc::clone(target.discard_counters());
+                let engine = match IoEngine::with_discard_counters(&config.engine, counters) {
                     Ok(engine) => engine,
                     Err(source) => {
                         let _ = ready_tx.send(Err(ReactorError::Engine { index, source }));

@@ -288,6 +288,11 @@ pub struct ReactorConfig {
     /// CPUs to pin reactors to, reactor `i` on `cpus[i]` (CPU numbers 0..=1023, unique, as many as `threads`).
     /// Empty: not pinned. Default empty.
     pub cpus: Vec<usize>,
+    /// Block discards (Dataset Management deallocate) each reactor's discard worker may have queued, 1..=65536,
+    /// on kernels without io_uring block discard (before 6.12), where a worker thread runs `BLKDISCARD` so the
+    /// reactor never waits for the device; one more waits like a command on a full ring
+    /// (`nvmf_target_blkdiscard_queue_full_total`). Default 64.
+    pub discard_queue_depth: usize,
 }
 
 /// `[metrics]`.

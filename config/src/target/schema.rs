@@ -164,6 +164,8 @@ pub(crate) struct RawReactors {
     pub threads: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<Vec<i64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discard_queue_depth: Option<i64>,
 }
 
 /// `[metrics]`.

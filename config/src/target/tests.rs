@@ -270,7 +270,7 @@ fn defaults_are_filled_in() {
     assert_eq!(namespace.nguid, crate::ids::derive_nguid(&subsystem.nqn, 1));
     assert_eq!(namespace.eui64, crate::ids::derive_eui64(&subsystem.nqn, 1));
     assert!(config.discovery.enabled);
-    assert_eq!(config.reactors, ReactorConfig { threads: available_cpus(), cpus: vec![] });
+    assert_eq!(config.reactors, ReactorConfig { threads: available_cpus(), cpus: vec![], discard_queue_depth: 64 });
     assert_eq!(config.metrics.listen, None);
     assert_eq!(config.logging, LoggingConfig { level: "info".into(), format: LogFormat::Text });
     // Loading twice gives the same identifiers: nothing is random.
@@ -341,7 +341,7 @@ eui64 = "0123456789ABCDEF"
     assert_eq!(config.limits.mdts, 128 << 10);
     assert_eq!(config.limits.kas(), 10);
     assert_eq!(config.limits.keep_alive_max_ms, 3_600_000);
-    assert_eq!(config.reactors, ReactorConfig { threads: 3, cpus: vec![2, 3, 5] });
+    assert_eq!(config.reactors, ReactorConfig { threads: 3, cpus: vec![2, 3, 5], discard_queue_depth: 64 });
     assert_eq!(config.metrics.listen, Some("[::1]:9420".parse().unwrap()));
     assert_eq!(config.logging.format, LogFormat::Json);
     assert_eq!(config.listeners[0].to_string(), "rdma://[::]:8009");

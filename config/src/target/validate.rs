@@ -44,6 +44,7 @@ pub(crate) const DEFAULT_TCP_KEEPALIVE_MS: u32 = 60_000;
 /// Default `[[listener]] max_connections`.
 pub(crate) const DEFAULT_LISTENER_MAX_CONNECTIONS: u32 = 4096;
 pub(crate) const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
+pub(crate) const DEFAULT_DISCARD_QUEUE_DEPTH: usize = 64;
 pub(crate) const DEFAULT_MODEL: &str = "nvmf-rs";
 pub(crate) const DEFAULT_MAX_NAMESPACES: u32 = 1024;
 pub(crate) const CNTLID_MIN: u16 = 1;
@@ -542,7 +543,11 @@ fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<Reactor
             threads
         }
     };
-    Ok(ReactorConfig { threads, cpus })
+    let discard_queue_depth = match raw.discard_queue_depth {
+        None => DEFAULT_DISCARD_QUEUE_DEPTH,
+        Some(value) => int_in(value, 1..=65536, &key.key("discard_queue_depth"), "queue depth", "1..=65536")?,
+    };
+    Ok(ReactorConfig { threads, cpus, discard_queue_depth })
 }
 
 /// Parse `ADDR:PORT` (IPv6 in brackets), port 1..=65535.
@@ -602,6 +607,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             threads: i64::try_from(config.reactors.threads).ok(),
             cpus: (!config.reactors.cpus.is_empty())
                 .then(|| config.reactors.cpus.iter().filter_map(|&cpu| i64::try_from(cpu).ok()).collect()),
+            discard_queue_depth: i64::try_from(config.reactors.discard_queue_depth).ok(),
         }),
         metrics: config.metrics.listen.map(|listen| RawMetrics { listen: Some(listen.to_string()) }),
         logging: Some(RawLogging { level: Some(config.logging.level.clone()), format: Some(config.logging.format) }),

@@ -21,8 +21,8 @@
 //! hand a buffer to the device and take it back).
 //!
 //! Threading: an `IoEngine` is used by the reactor thread that created it only (it is `!Sync`); `Storage` is
-//! `Send + Sync`. Nothing here blocks on the data path except `BLKDISCARD` on block devices when the kernel
-//! lacks io_uring block discard (before 6.12), and the one-time probes done by [`Storage::open`].
+//! `Send + Sync`. Nothing here blocks on the data path except the one-time probes done by [`Storage::open`]: when
+//! the kernel lacks io_uring block discard (before 6.12), `BLKDISCARD` runs on the engine's discard worker thread.
 //!
 //! `unsafe` lives in two files: `pool.rs` (the mmap'd buffer region) and `ring.rs` (io_uring pushes and
 //! registrations, eventfd, ioctls/fallocate probes, NVMe passthrough ioctls and DSM range slots). Everything else
@@ -38,7 +38,7 @@ mod ring;
 mod storage;
 
 pub use budget::{AllocRefusal, BudgetLimit, BufferBudget};
-pub use engine::{EngineConfig, IoCompletion, IoEngine, IoOp};
+pub use engine::{DiscardCounters, EngineConfig, IoCompletion, IoEngine, IoOp};
 pub use error::BackendError;
 pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};

@@ -326,6 +326,11 @@ impl Ring {
         self.event_fd.as_raw_fd()
     }
 
+    /// A second descriptor of the eventfd, for a thread that posts completions from outside the ring.
+    pub(crate) fn event_fd_handle(&self) -> io::Result<File> {
+        self.event_fd.try_clone()
+    }
+
     /// Makes the eventfd readable (completions that did not come from the kernel are ready).
     pub(crate) fn signal_event_fd(&self) {
         if let Err(e) = (&self.event_fd).write_all(&1u64.to_ne_bytes()) {
@@ -389,8 +394,8 @@ pub(crate) fn block_device_logical_block_size(fd: RawFd) -> io::Result<u32> {
     }
 }
 
-/// Discards `[offset, offset + len)` of a block device (`BLKDISCARD`). Synchronous: blocks the calling reactor
-/// until the device has processed the discard.
+/// Discards `[offset, offset + len)` of a block device (`BLKDISCARD`). Synchronous: blocks the calling thread
+/// (the engine's discard worker, never a reactor) until the device has processed the discard.
 pub(crate) fn block_device_discard(fd: RawFd, offset: u64, len: u64) -> io::Result<()> {
     let range: [u64; 2] = [offset, len];
     // SAFETY: BLKDISCARD reads two u64 from the pointer, which points to a live [u64; 2].

@@ -14,7 +14,7 @@ use nvmf_common::fabrics::discovery::{AddressFamily, TransportType, Tsas};
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 
 use super::subsystem::{Subsystem, SubsystemError, SubsystemParams};
-use crate::backend::BudgetLimit;
+use crate::backend::{BudgetLimit, DiscardCounters};
 
 /// Smallest MDTS a target may advertise, in bytes.
 pub const MIN_MDTS: u32 = 4096;
@@ -216,6 +216,8 @@ pub struct Target {
     /// Connections ended because their peer stalled, by [`Stalled`] state.
     timeouts: [AtomicU64; Stalled::ALL.len()],
     budget_waits: [AtomicU64; BudgetLimit::ALL.len()],
+    /// The reactors' discard workers (`BLKDISCARD` fallback).
+    discards: Arc<DiscardCounters>,
     /// The listeners now, replaced by a reload (read by discovery log reads, never on the data path).
     listeners: RwLock<Vec<ListenerParams>>,
 }
@@ -240,6 +242,7 @@ impl Target {
             genctr: AtomicU64::new(1),
             timeouts: Default::default(),
             budget_waits: Default::default(),
+            discards: Arc::default(),
             listeners,
         }))
     }
@@ -321,6 +324,11 @@ impl Target {
     /// A command waits for a buffer because `limit` refused it.
     pub fn count_budget_wait(&self, limit: BudgetLimit) {
         self.budget_waits[limit as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What the reactors' discard workers did; each reactor's engine counts into it.
+    pub fn discard_counters(&self) -> &Arc<DiscardCounters> {
+        &self.discards
     }
 
     /// The listeners the discovery log reports now.

@@ -242,6 +242,27 @@ impl Collector for TargetCollector {
             }
         }
         {
+            let discards = self.target.discard_counters();
+            let families = [
+                (
+                    "nvmf_target_blkdiscard",
+                    "Block discards run as a BLKDISCARD ioctl on a reactor's discard worker thread (kernels without \
+                     io_uring block discard).",
+                    discards.ran(),
+                ),
+                (
+                    "nvmf_target_blkdiscard_queue_full",
+                    "Block discards that waited because their reactor's discard worker had [reactors] \
+                     discard_queue_depth queued.",
+                    discards.queue_full(),
+                ),
+            ];
+            for (name, help, n) in families {
+                let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+                m.encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
+        {
             let mut m = encoder.encode_descriptor(
                 "nvmf_target_rejected_connections",
                 "Transport connections (queue pairs) refused at accept, by the cap that refused them.",

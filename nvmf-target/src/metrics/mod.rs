@@ -16,6 +16,8 @@
 //!   queued, buckets 10 µs .. 10 s (1-2.5-5 per decade); AERs are not observed (they wait for events).
 //! - `nvmf_target_errors_total{subsystem,status}` — completions with an error status, by `Status::name()`.
 //! - `nvmf_target_keep_alive_expiries_total{subsystem}` — associations ended by the Keep Alive Timer.
+//! - `nvmf_target_blkdiscard_total`, `nvmf_target_blkdiscard_queue_full_total` — block discards run by the reactors'
+//!   discard workers (kernels without io_uring discard), and those that waited for room in a worker's queue.
 //!
 //! `namespace="0"` holds commands that name no namespace of the subsystem: admin and fabrics commands, broadcast
 //! or invalid NSIDs. Commands are counted from the queue's Connect on (a refused Connect belongs to no subsystem

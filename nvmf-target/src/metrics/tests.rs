@@ -37,6 +37,7 @@ fn engine() -> IoEngine {
         small_buffer_size: 64 << 10,
         small_buffer_count: 0,
         max_files: 4,
+        ..EngineConfig::default()
     })
     .expect("io_uring engine")
 }
@@ -239,6 +240,8 @@ fn queue_commands_bytes_latency_and_errors_are_exported() {
     assert_eq!(value(&s, &format!("nvmf_target_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"))), 1.0);
     assert_eq!(value(&s, &format!("nvmf_target_keep_alive_expiries_total{{subsystem=\"{SUBNQN}\"}}")), 0.0);
     assert_eq!(value(&s, "nvmf_target_timeouts_total{state=\"connect\"}"), 0.0);
+    assert_eq!(value(&s, "nvmf_target_blkdiscard_total"), 0.0);
+    assert_eq!(value(&s, "nvmf_target_blkdiscard_queue_full_total"), 0.0);
 
     // Queues end: their counts stay (folded into the subsystem), the controller is gone.
     io.queue.disconnect(&mut engine);
@@ -388,11 +391,11 @@ fn exposition_is_well_formed_in_both_formats() {
     let _ = io.io(&mut engine, read(1, 1 << 40, 1), 512, &[]);
 
     let text = scrape(&target, 1, Format::Prometheus);
-    assert_eq!(check_exposition(&text, false), 12, "{text}");
+    assert_eq!(check_exposition(&text, false), 14, "{text}");
     assert!(text.contains("# TYPE nvmf_target_commands_total counter\n"));
     assert!(text.contains("# TYPE nvmf_target_command_latency_seconds histogram\n"));
     let om = scrape(&target, 1, Format::OpenMetrics);
-    assert_eq!(check_exposition(&om, true), 12, "{om}");
+    assert_eq!(check_exposition(&om, true), 14, "{om}");
     assert!(om.contains("# TYPE nvmf_target_commands counter\n"));
     assert!(om.contains("# TYPE nvmf_target_build info\n"));
     if !promtool(&text) {

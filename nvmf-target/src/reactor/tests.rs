@@ -157,6 +157,7 @@ fn reactor(timer_after: Option<Duration>) -> (ReactorHandle<FakeQueuePair>, Rece
         small_buffer_size: 4096,
         small_buffer_count: 64,
         max_files: 4,
+        ..EngineConfig::default()
     };
     let config = ReactorConfig { index: 0, cpu: None, engine };
     let handle = ReactorHandle::spawn(config, target, FakeGroup::new(seen, timer_after)).expect("reactor starts");

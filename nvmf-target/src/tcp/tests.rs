@@ -55,6 +55,7 @@ impl Rig {
             small_buffer_size: 64 << 10,
             small_buffer_count: 16,
             max_files: 4,
+            ..EngineConfig::default()
         })
         .expect("io engine");
         let mut subsystem = SubsystemParams::new(SUBNQN);

@@ -1,9 +1,9 @@
 //! Ops on regular files and block devices: reads and writes on fixed buffers, fsync, fallocate for Write Zeroes
-//! and Discard, and block discard through io_uring (or, on kernels without it, the synchronous ioctl).
+//! and Discard, and block discard through io_uring (or, on kernels without it, the discard worker's ioctl).
 
 use std::sync::Arc;
 
-use super::super::ring::{self, RingOp};
+use super::super::ring::RingOp;
 use super::super::storage::{FileBacking, ZeroMode};
 use super::super::{BufferId, Storage};
 use super::in_flight::{Expect, InFlight};
@@ -20,17 +20,14 @@ impl IoEngine {
         buf: Option<BufferId>,
     ) -> Result<(), IoOp> {
         // Ops that need no kernel round trip.
-        let immediate = completes_without_kernel(op, buf, storage, backing.zero_mode != ZeroMode::Unsupported).or_else(
-            || match op {
-                IoOp::Discard { offset, len } if block_device && !self.async_block_discard => {
-                    Some(ring::block_device_discard(storage.raw_fd().unwrap_or(-1), offset, len).map(|()| 0))
-                }
-                _ => None,
-            },
-        );
-        if let Some(result) = immediate {
+        if let Some(result) = completes_without_kernel(op, buf, storage, backing.zero_mode != ZeroMode::Unsupported) {
             self.complete_now(tag, result);
             return Ok(());
+        }
+        if let IoOp::Discard { offset, len } = op {
+            if block_device && !self.async_block_discard {
+                return self.push_discard_to_worker(tag, storage, offset, len).map_err(|()| op);
+            }
         }
         if self.ring.sq_full() || self.in_flight.is_full() {
             return Err(op);
@@ -68,7 +65,7 @@ impl IoEngine {
                 (RingOp::Fallocate { mode: mode | keep_size, offset, len }, None, Expect::Done)
             }
             (IoOp::Discard { offset, len }, _) if block_device => {
-                // The ioctl fallback at completion needs the descriptor still open.
+                // The fallback at completion (the worker's ioctl) needs the storage.
                 keep = Some(Arc::clone(storage));
                 (RingOp::BlockDiscard { offset, len }, None, Expect::BlockDiscard { offset, len })
             }

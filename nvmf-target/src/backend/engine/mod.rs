@@ -12,7 +12,8 @@
 //! controller maps to an internal-error status. With O_DIRECT inside the checked capacity they do not happen; a
 //! file truncated behind our back, or a buffered write hitting ENOSPC part-way, is an error either way.
 //! Discard on a block device goes through io_uring (`BLOCK_URING_CMD_DISCARD`, Linux 6.12+); on older kernels it
-//! falls back to the synchronous `BLKDISCARD` ioctl, which blocks the reactor while the device works.
+//! falls back to the synchronous `BLKDISCARD` ioctl, run by the engine's discard worker thread so that it never
+//! blocks the reactor (`discard`).
 //!
 //! NVMe passthrough storages (`/dev/ngXnY`) get NVMe commands (`NVME_URING_CMD_IO`) on the same ring, whose
 //! entries are big for that (see `ring.rs`). An op the drive must receive as several commands (a Read/Write above
@@ -24,6 +25,7 @@
 //! at once and hands the others on), `submit` and `reap`; the children hold the rest:
 //! - `in_flight`: the in-flight table, the NVMe command groups, and what a CQE must report.
 //! - `file_ops`: ops on regular files and block devices.
+//! - `discard`: the `BLKDISCARD` fallback's worker thread and its bounded queue.
 //! - `passthrough`: ops on NVMe passthrough storages.
 //! - `fixed_files`: the ring's fixed-file slots.
 
@@ -33,16 +35,20 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
+pub use discard::DiscardCounters;
+
 use super::nvme;
 use super::pool::{BufferPool, StartIoError};
-use super::ring::{self, Ring};
+use super::ring::Ring;
 use super::storage::Kind;
 #[cfg(doc)]
 use super::DriveStatus;
 use super::{AllocRefusal, BackendError, BufferBudget, BufferId, Storage};
+use discard::DiscardWorker;
 use fixed_files::{FileSlot, IdHasher};
 use in_flight::{cqe_result, Expect, Groups, InFlightTable};
 
+mod discard;
 mod file_ops;
 mod fixed_files;
 mod in_flight;
@@ -117,6 +123,9 @@ pub struct EngineConfig {
     /// Fixed-file slots (distinct storages one engine serves at a time without falling back to plain
     /// descriptors). Default 64.
     pub max_files: u32,
+    /// Block discards the `BLKDISCARD` fallback's worker may have queued (kernels without io_uring discard); a
+    /// discard beyond them waits like one on a full ring. Default 64.
+    pub discard_queue_depth: usize,
 }
 
 impl Default for EngineConfig {
@@ -128,6 +137,7 @@ impl Default for EngineConfig {
             small_buffer_size: 64 << 10,
             small_buffer_count: 512,
             max_files: 64,
+            discard_queue_depth: 64,
         }
     }
 }
@@ -150,6 +160,10 @@ pub struct IoEngine {
     free_file_slots: Vec<u32>,
     /// Discard block devices through io_uring (until a kernel says it cannot).
     async_block_discard: bool,
+    /// Runs the `BLKDISCARD` fallback once `async_block_discard` is off (started at the first one).
+    discard: Option<DiscardWorker>,
+    discard_queue_depth: usize,
+    discard_counters: Arc<DiscardCounters>,
 }
 
 fn refused(message: &'static str) -> io::Error {
@@ -201,6 +215,11 @@ fn buffer_error(e: StartIoError) -> io::Error {
 impl IoEngine {
     /// Creates the ring, maps and registers the buffer pool, and registers the eventfd.
     pub fn new(config: &EngineConfig) -> Result<Self, BackendError> {
+        Self::with_discard_counters(config, Arc::default())
+    }
+
+    /// [`IoEngine::new`], counting its discard worker's ioctls and full queue in `counters` (shared by engines).
+    pub fn with_discard_counters(config: &EngineConfig, counters: Arc<DiscardCounters>) -> Result<Self, BackendError> {
         if config.ring_entries == 0 {
             return Err(BackendError::InvalidEngineConfig("ring_entries must be > 0"));
         }
@@ -209,6 +228,9 @@ impl IoEngine {
         }
         if config.small_buffer_count > 0 && config.small_buffer_size == 0 {
             return Err(BackendError::InvalidEngineConfig("small_buffer_size must be > 0"));
+        }
+        if config.discard_queue_depth == 0 {
+            return Err(BackendError::InvalidEngineConfig("discard_queue_depth must be > 0"));
         }
         let pool = BufferPool::new(&[
             (config.buffer_size, config.buffer_count),
@@ -230,6 +252,9 @@ impl IoEngine {
             files: HashMap::default(),
             free_file_slots,
             async_block_discard: true,
+            discard: None,
+            discard_queue_depth: config.discard_queue_depth,
+            discard_counters: counters,
         })
     }
 
@@ -377,8 +402,13 @@ impl IoEngine {
             f(completion);
         }
         self.ready_signalled = false;
+        if let Some(worker) = &mut self.discard {
+            worker.drain(&mut f);
+        }
         let (pool, in_flight, groups) = (&mut self.pool, &mut self.in_flight, &mut self.groups);
         let mut async_block_discard = self.async_block_discard;
+        // Discards the kernel refused (no io_uring block discard), for the worker; allocates only then.
+        let mut to_worker = Vec::new();
         self.ring.drain_completions(|user_data, res, extra| {
             let Some(entry) = in_flight.remove(user_data) else {
                 tracing::error!(user_data, "completion for no op in flight");
@@ -389,12 +419,13 @@ impl IoEngine {
             }
             let result = match (entry.expect, &entry.storage) {
                 (Expect::BlockDiscard { offset, len }, Some(storage)) if res == -libc::EOPNOTSUPP => {
-                    // This kernel has no io_uring block discard: use the (synchronous) ioctl from now on.
+                    // This kernel has no io_uring block discard: the worker's BLKDISCARD from now on.
                     if async_block_discard {
-                        tracing::info!("io_uring block discard unsupported; using BLKDISCARD");
+                        tracing::info!("io_uring block discard unsupported; using BLKDISCARD on a worker thread");
                         async_block_discard = false;
                     }
-                    ring::block_device_discard(storage.raw_fd().unwrap_or(-1), offset, len).map(|()| 0)
+                    to_worker.push((entry.tag, Arc::clone(storage), offset, len));
+                    return;
                 }
                 (Expect::Nvme(len), _) => nvme::cqe_result(res, extra, len),
                 (Expect::NvmePart(group), _) => {
@@ -411,12 +442,16 @@ impl IoEngine {
             f(IoCompletion { tag: entry.tag, result });
         });
         self.async_block_discard = async_block_discard;
+        if !to_worker.is_empty() {
+            self.move_discards_to_worker(to_worker, &mut f);
+        }
     }
 
     /// Ops pushed whose completion has not been delivered by `reap` yet.
     pub fn in_flight(&self) -> usize {
         // An op split into several NVMe commands counts once.
-        self.in_flight.len().saturating_sub(self.groups.parts) + self.groups.len() + self.ready.len()
+        let at_worker = self.discard.as_ref().map_or(0, DiscardWorker::outstanding);
+        self.in_flight.len().saturating_sub(self.groups.parts) + self.groups.len() + self.ready.len() + at_worker
     }
 
     /// An eventfd registered with the ring: readable when completions are ready. Register it with mio

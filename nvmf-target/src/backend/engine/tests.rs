@@ -2,6 +2,7 @@
 //! devices and NVMe passthrough (the last two only where the machine has one).
 
 use super::*;
+use crate::backend::ring;
 use crate::backend::StorageSpec;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ fn small_engine(ring_entries: u32, large: usize, small: usize) -> IoEngine {
         small_buffer_size: 4096,
         small_buffer_count: small,
         max_files: 4,
+        ..EngineConfig::default()
     })
     .unwrap()
 }
@@ -409,6 +411,7 @@ fn engine_config_is_validated() {
         EngineConfig { buffer_size: 0, ..EngineConfig::default() },
         EngineConfig { small_buffer_size: 0, ..EngineConfig::default() },
         EngineConfig { buffer_size: 2 << 30, ..EngineConfig::default() },
+        EngineConfig { discard_queue_depth: 0, ..EngineConfig::default() },
     ];
     for config in bad {
         assert!(IoEngine::new(&config).is_err(), "{config:?}");
@@ -418,33 +421,89 @@ fn engine_config_is_validated() {
     assert_eq!(engine.pool().capacity(), 32 + 512);
 }
 
-/// Needs root and a free loop device: `cargo test -- --ignored block_device`.
-#[test]
-#[ignore = "needs root and a loop device"]
-fn block_device_round_trips() {
+/// Runs `f` on an 8 MiB loop device (needs root and a free loop device), detached afterwards.
+fn with_loop_device(f: impl FnOnce(&Arc<Storage>) + std::panic::UnwindSafe) {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let image = dir.path().join("loop.img");
     std::fs::write(&image, vec![0u8; 8 << 20]).unwrap();
     let out = std::process::Command::new("losetup").args(["--find", "--show"]).arg(&image).output().unwrap();
     assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
     let dev = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    let result = std::panic::catch_unwind(|| {
-        let spec = StorageSpec::Path { path: dev.clone().into(), block_size: 512 };
+    let path = std::path::PathBuf::from(&dev);
+    let result = std::panic::catch_unwind(move || {
+        let spec = StorageSpec::Path { path, block_size: 512 };
         let storage = Arc::new(Storage::open(&spec).unwrap());
         assert_eq!(storage.capacity(), 8 << 20);
-        assert!(storage.is_direct());
-        exercise(&storage, None);
-        // Discard went through io_uring (this kernel is 6.12+), not the ioctl fallback.
-        let mut engine = small_engine(8, 1, 2);
-        write_at(&mut engine, &storage, 0, &[0x5a; 4096], false);
-        assert_eq!(run(&mut engine, &storage, IoOp::Discard { offset: 0, len: 4096 }, None).unwrap(), 0);
-        assert!(engine.async_block_discard);
-        assert_eq!(read_at(&mut engine, &storage, 0, 4096), vec![0u8; 4096]);
+        f(&storage);
     });
     let _ = std::process::Command::new("losetup").args(["-d", &dev]).status();
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// Needs root and a free loop device: `cargo test -- --ignored block_device`.
+#[test]
+#[ignore = "needs root and a loop device"]
+fn block_device_round_trips() {
+    with_loop_device(|storage| {
+        assert!(storage.is_direct());
+        exercise(storage, None);
+        // Discard went through io_uring (this kernel is 6.12+), not the ioctl fallback.
+        let mut engine = small_engine(8, 1, 2);
+        write_at(&mut engine, storage, 0, &[0x5a; 4096], false);
+        assert_eq!(run(&mut engine, storage, IoOp::Discard { offset: 0, len: 4096 }, None).unwrap(), 0);
+        assert!(engine.async_block_discard);
+        assert!(engine.discard.is_none(), "no worker thread without a fallback");
+        assert_eq!(read_at(&mut engine, storage, 0, 4096), vec![0u8; 4096]);
+    });
+}
+
+/// The `BLKDISCARD` fallback (kernels before 6.12) runs on the discard worker, never on the engine's thread; a
+/// discard beyond `discard_queue_depth` is handed back like one on a full ring, and counted. Needs root and a
+/// free loop device: `cargo test -- --ignored block_device`.
+#[test]
+#[ignore = "needs root and a loop device"]
+fn block_device_discard_fallback_runs_off_the_reactor_thread() {
+    with_loop_device(|storage| {
+        let counters = Arc::new(DiscardCounters::default());
+        let config = EngineConfig { discard_queue_depth: 2, ..EngineConfig::default() };
+        let mut engine = IoEngine::with_discard_counters(&config, Arc::clone(&counters)).unwrap();
+        engine.async_block_discard = false;
+        for (i, offset) in [0u64, 65536, 131_072].into_iter().enumerate() {
+            write_at(&mut engine, storage, offset, &pattern(i as u64, 65536), false);
+        }
+        assert!(engine.discard.is_none(), "the worker starts at the first fallback");
+
+        let discard = |offset| IoOp::Discard { offset, len: 65536 };
+        engine.push(1, storage, discard(0), None).unwrap();
+        engine.push(2, storage, discard(65536), None).unwrap();
+        assert_eq!(engine.push(3, storage, discard(131_072), None), Err(discard(131_072)), "queue full: handed back");
+        assert_eq!((counters.queue_full(), engine.in_flight()), (1, 2));
+        engine.submit().unwrap();
+        // Completions arrive through the eventfd and reap, as the kernel's do.
+        let mut done: Vec<(u64, u32)> =
+            wait_for(&mut engine, 2).into_iter().map(|c| (c.tag, c.result.unwrap())).collect();
+        done.sort_unstable();
+        assert_eq!(done, [(1, 0), (2, 0)]);
+        // Drained: room again.
+        assert_eq!(run(&mut engine, storage, discard(131_072), None).unwrap(), 0);
+        assert_eq!(engine.in_flight(), 0);
+        assert_eq!(counters.ran(), 3);
+        let ran_on = discard::RAN_ON.lock().unwrap().clone();
+        assert_eq!(ran_on, ["nvmf-discard"; 3], "every ioctl ran on the worker thread");
+        assert_ne!(std::thread::current().name(), Some("nvmf-discard"));
+        for offset in [0u64, 65536, 131_072] {
+            assert_eq!(read_at(&mut engine, storage, offset, 65536), vec![0u8; 65536], "discarded at {offset}");
+        }
+        drop(engine);
+        assert!(
+            !std::fs::read_dir("/proc/self/task").unwrap().any(|t| {
+                std::fs::read_to_string(t.unwrap().path().join("comm")).is_ok_and(|c| c.trim() == "nvmf-discard")
+            }),
+            "the worker ends with its engine"
+        );
+    });
 }
 
 /// Needs root and an NVMe drive whose namespace is blank and expendable (the test VM's emulated one):
@@ -504,6 +563,7 @@ fn passthrough_nvme_round_trips() {
         small_buffer_size: 4096,
         small_buffer_count: 0,
         max_files: 4,
+        ..EngineConfig::default()
     })
     .unwrap();
     let offset = 8 << 20;

@@ -261,6 +261,7 @@ fn transfers_larger_than_the_engine_buffers_fail_instead_of_waiting() {
         small_buffer_size: 4096,
         small_buffer_count: 0,
         max_files: 4,
+        ..EngineConfig::default()
     })
     .unwrap();
     assert_eq!(a.io.read(&mut a.engine, 1, 0, 256).status(), Status::INVALID_FIELD.with_dnr());

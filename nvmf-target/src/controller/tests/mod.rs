@@ -67,6 +67,7 @@ fn engine_with(buffers: usize) -> IoEngine {
         small_buffer_size: 64 << 10,
         small_buffer_count: 0,
         max_files: 4,
+        ..EngineConfig::default()
     })
     .expect("io_uring engine")
 }
