@@ -112,5 +112,7 @@ else
     "'systemd-sysusers', 'chgrp nvmf /etc/nvmf/target.toml' and 'chgrp nvmf-host /etc/nvmf/host.toml'"
 fi
 echo "install.sh: done. Check the configuration with: $prefix/bin/nvmf-target --config /etc/nvmf/target.toml --check"
+echo "install.sh: for namespaces on block devices: mkdir -p /etc/systemd/system/nvmf-target.service.d && $prefix/bin/nvmf-target systemd-devices" \
+  "> /etc/systemd/system/nvmf-target.service.d/devices.conf (the devices the configuration names), systemctl daemon-reload"
 echo "install.sh: then: systemctl enable --now nvmf-target"
 echo "install.sh: for the host: edit /etc/nvmf/host.toml, then: systemctl enable --now nvmf-host"

@@ -7,7 +7,7 @@
 //! group) and the transports: [`tcp`] (NVMe/TCP: its acceptor thread and its poll group) and, with the `rdma`
 //! feature, `rdma` (NVMe/RDMA: its RDMA CM thread and its poll group); [`controller`] is the transport-agnostic
 //! NVMe-oF controller (subsystems, namespaces, queues, admin and I/O commands); [`backend`] does the storage I/O;
-//! [`metrics`] reads the counters at scrape time.
+//! [`metrics`] reads the counters at scrape time; [`systemd_devices`] prints the service's device drop-in.
 #![deny(missing_docs)]
 
 pub mod backend;
@@ -23,5 +23,6 @@ pub mod reactor;
 pub mod reload;
 pub mod serve;
 pub mod signals;
+pub mod systemd_devices;
 pub mod tcp;
 pub mod transport;

@@ -1,6 +1,7 @@
 //! The nvmf-target daemon: parse the command line, load the configuration, start logging, then
 //! [`serve`](nvmf_target::serve::serve) until SIGTERM/SIGINT. `nvmf-target reload` is the control client
-//! ([`nvmf_target::control::request_reload`]).
+//! ([`nvmf_target::control::request_reload`]); `nvmf-target systemd-devices` prints the unit's device drop-in
+//! ([`nvmf_target::systemd_devices`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,6 +36,16 @@ struct Cli {
 enum Command {
     /// Validate the configuration file, then ask the running daemon to reload it and print what changed.
     Reload(ReloadArgs),
+    /// Print the systemd drop-in that lets nvmf-target.service open the device nodes the configuration names,
+    /// and no others (for /etc/systemd/system/nvmf-target.service.d/devices.conf).
+    SystemdDevices(SystemdDevicesArgs),
+}
+
+#[derive(Debug, Args)]
+struct SystemdDevicesArgs {
+    /// The configuration file the service runs from.
+    #[arg(short, long, value_name = "FILE", default_value = "/etc/nvmf/target.toml")]
+    config: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -49,8 +60,14 @@ struct ReloadArgs {
 
 fn main() -> anyhow::Result<ExitCode> {
     let mut cli = Cli::parse();
-    if let Some(Command::Reload(args)) = &cli.command {
-        return reload(args);
+    match &cli.command {
+        Some(Command::Reload(args)) => return reload(args),
+        Some(Command::SystemdDevices(args)) => {
+            let config = TargetConfig::from_file(&args.config)?;
+            print!("{}", nvmf_target::systemd_devices::drop_in(&config, &args.config)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        None => {}
     }
     // The daemon names its file to `nvmf-target reload`, which may run from another directory: keep it absolute.
     if let Some(path) = &mut cli.config {

@@ -147,7 +147,42 @@ fn systemd_units_verify() {
     let complaints = verify_unit(&analyze, &src.join("nvmf-target.service"), &bad, &stub);
     assert!(complaints.contains("LimitMEMLOK"), "a misspelt key must be reported, got: {complaints:?}");
 
-    // sysusers.d: parses and declares each service user (the target's in group disk).
+    // The drop-in `nvmf-target systemd-devices` prints verifies beside the unit, and allows exactly the device
+    // node the configuration names.
+    let node = fs::read_dir("/dev")
+        .expect("/dev")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| fs::metadata(p).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type())));
+    if let Some(node) = node {
+        let config = format!(
+            "[[listener]]\naddress = \"127.0.0.1\"\n[[subsystem]]\nnqn = \"nqn.2024-01.io.nvmf-rs:unit\"\n\
+             [[subsystem.namespace]]\nmemory = \"1MiB\"\n[[subsystem.namespace]]\npath = \"{}\"\n",
+            node.display()
+        );
+        let config = nvmf_config::TargetConfig::from_str(&config, "target.toml").expect("config");
+        let devices =
+            nvmf_target::systemd_devices::drop_in(&config, Path::new("/etc/nvmf/target.toml")).expect("drop-in");
+        assert!(devices.contains(&format!("\nDeviceAllow={} rw\n", node.display())), "{devices}");
+        assert_eq!(devices.matches("DeviceAllow=").count(), 1, "{devices}");
+        let src = tmp.path().join("devices-src");
+        fs::create_dir_all(src.join("nvmf-target.service.d")).expect("devices source");
+        fs::copy(systemd.join("nvmf-target.service"), src.join("nvmf-target.service")).expect("unit");
+        fs::write(src.join("nvmf-target.service.d/devices.conf"), &devices).expect("devices.conf");
+        let dir = tmp.path().join("devices");
+        fs::create_dir(&dir).expect("devices folder");
+        let complaints = verify_unit(&analyze, &src.join("nvmf-target.service"), &dir, &stub);
+        assert!(complaints.is_empty(), "systemd-analyze verify with devices.conf:\n{complaints}\n{devices}");
+    }
+    // The unit alone allows no block device and gives no device group.
+    let unit = fs::read_to_string(systemd.join("nvmf-target.service")).expect("unit");
+    assert!(unit.contains("\nDevicePolicy=closed\n"));
+    assert!(
+        !unit.lines().any(|l| l.starts_with("DeviceAllow=block-") || l.starts_with("SupplementaryGroups=")),
+        "{unit}"
+    );
+
+    // sysusers.d: parses and declares each service user (in no device group: the devices drop-in grants it).
     let root = tmp.path().join("root");
     fs::create_dir_all(root.join("etc")).expect("sysusers root");
     for (file, user) in [("nvmf.conf", "nvmf"), ("nvmf-host.conf", "nvmf-host")] {
