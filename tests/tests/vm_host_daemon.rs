@@ -2,7 +2,9 @@
 //! namespace) in the test VM, the way a boot-time mount uses it: the configured controller is connected at
 //! start (SQ flow control disabled: nvmet-tcp ends successful reads with their last data PDU), its namespace is
 //! exported over NBD on a unix socket, the kernel's nbd driver attaches it with
-//! `nbd-client`, fio verifies data through it, ext4 is made, mounted, written, remounted and checked; a second
+//! `nbd-client`, fio verifies data through it, ext4 is made, mounted, written, remounted and checked (then
+//! `nvmf-host nbd` in the foreground serves the same namespace on its default owner-only unix socket, where
+//! `nbd-client -u` finds the file system); a second
 //! subsystem's namespace is exported as `/dev/ublkbN` (ublk_drv) and gets the same treatment; the CLI lists both
 //! controllers; SIGTERM removes the devices and ends both associations with CC.SHN acknowledged by the kernel
 //! target.
@@ -89,6 +91,7 @@ cmp /tmp/host/payload2 /tmp/mnt2/payload && echo "ublk payload read back: ok"
 umount /tmp/mnt2
 fsck.ext4 -n -f $ublk >&2 && echo "ublk fsck: clean"
 
+echo "nbd socket: $(stat -c '%F %a' /tmp/host/disk.sock)"
 nbd-client -N nvmf0n1 -u /tmp/host/disk.sock /dev/nbd0 >&2
 echo "nbd0 size: $(blockdev --getsize64 /dev/nbd0)"
 fio_verify /dev/nbd0 5
@@ -106,6 +109,16 @@ umount /tmp/mnt
 fsck.ext4 -n -f /dev/nbd0 >&2 && echo "fsck: clean"
 nbd-client -d /dev/nbd0 >&2
 
+# `nvmf-host nbd` in the foreground serves by default on an owner-only unix socket under /run/nvmf-host.
+start_daemon fg "$NVMF_HOST_BIN" nbd -a 127.0.0.1 -n {NQN} -i 1
+daemon_ready fg 'exported at nbd+unix:///?socket=/run/nvmf-host/nbd.sock'
+echo "fg socket: $(stat -c '%F %a' /run/nvmf-host/nbd.sock), directory $(stat -c %a /run/nvmf-host)"
+nbd-client -u /run/nvmf-host/nbd.sock /dev/nbd1 >&2
+echo "fg file system: $(blkid -o value -s TYPE /dev/nbd1)"
+nbd-client -d /dev/nbd1 >&2
+stop_daemon fg 30 && echo "fg exit: 0"
+echo "fg socket after exit: $(test -e /run/nvmf-host/nbd.sock && echo present || echo removed)"
+
 stop_daemon host 30 && echo "daemon exit: 0"
 echo "ublk device after exit: $(test -e "$ublk" && echo present || echo removed)"
 grep -E 'disconnect' "$(daemon_log host)" >&2 || true
@@ -121,7 +134,12 @@ echo "kernel keep-alive expiries: $(dmesg | grep -c 'keep-alive timer' || true)"
     for needle in [
         "state: live\n",
         "size: 268435456\n",
+        "nbd socket: socket 600\n",
         "nbd0 size: 268435456\n",
+        "fg socket: socket 600, directory 700\n",
+        "fg file system: ext4\n",
+        "fg exit: 0\n",
+        "fg socket after exit: removed\n",
         "payload read back: ok\n",
         "fsck: clean\n",
         "daemon exit: 0\n",
