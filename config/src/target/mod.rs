@@ -290,8 +290,8 @@ pub struct ReactorConfig {
     pub cpus: Vec<usize>,
     /// Block discards (Dataset Management deallocate) each reactor's discard worker may have queued, 1..=65536,
     /// on kernels without io_uring block discard (before 6.12), where a worker thread runs `BLKDISCARD` so the
-    /// reactor never waits for the device; one more waits like a command on a full ring
-    /// (`nvmf_target_blkdiscard_queue_full_total`). Default 64.
+    /// reactor never waits for the device; one more waits like a command on a full ring, each try counted in
+    /// `nvmf_target_blkdiscard_queue_full_total`. Default 64.
     pub discard_queue_depth: usize,
 }
 

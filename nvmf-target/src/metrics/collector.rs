@@ -252,8 +252,8 @@ impl Collector for TargetCollector {
                 ),
                 (
                     "nvmf_target_blkdiscard_queue_full",
-                    "Block discards that waited because their reactor's discard worker had [reactors] \
-                     discard_queue_depth queued.",
+                    "Times a block discard was handed back (the command waits and retries) because its reactor's \
+                     discard worker had [reactors] discard_queue_depth queued.",
                     discards.queue_full(),
                 ),
             ];

@@ -17,7 +17,8 @@
 //! - `nvmf_target_errors_total{subsystem,status}` — completions with an error status, by `Status::name()`.
 //! - `nvmf_target_keep_alive_expiries_total{subsystem}` — associations ended by the Keep Alive Timer.
 //! - `nvmf_target_blkdiscard_total`, `nvmf_target_blkdiscard_queue_full_total` — block discards run by the reactors'
-//!   discard workers (kernels without io_uring discard), and those that waited for room in a worker's queue.
+//!   discard workers (kernels without io_uring discard), and the times one was handed back for want of room in a
+//!   worker's queue (its command waits and retries; each retry counts).
 //!
 //! `namespace="0"` holds commands that name no namespace of the subsystem: admin and fabrics commands, broadcast
 //! or invalid NSIDs. Commands are counted from the queue's Connect on (a refused Connect belongs to no subsystem

@@ -25,6 +25,7 @@ use super::super::Storage;
 use super::{IoCompletion, IoEngine};
 
 /// Counts of the discard workers of every engine that shares them (the daemon: all reactors), read at scrape.
+/// `queue_full` counts refused pushes: a command retrying its discard counts at each try.
 #[derive(Debug, Default)]
 pub struct DiscardCounters {
     ran: AtomicU64,
