@@ -86,7 +86,8 @@ impl TargetCollector {
         self
     }
 
-    /// The RDMA families: work requests posted and completions by opcode, error completions by status, live QPs.
+    /// The RDMA families: work requests posted and completions by opcode, error completions by status, stale
+    /// completions, live QPs.
     #[cfg(feature = "rdma")]
     fn encode_rdma(&self, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
         fn sum(into: &mut Vec<(&'static str, u64)>, items: impl IntoIterator<Item = (&'static str, u64)>) {
@@ -97,11 +98,12 @@ impl TargetCollector {
                 }
             }
         }
-        let (mut posted, mut completed, mut errors, mut qps) = (Vec::new(), Vec::new(), Vec::new(), 0);
+        let (mut posted, mut completed, mut errors, mut stale, mut qps) = (Vec::new(), Vec::new(), Vec::new(), 0, 0);
         for r in &self.rdma {
             sum(&mut posted, r.work_requests());
             sum(&mut completed, r.completions());
             sum(&mut errors, r.completion_errors());
+            stale += r.stale_completions();
             qps += r.queue_pairs();
         }
         let families = [
@@ -120,6 +122,13 @@ impl TargetCollector {
                 counter(&mut m, &[(label, value)], *n)?;
             }
         }
+        let mut m = encoder.encode_descriptor(
+            "nvmf_target_rdma_stale_completions",
+            "RDMA work completions for a queue pair already destroyed (dropped, never delivered).",
+            None,
+            MetricType::Counter,
+        )?;
+        counter(&mut m, &[], stale)?;
         let mut m = encoder.encode_descriptor(
             "nvmf_target_rdma_queue_pairs",
             "NVMe/RDMA queue pairs alive now (connected or draining).",

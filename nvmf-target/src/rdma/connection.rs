@@ -33,49 +33,13 @@ use nvmf_common::transport::rdma::verbs::{MemoryRegion, QueuePair, RdmaError, Wo
 use super::counters::RdmaCounters;
 use super::device::{DeviceContext, SharedReceive};
 use super::memory::{post_recvs, post_sends, received, PostScratch, ReceiveQueue, Work};
+use super::routing::{split_wr_id, wr_id, ConnectionKey, WrKind};
 use crate::backend::{BufferId, IoEngine};
 use crate::controller::{Queue, QueueError, SlotId, Step};
 
 /// How long a closing connection waits for its posted work requests to flush before it is dropped anyway
 /// (destroying the queue pair ends them all).
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What a work request was, encoded in its `wr_id` beside the connection and the index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WrKind {
-    /// A receive buffer (index: the buffer).
-    Recv,
-    /// A buffer of the reactor's shared receive queue on the device (connection 0; index: the buffer).
-    SharedRecv,
-    /// An RDMA READ of a command's data (index: the slot).
-    Read,
-    /// A response SEND (index: the slot), possibly after an RDMA WRITE.
-    Send,
-}
-
-/// `wr_id` of a work request: connection key (bits 63-32), kind (bits 31-24), index (bits 15-0).
-pub(crate) fn wr_id(connection: u32, kind: WrKind, index: u16) -> u64 {
-    let kind = match kind {
-        WrKind::Recv => 1u64,
-        WrKind::Read => 2,
-        WrKind::Send => 3,
-        WrKind::SharedRecv => 4,
-    };
-    (u64::from(connection) << 32) | (kind << 24) | u64::from(index)
-}
-
-/// The connection key, kind and index of a `wr_id`, or `None` for one we never made.
-pub(crate) fn split_wr_id(wr_id: u64) -> Option<(u32, WrKind, u16)> {
-    let [index_lo, index_hi, _, kind, c0, c1, c2, c3] = wr_id.to_le_bytes();
-    let kind = match kind {
-        1 => WrKind::Recv,
-        2 => WrKind::Read,
-        3 => WrKind::Send,
-        4 => WrKind::SharedRecv,
-        _ => return None,
-    };
-    Some((u32::from_le_bytes([c0, c1, c2, c3]), kind, u16::from_le_bytes([index_lo, index_hi])))
-}
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]
@@ -172,7 +136,7 @@ struct Keyed {
 /// How a connection was set up (by the reactor's accept).
 #[derive(Debug)]
 pub(crate) struct ConnectionSetup {
-    pub(crate) key: u32,
+    pub(crate) key: ConnectionKey,
     pub(crate) device: usize,
     pub(crate) depth: u16,
     pub(crate) receive_size: usize,
@@ -624,21 +588,6 @@ fn posted_count(result: &Result<(), RdmaError>, n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wr_ids_round_trip_and_foreign_ones_are_refused() {
-        for (conn, kind, index) in [
-            (0, WrKind::Recv, 0),
-            (7, WrKind::Read, 255),
-            (u32::MAX, WrKind::Send, u16::MAX),
-            (1 << 20, WrKind::Recv, 9),
-            (0, WrKind::SharedRecv, 4095),
-        ] {
-            assert_eq!(split_wr_id(wr_id(conn, kind, index)), Some((conn, kind, index)));
-        }
-        assert_eq!(split_wr_id(0), None);
-        assert_eq!(split_wr_id(5 << 24), None);
-    }
 
     fn read(slot: u16) -> PendingRead {
         PendingRead { slot: SlotId::new(slot), buffer: BufferId::from_raw(u32::from(slot)), len: 4096 }

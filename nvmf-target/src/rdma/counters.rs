@@ -1,12 +1,12 @@
 //! [`RdmaCounters`]: one reactor's NVMe/RDMA counters — work requests posted and completed by opcode, error
-//! completions by status, live queue pairs. The reactor thread is the only writer; metrics read them at scrape time.
+//! completions by status, stale completions, live queue pairs. The reactor thread is the only writer; metrics read them at scrape time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nvmf_common::transport::rdma::verbs::WcStatus;
 
-use super::connection::WrKind;
 use super::memory::Work;
+use super::routing::WrKind;
 
 /// Work completion status values counted one by one (higher ones are counted with the last).
 const STATUS_SLOTS: usize = 24;
@@ -22,6 +22,8 @@ pub struct RdmaCounters {
     errors: [AtomicU64; STATUS_SLOTS],
     /// Live queue pairs.
     queue_pairs: AtomicU64,
+    /// Completions whose queue pair was already gone (dropped, never delivered).
+    stale: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -65,6 +67,10 @@ impl RdmaCounters {
         bump(&self.errors[i], 1);
     }
 
+    pub(crate) fn stale_completion(&self) {
+        bump(&self.stale, 1);
+    }
+
     /// Posted work requests by opcode (`rdma_read`, `rdma_write`, `send`, `send_with_invalidate`, `recv`).
     pub fn work_requests(&self) -> [(&'static str, u64); 5] {
         let v = |i: usize| self.posted[i].load(Ordering::Relaxed);
@@ -84,6 +90,11 @@ impl RdmaCounters {
             let status = WcStatus::from_raw(u32::try_from(i).ok()?);
             (n > 0).then(|| (status.name(), n))
         })
+    }
+
+    /// Completions that arrived for a queue pair already destroyed, and were dropped.
+    pub fn stale_completions(&self) -> u64 {
+        self.stale.load(Ordering::Relaxed)
     }
 
     /// Live queue pairs.

@@ -13,9 +13,9 @@ use nvmf_common::transport::rdma::verbs::{
     RdmaError, SharedReceiveQueue,
 };
 
-use super::connection::{wr_id, WrKind};
 use super::counters::RdmaCounters;
 use super::memory::{post_recvs, register_pool, PoolRegion, PostScratch, ReceiveQueue};
+use super::routing::{wr_id, ConnectionKey, WrKind};
 use crate::backend::IoEngine;
 
 /// Completion queue entries each reactor asks of a device (bounded by the device's `max_cqe`).
@@ -41,7 +41,7 @@ pub(crate) struct SharedReceive {
     /// receive on their own queue pair).
     pub(crate) buffer_size: usize,
     /// Queue pair number → connection key, filled at accept and emptied when the connection is dropped.
-    pub(crate) connections: HashMap<u32, u32>,
+    pub(crate) connections: HashMap<u32, ConnectionKey>,
     /// Buffers to post back at the end of this turn (all of them at creation).
     pub(crate) reposts: Vec<u16>,
     scratch: PostScratch,
@@ -63,7 +63,7 @@ impl SharedReceive {
             &self.region,
             self.buffer_size,
             &self.reposts,
-            |i| wr_id(0, WrKind::SharedRecv, i),
+            |i| wr_id(ConnectionKey::from_raw(0), WrKind::SharedRecv, i),
             &mut self.scratch,
         );
         let posted = match &result {
@@ -108,6 +108,10 @@ pub(crate) struct DeviceContext {
     pub(crate) cq_reserved: u32,
     /// The shared receive queue, made at the first `srq` connection.
     pub(crate) shared: Option<SharedReceive>,
+    /// A queue pair on this device was destroyed since the CQ was last polled empty: its completions may still be
+    /// in the CQ. Shared receives are routed by queue pair number, which a new queue pair may get again, so no
+    /// queue pair is created on the device before the CQ was drained.
+    pub(crate) unreaped: bool,
 }
 
 impl DeviceContext {
@@ -121,7 +125,18 @@ impl DeviceContext {
         let pool = register_pool(&pd, engine.pool())?;
         tracing::info!(device = %device.name(), pool_bytes = pool.len(), cqe = cq.capacity(),
             send_with_invalidate = attrs.device_cap_flags.send_with_invalidate(), "RDMA device opened");
-        Ok(DeviceContext { device, attrs, pd, channel, cq, armed: true, pool, cq_reserved: 0, shared: None })
+        Ok(DeviceContext {
+            device,
+            attrs,
+            pd,
+            channel,
+            cq,
+            armed: true,
+            pool,
+            cq_reserved: 0,
+            shared: None,
+            unreaped: false,
+        })
     }
 
     /// Reserve `entries` completion queue entries for a new connection; false if the CQ cannot hold them.

@@ -15,6 +15,8 @@
 //!   in-capsule data) pre-posted and reposted in batches, keyed SGL data fetched by RDMA READ (at most the
 //!   negotiated initiator depth outstanding, the rest in a FIFO), read data RDMA WRITTEN chained with the response
 //!   SEND in one post, teardown that waits for every posted work request to flush.
+//! - `routing`: how a work or storage completion finds its connection (slot and generation: a stale one finds
+//!   nothing).
 //! - `memory`: the transport's only `unsafe`: registering the pool region and posting work requests.
 //!
 //! Everything but the listener runs on the reactor thread that owns the connection; the data path takes no lock,
@@ -27,6 +29,7 @@ pub(crate) mod device;
 pub mod listener;
 pub(crate) mod memory;
 mod poll_group;
+pub(crate) mod routing;
 
 pub use config::RdmaTransportConfig;
 pub use counters::RdmaCounters;

@@ -10,11 +10,15 @@
 //! always for a loopback peer); only a CQ found empty is re-armed (a system call with most providers) and polled
 //! once more (completions that arrived before the re-arm raise no event). While those end-of-turn polls find
 //! completions the reactor turns again without sleeping; an idle reactor sleeps on armed CQs, spinning never.
-//! Each completion is routed to its connection by the `wr_id`'s connection key (no lookup), or, for a receive of
-//! a shared receive queue, by its queue pair number (a map filled at accept; the buffer is reposted to the shared
-//! queue at the end of the turn, after its command went to the queue). The connection key is also the connection's
-//! slot, its controller queue's key (storage completions) and, for the CM channel and devices, the poll tokens are
-//! the group's own: 0 for the CM channel, 1 + i for device context i.
+//! Each completion is routed to its connection by the `wr_id`'s connection key (an index and a generation
+//! compare: `routing`), or, for a receive of a shared receive queue, by its queue pair number (a map to keys filled
+//! at accept; the buffer is reposted to the shared queue at the end of the turn, after its command went to the
+//! queue). A completion whose connection is gone is counted and dropped. The connection key is also the controller
+//! queue's key (storage completions); the poll tokens are the group's own: 0 for the CM channel, 1 + i for device
+//! context i.
+//!
+//! When a queue pair is destroyed (once drained, or after the flush timeout) its device's CQ is drained before
+//! another queue pair is created there, so a shared receive of the old one cannot carry the number a new one got.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -31,10 +35,11 @@ use nvmf_common::transport::rdma::verbs::{
     WorkCompletion,
 };
 
-use super::connection::{split_wr_id, ConnectionSetup, RdmaConnection, RdmaConnectionError, WrKind};
+use super::connection::{ConnectionSetup, RdmaConnection, RdmaConnectionError};
 use super::counters::RdmaCounters;
 use super::device::DeviceContext;
 use super::listener::{reject, RdmaAccepted};
+use super::routing::{split_wr_id, ConnectionKey, ConnectionTable, WrKind};
 use crate::backend::IoEngine;
 use crate::controller::{Queue, SlotId, TransportInfo};
 use crate::reactor::RETRY_AFTER;
@@ -52,15 +57,19 @@ const POLL_BATCH: usize = 64;
 /// How soon the reactor tries again to arm a completion queue whose arming failed.
 const ARM_RETRY: Duration = Duration::from_millis(50);
 
+/// A connection and its admission ticket (given back when the connection is dropped).
+#[derive(Debug)]
+struct Served {
+    conn: RdmaConnection,
+    admitted: Admitted,
+}
+
 /// A reactor's NVMe/RDMA queue pairs (see the module docs).
 #[derive(Debug)]
 pub struct RdmaPollGroup {
     index: usize,
     // Dropped before the device contexts: queue pairs go before the pool's region they name.
-    connections: Vec<Option<RdmaConnection>>,
-    /// Per connection slot: the connection's admission ticket, dropped with it.
-    places: Vec<Option<Admitted>>,
-    free: Vec<usize>,
+    connections: ConnectionTable<Served>,
     devices: Vec<DeviceContext>,
     cm: Option<EventChannel>,
     counters: Arc<RdmaCounters>,
@@ -72,9 +81,7 @@ impl RdmaPollGroup {
     pub fn new(index: usize, counters: Arc<RdmaCounters>) -> Self {
         RdmaPollGroup {
             index,
-            connections: Vec::new(),
-            places: Vec::new(),
-            free: Vec::new(),
+            connections: ConnectionTable::default(),
             devices: Vec::new(),
             cm: None,
             counters,
@@ -96,6 +103,14 @@ impl RdmaPollGroup {
                 return;
             }
         };
+        if self.devices[dev].unreaped {
+            self.drain(dev, cx.engine);
+            if self.devices[dev].unreaped {
+                tracing::warn!(reactor = self.index, peer = ?peer_addr, "completion queue not drained; rejecting");
+                reject(&mut id, RdmaCmRejectStatus::NoResources);
+                return;
+            }
+        }
         let d = &mut self.devices[dev];
         let depth = depth.min(u16::try_from(d.attrs.max_qp_wr / 3).unwrap_or(u16::MAX)).max(1);
         let max_send_wr = 3 * u32::from(depth);
@@ -107,12 +122,14 @@ impl RdmaPollGroup {
             reject(&mut id, RdmaCmRejectStatus::NoResources);
             return;
         }
-        let slot = self.free.pop().unwrap_or_else(|| {
-            self.connections.push(None);
-            self.connections.len() - 1
-        });
+        let Some(key) = self.connections.reserve() else {
+            tracing::warn!(reactor = self.index, peer = ?peer_addr, "connection table full; rejecting");
+            d.unreserve_cq(cq_entries);
+            reject(&mut id, RdmaCmRejectStatus::NoResources);
+            return;
+        };
         let setup = ConnectionSetup {
-            key: u32::try_from(slot).unwrap_or(u32::MAX),
+            key,
             device: dev,
             depth,
             receive_size: rdma.receive_buffer_size(),
@@ -130,7 +147,7 @@ impl RdmaPollGroup {
             local_address: local.map(|a: SocketAddr| a.ip()),
             queue_key: 0,
         };
-        let queue = cx.new_queue(info, setup.key);
+        let queue = cx.new_queue(info, key.to_raw());
         let max_reads = setup.max_reads;
         let engine = &mut *cx.engine;
         match self.create(id, dev, depth, max_send_wr, queue, setup, shared) {
@@ -157,18 +174,19 @@ impl RdmaPollGroup {
                     tracing::warn!(reactor = self.index, peer = ?peer_addr, error = %e, "NVMe/RDMA accept failed");
                     reject(conn.qp_mut().cm_id_mut(), RdmaCmRejectStatus::NoResources);
                     conn.finish(engine);
+                    drop(conn);
                     self.devices[dev].unreserve_cq(cq_entries);
-                    self.free.push(slot);
+                    // Its receives were posted under this key: the release makes their flushes stale.
+                    self.connections.release(key);
+                    self.devices[dev].unreaped = true;
                     return;
                 }
-                tracing::debug!(reactor = self.index, peer = ?peer_addr, qid = request.qid, depth, slot, srq = shared,
-                    qp = conn.qp().qp_num(), "NVMe/RDMA connection accepted");
+                tracing::debug!(reactor = self.index, peer = ?peer_addr, qid = request.qid, depth, slot = key.slot(),
+                    srq = shared, qp = conn.qp().qp_num(), "NVMe/RDMA connection accepted");
                 if let Some(map) = self.devices[dev].shared.as_mut().filter(|_| shared) {
-                    map.connections.insert(conn.qp().qp_num(), conn.setup().key);
+                    map.connections.insert(conn.qp().qp_num(), key);
                 }
-                self.connections[slot] = Some(conn);
-                self.places.resize_with(self.connections.len(), || None);
-                self.places[slot] = Some(admitted);
+                self.connections.fill(key, Served { conn, admitted });
                 self.counters.queue_pair_created();
             }
             Err((id, e)) => {
@@ -177,7 +195,7 @@ impl RdmaPollGroup {
                     reject(&mut id, RdmaCmRejectStatus::NoResources);
                 }
                 self.devices[dev].unreserve_cq(cq_entries);
-                self.free.push(slot);
+                self.connections.release(key);
             }
         }
     }
@@ -277,7 +295,7 @@ impl RdmaPollGroup {
     }
 
     fn cm_event(&mut self, event: &CmEvent, engine: &mut IoEngine) {
-        let conn = self.connections.iter_mut().flatten().find(|c| c.qp().cm_id().key() == event.id);
+        let conn = self.connections.iter_mut().map(|s| &mut s.conn).find(|c| c.qp().cm_id().key() == event.id);
         match (event.kind, conn) {
             // An accepted connection the host never established (it timed out or went away) ends like one it
             // disconnected, or it would hold its queue pair forever.
@@ -335,11 +353,13 @@ impl RdmaPollGroup {
     fn drain(&mut self, dev: usize, engine: &mut IoEngine) -> usize {
         let mut wcs = std::mem::take(&mut self.wcs);
         let mut total = 0;
+        let mut emptied = true;
         loop {
             let n = match self.devices[dev].cq.poll(&mut wcs) {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::error!(reactor = self.index, error = %e, "polling the completion queue failed");
+                    emptied = false;
                     0
                 }
             };
@@ -359,22 +379,30 @@ impl RdmaPollGroup {
                         continue;
                     };
                     let key = shared.connections.get(&wc.qp_num).copied();
-                    let conn =
-                        key.and_then(|k| self.connections.get_mut(usize::try_from(k).ok()?)).and_then(Option::as_mut);
-                    match conn {
-                        Some(conn) => conn.completion(engine, wc, kind, index, Some(shared), &self.counters),
+                    match key.and_then(|k| self.connections.get_mut(k)) {
+                        Some(s) => s.conn.completion(engine, wc, kind, index, Some(shared), &self.counters),
                         None => {
-                            tracing::debug!(reactor = self.index, qp = wc.qp_num, "shared receive for no connection")
+                            self.counters.stale_completion();
+                            tracing::debug!(reactor = self.index, qp = wc.qp_num, "shared receive for no connection");
                         }
                     }
                     // Whatever became of the command (or its connection), the buffer goes back to the shared queue.
                     shared.reposts.push(index);
                     continue;
                 }
-                let conn = usize::try_from(key).ok().and_then(|k| self.connections.get_mut(k)).and_then(Option::as_mut);
-                match conn {
-                    Some(conn) => conn.completion(engine, wc, kind, index, None, &self.counters),
-                    None => tracing::warn!(reactor = self.index, key, "completion for no connection"),
+                match self.connections.get_mut(key) {
+                    Some(s) => s.conn.completion(engine, wc, kind, index, None, &self.counters),
+                    None => {
+                        // Its connection was dropped (after the flush timeout) and the slot may serve another.
+                        self.counters.stale_completion();
+                        tracing::debug!(
+                            reactor = self.index,
+                            slot = key.slot(),
+                            ?kind,
+                            status = wc.status.name(),
+                            "completion for a connection that is gone"
+                        );
+                    }
                 }
             }
             total += n;
@@ -383,6 +411,9 @@ impl RdmaPollGroup {
             }
         }
         self.wcs = wcs;
+        if emptied {
+            self.devices[dev].unreaped = false;
+        }
         total
     }
 }
@@ -414,9 +445,10 @@ impl PollGroup for RdmaPollGroup {
         result: Result<u32, std::io::Error>,
         cx: &mut GroupContext<'_>,
     ) {
-        let conn = usize::try_from(queue_key).ok().and_then(|k| self.connections.get_mut(k)).and_then(Option::as_mut);
-        match conn {
-            Some(conn) => conn.io_completed(cx.engine, slot, result),
+        // A connection is dropped only with no storage op in flight, so this always finds it.
+        let key = u32::try_from(queue_key).ok().map(ConnectionKey::from_raw);
+        match key.and_then(|k| self.connections.get_mut(k)) {
+            Some(s) => s.conn.io_completed(cx.engine, slot, result),
             None => tracing::error!(reactor = self.index, queue_key, "storage completion for no RDMA connection"),
         }
     }
@@ -425,7 +457,7 @@ impl PollGroup for RdmaPollGroup {
         let mut polled = false;
         let now = cx.now;
         let due = |c: &&mut RdmaConnection| notified || c.wants_poll() || c.next_timer().is_some_and(|t| t <= now);
-        for conn in self.connections.iter_mut().flatten().filter(due) {
+        for conn in self.connections.iter_mut().map(|s| &mut s.conn).filter(due) {
             conn.poll(cx.engine, cx.now);
             polled = true;
         }
@@ -437,30 +469,25 @@ impl PollGroup for RdmaPollGroup {
     /// submitted and their responses not posted yet).
     fn end_turn(&mut self, cx: &mut GroupContext<'_>) -> bool {
         let engine = &mut *cx.engine;
-        for slot in 0..self.connections.len() {
-            let Some(conn) = self.connections[slot].as_mut() else { continue };
+        for slot in 0..self.connections.slots() {
+            let Some((key, Served { conn, .. })) = self.connections.at_mut(slot) else { continue };
             let dev = conn.setup().device;
             conn.flush(engine, &self.devices[dev], &self.counters);
-            if conn.is_drained(cx.now) {
-                if let Some(mut conn) = self.connections[slot].take() {
-                    conn.finish(engine);
-                    let entries = conn.setup().cq_entries;
-                    tracing::debug!(
-                        reactor = self.index,
-                        slot,
-                        qp = conn.qp().qp_num(),
-                        "NVMe/RDMA queue pair destroyed"
-                    );
-                    if let Some(shared) = self.devices[dev].shared.as_mut().filter(|_| conn.uses_shared_receive()) {
-                        shared.connections.remove(&conn.qp().qp_num());
-                    }
-                    drop(conn);
-                    self.places[slot] = None;
-                    self.devices[dev].unreserve_cq(entries);
-                    self.free.push(slot);
-                    self.counters.queue_pair_destroyed();
-                }
+            if !conn.is_drained(cx.now) {
+                continue;
             }
+            let Some(Served { mut conn, admitted }) = self.connections.release(key) else { continue };
+            conn.finish(engine);
+            let entries = conn.setup().cq_entries;
+            tracing::debug!(reactor = self.index, slot, qp = conn.qp().qp_num(), "NVMe/RDMA queue pair destroyed");
+            if let Some(shared) = self.devices[dev].shared.as_mut().filter(|_| conn.uses_shared_receive()) {
+                shared.connections.remove(&conn.qp().qp_num());
+            }
+            drop(conn);
+            drop(admitted);
+            self.devices[dev].unreserve_cq(entries);
+            self.devices[dev].unreaped = true;
+            self.counters.queue_pair_destroyed();
         }
         for shared in self.devices.iter_mut().filter_map(|d| d.shared.as_mut()) {
             shared.flush(&self.counters);
@@ -472,7 +499,7 @@ impl PollGroup for RdmaPollGroup {
     /// armed (its completion channel would not wake the reactor) or a queue has work waiting (`RETRY_AFTER`).
     fn next_timer(&self, now: Instant) -> Option<Instant> {
         let unarmed = self.devices.iter().any(|d| !d.armed).then_some(now + ARM_RETRY);
-        let live = self.connections.iter().flatten();
+        let live = self.connections.iter().map(|s| &s.conn);
         let retry = live.clone().any(|c| c.wants_poll()).then_some(now + RETRY_AFTER);
         let ahead = live.filter_map(RdmaConnection::next_timer).filter(|&t| t > now);
         ahead.chain(unarmed).chain(retry).min()
@@ -480,12 +507,12 @@ impl PollGroup for RdmaPollGroup {
 
     /// End every connection (they are dropped once drained).
     fn shutdown(&mut self, cx: &mut GroupContext<'_>) {
-        for conn in self.connections.iter_mut().flatten() {
+        for conn in self.connections.iter_mut().map(|s| &mut s.conn) {
             conn.close(cx.engine, &RdmaConnectionError::Protocol("target shutting down"));
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.connections.iter().all(Option::is_none)
+        self.connections.iter().next().is_none()
     }
 }
