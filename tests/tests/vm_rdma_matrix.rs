@@ -7,7 +7,7 @@
 //! | `rdma_discovery_and_fio_matrix` | `nvme discover -t rdma` lists the subsystem with trtype rdma and the RDMA TSAS fields; `nvme connect -t rdma` with 1 I/O queue × queue size 32 and 4 × 128 gets exactly that; fio randwrite + randread with crc32c verification at 512 B, 4 KiB (in-capsule), 128 KiB (one keyed SGL) and 1 MiB (split transfers) on the first, 4 KiB and 1 MiB on the second |
 //! | `rdma_filesystem_and_disconnect_under_load` | ext4 written, fsck clean, checksums across a reconnect; `nvme disconnect` while fio writes, reconnect, verify again; every RDMA resource released after each disconnect |
 //! | `kernel_nvmet_rdma_answers_the_probe` | the probe against Linux nvmet-rdma gets the answers the kernel gives (so a failure below is the target's, not the probe's); needs no transport of ours |
-//! | `rdma_bad_input_and_leaks` | each malformed connect request rejected with its NVMe/RDMA code; commands before Connect, bad keyed SGL rkeys and lengths, oversize capsules answered with the right status or that QP torn down; queue pairs that never send Connect disconnected at the connect timeout; a kernel-host connection made before the attack keeps verifying; a probe killed with SIGKILL mid-command, 1000 probe connect cycles and 50 `nvme connect`/`disconnect` cycles leave no RDMA resource, fd or memory behind |
+//! | `rdma_bad_input_and_leaks` | each malformed connect request rejected with its NVMe/RDMA code; commands before Connect, bad keyed SGL rkeys and lengths, oversize capsules answered with the right status or that QP torn down; queue pairs that never send Connect disconnected at the connect timeout, one that never takes its response at the transfer timeout; a kernel-host connection made before the attack keeps verifying; a probe killed with SIGKILL mid-command, 1000 probe connect cycles and 50 `nvme connect`/`disconnect` cycles leave no RDMA resource, fd or memory behind |
 //!
 //! The daemon is built like `vm_target`'s ([`nvmf_tests::workspace_bin::nvmf_target`]); the probe is this package's
 //! `nvmf-rdma-probe`. Guest helpers: `vm/guest-lib.sh` and `vm/rdma-lib.sh`. Opt-in like every VM scenario
@@ -287,8 +287,15 @@ probe oversize oversize-capsule
 probe silent-io silent --qid 1 --seconds 50
 probe silent-admin silent --qid 0 --seconds 50
 echo "connect timeouts: $(metric 'nvmf_target_timeouts_total{state="connect"}')"
+# A host that posts no receive buffers: our response SEND meets RNR NAKs, retried forever (the host asked for
+# rnr_retry_count 7), until the transfer timeout (30 s by default). The kernel host's I/O runs meanwhile.
+PROBE_TIMEOUT=90 probe stall stall --seconds 60 > /tmp/stall.out &
+stall=$!
 echo "target alive after the attacks: $(kill -0 $pid && echo yes)"
 fio_rw_verify $dev 4K 16 4M
+wait $stall
+cat /tmp/stall.out
+echo "transfer timeouts: $(metric 'nvmf_target_timeouts_total{state="transfer"}')"
 
 # A host that dies mid-command: an Asynchronous Event Request outstanding, then SIGKILL.
 connected=$(rdma_totals)
@@ -395,6 +402,13 @@ stop_daemon target
         assert!((10.0..50.0).contains(&after), "{label}: disconnected after {after} s: {v}");
     }
     assert_stdout_has(&out, "connect timeouts: 2\n");
+    // A queue pair whose response SEND the host never takes holds it (and its buffers) only until the transfer
+    // timeout (30 s by default; not before it, and long before the probe's 60 s).
+    let v = probe(&out, "stall");
+    assert_eq!(v["outcome"], "disconnected", "stall: {v}\n{}", out.report());
+    let after = v["seconds"].as_f64().unwrap_or(0.0);
+    assert!((28.0..60.0).contains(&after), "stall: disconnected after {after} s: {v}");
+    assert_stdout_has(&out, "transfer timeouts: 1\n");
     assert_stdout_has(&out, "target alive after the attacks: yes");
     assert_eq!(
         out.stdout.matches("fio bs=4K qd=16: wrote 1024, verified 1024 after writing, 1024 on randread").count(),

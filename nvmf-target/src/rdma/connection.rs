@@ -14,7 +14,13 @@
 //! `post_send` ([`RdmaConnection::flush`]), as many as the send queue has room for. A SEND's completion releases
 //! the slot.
 //!
-//! Teardown (host disconnect, a work completion error, a fatal queue error, keep-alive expiry, shutdown): the queue
+//! Transfer timeout: while signalled work requests (RDMA READs, SENDs) are outstanding and none completes for
+//! `[target] transfer_timeout_ms`, the connection ends (`nvmf_target_timeouts_total{state="transfer"}`). Our SENDs'
+//! RNR retry count is the host's (its connect request's; Linux asks for 7, retrying forever), so a host that posts
+//! no receive buffers would otherwise stall the send queue, and the buffers it holds, for good.
+//!
+//! Teardown (host disconnect, a work completion error, a fatal queue error, keep-alive expiry, a transfer timeout,
+//! shutdown): the queue
 //! is told, `rdma_disconnect` moves the queue pair to the error state, and the connection stays until every posted
 //! work request has completed (flushed) and no storage op of its queue is in flight, or a flush timeout passed;
 //! then the reactor drops it (queue pair first, then its regions).
@@ -35,7 +41,7 @@ use super::device::{DeviceContext, SharedReceive};
 use super::memory::{post_recvs, post_sends, received, PostScratch, ReceiveQueue, Work};
 use super::routing::{split_wr_id, wr_id, ConnectionKey, WrKind};
 use crate::backend::{BufferId, IoEngine};
-use crate::controller::{Queue, QueueError, SlotId, Step};
+use crate::controller::{Queue, QueueError, SlotId, Stalled, Step};
 
 /// How long a closing connection waits for its posted work requests to flush before it is dropped anyway
 /// (destroying the queue pair ends them all).
@@ -63,6 +69,13 @@ pub(crate) enum RdmaConnectionError {
     /// The host broke the transport's rules.
     #[error("{0}")]
     Protocol(&'static str),
+    /// No RDMA READ or SEND completed for the transfer timeout while some were outstanding (a host that posts no
+    /// receive buffers, or whose NIC stopped answering).
+    #[error("the host stalled: no RDMA READ or SEND completed for {timeout_ms} ms")]
+    Stalled {
+        /// The transfer timeout.
+        timeout_ms: u32,
+    },
 }
 
 /// A command waiting for an RDMA READ slot.
@@ -110,6 +123,36 @@ impl ReadThrottle {
     /// Forget the waiting READs (the connection is closing).
     fn clear(&mut self) {
         self.waiting.clear();
+    }
+}
+
+/// Whether a queue pair's transfers move: the transfer timer runs from the last reactor turn in which a signalled
+/// work request completed (or since signalled ones became outstanding), and is off while none is outstanding.
+#[derive(Debug, Default)]
+struct TransferClock {
+    since: Option<Instant>,
+    progressed: bool,
+}
+
+impl TransferClock {
+    /// A signalled work request completed.
+    fn progress(&mut self) {
+        self.progressed = true;
+    }
+
+    /// End of a turn at `now`; `waiting`: signalled work requests are outstanding.
+    fn note(&mut self, now: Instant, waiting: bool) {
+        if !waiting {
+            self.since = None;
+        } else if self.progressed || self.since.is_none() {
+            self.since = Some(now);
+        }
+        self.progressed = false;
+    }
+
+    /// When the queue pair is stalled, if it waits on the host now.
+    fn deadline(&self, timeout: Duration) -> Option<Instant> {
+        self.since.map(|since| since + timeout)
     }
 }
 
@@ -172,6 +215,7 @@ pub(crate) struct RdmaConnection {
     held: Vec<Option<BufferId>>,
     send_cost: Vec<u8>,
     closing_since: Option<Instant>,
+    transfers: TransferClock,
     steps: Vec<Step>,
     scratch: PostScratch,
 }
@@ -206,6 +250,7 @@ impl RdmaConnection {
             held: vec![None; response_slots],
             send_cost: vec![0; response_slots],
             closing_since: None,
+            transfers: TransferClock::default(),
             steps: Vec::with_capacity(depth),
             scratch: PostScratch::default(),
             setup,
@@ -244,13 +289,27 @@ impl RdmaConnection {
         !self.is_closing() && self.queue.wants_poll()
     }
 
-    /// When this connection needs the reactor next without an event: the queue's next deadline (Connect, keep-alive); while
-    /// closing, the flush timeout ([`RdmaConnection::is_drained`]).
+    /// When this connection needs the reactor next without an event: the queue's next deadline (Connect, keep-alive)
+    /// and the transfer timeout; while closing, the flush timeout ([`RdmaConnection::is_drained`]).
     pub(crate) fn next_timer(&self) -> Option<Instant> {
         match self.closing_since {
             Some(since) => Some(since + FLUSH_TIMEOUT),
-            None => self.queue.next_deadline(),
+            None => self.transfer_deadline().into_iter().chain(self.queue.next_deadline()).min(),
         }
+    }
+
+    /// End of a reactor turn (after [`RdmaConnection::flush`]): run the transfer timer while signalled work requests
+    /// are outstanding.
+    pub(crate) fn note_turn(&mut self, now: Instant) {
+        self.transfers.note(now, !self.is_closing() && self.sends_outstanding > 0);
+    }
+
+    fn transfer_timeout_ms(&self) -> u32 {
+        self.queue.target().params().transfer_timeout_ms
+    }
+
+    fn transfer_deadline(&self) -> Option<Instant> {
+        self.transfers.deadline(Duration::from_millis(u64::from(self.transfer_timeout_ms())))
     }
 
     /// Whether it receives through the shared receive queue.
@@ -273,12 +332,14 @@ impl RdmaConnection {
             WrKind::Recv => self.receives_outstanding = self.receives_outstanding.saturating_sub(1),
             WrKind::SharedRecv => {}
             WrKind::Read => {
+                self.transfers.progress();
                 self.sends_outstanding = self.sends_outstanding.saturating_sub(1);
                 self.sq_used = self.sq_used.saturating_sub(1);
                 self.reads.completed();
                 self.end_hold(engine, index);
             }
             WrKind::Send => {
+                self.transfers.progress();
                 self.sends_outstanding = self.sends_outstanding.saturating_sub(1);
                 let cost = self.send_cost.get(usize::from(index)).copied().unwrap_or(1);
                 self.sq_used = self.sq_used.saturating_sub(u32::from(cost));
@@ -330,6 +391,12 @@ impl RdmaConnection {
     /// [`RdmaConnection::wants_poll`]: the queue's timers, held AERs and retries.
     pub(crate) fn poll(&mut self, engine: &mut IoEngine, now: Instant) {
         if self.is_closing() {
+            return;
+        }
+        if self.transfer_deadline().is_some_and(|deadline| now >= deadline) {
+            self.queue.target().count_timeout(Stalled::Transfer);
+            let timeout_ms = self.transfer_timeout_ms();
+            self.close(engine, &RdmaConnectionError::Stalled { timeout_ms });
             return;
         }
         let mut steps = std::mem::take(&mut self.steps);
@@ -619,6 +686,30 @@ mod tests {
         one.push(read(1));
         assert_eq!(one.next(), Some(read(0)));
         assert_eq!(one.next(), None);
+    }
+
+    #[test]
+    fn the_transfer_timer_runs_from_the_last_progress_while_work_is_outstanding() {
+        let timeout = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut clock = TransferClock::default();
+        clock.note(at(0), false);
+        assert_eq!(clock.deadline(timeout), None, "nothing outstanding");
+        clock.note(at(10), true);
+        assert_eq!(clock.deadline(timeout), Some(at(10) + timeout), "runs from when work became outstanding");
+        clock.note(at(20), true);
+        assert_eq!(clock.deadline(timeout), Some(at(10) + timeout), "no completion: the deadline stays");
+        clock.progress();
+        clock.note(at(30), true);
+        assert_eq!(clock.deadline(timeout), Some(at(30) + timeout), "a completion restarts it");
+        clock.note(at(40), true);
+        assert_eq!(clock.deadline(timeout), Some(at(30) + timeout));
+        clock.progress();
+        clock.note(at(50), false);
+        assert_eq!(clock.deadline(timeout), None, "all completed");
+        clock.note(at(60), true);
+        assert_eq!(clock.deadline(timeout), Some(at(60) + timeout));
     }
 
     #[test]

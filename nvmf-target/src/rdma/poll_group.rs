@@ -157,6 +157,8 @@ impl RdmaPollGroup {
                 if let Some(shared) = self.devices[dev].shared.as_mut() {
                     shared.flush(&self.counters);
                 }
+                // rnr_retry_count here is the host's, for its SENDs into our receive queue (the CM's REP field);
+                // ours is what the host's request asked (Linux: 7, forever), hence the transfer timeout.
                 let param = ConnParam {
                     responder_resources: u8::try_from(responder_resources).unwrap_or(u8::MAX),
                     initiator_depth: u8::try_from(max_reads).unwrap_or(u8::MAX),
@@ -473,6 +475,7 @@ impl PollGroup for RdmaPollGroup {
             let Some((key, Served { conn, .. })) = self.connections.at_mut(slot) else { continue };
             let dev = conn.setup().device;
             conn.flush(engine, &self.devices[dev], &self.counters);
+            conn.note_turn(cx.now);
             if !conn.is_drained(cx.now) {
                 continue;
             }

@@ -14,6 +14,7 @@
 //! | `oversize-capsule [--size BYTES]` | after admin Connect, a SEND larger than the target's receive buffers (default: the IOCCSZ it advertises + 4 KiB) | `completed` or `broken` |
 //! | `cycles N` | N × (CM connect, Fabrics Connect admin, Property Get CAP, disconnect), as fast as it can | `done` with counts |
 //! | `hold [--seconds S]` | admin Connect, an Asynchronous Event Request the target keeps, then sleep (to be killed) | `holding` (printed before sleeping) |
+//! | `stall [--seconds S]` | admin Connect, then Property Gets without reposting a receive: once its receives are used up the target's response SEND meets RNR NAKs (this host asks for rnr_retry_count 7: retried forever); wait up to S s (default 60) for the target to disconnect | `disconnected` (`seconds` after the unanswerable command) or `still_connected` |
 //! | `silent [--qid N] [--seconds S]` | RDMA CM connect (queue `qid`, default 1), then nothing: no Fabrics Connect; wait up to S s (default 60) for the target to disconnect | `disconnected` (after `seconds`) or `still_connected` |
 //!
 //! `broken` lines say which work completion failed first (`wc_status`, `wc_op`) or `timeout`, and whether the
@@ -635,6 +636,49 @@ fn hold(o: &Options, seconds: u64) -> Result<Value, ProbeError> {
     Ok(json!({ "probe": "hold", "outcome": "released" }))
 }
 
+fn stall(o: &Options, seconds: u64) -> Result<Value, ProbeError> {
+    let (mut q, _) = connected_admin(o, SEND_CAPACITY)?;
+    let cap = PropertyGet { size: PropertySize::Eight, offset: Property::Cap.offset() };
+    let mut wcs = [WorkCompletion::default(); 16];
+    // Responses seen while sending (informational: some may land after the last SEND completed).
+    let mut responses = 0;
+    // One command per receive the probe posted, and one more whose response finds none.
+    for _ in 0..=QUEUE_ENTRIES {
+        q.post(cap.to_sqe(), 0)?;
+        let deadline = Instant::now() + TIMEOUT;
+        let mut sent = false;
+        while !sent {
+            let n = q.cq.poll(&mut wcs)?;
+            for wc in &wcs[..n] {
+                if !wc.is_success() {
+                    return Err(ProbeError(format!("stall: a work completion failed: {}", wc.status.name())));
+                }
+                if wc.wr_id == WR_SEND {
+                    sent = true;
+                } else {
+                    responses += 1;
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(ProbeError("stall: a SEND did not complete".into()));
+            }
+            if n == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+    let start = Instant::now();
+    let event = next_event(&q.channel, Duration::from_secs(seconds))?;
+    let after = (start.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+    Ok(match event {
+        Some(ev) if ev.kind == CmEventKind::Disconnected => {
+            json!({ "probe": "stall", "outcome": "disconnected", "seconds": after, "responses": responses })
+        }
+        Some(ev) => json!({ "probe": "stall", "outcome": "event", "cm_event": format!("{:?}", ev.kind) }),
+        None => json!({ "probe": "stall", "outcome": "still_connected", "seconds": after, "responses": responses }),
+    })
+}
+
 fn silent(o: &Options, qid: u16, seconds: u64) -> Result<Value, ProbeError> {
     let start = Instant::now();
     let (q, _) = open_queue(o.addr, qid, SEND_CAPACITY)?;
@@ -664,6 +708,7 @@ const USAGE: &str = "usage: nvmf-rdma-probe [--addr IP:PORT] [--subnqn NQN] [--h
   oversize-capsule [--size BYTES]
   cycles N
   hold [--seconds S]
+  stall [--seconds S]
   silent [--qid N] [--seconds S]";
 
 fn run(args: &[String]) -> Result<Value, ProbeError> {
@@ -713,6 +758,7 @@ fn run(args: &[String]) -> Result<Value, ProbeError> {
             cycles(&o, n)
         }
         Some("hold") => hold(&o, number("--seconds", 600)?),
+        Some("stall") => stall(&o, number("--seconds", 60)?),
         Some("silent") => {
             let qid = u16::try_from(number("--qid", 1)?).map_err(|_| ProbeError("--qid: 0..=65535".into()))?;
             silent(&o, qid, number("--seconds", 60)?)
