@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Seed the fuzz corpora from the kernel NVMe/TCP captures in common/tests/fixtures/kernel-tcp/ (run once; the
-fuzzer grows the corpora from there). Seeds are named seed-*, so re-running replaces only them."""
-import os, struct, pathlib
+fuzzer grows the corpora from there). Seeds are named seed-*, so re-running replaces only them. With target names as
+arguments (e.g. `fuzz/seed-corpus.py tcp_connection`), only those corpora are seeded."""
+import os, struct, pathlib, sys
 
 root = pathlib.Path(__file__).resolve().parent
 fixtures = root.parent / "common/tests/fixtures/kernel-tcp"
 corpus = root / "corpus"
 
+only = set(sys.argv[1:])
+
 def write(target, name, data):
+    if only and target not in only:
+        return
     d = corpus / target
     d.mkdir(parents=True, exist_ok=True)
     (d / f"seed-{name}").write_bytes(bytes(data))
@@ -50,3 +55,182 @@ for f in sorted(fixtures.glob("*.bin")):
 write("rdma_private_data", "request", struct.pack("<HHHH", 0, 1, 128, 127) + bytes(24))
 write("rdma_private_data", "accept", struct.pack("<HH", 0, 128) + bytes(28))
 write("rdma_private_data", "reject", struct.pack("<HH", 0, 3))
+
+# tcp_connection: scripts for nvmf_target::fuzzing (its module docs give the format). Byte 0 picks the port's settings,
+# then records: (connection | action << 2) and, for "send", a u16 length and the bytes the host sends.
+SUBNQN = b"nqn.2024-01.io.nvmf-rs:fixture"  # the kernel captures' subsystem, so they replay as they are
+HOSTNQN = b"nqn.2014-08.org.nvmexpress:uuid:9e400745-2f31-442c-9f44-c935641937fa"
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+class Host:
+    """One connection's PDUs, framed as negotiated (hpda 0, cpda 0)."""
+    def __init__(self, hdgst=False, ddgst=False):
+        self.hdgst, self.ddgst = hdgst, ddgst
+
+    def icreq(self, maxr2t=0):
+        dgst = (1 if self.hdgst else 0) | (2 if self.ddgst else 0)
+        return struct.pack("<BBBBIHBBI", 0, 0, 128, 0, 128, 0, 0, dgst, maxr2t) + bytes(112)
+
+    def pdu(self, ptype, header, data=b"", flags=0):
+        hlen = 8 + len(header)
+        pdo = (hlen + (4 if self.hdgst else 0)) if data else 0
+        plen = hlen + (4 if self.hdgst else 0) + len(data) + (4 if data and self.ddgst else 0)
+        flags |= (1 if self.hdgst else 0) | (2 if data and self.ddgst else 0)
+        h = struct.pack("<BBBBI", ptype, flags, hlen, pdo, plen) + header
+        out = h + (struct.pack("<I", crc32c(h)) if self.hdgst else b"")
+        return out + data + (struct.pack("<I", crc32c(data)) if data and self.ddgst else b"")
+
+    def command(self, sqe, data=b""):
+        return self.pdu(4, sqe, data)
+
+    def h2c(self, cid, ttag, offset, data, last=True):
+        return self.pdu(6, struct.pack("<HHIII", cid, ttag, offset, len(data), 0), data, 4 if last else 0)
+
+def sqe(opcode, cid, nsid=0, cdw10=0, cdw11=0, cdw12=0, cdw13=0, sgl=None):
+    sgl = sgl or bytes(16)
+    head = struct.pack("<BBHI", opcode, 0x40, cid, nsid) + bytes(16)
+    return head + sgl + struct.pack("<IIIIII", cdw10, cdw11, cdw12, cdw13, 0, 0)
+
+def in_capsule(length):
+    return struct.pack("<QI", 0, length) + bytes(3) + bytes([0x01])
+
+def transport(length):
+    return struct.pack("<QI", 0, length) + bytes(3) + bytes([0x5A])
+
+def connect(cid, qid, cntlid=0xFFFF, sqsize=31, cattr=0, kato=0, subnqn=SUBNQN, via_r2t=False):
+    sgl = transport(1024) if via_r2t else in_capsule(1024)
+    cmd = sqe(0x7F, cid, 0x01, qid << 16, sqsize | cattr << 16, kato, sgl=sgl)
+    data = bytes([7] * 16) + struct.pack("<H", cntlid) + bytes(238) + subnqn.ljust(256, b"\0") + HOSTNQN.ljust(256, b"\0")
+    return cmd, data.ljust(1024, b"\0")
+
+def property_set(cid, offset, value):
+    return sqe(0x7F, cid, 0x00, 0, offset, value & 0xFFFFFFFF, value >> 32)
+
+def script(settings, records):
+    """records: (connection, bytes) to send, or (connection, action, [argument byte])."""
+    out = bytearray([settings])
+    for r in records:
+        if isinstance(r[1], (bytes, bytearray)):
+            out += bytes([r[0]]) + struct.pack("<H", len(r[1])) + r[1]
+        else:
+            out += bytes([r[0] | r[1] << 2]) + bytes(r[2:])
+    return bytes(out)
+
+CLOSE, TOGGLE_READ, CLOCK, SHUTDOWN = 1, 2, 3, 4
+CC_EN = 0x00460001
+
+def association(h0, h1, settings_cattr=0):
+    """Admin connection 0 (Connect, CC.EN, Number of Queues) and I/O connection 1 (Connect qid 1 to CNTLID 1)."""
+    cmd, data = connect(1, 0)
+    recs = [(0, h0.icreq()), (0, h0.command(cmd, data)), (0, h0.command(property_set(2, 0x14, CC_EN))),
+            (0, h0.command(sqe(0x09, 3, 0, 0x07, 0x00030003)))]
+    cmd, data = connect(1, 1, cntlid=1, cattr=settings_cattr)
+    recs += [(1, h1.icreq(maxr2t=1)), (1, h1.command(cmd, data))]
+    return recs
+
+def pattern(n, seed):
+    return bytes((i * 31 + seed) & 0xFF for i in range(n))
+
+def io_session(hdgst, ddgst, small_r2t=False):
+    h0, h1 = Host(hdgst, ddgst), Host(hdgst, ddgst)
+    recs = association(h0, h1)
+    # Write 4 KiB in capsule, read it back; write 8 KiB through R2T (slot 0 is the first command's: TTAG 0), in two
+    # H2CData; read; flush; write zeroes; DSM deallocate; compare.
+    recs += [(1, h1.command(sqe(0x01, 10, 1, 0, 0, 7, sgl=in_capsule(4096)), pattern(4096, 1)))]
+    recs += [(1, h1.command(sqe(0x02, 11, 1, 0, 0, 7, sgl=transport(4096))))]
+    recs += [(1, h1.command(sqe(0x01, 12, 1, 16, 0, 15, sgl=transport(8192))))]
+    recs += [(1, h1.h2c(12, 0, 0, pattern(4096, 2), last=small_r2t)), (1, h1.h2c(12, 0, 4096, pattern(4096, 3)))]
+    recs += [(1, h1.command(sqe(0x02, 13, 1, 16, 0, 15, sgl=transport(8192))))]
+    recs += [(1, h1.command(sqe(0x00, 14, 1)))]
+    recs += [(1, h1.command(sqe(0x08, 15, 1, 32, 0, 7)))]
+    dsm = struct.pack("<IIQ", 0, 8, 32)
+    recs += [(1, h1.command(sqe(0x09, 16, 1, 0, 0x4, sgl=in_capsule(16)), dsm))]
+    recs += [(1, h1.command(sqe(0x05, 17, 1, 0, 0, 7, sgl=in_capsule(4096)), pattern(4096, 1)))]
+    recs += [(1, h1.command(sqe(0x02, 18, 2, 0, 0, 1, sgl=transport(8192))))]
+    recs += [(0, h0.command(sqe(0x06, 20, 0, 1, sgl=transport(4096))))]  # Identify Controller
+    recs += [(0, h0.command(sqe(0x02, 21, 0xFFFFFFFF, 0x3FF0002, sgl=transport(4096))))]  # SMART log
+    recs += [(0, h0.command(sqe(0x0C, 22)))]  # AER, held
+    recs += [(0, h0.command(sqe(0x18, 23)))]  # Keep Alive
+    recs += [(1, h1.command(sqe(0x7F, 30, 0x08)))]  # Disconnect the I/O queue
+    return recs
+
+write("tcp_connection", "io", script(0x00, io_session(False, False)))
+write("tcp_connection", "io-digests", script(0x03, io_session(True, True)))
+write("tcp_connection", "io-small", script(0xF8, io_session(False, False, small_r2t=True)))
+
+# Connect data fetched by R2T (TTAG 0: the queue's first slot), then admin commands.
+h = Host()
+cmd, data = connect(1, 0, kato=5000, via_r2t=True)
+write("tcp_connection", "connect-r2t", script(0x00, [(0, h.icreq()), (0, h.command(cmd)), (0, h.h2c(1, 0, 0, data)),
+    (0, h.command(property_set(2, 0x14, CC_EN))), (0, h.command(sqe(0x06, 3, 0, 1, sgl=transport(4096))))]))
+
+# A Connect that never gets its data, then silence: the clock runs past the Connect and transfer timeouts.
+h = Host()
+cmd, data = connect(1, 0, via_r2t=True)
+write("tcp_connection", "connect-stalled", script(0x00, [(0, h.icreq()), (0, h.command(cmd)), (0, CLOCK, 60), (0, CLOCK, 200)]))
+
+# An association whose admin queue's keep-alive expires while an I/O write waits for its data.
+h0, h1 = Host(), Host()
+recs = association(h0, h1)
+recs[1] = (0, h0.command(*connect(1, 0, kato=1000)))
+recs += [(1, h1.command(sqe(0x01, 10, 1, 0, 0, 31, sgl=transport(16384))))]
+recs += [(0, CLOCK, 20), (1, h1.h2c(10, 0, 0, pattern(4096, 5), last=False)), (0, CLOCK, 20)]
+write("tcp_connection", "keep-alive-expiry", script(0x00, recs))
+
+# Writes waiting on R2T until the pool runs dry, a host that stops reading, a target shutdown mid-transfer.
+h0, h1 = Host(), Host()
+recs = association(h0, h1)
+for cid in range(10, 18):
+    recs += [(1, h1.command(sqe(0x01, cid, 1, cid * 32, 0, 31, sgl=transport(16384))))]
+recs += [(1, TOGGLE_READ), (1, h1.command(sqe(0x02, 40, 1, 0, 0, 31, sgl=transport(16384))))]
+recs += [(1, h1.h2c(10, 0, 0, pattern(16384, 6)))]
+recs += [(1, SHUTDOWN), (0, CLOSE)]
+write("tcp_connection", "pool-exhausted", script(0x40, recs))
+
+# Discovery: Connect to the discovery NQN, read its log page.
+h = Host()
+cmd, data = connect(1, 0, subnqn=b"nqn.2014-08.org.nvmexpress.discovery")
+write("tcp_connection", "discovery", script(0x00, [(0, h.icreq()), (0, h.command(cmd, data)),
+    (0, h.command(property_set(2, 0x14, CC_EN))), (0, h.command(sqe(0x02, 3, 0, 0x00FF0070, sgl=transport(4096))))]))
+
+def first_cntlid(pdu):
+    """An I/O queue Connect names CNTLID 1 (nvmet gave the kernel another), the first our fresh target allocates."""
+    if pdu[0] != 4 or pdu[8] != 0x7F or pdu[12] != 0x01 or pdu[3] == 0:
+        return pdu
+    pdu, pdo = bytearray(pdu), pdu[3]
+    pdu[pdo + 16:pdo + 18] = struct.pack("<H", 1)
+    if pdu[1] & 2:  # data digest
+        pdu[-4:] = struct.pack("<I", crc32c(bytes(pdu[pdo:-4])))
+    return bytes(pdu)
+
+# The kernel's own sessions, one PDU per record: discovery; admin and I/O queue interleaved as the kernel ran them
+# (the I/O queue's PDUs larger than MDTS left out).
+def kernel_pdus(name):
+    stream = (fixtures / f"{name}.host-to-controller.bin").read_bytes()
+    return [nvm_css(pdu) for _, _, _, _, pdu in pdus(stream)]
+
+def nvm_css(pdu):
+    """A Property Set of CC selecting CSS 110b (nvmet's CAP.CSS offers I/O command sets) selects NVM instead, as
+    the kernel does against a target (ours) whose CAP.CSS offers NVM only."""
+    if pdu[0] != 4 or pdu[8] != 0x7F or pdu[12] != 0x00 or struct.unpack_from("<I", pdu, 52)[0] != 0x14:
+        return pdu
+    pdu = bytearray(pdu)
+    pdu[56] &= 0x8F
+    if pdu[1] & 1:  # header digest
+        pdu[72:76] = struct.pack("<I", crc32c(bytes(pdu[:72])))
+    return bytes(pdu)
+
+for digest in ("nodigest", "digest"):
+    settings = 0x03 if digest == "digest" else 0x00
+    write("tcp_connection", f"kernel-{digest}-discovery",
+          script(settings, [(0, p) for p in kernel_pdus(f"{digest}-discovery")]))
+    admin = [(0, p) for p in kernel_pdus(f"{digest}-admin")]
+    io = [(1, first_cntlid(p)) for p in kernel_pdus(f"{digest}-io") if len(p) <= 8192]
+    write("tcp_connection", f"kernel-{digest}-association", script(settings, admin[:14] + io + admin[14:]))

@@ -14,6 +14,8 @@ pub mod backend;
 pub mod control;
 pub mod controller;
 pub mod daemon;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
