@@ -347,6 +347,12 @@ impl BufferPool {
         self.classes.iter().map(|c| c.free.len()).sum()
     }
 
+    /// Buffers held by anonymous holders now, all classes together ([`BufferBudget`]): 0 once every one of them
+    /// released its buffers.
+    pub fn anonymous_held(&self) -> usize {
+        self.anonymous_held.iter().sum()
+    }
+
     /// Size classes as (buffer size, count), smallest first.
     pub fn classes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.classes.iter().map(|c| (c.size, c.count))

@@ -22,8 +22,9 @@
 //! - anything else: the host sends the next n bytes, n a little-endian u16 (fewer if the input ends first).
 //!
 //! Checked: nothing panics; every PDU the target sends decodes; once the input ends and the host closes every
-//! connection, each ends within a few turns; then no storage op is in flight, every engine buffer is free, no
-//! controller is left in the subsystem and nothing holds the target any more.
+//! connection, each ends within a few turns; then no storage op is in flight, every engine buffer is free (and
+//! none counted against the anonymous peers' budget), no controller is left in the subsystem and nothing holds the
+//! target any more.
 #![forbid(unsafe_code)]
 
 mod host;
@@ -71,7 +72,9 @@ pub fn run(data: &[u8]) -> Vec<Vec<CompletionQueueEntry>> {
     ENGINE.with(|cell| {
         let mut cell = cell.borrow_mut();
         // An input that panicked (under a replay test that goes on) may have left the engine in use: start afresh.
-        if cell.as_ref().is_some_and(|e| e.in_flight() > 0 || e.pool().available() < e.pool().capacity()) {
+        if cell.as_ref().is_some_and(|e| {
+            e.in_flight() > 0 || e.pool().available() < e.pool().capacity() || e.pool().anonymous_held() > 0
+        }) {
             *cell = None;
         }
         let engine = cell.get_or_insert_with(new_engine);
@@ -283,6 +286,7 @@ impl<'e> Rig<'e> {
         assert_eq!(self.engine.in_flight(), 0, "storage ops left in flight");
         let pool = self.engine.pool();
         assert_eq!(pool.available(), pool.capacity(), "engine buffers leaked");
+        assert_eq!(pool.anonymous_held(), 0, "the anonymous buffer share was not given back");
         for subsystem in self.target.subsystems() {
             assert!(subsystem.controllers().is_empty(), "a controller outlived its connections");
         }
