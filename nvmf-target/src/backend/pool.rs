@@ -201,7 +201,7 @@ impl BufferPool {
     }
 
     /// Allocates a buffer of `len` bytes for the holder of `budget`, from the smallest size class that fits, has a
-    /// free buffer and is within the holder's shares (see [`super::budget`]); the budget records it. Release it
+    /// free buffer and is within the holder's shares (see [`BufferBudget`]); the budget records it. Release it
     /// with [`BufferPool::release_within`].
     pub fn alloc_within(&mut self, len: usize, budget: &mut BufferBudget) -> Result<BufferId, AllocRefusal> {
         if len > self.buffer_size() {
