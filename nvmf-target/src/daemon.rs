@@ -115,6 +115,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         max_queue_entries: limits.max_queue_size,
         max_io_queues: limits.max_io_queues,
         kato_max_ms: limits.keep_alive_max_ms,
+        kato_min_ms: limits.keep_alive_min_ms,
         connect_timeout_ms: limits.connect_timeout_ms,
         transfer_timeout_ms: limits.transfer_timeout_ms,
         queue_buffer_percent: limits.queue_buffer_percent,

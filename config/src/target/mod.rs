@@ -97,6 +97,10 @@ pub struct ControllerLimits {
     /// Longest keep-alive timeout (KATO) a host may ask for, in milliseconds; at least the granularity.
     /// Default 3600000 (one hour).
     pub keep_alive_max_ms: u32,
+    /// Shortest keep-alive timeout a controller runs with, in milliseconds: 0 (none; KATO 0, no keep-alive, is
+    /// accepted as Linux nvmet accepts it) or the granularity..=keep_alive_max_ms. A host's shorter KATO is raised
+    /// to it and KATO 0 is refused. Default 0.
+    pub keep_alive_min_ms: u32,
     /// How long a new queue pair may take from its transport connection to a completed Fabrics Connect (NVMe/TCP:
     /// ICReq included), in milliseconds, 100..=600000; a peer that takes longer is disconnected. Default 10000.
     pub connect_timeout_ms: u32,

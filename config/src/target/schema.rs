@@ -47,6 +47,8 @@ pub(crate) struct RawLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_alive_max_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_alive_min_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer_timeout_ms: Option<i64>,

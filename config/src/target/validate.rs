@@ -186,6 +186,15 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
             int_in(value, low..=i64::from(u32::MAX), &key.key("keep_alive_max_ms"), "timeout", allowed)?
         }
     };
+    let keep_alive_min_ms = match raw.keep_alive_min_ms {
+        None | Some(0) => 0,
+        Some(value) => {
+            let low = i64::from(keep_alive_granularity_ms);
+            let allowed = format!("0 (none) or {low}..={keep_alive_max_ms} (the granularity to keep_alive_max_ms)");
+            let range = low..=i64::from(keep_alive_max_ms);
+            int_in(value, range, &key.key("keep_alive_min_ms"), "timeout", allowed)?
+        }
+    };
     let connect_timeout_ms = match raw.connect_timeout_ms {
         None => DEFAULT_CONNECT_TIMEOUT_MS,
         Some(value) => int_in(value, 100..=600_000, &key.key("connect_timeout_ms"), "timeout", "100..=600000")?,
@@ -225,6 +234,7 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         max_io_queues,
         keep_alive_granularity_ms,
         keep_alive_max_ms,
+        keep_alive_min_ms,
         connect_timeout_ms,
         transfer_timeout_ms,
         queue_buffer_percent,
@@ -595,6 +605,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             max_io_queues: Some(i64::from(limits.max_io_queues)),
             keep_alive_granularity_ms: Some(i64::from(limits.keep_alive_granularity_ms)),
             keep_alive_max_ms: Some(i64::from(limits.keep_alive_max_ms)),
+            keep_alive_min_ms: Some(i64::from(limits.keep_alive_min_ms)),
             connect_timeout_ms: Some(i64::from(limits.connect_timeout_ms)),
             transfer_timeout_ms: Some(i64::from(limits.transfer_timeout_ms)),
             queue_buffer_percent: Some(i64::from(limits.queue_buffer_percent)),

@@ -511,7 +511,8 @@ pub(crate) fn set_features(ctx: &AdminContext<'_>, sqe: &SubmissionQueueEntry) -
             if set.cdw11 > ctx.target.params().kato_max_ms {
                 return Err(Status::KEEP_ALIVE_TIMEOUT_INVALID.with_dnr());
             }
-            controller.set_kato(set.cdw11);
+            let kato = ctx.target.kato_with_minimum(set.cdw11).ok_or(Status::KEEP_ALIVE_TIMEOUT_INVALID.with_dnr())?;
+            controller.set_kato(kato);
             Ok(0)
         }
         // Over fabrics the host identifier comes with Connect and cannot change (Linux nvmet answers the same).

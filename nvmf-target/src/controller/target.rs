@@ -113,6 +113,9 @@ pub struct TargetParams {
     pub max_io_queues: u16,
     /// Largest Keep Alive Timeout a host may ask for, in milliseconds (Connect or Set Features).
     pub kato_max_ms: u32,
+    /// Smallest Keep Alive Timeout a controller runs with, in milliseconds; 0: none, KATO 0 (no keep-alive) is
+    /// accepted. See [`Target::kato_with_minimum`].
+    pub kato_min_ms: u32,
     /// How long a new queue may wait for its Fabrics Connect to complete, in milliseconds; then its transport
     /// connection ends ([`QueueError::ConnectTimeout`](super::QueueError::ConnectTimeout)).
     pub connect_timeout_ms: u32,
@@ -143,6 +146,7 @@ impl Default for TargetParams {
             max_queue_entries: 128,
             max_io_queues: 64,
             kato_max_ms: 600_000,
+            kato_min_ms: 0,
             connect_timeout_ms: 10_000,
             transfer_timeout_ms: 30_000,
             queue_buffer_percent: 50,
@@ -163,6 +167,9 @@ impl TargetParams {
         }
         if !(2..=MAX_QUEUE_ENTRIES).contains(&self.max_queue_entries) {
             return invalid("max_queue_entries", self.max_queue_entries.into(), "2..=32768");
+        }
+        if self.kato_min_ms > self.kato_max_ms {
+            return invalid("kato_min_ms", self.kato_min_ms.into(), "at most kato_max_ms");
         }
         if self.kas == 0 {
             return invalid("kas", 0, "at least 1 (100 ms)");
@@ -206,6 +213,28 @@ impl TransportInfo {
     }
 }
 
+/// What `kato_min_ms` did to a host's KATO below it (`nvmf_target_keep_alive_minimum_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KatoMinimum {
+    /// A nonzero KATO, raised to the minimum.
+    Raised,
+    /// KATO 0 (no keep-alive), refused.
+    Refused,
+}
+
+impl KatoMinimum {
+    /// Every outcome, in label order.
+    pub const ALL: [KatoMinimum; 2] = [KatoMinimum::Raised, KatoMinimum::Refused];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            KatoMinimum::Raised => "raised",
+            KatoMinimum::Refused => "refused",
+        }
+    }
+}
+
 /// The NVMe-oF target.
 #[derive(Debug)]
 pub struct Target {
@@ -216,6 +245,8 @@ pub struct Target {
     /// Connections ended because their peer stalled, by [`Stalled`] state.
     timeouts: [AtomicU64; Stalled::ALL.len()],
     budget_waits: [AtomicU64; BudgetLimit::ALL.len()],
+    /// Host KATOs below `kato_min_ms`, by [`KatoMinimum`] outcome.
+    kato_minimum: [AtomicU64; KatoMinimum::ALL.len()],
     /// The reactors' discard workers (`BLKDISCARD` fallback).
     discards: Arc<DiscardCounters>,
     /// The listeners now, replaced by a reload (read by discovery log reads, never on the data path).
@@ -242,6 +273,7 @@ impl Target {
             genctr: AtomicU64::new(1),
             timeouts: Default::default(),
             budget_waits: Default::default(),
+            kato_minimum: Default::default(),
             discards: Arc::default(),
             listeners,
         }))
@@ -324,6 +356,27 @@ impl Target {
     /// A command waits for a buffer because `limit` refused it.
     pub fn count_budget_wait(&self, limit: BudgetLimit) {
         self.budget_waits[limit as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The KATO a controller runs with when its host asks for `asked` ms (Connect or Set Features), or `None`: a
+    /// nonzero KATO below `kato_min_ms` is raised to it (the host's keep-alives then come more often than needed);
+    /// KATO 0 is refused while a minimum is set, since a vanished host's controller would never end (an RDMA queue
+    /// pair without traffic never notices its peer is gone). Counted by outcome.
+    pub fn kato_with_minimum(&self, asked: u32) -> Option<u32> {
+        let min = self.params.kato_min_ms;
+        let outcome = match asked {
+            _ if asked >= min => return Some(asked),
+            0 => KatoMinimum::Refused,
+            _ => KatoMinimum::Raised,
+        };
+        self.kato_minimum[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        tracing::info!(asked_ms = asked, keep_alive_min_ms = min, outcome = outcome.label(), "KATO below the minimum");
+        (outcome == KatoMinimum::Raised).then_some(min)
+    }
+
+    /// Host KATOs so far that were below `kato_min_ms` and had `outcome`.
+    pub fn kato_minimum(&self, outcome: KatoMinimum) -> u64 {
+        self.kato_minimum[outcome as usize].load(Ordering::Relaxed)
     }
 
     /// What the reactors' discard workers did; each reactor's engine counts into it.

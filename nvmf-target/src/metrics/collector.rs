@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 
 use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
 use crate::backend::BudgetLimit;
-use crate::controller::{Stalled, Target};
+use crate::controller::{KatoMinimum, Stalled, Target};
 use crate::transport::{Admission, BufferGauge, Refusal};
 
 /// Live connections of one transport, as a reactor counts them.
@@ -308,6 +308,17 @@ impl Collector for TargetCollector {
             )?;
             for limit in BudgetLimit::ALL {
                 counter(&mut m, &[("budget", limit.label())], self.target.budget_waits(limit))?;
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_keep_alive_minimum",
+                "Host KATOs (Connect or Set Features) below [target] keep_alive_min_ms: raised to it, or refused (KATO 0).",
+                None,
+                MetricType::Counter,
+            )?;
+            for outcome in KatoMinimum::ALL {
+                counter(&mut m, &[("outcome", outcome.label())], self.target.kato_minimum(outcome))?;
             }
         }
         {

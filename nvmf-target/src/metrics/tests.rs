@@ -391,11 +391,11 @@ fn exposition_is_well_formed_in_both_formats() {
     let _ = io.io(&mut engine, read(1, 1 << 40, 1), 512, &[]);
 
     let text = scrape(&target, 1, Format::Prometheus);
-    assert_eq!(check_exposition(&text, false), 14, "{text}");
+    assert_eq!(check_exposition(&text, false), 15, "{text}");
     assert!(text.contains("# TYPE nvmf_target_commands_total counter\n"));
     assert!(text.contains("# TYPE nvmf_target_command_latency_seconds histogram\n"));
     let om = scrape(&target, 1, Format::OpenMetrics);
-    assert_eq!(check_exposition(&om, true), 14, "{om}");
+    assert_eq!(check_exposition(&om, true), 15, "{om}");
     assert!(om.contains("# TYPE nvmf_target_commands counter\n"));
     assert!(om.contains("# TYPE nvmf_target_build info\n"));
     if !promtool(&text) {

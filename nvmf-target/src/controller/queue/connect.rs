@@ -132,7 +132,10 @@ impl Queue {
             // Linux nvmet does (`nvme discover` connects with KATO 0).
             let kato = match connect.kato {
                 0 if subsystem.is_discovery() => DISCOVERY_KATO_MS,
-                kato => kato,
+                kato => self
+                    .target
+                    .kato_with_minimum(kato)
+                    .ok_or_else(|| invalid_parameter(InvalidParameter::in_command(sqe_offset::KATO)))?,
             };
             let controller = subsystem
                 .register_controller(|cntlid| {

@@ -1,4 +1,4 @@
-//! Keep Alive: expiry (on a fake clock), KATO 0, and the end of an association with its admin queue.
+//! Keep Alive: expiry (on a fake clock), KATO 0, the target's minimum KATO, and the end of an association with its admin queue.
 
 use super::*;
 
@@ -72,6 +72,36 @@ fn kato_zero_never_expires() {
     admin.queue.poll(&mut engine, t0, &mut out).unwrap();
     admin.queue.poll(&mut engine, t0 + Duration::from_secs(3600), &mut out).unwrap();
     assert_eq!(admin.queue.keep_alive_deadline(), None);
+}
+
+#[test]
+fn a_kato_below_the_minimum_is_raised_and_kato_zero_refused() {
+    let params = TargetParams { kato_min_ms: 5000, ..target_params() };
+    let target = Target::new(params, vec![subsystem_params()]).unwrap();
+    let mut engine = engine();
+    // KATO 0 would leave a vanished host's controller forever: refused, pointing at KATO.
+    let done = Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, HOSTID, 0);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_PARAMETERS.with_dnr());
+    assert_eq!(done.cqe.dw0, InvalidParameter::in_command(48).to_dw0());
+    // A shorter KATO runs at the minimum.
+    let mut admin = Host::new(&target);
+    admin.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, HOSTID, 1000).ok();
+    assert_eq!(admin.queue.controller().unwrap().kato_ms(), 5000);
+    admin.enable(&mut engine);
+    // So does Set Features; KATO 0 there is refused too and leaves the timer as it was.
+    admin.run(&mut engine, SetFeatures::new(&KeepAliveTimer { kato_ms: 2000 }).to_sqe()).ok();
+    assert_eq!(admin.queue.controller().unwrap().kato_ms(), 5000);
+    let done = admin.run(&mut engine, SetFeatures::new(&KeepAliveTimer { kato_ms: 0 }).to_sqe());
+    assert_eq!(done.status(), Status::KEEP_ALIVE_TIMEOUT_INVALID.with_dnr());
+    assert_eq!(admin.queue.controller().unwrap().kato_ms(), 5000);
+    admin.run(&mut engine, SetFeatures::new(&KeepAliveTimer { kato_ms: 8000 }).to_sqe()).ok();
+    assert_eq!(admin.queue.controller().unwrap().kato_ms(), 8000);
+    assert_eq!(target.kato_minimum(KatoMinimum::Refused), 2);
+    assert_eq!(target.kato_minimum(KatoMinimum::Raised), 2);
+    // Discovery keeps its own keep-alive for KATO 0 (`nvme discover`), as without a minimum.
+    let mut discovery = Host::new(&target);
+    discovery.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, HOSTNQN, HOSTID, 0).ok();
+    assert_eq!(discovery.queue.controller().unwrap().kato_ms(), DISCOVERY_KATO_MS);
 }
 
 #[test]
