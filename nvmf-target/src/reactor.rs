@@ -38,6 +38,11 @@ const _: () = assert!(ENGINE.0 < FIRST_GROUP_TOKEN);
 /// reaped) with no event after it.
 pub const RETRY_AFTER: Duration = Duration::from_millis(10);
 
+/// New queue pairs a reactor takes per turn. Setting one up costs system calls (an RDMA queue pair: its memory
+/// registered, the queue pair created, the CM accept), so a burst of connects is spread over turns that also serve
+/// the queues already here, instead of stalling them for the whole burst.
+const ACCEPTS_PER_TURN: usize = 1;
+
 /// Errors starting a reactor.
 #[derive(Debug, thiserror::Error)]
 pub enum ReactorError {
@@ -167,6 +172,8 @@ struct Reactor<G: PollGroup> {
     /// Set by the notifier to make the next turn poll every queue.
     poll_queues: Arc<AtomicBool>,
     completions: Vec<IoCompletion>,
+    /// The channel may hold messages: the waker fired, or the last drain stopped at [`ACCEPTS_PER_TURN`].
+    messages_waiting: bool,
     shutting_down: bool,
 }
 
@@ -200,6 +207,7 @@ impl<G: PollGroup> Reactor<G> {
             notifier,
             poll_queues,
             completions: Vec::with_capacity(1024),
+            messages_waiting: false,
             shutting_down: false,
         })
     }
@@ -214,7 +222,7 @@ impl<G: PollGroup> Reactor<G> {
         loop {
             // The clock is read once per turn, when the poll returns (a syscall where the vDSO cannot read it, as
             // in TCG guests): the timers and the commands' latencies (`set_turn_time`) use that reading.
-            let timeout = if busy {
+            let timeout = if busy || self.messages_waiting {
                 Some(Duration::ZERO)
             } else {
                 // Without a timer only an event has work for this thread: a file descriptor of the group, a
@@ -231,7 +239,7 @@ impl<G: PollGroup> Reactor<G> {
             crate::controller::queue::set_turn_time(now);
             for event in events.iter() {
                 match event.token() {
-                    WAKER => self.drain_messages(now),
+                    WAKER => self.messages_waiting = true,
                     // mio polls edge-triggered: every completion the ring (or the engine) signals is a new edge
                     // whether or not the counter was read, so reading it would only cost a syscall per completion.
                     ENGINE => {}
@@ -241,6 +249,9 @@ impl<G: PollGroup> Reactor<G> {
                         group.ready(token, event, &mut cx);
                     }
                 }
+            }
+            if self.messages_waiting {
+                self.drain_messages(now);
             }
             self.complete_storage(now);
             // Every queue when a notifier fired; otherwise the group polls those whose timers are due and those
@@ -287,7 +298,11 @@ impl<G: PollGroup> Reactor<G> {
         }
     }
 
+    /// Handle the channel's messages, taking at most [`ACCEPTS_PER_TURN`] new queue pairs (the rest wait for the
+    /// next turn, which comes without sleeping).
     fn drain_messages(&mut self, now: Instant) {
+        self.messages_waiting = false;
+        let mut accepted = 0;
         while let Ok(message) = self.rx.try_recv() {
             match message {
                 // Dropping a queue pair during shutdown refuses it (a socket closes, an RDMA CM id is destroyed).
@@ -295,6 +310,11 @@ impl<G: PollGroup> Reactor<G> {
                 Message::Accept(queue_pair) => {
                     let (group, mut cx) = self.group_in_context(now);
                     group.accept(queue_pair, &mut cx);
+                    accepted += 1;
+                    if accepted == ACCEPTS_PER_TURN {
+                        self.messages_waiting = true;
+                        return;
+                    }
                 }
                 Message::Shutdown => {
                     // Stop accepting, end every queue pair (their queues tear down their associations); the loop

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,9 @@ struct FakeGroup {
     /// The timer the group asks for once it has a queue pair.
     timer_after: Option<Duration>,
     timer: Option<Instant>,
+    /// Queue pairs accepted in this turn, and the most in any turn so far (read by the test).
+    accepts_this_turn: usize,
+    most_accepts_in_a_turn: Arc<AtomicUsize>,
 }
 
 impl FakeGroup {
@@ -61,6 +65,8 @@ impl FakeGroup {
             reads: HashMap::new(),
             timer_after,
             timer: None,
+            accepts_this_turn: 0,
+            most_accepts_in_a_turn: Arc::default(),
         }
     }
 }
@@ -74,6 +80,8 @@ impl PollGroup for FakeGroup {
         let queue_key = queue.transport().queue_key;
         self.pairs.insert(qp.id, (qp.commands, queue_key));
         self.timer = self.timer_after.map(|after| cx.now + after);
+        self.accepts_this_turn += 1;
+        self.most_accepts_in_a_turn.fetch_max(self.accepts_this_turn, Ordering::Relaxed);
         let _ = self.seen.send(Seen::Accepted { id: qp.id, queue_key });
     }
 
@@ -130,6 +138,7 @@ impl PollGroup for FakeGroup {
     }
 
     fn end_turn(&mut self, _cx: &mut GroupContext<'_>) -> bool {
+        self.accepts_this_turn = 0;
         false
     }
 
@@ -148,7 +157,17 @@ impl PollGroup for FakeGroup {
 }
 
 fn reactor(timer_after: Option<Duration>) -> (ReactorHandle<FakeQueuePair>, Receiver<Seen>) {
+    let (reactor, events, _) = counting_reactor(timer_after);
+    (reactor, events)
+}
+
+/// [`reactor`], and the most queue pairs its group accepted in one turn.
+fn counting_reactor(
+    timer_after: Option<Duration>,
+) -> (ReactorHandle<FakeQueuePair>, Receiver<Seen>, Arc<AtomicUsize>) {
     let (seen, events) = mpsc::channel();
+    let group = FakeGroup::new(seen, timer_after);
+    let most = Arc::clone(&group.most_accepts_in_a_turn);
     let target = Target::new(TargetParams::default(), Vec::new()).expect("target");
     let engine = EngineConfig {
         ring_entries: 64,
@@ -160,8 +179,8 @@ fn reactor(timer_after: Option<Duration>) -> (ReactorHandle<FakeQueuePair>, Rece
         ..EngineConfig::default()
     };
     let config = ReactorConfig { index: 0, cpu: None, engine };
-    let handle = ReactorHandle::spawn(config, target, FakeGroup::new(seen, timer_after)).expect("reactor starts");
-    (handle, events)
+    let handle = ReactorHandle::spawn(config, target, group).expect("reactor starts");
+    (handle, events, most)
 }
 
 fn queue_pair(id: u32) -> (FakeQueuePair, pipe::Sender) {
@@ -248,6 +267,29 @@ fn shutdown_ends_once_the_group_is_empty() {
     assert_eq!(next_not_polled(&events), Seen::Ready { id: 1 });
     assert_eq!(next_not_polled(&events), Seen::Ended { id: 1 });
     finished.recv_timeout(PATIENCE).expect("the reactor ends once its group is empty");
+}
+
+#[test]
+fn a_burst_of_new_queue_pairs_is_taken_one_per_turn() {
+    let (reactor, events, most) = counting_reactor(None);
+    let pairs: Vec<_> = (1..=32).map(queue_pair).collect();
+    let mut senders = Vec::new();
+    for (qp, sender) in pairs {
+        reactor.accept(qp);
+        senders.push(sender);
+    }
+    for id in 1..=32 {
+        assert!(matches!(next_not_polled(&events), Seen::Accepted { id: i, .. } if i == id));
+    }
+    assert_eq!(most.load(Ordering::Relaxed), 1, "queue pairs taken in one turn");
+    drop(senders);
+    let mut ended = 0;
+    while ended < 32 {
+        if let Seen::Ended { .. } = next_not_polled(&events) {
+            ended += 1;
+        }
+    }
+    shut_down(reactor, &events);
 }
 
 /// Shut down a reactor whose queue pairs have ended: the group is told, and the thread ends.
