@@ -438,6 +438,78 @@ stop_daemon target
     assert_eq!(line_value(&out, "gauge", "after-nvme-cycles"), "0", "QP gauge after the nvme cycles\n{}", out.report());
 }
 
+/// A witness under attack over NVMe/RDMA: the kernel host reads (fio, 4 KiB, QD16) while 80 raw queue pairs (40 per
+/// reactor, from two probe processes) connect through RDMA CM and never send a Fabrics Connect. Each silent queue
+/// pair holds its CQ entries and pinned receive buffers until the connect timeout (10 s), or is rejected when its
+/// reactor has no CQ entries left; none outlives the deadline, the witness keeps at least half of its unattacked
+/// IOPS (one run, same guest) and sees no error, and its data verifies afterwards.
+#[test]
+fn rdma_witness_under_silent_queue_pairs() {
+    let vm = vm("rdma_witness_under_silent_queue_pairs").deadline(Duration::from_secs(420));
+    let Some(out) = run(
+        "rdma_witness_under_silent_queue_pairs",
+        vm,
+        r#"
+set -eu
+nvmf_target_start target $CONFIG
+dev=$(host_connect rdma $NVMF_RDMA_ADDR 4420 $NQN -i 1)
+fio_rw_verify $dev 4K 16 4M
+read_iops() {
+  fio --name=witness --filename=$dev --ioengine=libaio --direct=1 --bs=4K --iodepth=16 --size=4M --rw=randread \
+    --time_based --runtime=8 --minimal | awk -F';' '{ print int($8) }'
+}
+echo "witness unattacked: $(read_iops)"
+probes=""
+for i in 1 2; do
+  (timeout 120 $NVMF_RDMA_PROBE --subnqn $NQN silent --qid 1 --seconds 40 --count 40 > /tmp/silent-$i.json || true) &
+  probes="$probes $!"
+done
+sleep 1
+echo "witness attacked: $(read_iops)"
+# The probes only: a bare `wait` would also wait for the target daemon.
+wait $probes
+for i in 1 2; do echo "silent $i: $(cat /tmp/silent-$i.json)"; done
+echo "connect timeouts: $(metric 'nvmf_target_timeouts_total{state="connect"}')"
+echo "host errors: $(dmesg | grep -c -E 'nvme nvme[0-9]+: (starting error recovery|.*timeout|Reconnecting)' || true)"
+fio_rw_verify $dev 4K 16 4M
+"#,
+    ) else {
+        return;
+    };
+    out.assert_success();
+    let iops = |label: &str| -> u64 {
+        line_value(&out, "witness", label).trim().parse().unwrap_or_else(|e| panic!("{label}: {e}\n{}", out.report()))
+    };
+    let (unattacked, attacked) = (iops("unattacked"), iops("attacked"));
+    eprintln!("witness over RDMA: {unattacked} IOPS unattacked, {attacked} under 80 silent queue pairs");
+    assert!(attacked * 2 >= unattacked, "the witness kept {attacked} of {unattacked} IOPS under attack");
+    assert_eq!(line_value(&out, "host", "errors").trim(), "0", "the kernel host saw errors\n{}", out.report());
+    let (mut disconnected, mut refused) = (0, 0);
+    for i in ["1", "2"] {
+        let text = line_value(&out, "silent", i);
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("silent {i}: {e}: {text}"));
+        assert_eq!(v["other"], serde_json::json!([]), "silent {i}: a queue pair outlived the connect timeout: {v}");
+        // The probe's clock starts when it sees its connect established, after the target's accept started the
+        // target's: under this load that can be a second or two later.
+        let (fastest, slowest) = (v["fastest"].as_f64().unwrap_or(0.0), v["slowest"].as_f64().unwrap_or(0.0));
+        assert!(fastest >= 7.0 && slowest < 40.0, "silent {i}: disconnected after {fastest}..{slowest} s: {v}");
+        disconnected += v["disconnected"].as_u64().unwrap_or(0);
+        // Rejected at the RDMA CM connect: the reactor's completion queue had no entries left.
+        refused += v["refused"].as_u64().unwrap_or(0);
+    }
+    eprintln!("silent queue pairs: {disconnected} disconnected at the connect timeout, {refused} refused at connect");
+    assert_eq!(disconnected + refused, 80, "{}", out.report());
+    assert!(disconnected > 0, "no silent queue pair was ever accepted\n{}", out.report());
+    let timeouts = out.stdout.lines().find_map(|l| l.strip_prefix("connect timeouts: ")).unwrap_or("absent");
+    assert_eq!(timeouts.trim(), disconnected.to_string(), "{}", out.report());
+    assert_eq!(
+        out.stdout.matches("fio bs=4K qd=16: wrote 1024, verified 1024 after writing, 1024 on randread").count(),
+        2,
+        "{}",
+        out.report()
+    );
+}
+
 /// The target's fds are back where they were and its RSS grew by at most 8 MiB (allocator noise).
 #[track_caller]
 fn assert_no_growth(out: &VmOutput, before: &str, after: &str) {

@@ -15,7 +15,7 @@
 //! | `cycles N` | N × (CM connect, Fabrics Connect admin, Property Get CAP, disconnect), as fast as it can | `done` with counts |
 //! | `hold [--seconds S]` | admin Connect, an Asynchronous Event Request the target keeps, then sleep (to be killed) | `holding` (printed before sleeping) |
 //! | `stall [--seconds S]` | admin Connect, then Property Gets without reposting a receive: once its receives are used up the target's response SEND meets RNR NAKs (this host asks for rnr_retry_count 7: retried forever); wait up to S s (default 60) for the target to disconnect | `disconnected` (`seconds` after the unanswerable command) or `still_connected` |
-//! | `silent [--qid N] [--seconds S]` | RDMA CM connect (queue `qid`, default 1), then nothing: no Fabrics Connect; wait up to S s (default 60) for the target to disconnect | `disconnected` (after `seconds`) or `still_connected` |
+//! | `silent [--qid N] [--seconds S] [--count N]` | RDMA CM connect (queue `qid`, default 1), then nothing: no Fabrics Connect; wait up to S s (default 60) for the target to disconnect. With `--count`: N such queue pairs from this process, one summary | `disconnected` (after `seconds`) or `still_connected`; with `--count`: counts `disconnected`, `refused` (the connect failed), `other`, and the `fastest` and `slowest` disconnects in s |
 //!
 //! `broken` lines say which work completion failed first (`wc_status`, `wc_op`) or `timeout`, and whether the
 //! target's RDMA CM disconnect arrived within a few seconds (`disconnected`).
@@ -693,6 +693,54 @@ fn silent(o: &Options, qid: u16, seconds: u64) -> Result<Value, ProbeError> {
     })
 }
 
+/// `silent --count N`: N silent queue pairs from this one process (many processes would load a small guest more
+/// than the queue pairs load the target), opened one after another, then watched together; each one's time runs
+/// from its own connect.
+fn silent_many(o: &Options, qid: u16, seconds: u64, count: u64) -> Result<Value, ProbeError> {
+    let mut open = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..count {
+        let start = Instant::now();
+        match open_queue(o.addr, qid, SEND_CAPACITY) {
+            Ok((q, _)) => open.push((q, start)),
+            Err(e) => refused.push(e.0),
+        }
+    }
+    let (mut disconnected, mut other) = (Vec::new(), Vec::new());
+    while !open.is_empty() {
+        let mut i = 0;
+        while i < open.len() {
+            let (q, start) = &open[i];
+            let after = start.elapsed();
+            let event = q.channel.get_event().map_err(|e| ProbeError(e.to_string()))?;
+            match event {
+                Some(ev) if ev.kind == CmEventKind::TimewaitExit => i += 1,
+                Some(ev) if ev.kind == CmEventKind::Disconnected => {
+                    disconnected.push((after.as_secs_f64() * 10.0).round() / 10.0);
+                    open.swap_remove(i);
+                }
+                Some(ev) => {
+                    other.push(format!("{:?}", ev.kind));
+                    open.swap_remove(i);
+                }
+                None if after >= Duration::from_secs(seconds) => {
+                    other.push("still_connected".to_owned());
+                    open.swap_remove(i);
+                }
+                None => i += 1,
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let fastest = disconnected.iter().copied().fold(f64::INFINITY, f64::min);
+    let slowest = disconnected.iter().copied().fold(0.0, f64::max);
+    Ok(json!({
+        "probe": "silent", "qid": qid, "count": count, "disconnected": disconnected.len(), "refused": refused.len(),
+        "other": other, "first_refusal": refused.first(), "fastest": fastest.is_finite().then_some(fastest),
+        "slowest": slowest,
+    }))
+}
+
 #[derive(Debug)]
 struct Options {
     addr: SocketAddr,
@@ -709,7 +757,7 @@ const USAGE: &str = "usage: nvmf-rdma-probe [--addr IP:PORT] [--subnqn NQN] [--h
   cycles N
   hold [--seconds S]
   stall [--seconds S]
-  silent [--qid N] [--seconds S]";
+  silent [--qid N] [--seconds S] [--count N]";
 
 fn run(args: &[String]) -> Result<Value, ProbeError> {
     let addr = std::env::var("NVMF_RDMA_ADDR").unwrap_or_else(|_| "10.77.0.1".into());
@@ -729,7 +777,7 @@ fn run(args: &[String]) -> Result<Value, ProbeError> {
             }
             "--subnqn" => o.subnqn = value("--subnqn")?,
             "--hostnqn" => o.hostnqn = value("--hostnqn")?,
-            "--case" | "--qid" | "--size" | "--seconds" => {
+            "--case" | "--qid" | "--size" | "--seconds" | "--count" => {
                 rest.push(a.clone());
                 rest.push(value(a)?);
             }
@@ -761,7 +809,10 @@ fn run(args: &[String]) -> Result<Value, ProbeError> {
         Some("stall") => stall(&o, number("--seconds", 60)?),
         Some("silent") => {
             let qid = u16::try_from(number("--qid", 1)?).map_err(|_| ProbeError("--qid: 0..=65535".into()))?;
-            silent(&o, qid, number("--seconds", 60)?)
+            match number("--count", 1)? {
+                1 => silent(&o, qid, number("--seconds", 60)?),
+                n => silent_many(&o, qid, number("--seconds", 60)?, n),
+            }
         }
         _ => Err(ProbeError(USAGE.into())),
     }
