@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -162,9 +162,7 @@ fn reactor(timer_after: Option<Duration>) -> (ReactorHandle<FakeQueuePair>, Rece
 }
 
 /// [`reactor`], and the most queue pairs its group accepted in one turn.
-fn counting_reactor(
-    timer_after: Option<Duration>,
-) -> (ReactorHandle<FakeQueuePair>, Receiver<Seen>, Arc<AtomicUsize>) {
+fn counting_reactor(timer_after: Option<Duration>) -> (ReactorHandle<FakeQueuePair>, Receiver<Seen>, Arc<AtomicUsize>) {
     let (seen, events) = mpsc::channel();
     let group = FakeGroup::new(seen, timer_after);
     let most = Arc::clone(&group.most_accepts_in_a_turn);
