@@ -442,7 +442,8 @@ stop_daemon target
 /// reactor, from two probe processes) connect through RDMA CM and never send a Fabrics Connect. Each silent queue
 /// pair holds its CQ entries and pinned receive buffers until the connect timeout (10 s), or is rejected when its
 /// reactor has no CQ entries left; none outlives the deadline, the witness keeps at least half of its unattacked
-/// IOPS (one run, same guest) and sees no error, and its data verifies afterwards.
+/// IOPS (one run, same guest) and sees no error, the pools are whole afterwards (queue pair gauge, data buffers)
+/// and its data verifies.
 #[test]
 fn rdma_witness_under_silent_queue_pairs() {
     let vm = vm("rdma_witness_under_silent_queue_pairs").deadline(Duration::from_secs(420));
@@ -470,6 +471,10 @@ echo "witness attacked: $(read_iops)"
 wait $probes
 for i in 1 2; do echo "silent $i: $(cat /tmp/silent-$i.json)"; done
 echo "connect timeouts: $(metric 'nvmf_target_timeouts_total{state="connect"}')"
+report_gauge after-attack
+echo "buffers after-attack: $(curl -sf --max-time 10 http://127.0.0.1:9420/metrics |
+  awk '$1 ~ /^nvmf_target_data_buffers[{].*state="free"/ { f += $2 } $1 ~ /^nvmf_target_data_buffers[{].*state="total"/ { t += $2 }
+    END { print "free " f " total " t }')"
 echo "host errors: $(dmesg | grep -c -E 'nvme nvme[0-9]+: (starting error recovery|.*timeout|Reconnecting)' || true)"
 fio_rw_verify $dev 4K 16 4M
 "#,
@@ -502,6 +507,12 @@ fio_rw_verify $dev 4K 16 4M
     assert!(disconnected > 0, "no silent queue pair was ever accepted\n{}", out.report());
     let timeouts = out.stdout.lines().find_map(|l| l.strip_prefix("connect timeouts: ")).unwrap_or("absent");
     assert_eq!(timeouts.trim(), disconnected.to_string(), "{}", out.report());
+    // The pools are whole: only the witness's admin and I/O queue pairs are left, and it holds no buffer while idle.
+    assert_eq!(line_value(&out, "gauge", "after-attack"), "2", "QP gauge after the attack\n{}", out.report());
+    let buffers = pairs(line_value(&out, "buffers", "after-attack"));
+    let (free, total) = (buffers.get("free"), buffers.get("total"));
+    assert!(total.is_some_and(|&t| t > 0), "no data buffer counted\n{}", out.report());
+    assert_eq!(free, total, "data buffers after the attack\n{}", out.report());
     assert_eq!(
         out.stdout.matches("fio bs=4K qd=16: wrote 1024, verified 1024 after writing, 1024 on randread").count(),
         2,
