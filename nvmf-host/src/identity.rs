@@ -132,6 +132,7 @@ impl HostIdentity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nvmf_common::fabrics::nqn::check_nqn_format;
 
     const NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:3f1c2a9e-7b40-4c1d-9a55-0d6e8f2b1c33";
     const ID: &str = "3f1c2a9e-7b40-4c1d-9a55-0d6e8f2b1c33";
@@ -167,9 +168,9 @@ mod tests {
     fn generated_when_missing_or_invalid() {
         let dir = tempfile::tempdir().unwrap();
         let a = HostIdentity::from_dir(dir.path());
-        assert!(validate_nqn(&a.hostnqn).is_ok());
+        assert!(check_nqn_format(&a.hostnqn).is_ok());
         assert_eq!(a.hostnqn, format!("{UUID_NQN_PREFIX}{}", Uuid::from_bytes(a.hostid)));
-        std::fs::write(dir.path().join("hostnqn"), "not an nqn").unwrap();
+        std::fs::write(dir.path().join("hostnqn"), "a\u{1}b").unwrap();
         std::fs::write(dir.path().join("hostid"), "zzz").unwrap();
         let b = HostIdentity::from_dir(dir.path());
         assert!(b.hostnqn.starts_with(UUID_NQN_PREFIX));

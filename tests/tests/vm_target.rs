@@ -1,8 +1,8 @@
 //! Our target (`nvmf-target`) served to the Linux 6.12 kernel host in the test VM: discovery, connect with 1, 2
 //! and 4 I/O queues, the admin commands nvme-cli sends (with exact Identify fields), fio with crc32c
 //! verification at 4 KiB and 128 KiB × QD 1 and 32, discard, ext4 across a reconnect, header and data digests,
-//! keep-alive expiry when the host vanishes, a passthrough namespace on an emulated NVMe drive, and namespaces
-//! added and removed live by a SIGHUP reload.
+//! keep-alive expiry when the host vanishes, a passthrough namespace on an emulated NVMe drive, namespaces
+//! added and removed live by a SIGHUP reload, and subsystems named as Linux lets them be (over TCP and RDMA).
 //!
 //! The daemon runs in the guest from the cargo build: [`nvmf_tests::workspace_bin::nvmf_target`] runs
 //! `cargo build -p nvmf-target` with this test's profile and target folder once per test process (a no-op when
@@ -673,4 +673,67 @@ echo "reload: ok"
     assert_stdout_has(&out, "AEN rescans: 2");
     assert_stdout_has(&out, "host connects: 1 error recoveries: 0");
     assert_stdout_has(&out, "reload: ok");
+}
+
+/// Subsystems named as Linux nvmet lets them be named, not in the NQN format (`testnqn`, `storage-subsystem-1`):
+/// served with a warning at start, listed by discovery over both transports, and the kernel host connects to each
+/// (one over NVMe/TCP, one over NVMe/RDMA) and verifies its data.
+#[test]
+fn subsystem_names_linux_accepts() {
+    let config = r#"
+[reactors]
+threads = 2
+[[listener]]
+transport = "tcp"
+address = "10.77.0.1"
+port = 4420
+[[listener]]
+transport = "rdma"
+address = "10.77.0.1"
+port = 4421
+[[subsystem]]
+nqn = "testnqn"
+[[subsystem.namespace]]
+memory = "64MiB"
+[[subsystem]]
+nqn = "storage-subsystem-1"
+[[subsystem.namespace]]
+memory = "64MiB"
+"#;
+    let vm = vm("subsystem_names_linux_accepts").rxe(true).modules(["nvme_tcp", "nvme_rdma"]);
+    let Some(out) = run(
+        "subsystem_names_linux_accepts",
+        vm.deadline(Duration::from_secs(300)),
+        config,
+        r#"
+set -eu
+nvmf_target_start target $CONFIG
+echo "format warnings: $(grep -c 'is not in the NQN format' $NVMF_VM_LOGS/target.log || true)"
+for t in "tcp 4420" "rdma 4421"; do
+  set -- $t
+  modprobe nvme_$1
+  timeout 60 nvme discover -t $1 -a $NVMF_RDMA_ADDR -s $2 -o json > /tmp/discovery-$1.json
+  echo "discovered over $1: $(jq -r '.records[].subnqn' /tmp/discovery-$1.json | sort -u | tr '\n' ' ')"
+done
+dev=$(host_connect tcp $NVMF_RDMA_ADDR 4420 testnqn)
+fio_rw_verify $dev 4K 16 4M
+host_disconnect testnqn
+dev=$(host_connect rdma $NVMF_RDMA_ADDR 4421 storage-subsystem-1)
+fio_rw_verify $dev 4K 16 4M
+host_disconnect storage-subsystem-1
+stop_daemon target
+"#,
+    ) else {
+        return;
+    };
+    out.assert_success();
+    assert_stdout_has(&out, "format warnings: 2");
+    for transport in ["tcp", "rdma"] {
+        // The log also lists the discovery subsystem itself (its own entries, as nvmet's).
+        let line =
+            format!("discovered over {transport}: nqn.2014-08.org.nvmexpress.discovery storage-subsystem-1 testnqn \n");
+        assert_stdout_has(&out, &line);
+    }
+    let verified = "fio bs=4K qd=16: wrote 1024, verified 1024 after writing, 1024 on randread (of 1024)";
+    assert_eq!(out.stdout.matches(verified).count(), 2, "{}", out.report());
 }

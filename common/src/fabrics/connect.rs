@@ -436,10 +436,16 @@ mod tests {
         assert_eq!(connect_error_response(&e), (Status::CONNECT_INVALID_PARAMETERS.with_dnr(), 0x0001_0100));
 
         let mut b = good;
-        b[512..515].copy_from_slice(b"xyz"); // not "nqn."
+        b[512..516].copy_from_slice(b"ab\nc"); // a control character
         let e = ConnectData::parse(&b).unwrap_err();
         assert!(matches!(e, WireError::InvalidText { field: "hostnqn", .. }));
         assert_eq!(connect_error_response(&e), (Status::CONNECT_INVALID_PARAMETERS.with_dnr(), 0x0001_0200));
+
+        // A name Linux nvmet accepts that is not in the NQN format.
+        let mut b = good;
+        b[256..512].fill(0);
+        b[256..263].copy_from_slice(b"testnqn");
+        assert_eq!(ConnectData::parse(&b).unwrap().subnqn.as_str(), "testnqn");
 
         assert!(d.encode(&mut [0u8; 1000]).is_err());
     }

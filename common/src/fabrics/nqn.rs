@@ -12,9 +12,11 @@
 //! The discovery subsystem's NQN, [`DISCOVERY_NQN`], is of the first form. Linux's
 //! `include/linux/nvme.h` names the limits `NVMF_NQN_SIZE` (223) and `NVMF_NQN_FIELD_LEN` (256).
 //!
-//! [`Nqn`] is a borrowed, validated view; [`nqn_field_text`] is the lenient reading used where a peer's
-//! name must be shown rather than judged (some targets, Linux nvmet among them, accept subsystem names
-//! such as `testnqn` that are not NQNs by the spec's grammar).
+//! Linux nvmet, SPDK and nvme-cli do not hold names to that grammar: subsystems named `testnqn` or
+//! `storage-subsystem-1` are common in existing setups and test suites. [`validate_nqn`] accepts what
+//! they accept (1 to 223 bytes of UTF-8 without control characters) and [`Nqn`] is a name so
+//! validated; [`check_nqn_format`] is the spec's grammar, for warning about a name that does not follow
+//! it. [`nqn_field_text`] reads a field's text without judging it at all (a peer's name to show).
 
 use std::fmt;
 
@@ -48,6 +50,9 @@ pub enum NqnError {
     /// The text holds a control character (below 0x20, or DEL).
     #[error("NQN contains a control character")]
     ControlCharacter,
+    /// The name is empty.
+    #[error("NQN is empty")]
+    Empty,
     /// The text does not start with `nqn.`.
     #[error("NQN does not start with \"nqn.\"")]
     MissingPrefix,
@@ -76,6 +81,7 @@ impl NqnError {
     pub fn reason(&self) -> &'static str {
         match self {
             NqnError::NotTerminated => "NQN field has no NUL terminator within its 256 bytes",
+            NqnError::Empty => "NQN is empty",
             NqnError::TooLong { .. } => "NQN is longer than 223 bytes",
             NqnError::NotUtf8 => "NQN is not valid UTF-8",
             NqnError::ControlCharacter => "NQN contains a control character",
@@ -89,12 +95,13 @@ impl NqnError {
     }
 }
 
-/// A validated NVMe Qualified Name borrowed from its source (NVMe Base 2.0 §4.5).
+/// An NVMe Qualified Name borrowed from its source, valid as Linux takes it ([`validate_nqn`]; whether it
+/// follows the spec's grammar is [`check_nqn_format`]'s question).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Nqn<'a>(&'a str);
 
 impl<'a> Nqn<'a> {
-    /// Validate `text` as an NQN.
+    /// Validate `text` as an NQN ([`validate_nqn`]).
     pub fn new(text: &'a str) -> Result<Self, NqnError> {
         validate_nqn(text)?;
         Ok(Nqn(text))
@@ -171,8 +178,17 @@ fn check_text(text: &str) -> Result<(), NqnError> {
     Ok(())
 }
 
-/// Check `text` against the NQN grammar of NVMe Base 2.0 §4.5 (see the module documentation).
+/// Check `text` as a name Linux nvmet and nvme-cli take for an NQN: 1 to 223 bytes of UTF-8 without control
+/// characters (see the module documentation).
 pub fn validate_nqn(text: &str) -> Result<(), NqnError> {
+    if text.is_empty() {
+        return Err(NqnError::Empty);
+    }
+    check_text(text)
+}
+
+/// Check `text` against the NQN grammar of NVMe Base 2.0 §4.5 (see the module documentation).
+pub fn check_nqn_format(text: &str) -> Result<(), NqnError> {
     check_text(text)?;
     if let Some(uuid) = text.strip_prefix(UUID_NQN_PREFIX) {
         return validate_uuid(uuid);
@@ -237,6 +253,7 @@ mod tests {
             "nqn.2014-08.com.example:nvme:nvm-subsystem-sn-d78432",
             "nqn.2024-12.example-corp.com:disk ü 1",
         ] {
+            assert_eq!(check_nqn_format(name), Ok(()), "{name}");
             assert_eq!(validate_nqn(name), Ok(()), "{name}");
         }
         let n = Nqn::new(DISCOVERY_NQN).unwrap();
@@ -268,8 +285,20 @@ mod tests {
             ("nqn.2014-08.org.x:a\tb", NqnError::ControlCharacter),
         ];
         for (name, err) in cases {
-            assert_eq!(validate_nqn(name), Err(*err), "{name:?}");
+            assert_eq!(check_nqn_format(name), Err(*err), "{name:?}");
         }
+    }
+
+    #[test]
+    fn accepts_the_names_linux_nvmet_accepts() {
+        for name in ["testnqn", "storage-subsystem-1", "nqn.2014-08.org_x:foo", "nqn.2014-13.org.x", "a"] {
+            assert_eq!(validate_nqn(name), Ok(()), "{name}");
+            assert_eq!(Nqn::from_field(&field(name)).unwrap().as_str(), name);
+        }
+        assert_eq!(validate_nqn(""), Err(NqnError::Empty));
+        assert_eq!(Nqn::from_field(&[0; NQN_FIELD_LEN]), Err(NqnError::Empty));
+        assert_eq!(validate_nqn("test\nnqn"), Err(NqnError::ControlCharacter));
+        assert_eq!(validate_nqn(&"a".repeat(224)), Err(NqnError::TooLong { len: 224 }));
     }
 
     #[test]
@@ -322,7 +351,7 @@ mod tests {
         ) {
             let mut name = format!("nqn.{year:04}-{month:02}.{}", labels.join("."));
             if let Some(s) = suffix { name.push(':'); name.push_str(&s); }
-            prop_assert_eq!(validate_nqn(&name), Ok(()));
+            prop_assert_eq!(check_nqn_format(&name), Ok(()));
             let f = field(&name);
             prop_assert_eq!(Nqn::from_field(&f).unwrap().as_str(), name.as_str());
         }

@@ -215,7 +215,8 @@ impl Default for TcpOptions {
 /// `[[subsystem]]`: one NVM subsystem.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubsystemConfig {
-    /// Subsystem NQN (valid by NVMe Base 2.0 §4.5, not the discovery NQN, unique in the target).
+    /// Subsystem NQN (1..=223 bytes without control characters, as Linux nvmet takes it; best in the format of
+    /// NVMe Base 2.0 §4.5), not the discovery NQN, unique in the target.
     pub nqn: String,
     /// Serial number (Identify Controller SN): 1..=20 printable ASCII characters. Default: derived from the NQN
     /// ([`crate::ids::derive_serial`]).
@@ -225,7 +226,7 @@ pub struct SubsystemConfig {
     /// Any host may connect. Default: true when `hosts` is empty. True with hosts listed is rejected, and so is
     /// false with none.
     pub allow_any_host: bool,
-    /// Host NQNs allowed to connect when `allow_any_host` is false (valid NQNs, unique).
+    /// Host NQNs allowed to connect when `allow_any_host` is false (names as for `nqn`, unique).
     pub hosts: Vec<String>,
     /// Lowest controller ID handed out, 1..=0xFFEF. Default 1.
     pub cntlid_min: u16,

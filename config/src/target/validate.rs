@@ -15,8 +15,8 @@ use crate::error::{KeyPath, Problem};
 use crate::ids::{self, Eui64, Nguid};
 use crate::size::{format_size, parse_size};
 
-pub(crate) const NQN_ALLOWED: &str =
-    "an NQN \"nqn.yyyy-mm.reverse.domain[:name]\" or \"nqn.2014-08.org.nvmexpress:uuid:<UUID>\", at most 223 bytes";
+pub(crate) const NQN_ALLOWED: &str = "a name of 1 to 223 bytes without control characters, best an NQN \
+                                     \"nqn.yyyy-mm.reverse.domain[:name]\" or \"nqn.2014-08.org.nvmexpress:uuid:<UUID>\"";
 const ADDRESS_ALLOWED: &str = "an IPv4 or IPv6 address literal such as \"0.0.0.0\", \"127.0.0.1\", \"::\" or \"::1\" \
                                (no host name, brackets or port)";
 const BACKEND_ALLOWED: &str =

@@ -16,7 +16,7 @@ use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
-use nvmf_common::fabrics::nqn::{validate_nqn, DISCOVERY_NQN};
+use nvmf_common::fabrics::nqn::{check_nqn_format, validate_nqn, DISCOVERY_NQN};
 
 use super::association::Controller;
 use crate::backend::Storage;
@@ -359,6 +359,22 @@ fn check_text(subsystem: &str, field: &'static str, value: &str, max: usize) -> 
     Ok(())
 }
 
+/// Validate an allow-list's host NQNs as Linux takes them; warn about those not in the NQN format.
+fn check_host_nqns(subnqn: &str, hosts: &[String]) -> Result<(), SubsystemError> {
+    for host in hosts {
+        validate_nqn(host).map_err(|e| SubsystemError::InvalidHostNqn {
+            subsystem: subnqn.to_owned(),
+            nqn: host.clone(),
+            reason: e.reason(),
+        })?;
+        if let Err(e) = check_nqn_format(host) {
+            tracing::warn!(subnqn, hostnqn = %host, reason = e.reason(), "allowed host name is not in the NQN format \
+                (NVMe Base 2.0 §4.5); accepted, as Linux nvmet accepts it");
+        }
+    }
+    Ok(())
+}
+
 impl Subsystem {
     /// Build and validate an NVM subsystem.
     pub fn new(params: SubsystemParams) -> Result<Arc<Self>, SubsystemError> {
@@ -368,15 +384,13 @@ impl Subsystem {
         if nqn == DISCOVERY_NQN {
             return Err(SubsystemError::InvalidNqn { nqn, reason: "reserved for the discovery subsystem" });
         }
+        if let Err(e) = check_nqn_format(&nqn) {
+            tracing::warn!(subnqn = %nqn, reason = e.reason(), "subsystem name is not in the NQN format (NVMe Base \
+                2.0 §4.5); served anyway, as Linux nvmet serves it");
+        }
         check_text(&nqn, "serial", &serial, 20)?;
         check_text(&nqn, "model", &model, 40)?;
-        for host in &hosts {
-            validate_nqn(host).map_err(|e| SubsystemError::InvalidHostNqn {
-                subsystem: nqn.clone(),
-                nqn: host.clone(),
-                reason: e.reason(),
-            })?;
-        }
+        check_host_nqns(&nqn, &hosts)?;
         let (start, end) = (*cntlid_range.start(), *cntlid_range.end());
         if start > end || !CNTLID_RANGE.contains(&start) || !CNTLID_RANGE.contains(&end) {
             return Err(SubsystemError::InvalidCntlidRange { subsystem: nqn, start, end });
@@ -469,13 +483,7 @@ impl Subsystem {
     /// Replace the host access list (a reload). New Connects see it, and the associations of hosts it no longer
     /// allows end (their queues close, as when the subsystem is removed): how many.
     pub fn set_host_access(&self, allow_any_host: bool, hosts: Vec<String>) -> Result<usize, SubsystemError> {
-        for host in &hosts {
-            validate_nqn(host).map_err(|e| SubsystemError::InvalidHostNqn {
-                subsystem: self.nqn.clone(),
-                nqn: host.clone(),
-                reason: e.reason(),
-            })?;
-        }
+        check_host_nqns(&self.nqn, &hosts)?;
         *self.access.write().unwrap_or_else(|e| e.into_inner()) = HostAccess { allow_any_host, hosts };
         tracing::info!(subsystem = %self.nqn, allow_any_host, "host access changed");
         let revoked: Vec<_> = self.controllers().into_iter().filter(|c| !self.host_allowed(c.hostnqn())).collect();
