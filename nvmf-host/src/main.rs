@@ -1,11 +1,24 @@
 //! The `nvmf-host` command: parse the command line, start tracing (for `run`, from the configuration's
-//! `[logging]`; otherwise `RUST_LOG`, default `warn`, to stderr), run the command from the library.
+//! `[logging]`; otherwise `RUST_LOG`, default `warn`, to stderr), run the command from the library; an error is
+//! one line on stderr (`nvmf_service::error_line`) and exit status 1.
+
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 use nvmf_host::cli::{Cli, Command};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nvmf-host: {}", nvmf_service::error_line::error_line(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Run(_)) {
         tracing_subscriber::fmt()

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use nvmf_config::{QuickStart, TargetConfig};
 use nvmf_target::control::{self, ReloadOutcome, DEFAULT_CONTROL_SOCKET};
@@ -18,7 +18,7 @@ use nvmf_target::serve::{serve, ServeOptions};
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Configuration file (TOML); the quick-start flags are ignored with it.
+    /// Configuration file (TOML); not with the quick-start flags (the file says all).
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Validate the configuration, print the effective configuration and exit.
@@ -58,7 +58,17 @@ struct ReloadArgs {
     control: PathBuf,
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nvmf-target: {}", nvmf_service::error_line::error_line(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
     let mut cli = Cli::parse();
     match &cli.command {
         Some(Command::Reload(args)) => return reload(args),
@@ -74,6 +84,10 @@ fn main() -> anyhow::Result<ExitCode> {
         *path = std::path::absolute(&*path).with_context(|| format!("{}", path.display()))?;
     }
     let config = match &cli.config {
+        Some(_) if !cli.quick.is_empty() => bail!(
+            "--config cannot be combined with --listen, --namespace, --nqn, --allow-host or --metrics: put them in \
+             the file"
+        ),
         Some(path) => TargetConfig::from_file(path)?,
         None => cli.quick.to_config()?,
     };

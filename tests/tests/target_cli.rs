@@ -1,0 +1,89 @@
+//! What `nvmf-target` prints for the mistakes a new user makes: one line on stderr naming the mistake, exit
+//! status 1, no backtrace even with `RUST_BACKTRACE=1`, no cause repeated. And the names Linux nvmet accepts for
+//! a subsystem are accepted.
+
+use std::process::{Command, Output};
+
+fn nvmf_target(args: &[&str]) -> Output {
+    let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
+    Command::new(bin).args(args).env("RUST_BACKTRACE", "1").env("RUST_LOG", "warn").output().expect("run nvmf-target")
+}
+
+/// The run failed with exactly `line` on stderr.
+#[track_caller]
+fn fails_with(out: &Output, line: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr, format!("{line}\n"));
+}
+
+#[test]
+fn common_mistakes_get_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("target.toml");
+    fails_with(
+        &nvmf_target(&["--config", missing.to_str().unwrap()]),
+        &format!(
+            "nvmf-target: {}: cannot read the configuration file: No such file or directory (os error 2)",
+            missing.display()
+        ),
+    );
+    let bad_key = dir.path().join("bad.toml");
+    std::fs::write(&bad_key, "[target]\nmdts = \"1MiB\"\nkeep_alive_max = 60000\n").unwrap();
+    let out = nvmf_target(&["--config", bad_key.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let expected = format!(
+        "nvmf-target: {}:3:1: target.keep_alive_max: unknown field `keep_alive_max`, expected one of",
+        bad_key.display()
+    );
+    assert!(stderr.starts_with(&expected) && stderr.lines().count() == 1, "{stderr}");
+    assert_eq!(out.status.code(), Some(1));
+    fails_with(
+        &nvmf_target(&["--config", bad_key.to_str().unwrap(), "--nqn", "testnqn"]),
+        "nvmf-target: --config cannot be combined with --listen, --namespace, --nqn, --allow-host or --metrics: put \
+         them in the file",
+    );
+    fails_with(
+        &nvmf_target(&["--nqn", "", "--check"]),
+        "nvmf-target: --nqn \"\": \"\" is not a valid NQN: NQN is empty; allowed: a name of 1 to 223 bytes without \
+         control characters, best an NQN \"nqn.yyyy-mm.reverse.domain[:name]\" or \
+         \"nqn.2014-08.org.nvmexpress:uuid:<UUID>\"",
+    );
+    fails_with(
+        &nvmf_target(&["--listen", "tcp://127.0.0.1:99999"]),
+        "nvmf-target: --listen \"tcp://127.0.0.1:99999\": port \"99999\" is not 1..=65535; allowed: \
+         tcp://ADDRESS[:PORT] or rdma://ADDRESS[:PORT], IPv6 in brackets, e.g. tcp://0.0.0.0:4420 or tcp://[::1]:4420",
+    );
+}
+
+#[test]
+fn a_port_in_use_is_named() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = nvmf_target(&["--listen", &format!("tcp://127.0.0.1:{port}"), "--namespace", "memory:4MiB"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.lines().last(),
+        Some(
+            format!(
+                "nvmf-target: starting the target: cannot listen on tcp://127.0.0.1:{port}: Address already in use \
+                 (os error 98)"
+            )
+            .as_str()
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("backtrace") && !stderr.contains("Caused by"), "{stderr}");
+}
+
+#[test]
+fn subsystem_names_linux_nvmet_accepts_are_accepted() {
+    for name in ["testnqn", "storage-subsystem-1"] {
+        let out = nvmf_target(&["--nqn", name, "--allow-host", "host1", "--check"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(&format!("nqn = \"{name}\"")), "{stdout}");
+        assert!(stdout.contains("hosts = [\"host1\"]"), "{stdout}");
+    }
+}
