@@ -221,7 +221,8 @@ impl<G: PollGroup> Reactor<G> {
         let mut busy = false;
         loop {
             // The clock is read once per turn, when the poll returns (a syscall where the vDSO cannot read it, as
-            // in TCG guests): the timers and the commands' latencies (`set_turn_time`) use that reading.
+            // in TCG guests): the timers and the commands' arrival times (`set_turn_time`) use that reading; a
+            // command's completion time is read once per batch of completions (`new_completion_batch`).
             let timeout = if busy || self.messages_waiting {
                 Some(Duration::ZERO)
             } else {
@@ -244,6 +245,7 @@ impl<G: PollGroup> Reactor<G> {
                     // whether or not the counter was read, so reading it would only cost a syscall per completion.
                     ENGINE => {}
                     Token(t) => {
+                        crate::controller::queue::new_completion_batch();
                         let token = u64::try_from(t - FIRST_GROUP_TOKEN).unwrap_or(u64::MAX);
                         let (group, mut cx) = self.group_in_context(now);
                         group.ready(token, event, &mut cx);
@@ -289,6 +291,7 @@ impl<G: PollGroup> Reactor<G> {
                 self.completions = completions;
                 return;
             }
+            crate::controller::queue::new_completion_batch();
             let (group, mut cx) = self.group_in_context(now);
             for c in completions.drain(..) {
                 let (queue_key, slot) = split_storage_tag(c.tag);

@@ -7,31 +7,16 @@
 mod target_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
 
 use nvmf_common::nvme::Status;
 use nvmf_config::TargetConfig;
 use serde_json::Value;
-use target_support::{assert_status, memory_config, options, pattern, read, write, Association, NS1_BLOCKS};
+use target_support::{assert_status, memory_config, options, pattern, read, scrape, write, Association, NS1_BLOCKS};
 
 const DASHBOARD: &str = include_str!("../../contrib/grafana/nvmf-target.json");
 
 /// Metric sample names of a scrape, each with the label names seen on any of its series.
 type Exported = BTreeMap<String, BTreeSet<String>>;
-
-/// `GET /metrics` over HTTP/1.1 (the server closes after one response); the body.
-fn scrape(addr: SocketAddr) -> String {
-    let mut stream = TcpStream::connect(addr).expect("metrics endpoint accepts");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("metrics response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("HTTP head and body");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_owned()
-}
 
 /// The label names inside one `{...}` of a sample line or a PromQL selector (values may hold `,`, `=` or `}`).
 fn label_names(inner: &str) -> BTreeSet<String> {

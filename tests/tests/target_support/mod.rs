@@ -3,7 +3,8 @@
 //! Every wait is bounded and fails with a message saying what did not happen.
 #![expect(dead_code, reason = "each test binary uses part of it")]
 
-use std::net::SocketAddr;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::property::{ControllerConfiguration, ControllerStatus, Property, ShutdownNotification};
@@ -292,4 +293,16 @@ pub fn send_command(client: &mut TcpTestClient, mut sqe: SubmissionQueueEntry) -
         .expect("SGL encodes");
     client.send_pdu(&Pdu::CapsuleCommand(CapsuleCommand { sqe }), &[]).expect("capsule sent");
     sqe.cid
+}
+
+/// `GET /metrics` over HTTP/1.1 (the server closes after one response); the body.
+pub fn scrape(addr: SocketAddr) -> String {
+    let mut stream = TcpStream::connect(addr).expect("metrics endpoint accepts");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("metrics response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("HTTP head and body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
 }

@@ -66,18 +66,44 @@ mod storage;
 thread_local! {
     /// The reactor's clock reading of its current turn (`None` off a reactor thread).
     static TURN_TIME: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The clock read at the first completion of the reactor's current batch (`None`: not read yet).
+    static COMPLETION_TIME: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// Set by a reactor once per turn, right after its poll returned: command latencies are measured in its turns.
-/// Reading the clock per command costs two `clock_gettime` per I/O, a system call where the vDSO cannot read the
-/// clock source (HPET, as in TCG guests); a turn's reading is off by at most that turn's own work.
+/// Set by a reactor once per turn, right after its poll returned: the arrival time of the commands it reads in
+/// this turn, and the time its timers go by. Reading the clock per command would cost two `clock_gettime` per
+/// I/O, a system call where the vDSO cannot read the clock source (HPET, as in TCG guests).
 pub(crate) fn set_turn_time(now: Instant) {
     TURN_TIME.with(|t| t.set(Some(now)));
+    new_completion_batch();
+}
+
+/// Called by a reactor before each batch of work that may complete commands (an event's, the storage
+/// completions reaped at once): the batch's first completion reads the clock, and the others of the batch share
+/// that reading. A command's latency thus runs from its turn's start to its batch's first completion: one clock
+/// read per batch, never 0 for a command that completes in the turn it arrived.
+pub(crate) fn new_completion_batch() {
+    COMPLETION_TIME.with(|t| t.set(None));
 }
 
 /// The current turn's time ([`set_turn_time`]), or the clock off a reactor thread.
 fn turn_time() -> Instant {
     TURN_TIME.with(Cell::get).unwrap_or_else(Instant::now)
+}
+
+/// When the current batch's commands completed ([`new_completion_batch`]); the clock off a reactor thread.
+fn completion_time() -> Instant {
+    if TURN_TIME.with(Cell::get).is_none() {
+        return Instant::now();
+    }
+    COMPLETION_TIME.with(|t| match t.get() {
+        Some(at) => at,
+        None => {
+            let now = Instant::now();
+            t.set(Some(now));
+            now
+        }
+    })
 }
 
 /// Slots a queue has before Connect tells it its size.

@@ -5,7 +5,7 @@ use nvmf_common::nvme::log_page::ErrorInformationEntry;
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{CompletionQueueEntry, Status, StatusCodeType};
 
-use super::{turn_time, Plan, Queue, QueueState, SlotId, SlotState, Step};
+use super::{completion_time, Plan, Queue, QueueState, SlotId, SlotState, Step};
 use crate::backend::{BufferId, IoEngine};
 use crate::metrics::{CommandKind, Completed};
 
@@ -37,7 +37,7 @@ impl Queue {
         let completed = Completed {
             kind: CommandKind::of(&s.sqe, io),
             nsid: io.then_some(s.sqe.nsid),
-            latency: s.arrival.map(|t| turn_time().saturating_duration_since(t)),
+            latency: s.arrival.map(|t| completion_time().saturating_duration_since(t)),
             bytes_read,
             bytes_written,
             status,
