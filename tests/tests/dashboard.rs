@@ -1,6 +1,8 @@
-//! The Grafana dashboard (`contrib/grafana/nvmf-target.json`) against the target's real `/metrics`: the JSON is a
-//! well-formed dashboard (templated Prometheus data source, `subsystem`/`namespace` variables, every panel with a
-//! title, data source, unit and query), and every metric and label its queries use is one the target exports.
+//! The Grafana dashboard (`contrib/grafana/nvmf-target.json`) and the alert rules
+//! (`contrib/prometheus/nvmf-target-alerts.yml`) against the target's real `/metrics`: the JSON is a well-formed
+//! dashboard (templated Prometheus data source, `instance`/`subsystem`/`namespace` variables, every query filtered
+//! by instance, every panel with a title, data source, unit and query), `promtool check rules` accepts the rules,
+//! and every metric and label the queries and rules use is one the target exports.
 //! The target runs in-process with its metrics endpoint on an ephemeral port; a few commands (one of them an
 //! error) make the per-namespace and per-status series exist before the scrape.
 
@@ -14,6 +16,13 @@ use serde_json::Value;
 use target_support::{assert_status, memory_config, options, pattern, read, scrape, write, Association, NS1_BLOCKS};
 
 const DASHBOARD: &str = include_str!("../../contrib/grafana/nvmf-target.json");
+const ALERTS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../contrib/prometheus/nvmf-target-alerts.yml");
+const ALERTS: &str = include_str!("../../contrib/prometheus/nvmf-target-alerts.yml");
+/// The collector, for the RDMA families a target without an RDMA listener does not export.
+const COLLECTOR: &str = include_str!("../../nvmf-target/src/metrics/collector.rs");
+
+/// Labels Prometheus adds at scrape time.
+const SCRAPE_LABELS: [&str; 2] = ["instance", "job"];
 
 /// Metric sample names of a scrape, each with the label names seen on any of its series.
 type Exported = BTreeMap<String, BTreeSet<String>>;
@@ -120,8 +129,38 @@ fn queries(dashboard: &Value) -> Vec<(String, String, BTreeSet<String>)> {
 
 /// Every problem of the dashboard's queries against `exported`: unknown metrics and labels.
 fn query_problems(dashboard: &Value, exported: &Exported) -> Vec<String> {
+    expr_problems(queries(dashboard), exported)
+}
+
+/// The `expr` of every alert rule: (alert name, expression).
+fn alert_exprs(rules: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut alert = String::new();
+    let mut lines = rules.lines().peekable();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        if let Some(name) = t.strip_prefix("- alert: ") {
+            alert = name.trim().to_owned();
+        } else if let Some(rest) = t.strip_prefix("expr: ") {
+            let mut expr = rest.trim().to_owned();
+            if expr == "|" {
+                let indent = line.len() - t.len();
+                expr.clear();
+                while let Some(next) = lines.next_if(|l| l.len() - l.trim_start().len() > indent) {
+                    expr.push_str(next.trim());
+                    expr.push(' ');
+                }
+            }
+            out.push((alert.clone(), expr.trim().to_owned()));
+        }
+    }
+    out
+}
+
+/// Every problem of `queries` (place, expression, labels asked for) against `exported`.
+fn expr_problems(queries: Vec<(String, String, BTreeSet<String>)>, exported: &Exported) -> Vec<String> {
     let mut problems = Vec::new();
-    for (place, expr, asked) in queries(dashboard) {
+    for (place, expr, asked) in queries {
         let (uses, grouping) = parse_expr(&expr);
         if uses.is_empty() {
             problems.push(format!("{place}: no nvmf_target_ metric in {expr:?}"));
@@ -139,11 +178,12 @@ fn query_problems(dashboard: &Value, exported: &Exported) -> Vec<String> {
                 problems.push(format!("{place}: metric {} not exported", u.metric));
                 continue;
             };
-            for l in u.selector_labels.difference(labels) {
+            for l in u.selector_labels.difference(labels).filter(|l| !SCRAPE_LABELS.contains(&l.as_str())) {
                 problems.push(format!("{place}: {} has no label {l:?} (it has {labels:?})", u.metric));
             }
             available.extend(labels.iter().cloned());
         }
+        available.extend(SCRAPE_LABELS.map(str::to_owned));
         if !uses.is_empty() {
             for l in grouping.union(&asked).filter(|l| !available.contains(*l)) {
                 problems.push(format!("{place}: grouping/variable label {l:?} not on any metric of {expr:?}"));
@@ -167,7 +207,7 @@ fn dashboard_is_a_templated_grafana_dashboard() {
         .iter()
         .map(|v| (v["name"].as_str().expect("variable name"), v))
         .collect();
-    for name in ["subsystem", "namespace"] {
+    for name in ["instance", "subsystem", "namespace"] {
         let v = vars.get(name).unwrap_or_else(|| panic!("variable {name} missing"));
         assert_eq!(v["type"], "query");
         assert_eq!(v["datasource"]["uid"], "${DS_PROMETHEUS}");
@@ -209,6 +249,12 @@ fn dashboard_is_a_templated_grafana_dashboard() {
     for want in ["IOPS by opcode", "Throughput", "Command latency percentiles", "Errors by status"] {
         assert!(titles.contains(&want), "panel {want:?} missing: {titles:?}");
     }
+    // Every selector but the instance variable's own follows the picked instance (several targets, one dashboard).
+    for (place, expr, _) in queries(&d).into_iter().filter(|q| q.0 != "variable \"instance\"") {
+        for u in parse_expr(&expr).0 {
+            assert!(u.selector_labels.contains("instance"), "{place}: {} not filtered by instance", u.metric);
+        }
+    }
     let exprs: Vec<String> = queries(&d).into_iter().map(|q| q.1).collect();
     for q in ["histogram_quantile(0.5,", "histogram_quantile(0.99,", "histogram_quantile(0.999,"] {
         let used = exprs.iter().any(|e| e.starts_with(q) && e.contains("nvmf_target_command_latency_seconds_bucket"));
@@ -243,6 +289,8 @@ fn every_dashboard_metric_and_label_is_exported_by_the_target() {
     let d: Value = serde_json::from_str(DASHBOARD).expect("dashboard is JSON");
     let problems = query_problems(&d, &exported);
     assert!(problems.is_empty(), "dashboard vs /metrics:\n{}\n\nscrape:\n{body}", problems.join("\n"));
+    let problems = alert_problems(&exported);
+    assert!(problems.is_empty(), "alert rules vs /metrics:\n{}\n\nscrape:\n{body}", problems.join("\n"));
     // Every family the issue asks the dashboard to show is used.
     for family in [
         "nvmf_target_commands_total",
@@ -269,4 +317,39 @@ fn every_dashboard_metric_and_label_is_exported_by_the_target() {
     }
     drop(a);
     running.shutdown();
+}
+
+#[test]
+fn alert_rules_pass_promtool() {
+    let out = std::process::Command::new("promtool")
+        .args(["check", "rules", ALERTS_PATH])
+        .output()
+        .expect("promtool is installed (Debian's prometheus package)");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "promtool check rules: {text}");
+    let names: Vec<String> = alert_exprs(ALERTS).into_iter().map(|(name, _)| name).collect();
+    for want in [
+        "NvmfTargetKeepAliveExpired",
+        "NvmfTargetControllersGone",
+        "NvmfTargetCommandErrors",
+        "NvmfTargetRdmaCompletionErrors",
+    ] {
+        assert!(names.iter().any(|n| n == want), "alert {want} missing: {names:?}");
+    }
+}
+
+/// The metrics and labels of the alert rules, against a live scrape; the RDMA families (a target without an RDMA
+/// listener has none) against the collector that exports them.
+fn alert_problems(exported: &Exported) -> Vec<String> {
+    let mut exported = exported.clone();
+    for (family, label) in [("nvmf_target_rdma_completion_errors", "status")] {
+        assert!(COLLECTOR.contains(&format!("\"{family}\"")), "the collector exports no {family}");
+        exported.entry(format!("{family}_total")).or_default().insert(label.to_owned());
+    }
+    let queries = alert_exprs(ALERTS)
+        .into_iter()
+        .filter(|(_, expr)| expr.contains("nvmf_target_"))
+        .map(|(name, expr)| (format!("alert {name}"), expr, BTreeSet::new()))
+        .collect();
+    expr_problems(queries, &exported)
 }
