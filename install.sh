@@ -4,8 +4,8 @@
 #
 #   cargo build --release --locked -p nvmf-target -p nvmf-host   # as yourself
 #   sudo ./install.sh --no-build                                 # then as root
-#   sudoedit /etc/nvmf/target.toml        # the example serves /dev/nvme0n1: edit it first
-#   sudo systemctl enable --now nvmf-target
+#   sudo systemctl enable --now nvmf-target   # the default: a 1 GiB file on tcp://127.0.0.1:4420
+#   sudoedit /etc/nvmf/target.toml        # then make it yours (every key: share/doc/nvmf/target.toml.example)
 #   sudoedit /etc/nvmf/host.toml          # the example connects to 192.0.2.10: edit it first
 #   sudo systemctl enable --now nvmf-host
 #
@@ -15,8 +15,10 @@
 #   --no-build     do not run cargo; use target/release/nvmf-target and nvmf-host (or $NVMF_TARGET_BIN, $NVMF_HOST_BIN)
 # Environment: NVMF_TARGET_BIN=PATH / NVMF_HOST_BIN=PATH install that binary instead of target/release's.
 #
-# It never overwrites /etc/nvmf/target.toml or /etc/nvmf/host.toml and never enables or starts a service: the
-# example configurations name real devices and addresses, so an administrator decides. See systemd/README.md.
+# It never overwrites /etc/nvmf/target.toml or /etc/nvmf/host.toml and never enables or starts a service. A new
+# /etc/nvmf/target.toml is systemd/target.toml: loopback only, one sparse 1 GiB file /var/lib/nvmf/default.img
+# (created when missing), no block device; the host's is the example, which names an address to edit first.
+# See systemd/README.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -96,10 +98,19 @@ config=$D/etc/nvmf/target.toml
 if [[ -e $config ]]; then
   echo "install.sh: keeping the existing /etc/nvmf/target.toml"
 else
-  install -m 0640 config/examples/target.toml "$config"
-  echo "install.sh: installed the example configuration as /etc/nvmf/target.toml: edit it before starting"
+  install -m 0640 systemd/target.toml "$config"
+  echo "install.sh: installed the default configuration as /etc/nvmf/target.toml (loopback, /var/lib/nvmf/default.img)"
+fi
+# The default configuration's namespace: a sparse file in the unit's state directory, never replaced.
+install -d -m 0750 "$D/var/lib/nvmf"
+image=$D/var/lib/nvmf/default.img
+if [[ ! -e $image ]]; then
+  truncate -s 1G "$image"
+  chmod 0640 "$image"
+  echo "install.sh: created /var/lib/nvmf/default.img (1 GiB, sparse)"
 fi
 if ((live)); then
+  chown nvmf:nvmf /var/lib/nvmf /var/lib/nvmf/default.img
   chgrp nvmf /etc/nvmf/target.toml
   chgrp nvmf-host /etc/nvmf/host.toml
   if [[ -d /run/systemd/system ]]; then
@@ -109,7 +120,8 @@ if ((live)); then
   fi
 else
   echo "install.sh: staged under '${D:-/}' without creating the nvmf user: on the target machine run" \
-    "'systemd-sysusers', 'chgrp nvmf /etc/nvmf/target.toml' and 'chgrp nvmf-host /etc/nvmf/host.toml'"
+    "'systemd-sysusers', 'chgrp nvmf /etc/nvmf/target.toml', 'chgrp nvmf-host /etc/nvmf/host.toml' and" \
+    "'chown -R nvmf:nvmf /var/lib/nvmf'"
 fi
 echo "install.sh: done. Check the configuration with: $prefix/bin/nvmf-target --config /etc/nvmf/target.toml --check"
 echo "install.sh: for namespaces on block devices: mkdir -p /etc/systemd/system/nvmf-target.service.d && $prefix/bin/nvmf-target systemd-devices" \

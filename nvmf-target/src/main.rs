@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
+use nvmf_config::target::NamespaceBackend;
 use nvmf_config::{QuickStart, TargetConfig};
 use nvmf_target::control::{self, ReloadOutcome, DEFAULT_CONTROL_SOCKET};
 use nvmf_target::serve::{serve, ServeOptions};
@@ -21,9 +22,13 @@ struct Cli {
     /// Configuration file (TOML); not with the quick-start flags (the file says all).
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Validate the configuration, print the effective configuration and exit.
+    /// Validate the configuration, open every path namespace as the daemon would (it exists, is readable and
+    /// writable, fits the block size), print the effective configuration and exit.
     #[arg(long)]
     check: bool,
+    /// With --check: do not open the path namespaces (a configuration prepared for another machine).
+    #[arg(long, requires = "check")]
+    no_path_check: bool,
     /// Serve the control socket (`nvmf-target reload`) here [default: /run/nvmf-target/control.sock, skipped
     /// with a warning when its directory is missing].
     #[arg(long, value_name = "PATH")]
@@ -92,12 +97,25 @@ fn run() -> anyhow::Result<ExitCode> {
         None => cli.quick.to_config()?,
     };
     if cli.check {
+        if !cli.no_path_check {
+            check_paths(&config)?;
+        }
         print!("{config}");
         return Ok(ExitCode::SUCCESS);
     }
     nvmf_target::logging::init(&config.logging);
     serve(config, &ServeOptions { config_path: cli.config, control: cli.control })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Open every path namespace of `config` the way the daemon will, and close it again.
+fn check_paths(config: &TargetConfig) -> anyhow::Result<()> {
+    for s in &config.subsystems {
+        for ns in s.namespaces.iter().filter(|ns| matches!(ns.backend, NamespaceBackend::Path(_))) {
+            nvmf_target::daemon::namespace_params(&s.nqn, ns)?;
+        }
+    }
+    Ok(())
 }
 
 /// `nvmf-target reload`: print what the daemon changed, or why nothing was.

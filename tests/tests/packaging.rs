@@ -238,10 +238,13 @@ fn install_sh_stages_files_and_keeps_config() {
     };
 
     let log = install("/usr/local");
-    assert!(log.contains("installed the example configuration"), "{log}");
-    let example = fs::read_to_string(repo().join("config/examples/target.toml")).expect("example config");
+    assert!(log.contains("installed the default configuration"), "{log}");
+    let default = fs::read_to_string(repo().join("systemd/target.toml")).expect("default config");
     let config = dest.join("etc/nvmf/target.toml");
-    assert_eq!(fs::read_to_string(&config).expect("config installed"), example);
+    assert_eq!(fs::read_to_string(&config).expect("config installed"), default);
+    let image = dest.join("var/lib/nvmf/default.img");
+    assert_eq!(fs::metadata(&image).expect("default namespace file").len(), 1 << 30);
+    assert!(log.contains("created /var/lib/nvmf/default.img"), "{log}");
     let host_example = fs::read_to_string(repo().join("config/examples/host.toml")).expect("example host config");
     let host_config = dest.join("etc/nvmf/host.toml");
     assert_eq!(fs::read_to_string(&host_config).expect("host config installed"), host_example);
@@ -256,6 +259,7 @@ fn install_sh_stages_files_and_keeps_config() {
         "usr/local/lib/systemd/system/nvmf-target.service",
         "usr/local/lib/sysusers.d/nvmf.conf",
         "usr/local/share/doc/nvmf/passthrough.conf",
+        "usr/local/share/doc/nvmf/target.toml.example",
         "usr/local/share/nvmf/fio-jobs/randrw-70-30-4k.fio",
     ] {
         assert!(dest.join(file).is_file(), "install.sh staged {file}");
@@ -270,6 +274,7 @@ fn install_sh_stages_files_and_keeps_config() {
     fs::write(&host_config, "# edited host\n").expect("edit host config");
     let log = install("/opt/nvmf");
     assert!(log.contains("keeping the existing /etc/nvmf/target.toml"), "{log}");
+    assert!(!log.contains("created /var/lib/nvmf/default.img"), "the namespace file was replaced:\n{log}");
     assert!(log.contains("keeping the existing /etc/nvmf/host.toml"), "{log}");
     assert_eq!(fs::read_to_string(&config).expect("config"), "# edited\n");
     assert_eq!(fs::read_to_string(&host_config).expect("host config"), "# edited host\n");
@@ -280,4 +285,62 @@ fn install_sh_stages_files_and_keeps_config() {
     assert!(unit.contains("ExecStart=/opt/nvmf/bin/nvmf-target --config /etc/nvmf/target.toml"), "{unit}");
     assert!(!unit.contains("/usr/local"), "no /usr/local path left in the /opt unit:\n{unit}");
     assert!(dest.join("opt/nvmf/bin/nvmf-target").is_file());
+}
+
+/// The configuration install.sh installs starts the daemon with the unit's command line: the unit's `ExecStart`
+/// arguments, the default file with its paths under a staging directory and its ports free ones (a test cannot
+/// take 4420), and a host can connect.
+#[test]
+fn the_installed_default_configuration_starts_with_the_units_command_line() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let stub = write_stub(tmp.path());
+    let dest = tmp.path().join("dest");
+    let out = run(Command::new("bash")
+        .arg(repo().join("install.sh"))
+        .args(["--no-build", "--destdir"])
+        .arg(&dest)
+        .env("NVMF_TARGET_BIN", &stub)
+        .env("NVMF_HOST_BIN", &stub));
+    assert!(out.status.success(), "install.sh: {}{}", text(&out.stdout), text(&out.stderr));
+    let unit = fs::read_to_string(dest.join("usr/local/lib/systemd/system/nvmf-target.service")).expect("unit");
+    let exec = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
+    let mut args: Vec<String> = exec.split_whitespace().skip(1).map(str::to_owned).collect();
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, metrics_port) = (free_port(), free_port());
+    let staged = fs::read_to_string(dest.join("etc/nvmf/target.toml"))
+        .expect("installed config")
+        .replace("/var/lib/nvmf", &dest.join("var/lib/nvmf").to_string_lossy())
+        .replace("port = 4420", &format!("port = {port}"))
+        .replace("127.0.0.1:9420", &format!("127.0.0.1:{metrics_port}"));
+    let config = tmp.path().join("target.toml");
+    fs::write(&config, staged).unwrap();
+    let at = args.iter().position(|a| a == "/etc/nvmf/target.toml").expect("the unit names /etc/nvmf/target.toml");
+    args[at] = config.to_string_lossy().into_owned();
+
+    let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
+    let check = run(Command::new(&bin).args(&args).arg("--check"));
+    assert!(check.status.success(), "--check: {}", text(&check.stderr));
+    let mut daemon = Command::new(&bin)
+        .args(&args)
+        .arg("--control")
+        .arg(tmp.path().join("control.sock"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nvmf-target starts");
+    let mut stdout = std::io::BufReader::new(daemon.stdout.take().unwrap());
+    let mut ready = false;
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut stdout, &mut line).unwrap_or(0) > 0 {
+        if line.trim() == "nvmf-target: ready" {
+            ready = true;
+            break;
+        }
+        line.clear();
+    }
+    let connected = ready && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(ready, "the daemon never said it was ready");
+    assert!(connected, "no listener on 127.0.0.1:{port}");
 }
