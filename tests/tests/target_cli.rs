@@ -57,6 +57,32 @@ fn common_mistakes_get_one_clear_line() {
 }
 
 #[test]
+fn check_opens_path_namespaces_unless_told_not_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("target.toml");
+    std::fs::write(
+        &config,
+        "[[listener]]\naddress = \"127.0.0.1\"\n[[subsystem]]\nnqn = \"testnqn\"\n[[subsystem.namespace]]\n\
+         path = \"disk.img\"\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    fails_with(
+        &nvmf_target(&["--config", config, "--check"]),
+        &format!(
+            "nvmf-target: subsystem testnqn namespace 1: cannot stat {}: No such file or directory (os error 2)",
+            dir.path().join("disk.img").display()
+        ),
+    );
+    let out = nvmf_target(&["--config", config, "--check", "--no-path-check"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Once the file is there (and a whole number of blocks), the check passes.
+    std::fs::write(dir.path().join("disk.img"), vec![0u8; 1 << 20]).unwrap();
+    let out = nvmf_target(&["--config", config, "--check"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn a_port_in_use_is_named() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
