@@ -12,7 +12,8 @@ fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nvmf-host: {}", nvmf_service::error_line::error_line(e.as_ref()));
+            let prefix = nvmf_service::logging::error_prefix();
+            eprintln!("{prefix}nvmf-host: {}", nvmf_service::error_line::error_line(e.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -90,7 +90,7 @@ pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<Namespa
         nsid: ns.nsid,
         source,
     })?);
-    tracing::info!(subsystem, nsid = ns.nsid, storage = %storage.describe(), "namespace");
+    tracing::info!(subnqn = subsystem, nsid = ns.nsid, storage = %storage.describe(), "namespace");
     let mut namespace = NamespaceParams::new(ns.nsid, storage);
     namespace.uuid = Some(*ns.uuid.as_bytes());
     namespace.nguid = Some(*ns.nguid.as_bytes());

@@ -67,7 +67,8 @@ fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("nvmf-target: {}", nvmf_service::error_line::error_line(e.as_ref()));
+            let prefix = nvmf_service::logging::error_prefix();
+            eprintln!("{prefix}nvmf-target: {}", nvmf_service::error_line::error_line(e.as_ref()));
             ExitCode::FAILURE
         }
     }

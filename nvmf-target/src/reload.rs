@@ -188,7 +188,7 @@ impl Reloader {
                         self.current.subsystems.retain(|s| s.nqn != nqn);
                         summary.subsystems_removed += 1;
                     }
-                    Err(e) => tracing::error!(subsystem = %nqn, error = %e, "removing the subsystem failed"),
+                    Err(e) => tracing::error!(subnqn = %nqn, error = %e, "removing the subsystem failed"),
                 },
                 Change::AddSubsystem(config, params) => {
                     let storages: Vec<Arc<Storage>> =
@@ -199,7 +199,7 @@ impl Reloader {
                             self.current.subsystems.push(config);
                             summary.subsystems_added += 1;
                         }
-                        Err(e) => tracing::error!(subsystem = %config.nqn, error = %e, "adding the subsystem failed"),
+                        Err(e) => tracing::error!(subnqn = %config.nqn, error = %e, "adding the subsystem failed"),
                     }
                 }
                 Change::SetHosts(nqn, allow_any_host, hosts) => {
@@ -215,7 +215,7 @@ impl Reloader {
                             target.discovery_changed();
                             summary.host_access_changed += 1;
                         }
-                        Err(e) => tracing::error!(subsystem = %nqn, error = %e, "changing host access failed"),
+                        Err(e) => tracing::error!(subnqn = %nqn, error = %e, "changing host access failed"),
                     }
                 }
                 Change::RemoveNamespace(nqn, nsid) => {
@@ -228,7 +228,7 @@ impl Reloader {
                             }
                             summary.namespaces_removed += 1;
                         }
-                        Err(e) => tracing::error!(subsystem = %nqn, nsid, error = %e, "removing the namespace failed"),
+                        Err(e) => tracing::error!(subnqn = %nqn, nsid, error = %e, "removing the namespace failed"),
                     }
                 }
                 Change::AddNamespace(nqn, config, params) => {
@@ -244,7 +244,7 @@ impl Reloader {
                             summary.namespaces_added += 1;
                         }
                         Err(e) => {
-                            tracing::error!(subsystem = %nqn, nsid = config.nsid, error = %e, "adding the namespace failed");
+                            tracing::error!(subnqn = %nqn, nsid = config.nsid, error = %e, "adding the namespace failed");
                         }
                     }
                 }

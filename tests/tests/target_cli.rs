@@ -113,3 +113,39 @@ fn subsystem_names_linux_nvmet_accepts_are_accepted() {
         assert!(stdout.contains("hosts = [\"host1\"]"), "{stdout}");
     }
 }
+
+#[test]
+fn under_the_journal_lines_carry_their_priority() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
+    let file = std::fs::File::create(&log).unwrap();
+    let meta = file.metadata().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
+    let status = Command::new(bin)
+        .args(["--listen", &format!("tcp://127.0.0.1:{port}"), "--namespace", "memory:4MiB"])
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .env("RUST_LOG", "info")
+        .stderr(file)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.iter().any(|l| l.starts_with("<6>nvmf_target::daemon: namespace ")), "{text}");
+    assert!(
+        lines.iter().all(|l| l.starts_with('<') && !l.contains("Z ")),
+        "a line without priority or with a timestamp:\n{text}"
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            format!("<3>nvmf-target: starting the target: cannot listen on tcp://127.0.0.1:{port}: Address already in use (os error 98)")
+                .as_str()
+        ),
+        "{text}"
+    );
+}

@@ -193,7 +193,7 @@ impl Controller {
             })?;
         let info = assoc.info;
         let transport = inner.options.transport.name();
-        tracing::info!(%addr, transport, subnqn, cntlid = info.cntlid, io_queues = info.io_queues, "connected");
+        tracing::info!(traddr = %addr, transport, subnqn, cntlid = info.cntlid, io_queues = info.io_queues, "connected");
         Ok(Controller { inner, info, next_io: AtomicUsize::new(0), supervisor: Some(supervisor) })
     }
 

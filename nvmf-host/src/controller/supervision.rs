@@ -266,7 +266,7 @@ impl Inner {
                 sup.set(&mut status, ControllerState::Live);
             }
         }
-        tracing::info!(addr = %self.addr, subnqn = self.subnqn, cntlid = assoc.info.cntlid, epoch, "reconnected");
+        tracing::info!(traddr = %self.addr, subnqn = self.subnqn, cntlid = assoc.info.cntlid, epoch, "reconnected");
         if self.subnqn != DISCOVERY_NQN {
             match self.scan_namespaces() {
                 Ok((_, true)) => self.bump_namespace_generation(),
@@ -358,7 +358,7 @@ pub(super) fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
                 };
                 let now = Instant::now();
                 if give_up.is_some_and(|t| now >= t) {
-                    tracing::error!(addr = %inner.addr, subnqn = inner.subnqn, attempts, "controller lost: giving up");
+                    tracing::error!(traddr = %inner.addr, subnqn = inner.subnqn, attempts, "controller lost: giving up");
                     let mut s = sup.lock();
                     if matches!(s.state, ControllerState::Reconnecting { .. }) {
                         sup.set(&mut s, ControllerState::Failed);

@@ -140,7 +140,7 @@ fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
                 Some(entry) if !shared.stopping.load(Ordering::SeqCst) => {
                     entry.state = State::Connected(ctrl);
                     entry.exports = exports;
-                    tracing::info!(%name, subnqn = %params.subnqn, addr = %params.addr, "connected (control request)");
+                    tracing::info!(%name, subnqn = %params.subnqn, traddr = %params.addr, "connected (control request)");
                     ControlReply::Connected { name, exports: views }
                 }
                 _ => {

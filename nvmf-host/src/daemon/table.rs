@@ -192,13 +192,13 @@ fn connector(shared: &Shared, n: u32, stopped: &Receiver<()>, first: Sender<()>)
         };
         match result {
             Ok((ctrl, exports)) => {
-                tracing::info!(name = %entry.name, subnqn = %params.subnqn, addr = %params.addr, attempts, "controller connected");
+                tracing::info!(name = %entry.name, subnqn = %params.subnqn, traddr = %params.addr, attempts, "controller connected");
                 entry.state = State::Connected(ctrl);
                 entry.exports = exports;
                 return;
             }
             Err(e) => {
-                tracing::warn!(name = %entry.name, subnqn = %params.subnqn, addr = %params.addr, attempts, error = %e,
+                tracing::warn!(name = %entry.name, subnqn = %params.subnqn, traddr = %params.addr, attempts, error = %e,
                     "connect failed; retrying in {:?}", params.options.reconnect_delay);
                 let gave_up = params.options.ctrl_loss_tmo.is_some_and(|t| started.elapsed() >= t);
                 if gave_up {
@@ -227,7 +227,7 @@ pub(super) fn start_connectors(shared: &Arc<Shared>, entries: &[u32]) -> std::io
     for &n in entries {
         let Some(params) = shared.table().get(&n).map(|e| e.params.clone()) else { continue };
         if let Err(e) = params.endpoint().resolve() {
-            tracing::error!(nqn = %params.subnqn, address = %params.addr, error = %e, "controller not started");
+            tracing::error!(subnqn = %params.subnqn, traddr = %params.addr, error = %e, "controller not started");
             if let Some(entry) = shared.table().get_mut(&n) {
                 entry.state = State::Failed(e.to_string());
             }

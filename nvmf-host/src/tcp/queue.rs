@@ -224,7 +224,7 @@ impl<T> TcpQueue<T> {
                 timed: true,
             })
             .collect();
-        tracing::debug!(qid, %addr, ?framing, maxh2cdata = icresp.maxh2cdata, "NVMe/TCP queue initialized");
+        tracing::debug!(qid, traddr = %addr, ?framing, maxh2cdata = icresp.maxh2cdata, "NVMe/TCP queue initialized");
         Ok(TcpQueue {
             stream,
             poll,

@@ -540,7 +540,7 @@ impl Controller {
             state.io_queues.iter().filter_map(|q| q.notifier.clone()).chain(state.admin_notifier.clone()).collect()
         };
         let (cntlid, subsystem, host) = (self.cntlid, self.subsystem.nqn(), &self.hostnqn);
-        tracing::info!(cntlid, subsystem, host, "association ended");
+        tracing::info!(cntlid, subnqn = subsystem, hostnqn = host, "association ended");
         for notifier in notifiers {
             notifier.notify();
         }

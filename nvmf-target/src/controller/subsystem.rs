@@ -485,10 +485,10 @@ impl Subsystem {
     pub fn set_host_access(&self, allow_any_host: bool, hosts: Vec<String>) -> Result<usize, SubsystemError> {
         check_host_nqns(&self.nqn, &hosts)?;
         *self.access.write().unwrap_or_else(|e| e.into_inner()) = HostAccess { allow_any_host, hosts };
-        tracing::info!(subsystem = %self.nqn, allow_any_host, "host access changed");
+        tracing::info!(subnqn = %self.nqn, allow_any_host, "host access changed");
         let revoked: Vec<_> = self.controllers().into_iter().filter(|c| !self.host_allowed(c.hostnqn())).collect();
         for controller in &revoked {
-            tracing::info!(subsystem = %self.nqn, cntlid = controller.cntlid(), host = controller.hostnqn(),
+            tracing::info!(subnqn = %self.nqn, cntlid = controller.cntlid(), hostnqn = controller.hostnqn(),
                 "host no longer allowed: association ended");
             controller.terminate();
         }
@@ -540,7 +540,7 @@ impl Subsystem {
             self.generation.fetch_add(1, Ordering::AcqRel);
             ns
         };
-        tracing::info!(subsystem = %self.nqn, nsid, storage = %ns.storage.describe(), "namespace added");
+        tracing::info!(subnqn = %self.nqn, nsid, storage = %ns.storage.describe(), "namespace added");
         self.notify_namespace_changed(nsid);
         Ok(ns)
     }
@@ -561,7 +561,7 @@ impl Subsystem {
             self.generation.fetch_add(1, Ordering::AcqRel);
             ns
         };
-        tracing::info!(subsystem = %self.nqn, nsid, "namespace removed");
+        tracing::info!(subnqn = %self.nqn, nsid, "namespace removed");
         self.notify_namespace_changed(nsid);
         Ok(ns)
     }

@@ -317,7 +317,7 @@ impl Target {
             }
             map.insert(subsystem.nqn().to_owned(), Arc::clone(&subsystem));
         }
-        tracing::info!(subsystem = %subsystem.nqn(), "subsystem added");
+        tracing::info!(subnqn = %subsystem.nqn(), "subsystem added");
         self.discovery_changed();
         Ok(subsystem)
     }
@@ -333,7 +333,7 @@ impl Target {
         for controller in subsystem.controllers() {
             controller.terminate();
         }
-        tracing::info!(subsystem = %nqn, "subsystem removed");
+        tracing::info!(subnqn = %nqn, "subsystem removed");
         self.discovery_changed();
         Ok(subsystem)
     }

@@ -470,10 +470,10 @@ impl RdmaConnection {
         }
         match why {
             RdmaConnectionError::Queue(QueueError::Disconnected { .. }) => {
-                tracing::debug!(peer = ?self.setup.peer, qid = ?self.queue.qid(), "NVMe/RDMA queue deleted by the host");
+                tracing::debug!(traddr = ?self.setup.peer, qid = ?self.queue.qid(), "NVMe/RDMA queue deleted by the host");
             }
             _ => {
-                tracing::info!(peer = ?self.setup.peer, qid = ?self.queue.qid(), reason = %why, "NVMe/RDMA connection ending")
+                tracing::debug!(traddr = ?self.setup.peer, qid = ?self.queue.qid(), reason = %why, "NVMe/RDMA connection ending")
             }
         }
         self.closing_since = Some(Instant::now());
@@ -498,7 +498,7 @@ impl RdmaConnection {
     /// The host disconnected (RDMA CM `DISCONNECTED`).
     pub(crate) fn peer_disconnected(&mut self, engine: &mut IoEngine) {
         if !self.is_closing() {
-            tracing::info!(peer = ?self.setup.peer, qid = ?self.queue.qid(), "NVMe/RDMA host disconnected");
+            tracing::debug!(traddr = ?self.setup.peer, qid = ?self.queue.qid(), "NVMe/RDMA host disconnected");
         }
         self.close(engine, &RdmaConnectionError::Protocol("host disconnected"));
     }

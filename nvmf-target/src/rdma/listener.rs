@@ -268,13 +268,13 @@ fn handle_event(
     let Some(mut id) = event.take_id() else { return };
     let peer_addr = id.peer_addr();
     let Some((_, spec)) = bound.listeners.iter().find(|(l, _)| Some(l.key()) == event.listen_id) else {
-        tracing::warn!(peer = ?peer_addr, "connect request for no listener; rejecting");
+        tracing::warn!(traddr = ?peer_addr, "connect request for no listener; rejecting");
         reject(&mut id, RdmaCmRejectStatus::NoResources);
         return;
     };
     match validate_request(event.nvme_request(), event.peer.as_ref(), spec) {
         Err(sts) => {
-            tracing::warn!(peer = ?peer_addr, listener = %spec.address, status = ?sts, private_data = ?event.private_data,
+            tracing::warn!(traddr = ?peer_addr, listener = %spec.address, status = ?sts, private_data = ?event.private_data,
                 "NVMe/RDMA connect request rejected");
             reject(&mut id, sts);
         }
@@ -284,7 +284,7 @@ fn handle_event(
                 reject(&mut id, RdmaCmRejectStatus::NoResources);
                 return;
             };
-            tracing::debug!(peer = ?peer_addr, qid = request.qid, depth, "NVMe/RDMA connect request");
+            tracing::debug!(traddr = ?peer_addr, qid = request.qid, depth, "NVMe/RDMA connect request");
             let accepted = RdmaAccepted {
                 id,
                 request,

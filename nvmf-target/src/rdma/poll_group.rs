@@ -98,7 +98,7 @@ impl RdmaPollGroup {
         let dev = match self.prepare(&mut id, cx) {
             Ok(dev) => dev,
             Err(e) => {
-                tracing::warn!(reactor = self.index, peer = ?peer_addr, error = %e, "cannot serve NVMe/RDMA connection");
+                tracing::warn!(reactor = self.index, traddr = ?peer_addr, error = %e, "cannot serve NVMe/RDMA connection");
                 reject(&mut id, RdmaCmRejectStatus::NoResources);
                 return;
             }
@@ -106,7 +106,7 @@ impl RdmaPollGroup {
         if self.devices[dev].unreaped {
             self.drain(dev, cx.engine);
             if self.devices[dev].unreaped {
-                tracing::warn!(reactor = self.index, peer = ?peer_addr, "completion queue not drained; rejecting");
+                tracing::warn!(reactor = self.index, traddr = ?peer_addr, "completion queue not drained; rejecting");
                 reject(&mut id, RdmaCmRejectStatus::NoResources);
                 return;
             }
@@ -118,12 +118,12 @@ impl RdmaPollGroup {
         let shared = rdma.srq && d.shared_receive(rdma.receive_buffer_size());
         let cq_entries = max_send_wr + if shared { 0 } else { u32::from(depth) };
         if !d.reserve_cq(cq_entries) {
-            tracing::warn!(reactor = self.index, peer = ?peer_addr, depth, "completion queue full; rejecting");
+            tracing::warn!(reactor = self.index, traddr = ?peer_addr, depth, "completion queue full; rejecting");
             reject(&mut id, RdmaCmRejectStatus::NoResources);
             return;
         }
         let Some(key) = self.connections.reserve() else {
-            tracing::warn!(reactor = self.index, peer = ?peer_addr, "connection table full; rejecting");
+            tracing::warn!(reactor = self.index, traddr = ?peer_addr, "connection table full; rejecting");
             d.unreserve_cq(cq_entries);
             reject(&mut id, RdmaCmRejectStatus::NoResources);
             return;
@@ -173,7 +173,7 @@ impl RdmaPollGroup {
                         .map_err(|e| e.to_string())
                 };
                 if let Err(e) = accepted {
-                    tracing::warn!(reactor = self.index, peer = ?peer_addr, error = %e, "NVMe/RDMA accept failed");
+                    tracing::warn!(reactor = self.index, traddr = ?peer_addr, error = %e, "NVMe/RDMA accept failed");
                     reject(conn.qp_mut().cm_id_mut(), RdmaCmRejectStatus::NoResources);
                     conn.finish(engine);
                     drop(conn);
@@ -183,7 +183,7 @@ impl RdmaPollGroup {
                     self.devices[dev].unreaped = true;
                     return;
                 }
-                tracing::debug!(reactor = self.index, peer = ?peer_addr, qid = request.qid, depth, slot = key.slot(),
+                tracing::debug!(reactor = self.index, traddr = ?peer_addr, qid = request.qid, depth, slot = key.slot(),
                     srq = shared, qp = conn.qp().qp_num(), "NVMe/RDMA connection accepted");
                 if let Some(map) = self.devices[dev].shared.as_mut().filter(|_| shared) {
                     map.connections.insert(conn.qp().qp_num(), key);
@@ -192,7 +192,7 @@ impl RdmaPollGroup {
                 self.counters.queue_pair_created();
             }
             Err((id, e)) => {
-                tracing::warn!(reactor = self.index, peer = ?peer_addr, error = %e, "cannot create NVMe/RDMA queue pair");
+                tracing::warn!(reactor = self.index, traddr = ?peer_addr, error = %e, "cannot create NVMe/RDMA queue pair");
                 if let Some(mut id) = id {
                     reject(&mut id, RdmaCmRejectStatus::NoResources);
                 }
@@ -310,7 +310,7 @@ impl RdmaPollGroup {
                 Some(conn),
             ) => {
                 if event.kind != CmEventKind::Disconnected {
-                    tracing::info!(reactor = self.index, kind = ?event.kind, status = event.status, "NVMe/RDMA connection failed");
+                    tracing::debug!(reactor = self.index, kind = ?event.kind, status = event.status, "NVMe/RDMA connection failed");
                 }
                 conn.peer_disconnected(engine);
             }

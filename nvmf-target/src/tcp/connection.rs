@@ -294,7 +294,7 @@ impl TcpConnection {
         if self.transfer_deadline().is_some_and(|deadline| now >= deadline) {
             let timeout_ms = self.session.queue.target().params().transfer_timeout_ms;
             let peer = self.stream.peer_addr().ok();
-            tracing::info!(?peer, timeout_ms, "the host stalled in a transfer: connection ended");
+            tracing::debug!(traddr = ?peer, timeout_ms, "the host stalled in a transfer: connection ended");
             self.session.queue.target().count_timeout(Stalled::Transfer);
             self.close(engine);
             return Err(ConnectionError::Stalled { timeout_ms });
@@ -311,7 +311,7 @@ impl TcpConnection {
         self.session.steps = steps;
         result?;
         if let Err(e) = polled {
-            tracing::info!(error = %e, "queue ended the connection");
+            tracing::debug!(error = %e, "queue ended the connection");
             self.close(engine);
             return Err(ConnectionError::Queue(e));
         }
@@ -653,6 +653,6 @@ fn encode(e: WireError) -> Fatal {
 }
 
 fn queue_error(e: QueueError) -> Fatal {
-    tracing::info!(error = %e, "queue ended the connection");
+    tracing::debug!(error = %e, "queue ended the connection");
     Fatal::Close(ConnectionError::Queue(e))
 }

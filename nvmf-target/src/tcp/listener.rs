@@ -325,14 +325,14 @@ fn accept_all(
                     // Dropping the stream closes it: no reactor ever sees it.
                     continue;
                 };
-                tracing::info!(%peer, listener = %spec.address, "host connected");
+                tracing::debug!(traddr = %peer, listener = %spec.address, "host connected");
                 if let Err(e) = set_keepalive(&stream, spec.tcp.keepalive_ms) {
-                    tracing::warn!(%peer, error = %e, "cannot set TCP keepalive");
+                    tracing::warn!(traddr = %peer, error = %e, "cannot set TCP keepalive");
                 }
                 let tcp = Arc::clone(&spec.tcp);
                 let connection = AcceptedConnection { stream, peer, port_id: spec.port_id, tcp, admitted };
                 if hand_over(connection).is_err() {
-                    tracing::warn!(%peer, listener = %spec.address, "no reactor takes connections; closed");
+                    tracing::warn!(traddr = %peer, listener = %spec.address, "no reactor takes connections; closed");
                     return;
                 }
             }

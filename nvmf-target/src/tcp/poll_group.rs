@@ -132,7 +132,7 @@ impl TcpPollGroup {
         let open = match f(&mut conn.tcp, cx.engine) {
             Ok(open) => open,
             Err(e) => {
-                tracing::info!(reactor = self.index, error = %e, "connection ended");
+                tracing::debug!(reactor = self.index, error = %e, "connection ended");
                 false
             }
         };
@@ -229,14 +229,14 @@ impl PollGroup for TcpPollGroup {
         let _ = stream.set_nodelay(true);
         let key = u32::try_from(slot).unwrap_or(u32::MAX);
         if let Err(e) = cx.registry.register(&mut stream, cx.token(key), Interest::READABLE | Interest::WRITABLE) {
-            tracing::warn!(reactor = self.index, peer = %accepted.peer, error = %e, "cannot register connection");
+            tracing::warn!(reactor = self.index, traddr = %accepted.peer, error = %e, "cannot register connection");
             self.free.push(slot);
             return;
         }
         let mut info = TransportInfo::tcp(accepted.port_id, accepted.tcp.in_capsule_data_size, 0);
         info.local_address = local;
         let queue = cx.new_queue(info, key);
-        tracing::debug!(reactor = self.index, peer = %accepted.peer, slot, "connection accepted");
+        tracing::debug!(reactor = self.index, traddr = %accepted.peer, slot, "connection accepted");
         let tcp = TcpConnection::new(stream, queue, &accepted.tcp);
         let id = self.next_id;
         self.next_id += 1;

@@ -88,7 +88,7 @@ impl Admission {
                 Refusal::Listener => listener_max,
                 Refusal::Address => self.per_address,
             };
-            tracing::warn!(%peer, port_id, reason = refusal.label(), limit, refused = n, "connection refused");
+            tracing::warn!(traddr = %peer, port_id, reason = refusal.label(), limit, refused = n, "connection refused");
         }
         Err(refusal)
     }

@@ -44,7 +44,7 @@ impl Queue {
     pub(super) fn check_connect_deadline(&mut self, engine: &mut IoEngine, now: Instant) -> Result<(), QueueError> {
         if self.connect_deadline().is_some_and(|deadline| now >= deadline) {
             let timeout_ms = self.target.params().connect_timeout_ms;
-            tracing::info!(timeout_ms, port_id = self.transport.port_id, "no Connect in time: connection ended");
+            tracing::debug!(timeout_ms, port_id = self.transport.port_id, "no Connect in time: connection ended");
             self.target.count_timeout(Stalled::Connect);
             self.disconnect(engine);
             return Err(QueueError::ConnectTimeout { timeout_ms });
@@ -107,11 +107,11 @@ impl Queue {
         let data = ConnectData::parse(data).map_err(|e| connect_error_response(&e))?;
         let hostnqn = data.hostnqn.as_str();
         let Some(subsystem) = self.target.subsystem(data.subnqn.as_str()) else {
-            tracing::info!(subnqn = data.subnqn.as_str(), host = hostnqn, "Connect to an unknown subsystem");
+            tracing::info!(subnqn = data.subnqn.as_str(), hostnqn = hostnqn, "Connect to an unknown subsystem");
             return Err(invalid_parameter(InvalidParameter::in_data(data_offset::SUBNQN)));
         };
         if !subsystem.host_allowed(hostnqn) {
-            tracing::info!(subnqn = subsystem.nqn(), host = hostnqn, "Connect from a host not allowed");
+            tracing::info!(subnqn = subsystem.nqn(), hostnqn = hostnqn, "Connect from a host not allowed");
             return Err((
                 Status::CONNECT_INVALID_HOST.with_dnr(),
                 InvalidParameter::in_data(data_offset::HOSTNQN).to_dw0(),
@@ -144,7 +144,13 @@ impl Queue {
                 .ok_or((Status::CONNECT_CONTROLLER_BUSY, 0))?;
             controller.attach_admin_queue(Arc::clone(&self.counters), self.notifier.clone());
             let cntlid = controller.cntlid();
-            tracing::info!(cntlid, subnqn = subsystem.nqn(), host = hostnqn, kato_ms = kato, "admin queue connected");
+            tracing::info!(
+                cntlid,
+                subnqn = subsystem.nqn(),
+                hostnqn = hostnqn,
+                kato_ms = kato,
+                "admin queue connected"
+            );
             self.establish(Association { controller, kind: QueueKind::Admin, sqsize: connect.sqsize, epoch: 0 });
             return Ok(ConnectResponse { cntlid, atr: false, ascr: false }.to_dw0());
         }
@@ -155,7 +161,7 @@ impl Queue {
         // does not exist: a peer cannot learn which controllers a host NQN has (Linux nvmet likewise).
         let owned = |c: &Arc<Controller>| c.hostnqn() == hostnqn && c.hostid() == data.hostid;
         let Some(controller) = subsystem.controller(data.cntlid).filter(owned) else {
-            tracing::info!(cntlid = data.cntlid, host = hostnqn, "I/O queue Connect for no controller of this host");
+            tracing::info!(cntlid = data.cntlid, hostnqn = hostnqn, "I/O queue Connect for no controller of this host");
             return Err(invalid_parameter(InvalidParameter::in_data(data_offset::CNTLID)));
         };
         let epoch = match controller.attach_io_queue(connect.qid, Arc::clone(&self.counters), self.notifier.clone()) {

@@ -54,7 +54,7 @@ impl Queue {
         let kato_ms = controller.kato_ms();
         if kato_ms > 0 && now.saturating_duration_since(last) >= Duration::from_millis(u64::from(kato_ms)) {
             let cntlid = controller.cntlid();
-            tracing::warn!(cntlid, kato_ms, host = %controller.hostnqn(), "keep alive timeout expired");
+            tracing::warn!(cntlid, kato_ms, hostnqn = %controller.hostnqn(), "keep alive timeout expired");
             controller.keep_alive_expired();
             self.disconnect(engine);
             return Err(QueueError::KeepAliveExpired { cntlid, kato_ms });

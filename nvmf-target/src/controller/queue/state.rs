@@ -19,7 +19,7 @@ impl Queue {
         let ended = a.controller.is_terminated() || (a.kind != QueueKind::Admin && a.controller.io_epoch() != a.epoch);
         if ended {
             let cntlid = a.controller.cntlid();
-            tracing::info!(cntlid, qid = ?self.qid(), "queue closing: association ended");
+            tracing::debug!(cntlid, qid = ?self.qid(), "queue closing: association ended");
             self.disconnect(engine);
             return Err(QueueError::AssociationEnded { cntlid });
         }
