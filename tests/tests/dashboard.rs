@@ -11,9 +11,10 @@ mod target_support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use nvmf_common::nvme::Status;
-use nvmf_config::TargetConfig;
 use serde_json::Value;
-use target_support::{assert_status, memory_config, options, pattern, read, scrape, write, Association, NS1_BLOCKS};
+use target_support::{
+    assert_status, options, pattern, read, scrape, start_with_metrics, write, Association, NS1_BLOCKS,
+};
 
 const DASHBOARD: &str = include_str!("../../contrib/grafana/nvmf-target.json");
 const ALERTS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../contrib/prometheus/nvmf-target-alerts.yml");
@@ -264,14 +265,7 @@ fn dashboard_is_a_templated_grafana_dashboard() {
 
 #[test]
 fn every_dashboard_metric_and_label_is_exported_by_the_target() {
-    let toml = format!("[metrics]\nlisten = \"127.0.0.1:9420\"\n{}", memory_config(""));
-    let mut config = TargetConfig::from_str(&toml, "<dashboard-test>").expect("test configuration is valid");
-    // Port 0 (any free port) is not a valid configuration, but it is what a test needs.
-    config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
-    for l in &mut config.listeners {
-        l.address.set_port(0);
-    }
-    let running = nvmf_target::daemon::start(&config).expect("target starts");
+    let running = start_with_metrics();
     let addr = running.local_addrs()[0];
     let metrics = running.metrics_addr().expect("metrics endpoint");
 

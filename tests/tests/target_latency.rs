@@ -6,8 +6,7 @@ mod target_support;
 
 use std::process::Command;
 
-use nvmf_config::TargetConfig;
-use target_support::{memory_config, scrape, SUBNQN};
+use target_support::{scrape, start_with_metrics, SUBNQN};
 
 /// The sum of the values of `family`'s series for read commands.
 fn read_series_total(body: &str, family: &str) -> f64 {
@@ -20,14 +19,7 @@ fn read_series_total(body: &str, family: &str) -> f64 {
 
 #[test]
 fn target_latency_is_positive_and_below_the_hosts() {
-    let toml = format!("[metrics]\nlisten = \"127.0.0.1:9420\"\n{}", memory_config(""));
-    let mut config = TargetConfig::from_str(&toml, "<latency-test>").expect("test configuration is valid");
-    // Port 0 (any free port) is not a valid configuration, but it is what a test needs.
-    config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
-    for l in &mut config.listeners {
-        l.address.set_port(0);
-    }
-    let running = nvmf_target::daemon::start(&config).expect("target starts");
+    let running = start_with_metrics();
     let port = running.local_addrs()[0].port().to_string();
     let metrics = running.metrics_addr().expect("metrics endpoint");
 

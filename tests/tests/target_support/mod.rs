@@ -306,3 +306,15 @@ pub fn scrape(addr: SocketAddr) -> String {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     body.to_owned()
 }
+
+/// The [`memory_config`] target started in this process with its metrics endpoint on, every listener and the
+/// endpoint on ephemeral ports (port 0 is not a valid configuration, but it is what a test needs).
+pub fn start_with_metrics() -> RunningTarget {
+    let toml = format!("[metrics]\nlisten = \"127.0.0.1:9420\"\n{}", memory_config(""));
+    let mut config = TargetConfig::from_str(&toml, "<test>").expect("test configuration is valid");
+    config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    for l in &mut config.listeners {
+        l.address.set_port(0);
+    }
+    nvmf_target::daemon::start(&config).expect("target starts")
+}
