@@ -1,6 +1,6 @@
 //! The `nvmf-host` command: parse the command line, start tracing (for `run`, from the configuration's
 //! `[logging]`; otherwise `RUST_LOG`, default `warn`, to stderr), run the command from the library; an error is
-//! one line on stderr (`nvmf_service::error_line`) and exit status 1.
+//! one line on stderr (`nvmf_service::error_line::report`) and exit status 1.
 
 use std::process::ExitCode;
 
@@ -11,11 +11,7 @@ use nvmf_host::cli::{Cli, Command};
 fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let prefix = nvmf_service::logging::error_prefix();
-            eprintln!("{prefix}nvmf-host: {}", nvmf_service::error_line::error_line(e.as_ref()));
-            ExitCode::FAILURE
-        }
+        Err(e) => nvmf_service::error_line::report("nvmf-host", e.as_ref()),
     }
 }
 

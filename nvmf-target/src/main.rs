@@ -66,11 +66,7 @@ struct ReloadArgs {
 fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
-        Err(e) => {
-            let prefix = nvmf_service::logging::error_prefix();
-            eprintln!("{prefix}nvmf-target: {}", nvmf_service::error_line::error_line(e.as_ref()));
-            ExitCode::FAILURE
-        }
+        Err(e) => nvmf_service::error_line::report("nvmf-target", e.as_ref()),
     }
 }
 

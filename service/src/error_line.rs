@@ -3,6 +3,7 @@
 //! backtrace, whatever `RUST_BACKTRACE` says (a backtrace is for a crash, not for a missing file).
 
 use std::error::Error;
+use std::process::ExitCode;
 
 /// `error` and its sources as one line (see the module docs).
 pub fn error_line(error: &(dyn Error + 'static)) -> String {
@@ -19,6 +20,13 @@ pub fn error_line(error: &(dyn Error + 'static)) -> String {
     }
     // One line: a message that carries newlines (a parser's snippet, say) keeps its words.
     line.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// Print `error` as `program`'s one line on stderr (with the journal's error priority when stderr is the journal:
+/// [`crate::logging::error_prefix`]); the exit status of a failed run.
+pub fn report(program: &str, error: &(dyn Error + 'static)) -> ExitCode {
+    eprintln!("{}{program}: {}", crate::logging::error_prefix(), error_line(error));
+    ExitCode::FAILURE
 }
 
 #[cfg(test)]
