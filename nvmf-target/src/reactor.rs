@@ -259,6 +259,7 @@ impl<G: PollGroup> Reactor<G> {
             // Every queue when a notifier fired; otherwise the group polls those whose timers are due and those
             // with work waiting (commands that waited for a buffer or ring space).
             let notified = self.poll_queues.swap(false, Ordering::AcqRel);
+            crate::controller::queue::new_completion_batch();
             let (group, mut cx) = self.group_in_context(now);
             if group.poll(&mut cx, notified) {
                 self.complete_storage(now);

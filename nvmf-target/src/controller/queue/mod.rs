@@ -79,7 +79,7 @@ pub(crate) fn set_turn_time(now: Instant) {
 }
 
 /// Called by a reactor before each batch of work that may complete commands (an event's, the storage
-/// completions reaped at once): the batch's first completion reads the clock, and the others of the batch share
+/// completions reaped at once, the group's poll): the batch's first completion reads the clock, and the others of the batch share
 /// that reading. A command's latency thus runs from its turn's start to its batch's first completion: one clock
 /// read per batch, never 0 for a command that completes in the turn it arrived.
 pub(crate) fn new_completion_batch() {
