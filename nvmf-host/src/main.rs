@@ -39,6 +39,7 @@ fn run() -> anyhow::Result<()> {
         Command::DisconnectAll(_) => "disconnect-all".to_owned(),
         Command::List(_) => "list".to_owned(),
         Command::Reload(_) => "reload".to_owned(),
+        Command::LogLevel(_) => "log-level".to_owned(),
     };
     let stdout = std::io::stdout();
     nvmf_host::cli::run(&cli, &mut stdout.lock()).with_context(|| what)

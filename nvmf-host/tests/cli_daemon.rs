@@ -256,6 +256,11 @@ fn connect_list_export_metrics_disconnect_and_sigterm() {
     assert_eq!(ns, [(1, 16 << 20), (2, 8 << 20)]);
     let table = d.ok(&["list"]);
     assert!(table.contains("nvmf0") && table.contains("live") && table.contains("1:16 MiB,2:8 MiB"), "{table}");
+    // The log filter changes while the daemon runs; a filter that is not one is refused.
+    assert_eq!(d.ok(&["log-level", "debug"]), "debug\n");
+    assert_eq!(d.ok(&["log-level"]), "debug\n");
+    let bad = d.cli(&["log-level", "loud"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("not one of off, error"));
 
     // nvme-cli refuses a duplicate connect unless asked (-D).
     let dup = d.cli(&["connect", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN]);
@@ -394,7 +399,8 @@ fn errors_are_clear() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!(
-            "no nvmf-host daemon at {}: start it with `nvmf-host run --config …` or `systemctl start nvmf-host`",
+            "no nvmf-host daemon at {} (is it running, with this --control socket?): start it with `nvmf-host run \
+             --config …` or `systemctl start nvmf-host`",
             sock.display()
         )),
         "{err}"

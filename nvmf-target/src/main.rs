@@ -1,7 +1,7 @@
 //! The nvmf-target daemon: parse the command line, load the configuration, start logging, then
-//! [`serve`](nvmf_target::serve::serve) until SIGTERM/SIGINT. `nvmf-target reload` is the control client
-//! ([`nvmf_target::control::request_reload`]); `nvmf-target systemd-devices` prints the unit's device drop-in
-//! ([`nvmf_target::systemd_devices`]).
+//! [`serve`](nvmf_target::serve::serve) until SIGTERM/SIGINT. `list`, `disconnect`, `reload` and `log-level` are
+//! clients of the running daemon's control socket ([`nvmf_target::control`]); `nvmf-target systemd-devices` prints
+//! the unit's device drop-in ([`nvmf_target::systemd_devices`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +10,9 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use nvmf_config::target::NamespaceBackend;
 use nvmf_config::{QuickStart, TargetConfig};
-use nvmf_target::control::{self, ReloadOutcome, DEFAULT_CONTROL_SOCKET};
+use nvmf_service::control::LogLevelRequest;
+use nvmf_target::control::protocol::DisconnectRequest;
+use nvmf_target::control::{self, ReloadOutcome, TargetReply, TargetRequest, DEFAULT_CONTROL_SOCKET};
 use nvmf_target::serve::{serve, ServeOptions};
 
 /// Export local storage as NVMe over Fabrics subsystems.
@@ -39,8 +41,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Show the running target: subsystems, namespaces, live controllers with their queues, listeners.
+    List(ListArgs),
+    /// End associations: one controller (--cntlid, with --nqn when several subsystems have it) or every
+    /// controller of a host (--host). The host may connect again unless the allowed hosts no longer name it.
+    Disconnect(DisconnectArgs),
     /// Validate the configuration file, then ask the running daemon to reload it and print what changed.
     Reload(ReloadArgs),
+    /// Set the daemon's log filter while it runs (`debug`, `info,nvmf_target=trace`), or print it.
+    LogLevel(LogLevelArgs),
     /// Print the systemd drop-in that lets nvmf-target.service open the device nodes the configuration names,
     /// and no others (for /etc/systemd/system/nvmf-target.service.d/devices.conf).
     SystemdDevices(SystemdDevicesArgs),
@@ -51,6 +60,58 @@ struct SystemdDevicesArgs {
     /// The configuration file the service runs from.
     #[arg(short, long, value_name = "FILE", default_value = "/etc/nvmf/target.toml")]
     config: PathBuf,
+}
+
+/// `--control`: where the daemon listens.
+#[derive(Debug, Args)]
+struct ControlArgs {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_CONTROL_SOCKET)]
+    control: PathBuf,
+}
+
+/// `-o/--output-format`, as nvme-cli spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OutputFormat {
+    /// Human-readable.
+    Normal,
+    /// JSON (the control protocol's `list` reply).
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    /// Output format.
+    #[arg(short, long = "output-format", value_enum, default_value = "normal")]
+    output_format: OutputFormat,
+    #[command(flatten)]
+    control: ControlArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).multiple(true).args(["cntlid", "host"]))]
+struct DisconnectArgs {
+    /// The controller ID.
+    #[arg(long)]
+    cntlid: Option<u16>,
+    /// Every controller of this host NQN.
+    #[arg(long, value_name = "HOSTNQN")]
+    host: Option<String>,
+    /// Only controllers of this subsystem.
+    #[arg(short, long, value_name = "SUBNQN")]
+    nqn: Option<String>,
+    #[command(flatten)]
+    control: ControlArgs,
+}
+
+#[derive(Debug, Args)]
+struct LogLevelArgs {
+    /// The new filter: a level (error, warn, info, debug, trace) or RUST_LOG syntax (info,nvmf_target=debug);
+    /// without it, print the filter in force.
+    #[arg(value_name = "FILTER")]
+    filter: Option<String>,
+    #[command(flatten)]
+    control: ControlArgs,
 }
 
 #[derive(Debug, Args)]
@@ -74,6 +135,9 @@ fn run() -> anyhow::Result<ExitCode> {
     let mut cli = Cli::parse();
     match &cli.command {
         Some(Command::Reload(args)) => return reload(args),
+        Some(Command::List(args)) => return list(args),
+        Some(Command::Disconnect(args)) => return disconnect(args),
+        Some(Command::LogLevel(args)) => return log_level(args),
         Some(Command::SystemdDevices(args)) => {
             let config = TargetConfig::from_file(&args.config)?;
             print!("{}", nvmf_target::systemd_devices::drop_in(&config, &args.config)?);
@@ -119,7 +183,9 @@ fn check_paths(config: &TargetConfig) -> anyhow::Result<()> {
 fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
     match control::request_reload(&args.control, args.config.as_deref())? {
         ReloadOutcome::Applied(changes) => {
-            println!("{changes}");
+            for line in changes {
+                println!("{line}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         ReloadOutcome::Invalid(error) => {
@@ -133,4 +199,50 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Ask the daemon at `control`; its error reply becomes this command's error.
+fn ask(control: &ControlArgs, request: &TargetRequest) -> anyhow::Result<TargetReply> {
+    match control::request(&control.control, request)? {
+        TargetReply::Error { message } => bail!("{message}"),
+        reply => Ok(reply),
+    }
+}
+
+/// `nvmf-target list`.
+fn list(args: &ListArgs) -> anyhow::Result<ExitCode> {
+    let TargetReply::List(listing) = ask(&args.control, &TargetRequest::List)? else {
+        bail!("unexpected reply to list");
+    };
+    let mut out = std::io::stdout().lock();
+    match args.output_format {
+        OutputFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, &listing)?;
+            std::io::Write::write_all(&mut out, b"\n")?;
+        }
+        OutputFormat::Normal => control::show::write_listing(&listing, &mut out)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `nvmf-target disconnect`: one line per association ended.
+fn disconnect(args: &DisconnectArgs) -> anyhow::Result<ExitCode> {
+    let request = DisconnectRequest { subnqn: args.nqn.clone(), cntlid: args.cntlid, hostnqn: args.host.clone() };
+    let TargetReply::Disconnected { controllers } = ask(&args.control, &TargetRequest::Disconnect(request))? else {
+        bail!("unexpected reply to disconnect");
+    };
+    for c in controllers {
+        println!("{}: controller {} (host {}) disconnected", c.subnqn, c.cntlid, c.hostnqn);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `nvmf-target log-level [FILTER]`: prints the filter in force.
+fn log_level(args: &LogLevelArgs) -> anyhow::Result<ExitCode> {
+    let request = TargetRequest::LogLevel(LogLevelRequest { filter: args.filter.clone() });
+    let TargetReply::LogLevel { filter } = ask(&args.control, &request)? else {
+        bail!("unexpected reply to log-level");
+    };
+    println!("{filter}");
+    Ok(ExitCode::SUCCESS)
 }

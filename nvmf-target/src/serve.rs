@@ -1,6 +1,6 @@
 //! The daemon's life on its main thread: start the target from a validated configuration, tell the service manager
 //! it is ready, then answer requests — from signals (SIGHUP reloads, SIGTERM/SIGINT stops) and from the control
-//! socket (`reload`, `config-path`) — one at a time until told to stop; then shut down. `main.rs` only parses the
+//! socket (`list`, `disconnect`, `reload`, `config_path`, `log_level`) — one at a time until told to stop; then shut down. `main.rs` only parses the
 //! command line, loads the configuration and starts logging.
 //!
 //! Blocks only between requests and while a request (a reload: opening storage, binding listeners) runs; nothing
@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use nvmf_config::TargetConfig;
 
-use crate::control::{self, ControlError, ControlServer, Reply, Request, DEFAULT_CONTROL_SOCKET};
+use crate::control::{self, listing, ControlServer, Request, TargetReply, TargetRequest, DEFAULT_CONTROL_SOCKET};
 use crate::daemon::{RunningTarget, StartError};
 use crate::notify::{ServiceNotifier, StatusReporter};
 use crate::reload::Reloader;
@@ -44,7 +44,7 @@ pub enum ServeError {
     Start(#[source] StartError),
     /// The control socket named by the options could not be served.
     #[error(transparent)]
-    Control(#[from] ControlError),
+    Control(#[from] control::ServeError),
     /// The status reporter thread could not start.
     #[error("starting the status reporter")]
     Status(#[source] io::Error),
@@ -98,19 +98,43 @@ pub fn answer_requests(
     for request in requests {
         match request {
             Request::Terminate => return,
-            Request::Reload(reply) => {
-                let outcome = reloader.reload(running, notifier);
-                if let Some(reply) = reply {
-                    let _ =
-                        reply.send(outcome.map_or_else(|e| Reply::error(e.to_string()), |s| Reply::ok(s.to_string())));
-                }
+            Request::Reload => {
+                let _ = reloader.reload(running, notifier);
             }
-            Request::ConfigPath(reply) => {
-                let _ = reply.send(match reloader.path() {
-                    Some(path) => Reply::ok(path.display().to_string()),
-                    None => Reply::error("the target runs from quick-start flags, not a configuration file"),
-                });
+            Request::Control(request, reply) => {
+                let _ = reply.send(answer(request, running, reloader, notifier));
             }
+        }
+    }
+}
+
+/// A control client's answer.
+fn answer(
+    request: TargetRequest,
+    running: &mut RunningTarget,
+    reloader: &mut Reloader,
+    notifier: &ServiceNotifier,
+) -> TargetReply {
+    let error = |message: String| TargetReply::Error { message };
+    // Operator actions go to the log; `list` may be polled by a monitor.
+    if request == TargetRequest::List {
+        tracing::debug!("control request: list");
+    } else {
+        tracing::info!(?request, "control request");
+    }
+    match request {
+        TargetRequest::List => TargetReply::List(listing::listing(running.target())),
+        TargetRequest::Disconnect(which) => match listing::disconnect(running.target(), &which) {
+            Ok(controllers) => TargetReply::Disconnected { controllers },
+            Err(message) => error(message),
+        },
+        TargetRequest::ConfigPath => TargetReply::ConfigPath { path: reloader.path().map(|p| p.display().to_string()) },
+        TargetRequest::Reload => match reloader.reload(running, notifier) {
+            Ok(summary) => TargetReply::Reloaded { changes: summary.to_string().lines().map(str::to_owned).collect() },
+            Err(e) => error(e.to_string()),
+        },
+        TargetRequest::LogLevel(request) => {
+            request.apply().map_or_else(|e| error(e.to_string()), |filter| TargetReply::LogLevel { filter })
         }
     }
 }
@@ -119,8 +143,8 @@ pub fn answer_requests(
 /// still reloads).
 fn start_control(path: Option<&Path>, requests: Sender<Request>) -> Result<Option<ControlServer>, ServeError> {
     match path {
-        Some(path) => Ok(Some(ControlServer::start(path, requests)?)),
-        None => match ControlServer::start(Path::new(DEFAULT_CONTROL_SOCKET), requests) {
+        Some(path) => Ok(Some(control::serve(path, requests)?)),
+        None => match control::serve(Path::new(DEFAULT_CONTROL_SOCKET), requests) {
             Ok(server) => Ok(Some(server)),
             Err(e) => {
                 tracing::warn!("no control socket ({e}); `nvmf-target reload` cannot reach this daemon, SIGHUP can");
@@ -169,22 +193,35 @@ mod tests {
             answer_requests(&received, &mut running, &mut reloader, &notifier);
             running
         });
-        let ask = |request: fn(Sender<Reply>) -> Request| {
+        let ask = |request: TargetRequest| {
             let (reply, answer) = mpsc::channel();
-            requests.send(request(reply)).unwrap();
+            requests.send(Request::Control(request, reply)).unwrap();
             answer.recv_timeout(Duration::from_secs(30)).expect("the main thread answers")
         };
 
-        assert_eq!(ask(Request::ConfigPath), Reply::ok(file.display().to_string()));
+        let path = Some(file.display().to_string());
+        assert_eq!(ask(TargetRequest::ConfigPath), TargetReply::ConfigPath { path });
         std::fs::write(&file, config_text(port, 2)).unwrap();
-        let applied = ask(|reply| Request::Reload(Some(reply)));
-        assert!(applied.ok && applied.text.contains("namespaces: 1 added"), "{applied:?}");
+        let applied = ask(TargetRequest::Reload);
+        assert!(
+            matches!(&applied, TargetReply::Reloaded { changes } if changes[0].starts_with("namespaces: 1 added")),
+            "{applied:?}"
+        );
+        let TargetReply::List(listing) = ask(TargetRequest::List) else { panic!("list answers a listing") };
+        let subsystem = listing.subsystems.iter().find(|s| s.nqn == NQN).expect("the subsystem is listed");
+        assert_eq!(subsystem.namespaces.len(), 2);
+        assert_eq!(listing.listeners[0].trsvcid, port.to_string());
+        let nobody = ask(TargetRequest::Disconnect(control::protocol::DisconnectRequest {
+            cntlid: Some(1),
+            ..Default::default()
+        }));
+        assert_eq!(nobody, TargetReply::Error { message: "no live controller matches --cntlid 1".into() });
         let mut notice = [0u8; 256];
         let n = manager.recv(&mut notice).unwrap();
         assert!(String::from_utf8_lossy(&notice[..n]).contains("RELOADING=1"), "the service manager hears of it");
         // SIGHUP's reload has no client to answer; an invalid file changes nothing.
         std::fs::write(&file, "[[subsystem]]\nnqn = 7\n").unwrap();
-        requests.send(Request::Reload(None)).unwrap();
+        requests.send(Request::Reload).unwrap();
         requests.send(Request::Terminate).unwrap();
         let running = main.join().unwrap();
         let namespaces = running.target().subsystem(NQN).unwrap().namespaces().len();

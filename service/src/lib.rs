@@ -6,12 +6,14 @@
 //! - [`logging`] — `tracing` to stderr as text or JSON lines, from a `[logging]` section.
 //! - [`metrics_http`] — the `/metrics` and `/healthz` HTTP endpoint over a `prometheus-client` registry.
 //! - [`cpus`] — CPU lists and pinning a data-path thread to its CPU (once, when the thread starts).
+//! - [`control`] — the control socket: JSON lines over a unix socket, server and client.
 //! - [`unix_socket`] — owner-only unix sockets that never replace a path that is not a socket.
 //! - [`error_line`] — a binary's error as one line for its user.
 //!
 //! Everything here runs on control-plane threads or at a thread's start; nothing touches a daemon's data path.
 #![deny(missing_docs)]
 
+pub mod control;
 pub mod cpus;
 pub mod error_line;
 pub mod logging;

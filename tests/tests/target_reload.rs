@@ -2,9 +2,12 @@
 //! subsystems without dropping unaffected associations (the held AER completes with a Namespace Attribute Changed
 //! notice), and rejects an invalid file with its file:line error while the target keeps serving.
 
+mod target_support;
+
+use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::property::{ControllerConfiguration, Property};
@@ -15,6 +18,7 @@ use nvmf_common::nvme::log_page::{lid, ChangedNamespaceList, ChangedNamespaces, 
 use nvmf_common::nvme::{SglDescriptor, SglSubtype, Status};
 use nvmf_common::transport::tcp::{CapsuleCommand, Pdu};
 use nvmf_tests::nvme_tcp_client::{ClientError, ClientOptions, Completion, TcpTestClient};
+use target_support::{wait_log, TargetProcess};
 
 const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:reload-one";
 const SUBNQN2: &str = "nqn.2024-01.io.nvmf-rs:reload-two";
@@ -33,36 +37,6 @@ fn config(port: u16, ns2: bool, second: bool) -> String {
         text.push_str(&format!("\n[[subsystem]]\nnqn = \"{SUBNQN2}\"\n\n[[subsystem.namespace]]\nmemory = \"1MiB\"\n"));
     }
     text
-}
-
-/// The target process, killed on drop.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Daemon {
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill").args([&format!("-{name}"), &self.0.id().to_string()]).status().unwrap();
-        assert!(status.success(), "kill -{name}");
-    }
-}
-
-/// Wait (bounded) until the log file contains `needle`; returns the log.
-fn wait_log(path: &Path, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = std::fs::read_to_string(path).unwrap_or_default();
-        if log.contains(needle) {
-            return log;
-        }
-        assert!(Instant::now() < deadline, "the target never logged {needle:?}; log:\n{log}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn options() -> ClientOptions {
@@ -128,7 +102,6 @@ fn active_namespaces(admin: &mut TcpTestClient) -> Vec<u32> {
 
 #[test]
 fn sighup_applies_namespace_and_subsystem_changes_and_rejects_invalid_files() {
-    let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("target.toml");
     let log_path = dir.path().join("stderr.log");
@@ -137,17 +110,7 @@ fn sighup_applies_namespace_and_subsystem_changes_and_rejects_invalid_files() {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     std::fs::write(&config_path, config(port, false, false)).unwrap();
 
-    let daemon = Daemon(
-        Command::new(bin)
-            .arg("--config")
-            .arg(&config_path)
-            .env("RUST_LOG", "info")
-            .env_remove("NOTIFY_SOCKET")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log_path).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let daemon = TargetProcess::spawn(&[OsStr::new("--config"), config_path.as_os_str()], None, &log_path);
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(addr).is_err() {
         assert!(Instant::now() < deadline, "the target never listened");
@@ -206,7 +169,7 @@ fn sighup_applies_namespace_and_subsystem_changes_and_rejects_invalid_files() {
 
     daemon.signal("TERM");
     let mut daemon = daemon;
-    let exit = daemon.0.wait().unwrap();
+    let exit = daemon.wait();
     assert!(exit.success(), "nvmf-target exited with {exit}");
 }
 
@@ -234,7 +197,6 @@ fn reload_command(socket: &Path, extra: &[&std::ffi::OsStr]) -> (bool, String, S
 
 #[test]
 fn reload_command_prints_the_outcome_and_listeners_follow_the_file() {
-    let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("target.toml");
     let socket = dir.path().join("control.sock");
@@ -243,20 +205,8 @@ fn reload_command_prints_the_outcome_and_listeners_follow_the_file() {
     let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
     std::fs::write(&config_path, listeners_config(&[first])).unwrap();
     // Started with a relative --config from its own directory: `reload` runs from another one.
-    let daemon = Daemon(
-        Command::new(bin)
-            .current_dir(dir.path())
-            .arg("--config")
-            .arg("target.toml")
-            .arg("--control")
-            .arg(&socket)
-            .env("RUST_LOG", "info")
-            .env_remove("NOTIFY_SOCKET")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log_path).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let args = [OsStr::new("--config"), OsStr::new("target.toml"), OsStr::new("--control"), socket.as_os_str()];
+    let daemon = TargetProcess::spawn(&args, Some(dir.path()), &log_path);
     wait_log(&log_path, "control socket ready");
     let (mut admin, mut io) = associate(addr(first), SUBNQN);
     let data: Vec<u8> = (0..4096u32).map(|i| u8::try_from(i % 253).unwrap()).collect();
@@ -316,6 +266,6 @@ fn reload_command_prints_the_outcome_and_listeners_follow_the_file() {
 
     daemon.signal("TERM");
     let mut daemon = daemon;
-    assert!(daemon.0.wait().unwrap().success());
+    assert!(daemon.wait().success());
     assert!(!socket.exists(), "the control socket is removed at exit");
 }

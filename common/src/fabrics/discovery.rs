@@ -84,6 +84,18 @@ wire_enum!(
     }
 );
 
+impl TransportType {
+    /// nvme-cli's name (`--transport`, `nvme discover`'s `trtype:`): `rdma`, `fc`, `tcp`, `loop`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportType::Rdma => "rdma",
+            TransportType::Fc => "fc",
+            TransportType::Tcp => "tcp",
+            TransportType::Loop => "loop",
+        }
+    }
+}
+
 wire_enum!(
     /// Address Family, ADRFAM (Linux `NVMF_ADDR_FAMILY_*`).
     AddressFamily, "adrfam", "0 PCIe, 1 IPv4, 2 IPv6, 3 InfiniBand, 4 FC, 254 loop" {

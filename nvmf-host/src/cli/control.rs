@@ -1,11 +1,12 @@
 //! The commands that talk to the daemon's control socket, in nvme-cli's words: `connect`, `connect-all`,
-//! `disconnect`, `disconnect-all`, `list`, `reload`; and `run`, which is the daemon. Each sends one request
+//! `disconnect`, `disconnect-all`, `list`, `reload`, `log-level`; and `run`, which is the daemon. Each sends one request
 //! ([`crate::daemon::protocol`]) and prints the reply; they run on the caller's thread.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use nvmf_config::host::{HostConfig, DEFAULT_CONTROL_SOCKET};
+use nvmf_service::control::LogLevelRequest;
 
 use super::{CliError, OutputFormat};
 use crate::daemon::control::request;
@@ -127,6 +128,18 @@ pub struct DisconnectArgs {
     /// Disconnect the controller with this name (`nvmf0`).
     #[arg(short = 'd', long = "device")]
     pub device: Option<String>,
+    /// The daemon.
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+/// `nvmf-host log-level`.
+#[derive(Debug, Clone, Args)]
+pub struct LogLevelArgs {
+    /// The new filter: a level (error, warn, info, debug, trace) or RUST_LOG syntax (info,nvmf_host=debug);
+    /// without it, print the filter in force.
+    #[arg(value_name = "FILTER")]
+    pub filter: Option<String>,
     /// The daemon.
     #[command(flatten)]
     pub control: ControlArgs,
@@ -283,6 +296,18 @@ pub fn reload(a: &ControlArgs, out: &mut dyn std::io::Write) -> Result<(), CliEr
             Err(CliError::Daemon(format!("{message}\nrejected: the daemon keeps its running configuration")))
         }
         other => Err(CliError::Daemon(format!("unexpected reply {other:?}"))),
+    }
+}
+
+/// `log-level [FILTER]`: set the daemon's log filter, or read it; prints the filter in force.
+pub fn log_level(a: &LogLevelArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
+    let request = ControlRequest::LogLevel(LogLevelRequest { filter: a.filter.clone() });
+    match ask(&a.control, &request)? {
+        ControlReply::LogLevel { filter } => {
+            writeln!(out, "{filter}")?;
+            Ok(())
+        }
+        other => Err(unexpected(&other)),
     }
 }
 

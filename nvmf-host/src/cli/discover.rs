@@ -41,15 +41,6 @@ pub fn run(a: &DiscoverArgs, out: &mut dyn std::io::Write) -> Result<(), CliErro
     Ok(())
 }
 
-fn trtype_str(t: TransportType) -> &'static str {
-    match t {
-        TransportType::Rdma => "rdma",
-        TransportType::Fc => "fc",
-        TransportType::Tcp => "tcp",
-        TransportType::Loop => "loop",
-    }
-}
-
 fn adrfam_str(a: AddressFamily) -> &'static str {
     match a {
         AddressFamily::Pci => "pci",
@@ -114,7 +105,7 @@ pub fn write_discovery_log(log: &DiscoveryLog, out: &mut dyn std::io::Write) -> 
     writeln!(out, "Discovery Log Number of Records {}, Generation counter {}", log.records.len(), log.genctr)?;
     for (i, r) in log.records.iter().enumerate() {
         writeln!(out, "=====Discovery Log Entry {i}======")?;
-        writeln!(out, "trtype:  {}", trtype_str(r.trtype))?;
+        writeln!(out, "trtype:  {}", TransportType::name(r.trtype))?;
         writeln!(out, "adrfam:  {}", adrfam_str(r.adrfam))?;
         writeln!(out, "subtype: {}", subtype_str(r.subtype))?;
         writeln!(out, "treq:    {}", treq_str(r.treq))?;
@@ -137,7 +128,7 @@ pub fn write_discovery_log(log: &DiscoveryLog, out: &mut dyn std::io::Write) -> 
 
 fn record_json(r: &DiscoveryRecord) -> Value {
     json!({
-        "trtype": trtype_str(r.trtype),
+        "trtype": TransportType::name(r.trtype),
         "adrfam": adrfam_str(r.adrfam),
         "subtype": subtype_str(r.subtype),
         "treq": treq_str(r.treq),

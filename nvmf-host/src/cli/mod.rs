@@ -92,6 +92,8 @@ pub enum Command {
     /// Validate the daemon's configuration file here, then have the daemon re-read it and apply the difference
     /// (as SIGHUP does); prints what changed.
     Reload(control::ControlArgs),
+    /// Set the daemon's log filter while it runs (`debug`, `info,nvmf_host=trace`), or print it.
+    LogLevel(control::LogLevelArgs),
 }
 
 /// `-t/--transport`.
@@ -167,5 +169,6 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Command::Disconnect(a) => control::disconnect(a, out),
         Command::DisconnectAll(a) => control::disconnect_all(a, out),
         Command::List(a) => control::list(a, out),
+        Command::LogLevel(a) => control::log_level(a, out),
     }
 }

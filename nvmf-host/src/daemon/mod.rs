@@ -109,8 +109,11 @@ impl Daemon {
             reloader: Mutex::new(Reloader::new(path, config.clone(), notifier)),
         });
         let handler_shared = Arc::clone(&shared);
-        let control = ControlServer::start(&config.host.control_socket, Arc::new(move |r| handle(&handler_shared, r)))
-            .map_err(|e| DaemonError::Control { path: config.host.control_socket.clone(), reason: e.to_string() })?;
+        let control = ControlServer::start::<protocol::HostProtocol>(
+            &config.host.control_socket,
+            Arc::new(move |r| handle(&handler_shared, r)),
+        )
+        .map_err(|e| DaemonError::Control { path: config.host.control_socket.clone(), reason: e.to_string() })?;
         let metrics = match config.metrics.listen {
             Some(listen) => {
                 let sample_shared = Arc::clone(&shared);

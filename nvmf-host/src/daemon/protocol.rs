@@ -2,15 +2,29 @@
 //! daemon's [`ControlReply`]. Plain data (serde), shared by both ends so they cannot drift.
 //!
 //! Requests (externally tagged): `{"connect": {…}}`, `{"connect_all": {…}}`, `{"disconnect": {"nqn": …}}` or
-//! `{"disconnect": {"name": …}}`, `"disconnect_all"`, `"list"`, `"config_path"`, `"reload"`. Replies:
-//! `{"connected": {"name": …}}`, `{"connected_all": {"entries": […]}}`, `{"disconnected": {"names": […]}}`,
-//! `{"list": {"controllers": […]}}`, `{"config_path": {"path": …}}`, `{"reloaded": {"changes": […]}}`,
-//! `{"error": {"message": …}}`.
+//! `{"disconnect": {"name": …}}`, `"disconnect_all"`, `"list"`, `"config_path"`, `"reload"`,
+//! `{"log_level": {"filter": …}}`. Replies: `{"connected": {"name": …}}`, `{"connected_all": {"entries": […]}}`,
+//! `{"disconnected": {"names": […]}}`, `{"list": {"controllers": […]}}`, `{"config_path": {"path": …}}`,
+//! `{"reloaded": {"changes": […]}}`, `{"log_level": {"filter": …}}`, `{"error": {"message": …}}`. The framing
+//! is [`nvmf_service::control`]'s, shared with `nvmf-target` (`docs/control-protocol.md`).
 
+use nvmf_service::control::{LogLevelRequest, Protocol};
 use serde::{Deserialize, Serialize};
 
-/// Longest request or reply line accepted (a `list` of many controllers fits easily).
-pub const MAX_LINE: usize = 1 << 20;
+/// The host daemon's control protocol.
+#[derive(Debug)]
+pub struct HostProtocol;
+
+impl Protocol for HostProtocol {
+    type Request = ControlRequest;
+    type Reply = ControlReply;
+    const DAEMON: &'static str = "nvmf-host";
+    const START_HINT: &'static str = "`nvmf-host run --config …` or `systemctl start nvmf-host`";
+
+    fn error(message: String) -> ControlReply {
+        ControlReply::Error { message }
+    }
+}
 
 /// Connection parameters of `connect` (nvme-cli's option names; durations in seconds, -1 = never).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +116,8 @@ pub enum ControlRequest {
     ConfigPath,
     /// Re-read the configuration file and apply the difference (as SIGHUP does).
     Reload,
+    /// Read or replace the log filter.
+    LogLevel(LogLevelRequest),
 }
 
 /// One namespace of a controller.
@@ -213,6 +229,11 @@ pub enum ControlReply {
     Reloaded {
         /// What changed, one line each (`no changes` when nothing did).
         changes: Vec<String>,
+    },
+    /// `log_level`: the filter in force.
+    LogLevel {
+        /// `RUST_LOG` syntax.
+        filter: String,
     },
     /// The request failed.
     Error {

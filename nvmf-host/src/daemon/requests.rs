@@ -271,6 +271,10 @@ pub(super) fn handle(shared: &Arc<Shared>, request: ControlRequest) -> ControlRe
             Ok(summary) => ControlReply::Reloaded { changes: summary.lines().to_vec() },
             Err(e) => ControlReply::Error { message: e.to_string() },
         },
+        ControlRequest::LogLevel(request) => match request.apply() {
+            Ok(filter) => ControlReply::LogLevel { filter },
+            Err(e) => ControlReply::Error { message: e.to_string() },
+        },
     }
 }
 

@@ -14,10 +14,12 @@
 //! demand (plus the totals of queues that already went away).
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use nvmf_common::fabrics::discovery::TransportType;
 use nvmf_common::fabrics::property::{
     Capabilities, ControllerConfiguration, ControllerStatus, ShutdownNotification, ShutdownStatus, Version,
 };
@@ -61,6 +63,8 @@ pub struct QueueCounters {
     bytes_written: AtomicU64,
     media_errors: AtomicU64,
     errors: AtomicU64,
+    /// Commands the queue holds now: arrived, their response not yet released by the transport.
+    outstanding: AtomicU32,
 }
 
 /// A copy of counters, summed over queues.
@@ -116,6 +120,15 @@ impl QueueCounters {
         if media {
             bump(&self.media_errors, 1);
         }
+    }
+
+    pub(crate) fn set_outstanding(&self, commands: usize) {
+        self.outstanding.store(u32::try_from(commands).unwrap_or(u32::MAX), Ordering::Relaxed);
+    }
+
+    /// Commands the queue holds now (arrived, response not yet released).
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding.load(Ordering::Relaxed)
     }
 
     /// The current values.
@@ -187,13 +200,53 @@ impl Notifier {
     }
 }
 
-/// An I/O queue connected to the controller.
+/// A queue connected to the controller: what the controller keeps of it.
 #[derive(Debug)]
-struct IoQueueEntry {
-    qid: u16,
-    epoch: u32,
-    counters: Arc<QueueCounters>,
-    notifier: Option<Notifier>,
+pub(crate) struct QueueEntry {
+    pub(crate) qid: u16,
+    /// The controller's I/O epoch when it connected (I/O queues).
+    pub(crate) epoch: u32,
+    pub(crate) counters: Arc<QueueCounters>,
+    pub(crate) notifier: Option<Notifier>,
+    /// SQSIZE, 0's based.
+    pub(crate) sqsize: u16,
+    pub(crate) trtype: TransportType,
+    /// The host's transport address.
+    pub(crate) peer: Option<SocketAddr>,
+    pub(crate) connected_at: SystemTime,
+}
+
+impl QueueEntry {
+    fn snapshot(&self) -> QueueSnapshot {
+        QueueSnapshot {
+            qid: self.qid,
+            depth: u32::from(self.sqsize) + 1,
+            outstanding: self.counters.outstanding(),
+            trtype: self.trtype,
+            peer: self.peer,
+            connected_at: self.connected_at,
+            counters: self.counters.snapshot(),
+        }
+    }
+}
+
+/// A connected queue as `nvmf-target list` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSnapshot {
+    /// Queue ID (0: admin).
+    pub qid: u16,
+    /// Entries (SQSIZE + 1).
+    pub depth: u32,
+    /// Commands it holds now.
+    pub outstanding: u32,
+    /// The transport carrying it.
+    pub trtype: TransportType,
+    /// The host's transport address.
+    pub peer: Option<SocketAddr>,
+    /// When its Fabrics Connect completed.
+    pub connected_at: SystemTime,
+    /// Its counters.
+    pub counters: CounterSnapshot,
 }
 
 /// The Changed Namespace List (log 04h) being accumulated.
@@ -210,15 +263,14 @@ pub(crate) struct ControllerState {
     pub(crate) csts: ControllerStatus,
     pub(crate) aec: u32,
     pub(crate) granted_io_queues: u16,
-    io_queues: Vec<IoQueueEntry>,
+    admin: Option<QueueEntry>,
+    io_queues: Vec<QueueEntry>,
     events: VecDeque<AsyncEvent>,
     masked: u32,
     pub(crate) changed: ChangedNamespaces,
     pub(crate) error_count: u64,
     pub(crate) errors: VecDeque<ErrorInformationEntry>,
-    admin_counters: Option<Arc<QueueCounters>>,
     retired: CounterSnapshot,
-    admin_notifier: Option<Notifier>,
 }
 
 impl ControllerState {
@@ -296,15 +348,14 @@ impl Controller {
                 // still learns about namespace changes.
                 aec,
                 granted_io_queues: max_io_queues,
+                admin: None,
                 io_queues: Vec::new(),
                 events: VecDeque::with_capacity(4),
                 masked: 0,
                 changed: ChangedNamespaces::default(),
                 error_count: 0,
                 errors: VecDeque::with_capacity(usize::from(ELPE) + 1),
-                admin_counters: None,
                 retired: CounterSnapshot::default(),
-                admin_notifier: None,
             }),
             subsystem,
         }
@@ -421,11 +472,17 @@ impl Controller {
         }
     }
 
-    /// Register the admin queue's counters and wake-up callback.
-    pub(crate) fn attach_admin_queue(&self, counters: Arc<QueueCounters>, notifier: Option<Notifier>) {
-        let mut state = self.lock();
-        state.admin_counters = Some(counters);
-        state.admin_notifier = notifier;
+    /// Register the admin queue (its counters and wake-up callback).
+    pub(crate) fn attach_admin_queue(&self, entry: QueueEntry) {
+        self.lock().admin = Some(entry);
+    }
+
+    /// The connected queues, the admin queue first, then the I/O queues by QID.
+    pub fn queues(&self) -> Vec<QueueSnapshot> {
+        let state = self.lock();
+        let mut queues: Vec<_> = state.admin.iter().chain(&state.io_queues).map(QueueEntry::snapshot).collect();
+        queues.sort_by_key(|q| q.qid);
+        queues
     }
 
     /// Handle a CC write (NVMe Base 2.0 §3.6 and Linux nvmet's `nvmet_update_cc`): enabling checks the
@@ -492,12 +549,8 @@ impl Controller {
     }
 
     /// Whether I/O queue `qid` may connect now: `Ok` or the status to answer.
-    pub(crate) fn attach_io_queue(
-        &self,
-        qid: u16,
-        counters: Arc<QueueCounters>,
-        notifier: Option<Notifier>,
-    ) -> Result<u32, IoQueueRefusal> {
+    pub(crate) fn attach_io_queue(&self, mut entry: QueueEntry) -> Result<u32, IoQueueRefusal> {
+        let qid = entry.qid;
         let mut state = self.lock();
         if !state.csts.rdy {
             return Err(IoQueueRefusal::NotReady);
@@ -508,8 +561,9 @@ impl Controller {
         if state.io_queues.iter().any(|q| q.qid == qid) {
             return Err(IoQueueRefusal::AlreadyConnected);
         }
-        let epoch = self.io_epoch();
-        state.io_queues.push(IoQueueEntry { qid, epoch, counters, notifier });
+        entry.epoch = self.io_epoch();
+        let epoch = entry.epoch;
+        state.io_queues.push(entry);
         Ok(epoch)
     }
 
@@ -537,7 +591,7 @@ impl Controller {
         self.subsystem.unregister_controller(self.cntlid);
         let notifiers: Vec<Notifier> = {
             let state = self.lock();
-            state.io_queues.iter().filter_map(|q| q.notifier.clone()).chain(state.admin_notifier.clone()).collect()
+            state.io_queues.iter().chain(&state.admin).filter_map(|q| q.notifier.clone()).collect()
         };
         let (cntlid, subsystem, host) = (self.cntlid, self.subsystem.nqn(), &self.hostnqn);
         tracing::info!(cntlid, subnqn = subsystem, hostnqn = host, "association ended");
@@ -600,7 +654,7 @@ impl Controller {
         state.masked |= kind.bit();
         state.events.push_back(kind.event());
         self.event_pending.store(true, Ordering::Release);
-        state.admin_notifier.clone()
+        state.admin.as_ref().and_then(|a| a.notifier.clone())
     }
 
     /// The host read `kind`'s log page without RAE: the event may be reported again.
@@ -633,6 +687,11 @@ impl Controller {
         state.errors.push_front(entry);
     }
 
+    /// When the admin queue's Connect completed (the association's start).
+    pub fn connected_at(&self) -> Option<SystemTime> {
+        self.lock().admin.as_ref().map(|a| a.connected_at)
+    }
+
     /// Counters summed over every queue the association has had.
     pub fn counters(&self) -> CounterSnapshot {
         let state = self.lock();
@@ -640,8 +699,8 @@ impl Controller {
         for q in &state.io_queues {
             total += q.counters.snapshot();
         }
-        if let Some(admin) = &state.admin_counters {
-            total += admin.snapshot();
+        if let Some(admin) = &state.admin {
+            total += admin.counters.snapshot();
         }
         total
     }

@@ -32,7 +32,7 @@ mod io;
 #[cfg(test)]
 mod tests;
 
-pub use association::{Controller, QueueCounters};
+pub use association::{Controller, CounterSnapshot, QueueCounters, QueueSnapshot};
 pub use queue::{split_storage_tag, storage_tag, Queue, QueueError, SlotId, Step, DISCOVERY_KATO_MS};
 pub use subsystem::{Namespace, NamespaceParams, NamespaceTable, Subsystem, SubsystemError, SubsystemParams};
 pub use target::{KatoMinimum, ListenerParams, Stalled, Target, TargetError, TargetParams, TransportInfo};

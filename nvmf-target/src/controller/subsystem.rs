@@ -480,6 +480,17 @@ impl Subsystem {
         access.allow_any_host || access.hosts.iter().any(|h| h == hostnqn)
     }
 
+    /// Host access now: whether any host may connect, and the allowed host NQNs.
+    pub fn host_access(&self) -> (bool, Vec<String>) {
+        let access = self.access.read().unwrap_or_else(|e| e.into_inner());
+        (access.allow_any_host, access.hosts.clone())
+    }
+
+    /// The controller ID range.
+    pub fn cntlid_range(&self) -> RangeInclusive<u16> {
+        self.cntlid_range.clone()
+    }
+
     /// Replace the host access list (a reload). New Connects see it, and the associations of hosts it no longer
     /// allows end (their queues close, as when the subsystem is removed): how many.
     pub fn set_host_access(&self, allow_any_host: bool, hosts: Vec<String>) -> Result<usize, SubsystemError> {

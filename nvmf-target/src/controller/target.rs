@@ -201,6 +201,8 @@ pub struct TransportInfo {
     pub port_id: u16,
     /// The connection's local address, reported instead of a wildcard listener address in the discovery log.
     pub local_address: Option<IpAddr>,
+    /// The host's address (`nvmf-target list`).
+    pub peer_address: Option<SocketAddr>,
     /// The reactor's key for this queue: storage tags are `(queue_key << 16) | slot` (see
     /// [`storage_tag`](super::storage_tag)).
     pub queue_key: u64,
@@ -209,7 +211,14 @@ pub struct TransportInfo {
 impl TransportInfo {
     /// A TCP connection through `port_id` with `in_capsule_data_size` bytes of in-capsule data.
     pub fn tcp(port_id: u16, in_capsule_data_size: u32, queue_key: u64) -> Self {
-        TransportInfo { trtype: TransportType::Tcp, in_capsule_data_size, port_id, local_address: None, queue_key }
+        TransportInfo {
+            trtype: TransportType::Tcp,
+            in_capsule_data_size,
+            port_id,
+            local_address: None,
+            peer_address: None,
+            queue_key,
+        }
     }
 }
 

@@ -145,6 +145,7 @@ impl RdmaPollGroup {
             in_capsule_data_size: rdma.in_capsule_data_size,
             port_id,
             local_address: local.map(|a: SocketAddr| a.ip()),
+            peer_address: peer_addr,
             queue_key: 0,
         };
         let queue = cx.new_queue(info, key.to_raw());

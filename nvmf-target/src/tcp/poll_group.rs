@@ -235,6 +235,7 @@ impl PollGroup for TcpPollGroup {
         }
         let mut info = TransportInfo::tcp(accepted.port_id, accepted.tcp.in_capsule_data_size, 0);
         info.local_address = local;
+        info.peer_address = Some(accepted.peer);
         let queue = cx.new_queue(info, key);
         tracing::debug!(reactor = self.index, traddr = %accepted.peer, slot, "connection accepted");
         let tcp = TcpConnection::new(stream, queue, &accepted.tcp);

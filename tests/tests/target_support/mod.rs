@@ -3,8 +3,11 @@
 //! Every wait is bounded and fails with a message saying what did not happen.
 #![expect(dead_code, reason = "each test binary uses part of it")]
 
+use std::ffi::OsStr;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::property::{ControllerConfiguration, ControllerStatus, Property, ShutdownNotification};
@@ -317,4 +320,58 @@ pub fn start_with_metrics() -> RunningTarget {
         l.address.set_port(0);
     }
     nvmf_target::daemon::start(&config).expect("target starts")
+}
+
+/// An `nvmf-target` process (the binary) logging at `RUST_LOG=info` into a file; killed on drop.
+pub struct TargetProcess(Child);
+
+impl TargetProcess {
+    /// Start `nvmf-target ARGS` in `cwd` (the test's directory when `None`), its stderr into `log`.
+    pub fn spawn<S: AsRef<OsStr>>(args: &[S], cwd: Option<&Path>, log: &Path) -> TargetProcess {
+        let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
+        let mut command = Command::new(bin);
+        if let Some(dir) = cwd {
+            command.current_dir(dir);
+        }
+        let child = command
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env_remove("NOTIFY_SOCKET")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log file"))
+            .spawn()
+            .expect("nvmf-target starts");
+        TargetProcess(child)
+    }
+
+    /// Wait for the process to exit.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.0.wait().expect("wait for nvmf-target")
+    }
+
+    /// Send signal `name` (`HUP`).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").args([&format!("-{name}"), &self.0.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -{name}");
+    }
+}
+
+impl Drop for TargetProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Wait (bounded) until the log file contains `needle`; returns the log.
+pub fn wait_log(path: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if log.contains(needle) {
+            return log;
+        }
+        assert!(Instant::now() < deadline, "the target never logged {needle:?}; log:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

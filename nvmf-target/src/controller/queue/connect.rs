@@ -14,7 +14,7 @@ use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
 use super::{Association, Plan, Queue, QueueError, QueueKind, QueueState, SlotId, Step};
 use crate::backend::IoEngine;
-use crate::controller::association::{Controller, IoQueueRefusal};
+use crate::controller::association::{Controller, IoQueueRefusal, QueueEntry};
 use crate::controller::io::{self, DataSource, Direction};
 use crate::controller::Stalled;
 
@@ -142,7 +142,7 @@ impl Queue {
                     Arc::new(Controller::new(cntlid, Arc::clone(&subsystem), hostnqn, data.hostid, kato, params, true))
                 })
                 .ok_or((Status::CONNECT_CONTROLLER_BUSY, 0))?;
-            controller.attach_admin_queue(Arc::clone(&self.counters), self.notifier.clone());
+            controller.attach_admin_queue(self.queue_entry(0, connect.sqsize));
             let cntlid = controller.cntlid();
             tracing::info!(
                 cntlid,
@@ -164,7 +164,7 @@ impl Queue {
             tracing::info!(cntlid = data.cntlid, hostnqn = hostnqn, "I/O queue Connect for no controller of this host");
             return Err(invalid_parameter(InvalidParameter::in_data(data_offset::CNTLID)));
         };
-        let epoch = match controller.attach_io_queue(connect.qid, Arc::clone(&self.counters), self.notifier.clone()) {
+        let epoch = match controller.attach_io_queue(self.queue_entry(connect.qid, connect.sqsize)) {
             Ok(epoch) => epoch,
             Err(IoQueueRefusal::QidAboveGranted(granted)) => {
                 tracing::info!(qid = connect.qid, granted, "I/O queue beyond the queues granted");
@@ -179,5 +179,19 @@ impl Queue {
         tracing::debug!(cntlid, qid = connect.qid, sqsize = connect.sqsize, "I/O queue connected");
         self.establish(Association { controller, kind: QueueKind::Io(connect.qid), sqsize: connect.sqsize, epoch });
         Ok(ConnectResponse { cntlid, atr: false, ascr: false }.to_dw0())
+    }
+
+    /// What the controller keeps of this queue once connected as `qid`.
+    fn queue_entry(&self, qid: u16, sqsize: u16) -> QueueEntry {
+        QueueEntry {
+            qid,
+            epoch: 0,
+            counters: Arc::clone(&self.counters),
+            notifier: self.notifier.clone(),
+            sqsize,
+            trtype: self.transport.trtype,
+            peer: self.transport.peer_address,
+            connected_at: std::time::SystemTime::now(),
+        }
     }
 }

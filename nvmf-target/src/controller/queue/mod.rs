@@ -516,6 +516,7 @@ impl Queue {
         let Some(index) = self.free.pop() else {
             return Err(QueueError::QueueOverrun { capacity: self.slots.len() });
         };
+        self.counters.set_outstanding(self.slots.len() - self.free.len());
         let arrival = turn_time();
         self.last_activity = Some(arrival);
         self.publish_traffic(arrival);
@@ -674,6 +675,7 @@ impl Queue {
         self.release_buffers(engine, slot);
         self.slots[index] = Slot::FREE;
         self.free.push(slot.0);
+        self.counters.set_outstanding(self.slots.len() - self.free.len());
         if self.disconnect_slot == Some(slot.0) {
             self.disconnect_slot = None;
             self.disconnected = true;

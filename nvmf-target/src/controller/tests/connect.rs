@@ -214,3 +214,36 @@ fn a_queue_without_a_completed_connect_ends_at_its_connect_deadline() {
     admin.queue.poll(&mut engine, deadline + Duration::from_secs(60), &mut out).unwrap();
     assert_eq!(target.timeouts(Stalled::Connect), 2);
 }
+
+#[test]
+fn a_controller_lists_its_queues_and_ends_by_request() {
+    let mut a = associate(target());
+    a.io.write(&mut a.engine, 1, 0, &pattern(4096, 3)).ok();
+    assert!(a.admin.submit(&mut a.engine, AsyncEventRequest.to_sqe(), &[], &[]).is_none(), "AER is held");
+    let controller = Arc::clone(a.admin.queue.controller().unwrap());
+    let queues = controller.queues();
+    let shape: Vec<_> = queues.iter().map(|q| (q.qid, q.depth, q.outstanding, q.counters.write_commands)).collect();
+    assert_eq!(shape, [(0, 32, 1, 0), (1, 128, 0, 1)], "the held AER is the admin queue's one command");
+    assert!(queues.iter().all(|q| q.trtype == TransportType::Tcp));
+
+    let listing = crate::control::listing::listing(&a.target);
+    let subsystem = listing.subsystems.iter().find(|s| s.nqn == SUBNQN).unwrap();
+    let [c] = &subsystem.controllers[..] else { panic!("one controller: {subsystem:?}") };
+    assert_eq!((c.cntlid, c.hostnqn.as_str(), c.queues.len(), c.bytes_written), (a.cntlid, HOSTNQN, 2, 4096));
+    assert_eq!(listing.subsystems[0].subtype, "discovery", "the discovery subsystem is listed first");
+
+    // Selecting nobody ends nothing; selecting the controller ends its association and its queues close.
+    let by = |cntlid, hostnqn: Option<&str>| crate::control::protocol::DisconnectRequest {
+        subnqn: None,
+        cntlid,
+        hostnqn: hostnqn.map(str::to_owned),
+    };
+    let none = crate::control::listing::disconnect(&a.target, &by(None, Some(OTHER_HOST))).unwrap_err();
+    assert_eq!(none, format!("no live controller matches --host {OTHER_HOST}"));
+    let ended = crate::control::listing::disconnect(&a.target, &by(Some(a.cntlid), None)).unwrap();
+    assert_eq!(ended.len(), 1);
+    assert!(controller.is_terminated());
+    let mut out = Vec::new();
+    assert!(a.io.queue.poll(&mut a.engine, Instant::now(), &mut out).is_err(), "the I/O queue closes");
+    assert!(crate::control::listing::listing(&a.target).subsystems[1].controllers.is_empty());
+}

@@ -52,6 +52,7 @@ fn identify_controller_over_rdma_reports_keyed_sgls() {
             in_capsule_data_size: 4096,
             port_id: 1,
             local_address: None,
+            peer_address: None,
             queue_key: 5,
         },
     );
