@@ -31,8 +31,8 @@ struct Cli {
     /// With --check: do not open the path namespaces (a configuration prepared for another machine).
     #[arg(long, requires = "check")]
     no_path_check: bool,
-    /// Serve the control socket (`nvmf-target reload`) here [default: /run/nvmf-target/control.sock, skipped
-    /// with a warning when its directory is missing].
+    /// Serve the control socket (`nvmf-target list`, `reload`, …) here [default: /run/nvmf-target/control.sock;
+    /// skipped with a warning when it cannot be created there].
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
     #[command(flatten)]

@@ -147,7 +147,7 @@ fn start_control(path: Option<&Path>, requests: Sender<Request>) -> Result<Optio
         None => match control::serve(Path::new(DEFAULT_CONTROL_SOCKET), requests) {
             Ok(server) => Ok(Some(server)),
             Err(e) => {
-                tracing::warn!("no control socket ({e}); `nvmf-target reload` cannot reach this daemon, SIGHUP can");
+                tracing::warn!("no control socket ({e}); `nvmf-target list` and `reload` cannot reach this daemon (SIGHUP still reloads)");
                 Ok(None)
             }
         },

@@ -737,3 +737,74 @@ stop_daemon target
     let verified = "fio bs=4K qd=16: wrote 1024, verified 1024 after writing, 1024 on randread (of 1024)";
     assert_eq!(out.stdout.matches(verified).count(), 2, "{}", out.report());
 }
+
+/// `nvmf-target list` and `disconnect` with the kernel host connected over NVMe/TCP (two I/O queues) and NVMe/RDMA
+/// (one): the listing shows each association with its transport, queues, host and traffic; ending the TCP one by
+/// controller ID makes the kernel reconnect with a new controller (and its data still verifies); ending the RDMA
+/// one by host NQN, from a host that gives up at once (`--ctrl-loss-tmo 0`), removes the kernel's controller.
+#[test]
+fn list_and_disconnect_kernel_hosts() {
+    let config = r#"
+[reactors]
+threads = 2
+[[listener]]
+transport = "tcp"
+address = "10.77.0.1"
+port = 4420
+[[listener]]
+transport = "rdma"
+address = "10.77.0.1"
+port = 4421
+[[subsystem]]
+nqn = "testnqn"
+[[subsystem.namespace]]
+memory = "64MiB"
+[[subsystem]]
+nqn = "storage-subsystem-1"
+[[subsystem.namespace]]
+memory = "64MiB"
+"#;
+    let vm = vm("list_and_disconnect_kernel_hosts").rxe(true).modules(["nvme_tcp", "nvme_rdma"]);
+    let Some(out) = run(
+        "list_and_disconnect_kernel_hosts",
+        vm.deadline(Duration::from_secs(300)),
+        config,
+        r#"
+set -eu
+nvmf_target_start target $CONFIG
+hostnqn=$(cat /etc/nvme/hostnqn)
+dev=$(host_connect tcp $NVMF_RDMA_ADDR 4420 testnqn -i 2 --reconnect-delay 1)
+host_connect rdma $NVMF_RDMA_ADDR 4421 storage-subsystem-1 -i 1 --ctrl-loss-tmo 0 > /dev/null
+fio_rw_verify $dev 4K 16 4M
+$NVMF_TARGET_BIN list -o json > $NVMF_VM_LOGS/list.json
+$NVMF_TARGET_BIN list > $NVMF_VM_LOGS/list.txt
+jq -r --arg h "$hostnqn" '.subsystems[] | select(.subtype == "nvm") | .nqn as $n | .controllers[] |
+  "listed: \($n) \(.transport) queues=\(.queues | length) ours=\(.hostnqn == $h) written=\(.bytes_written > 0) ready=\(.ready)"' \
+  $NVMF_VM_LOGS/list.json
+echo "text controllers: $(grep -c '^  controller ' $NVMF_VM_LOGS/list.txt)"
+cntlid() { $NVMF_TARGET_BIN list -o json | jq -r --arg n "$1" '.subsystems[] | select(.nqn == $n) | .controllers[0].cntlid // empty'; }
+old=$(cntlid testnqn)
+$NVMF_TARGET_BIN disconnect --cntlid $old --nqn testnqn
+renewed() { local c; c=$(cntlid testnqn); [ -n "$c" ] && [ "$c" != "$old" ] && ctrl_of testnqn > /dev/null; }
+if wait_until 60 renewed; then echo "testnqn: reconnected with a new controller"; fi
+fio_rw_verify $dev 4K 16 4M
+$NVMF_TARGET_BIN disconnect --host "$hostnqn" --nqn storage-subsystem-1
+gone() { ! ctrl_of storage-subsystem-1 > /dev/null && [ -z "$(cntlid storage-subsystem-1)" ]; }
+if wait_until 60 gone; then echo "storage-subsystem-1: the host gave the controller up"; fi
+host_disconnect testnqn
+stop_daemon target
+echo "disconnects logged: $(grep -c 'disconnect requested on the control socket' $NVMF_VM_LOGS/target.log || true)"
+"#,
+    ) else {
+        return;
+    };
+    out.assert_success();
+    assert_stdout_has(&out, "disconnects logged: 2\n");
+    assert_stdout_has(&out, "listed: storage-subsystem-1 rdma queues=2 ours=true written=false ready=true\n");
+    assert_stdout_has(&out, "listed: testnqn tcp queues=3 ours=true written=true ready=true\n");
+    assert_stdout_has(&out, "text controllers: 2\n");
+    assert_stdout_has(&out, "testnqn: reconnected with a new controller\n");
+    assert_stdout_has(&out, "storage-subsystem-1: the host gave the controller up\n");
+    let verified = "fio bs=4K qd=16: wrote 1024, verified 1024 after writing, 1024 on randread (of 1024)";
+    assert_eq!(out.stdout.matches(verified).count(), 2, "{}", out.report());
+}
