@@ -119,8 +119,8 @@ pub enum HostError {
         /// ASCR: a secure channel (TLS) is to be set up after authentication too.
         secure_channel: bool,
     },
-    /// The controller refused a Fabrics Connect.
-    #[error("Connect of queue {qid} refused: {status} (dword 0 {dw0:#x})")]
+    /// The controller refused a Fabrics Connect; the message says why in words.
+    #[error("Connect of queue {qid} refused: {} ({status})", connect_refusal(*status, *dw0))]
     ConnectRejected {
         /// The queue.
         qid: u16,
@@ -203,6 +203,41 @@ pub enum HostError {
     },
 }
 
+/// Why a controller refused a Connect, from its status and, for Connect Invalid Parameters, the field dword 0
+/// names (NVMe-oF 1.1 §3.3, Figure 21).
+pub fn connect_refusal(status: Status, dw0: u32) -> String {
+    use nvmf_common::fabrics::connect::InvalidParameter;
+    let same = |s: Status| status.same_code(s);
+    if same(Status::CONNECT_INVALID_HOST) {
+        return "this host NQN is not allowed to connect to the subsystem (the target's allowed hosts do not name it)"
+            .into();
+    }
+    if same(Status::CONNECT_CONTROLLER_BUSY) {
+        return "the controller is busy (no controller ID left, or this I/O queue is already connected)".into();
+    }
+    if same(Status::CONNECT_RESTART_DISCOVERY) {
+        return "the subsystem is no longer at this address: run discovery again".into();
+    }
+    if same(Status::CONNECT_INCOMPATIBLE_FORMAT) {
+        return "the controller does not support this Connect record format".into();
+    }
+    if !same(Status::CONNECT_INVALID_PARAMETERS) {
+        return format!("{status}");
+    }
+    let parameter = InvalidParameter::from_dw0(dw0);
+    match parameter.field() {
+        Some("subnqn") => "the target has no subsystem with this NQN".into(),
+        Some("hostnqn") => "the target does not accept this host NQN".into(),
+        Some("hostid") => "the target does not accept this host ID".into(),
+        Some("cntlid") => "the subsystem has no controller with this ID for this host (the association ended)".into(),
+        Some("qid") => "the controller does not accept this queue ID (more I/O queues than it granted?)".into(),
+        Some("sqsize") => "the queue size is above what the controller supports (CAP.MQES)".into(),
+        Some("kato") => "the controller does not accept this keep-alive timeout".into(),
+        Some(field) => format!("the controller does not accept the Connect's {field}"),
+        None => format!("invalid parameter at offset {} of the Connect {:?}", parameter.ipo, parameter.iattr),
+    }
+}
+
 impl HostError {
     /// An [`HostError::Io`] from a socket error.
     pub(crate) fn io(qid: u16, what: &'static str, e: &std::io::Error) -> Self {
@@ -222,5 +257,34 @@ impl HostError {
             HostError::Protocol { fes, .. } => Some(*fes),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nvmf_common::fabrics::connect::{data_offset, sqe_offset, InvalidParameter};
+
+    use super::*;
+
+    #[test]
+    fn a_refused_connect_says_why_in_words() {
+        let refused = |status, dw0| HostError::ConnectRejected { qid: 0, status, dw0 }.to_string();
+        let unknown = refused(
+            Status::CONNECT_INVALID_PARAMETERS.with_dnr(),
+            InvalidParameter::in_data(data_offset::SUBNQN).to_dw0(),
+        );
+        assert!(
+            unknown.starts_with("Connect of queue 0 refused: the target has no subsystem with this NQN ("),
+            "{unknown}"
+        );
+        let host =
+            refused(Status::CONNECT_INVALID_HOST.with_dnr(), InvalidParameter::in_data(data_offset::HOSTNQN).to_dw0());
+        assert!(host.contains("this host NQN is not allowed to connect to the subsystem"), "{host}");
+        let sqsize =
+            refused(Status::CONNECT_INVALID_PARAMETERS, InvalidParameter::in_command(sqe_offset::SQSIZE).to_dw0());
+        assert!(sqsize.contains("the queue size is above what the controller supports"), "{sqsize}");
+        let odd = refused(Status::CONNECT_INVALID_PARAMETERS, InvalidParameter::in_command(7).to_dw0());
+        assert!(odd.contains("invalid parameter at offset 7 of the Connect Command"), "{odd}");
+        assert!(refused(Status::INTERNAL_ERROR, 0).contains("refused: "), "other statuses keep their name");
     }
 }

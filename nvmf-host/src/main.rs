@@ -40,6 +40,8 @@ fn run() -> anyhow::Result<()> {
         Command::List(_) => "list".to_owned(),
         Command::Reload(_) => "reload".to_owned(),
         Command::LogLevel(_) => "log-level".to_owned(),
+        Command::GenHostnqn => "gen-hostnqn".to_owned(),
+        Command::ShowHostnqn => "show-hostnqn".to_owned(),
     };
     let stdout = std::io::stdout();
     nvmf_host::cli::run(&cli, &mut stdout.lock()).with_context(|| what)

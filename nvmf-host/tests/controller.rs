@@ -44,10 +44,12 @@ fn bring_up_and_namespaces() {
 fn connect_to_unknown_subsystem_is_rejected_with_its_status() {
     let target = Target::start();
     let err = Controller::connect(target.addr, "nqn.2024-01.io.nvmf-rs:nope", options(1)).unwrap_err();
+    let message = err.to_string();
     match err {
         HostError::ConnectRejected { qid: 0, status, .. } => assert!(!status.is_success()),
         other => panic!("expected ConnectRejected, got {other}"),
     }
+    assert!(message.starts_with("Connect of queue 0 refused: the target has no subsystem with this NQN ("), "{message}");
 }
 
 #[test]

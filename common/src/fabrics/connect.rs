@@ -268,6 +268,22 @@ impl InvalidParameter {
         InvalidParameter { iattr, ipo: dw0 as u16 }
     }
 
+    /// The field named, as the spec spells it (`subnqn`, `sqsize`, …); `None` for an offset no field starts at.
+    pub fn field(&self) -> Option<&'static str> {
+        Some(match (self.iattr, self.ipo) {
+            (ParameterLocation::Data, data_offset::HOSTID) => "hostid",
+            (ParameterLocation::Data, data_offset::CNTLID) => "cntlid",
+            (ParameterLocation::Data, data_offset::SUBNQN) => "subnqn",
+            (ParameterLocation::Data, data_offset::HOSTNQN) => "hostnqn",
+            (ParameterLocation::Command, sqe_offset::RECFMT) => "recfmt",
+            (ParameterLocation::Command, sqe_offset::QID) => "qid",
+            (ParameterLocation::Command, sqe_offset::SQSIZE) => "sqsize",
+            (ParameterLocation::Command, sqe_offset::CATTR) => "cattr",
+            (ParameterLocation::Command, sqe_offset::KATO) => "kato",
+            _ => return None,
+        })
+    }
+
     /// Completion dword 0.
     pub fn to_dw0(&self) -> u32 {
         u32::from(self.ipo) | if self.iattr == ParameterLocation::Data { IATTR_DATA } else { 0 }

@@ -94,6 +94,11 @@ pub enum Command {
     Reload(control::ControlArgs),
     /// Set the daemon's log filter while it runs (`debug`, `info,nvmf_host=trace`), or print it.
     LogLevel(control::LogLevelArgs),
+    /// Print a host NQN for /etc/nvme/hostnqn, as nvme-cli does: the machine's UUID form, else a random one.
+    GenHostnqn,
+    /// Print the host NQN every command uses: /etc/nvme/hostnqn, else derived from the machine's UUID, else the
+    /// one generated once for this user.
+    ShowHostnqn,
 }
 
 /// `-t/--transport`.
@@ -170,5 +175,17 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Command::DisconnectAll(a) => control::disconnect_all(a, out),
         Command::List(a) => control::list(a, out),
         Command::LogLevel(a) => control::log_level(a, out),
+        Command::GenHostnqn => {
+            writeln!(
+                out,
+                "{}",
+                crate::identity::HostIdentity::generate_hostnqn(&crate::identity::MachineUuid::system())
+            )?;
+            Ok(())
+        }
+        Command::ShowHostnqn => {
+            writeln!(out, "{}", crate::identity::HostIdentity::from_system().hostnqn)?;
+            Ok(())
+        }
     }
 }
