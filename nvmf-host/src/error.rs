@@ -119,6 +119,14 @@ pub enum HostError {
         /// ASCR: a secure channel (TLS) is to be set up after authentication too.
         secure_channel: bool,
     },
+    /// The connection cannot leave through the interface asked for (`--host-iface`).
+    #[error("host interface {iface}: {message}")]
+    HostInterface {
+        /// The interface named.
+        iface: String,
+        /// The operating system's error (ENODEV: no such interface).
+        message: String,
+    },
     /// The controller refused a Fabrics Connect; the message says why in words.
     #[error("Connect of queue {qid} refused: {} ({status})", connect_refusal(*status, *dw0))]
     ConnectRejected {

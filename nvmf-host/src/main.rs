@@ -34,7 +34,10 @@ fn run() -> anyhow::Result<()> {
         Command::Ublk(a) => format!("ublk export of {} namespace {}", a.nqn, a.nsid),
         Command::Run(a) => format!("nvmf-host run --config {}", a.config.display()),
         Command::Connect(a) => format!("connect to {} at {}:{}", a.nqn, a.endpoint.traddr, a.endpoint.trsvcid),
-        Command::ConnectAll(a) => format!("connect-all at {}:{}", a.endpoint.traddr, a.endpoint.trsvcid),
+        Command::ConnectAll(a) => match &a.traddr {
+            Some(traddr) => format!("connect-all at {traddr}:{}", a.trsvcid),
+            None => format!("connect-all from {}", a.discovery_conf.display()),
+        },
         Command::Disconnect(_) => "disconnect".to_owned(),
         Command::DisconnectAll(_) => "disconnect-all".to_owned(),
         Command::List(_) => "list".to_owned(),

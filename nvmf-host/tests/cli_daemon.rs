@@ -324,6 +324,11 @@ fn connect_list_export_metrics_disconnect_and_sigterm() {
     let ours = entries.as_array().unwrap().iter().find(|e| e["subnqn"] == SUBNQN).expect("our subsystem listed");
     assert_eq!((ours["outcome"].as_str(), ours["name"].as_str()), (Some("already connected"), Some("nvmf0")), "{out}");
     assert_eq!(d.list().len(), 1);
+    // Without -a, the discovery controllers a discovery.conf lists (nvme-cli's file and syntax).
+    let conf = d.dir.path().join("discovery.conf");
+    std::fs::write(&conf, format!("# ours\n--transport=tcp --traddr=127.0.0.1 --trsvcid={port}\n")).unwrap();
+    let out = d.ok(&["connect-all", "--discovery-conf", conf.to_str().unwrap()]);
+    assert!(out.contains(&format!("nvmf0    {SUBNQN} at 127.0.0.1:{port}: already connected")), "{out}");
 
     // SIGTERM: a clean exit with CC.SHN acknowledged for the live controller; the target has no controller left.
     let target_before = http_get(target_metrics, "/metrics");

@@ -182,3 +182,24 @@ fn bad_io_size_refused_and_rdma_fails_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("RDMA") && !err.contains("panicked"), "{err}");
 }
+
+/// `connect`'s options, under the same names: the host interface binds every queue's connection (`lo` reaches
+/// 127.0.0.1; an interface that does not exist is named in the error), and options a perf run cannot honour are
+/// refused rather than ignored.
+#[test]
+fn connection_options_as_connect_takes_them() {
+    let target = Target::start();
+    let out = perf(&target, &["-w", "randread", "-T", "1", "--json", "-f", "lo", "-k", "10", "-g", "-G"]);
+    let j = json_of(&out);
+    assert!(f(&j, &["iops"]) > 0.0, "{j}");
+    let out = perf(&target, &["-w", "randread", "-T", "1", "--host-iface", "nvmfnosuch0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("host interface nvmfnosuch0: No such device"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let out = perf(&target, &["-w", "randread", "--ctrl-loss-tmo", "5"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("perf does not take --reconnect-delay, --ctrl-loss-tmo"), "{err}");
+    let out = perf(&target, &["-w", "randread", "-T", "1", "--json", "-i", "2"]);
+    let j = json_of(&out);
+    assert_eq!((j["queues"].as_u64(), j["per_queue"].as_array().map(Vec::len)), (Some(2), Some(2)), "-i is -c");
+}

@@ -49,7 +49,10 @@ fn connect_to_unknown_subsystem_is_rejected_with_its_status() {
         HostError::ConnectRejected { qid: 0, status, .. } => assert!(!status.is_success()),
         other => panic!("expected ConnectRejected, got {other}"),
     }
-    assert!(message.starts_with("Connect of queue 0 refused: the target has no subsystem with this NQN ("), "{message}");
+    assert!(
+        message.starts_with("Connect of queue 0 refused: the target has no subsystem with this NQN ("),
+        "{message}"
+    );
 }
 
 #[test]

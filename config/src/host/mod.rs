@@ -84,6 +84,8 @@ pub struct ControllerConfig {
     pub data_digest: bool,
     /// Ask the controller to disable SQ flow control (`--disable-sqflow`). Default false.
     pub disable_sqflow: bool,
+    /// The network interface the connections leave through (`--host-iface`; NVMe/TCP only). Default: the route's.
+    pub host_iface: Option<String>,
     /// `[[controller.export]]`: namespaces served as block devices (NSIDs unique).
     pub exports: Vec<ExportConfig>,
 }

@@ -62,6 +62,8 @@ pub(crate) struct RawController {
     pub data_digest: Option<bool>,
     #[serde(default)]
     pub disable_sqflow: Option<bool>,
+    #[serde(default)]
+    pub host_iface: Option<String>,
     #[serde(default, rename = "export")]
     pub exports: Vec<RawExport>,
 }

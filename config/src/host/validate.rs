@@ -136,6 +136,14 @@ fn controller(
         .map_or(Ok(Some(Duration::from_secs(600))), |v| seconds(v, &key.key("ctrl_loss_tmo"), "timeout", 0, true))?;
     let fast_io_fail_tmo =
         raw.fast_io_fail_tmo.map_or(Ok(None), |v| seconds(v, &key.key("fast_io_fail_tmo"), "timeout", 0, true))?;
+    let host_iface = raw.host_iface.as_ref().map(|iface| interface_name(iface, &key.key("host_iface"))).transpose()?;
+    if host_iface.is_some() && raw.transport == Some(Transport::Rdma) {
+        return Err(Problem::new(
+            key.key("host_iface"),
+            "an interface for an NVMe/RDMA controller",
+            "host_iface on NVMe/TCP controllers only (for RDMA the address's route picks the device)",
+        ));
+    }
     let mut exports = Vec::with_capacity(raw.exports.len());
     let mut nsids: HashMap<u32, usize> = HashMap::new();
     for (j, re) in raw.exports.iter().enumerate() {
@@ -173,6 +181,7 @@ fn controller(
         hdr_digest: raw.hdr_digest.unwrap_or(false),
         data_digest: raw.data_digest.unwrap_or(false),
         disable_sqflow: raw.disable_sqflow.unwrap_or(false),
+        host_iface,
         exports,
     })
 }
@@ -210,4 +219,21 @@ pub(crate) fn nbd_endpoint(text: &str, base: Option<&Path>) -> Result<NbdEndpoin
         ));
     }
     Ok(NbdEndpoint::Tcp(addr))
+}
+
+/// A network interface name as Linux takes it: 1..=15 bytes (IFNAMSIZ), no `/`, `:` or white space, not `.` or `..`.
+fn interface_name(name: &str, key: &KeyPath) -> Result<String, Problem> {
+    let ok = (1..=15).contains(&name.len())
+        && !name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
+        && name != "."
+        && name != "..";
+    if ok {
+        Ok(name.to_owned())
+    } else {
+        Err(Problem::new(
+            key.clone(),
+            format!("{name:?} is not an interface name"),
+            "a name such as eth0 (1..=15 bytes)",
+        ))
+    }
 }

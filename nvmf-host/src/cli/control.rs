@@ -52,8 +52,11 @@ pub struct ConnectOptionArgs {
     #[arg(short = 'l', long = "ctrl-loss-tmo", allow_negative_numbers = true)]
     pub ctrl_loss_tmo: Option<i64>,
     /// Seconds after a loss when held I/O fails while reconnecting goes on (default -1: off).
-    #[arg(short = 'f', long = "fast-io-fail-tmo", allow_negative_numbers = true)]
+    #[arg(short = 'F', long = "fast-io-fail-tmo", alias = "fast_io_fail_tmo", allow_negative_numbers = true)]
     pub fast_io_fail_tmo: Option<i64>,
+    /// The network interface NVMe/TCP connections leave through (SO_BINDTODEVICE), as the kernel's host_iface.
+    #[arg(short = 'f', long = "host-iface", value_name = "IFACE")]
+    pub host_iface: Option<String>,
     /// Host NQN (default: the daemon's identity).
     #[arg(short = 'q', long = "hostnqn")]
     pub hostnqn: Option<String>,
@@ -69,6 +72,27 @@ pub struct ConnectOptionArgs {
     /// Ask the controller to disable SQ flow control (`connect-all` also does for entries whose TREQ allows it).
     #[arg(short = 'd', long = "disable-sqflow")]
     pub disable_sqflow: bool,
+}
+
+impl ConnectOptionArgs {
+    /// These options, with `defaults`' where these leave one out (a switch is on when either has it).
+    pub fn or(self, defaults: &ConnectOptionArgs) -> ConnectOptionArgs {
+        let d = defaults.clone();
+        ConnectOptionArgs {
+            nr_io_queues: self.nr_io_queues.or(d.nr_io_queues),
+            queue_size: self.queue_size.or(d.queue_size),
+            keep_alive_tmo: self.keep_alive_tmo.or(d.keep_alive_tmo),
+            reconnect_delay: self.reconnect_delay.or(d.reconnect_delay),
+            ctrl_loss_tmo: self.ctrl_loss_tmo.or(d.ctrl_loss_tmo),
+            fast_io_fail_tmo: self.fast_io_fail_tmo.or(d.fast_io_fail_tmo),
+            host_iface: self.host_iface.or(d.host_iface),
+            hostnqn: self.hostnqn.or(d.hostnqn),
+            hostid: self.hostid.or(d.hostid),
+            hdr_digest: self.hdr_digest || d.hdr_digest,
+            data_digest: self.data_digest || d.data_digest,
+            disable_sqflow: self.disable_sqflow || d.disable_sqflow,
+        }
+    }
 }
 
 /// `nvmf-host connect`.
@@ -104,9 +128,18 @@ pub struct ConnectArgs {
 /// `nvmf-host connect-all`.
 #[derive(Debug, Clone, Args)]
 pub struct ConnectAllArgs {
-    /// The discovery controller (port default 8009 is not assumed: nvme-cli's -s default is 4420 too).
-    #[command(flatten)]
-    pub endpoint: Endpoint,
+    /// Transport type of the discovery controller.
+    #[arg(short = 't', long = "transport", value_enum, default_value = "tcp")]
+    pub transport: crate::controller::Transport,
+    /// The discovery controller's address; without it, every one `--discovery-conf` lists.
+    #[arg(short = 'a', long = "traddr")]
+    pub traddr: Option<String>,
+    /// Its port (8009 is not assumed: nvme-cli's -s default is 4420 too).
+    #[arg(short = 's', long = "trsvcid", default_value = "4420")]
+    pub trsvcid: String,
+    /// The discovery controllers to use without -a, one per line as this command's options (nvme-cli's file).
+    #[arg(long = "discovery-conf", value_name = "FILE", default_value = super::discovery_conf::DISCOVERY_CONF)]
+    pub discovery_conf: PathBuf,
     /// Connection options for every subsystem connected.
     #[command(flatten)]
     pub options: ConnectOptionArgs,
@@ -156,7 +189,8 @@ pub struct ListArgs {
     pub control: ControlArgs,
 }
 
-fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> Result<ConnectParams, CliError> {
+/// The daemon's `connect` parameters for these flags (the foreground commands apply them too).
+pub(super) fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> Result<ConnectParams, CliError> {
     Ok(ConnectParams {
         transport: endpoint.transport.name().into(),
         traddr: endpoint.traddr.clone(),
@@ -173,6 +207,7 @@ fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> Result<Conne
         hdr_digest: o.hdr_digest,
         data_digest: o.data_digest,
         disable_sqflow: o.disable_sqflow,
+        host_iface: o.host_iface.clone(),
         nbd: None,
         ublk: false,
         export_nsid: None,
@@ -212,21 +247,30 @@ pub fn connect(a: &ConnectArgs, out: &mut dyn std::io::Write) -> Result<(), CliE
 
 /// `connect-all`: one line per discovery log entry (or the JSON list).
 pub fn connect_all(a: &ConnectAllArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
-    let p = params(&a.endpoint, "", &a.options)?;
-    match ask(&a.control, &ControlRequest::ConnectAll(p))? {
-        ControlReply::ConnectedAll { entries } => {
-            if a.output_format == OutputFormat::Json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&entries).unwrap_or_default())?;
-            } else {
-                for e in entries {
-                    let name = e.name.as_deref().unwrap_or("-");
-                    writeln!(out, "{name:<8} {} at {}: {}", e.subnqn, e.address, e.outcome)?;
-                }
-            }
-            Ok(())
+    let controllers = match &a.traddr {
+        Some(traddr) => vec![(
+            Endpoint { transport: a.transport, traddr: traddr.clone(), trsvcid: a.trsvcid.clone() },
+            a.options.clone(),
+        )],
+        None => super::discovery_conf::read(&a.discovery_conf, &a.options)?,
+    };
+    let mut all = Vec::new();
+    for (endpoint, options) in &controllers {
+        let p = params(endpoint, "", options)?;
+        match ask(&a.control, &ControlRequest::ConnectAll(p))? {
+            ControlReply::ConnectedAll { entries } => all.extend(entries),
+            other => return Err(unexpected(&other)),
         }
-        other => Err(unexpected(&other)),
     }
+    if a.output_format == OutputFormat::Json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&all).unwrap_or_default())?;
+    } else {
+        for e in all {
+            let name = e.name.as_deref().unwrap_or("-");
+            writeln!(out, "{name:<8} {} at {}: {}", e.subnqn, e.address, e.outcome)?;
+        }
+    }
+    Ok(())
 }
 
 /// `disconnect -n NQN | -d NAME`: prints what nvme-cli prints (`NQN:… disconnected N controller(s)`).

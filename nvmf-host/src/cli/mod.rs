@@ -8,6 +8,7 @@
 
 pub mod control;
 pub mod discover;
+pub mod discovery_conf;
 pub mod nbd;
 pub mod perf;
 #[cfg(feature = "ublk")]
@@ -51,6 +52,9 @@ pub enum CliError {
     /// The daemon refused the request.
     #[error("{0}")]
     Daemon(String),
+    /// The connection options do not go together.
+    #[error("{0}")]
+    Options(String),
     /// `run` failed.
     #[error("{0:#}")]
     Run(anyhow::Error),
@@ -114,38 +118,23 @@ pub enum OutputFormat {
     Json,
 }
 
-/// The connection options of the foreground export commands (`nbd`, `ublk`), in nvme-cli's words.
+/// The connection options of the commands that connect by themselves (`nbd`, `ublk`, `perf`): `connect`'s, under
+/// the same names.
 #[derive(Debug, Clone, Args)]
 pub struct ForegroundConnection {
-    /// Host NQN (default: /etc/nvme/hostnqn or generated).
-    #[arg(short = 'q', long = "hostnqn")]
-    pub hostnqn: Option<String>,
-    /// I/O queues to ask for (default: one per CPU).
-    #[arg(short = 'i', long = "nr-io-queues")]
-    pub nr_io_queues: Option<u16>,
-    /// Header digests.
-    #[arg(long = "hdr-digest")]
-    pub hdr_digest: bool,
-    /// Data digests.
-    #[arg(long = "data-digest")]
-    pub data_digest: bool,
-    /// Ask the controller to disable SQ flow control (NVMe/TCP reads then end without a response capsule).
-    #[arg(long = "disable-sqflow")]
-    pub disable_sqflow: bool,
+    /// nvme-cli's connection options.
+    #[command(flatten)]
+    pub options: control::ConnectOptionArgs,
 }
 
 impl ForegroundConnection {
     /// The library's options for these flags, connecting over `endpoint`'s transport.
-    pub fn options(&self, endpoint: &Endpoint) -> ConnectOptions {
-        let mut o = connect_options(self.hostnqn.as_ref());
+    pub fn options(&self, endpoint: &Endpoint) -> Result<ConnectOptions, CliError> {
+        let mut o = connect_options(None);
         o.transport = endpoint.transport;
-        o.hdr_digest = self.hdr_digest;
-        o.data_digest = self.data_digest;
-        o.disable_sqflow = self.disable_sqflow;
-        if let Some(n) = self.nr_io_queues {
-            o.nr_io_queues = n;
-        }
-        o
+        let params = control::params(endpoint, "", &self.options)?;
+        crate::daemon::params::apply_connect_params(&mut o, &params).map_err(CliError::Options)?;
+        Ok(o)
     }
 }
 

@@ -42,7 +42,7 @@ pub struct NbdArgs {
 /// Connect, export, print the URI, serve until SIGINT/SIGTERM, stop, disconnect.
 pub fn run(a: &NbdArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let addr = a.endpoint.resolve()?;
-    let connect = a.connection.options(&a.endpoint);
+    let connect = a.connection.options(&a.endpoint)?;
     // Before anything starts, so a signal during the connect is not lost.
     let signals = Signals::new().map_err(|source| NbdError::Io {
         what: "installing signal handlers for",

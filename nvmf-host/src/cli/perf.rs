@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
-use super::{connect_options, CliError, Transport};
+use super::{CliError, Transport};
 use crate::endpoint::Endpoint;
 use crate::perf::{per_second, PerfOptions, PerfReport, Workload};
 
@@ -38,8 +38,10 @@ impl From<WorkloadArg> for Workload {
     }
 }
 
-/// `nvmf-host perf`.
+/// `nvmf-host perf`. SPDK perf's letters win where they meet nvme-cli's: `-q` is the queue depth and `-c` the
+/// queue count, so the host NQN and the reconnect delay are long options only here.
 #[derive(Debug, Clone, Args)]
+#[command(mut_arg("hostnqn", |a| a.short(None)), mut_arg("reconnect_delay", |a| a.short(None)))]
 pub struct PerfArgs {
     /// Where to connect.
     #[command(flatten)]
@@ -47,9 +49,6 @@ pub struct PerfArgs {
     /// Subsystem NQN.
     #[arg(short = 'n', long = "nqn")]
     pub nqn: String,
-    /// Host NQN (default: /etc/nvme/hostnqn or generated).
-    #[arg(long = "hostnqn")]
-    pub hostnqn: Option<String>,
     /// Outstanding commands per I/O queue.
     #[arg(short = 'q', long = "queue-depth", default_value_t = 32)]
     pub queue_depth: u16,
@@ -65,21 +64,15 @@ pub struct PerfArgs {
     /// Seconds to run.
     #[arg(short = 'T', long = "time", default_value_t = 10)]
     pub time: u64,
-    /// I/O queues, one worker thread each.
-    #[arg(short = 'c', long = "queues", default_value_t = 1)]
+    /// I/O queues, one worker thread each (or `--nr-io-queues`).
+    #[arg(short = 'c', long = "queues", default_value_t = 1, conflicts_with = "nr_io_queues")]
     pub queues: u16,
     /// Namespace ID (default: the first active one).
     #[arg(long = "nsid")]
     pub nsid: Option<u32>,
-    /// Header digests.
-    #[arg(long = "hdr-digest")]
-    pub hdr_digest: bool,
-    /// Data digests.
-    #[arg(long = "data-digest")]
-    pub data_digest: bool,
-    /// Ask the controller to disable SQ flow control (NVMe/TCP reads then end without a response capsule).
-    #[arg(long = "disable-sqflow")]
-    pub disable_sqflow: bool,
+    /// Host identity, keep-alive, digests, interface: `connect`'s options.
+    #[command(flatten)]
+    pub connection: super::ForegroundConnection,
     /// Poll without sleeping, as SPDK's perf does: no wake-up latency, one CPU busy per queue.
     #[arg(long = "busy-poll")]
     pub busy_poll: bool,
@@ -99,10 +92,19 @@ pub fn run(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Transport::Tcp => crate::perf::PerfTransport::Tcp,
         Transport::Rdma => crate::perf::PerfTransport::Rdma,
     };
-    let mut connect = connect_options(a.hostnqn.as_ref());
-    connect.hdr_digest = a.hdr_digest;
-    connect.data_digest = a.data_digest;
-    connect.disable_sqflow = a.disable_sqflow;
+    let o = &a.connection.options;
+    let unused = [
+        (o.queue_size.is_some(), "--queue-size (perf sizes its queues by -q)"),
+        (
+            o.reconnect_delay.is_some() || o.ctrl_loss_tmo.is_some() || o.fast_io_fail_tmo.is_some(),
+            "--reconnect-delay, --ctrl-loss-tmo and --fast-io-fail-tmo (a perf run does not reconnect)",
+        ),
+    ];
+    if let Some((_, what)) = unused.iter().find(|(given, _)| *given) {
+        return Err(CliError::Options(format!("perf does not take {what}")));
+    }
+    let connect = a.connection.options(&a.endpoint)?;
+    let queues = o.nr_io_queues.unwrap_or(a.queues);
     let options = PerfOptions {
         transport,
         addr,
@@ -114,7 +116,7 @@ pub fn run(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         workload: a.workload.into(),
         mix: a.mix,
         duration: Duration::from_secs(a.time.max(1)),
-        queues: a.queues,
+        queues,
         busy_poll: a.busy_poll,
         cpus: match a.cpus.as_deref() {
             Some("none") => None,

@@ -27,16 +27,14 @@ pub struct UblkArgs {
     /// Host identity, queues and digests.
     #[command(flatten)]
     pub connection: ForegroundConnection,
-    /// Entries per I/O queue, and so the ublk queue depth.
-    #[arg(short = 'Q', long = "queue-size", default_value_t = 128)]
-    pub queue_size: u16,
 }
 
 /// Connect, add the device, print its path, serve until SIGINT/SIGTERM, delete it, disconnect.
 pub fn run(a: &UblkArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let addr = a.endpoint.resolve()?;
-    let mut connect = a.connection.options(&a.endpoint);
-    connect.queue_size = a.queue_size;
+    // Entries per I/O queue (`--queue-size`, default 128), and so the ublk queue depth.
+    let connect = a.connection.options(&a.endpoint)?;
+    let queue_depth = connect.queue_size;
     // Before anything starts, so a signal during the connect is not lost.
     let signals = Signals::new().map_err(|source| UblkError::Driver {
         what: "installing signal handlers",
@@ -44,7 +42,7 @@ pub fn run(a: &UblkArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         source,
     })?;
     let ctrl = Arc::new(Controller::connect(addr, &a.nqn, connect)?);
-    let options = UblkOptions { queue_depth: a.queue_size };
+    let options = UblkOptions { queue_depth };
     let export = UblkExport::start(Arc::clone(&ctrl), a.nsid, options)?;
     writeln!(out, "{}", export.path().display())?;
     out.flush()?;

@@ -192,11 +192,13 @@ pub(super) fn open_queue(
                 max_c2h_data: 16 << 20,
                 connect_timeout: options.connect_timeout,
                 command_timeout: options.io_timeout,
+                host_iface: options.host_iface.clone(),
             };
             QueueHandle::spawn(TcpQueue::connect(addr, &qopts)?)
         }
         #[cfg(feature = "rdma")]
         Transport::Rdma => {
+            options.check_host_iface()?;
             let qopts = RdmaQueueOptions {
                 qid,
                 depth,

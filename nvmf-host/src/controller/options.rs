@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::error::HostError;
 use crate::identity::HostIdentity;
 
 /// The NVMe-oF transport (nvme-cli's `-t/--transport`).
@@ -65,6 +66,22 @@ pub struct ConnectOptions {
     /// (`--fast-io-fail-tmo`); `None` (the default, nvme-cli's -1) holds I/O until reconnected or
     /// `ctrl_loss_tmo`.
     pub fast_io_fail_tmo: Option<Duration>,
+    /// The network interface every queue's connection leaves through (`--host-iface`; NVMe/TCP only, as in the
+    /// kernel).
+    pub host_iface: Option<String>,
+}
+
+impl ConnectOptions {
+    /// `host_iface` binds NVMe/TCP connections only; over RDMA it is an error, as the kernel makes it.
+    pub fn check_host_iface(&self) -> Result<(), HostError> {
+        match (&self.host_iface, self.transport) {
+            (Some(iface), Transport::Rdma) => Err(HostError::HostInterface {
+                iface: iface.clone(),
+                message: "applies to NVMe/TCP only (for RDMA the address's route picks the device)".into(),
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Default for ConnectOptions {
@@ -86,6 +103,7 @@ impl Default for ConnectOptions {
             reconnect_delay: Duration::from_secs(10),
             ctrl_loss_tmo: Some(Duration::from_secs(600)),
             fast_io_fail_tmo: None,
+            host_iface: None,
         }
     }
 }

@@ -19,7 +19,7 @@
 
 pub mod control;
 mod exports;
-mod params;
+pub(crate) mod params;
 pub mod protocol;
 pub mod reload;
 mod requests;

@@ -63,6 +63,7 @@ fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> Connect
         reconnect_delay: c.reconnect_delay,
         ctrl_loss_tmo: c.ctrl_loss_tmo,
         fast_io_fail_tmo: c.fast_io_fail_tmo,
+        host_iface: c.host_iface.clone(),
         ..ConnectOptions::default()
     }
 }
@@ -86,16 +87,9 @@ pub(super) fn config_params(c: &ControllerConfig, identity: &HostIdentity) -> Pa
     }
 }
 
-pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) -> Result<Params, String> {
-    let transport = match p.transport.as_str() {
-        "tcp" => Transport::Tcp,
-        "rdma" => Transport::Rdma,
-        other => return Err(format!("unknown transport {other:?}; allowed: tcp, rdma")),
-    };
-    let endpoint = Endpoint { transport, traddr: p.traddr.clone(), trsvcid: p.trsvcid.clone() };
-    let addr = endpoint.resolve().map_err(|e| e.to_string())?;
-    let mut options =
-        ConnectOptions { transport, hostnqn: identity.hostnqn.clone(), hostid: identity.hostid, ..Default::default() };
+/// Apply the connection options of `p` (nvme-cli's, as `connect` and the foreground commands take them) to
+/// `options`; the ones not given keep their value.
+pub(crate) fn apply_connect_params(options: &mut ConnectOptions, p: &ConnectParams) -> Result<(), String> {
     if let Some(n) = &p.hostnqn {
         options.hostnqn.clone_from(n);
     }
@@ -119,6 +113,23 @@ pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) ->
     options.hdr_digest = p.hdr_digest;
     options.data_digest = p.data_digest;
     options.disable_sqflow = p.disable_sqflow;
+    if p.host_iface.is_some() {
+        options.host_iface.clone_from(&p.host_iface);
+    }
+    options.check_host_iface().map_err(|e| e.to_string())
+}
+
+pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) -> Result<Params, String> {
+    let transport = match p.transport.as_str() {
+        "tcp" => Transport::Tcp,
+        "rdma" => Transport::Rdma,
+        other => return Err(format!("unknown transport {other:?}; allowed: tcp, rdma")),
+    };
+    let endpoint = Endpoint { transport, traddr: p.traddr.clone(), trsvcid: p.trsvcid.clone() };
+    let addr = endpoint.resolve().map_err(|e| e.to_string())?;
+    let mut options =
+        ConnectOptions { transport, hostnqn: identity.hostnqn.clone(), hostid: identity.hostid, ..Default::default() };
+    apply_connect_params(&mut options, p)?;
     let mut exports = Vec::new();
     if let Some(text) = &p.nbd {
         let listen: NbdListen = text.parse().map_err(|e| format!("--nbd: {e}"))?;

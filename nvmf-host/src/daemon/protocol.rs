@@ -72,6 +72,9 @@ pub struct ConnectParams {
     /// `--disable-sqflow`.
     #[serde(default)]
     pub disable_sqflow: bool,
+    /// `--host-iface`: the interface NVMe/TCP connections leave through.
+    #[serde(default)]
+    pub host_iface: Option<String>,
     /// `--nbd`: export a namespace (the first active one, or `export_nsid`) over NBD on this endpoint
     /// (`unix:/path` or `ADDR:PORT`).
     #[serde(default)]

@@ -319,6 +319,7 @@ mod tests {
             hdr_digest: false,
             data_digest: false,
             disable_sqflow: false,
+            host_iface: None,
             nbd: None,
             ublk: false,
             export_nsid: None,

@@ -315,6 +315,7 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
                     max_c2h_data: 16 << 20,
                     connect_timeout: o.connect_timeout,
                     command_timeout: o.io_timeout,
+                    host_iface: o.host_iface.clone(),
                 };
                 TcpQueue::connect(options.addr, &qopts)
             })?;
@@ -322,6 +323,7 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
         }
         #[cfg(feature = "rdma")]
         Transport::Rdma => {
+            o.check_host_iface()?;
             let queues = connect_queues(ctrl, options, |qid| {
                 let qopts = RdmaQueueOptions {
                     qid,

@@ -69,6 +69,8 @@ pub struct TcpQueueOptions {
     pub connect_timeout: Duration,
     /// A command outstanding longer than this fails the queue.
     pub command_timeout: Duration,
+    /// The network interface the connection leaves through (`--host-iface`, `SO_BINDTODEVICE`).
+    pub host_iface: Option<String>,
 }
 
 impl Default for TcpQueueOptions {
@@ -82,6 +84,7 @@ impl Default for TcpQueueOptions {
             max_c2h_data: 1 << 20,
             connect_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(30),
+            host_iface: None,
         }
     }
 }
@@ -137,14 +140,28 @@ fn read_socket(stream: &mio::net::TcpStream, bufs: &mut [IoSliceMut], qid: u16) 
     }
 }
 
+/// The TCP connection to `addr`, through `options.host_iface` when given.
+fn open_stream(addr: SocketAddr, options: &TcpQueueOptions) -> Result<std::net::TcpStream, HostError> {
+    let failed = |e: std::io::Error| HostError::ConnectFailed { addr, kind: e.kind(), message: e.to_string() };
+    let Some(iface) = &options.host_iface else {
+        return std::net::TcpStream::connect_timeout(&addr, options.connect_timeout).map_err(failed);
+    };
+    let socket =
+        socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).map_err(failed)?;
+    socket
+        .bind_device(Some(iface.as_bytes()))
+        .map_err(|e| HostError::HostInterface { iface: iface.clone(), message: e.to_string() })?;
+    socket.connect_timeout(&addr.into(), options.connect_timeout).map_err(failed)?;
+    Ok(socket.into())
+}
+
 impl<T> TcpQueue<T> {
     /// Open a TCP connection to `addr` and exchange ICReq/ICResp (blocking, bounded by
     /// `options.connect_timeout`). Fails if a digest asked for is not granted (or one not asked for is).
     pub fn connect(addr: SocketAddr, options: &TcpQueueOptions) -> Result<Self, HostError> {
         let qid = options.qid;
         command_id::check_depth(options.depth)?;
-        let mut stream = std::net::TcpStream::connect_timeout(&addr, options.connect_timeout)
-            .map_err(|e| HostError::ConnectFailed { addr, kind: e.kind(), message: e.to_string() })?;
+        let mut stream = open_stream(addr, options)?;
         let io = |what| move |e: std::io::Error| HostError::io(qid, what, &e);
         stream.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
         stream.set_read_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;

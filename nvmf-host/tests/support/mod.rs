@@ -83,6 +83,7 @@ pub fn options(nr_io_queues: u16) -> ConnectOptions {
         reconnect_delay: Duration::from_millis(500),
         ctrl_loss_tmo: Some(Duration::from_secs(10)),
         fast_io_fail_tmo: None,
+        host_iface: None,
     }
 }
 
