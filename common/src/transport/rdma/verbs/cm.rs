@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_sys as ffi;
+use super::ffi;
 
 use super::device::Device;
 use super::error::RdmaError;
@@ -330,15 +330,15 @@ impl CmId {
 
     /// The local address (bound or chosen by resolution), if any.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        // SAFETY: the id is live; `route.addr.src_addr_union` is a sockaddr_storage-sized union RDMA CM keeps
-        // up to date; it is read, not kept.
-        unsafe { sockaddr_to_std(std::ptr::addr_of!((*self.as_ptr()).route.addr.src_addr_union).cast()) }
+        // SAFETY: the id is live; `route.addr`'s first union (src_addr, src_sin, src_sin6, src_storage) is a
+        // sockaddr_storage RDMA CM keeps up to date; it is read, not kept.
+        unsafe { sockaddr_to_std(std::ptr::addr_of!((*self.as_ptr()).route.addr.__bindgen_anon_1.src_storage)) }
     }
 
     /// The peer's address, if connected or resolved.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        // SAFETY: as in local_addr, for the destination address.
-        unsafe { sockaddr_to_std(std::ptr::addr_of!((*self.as_ptr()).route.addr.dst_addr_union).cast()) }
+        // SAFETY: as in local_addr, for the destination address (the second union, dst_storage).
+        unsafe { sockaddr_to_std(std::ptr::addr_of!((*self.as_ptr()).route.addr.__bindgen_anon_2.dst_storage)) }
     }
 
     /// The RDMA device RDMA CM chose for this id (set once an address is bound to a device or resolved).

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_sys as ffi;
+use super::ffi;
 
 use super::device::Device;
 use super::error::RdmaError;
@@ -190,7 +190,7 @@ impl CompletionQueue {
             let want_i32 = i32::try_from(want).unwrap_or(0);
             // SAFETY: the CQ is live; `wc` has room for `want` entries, of which the provider writes the
             // first `n`.
-            let n = unsafe { ffi::ibv_poll_cq(self.inner.cq.as_ptr(), want_i32, wc.as_mut_ptr().cast()) };
+            let n = unsafe { ffi::nvmf_ibv_poll_cq(self.inner.cq.as_ptr(), want_i32, wc.as_mut_ptr().cast()) };
             let n = usize::try_from(n).map_err(|_| RdmaError::verb("ibv_poll_cq", -n, ""))?;
             for (slot, raw) in out[done..].iter_mut().zip(&wc[..n]) {
                 // SAFETY: the first `n` entries were written by ibv_poll_cq.
@@ -208,7 +208,7 @@ impl CompletionQueue {
     /// on its channel. Poll once more after arming: completions that arrived before it raise no event.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), RdmaError> {
         // SAFETY: the CQ is live.
-        let rc = unsafe { ffi::ibv_req_notify_cq(self.inner.cq.as_ptr(), i32::from(solicited_only)) };
+        let rc = unsafe { ffi::nvmf_ibv_req_notify_cq(self.inner.cq.as_ptr(), i32::from(solicited_only)) };
         if rc != 0 {
             return Err(RdmaError::verb("ibv_req_notify_cq", rc, ""));
         }
@@ -289,7 +289,7 @@ fn user_wc_flags(kernel: u32) -> u32 {
 impl WorkCompletion {
     fn from_ffi(wc: &ffi::ibv_wc, kernel_wc_flags: bool) -> Self {
         // SAFETY: both union members are u32; reading either is defined (the flags say which is meant).
-        let raw = unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey };
+        let raw = unsafe { wc.__bindgen_anon_1.invalidated_rkey };
         let flags = if kernel_wc_flags { user_wc_flags(wc.wc_flags) } else { wc.wc_flags };
         WorkCompletion::from_parts(wc.wr_id, wc.status, wc.opcode, wc.byte_len, raw, flags, wc.qp_num, wc.vendor_err)
     }
@@ -491,7 +491,8 @@ mod tests {
 
     #[test]
     fn ffi_work_completion_layout_matches_verbs_h() {
-        // struct ibv_wc is 48 bytes on LP64; rdma-sys declares it by hand, so check.
+        // struct ibv_wc is 48 bytes on LP64, and the providers are built against that; the bindings are whatever
+        // bindgen made of this machine's headers, so check.
         assert_eq!(std::mem::size_of::<ffi::ibv_wc>(), 48);
         assert_eq!(std::mem::offset_of!(ffi::ibv_wc, byte_len), 20);
         assert_eq!(std::mem::offset_of!(ffi::ibv_wc, qp_num), 28);

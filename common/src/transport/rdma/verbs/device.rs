@@ -6,7 +6,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_sys as ffi;
+use super::ffi;
 
 use super::error::RdmaError;
 

@@ -12,7 +12,7 @@ use std::ops::BitOr;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_sys as ffi;
+use super::ffi;
 
 use super::device::Device;
 use super::error::RdmaError;

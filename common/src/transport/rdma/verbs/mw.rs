@@ -8,7 +8,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_sys as ffi;
+use super::ffi;
 
 use super::error::RdmaError;
 use super::mr::{AccessFlags, MemoryRegion, PdInner, ProtectionDomain, RegionBuffer};
@@ -27,7 +27,7 @@ unsafe impl Send for MemoryWindow {}
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
         // SAFETY: allocated by ibv_alloc_mw and deallocated once; the PD outlives it (we hold an Arc).
-        let rc = unsafe { ffi::ibv_dealloc_mw(self.mw.as_ptr()) };
+        let rc = unsafe { ffi::nvmf_ibv_dealloc_mw(self.mw.as_ptr()) };
         if rc != 0 {
             tracing::warn!(errno = %super::Errno(rc), "ibv_dealloc_mw failed");
         }
@@ -38,9 +38,10 @@ impl ProtectionDomain {
     /// Allocate a type 2 memory window (`ibv_alloc_mw`); needs
     /// [`super::DeviceCapabilities::memory_windows_type_2`].
     pub fn alloc_mw(&self) -> Result<MemoryWindow, RdmaError> {
-        // SAFETY: the PD is live (the window keeps an Arc); the inline helper checks the provider op.
-        let mw = unsafe { ffi::ibv_alloc_mw(self.inner.pd.as_ptr(), ffi::ibv_mw_type::IBV_MW_TYPE_2) };
-        let mw = mw.and_then(NonNull::new).ok_or_else(|| RdmaError::last("ibv_alloc_mw", "type 2"))?;
+        // SAFETY: the PD is live (the window keeps an Arc); verbs.h's inline ibv_alloc_mw, which the shim calls,
+        // checks the provider op (EOPNOTSUPP without one).
+        let mw = unsafe { ffi::nvmf_ibv_alloc_mw(self.inner.pd.as_ptr(), ffi::ibv_mw_type::IBV_MW_TYPE_2) };
+        let mw = NonNull::new(mw).ok_or_else(|| RdmaError::last("ibv_alloc_mw", "type 2"))?;
         // SAFETY: a freshly allocated window; its rkey is the initial key.
         let rkey = unsafe { (*mw.as_ptr()).rkey };
         Ok(MemoryWindow { mw, rkey: Cell::new(rkey), _pd: self.inner.clone() })

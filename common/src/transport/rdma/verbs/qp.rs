@@ -8,7 +8,7 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_sys as ffi;
+use super::ffi;
 
 use super::cm::CmId;
 use super::cq::{CompletionQueue, CqInner};
@@ -180,7 +180,7 @@ impl QueuePair {
         let mut bad = std::ptr::null_mut();
         // SAFETY: `base` heads a chain of `wrs.len()` valid work requests in our scratch vectors (alive for
         // this call); the caller upholds the memory contract above for the regions they name.
-        let rc = unsafe { ffi::ibv_post_send(self.qp.as_ptr(), base, &mut bad) };
+        let rc = unsafe { ffi::nvmf_ibv_post_send(self.qp.as_ptr(), base, &mut bad) };
         let result = self.scratch.result("ibv_post_send", rc, base.cast_const(), bad.cast_const(), wrs.len());
         let posted = match &result {
             Ok(()) => wrs.len(),
@@ -215,7 +215,7 @@ impl QueuePair {
         let base = self.scratch.build_recv(wrs)?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: as in post_send, for a chain of receive work requests.
-        let rc = unsafe { ffi::ibv_post_recv(self.qp.as_ptr(), base, &mut bad) };
+        let rc = unsafe { ffi::nvmf_ibv_post_recv(self.qp.as_ptr(), base, &mut bad) };
         self.scratch.result("ibv_post_recv", rc, base.cast_const(), bad.cast_const(), wrs.len())
     }
 }
@@ -293,7 +293,7 @@ impl SharedReceiveQueue {
         let base = self.scratch.build_recv(wrs)?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: as in QueuePair::post_recv.
-        let rc = unsafe { ffi::ibv_post_srq_recv(self.inner.srq.as_ptr(), base, &mut bad) };
+        let rc = unsafe { ffi::nvmf_ibv_post_srq_recv(self.inner.srq.as_ptr(), base, &mut bad) };
         self.scratch.result("ibv_post_srq_recv", rc, base.cast_const(), bad.cast_const(), wrs.len())
     }
 }
@@ -426,32 +426,33 @@ impl Scratch {
                 SendOpcode::Send => w.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND,
                 SendOpcode::SendWithInvalidate(rkey) => {
                     w.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
-                    w.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                    w.__bindgen_anon_1.invalidate_rkey = rkey;
                 }
                 SendOpcode::RdmaWrite { remote_addr, rkey } => {
                     w.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                    w.wr.rdma = ffi::rdma_t { remote_addr, rkey };
+                    w.wr.rdma.remote_addr = remote_addr;
+                    w.wr.rdma.rkey = rkey;
                 }
                 SendOpcode::RdmaRead { remote_addr, rkey } => {
                     w.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
-                    w.wr.rdma = ffi::rdma_t { remote_addr, rkey };
+                    w.wr.rdma.remote_addr = remote_addr;
+                    w.wr.rdma.rkey = rkey;
                 }
                 SendOpcode::BindMw(b) => {
                     w.opcode = ffi::ibv_wr_opcode::IBV_WR_BIND_MW;
-                    w.bind_mw_tso_union.bind_mw = ffi::bind_mw_t {
-                        mw: b.mw.as_ptr(),
-                        rkey: b.rkey,
-                        bind_info: ffi::ibv_mw_bind_info {
-                            mr: b.mr.as_ptr(),
-                            addr: b.addr,
-                            length: b.length,
-                            mw_access_flags: b.access,
-                        },
+                    // The anonymous union of `bind_mw` and `tso` (ffi.rs lists verbs.h's anonymous members).
+                    w.__bindgen_anon_2.bind_mw.mw = b.mw.as_ptr();
+                    w.__bindgen_anon_2.bind_mw.rkey = b.rkey;
+                    w.__bindgen_anon_2.bind_mw.bind_info = ffi::ibv_mw_bind_info {
+                        mr: b.mr.as_ptr(),
+                        addr: b.addr,
+                        length: b.length,
+                        mw_access_flags: b.access,
                     };
                 }
                 SendOpcode::LocalInvalidate(rkey) => {
                     w.opcode = ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV;
-                    w.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                    w.__bindgen_anon_1.invalidate_rkey = rkey;
                 }
             }
             self.send.push(w);
@@ -513,10 +514,11 @@ mod tests {
 
     #[test]
     fn ffi_send_wr_layout_matches_verbs_h() {
-        // struct ibv_send_wr is 128 bytes on LP64; rdma-sys declares it by hand, so check.
+        // struct ibv_send_wr is 128 bytes on LP64, and the providers are built against that; the bindings are
+        // whatever bindgen made of this machine's headers, so check.
         assert_eq!(std::mem::size_of::<ffi::ibv_send_wr>(), 128);
         assert_eq!(std::mem::offset_of!(ffi::ibv_send_wr, opcode), 28);
-        assert_eq!(std::mem::offset_of!(ffi::ibv_send_wr, imm_data_invalidated_rkey_union), 36);
+        assert_eq!(std::mem::offset_of!(ffi::ibv_send_wr, __bindgen_anon_1), 36);
         assert_eq!(std::mem::offset_of!(ffi::ibv_send_wr, wr), 40);
         assert_eq!(std::mem::size_of::<ffi::ibv_recv_wr>(), 32);
     }
@@ -550,9 +552,7 @@ mod tests {
                 unsafe { std::slice::from_raw_parts(w.sg_list, n) }.iter().map(|g| (g.addr, g.length, g.lkey)).collect()
             };
             // SAFETY: plain unions of integers.
-            let (rdma, inv) = unsafe {
-                ((w.wr.rdma.remote_addr, w.wr.rdma.rkey), w.imm_data_invalidated_rkey_union.invalidated_rkey)
-            };
+            let (rdma, inv) = unsafe { ((w.wr.rdma.remote_addr, w.wr.rdma.rkey), w.__bindgen_anon_1.invalidate_rkey) };
             seen.push((w.wr_id, w.opcode, w.send_flags, sges, rdma, inv));
             p = w.next;
         }
@@ -590,14 +590,14 @@ mod tests {
         let (w0, w1) = unsafe { (&*head, &*(*head).next) };
         assert_eq!((w0.opcode, w0.num_sge, w0.sg_list), (ffi::ibv_wr_opcode::IBV_WR_BIND_MW, 0, std::ptr::null_mut()));
         // SAFETY: the bind_mw member was written for this opcode.
-        let b = unsafe { w0.bind_mw_tso_union.bind_mw };
+        let b = unsafe { w0.__bindgen_anon_2.bind_mw };
         assert_eq!(
             (b.rkey, b.bind_info.addr, b.bind_info.length, b.bind_info.mw_access_flags),
             (0x1234_5601, 0x4000, 8192, 2)
         );
         assert_eq!(w1.opcode, ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV);
         // SAFETY: plain integer union.
-        assert_eq!(unsafe { w1.imm_data_invalidated_rkey_union.invalidated_rkey }, 0x42);
+        assert_eq!(unsafe { w1.__bindgen_anon_1.invalidate_rkey }, 0x42);
         assert!(w1.next.is_null());
     }
 
