@@ -9,8 +9,11 @@
 //! - [`control`] — the control socket: JSON lines over a unix socket, server and client.
 //! - [`unix_socket`] — owner-only unix sockets that never replace a path that is not a socket.
 //! - [`error_line`] — a binary's error as one line for its user.
+//! - [`rdma_sysfs`] — RDMA devices, ports, GIDs and counters as sysfs shows them (under a root folder).
+//! - [`rnic_metrics`] — the RDMA NICs' counters, port state and MTU as Prometheus metrics, read at scrape time.
 //!
-//! Everything here runs on control-plane threads or at a thread's start; nothing touches a daemon's data path.
+//! Everything here runs on control-plane threads or at a thread's start; nothing touches
+//! a daemon's data path.
 #![deny(missing_docs)]
 
 pub mod control;
@@ -19,5 +22,7 @@ pub mod error_line;
 pub mod logging;
 pub mod metrics_http;
 pub mod notify;
+pub mod rdma_sysfs;
+pub mod rnic_metrics;
 pub mod signals;
 pub mod unix_socket;
