@@ -11,13 +11,15 @@
 //! - [`error_line`] — a binary's error as one line for its user.
 //! - [`rdma_sysfs`] — RDMA devices, ports, GIDs and counters as sysfs shows them (under a root folder).
 //! - [`rnic_metrics`] — the RDMA NICs' counters, port state and MTU as Prometheus metrics, read at scrape time.
+//! - [`doctor`] — checks of the machine against what a daemon's configuration needs (`nvmf-target doctor`).
 //!
-//! Everything here runs on control-plane threads or at a thread's start; nothing touches
+//! Everything here runs on control-plane threads, at a thread's start or in a one-shot command; nothing touches
 //! a daemon's data path.
 #![deny(missing_docs)]
 
 pub mod control;
 pub mod cpus;
+pub mod doctor;
 pub mod error_line;
 pub mod logging;
 pub mod metrics_http;
