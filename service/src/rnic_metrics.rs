@@ -2,18 +2,19 @@
 //! both daemons (each names the families with its prefix: [`RnicFamilies`]).
 //!
 //! Families, each labelled `device`, `port` (and `counter`):
-//! - `<prefix>_rnic_counter_total{counter}` — the port's `counters/*` (IB PMA counters, as the kernel reports
+//! - `<prefix>_rnic_counters_total{counter}` — the port's `counters/*` (IB PMA counters, as the kernel reports
 //!   them: `port_xmit_data`/`port_rcv_data` count 4-byte words);
-//! - `<prefix>_rnic_hw_counter_total{counter}` — the driver's `hw_counters/*` (rxe: `sent_pkts`,
+//! - `<prefix>_rnic_hw_counters_total{counter}` — the driver's `hw_counters/*` (rxe: `sent_pkts`,
 //!   `rcvd_rnr_err`, `retry_exceeded_err`, …; mlx5: `np_cnp_sent`, `out_of_sequence`, …);
 //! - `<prefix>_rnic_port_state_id` — the IB port state number (4: ACTIVE);
 //! - `<prefix>_rnic_port_active_mtu_bytes` — the RoCE path MTU of an Ethernet port as the kernel derives it
 //!   from its netdev's MTU (sysfs has no active MTU; InfiniBand ports have no sample).
 //!
-//! Counter names are exported as the driver spells them, so a new driver's counters need no code. A scrape reads
-//! at most [`MAX_FILES`] files (a NIC with hundreds of counters costs a bounded time; mlx5 asks its firmware per
-//! read); a file that cannot be read is left out, never an error. The families are not exported at all while no
-//! device port is found. Runs on the metrics thread only.
+//! The counter families are plural (`…_counters_total`): `promtool check metrics` rejects a counter whose name
+//! holds `_counter_`. Counter names are exported as the driver spells them, so a new driver's counters need no
+//! code. A scrape reads at most [`MAX_FILES`] files (a NIC with hundreds of counters costs a bounded time; mlx5
+//! asks its firmware per read); a file that cannot be read is left out, never an error. The families are not
+//! exported at all while no device port is found. Runs on the metrics thread only.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -30,7 +31,7 @@ pub const MAX_FILES: usize = 2048;
 /// GID entries read to find the devices of the listeners' addresses (once, when the collector is built).
 const MAX_GID_FILES: usize = 16384;
 
-/// The names of the four families, with the daemon's prefix (`nvmf_target_rnic_counter`, …).
+/// The names of the four families, with the daemon's prefix (`nvmf_target_rnic_counters`, …).
 #[derive(Debug, Clone, Copy)]
 pub struct RnicFamilies {
     /// Port counters (`counters/*`).
@@ -196,8 +197,8 @@ mod tests {
     use prometheus_client::registry::Registry;
 
     const FAMILIES: RnicFamilies = RnicFamilies {
-        counter: "t_rnic_counter",
-        hw_counter: "t_rnic_hw_counter",
+        counter: "t_rnic_counters",
+        hw_counter: "t_rnic_hw_counters",
         port_state: "t_rnic_port_state_id",
         active_mtu: "t_rnic_port_active_mtu_bytes",
     };
@@ -223,11 +224,11 @@ mod tests {
         );
         let text = scrape(RnicCollector::new(RdmaSysfs::new(dir.path()), FAMILIES, Devices::All));
         for line in [
-            "# TYPE t_rnic_hw_counter_total counter",
-            "t_rnic_hw_counter_total{device=\"rxe0\",port=\"1\",counter=\"rcvd_rnr_err\"} 3",
-            "t_rnic_hw_counter_total{device=\"rxe0\",port=\"1\",counter=\"sent_pkts\"} 120",
-            "t_rnic_hw_counter_total{device=\"mlx5_0\",port=\"1\",counter=\"out_of_sequence\"} 17",
-            "t_rnic_counter_total{device=\"mlx5_0\",port=\"1\",counter=\"link_downed\"} 2",
+            "# TYPE t_rnic_hw_counters_total counter",
+            "t_rnic_hw_counters_total{device=\"rxe0\",port=\"1\",counter=\"rcvd_rnr_err\"} 3",
+            "t_rnic_hw_counters_total{device=\"rxe0\",port=\"1\",counter=\"sent_pkts\"} 120",
+            "t_rnic_hw_counters_total{device=\"mlx5_0\",port=\"1\",counter=\"out_of_sequence\"} 17",
+            "t_rnic_counters_total{device=\"mlx5_0\",port=\"1\",counter=\"link_downed\"} 2",
             "t_rnic_port_state_id{device=\"rxe0\",port=\"1\"} 4",
             "t_rnic_port_state_id{device=\"mlx5_0\",port=\"1\"} 1",
             "t_rnic_port_active_mtu_bytes{device=\"rxe0\",port=\"1\"} 4096",
