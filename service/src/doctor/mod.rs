@@ -25,6 +25,7 @@ use std::path::Path;
 
 pub use memory::{HugePagesWanted, Pinned};
 pub use modules::ModuleNeed;
+pub use numa::Cpus;
 pub use report::{Finding, Level, Report};
 
 use crate::rdma_sysfs::RdmaSysfs;
@@ -48,8 +49,8 @@ pub struct Needs {
     pub program: &'static str,
     /// RDMA.
     pub rdma: RdmaUse,
-    /// The data path's configured CPUs (empty: not pinned) and the setting that holds them.
-    pub cpus: (Vec<usize>, &'static str),
+    /// The data path's configured CPUs (`None`: not configurable).
+    pub cpus: Option<Cpus>,
     /// Memory it pins, when known.
     pub pinned: Option<Pinned>,
     /// Huge pages its pools map, when it uses them.
@@ -107,7 +108,7 @@ fn rdma_findings(root: &Path, needs: &Needs) -> Vec<Finding> {
         RdmaUse::Controllers => findings.push(rdma::any_gid(&sysfs)),
         RdmaUse::None => {}
     }
-    findings.extend(devices.iter().map(|d| numa::numa(&sysfs, d, &needs.cpus.0, needs.cpus.1)));
+    findings.extend(devices.iter().map(|d| numa::numa(&sysfs, d, needs.cpus.as_ref())));
     findings.extend(rdma::ecn(&sysfs, &devices));
     if !used {
         findings = findings
@@ -135,7 +136,7 @@ mod tests {
         Needs {
             program: "nvmf-target",
             rdma,
-            cpus: (Vec::new(), "[reactors] cpus"),
+            cpus: Some(Cpus { cpus: Vec::new(), key: "[reactors] cpus" }),
             pinned: Some(Pinned { bytes: 64 << 20, what: "1 reactor × 64 MiB buffer pool".into() }),
             hugepages: None,
             io_uring: (true, "storage I/O"),

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::report::Finding;
+use super::report::{Finding, Level};
 
 /// RDMA provider (driver) modules: one must be loaded for a device to exist.
 pub const RDMA_PROVIDERS: [&str; 16] = [
@@ -32,8 +32,9 @@ pub struct ModuleNeed {
     pub name: &'static str,
     /// What needs it (`ublk exports`).
     pub what: &'static str,
-    /// The configuration uses it: missing is a failure, else information.
-    pub required: bool,
+    /// How bad its absence is: a failure when the configuration cannot work without it, a warning when a
+    /// companion needs it (`nbd-client`), information when nothing configured uses it.
+    pub missing: Level,
 }
 
 /// Whether module `name` is loaded or built in: `/sys/module/<name>` (loaded modules, and built-in ones with
@@ -81,17 +82,16 @@ pub fn module(root: &Path, need: &ModuleNeed) -> Finding {
         return Finding::ok(check, format!("loaded ({})", need.what));
     }
     let fix = format!("modprobe {}", need.name);
-    if need.required {
-        Finding::fail(check, format!("not loaded; the configuration has {}", need.what), fix)
-    } else {
-        Finding::info(check, format!("not loaded; needed only for {}", need.what))
+    match need.missing {
+        Level::Ok | Level::Info => Finding::info(check, format!("not loaded; needed only for {}", need.what)),
+        Level::Warn => Finding::warn(check, format!("not loaded; {} need it", need.what), fix),
+        Level::Fail => Finding::fail(check, format!("not loaded; the configuration has {}", need.what), fix),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::report::Level;
     use crate::rdma_sysfs::tests::tree;
 
     #[test]
@@ -109,9 +109,10 @@ mod tests {
         assert_eq!((f.level, f.finding.as_str()), (Level::Ok, "ib_uverbs, rdma_ucm, rdma_rxe loaded"));
         assert!(any_rdma(root));
 
-        let ublk = ModuleNeed { name: "ublk_drv", what: "ublk exports", required: true };
+        let ublk = ModuleNeed { name: "ublk_drv", what: "ublk exports", missing: Level::Fail };
         assert_eq!(module(root, &ublk).level, Level::Fail);
-        assert_eq!(module(root, &ModuleNeed { required: false, ..ublk.clone() }).level, Level::Info);
+        assert_eq!(module(root, &ModuleNeed { missing: Level::Warn, ..ublk.clone() }).level, Level::Warn);
+        assert_eq!(module(root, &ModuleNeed { missing: Level::Info, ..ublk.clone() }).level, Level::Info);
         tree(root, &[("sys/module/ublk_drv/refcnt", "0\n")]);
         assert_eq!(module(root, &ublk).level, Level::Ok);
     }

@@ -29,9 +29,17 @@ fn nodes(root: &Path) -> usize {
         .unwrap_or(0)
 }
 
-/// `device`'s node against `cpus`, the data path's CPUs as configured (`cpus_key` names the setting; empty: not
-/// pinned).
-pub fn numa(sysfs: &RdmaSysfs, device: &str, cpus: &[usize], cpus_key: &str) -> Finding {
+/// The data path's CPUs as configured (empty: not pinned) and the setting that holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cpus {
+    /// The CPUs.
+    pub cpus: Vec<usize>,
+    /// Where they are configured (`[reactors] cpus`).
+    pub key: &'static str,
+}
+
+/// `device`'s node against `cpus` (`None`: the daemon's threads are not configurable; the node is information).
+pub fn numa(sysfs: &RdmaSysfs, device: &str, cpus: Option<&Cpus>) -> Finding {
     let check = format!("numa {device}");
     let root = sysfs.root();
     let Some(node) = sysfs.numa_node(device) else {
@@ -40,6 +48,9 @@ pub fn numa(sysfs: &RdmaSysfs, device: &str, cpus: &[usize], cpus_key: &str) -> 
     if nodes(root) <= 1 {
         return Finding::ok(check, format!("node {node}, the only node"));
     }
+    let Some(Cpus { cpus, key: cpus_key }) = cpus else {
+        return Finding::info(check, format!("the NIC is on node {node} of {}", nodes(root)));
+    };
     if cpus.is_empty() {
         return Finding::warn(
             check,
@@ -72,13 +83,13 @@ mod tests {
         let root = dir.path();
         rxe(root, 9000);
         let s = RdmaSysfs::new(root);
-        let key = "[reactors] cpus";
-        assert_eq!(numa(&s, "rxe0", &[0], key).level, Level::Info, "rxe has no device/numa_node");
+        let on = |cpus: &[usize]| Cpus { cpus: cpus.to_vec(), key: "[reactors] cpus" };
+        assert_eq!(numa(&s, "rxe0", Some(&on(&[0]))).level, Level::Info, "rxe has no device/numa_node");
         tree(
             root,
             &[("sys/class/infiniband/rxe0/device/numa_node", "1\n"), ("sys/devices/system/node/node0/cpulist", "0")],
         );
-        assert_eq!(numa(&s, "rxe0", &[0], key).level, Level::Ok, "one node");
+        assert_eq!(numa(&s, "rxe0", Some(&on(&[0]))).level, Level::Ok, "one node");
         tree(
             root,
             &[
@@ -87,12 +98,13 @@ mod tests {
                 ("sys/devices/system/cpu/cpu1/node1/x", ""),
             ],
         );
-        assert_eq!(numa(&s, "rxe0", &[1], key).level, Level::Ok);
-        let f = numa(&s, "rxe0", &[0, 1], key);
+        assert_eq!(numa(&s, "rxe0", Some(&on(&[1]))).level, Level::Ok);
+        let f = numa(&s, "rxe0", Some(&on(&[0, 1])));
         assert_eq!(f.level, Level::Warn);
         assert_eq!(f.finding, "the NIC is on node 1, CPUs 0 are not");
-        assert_eq!(numa(&s, "rxe0", &[], key).level, Level::Warn);
+        assert_eq!(numa(&s, "rxe0", Some(&on(&[]))).level, Level::Warn);
+        assert_eq!(numa(&s, "rxe0", None).finding, "the NIC is on node 1 of 2");
         tree(root, &[("sys/class/infiniband/rxe0/device/numa_node", "-1\n")]);
-        assert_eq!(numa(&s, "rxe0", &[0], key).level, Level::Info);
+        assert_eq!(numa(&s, "rxe0", Some(&on(&[0]))).level, Level::Info);
     }
 }

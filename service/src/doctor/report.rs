@@ -122,6 +122,32 @@ impl Report {
     }
 }
 
+/// The exit status of a doctor that could not check (the configuration unreadable, the output unwritable).
+pub const CANNOT_CHECK: u8 = 2;
+
+/// Print `outcome` for `program`'s doctor to stdout (JSON when `json`) and give its exit status: the report's, or
+/// [`CANNOT_CHECK`] with the error as one line on stderr.
+pub fn finish(
+    program: &str,
+    outcome: Result<Report, &(dyn std::error::Error + 'static)>,
+    json: bool,
+) -> std::process::ExitCode {
+    let cannot = |e: &(dyn std::error::Error + 'static)| {
+        eprintln!("{program} doctor: cannot check: {}", crate::error_line::error_line(e));
+        std::process::ExitCode::from(CANNOT_CHECK)
+    };
+    let report = match outcome {
+        Ok(report) => report,
+        Err(e) => return cannot(e),
+    };
+    let mut out = io::stdout().lock();
+    let written = if json { report.write_json(&mut out) } else { report.write_text(&mut out) };
+    match written.and_then(|()| out.flush()) {
+        Ok(()) => std::process::ExitCode::from(report.exit_status()),
+        Err(e) => cannot(&e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
