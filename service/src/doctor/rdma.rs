@@ -118,11 +118,9 @@ fn address_gid(sysfs: &RdmaSysfs, addr: IpAddr, budget: &mut ReadBudget) -> Find
                     continue;
                 }
                 if gid.is_roce_v2() {
-                    let what = if addr.is_unspecified() { format!("{} (one of them)", gid.gid) } else { String::new() };
-                    return Finding::ok(
-                        check,
-                        format!("RoCEv2 GID {} of {device} port {port}{}", gid.index, prefixed(&what)),
-                    );
+                    // A wildcard listener is served by any of them: name the one found.
+                    let which = if addr.is_unspecified() { format!(" ({})", gid.gid) } else { String::new() };
+                    return Finding::ok(check, format!("RoCEv2 GID {}{which} of {device} port {port}", gid.index));
                 }
                 v1.get_or_insert(format!("{device} port {port} GID {} is {}", gid.index, gid.kind.unwrap_or_default()));
             }
@@ -147,14 +145,6 @@ fn address_gid(sysfs: &RdmaSysfs, addr: IpAddr, budget: &mut ReadBudget) -> Find
         )
     };
     Finding::fail(check, "no RDMA device has a GID for it: binding it fails with ENODEV", fix)
-}
-
-fn prefixed(text: &str) -> String {
-    if text.is_empty() {
-        String::new()
-    } else {
-        format!(": {text}")
-    }
 }
 
 /// For a host (no local address configured): some device has a RoCEv2 GID, or an InfiniBand port.
