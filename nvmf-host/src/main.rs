@@ -1,6 +1,6 @@
 //! The `nvmf-host` command: parse the command line, start tracing (for `run`, from the configuration's
 //! `[logging]`; otherwise `RUST_LOG`, default `warn`, to stderr), run the command from the library; an error is
-//! one line on stderr (`nvmf_service::error_line::report`) and exit status 1.
+//! one line on stderr (`nvmf_service::error_line::report`) and exit status 1. `doctor` exits with what it found.
 
 use std::process::ExitCode;
 
@@ -9,14 +9,18 @@ use clap::Parser;
 use nvmf_host::cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    match run() {
+    let cli = Cli::parse();
+    // doctor's exit status says what it found (0, 1, 2), not only whether it ran.
+    if let Command::Doctor(args) = &cli.command {
+        return nvmf_host::cli::doctor::run(args);
+    }
+    match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => nvmf_service::error_line::report("nvmf-host", e.as_ref()),
     }
 }
 
-fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn run(cli: &Cli) -> anyhow::Result<()> {
     if !matches!(cli.command, Command::Run(_)) {
         tracing_subscriber::fmt()
             .with_env_filter(
@@ -45,7 +49,8 @@ fn run() -> anyhow::Result<()> {
         Command::LogLevel(_) => "log-level".to_owned(),
         Command::GenHostnqn => "gen-hostnqn".to_owned(),
         Command::ShowHostnqn => "show-hostnqn".to_owned(),
+        Command::Doctor(_) => "doctor".to_owned(),
     };
     let stdout = std::io::stdout();
-    nvmf_host::cli::run(&cli, &mut stdout.lock()).with_context(|| what)
+    nvmf_host::cli::run(cli, &mut stdout.lock()).with_context(|| what)
 }

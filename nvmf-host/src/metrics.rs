@@ -16,12 +16,20 @@
 //! - `nvmf_host_queue_command_latency_seconds{controller,qid}` — histogram of submission to completion, buckets
 //!   at 1, 2, 4, … µs up to about 4.2 s (Asynchronous Event Requests are not counted).
 //!
+//! - `nvmf_host_rnic_counters_total{device,port,counter}`, `nvmf_host_rnic_hw_counters_total{device,port,counter}`,
+//!   `nvmf_host_rnic_port_state_id{device,port}`, `nvmf_host_rnic_port_active_mtu_bytes{device,port}` — the RDMA
+//!   NICs' own counters, read from sysfs at scrape time (`nvmf_service::rnic_metrics`), for every RDMA device of
+//!   the machine: which device a controller's queues use is RDMA CM's choice per connection, by route; none
+//!   without RDMA.
+//!
 //! The queues publish these through atomics their I/O threads write ([`QueueMetrics`]); a scrape only loads
 //! them (no lock on any I/O path). Runs on the metrics thread.
 
 use std::fmt;
 use std::sync::Arc;
 
+use nvmf_service::rdma_sysfs::RdmaSysfs;
+use nvmf_service::rnic_metrics::{Devices, RnicCollector, RnicFamilies};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -72,10 +80,19 @@ impl HostCollector {
     }
 }
 
-/// A registry holding `collector` alone.
-pub fn registry(collector: HostCollector) -> Registry {
+/// The host's names of the RNIC families.
+pub const RNIC_FAMILIES: RnicFamilies = RnicFamilies {
+    counter: "nvmf_host_rnic_counters",
+    hw_counter: "nvmf_host_rnic_hw_counters",
+    port_state: "nvmf_host_rnic_port_state_id",
+    active_mtu: "nvmf_host_rnic_port_active_mtu_bytes",
+};
+
+/// A registry holding `collector` and the RNIC counters of every RDMA device under `sysfs`.
+pub fn registry(collector: HostCollector, sysfs: RdmaSysfs) -> Registry {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(collector));
+    registry.register_collector(Box::new(RnicCollector::new(sysfs, RNIC_FAMILIES, Devices::All)));
     registry
 }
 
@@ -223,7 +240,13 @@ mod tests {
                 ],
             }]
         });
-        let text = render(&registry(collector), Format::Prometheus).unwrap();
+        // Every RDMA device of the machine: a fake sysfs with one.
+        let sysfs = tempfile::tempdir().unwrap();
+        let port = sysfs.path().join("sys/class/infiniband/rxe0/ports/1");
+        std::fs::create_dir_all(port.join("hw_counters")).unwrap();
+        std::fs::write(port.join("state"), "4: ACTIVE\n").unwrap();
+        std::fs::write(port.join("hw_counters/sent_pkts"), "7\n").unwrap();
+        let text = render(&registry(collector, RdmaSysfs::new(sysfs.path())), Format::Prometheus).unwrap();
         for line in [
             "nvmf_host_controller_state{controller=\"nvmf0\",subnqn=\"nqn.2024-01.io.example:a\",traddr=\"127.0.0.1:4420\",state=\"live\"} 1",
             "nvmf_host_controller_state{controller=\"nvmf0\",subnqn=\"nqn.2024-01.io.example:a\",traddr=\"127.0.0.1:4420\",state=\"failed\"} 0",
@@ -240,6 +263,8 @@ mod tests {
             "nvmf_host_queue_command_latency_seconds_bucket{controller=\"nvmf0\",qid=\"1\",le=\"+Inf\"} 5",
             "nvmf_host_queue_command_latency_seconds_count{controller=\"nvmf0\",qid=\"1\"} 5",
             "nvmf_host_queue_command_latency_seconds_sum{controller=\"nvmf0\",qid=\"1\"} 0.00003",
+            "nvmf_host_rnic_hw_counters_total{device=\"rxe0\",port=\"1\",counter=\"sent_pkts\"} 7",
+            "nvmf_host_rnic_port_state_id{device=\"rxe0\",port=\"1\"} 4",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use nvmf_host::metrics::{registry, ControllerSample, HostCollector};
 use nvmf_host::Controller;
 use nvmf_service::metrics_http::{render, Format};
+use nvmf_service::rdma_sysfs::RdmaSysfs;
 use support::{options, pattern, Target, SUBNQN};
 
 /// `series value` lines of a Prometheus text page.
@@ -59,7 +60,11 @@ fn queue_bytes_errors_and_latency_after_io() {
     assert!(!reply.result.unwrap().status.is_success(), "a read past the end fails");
 
     let s = sample(&ctrl);
-    let text = render(&registry(HostCollector::new(move || vec![s.clone()])), Format::Prometheus).unwrap();
+    let text = render(
+        &registry(HostCollector::new(move || vec![s.clone()]), RdmaSysfs::new("/nonexistent")),
+        Format::Prometheus,
+    )
+    .unwrap();
     let v = values(&text);
     let get = |series: &str| *v.get(series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
     let io = r#"controller="nvmf0",qid="1""#;

@@ -98,6 +98,15 @@ pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<Namespa
     Ok(namespace)
 }
 
+/// Each reactor's I/O engine as `config` sizes it: large buffers hold the MDTS (at least the default 1 MiB).
+pub fn engine_config(config: &TargetConfig) -> EngineConfig {
+    EngineConfig {
+        buffer_size: usize::try_from(config.limits.mdts).unwrap_or(usize::MAX).max(EngineConfig::default().buffer_size),
+        discard_queue_depth: config.reactors.discard_queue_depth,
+        ..EngineConfig::default()
+    }
+}
+
 /// Open the storage of every namespace, start `config.reactors.threads` reactors and listen on every listener.
 pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let mut storages = Vec::new();
@@ -127,11 +136,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     };
     let target = Target::new(target_params, subsystems)?;
 
-    let engine = EngineConfig {
-        buffer_size: usize::try_from(limits.mdts).unwrap_or(usize::MAX).max(EngineConfig::default().buffer_size),
-        discard_queue_depth: config.reactors.discard_queue_depth,
-        ..EngineConfig::default()
-    };
+    let engine = engine_config(config);
     let mut reactors = Vec::with_capacity(config.reactors.threads);
     let mut counters = Vec::with_capacity(config.reactors.threads);
     for index in 0..config.reactors.threads {
@@ -164,7 +169,8 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         None => None,
         Some(listen) => {
             let collector = listeners.collector(Arc::clone(&target), &counters);
-            match MetricsServer::start(listen, crate::metrics::registry(collector)) {
+            let rnic = crate::metrics::rnic_collector(config);
+            match MetricsServer::start(listen, crate::metrics::registry(collector, rnic)) {
                 Ok(server) => Some(server),
                 Err(e) => {
                     listeners.stop();

@@ -1,9 +1,10 @@
 //! The nvmf-target daemon: parse the command line, load the configuration, start logging, then
 //! [`serve`](nvmf_target::serve::serve) until SIGTERM/SIGINT. `list`, `disconnect`, `reload` and `log-level` are
 //! clients of the running daemon's control socket ([`nvmf_target::control`]); `nvmf-target systemd-devices` prints
-//! the unit's device drop-in ([`nvmf_target::systemd_devices`]).
+//! the unit's device drop-in ([`nvmf_target::systemd_devices`]); `nvmf-target doctor` checks the machine for the
+//! configuration ([`nvmf_target::doctor`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -53,6 +54,21 @@ enum Command {
     /// Print the systemd drop-in that lets nvmf-target.service open the device nodes the configuration names,
     /// and no others (for /etc/systemd/system/nvmf-target.service.d/devices.conf).
     SystemdDevices(SystemdDevicesArgs),
+    /// Check this machine for the configuration: RDMA modules, devices, ports, MTU and GIDs for the RDMA
+    /// listeners, locked memory and huge pages for the buffer pools, NUMA, io_uring. One line per check
+    /// (ok, info, warn, fail, with the fix); exit status 0 when nothing failed, 1 when a check failed, 2 when it
+    /// cannot check.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+struct DoctorArgs {
+    /// The configuration file the daemon runs from.
+    #[arg(short, long, value_name = "FILE", default_value = "/etc/nvmf/target.toml")]
+    config: PathBuf,
+    /// Output format.
+    #[arg(short, long = "output-format", value_enum, default_value = "normal")]
+    output_format: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -138,6 +154,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Some(Command::List(args)) => return list(args),
         Some(Command::Disconnect(args)) => return disconnect(args),
         Some(Command::LogLevel(args)) => return log_level(args),
+        Some(Command::Doctor(args)) => return Ok(doctor(args)),
         Some(Command::SystemdDevices(args)) => {
             let config = TargetConfig::from_file(&args.config)?;
             print!("{}", nvmf_target::systemd_devices::drop_in(&config, &args.config)?);
@@ -167,6 +184,16 @@ fn run() -> anyhow::Result<ExitCode> {
     nvmf_target::logging::init(&config.logging);
     serve(config, &ServeOptions { config_path: cli.config, control: cli.control })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `nvmf-target doctor`: the report of the checks, or exit status 2 when the configuration cannot be read.
+fn doctor(args: &DoctorArgs) -> ExitCode {
+    let json = args.output_format == OutputFormat::Json;
+    let finish = nvmf_service::doctor::report::finish;
+    match TargetConfig::from_file(&args.config) {
+        Ok(config) => finish("nvmf-target", Ok(nvmf_target::doctor::diagnose(&config, Path::new("/"))), json),
+        Err(e) => finish("nvmf-target", Err(&e), json),
+    }
 }
 
 /// Open every path namespace of `config` the way the daemon will, and close it again.

@@ -9,15 +9,22 @@
 //! - [`control`] — the control socket: JSON lines over a unix socket, server and client.
 //! - [`unix_socket`] — owner-only unix sockets that never replace a path that is not a socket.
 //! - [`error_line`] — a binary's error as one line for its user.
+//! - [`rdma_sysfs`] — RDMA devices, ports, GIDs and counters as sysfs shows them (under a root folder).
+//! - [`rnic_metrics`] — the RDMA NICs' counters, port state and MTU as Prometheus metrics, read at scrape time.
+//! - [`doctor`] — checks of the machine against what a daemon's configuration needs (`nvmf-target doctor`).
 //!
-//! Everything here runs on control-plane threads or at a thread's start; nothing touches a daemon's data path.
+//! Everything here runs on control-plane threads, at a thread's start or in a one-shot command; nothing touches
+//! a daemon's data path.
 #![deny(missing_docs)]
 
 pub mod control;
 pub mod cpus;
+pub mod doctor;
 pub mod error_line;
 pub mod logging;
 pub mod metrics_http;
 pub mod notify;
+pub mod rdma_sysfs;
+pub mod rnic_metrics;
 pub mod signals;
 pub mod unix_socket;

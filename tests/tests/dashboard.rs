@@ -23,8 +23,10 @@ const PREFIX: &str = "nvmf_target_";
 const DASHBOARD: &str = include_str!("../../contrib/grafana/nvmf-target.json");
 const ALERTS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../contrib/prometheus/nvmf-target-alerts.yml");
 const ALERTS: &str = include_str!("../../contrib/prometheus/nvmf-target-alerts.yml");
-/// The collector, for the RDMA families a target without an RDMA listener does not export.
+/// The collector and the RNIC families' names, for the RDMA families a target without an RDMA listener does not
+/// export.
 const COLLECTOR: &str = include_str!("../../nvmf-target/src/metrics/collector.rs");
+const RNIC: &str = include_str!("../../nvmf-target/src/metrics/rnic.rs");
 
 /// Every problem of the dashboard's queries against `exported`: unknown metrics and labels.
 fn query_problems(dashboard: &Value, exported: &Exported) -> Vec<String> {
@@ -189,6 +191,12 @@ fn alert_rules_pass_promtool() {
         "NvmfTargetControllersGone",
         "NvmfTargetCommandErrors",
         "NvmfTargetRdmaCompletionErrors",
+        "NvmfTargetRdmaRetriesExhausted",
+        "NvmfTargetRnicPortNotActive",
+        "NvmfTargetRnicRetransmissions",
+        "NvmfTargetRnicRetriesExhausted",
+        "NvmfTargetRnicRnrNaks",
+        "NvmfTargetRnicCongestion",
     ] {
         assert!(names.iter().any(|n| n == want), "alert {want} missing: {names:?}");
     }
@@ -198,9 +206,18 @@ fn alert_rules_pass_promtool() {
 /// listener has none) against the collector that exports them.
 fn alert_problems(exported: &Exported) -> Vec<String> {
     let mut exported = exported.clone();
-    let (family, label) = ("nvmf_target_rdma_completion_errors", "status");
-    assert!(COLLECTOR.contains(&format!("\"{family}\"")), "the collector exports no {family}");
-    exported.entry(format!("{family}_total")).or_default().insert(label.to_owned());
+    let rnic = ["device", "port", "counter"];
+    let rdma: [(&str, &str, &str, &[&str]); 5] = [
+        (COLLECTOR, "nvmf_target_rdma_completion_errors", "_total", &["status"]),
+        (RNIC, "nvmf_target_rnic_counters", "_total", &rnic),
+        (RNIC, "nvmf_target_rnic_hw_counters", "_total", &rnic),
+        (RNIC, "nvmf_target_rnic_port_state_id", "", &rnic[..2]),
+        (RNIC, "nvmf_target_rnic_port_active_mtu_bytes", "", &rnic[..2]),
+    ];
+    for (source, family, suffix, labels) in rdma {
+        assert!(source.contains(&format!("\"{family}\"")), "the target exports no {family}");
+        exported.entry(format!("{family}{suffix}")).or_default().extend(labels.iter().map(|l| (*l).to_owned()));
+    }
     let queries = alert_exprs(ALERTS)
         .into_iter()
         .filter(|(_, expr)| expr.contains("nvmf_target_"))

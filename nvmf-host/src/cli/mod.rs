@@ -1,7 +1,7 @@
 //! The `nvmf-host` command line: clap definitions with nvme-cli's option names and the dispatch ([`run`]); each
 //! command in its file, run on the caller's thread with output to stdout: [`perf`], [`discover`], [`nbd`],
 //! `ublk`, and the daemon's commands in [`control`] (`run`, `connect`, `connect-all`, `disconnect`,
-//! `disconnect-all`, `list`, `reload`). The CLI calls the daemon (its control protocol, `run`), never the other
+//! `disconnect-all`, `list`, `reload`), and [`doctor`]. The CLI calls the daemon (its control protocol, `run`), never the other
 //! way round.
 //!
 //! Every command takes `-t tcp` or `-t rdma` ([`Transport`]); the address is an IP address on both.
@@ -9,6 +9,7 @@
 pub mod control;
 pub mod discover;
 pub mod discovery_conf;
+pub mod doctor;
 pub mod nbd;
 pub mod perf;
 #[cfg(feature = "ublk")]
@@ -103,6 +104,11 @@ pub enum Command {
     /// Print the host NQN every command uses: /etc/nvme/hostnqn, else derived from the machine's UUID, else the
     /// one generated once for this user.
     ShowHostnqn,
+    /// Check this machine for the configuration: RDMA modules, devices, ports, MTU and GIDs for RDMA
+    /// controllers, locked memory for their queues, io_uring, ublk_drv and nbd for the exports. One line per
+    /// check (ok, info, warn, fail, with the fix); exit status 0 when nothing failed, 1 when a check failed, 2
+    /// when it cannot check.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// `-t/--transport`.
@@ -176,5 +182,6 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
             writeln!(out, "{}", crate::identity::HostIdentity::from_system().hostnqn)?;
             Ok(())
         }
+        Command::Doctor(a) => doctor::write(a, out),
     }
 }

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use nvmf_config::host::{ExportKind, HostConfig};
 use nvmf_service::metrics_http::{MetricsError, MetricsServer};
 use nvmf_service::notify::ServiceNotifier;
+use nvmf_service::rdma_sysfs::RdmaSysfs;
 
 use crate::identity::{HostIdentity, IdentityError};
 use crate::metrics::HostCollector;
@@ -118,7 +119,7 @@ impl Daemon {
             Some(listen) => {
                 let sample_shared = Arc::clone(&shared);
                 let collector = HostCollector::new(move || samples(&sample_shared));
-                Some(MetricsServer::start(listen, crate::metrics::registry(collector))?)
+                Some(MetricsServer::start(listen, crate::metrics::registry(collector, RdmaSysfs::system()))?)
             }
             None => None,
         };

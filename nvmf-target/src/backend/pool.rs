@@ -133,12 +133,7 @@ impl BufferPool {
     /// Maps a region for `classes` (buffer size, count) pairs. Sizes are rounded up to 4096; classes with a zero
     /// count are skipped. Tries huge pages first and silently falls back to normal pages.
     pub(crate) fn new(classes: &[(usize, usize)]) -> Result<Self, BackendError> {
-        let mut sorted: Vec<(usize, usize)> = classes
-            .iter()
-            .filter(|&&(_, count)| count > 0)
-            .map(|&(size, count)| (size.max(1).next_multiple_of(BUFFER_ALIGN), count))
-            .collect();
-        sorted.sort_unstable();
+        let sorted = layout(classes);
         if sorted.is_empty() {
             return Err(BackendError::InvalidEngineConfig("the buffer pool has no buffers"));
         }
@@ -152,11 +147,7 @@ impl BufferPool {
         if u32::try_from(total_count).is_err() {
             return Err(BackendError::InvalidEngineConfig("too many buffers"));
         }
-        let total = sorted
-            .iter()
-            .try_fold(0usize, |acc, &(size, count)| size.checked_mul(count).and_then(|b| acc.checked_add(b)))
-            .filter(|&t| t <= isize::MAX as usize / 2)
-            .ok_or(BackendError::InvalidEngineConfig("the buffer pool is too large"))?;
+        let total = region_bytes(&sorted).ok_or(BackendError::InvalidEngineConfig("the buffer pool is too large"))?;
 
         let (base, map_len, huge) = map_region(total)?;
 
@@ -404,6 +395,27 @@ impl Drop for BufferPool {
             tracing::warn!(error = %io::Error::last_os_error(), "munmap of the buffer pool failed");
         }
     }
+}
+
+/// The size classes as a pool lays them out: empty classes dropped, sizes rounded up to `BUFFER_ALIGN`, smallest
+/// first.
+fn layout(classes: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let mut sorted: Vec<(usize, usize)> = classes
+        .iter()
+        .filter(|&&(_, count)| count > 0)
+        .map(|&(size, count)| (size.max(1).next_multiple_of(BUFFER_ALIGN), count))
+        .collect();
+    sorted.sort_unstable();
+    sorted
+}
+
+/// The bytes of buffers a pool of `classes` (buffer size, count) holds: what it maps (before rounding up to the
+/// page size) and registers. `None`: too large.
+pub fn region_bytes(classes: &[(usize, usize)]) -> Option<usize> {
+    layout(classes)
+        .iter()
+        .try_fold(0usize, |acc, &(size, count)| size.checked_mul(count).and_then(|b| acc.checked_add(b)))
+        .filter(|&t| t <= isize::MAX as usize / 2)
 }
 
 /// Maps `len` bytes of anonymous memory, huge pages first. Returns (base, mapped length, huge).

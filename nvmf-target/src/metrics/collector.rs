@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use nvmf_service::rnic_metrics::RnicCollector;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -444,9 +445,12 @@ fn status_label(code: u16) -> String {
     }
 }
 
-/// A registry holding `collector` alone.
-pub fn registry(collector: TargetCollector) -> Registry {
+/// A registry holding `collector`, and `rnic` (the RDMA NICs' counters) when given.
+pub fn registry(collector: TargetCollector, rnic: Option<RnicCollector>) -> Registry {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(collector));
+    if let Some(rnic) = rnic {
+        registry.register_collector(Box::new(rnic));
+    }
     registry
 }

@@ -19,6 +19,11 @@
 //! - `nvmf_target_blkdiscard_total`, `nvmf_target_blkdiscard_queue_full_total` — block discards run by the reactors'
 //!   discard workers (kernels without io_uring discard), and the times one was handed back for want of room in a
 //!   worker's queue (its command waits and retries; each retry counts).
+//! - With RDMA listeners, the RDMA NICs' own counters ([`rnic`], read from sysfs at scrape time):
+//!   `nvmf_target_rnic_counters_total{device,port,counter}` (the port's `counters/*`),
+//!   `nvmf_target_rnic_hw_counters_total{device,port,counter}` (the driver's `hw_counters/*`: rxe's `sent_pkts`,
+//!   `rcvd_rnr_err`, `retry_exceeded_err`, …), `nvmf_target_rnic_port_state_id{device,port}` (4: ACTIVE) and
+//!   `nvmf_target_rnic_port_active_mtu_bytes{device,port}` (the RoCE MTU the netdev's MTU gives).
 //!
 //! `namespace="0"` holds commands that name no namespace of the subsystem: admin and fabrics commands, broadcast
 //! or invalid NSIDs. Commands are counted from the queue's Connect on (a refused Connect belongs to no subsystem
@@ -30,6 +35,7 @@
 
 mod collector;
 mod counters;
+pub mod rnic;
 
 #[cfg(test)]
 mod tests;
@@ -39,5 +45,6 @@ pub use counters::{
     latency_bucket, CommandKind, CommandSnapshot, Completed, KindSnapshot, QueueRecorder, SubsystemMetrics, Totals,
     ALL_KINDS, IO_KINDS, LATENCY_BOUNDS_NS, LATENCY_BUCKETS,
 };
+pub use rnic::{rnic_collector, RNIC_FAMILIES};
 // The endpoint is shared with the host daemon.
 pub use nvmf_service::metrics_http::{render, Format, MetricsError, MetricsServer, MAX_REQUEST, REQUEST_TIMEOUT};

@@ -23,6 +23,7 @@ use crate::controller::{
     split_storage_tag, ListenerParams, NamespaceParams, Queue, Step, SubsystemParams, Target, TargetParams,
     TransportInfo,
 };
+use nvmf_service::rnic_metrics::RnicCollector;
 
 const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:metrics";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
@@ -159,9 +160,41 @@ fn write(nsid: u32, slba: u64, blocks: u16) -> SubmissionQueueEntry {
 }
 
 fn scrape(target: &Arc<Target>, connections: usize, format: Format) -> String {
+    scrape_with(target, connections, format, None)
+}
+
+fn scrape_with(target: &Arc<Target>, connections: usize, format: Format, rnic: Option<RnicCollector>) -> String {
     let count = Arc::new(std::sync::atomic::AtomicUsize::new(connections));
     let collector = TargetCollector::new(Arc::clone(target), vec![ConnectionCounter { transport: "tcp", count }]);
-    render(&registry(collector), format).unwrap()
+    render(&registry(collector, rnic), format).unwrap()
+}
+
+/// A fake sysfs with Soft-RoCE `rxe0` on `dummy0` (10.77.0.1 as a RoCEv2 GID) and an unrelated `mlx5_0`; the
+/// RNIC collector of a configuration with an RDMA listener on `listen`.
+fn rnic(root: &std::path::Path, listen: &str) -> Option<RnicCollector> {
+    let files = [
+        ("sys/class/infiniband/rxe0/ports/1/state", "4: ACTIVE"),
+        ("sys/class/infiniband/rxe0/ports/1/link_layer", "Ethernet"),
+        ("sys/class/infiniband/rxe0/ports/1/gids/1", "0000:0000:0000:0000:0000:ffff:0a4d:0001"),
+        ("sys/class/infiniband/rxe0/ports/1/gid_attrs/types/1", "RoCE v2"),
+        ("sys/class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0", "dummy0"),
+        ("sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_rnr_err", "3"),
+        ("sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts", "120"),
+        ("sys/class/infiniband/mlx5_0/ports/1/state", "1: DOWN"),
+        ("sys/class/infiniband/mlx5_0/ports/1/counters/link_downed", "1"),
+        ("sys/class/net/dummy0/mtu", "9000"),
+    ];
+    for (path, text) in files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, format!("{text}\n")).unwrap();
+    }
+    let config = nvmf_config::TargetConfig::from_str(
+        &format!("[[listener]]\naddress = \"{listen}\"\ntransport = \"rdma\"\n"),
+        "test.toml",
+    )
+    .unwrap();
+    rnic::rnic_collector_in(nvmf_service::rdma_sysfs::RdmaSysfs::new(root), &config)
 }
 
 /// Samples of a Prometheus text exposition: `name{labels}` → value.
@@ -392,15 +425,42 @@ fn exposition_is_well_formed_in_both_formats() {
 
     let text = scrape(&target, 1, Format::Prometheus);
     assert_eq!(check_exposition(&text, false), 15, "{text}");
+    // With an RDMA listener, the four RNIC families of the devices behind it.
+    let sysfs = tempfile::tempdir().unwrap();
+    let text = scrape_with(&target, 1, Format::Prometheus, rnic(sysfs.path(), "10.77.0.1"));
+    assert_eq!(check_exposition(&text, false), 19, "{text}");
     assert!(text.contains("# TYPE nvmf_target_commands_total counter\n"));
     assert!(text.contains("# TYPE nvmf_target_command_latency_seconds histogram\n"));
-    let om = scrape(&target, 1, Format::OpenMetrics);
-    assert_eq!(check_exposition(&om, true), 15, "{om}");
+    assert!(text.contains("# TYPE nvmf_target_rnic_hw_counters_total counter\n"));
+    let om = scrape_with(&target, 1, Format::OpenMetrics, rnic(sysfs.path(), "10.77.0.1"));
+    assert_eq!(check_exposition(&om, true), 19, "{om}");
     assert!(om.contains("# TYPE nvmf_target_commands counter\n"));
     assert!(om.contains("# TYPE nvmf_target_build info\n"));
     if !promtool(&text) {
         eprintln!("promtool not installed: skipped `promtool check metrics`");
     }
+}
+
+#[test]
+fn rnic_counters_of_the_devices_behind_the_rdma_listeners() {
+    let target = target();
+    let sysfs = tempfile::tempdir().unwrap();
+    let s = samples(&scrape_with(&target, 0, Format::Prometheus, rnic(sysfs.path(), "10.77.0.1")));
+    let rxe = |name: &str, extra: &str| format!("{name}{{device=\"rxe0\",port=\"1\"{extra}}}");
+    assert_eq!(value(&s, &rxe("nvmf_target_rnic_hw_counters_total", ",counter=\"sent_pkts\"")), 120.0);
+    assert_eq!(value(&s, &rxe("nvmf_target_rnic_hw_counters_total", ",counter=\"rcvd_rnr_err\"")), 3.0);
+    assert_eq!(value(&s, &rxe("nvmf_target_rnic_port_state_id", "")), 4.0);
+    assert_eq!(value(&s, &rxe("nvmf_target_rnic_port_active_mtu_bytes", "")), 4096.0);
+    assert!(!s.keys().any(|k| k.contains("mlx5_0")), "mlx5_0 serves no listener: {s:#?}");
+
+    // A wildcard listener: every device; no RDMA listener: no RNIC families.
+    let s = samples(&scrape_with(&target, 0, Format::Prometheus, rnic(sysfs.path(), "0.0.0.0")));
+    let down = "nvmf_target_rnic_port_state_id{device=\"mlx5_0\",port=\"1\"}";
+    assert_eq!(value(&s, down), 1.0);
+    let link_downed = "nvmf_target_rnic_counters_total{device=\"mlx5_0\",port=\"1\",counter=\"link_downed\"}";
+    assert_eq!(value(&s, link_downed), 1.0);
+    let tcp = nvmf_config::TargetConfig::from_str("[[listener]]\naddress = \"10.77.0.1\"\n", "t.toml").unwrap();
+    assert!(rnic::rnic_collector_in(nvmf_service::rdma_sysfs::RdmaSysfs::new(sysfs.path()), &tcp).is_none());
 }
 
 #[test]

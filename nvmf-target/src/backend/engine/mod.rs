@@ -142,6 +142,19 @@ impl Default for EngineConfig {
     }
 }
 
+impl EngineConfig {
+    /// The pool's size classes: (buffer size, count), large then small.
+    fn buffer_classes(&self) -> [(usize, usize); 2] {
+        [(self.buffer_size, self.buffer_count), (self.small_buffer_size, self.small_buffer_count)]
+    }
+
+    /// The bytes of data buffers one engine's pool maps and registers (with io_uring, and with each RDMA device):
+    /// memory the reactor pins (`None`: too large for a pool).
+    pub fn pool_bytes(&self) -> Option<usize> {
+        super::pool::region_bytes(&self.buffer_classes())
+    }
+}
+
 /// Per-reactor I/O engine: one io_uring, a pool of aligned data buffers it owns, an in-flight table.
 #[derive(Debug)]
 pub struct IoEngine {
@@ -232,10 +245,7 @@ impl IoEngine {
         if config.discard_queue_depth == 0 {
             return Err(BackendError::InvalidEngineConfig("discard_queue_depth must be > 0"));
         }
-        let pool = BufferPool::new(&[
-            (config.buffer_size, config.buffer_count),
-            (config.small_buffer_size, config.small_buffer_count),
-        ])?;
+        let pool = BufferPool::new(&config.buffer_classes())?;
         let ring = Ring::new(config.ring_entries, &pool, config.max_files)?;
         let in_flight = InFlightTable::new(ring.cq_entries());
         // Every group has at least two commands in flight.

@@ -1,0 +1,64 @@
+//! `nvmf-target doctor`: what a target configuration needs of this machine, for the checks of
+//! `nvmf_service::doctor`: RDMA for its RDMA listeners' addresses, locked memory and huge pages for its reactors'
+//! buffer pools (sized as the daemon sizes them, [`crate::daemon::engine_config`]), the NIC's NUMA node against
+//! `[reactors] cpus`, and io_uring for storage I/O. Runs once on the operator's command line; reads the
+//! configuration, sysfs and procfs, and creates (and drops) one io_uring.
+
+use std::path::Path;
+
+use nvmf_config::TargetConfig;
+use nvmf_service::doctor::memory::size;
+use nvmf_service::doctor::{self, Cpus, HugePagesWanted, Needs, Pinned, RdmaUse, Report};
+
+use crate::metrics::rnic::rdma_listener_addrs;
+
+/// What `config` needs of the machine.
+pub fn needs(config: &TargetConfig) -> Needs {
+    let pool =
+        crate::daemon::engine_config(config).pool_bytes().map_or(u64::MAX, |b| u64::try_from(b).unwrap_or(u64::MAX));
+    let reactors = u64::try_from(config.reactors.threads).unwrap_or(u64::MAX);
+    let addrs = rdma_listener_addrs(config);
+    Needs {
+        program: "nvmf-target",
+        rdma: if addrs.is_empty() { RdmaUse::None } else { RdmaUse::Listeners(addrs) },
+        cpus: Some(Cpus { cpus: config.reactors.cpus.clone(), key: "[reactors] cpus" }),
+        // Each reactor registers its whole pool with io_uring and with every RDMA device it serves.
+        pinned: Some(Pinned {
+            bytes: reactors.saturating_mul(pool),
+            what: format!("{reactors} reactor(s) × {} buffer pool", size(pool)),
+        }),
+        hugepages: Some(HugePagesWanted { regions: reactors, bytes: pool }),
+        io_uring: (true, "storage I/O"),
+        modules: Vec::new(),
+    }
+}
+
+/// Check the machine under `root` (`/`) for `config`.
+pub fn diagnose(config: &TargetConfig, root: &Path) -> Report {
+    doctor::diagnose(root, &needs(config), &doctor::io_uring::probe())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needs_follow_the_configuration() {
+        let config = TargetConfig::from_str(
+            "[reactors]\nthreads = 2\ncpus = [0, 1]\n[target]\nmdts = \"2MiB\"\n\
+             [[listener]]\naddress = \"10.77.0.1\"\ntransport = \"rdma\"\n[[listener]]\naddress = \"127.0.0.1\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        let n = needs(&config);
+        assert_eq!(n.rdma, RdmaUse::Listeners(vec!["10.77.0.1".parse().unwrap()]));
+        assert_eq!(n.cpus.unwrap().cpus, [0, 1]);
+        // 32 large buffers of the MDTS and 512 small ones of 64 KiB, per reactor.
+        let pool = 32 * (2 << 20) + 512 * (64 << 10);
+        assert_eq!(n.pinned.unwrap(), Pinned { bytes: 2 * pool, what: "2 reactor(s) × 96 MiB buffer pool".into() });
+        assert_eq!(n.hugepages, Some(HugePagesWanted { regions: 2, bytes: pool }));
+
+        let tcp = TargetConfig::from_str("[[listener]]\naddress = \"127.0.0.1\"\n", "t.toml").unwrap();
+        assert_eq!(needs(&tcp).rdma, RdmaUse::None);
+    }
+}
