@@ -95,6 +95,14 @@ pub struct IdentifyNamespace {
     pub npda: u16,
     /// Namespace Optimal Write Size (bytes 73:72), 0's based.
     pub nows: u16,
+    /// Maximum Single Source Range Length of Copy, in logical blocks (bytes 75:74).
+    pub mssrl: u16,
+    /// Maximum Copy Length in logical blocks (bytes 79:76).
+    pub mcl: u32,
+    /// Maximum Source Range Count of Copy (byte 80), 0's based.
+    pub msrc: u8,
+    /// Number of Unique Capability LBA Formats (byte 82).
+    pub nulbaf: u8,
     /// ANA Group Identifier (bytes 95:92).
     pub anagrpid: u32,
     /// Namespace Attributes (byte 99), see `NSATTR_*`.
@@ -177,6 +185,10 @@ impl IdentifyNamespace {
         put16(b, 68, self.npdg);
         put16(b, 70, self.npda);
         put16(b, 72, self.nows);
+        put16(b, 74, self.mssrl);
+        put32(b, 76, self.mcl);
+        b[80] = self.msrc;
+        b[82] = self.nulbaf;
         put32(b, 92, self.anagrpid);
         b[99] = self.nsattr;
         put16(b, 100, self.nvmsetid);
@@ -232,6 +244,10 @@ impl IdentifyNamespace {
             npdg: le16(b, 68),
             npda: le16(b, 70),
             nows: le16(b, 72),
+            mssrl: le16(b, 74),
+            mcl: le32(b, 76),
+            msrc: b[80],
+            nulbaf: b[82],
             anagrpid: le32(b, 92),
             nsattr: b[99],
             nvmsetid: le16(b, 100),
@@ -283,6 +299,10 @@ mod tests {
             npdg: 0x4645,
             npda: 0x4847,
             nows: 0x4a49,
+            mssrl: 0x4c4b,
+            mcl: 0x504f_4e4d,
+            msrc: 0x51,
+            nulbaf: 0x53,
             anagrpid: 0x5c5b_5a59,
             nsattr: 0x63,
             nvmsetid: 0x6564,
@@ -303,7 +323,10 @@ mod tests {
         assert_eq!(&b[49..64], &[0x40; 15]);
         assert_eq!(le16(&b, 64), 0x4241);
         assert_eq!(le16(&b, 72), 0x4a49);
-        assert!(b[74..92].iter().all(|&c| c == 0));
+        assert_eq!(le16(&b, 74), 0x4c4b);
+        assert_eq!(le32(&b, 76), 0x504f_4e4d);
+        assert_eq!(&b[80..84], &[0x51, 0, 0x53, 0]);
+        assert!(b[84..92].iter().all(|&c| c == 0));
         assert_eq!(le32(&b, 92), 0x5c5b_5a59);
         assert_eq!(&b[96..100], &[0, 0, 0, 0x63]);
         assert_eq!(le16(&b, 100), 0x6564);
