@@ -1,4 +1,4 @@
-//! The fields of Identify Controller and Identify Namespace as nvme-cli lists them, in its order, with how each
+//! The fields of Identify Controller and Identify Namespace as nvme-cli lists them, in its JSON order, with how each
 //! prints: one table that both the JSON ([`super::json`]) and the normal output ([`super::text`]) render, so the
 //! two never list different fields.
 
@@ -147,8 +147,9 @@ pub fn id_ctrl(c: &IdentifyController<'_>) -> Vec<Field> {
     ]
 }
 
-/// Identify Namespace up to the LBA formats (a list: see the renderers). NPWG..NOWS only when NSFEAT bit 4 says
-/// they are defined, as nvme-cli does.
+/// Identify Namespace up to the LBA formats (a list: see the renderers), in the order of nvme-cli's JSON (its
+/// normal output has NSATTR and NVMSETID after ANAGRPID, and NGUID before EUI64). NPWG..NOWS only when NSFEAT
+/// bit 4 says they are defined, as nvme-cli does.
 pub fn id_ns(ns: &IdentifyNamespace) -> Vec<Field> {
     let mut f = vec![
         hex("nsze", ns.nsze),
@@ -172,6 +173,8 @@ pub fn id_ns(ns: &IdentifyNamespace) -> Vec<Field> {
         dec("nabspf", ns.nabspf),
         dec("noiob", ns.noiob),
         big("nvmcap", ns.nvmcap),
+        dec("nsattr", ns.nsattr),
+        dec("nvmsetid", ns.nvmsetid),
     ];
     if ns.nsfeat & IdentifyNamespace::NSFEAT_OPTIMAL_IO != 0 {
         f.extend([
@@ -188,11 +191,9 @@ pub fn id_ns(ns: &IdentifyNamespace) -> Vec<Field> {
         dec("msrc", ns.msrc),
         dec("nulbaf", ns.nulbaf),
         dec("anagrpid", ns.anagrpid),
-        dec("nsattr", ns.nsattr),
-        dec("nvmsetid", ns.nvmsetid),
         dec("endgid", ns.endgid),
-        text("nguid", hex_bytes(&ns.nguid)),
         text("eui64", hex_bytes(&ns.eui64)),
+        text("nguid", hex_bytes(&ns.nguid)),
     ]);
     f
 }

@@ -101,7 +101,7 @@ pub fn id_ctrl(c: &IdentifyController<'_>) -> Json {
     Json::Obj(entries)
 }
 
-/// `nvme id-ns -o json`. LBA formats beyond the 16 modelled are not listed.
+/// `nvme id-ns -o json`.
 pub fn id_ns(ns: &IdentifyNamespace) -> Json {
     let mut entries: Vec<(String, Json)> = fields::id_ns(ns).into_iter().map(field).collect();
     let count = (usize::from(ns.nlbaf) + 1).min(LBA_FORMATS);

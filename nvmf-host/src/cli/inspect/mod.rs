@@ -62,7 +62,8 @@ pub struct ControllerView {
     pub hostnqn: String,
     /// The host identifier, as a UUID.
     pub hostid: String,
-    /// The subsystem NQN the controller reports (Identify Controller SUBNQN).
+    /// The subsystem NQN the controller reports (Identify Controller SUBNQN); also the subsystem's name, since
+    /// no `nvme-subsysN` stands for it here.
     pub subnqn: String,
     /// The controller's name in the path list: no device stands for it here, so its controller ID
     /// (`cntlid=N`), which names it within its subsystem.
