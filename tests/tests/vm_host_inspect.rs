@@ -247,3 +247,16 @@ echo "inspect: ok"
     }
     assert!(failures.is_empty(), "nvmf-host differs from nvme-cli:\n{}\n{}", failures.join("\n"), out.report());
 }
+
+/// The comparison itself (no VM): a key only one side has and a differing value are found, unless allowed.
+#[test]
+fn differences_finds_missing_keys_and_other_values() {
+    let kernel = serde_json::json!({"sn": "A", "cntlid": 1, "nn": 1024, "lbafs": [{"ds": 9}]});
+    let ours = serde_json::json!({"sn": "A", "cntlid": 2, "mdts": 8, "lbafs": [{"ds": 12}]});
+    let all = differences(&kernel, &ours, &[]);
+    assert_eq!(all.len(), 4, "{all:?}");
+    assert!(all.iter().any(|d| d.starts_with("nn: only nvme-cli")), "{all:?}");
+    assert!(all.iter().any(|d| d.starts_with("mdts: only nvmf-host")), "{all:?}");
+    assert_eq!(differences(&kernel, &ours, &["cntlid", "lbafs"]).len(), 2);
+    assert!(differences(&kernel, &kernel, &[]).is_empty());
+}
