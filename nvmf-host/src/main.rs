@@ -20,6 +20,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// The context of an inspection command's error: the command and the controller it was reading.
+fn inspecting(command: &str, c: &nvmf_host::cli::inspect::ControllerArgs) -> String {
+    format!("{command} of {} at {}:{}", c.nqn, c.endpoint.traddr, c.endpoint.trsvcid)
+}
+
 fn run(cli: &Cli) -> anyhow::Result<()> {
     if !matches!(cli.command, Command::Run(_)) {
         tracing_subscriber::fmt()
@@ -50,6 +55,14 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::GenHostnqn => "gen-hostnqn".to_owned(),
         Command::ShowHostnqn => "show-hostnqn".to_owned(),
         Command::Doctor(_) => "doctor".to_owned(),
+        Command::IdCtrl(a) => inspecting("id-ctrl", &a.controller),
+        Command::IdNs(a) => inspecting("id-ns", &a.controller),
+        Command::ListNs(a) => inspecting("list-ns", &a.controller),
+        Command::SmartLog(a) => inspecting("smart-log", &a.controller),
+        Command::ErrorLog(a) => inspecting("error-log", &a.controller),
+        Command::GetLog(a) => inspecting("get-log", &a.controller),
+        Command::NsRescan(a) => inspecting("ns-rescan", &a.controller),
+        Command::ListSubsys(a) => inspecting("list-subsys", &a.controller),
     };
     let stdout = std::io::stdout();
     nvmf_host::cli::run(cli, &mut stdout.lock()).with_context(|| what)

@@ -1,8 +1,9 @@
 //! The `nvmf-host` command line: clap definitions with nvme-cli's option names and the dispatch ([`run`]); each
 //! command in its file, run on the caller's thread with output to stdout: [`perf`], [`discover`], [`nbd`],
-//! `ublk`, and the daemon's commands in [`control`] (`run`, `connect`, `connect-all`, `disconnect`,
-//! `disconnect-all`, `list`, `reload`), and [`doctor`]. The CLI calls the daemon (its control protocol, `run`), never the other
-//! way round.
+//! `ublk`, the daemon's commands in [`control`] (`run`, `connect`, `connect-all`, `disconnect`,
+//! `disconnect-all`, `list`, `reload`), [`doctor`], and nvme-cli's inspection commands in [`inspect`] (`id-ctrl`,
+//! `id-ns`, `list-ns`, `smart-log`, `error-log`, `get-log`, `ns-rescan`, `list-subsys`). The CLI calls the daemon
+//! (its control protocol, `run`), never the other way round.
 //!
 //! Every command takes `-t tcp` or `-t rdma` ([`Transport`]); the address is an IP address on both.
 
@@ -10,6 +11,7 @@ pub mod control;
 pub mod discover;
 pub mod discovery_conf;
 pub mod doctor;
+pub mod inspect;
 pub mod nbd;
 pub mod perf;
 #[cfg(feature = "ublk")]
@@ -109,6 +111,22 @@ pub enum Command {
     /// check (ok, info, warn, fail, with the fix); exit status 0 when nothing failed, 1 when a check failed, 2
     /// when it cannot check.
     Doctor(doctor::DoctorArgs),
+    /// Print a controller's Identify Controller data structure (like `nvme id-ctrl`).
+    IdCtrl(inspect::commands::InspectArgs),
+    /// Print a namespace's Identify Namespace data structure (like `nvme id-ns`).
+    IdNs(inspect::commands::IdNsArgs),
+    /// Print the controller's active namespace IDs (like `nvme list-ns`).
+    ListNs(inspect::commands::InspectArgs),
+    /// Print the SMART / Health Information log (like `nvme smart-log`).
+    SmartLog(inspect::commands::SmartLogArgs),
+    /// Print the Error Information log (like `nvme error-log`).
+    ErrorLog(inspect::commands::ErrorLogArgs),
+    /// Print any log page as a hex dump, or raw with -b (like `nvme get-log`).
+    GetLog(inspect::commands::GetLogArgs),
+    /// Re-read the controller's namespaces (the list, then each one's Identify) and print their IDs.
+    NsRescan(inspect::commands::InspectArgs),
+    /// Print the subsystem, the controller, its transport, address and state (like `nvme list-subsys`).
+    ListSubsys(inspect::commands::InspectArgs),
 }
 
 /// `-t/--transport`.
@@ -183,5 +201,13 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
             Ok(())
         }
         Command::Doctor(a) => doctor::write(a, out),
+        Command::IdCtrl(a) => inspect::commands::id_ctrl(a, out),
+        Command::IdNs(a) => inspect::commands::id_ns(a, out),
+        Command::ListNs(a) => inspect::commands::list_ns(a, out),
+        Command::SmartLog(a) => inspect::commands::smart_log(a, out),
+        Command::ErrorLog(a) => inspect::commands::error_log(a, out),
+        Command::GetLog(a) => inspect::commands::get_log(a, out),
+        Command::NsRescan(a) => inspect::commands::ns_rescan(a, out),
+        Command::ListSubsys(a) => inspect::commands::list_subsys(a, out),
     }
 }

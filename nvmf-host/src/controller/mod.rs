@@ -47,8 +47,10 @@
 //! Files: `options` (how to connect), `association` (bringing one association up: the admin queue, CC.EN, Identify,
 //! the I/O queues), `supervision` (where the controller stands, keep-alive, holding I/O, reconnect; the supervisor
 //! thread), `events` (Asynchronous Event Requests and the namespace table), `io` (the blocking and async I/O API),
-//! and this file: the [`Controller`] itself, its admin commands, connect and disconnect.
+//! `admin` (Identify and Get Log Page for callers), and this file: the [`Controller`] itself, its admin commands,
+//! connect and disconnect.
 
+mod admin;
 mod association;
 mod events;
 mod io;

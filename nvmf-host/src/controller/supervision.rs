@@ -40,6 +40,17 @@ pub enum ControllerState {
 }
 
 impl ControllerState {
+    /// The state's name as `nvmf-host list` and `list-subsys` show it: `live`, `reconnecting`, `deleting`,
+    /// `failed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ControllerState::Live => "live",
+            ControllerState::Reconnecting { .. } => "reconnecting",
+            ControllerState::Deleting => "deleting",
+            ControllerState::Failed => "failed",
+        }
+    }
+
     pub(super) fn to_word(self) -> u64 {
         match self {
             ControllerState::Live => 0,

@@ -306,15 +306,6 @@ pub(super) fn state_name(state: &State) -> (String, Option<String>) {
             ("connecting".into(), error.as_ref().map(|e| format!("attempt {attempts}: {e}")))
         }
         State::Failed(e) => ("failed".into(), Some(e.clone())),
-        State::Connected(c) => (
-            match c.state() {
-                ControllerState::Live => "live",
-                ControllerState::Reconnecting { .. } => "reconnecting",
-                ControllerState::Deleting => "deleting",
-                ControllerState::Failed => "failed",
-            }
-            .into(),
-            None,
-        ),
+        State::Connected(c) => (c.state().name().into(), None),
     }
 }

@@ -55,6 +55,12 @@ impl Target {
         let addr = running.local_addrs()[0];
         Target { running: Some(running), addr }
     }
+
+    /// The [`SUBNQN`] subsystem as the target holds it (serial, model, live controllers).
+    pub fn subsystem(&self) -> std::sync::Arc<nvmf_target::controller::subsystem::Subsystem> {
+        let running = self.running.as_ref().expect("the target runs until dropped");
+        running.target().subsystem(SUBNQN).expect("the test subsystem exists")
+    }
 }
 
 impl Drop for Target {

@@ -1,8 +1,12 @@
 //! The Identify Controller data structure (CNS 01h; Base 2.0 Figure 275, Linux `struct nvme_id_ctrl`): the
 //! fields a fabrics target fills and a host reads, with its parser and encoder.
 
+use super::power_state::{PowerStateDescriptor, POWER_STATE_DESCRIPTORS, POWER_STATE_DESCRIPTOR_SIZE};
 use super::{array, IDENTIFY_DATA_SIZE};
-use crate::wire::{ascii_field, fixed, fixed_mut, le16, le32, put16, put32, put_ascii_field, WireError};
+use crate::wire::{ascii_field, fixed, fixed_mut, le128, le16, le32, put128, put16, put32, put_ascii_field, WireError};
+
+/// Where the power state descriptors start.
+const PSD_OFFSET: usize = 2048;
 
 const ID_CTRL: &str = "IdentifyController";
 
@@ -10,8 +14,8 @@ const ID_CTRL: &str = "IdentifyController";
 pub const NQN_MAX_LEN: usize = 223;
 
 /// Identify Controller data structure (CNS 01h; Base 2.0 Figure 275, Linux `struct nvme_id_ctrl`),
-/// 4096 bytes: the fields a fabrics target fills and a host reads. Fields not listed here encode as
-/// zero (power state descriptors, thermal thresholds, vendor specific area, …).
+/// 4096 bytes: every field NVMe 2.0 defines up to the power state descriptors (what `nvme id-ctrl` shows).
+/// The vendor specific area (bytes 4095:3072) is not modelled and encodes as zero.
 ///
 /// `sn`, `mn` and `fr` are space-padded ASCII on the wire and held here without the trailing spaces;
 /// `subnqn` is NUL-padded.
@@ -47,10 +51,20 @@ pub struct IdentifyController<'a> {
     pub oaes: u32,
     /// Controller Attributes (bytes 99:96), see `CTRATT_*`.
     pub ctratt: u32,
+    /// Read Recovery Levels Supported (bytes 101:100).
+    pub rrls: u16,
     /// Controller Type (byte 111), see `CNTRLTYPE_*`.
     pub cntrltype: u8,
     /// FRU Globally Unique Identifier (bytes 127:112).
     pub fguid: [u8; 16],
+    /// Command Retry Delay Times 1-3 in units of 100 ms (bytes 129:128, 131:130, 133:132).
+    pub crdt: [u16; 3],
+    /// NVM Subsystem Report (byte 253; NVMe-MI).
+    pub nvmsr: u8,
+    /// VPD Write Cycle Information (byte 254; NVMe-MI).
+    pub vwci: u8,
+    /// Management Endpoint Capabilities (byte 255; NVMe-MI).
+    pub mec: u8,
     /// Optional Admin Command Support (bytes 257:256).
     pub oacs: u16,
     /// Abort Command Limit (byte 258), 0's based.
@@ -65,8 +79,64 @@ pub struct IdentifyController<'a> {
     pub elpe: u8,
     /// Number of Power States Support (byte 263), 0's based.
     pub npss: u8,
+    /// Admin Vendor Specific Command Configuration (byte 264).
+    pub avscc: u8,
+    /// Autonomous Power State Transition Attributes (byte 265).
+    pub apsta: u8,
+    /// Warning Composite Temperature Threshold in Kelvin (bytes 267:266).
+    pub wctemp: u16,
+    /// Critical Composite Temperature Threshold in Kelvin (bytes 269:268).
+    pub cctemp: u16,
+    /// Maximum Time for Firmware Activation in units of 100 ms (bytes 271:270).
+    pub mtfa: u16,
+    /// Host Memory Buffer Preferred Size in 4 KiB units (bytes 275:272).
+    pub hmpre: u32,
+    /// Host Memory Buffer Minimum Size in 4 KiB units (bytes 279:276).
+    pub hmmin: u32,
+    /// Total NVM Capacity in bytes (bytes 295:280).
+    pub tnvmcap: u128,
+    /// Unallocated NVM Capacity in bytes (bytes 311:296).
+    pub unvmcap: u128,
+    /// Replay Protected Memory Block Support (bytes 315:312).
+    pub rpmbs: u32,
+    /// Extended Device Self-test Time in minutes (bytes 317:316).
+    pub edstt: u16,
+    /// Device Self-test Options (byte 318).
+    pub dsto: u8,
+    /// Firmware Update Granularity in 4 KiB units (byte 319).
+    pub fwug: u8,
     /// Keep Alive Support (bytes 321:320): granularity in units of 100 ms; 0 = not supported.
     pub kas: u16,
+    /// Host Controlled Thermal Management Attributes (bytes 323:322).
+    pub hctma: u16,
+    /// Minimum Thermal Management Temperature in Kelvin (bytes 325:324).
+    pub mntmt: u16,
+    /// Maximum Thermal Management Temperature in Kelvin (bytes 327:326).
+    pub mxtmt: u16,
+    /// Sanitize Capabilities (bytes 331:328).
+    pub sanicap: u32,
+    /// Host Memory Buffer Minimum Descriptor Entry Size in 4 KiB units (bytes 335:332).
+    pub hmminds: u32,
+    /// Host Memory Maximum Descriptors Entries (bytes 337:336).
+    pub hmmaxd: u16,
+    /// NVM Set Identifier Maximum (bytes 339:338).
+    pub nsetidmax: u16,
+    /// Endurance Group Identifier Maximum (bytes 341:340).
+    pub endgidmax: u16,
+    /// ANA Transition Time in seconds (byte 342).
+    pub anatt: u8,
+    /// Asymmetric Namespace Access Capabilities (byte 343).
+    pub anacap: u8,
+    /// ANA Group Identifier Maximum (bytes 347:344).
+    pub anagrpmax: u32,
+    /// Number of ANA Group Identifiers (bytes 351:348).
+    pub nanagrpid: u32,
+    /// Persistent Event Log Size in 64 KiB units (bytes 355:352).
+    pub pels: u32,
+    /// Domain Identifier (bytes 357:356).
+    pub domainid: u16,
+    /// Max Endurance Group Capacity in bytes (bytes 383:368).
+    pub megcap: u128,
     /// Submission Queue Entry Size (byte 512): bits 3:0 required, 7:4 maximum, as powers of two.
     pub sqes: u8,
     /// Completion Queue Entry Size (byte 513): bits 3:0 required, 7:4 maximum, as powers of two.
@@ -87,10 +157,22 @@ pub struct IdentifyController<'a> {
     pub awun: u16,
     /// Atomic Write Unit Power Fail (bytes 529:528), 0's based, in logical blocks.
     pub awupf: u16,
+    /// I/O Command Set Vendor Specific Command Configuration (byte 530).
+    pub icsvscc: u8,
+    /// Namespace Write Protection Capabilities (byte 531).
+    pub nwpc: u8,
+    /// Atomic Compare & Write Unit (bytes 533:532), 0's based, in logical blocks.
+    pub acwu: u16,
+    /// Optional Copy Formats Supported (bytes 535:534).
+    pub ocfs: u16,
     /// SGL Support (bytes 539:536), see `SGLS_*`.
     pub sgls: u32,
     /// Maximum Number of Allowed Namespaces (bytes 543:540).
     pub mnan: u32,
+    /// Maximum Domain Namespace Attachments (bytes 559:544).
+    pub maxdna: u128,
+    /// Maximum I/O Controller Namespace Attachments (bytes 563:560).
+    pub maxcna: u32,
     /// NVM Subsystem NVMe Qualified Name (bytes 1023:768), NUL-padded, at most 223 bytes.
     pub subnqn: &'a str,
     /// I/O Queue Command Capsule Supported Size (bytes 1795:1792), in 16-byte units, SQE included.
@@ -105,6 +187,10 @@ pub struct IdentifyController<'a> {
     pub msdbd: u8,
     /// Optional Fabric Commands Support (bytes 1805:1804), see `OFCS_*`.
     pub ofcs: u16,
+    /// Discovery Controller Type (byte 1806).
+    pub dctype: u8,
+    /// Power State Descriptors 0..31 (bytes 3071:2048); NPSS + 1 of them are valid.
+    pub psd: [PowerStateDescriptor; POWER_STATE_DESCRIPTORS],
 }
 
 impl IdentifyController<'_> {
@@ -235,8 +321,15 @@ impl<'a> IdentifyController<'a> {
         put32(b, 88, self.rtd3e);
         put32(b, 92, self.oaes);
         put32(b, 96, self.ctratt);
+        put16(b, 100, self.rrls);
         b[111] = self.cntrltype;
         b[112..128].copy_from_slice(&self.fguid);
+        for (i, t) in self.crdt.iter().enumerate() {
+            put16(b, 128 + 2 * i, *t);
+        }
+        b[253] = self.nvmsr;
+        b[254] = self.vwci;
+        b[255] = self.mec;
         put16(b, 256, self.oacs);
         b[258] = self.acl;
         b[259] = self.aerl;
@@ -244,7 +337,35 @@ impl<'a> IdentifyController<'a> {
         b[261] = self.lpa;
         b[262] = self.elpe;
         b[263] = self.npss;
+        b[264] = self.avscc;
+        b[265] = self.apsta;
+        put16(b, 266, self.wctemp);
+        put16(b, 268, self.cctemp);
+        put16(b, 270, self.mtfa);
+        put32(b, 272, self.hmpre);
+        put32(b, 276, self.hmmin);
+        put128(b, 280, self.tnvmcap);
+        put128(b, 296, self.unvmcap);
+        put32(b, 312, self.rpmbs);
+        put16(b, 316, self.edstt);
+        b[318] = self.dsto;
+        b[319] = self.fwug;
         put16(b, 320, self.kas);
+        put16(b, 322, self.hctma);
+        put16(b, 324, self.mntmt);
+        put16(b, 326, self.mxtmt);
+        put32(b, 328, self.sanicap);
+        put32(b, 332, self.hmminds);
+        put16(b, 336, self.hmmaxd);
+        put16(b, 338, self.nsetidmax);
+        put16(b, 340, self.endgidmax);
+        b[342] = self.anatt;
+        b[343] = self.anacap;
+        put32(b, 344, self.anagrpmax);
+        put32(b, 348, self.nanagrpid);
+        put32(b, 352, self.pels);
+        put16(b, 356, self.domainid);
+        put128(b, 368, self.megcap);
         b[512] = self.sqes;
         b[513] = self.cqes;
         put16(b, 514, self.maxcmd);
@@ -255,8 +376,14 @@ impl<'a> IdentifyController<'a> {
         b[525] = self.vwc;
         put16(b, 526, self.awun);
         put16(b, 528, self.awupf);
+        b[530] = self.icsvscc;
+        b[531] = self.nwpc;
+        put16(b, 532, self.acwu);
+        put16(b, 534, self.ocfs);
         put32(b, 536, self.sgls);
         put32(b, 540, self.mnan);
+        put128(b, 544, self.maxdna);
+        put32(b, 560, self.maxcna);
         if self.subnqn.len() > NQN_MAX_LEN {
             return Err(WireError::InvalidText {
                 structure: ID_CTRL,
@@ -271,6 +398,10 @@ impl<'a> IdentifyController<'a> {
         b[1802] = self.fcatt;
         b[1803] = self.msdbd;
         put16(b, 1804, self.ofcs);
+        b[1806] = self.dctype;
+        for (i, p) in self.psd.iter().enumerate() {
+            p.encode(b, PSD_OFFSET + POWER_STATE_DESCRIPTOR_SIZE * i);
+        }
         Ok(())
     }
 
@@ -309,8 +440,13 @@ impl<'a> IdentifyController<'a> {
             rtd3e: le32(b, 88),
             oaes: le32(b, 92),
             ctratt: le32(b, 96),
+            rrls: le16(b, 100),
             cntrltype: b[111],
             fguid: array(b, 112),
+            crdt: [le16(b, 128), le16(b, 130), le16(b, 132)],
+            nvmsr: b[253],
+            vwci: b[254],
+            mec: b[255],
             oacs: le16(b, 256),
             acl: b[258],
             aerl: b[259],
@@ -318,7 +454,35 @@ impl<'a> IdentifyController<'a> {
             lpa: b[261],
             elpe: b[262],
             npss: b[263],
+            avscc: b[264],
+            apsta: b[265],
+            wctemp: le16(b, 266),
+            cctemp: le16(b, 268),
+            mtfa: le16(b, 270),
+            hmpre: le32(b, 272),
+            hmmin: le32(b, 276),
+            tnvmcap: le128(b, 280),
+            unvmcap: le128(b, 296),
+            rpmbs: le32(b, 312),
+            edstt: le16(b, 316),
+            dsto: b[318],
+            fwug: b[319],
             kas: le16(b, 320),
+            hctma: le16(b, 322),
+            mntmt: le16(b, 324),
+            mxtmt: le16(b, 326),
+            sanicap: le32(b, 328),
+            hmminds: le32(b, 332),
+            hmmaxd: le16(b, 336),
+            nsetidmax: le16(b, 338),
+            endgidmax: le16(b, 340),
+            anatt: b[342],
+            anacap: b[343],
+            anagrpmax: le32(b, 344),
+            nanagrpid: le32(b, 348),
+            pels: le32(b, 352),
+            domainid: le16(b, 356),
+            megcap: le128(b, 368),
             sqes: b[512],
             cqes: b[513],
             maxcmd: le16(b, 514),
@@ -329,8 +493,14 @@ impl<'a> IdentifyController<'a> {
             vwc: b[525],
             awun: le16(b, 526),
             awupf: le16(b, 528),
+            icsvscc: b[530],
+            nwpc: b[531],
+            acwu: le16(b, 532),
+            ocfs: le16(b, 534),
             sgls: le32(b, 536),
             mnan: le32(b, 540),
+            maxdna: le128(b, 544),
+            maxcna: le32(b, 560),
             subnqn,
             ioccsz: le32(b, 1792),
             iorcsz: le32(b, 1796),
@@ -338,6 +508,8 @@ impl<'a> IdentifyController<'a> {
             fcatt: b[1802],
             msdbd: b[1803],
             ofcs: le16(b, 1804),
+            dctype: b[1806],
+            psd: core::array::from_fn(|i| PowerStateDescriptor::parse(b, PSD_OFFSET + POWER_STATE_DESCRIPTOR_SIZE * i)),
         })
     }
 }
@@ -393,6 +565,53 @@ mod tests {
             fcatt: 0x52,
             msdbd: 0x53,
             ofcs: 0x5554,
+            rrls: 0x6160,
+            crdt: [0x6362, 0x6564, 0x6766],
+            nvmsr: 0x68,
+            vwci: 0x69,
+            mec: 0x6a,
+            avscc: 0x6b,
+            apsta: 0x6c,
+            wctemp: 0x6e6d,
+            cctemp: 0x706f,
+            mtfa: 0x7271,
+            hmpre: 0x7675_7473,
+            hmmin: 0x7a79_7877,
+            tnvmcap: 0x7b00_0000_0000_0000_0000_0000_0000_007c,
+            unvmcap: 0x7d00_0000_0000_0000_0000_0000_0000_007e,
+            rpmbs: 0x8281_807f,
+            edstt: 0x8483,
+            dsto: 0x85,
+            fwug: 0x86,
+            hctma: 0x8887,
+            mntmt: 0x8a89,
+            mxtmt: 0x8c8b,
+            sanicap: 0x908f_8e8d,
+            hmminds: 0x9493_9291,
+            hmmaxd: 0x9695,
+            nsetidmax: 0x9897,
+            endgidmax: 0x9a99,
+            anatt: 0x9b,
+            anacap: 0x9c,
+            anagrpmax: 0xa09f_9e9d,
+            nanagrpid: 0xa4a3_a2a1,
+            pels: 0xa8a7_a6a5,
+            domainid: 0xaaa9,
+            megcap: 0xab00_0000_0000_0000_0000_0000_0000_00ac,
+            icsvscc: 0xad,
+            nwpc: 0xae,
+            acwu: 0xb0af,
+            ocfs: 0xb2b1,
+            maxdna: 0xb300_0000_0000_0000_0000_0000_0000_00b4,
+            maxcna: 0xb8b7_b6b5,
+            dctype: 0xb9,
+            psd: core::array::from_fn(|i| PowerStateDescriptor {
+                mp: 0xc000 | u16::try_from(i).unwrap(),
+                flags: 0x02,
+                enlat: 0xc1,
+                apws: 0xc2,
+                ..Default::default()
+            }),
         }
     }
 
@@ -413,12 +632,33 @@ mod tests {
         assert_eq!(le32(&b, 88), 0x181b_1a19);
         assert_eq!(le32(&b, 92), 0x1c1f_1e1d);
         assert_eq!(le32(&b, 96), 0x2023_2221);
-        assert!(b[100..111].iter().all(|&c| c == 0));
+        assert_eq!(le16(&b, 100), 0x6160);
+        assert!(b[102..111].iter().all(|&c| c == 0));
         assert_eq!(b[111], 0x24);
         assert_eq!(&b[112..128], &[0x25; 16]);
+        assert_eq!(&b[128..134], &[0x62, 0x63, 0x64, 0x65, 0x66, 0x67]);
+        assert!(b[134..253].iter().all(|&c| c == 0));
+        assert_eq!(&b[253..256], &[0x68, 0x69, 0x6a]);
         assert_eq!(le16(&b, 256), 0x2726);
         assert_eq!(&b[258..264], &[0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d]);
+        assert_eq!(&b[264..272], &[0x6b, 0x6c, 0x6d, 0x6e, 0x6f, 0x70, 0x71, 0x72]);
+        assert_eq!(le32(&b, 272), 0x7675_7473);
+        assert_eq!(le32(&b, 276), 0x7a79_7877);
+        assert_eq!((b[280], b[295], b[296], b[311]), (0x7c, 0x7b, 0x7e, 0x7d));
+        assert_eq!(le32(&b, 312), 0x8281_807f);
+        assert_eq!(&b[316..320], &[0x83, 0x84, 0x85, 0x86]);
         assert_eq!(le16(&b, 320), 0x2f2e);
+        assert_eq!(&b[322..328], &[0x87, 0x88, 0x89, 0x8a, 0x8b, 0x8c]);
+        assert_eq!(le32(&b, 328), 0x908f_8e8d);
+        assert_eq!(le32(&b, 332), 0x9493_9291);
+        assert_eq!(&b[336..344], &[0x95, 0x96, 0x97, 0x98, 0x99, 0x9a, 0x9b, 0x9c]);
+        assert_eq!(le32(&b, 344), 0xa09f_9e9d);
+        assert_eq!(le32(&b, 348), 0xa4a3_a2a1);
+        assert_eq!(le32(&b, 352), 0xa8a7_a6a5);
+        assert_eq!(le16(&b, 356), 0xaaa9);
+        assert!(b[358..368].iter().all(|&c| c == 0));
+        assert_eq!((b[368], b[383]), (0xac, 0xab));
+        assert!(b[384..512].iter().all(|&c| c == 0));
         assert_eq!(&b[512..514], &[0x66, 0x44]);
         assert_eq!(le16(&b, 514), 0x3130);
         assert_eq!(le32(&b, 516), 0x3534_3332);
@@ -427,17 +667,25 @@ mod tests {
         assert_eq!(&b[524..526], &[0x3a, 0x3b]);
         assert_eq!(le16(&b, 526), 0x3d3c);
         assert_eq!(le16(&b, 528), 0x3f3e);
+        assert_eq!(&b[530..536], &[0xad, 0xae, 0xaf, 0xb0, 0xb1, 0xb2]);
         assert_eq!(le32(&b, 536), 0x4342_4140);
         assert_eq!(le32(&b, 540), 0x4746_4544);
+        assert_eq!((b[544], b[559]), (0xb4, 0xb3));
+        assert_eq!(le32(&b, 560), 0xb8b7_b6b5);
+        assert!(b[564..768].iter().all(|&c| c == 0));
         assert_eq!(&b[768..801], b"nqn.2014-08.org.nvmexpress:uuid:1");
         assert!(b[801..1024].iter().all(|&c| c == 0));
         assert_eq!(le32(&b, 1792), 0x4b4a_4948);
         assert_eq!(le32(&b, 1796), 0x4f4e_4d4c);
         assert_eq!(le16(&b, 1800), 0x5150);
-        assert_eq!(&b[1802..1806], &[0x52, 0x53, 0x54, 0x55]);
+        assert_eq!(&b[1802..1807], &[0x52, 0x53, 0x54, 0x55, 0xb9]);
         // Everything not owned by a field is zero (the 0xee fill is gone).
-        assert!(b[1806..].iter().all(|&c| c == 0));
-        assert!(b[544..768].iter().all(|&c| c == 0));
+        assert!(b[1807..2048].iter().all(|&c| c == 0));
+        // PSD i at 2048 + 32 i: MP, flags (byte 3), ENLAT (bytes 7:4), APWS (byte 22).
+        assert_eq!(&b[2048..2056], &[0x00, 0xc0, 0, 0x02, 0xc1, 0, 0, 0]);
+        assert_eq!(&b[2048 + 31 * 32..2048 + 31 * 32 + 2], &[0x1f, 0xc0]);
+        assert_eq!(b[2048 + 22], 0xc2);
+        assert!(b[3072..].iter().all(|&c| c == 0));
         assert_eq!(IdentifyController::parse(&b).unwrap(), c);
         assert_eq!(c.to_bytes().unwrap(), b);
     }

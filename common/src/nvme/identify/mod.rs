@@ -9,7 +9,7 @@
 //! and never allocate; encoders write the full 4096 bytes, zeroing everything they do not own.
 //!
 //! This module holds the Identify command view, the CNS and CSI values and the shared sizes; each data
-//! structure has its own child module (`controller`, `namespace`, `namespace_list`, `descriptors`), its
+//! structure has its own child module (`controller` with `power_state`, `namespace`, `namespace_list`, `descriptors`), its
 //! items re-exported here.
 
 use super::opcode;
@@ -20,6 +20,7 @@ mod controller;
 mod descriptors;
 mod namespace;
 mod namespace_list;
+mod power_state;
 
 pub use controller::{IdentifyController, NQN_MAX_LEN};
 pub use descriptors::{
@@ -29,6 +30,7 @@ pub use descriptors::{
 pub use namespace::{IdentifyNamespace, LbaFormat, LBA_FORMATS};
 pub(crate) use namespace_list::{check_list_nsid, put_nsid_list, NsidSet};
 pub use namespace_list::{ActiveNamespaceIdList, NamespaceIdIter, NamespaceIdList};
+pub use power_state::{PowerStateDescriptor, POWER_STATE_DESCRIPTORS, POWER_STATE_DESCRIPTOR_SIZE};
 
 /// Size of every Identify data structure (Linux `NVME_IDENTIFY_DATA_SIZE`).
 pub const IDENTIFY_DATA_SIZE: usize = 4096;

@@ -6,9 +6,8 @@ use crate::wire::{fixed, fixed_mut, le128, le16, le32, le64, put128, put16, put3
 
 const ID_NS: &str = "IdentifyNamespace";
 
-/// Number of LBA formats this crate models (the NVMe 1.4 count; NVMe 2.0's formats 16..63 at bytes
-/// 383:192 encode as zero and are ignored on parse).
-pub const LBA_FORMATS: usize = 16;
+/// Number of LBA formats (NVMe 2.0: 64, at bytes 383:128; NVMe 1.4 had 16).
+pub const LBA_FORMATS: usize = 64;
 
 /// One LBA Format entry (NVM Command Set 1.0 Figure 98, Linux `struct nvme_lbaf`), 4 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,7 +39,7 @@ impl LbaFormat {
 
 /// Identify Namespace data structure (CNS 00h; NVM Command Set 1.0 Figure 97, Linux
 /// `struct nvme_id_ns`), 4096 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdentifyNamespace {
     /// Namespace Size in logical blocks (bytes 7:0).
     pub nsze: u64,
@@ -95,6 +94,14 @@ pub struct IdentifyNamespace {
     pub npda: u16,
     /// Namespace Optimal Write Size (bytes 73:72), 0's based.
     pub nows: u16,
+    /// Maximum Single Source Range Length of Copy, in logical blocks (bytes 75:74).
+    pub mssrl: u16,
+    /// Maximum Copy Length in logical blocks (bytes 79:76).
+    pub mcl: u32,
+    /// Maximum Source Range Count of Copy (byte 80), 0's based.
+    pub msrc: u8,
+    /// Number of Unique Capability LBA Formats (byte 82).
+    pub nulbaf: u8,
     /// ANA Group Identifier (bytes 95:92).
     pub anagrpid: u32,
     /// Namespace Attributes (byte 99), see `NSATTR_*`.
@@ -107,7 +114,7 @@ pub struct IdentifyNamespace {
     pub nguid: [u8; 16],
     /// IEEE Extended Unique Identifier (bytes 127:120).
     pub eui64: [u8; 8],
-    /// LBA Format 0..15 support (bytes 191:128), 4 bytes each.
+    /// LBA Format 0..63 support (bytes 383:128), 4 bytes each.
     pub lbaf: [LbaFormat; LBA_FORMATS],
 }
 
@@ -132,15 +139,15 @@ impl IdentifyNamespace {
         usize::from((self.flbas & 0x0f) | ((self.flbas & 0x60) >> 1))
     }
 
-    /// The LBA data size in bytes of the format in use. Errors if FLBAS names a format beyond NLBAF or
-    /// beyond the 16 modelled, or if that format's LBADS is not in 9..=31 (512 B to 2 GiB).
+    /// The LBA data size in bytes of the format in use. Errors if FLBAS names a format beyond NLBAF, or if that
+    /// format's LBADS is not in 9..=31 (512 B to 2 GiB).
     pub fn lba_data_size(&self) -> Result<u32, WireError> {
         let index = self.format_index();
         if index > usize::from(self.nlbaf) {
             return Err(WireError::invalid(ID_NS, "flbas", self.flbas, "a format index no greater than NLBAF"));
         }
         let format =
-            self.lbaf.get(index).ok_or(WireError::invalid(ID_NS, "flbas", self.flbas, "a format index below 16"))?;
+            self.lbaf.get(index).ok_or(WireError::invalid(ID_NS, "flbas", self.flbas, "a format index below 64"))?;
         if !(9..=31).contains(&format.lbads) {
             return Err(WireError::invalid(ID_NS, "lbads", format.lbads, "9..=31 (512 B and up)"));
         }
@@ -177,6 +184,10 @@ impl IdentifyNamespace {
         put16(b, 68, self.npdg);
         put16(b, 70, self.npda);
         put16(b, 72, self.nows);
+        put16(b, 74, self.mssrl);
+        put32(b, 76, self.mcl);
+        b[80] = self.msrc;
+        b[82] = self.nulbaf;
         put32(b, 92, self.anagrpid);
         b[99] = self.nsattr;
         put16(b, 100, self.nvmsetid);
@@ -200,12 +211,15 @@ impl IdentifyNamespace {
     /// Parse the first 4096 bytes of `buf`. Every field value is accepted; use
     /// [`lba_data_size`](Self::lba_data_size) to check the format in use.
     pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
-        let b = fixed::<IDENTIFY_DATA_SIZE>(buf, ID_NS)?;
+        Ok(Self::from_block(fixed::<IDENTIFY_DATA_SIZE>(buf, ID_NS)?))
+    }
+
+    fn from_block(b: &[u8; IDENTIFY_DATA_SIZE]) -> Self {
         let mut lbaf = [LbaFormat::default(); LBA_FORMATS];
         for (i, f) in lbaf.iter_mut().enumerate() {
             *f = LbaFormat::parse(b, 128 + 4 * i);
         }
-        Ok(IdentifyNamespace {
+        IdentifyNamespace {
             nsze: le64(b, 0),
             ncap: le64(b, 8),
             nuse: le64(b, 16),
@@ -232,6 +246,10 @@ impl IdentifyNamespace {
             npdg: le16(b, 68),
             npda: le16(b, 70),
             nows: le16(b, 72),
+            mssrl: le16(b, 74),
+            mcl: le32(b, 76),
+            msrc: b[80],
+            nulbaf: b[82],
             anagrpid: le32(b, 92),
             nsattr: b[99],
             nvmsetid: le16(b, 100),
@@ -239,7 +257,14 @@ impl IdentifyNamespace {
             nguid: array(b, 104),
             eui64: array(b, 120),
             lbaf,
-        })
+        }
+    }
+}
+
+// Derived `Default` stops at arrays of 32: the all-zero structure is what a zeroed block parses to.
+impl Default for IdentifyNamespace {
+    fn default() -> Self {
+        Self::from_block(&[0; IDENTIFY_DATA_SIZE])
     }
 }
 
@@ -283,6 +308,10 @@ mod tests {
             npdg: 0x4645,
             npda: 0x4847,
             nows: 0x4a49,
+            mssrl: 0x4c4b,
+            mcl: 0x504f_4e4d,
+            msrc: 0x51,
+            nulbaf: 0x53,
             anagrpid: 0x5c5b_5a59,
             nsattr: 0x63,
             nvmsetid: 0x6564,
@@ -303,7 +332,10 @@ mod tests {
         assert_eq!(&b[49..64], &[0x40; 15]);
         assert_eq!(le16(&b, 64), 0x4241);
         assert_eq!(le16(&b, 72), 0x4a49);
-        assert!(b[74..92].iter().all(|&c| c == 0));
+        assert_eq!(le16(&b, 74), 0x4c4b);
+        assert_eq!(le32(&b, 76), 0x504f_4e4d);
+        assert_eq!(&b[80..84], &[0x51, 0, 0x53, 0]);
+        assert!(b[84..92].iter().all(|&c| c == 0));
         assert_eq!(le32(&b, 92), 0x5c5b_5a59);
         assert_eq!(&b[96..100], &[0, 0, 0, 0x63]);
         assert_eq!(le16(&b, 100), 0x6564);
@@ -312,7 +344,10 @@ mod tests {
         assert_eq!(&b[120..128], &[0x78; 8]);
         assert_eq!(&b[128..132], &[0x80, 0x00, 9, 0]);
         assert_eq!(&b[188..192], &[0x80, 0x0f, 24, 3]);
-        assert!(b[192..].iter().all(|&c| c == 0));
+        // NVMe 2.0's formats 16..63 follow at 192; format 63 ends at byte 383.
+        assert_eq!(&b[192..196], &[0x80, 0x10, 25, 0]);
+        assert_eq!(&b[380..384], &[0x80, 0x3f, 72, 3]);
+        assert!(b[384..].iter().all(|&c| c == 0));
         assert_eq!(IdentifyNamespace::parse(&b).unwrap(), ns);
         // FLBAS 0x1b: format 11 (bits 3:0), extended metadata (bit 4) → 2^(9+11).
         assert_eq!(ns.format_index(), 11);
@@ -330,10 +365,15 @@ mod tests {
         assert!(matches!(ns.lba_data_size(), Err(WireError::InvalidField { field: "flbas", .. })));
         ns.nlbaf = 1;
         assert_eq!(ns.lba_data_size().unwrap(), 4096);
-        // Bits 6:5 extend the index past the 16 formats modelled.
+        // Bits 6:5 extend the index past NVMe 1.4's 16 formats.
         ns.flbas = 0x20;
         ns.nlbaf = 63;
         assert_eq!(ns.format_index(), 16);
+        ns.lbaf[16] = LbaFormat::new(13);
+        assert_eq!(ns.lba_data_size().unwrap(), 8192);
+        ns.flbas = 0x6f;
+        assert_eq!(ns.format_index(), 63);
+        ns.nlbaf = 62;
         assert!(matches!(ns.lba_data_size(), Err(WireError::InvalidField { field: "flbas", .. })));
         ns.flbas = 2;
         assert!(matches!(ns.lba_data_size(), Err(WireError::InvalidField { field: "lbads", value: 0, .. })));
