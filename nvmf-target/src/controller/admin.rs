@@ -360,8 +360,10 @@ pub(crate) fn data_units(bytes: u64) -> u128 {
     u128::from(bytes).div_ceil(512_000)
 }
 
+/// The subsystem's I/O totals (see [`Subsystem::counters`](super::Subsystem::counters)); the error log entry
+/// count is this controller's.
 fn smart_log(controller: &Controller) -> SmartLog {
-    let counters = controller.counters();
+    let counters = controller.subsystem().counters();
     let error_entries = controller.lock().error_count;
     SmartLog {
         available_spare: 100,

@@ -587,6 +587,8 @@ impl Controller {
         if self.terminated.swap(true, Ordering::AcqRel) {
             return;
         }
+        // No longer among the subsystem's live controllers: its counts move to the subsystem's ended ones.
+        self.subsystem.retire_counters(self.counters());
         self.ready.store(false, Ordering::Release);
         self.subsystem.unregister_controller(self.cntlid);
         let notifiers: Vec<Notifier> = {

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 use nvmf_common::fabrics::nqn::{check_nqn_format, validate_nqn, DISCOVERY_NQN};
 
-use super::association::Controller;
+use super::association::{Controller, CounterSnapshot};
 use crate::backend::Storage;
 use crate::metrics::SubsystemMetrics;
 
@@ -318,6 +318,8 @@ impl SubsystemParams {
 #[derive(Debug)]
 struct Registry {
     controllers: BTreeMap<u16, Weak<Controller>>,
+    /// The SMART counters of the associations that ended.
+    retired: CounterSnapshot,
     next_cntlid: u16,
 }
 
@@ -407,7 +409,11 @@ impl Subsystem {
             max_namespaces,
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
             generation: AtomicU64::new(0),
-            registry: Mutex::new(Registry { controllers: BTreeMap::new(), next_cntlid: start }),
+            registry: Mutex::new(Registry {
+                controllers: BTreeMap::new(),
+                retired: CounterSnapshot::default(),
+                next_cntlid: start,
+            }),
             metrics: Arc::default(),
             nqn,
         };
@@ -434,9 +440,28 @@ impl Subsystem {
             max_namespaces: 0,
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
             generation: AtomicU64::new(0),
-            registry: Mutex::new(Registry { controllers: BTreeMap::new(), next_cntlid: *CNTLID_RANGE.start() }),
+            registry: Mutex::new(Registry {
+                controllers: BTreeMap::new(),
+                retired: CounterSnapshot::default(),
+                next_cntlid: *CNTLID_RANGE.start(),
+            }),
             metrics: Arc::default(),
         })
+    }
+
+    /// An association ended: its counters stay in the subsystem's SMART totals.
+    pub(crate) fn retire_counters(&self, counters: CounterSnapshot) {
+        self.registry().retired += counters;
+    }
+
+    /// The SMART counters of every association the subsystem has had, live and ended: what the SMART / Health log
+    /// reports, as Linux nvmet reports its devices' totals rather than one association's.
+    pub fn counters(&self) -> CounterSnapshot {
+        let mut total = self.registry().retired;
+        for controller in self.controllers() {
+            total += controller.counters();
+        }
+        total
     }
 
     /// The subsystem's metrics (counters of its queues, live and ended).

@@ -27,6 +27,20 @@ fn smart_log_counts_io() {
     // SMART per namespace is not supported.
     let done = a.admin.log_page(&mut a.engine, GetLogPage::new(lid::SMART_HEALTH_INFORMATION, 1, 512).unwrap());
     assert_eq!(done.status(), Status::INVALID_FIELD.with_dnr());
+    // The counts are the subsystem's, as nvmet reports its devices' totals: another association sees them, and
+    // they stay when the association that did the I/O ends.
+    let smart_of = |host: &mut Host, engine: &mut IoEngine| {
+        let glp = GetLogPage::new(lid::SMART_HEALTH_INFORMATION, 0xFFFF_FFFF, 512).unwrap();
+        SmartLog::parse(&host.log_page(engine, glp).ok().data).unwrap()
+    };
+    let mut other = Host::new(&a.target);
+    other.connect(&mut a.engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok();
+    other.enable(&mut a.engine);
+    assert_eq!(smart_of(&mut other, &mut a.engine).host_write_commands, 2);
+    a.io.queue.disconnect(&mut a.engine);
+    a.admin.queue.disconnect(&mut a.engine);
+    let after = smart_of(&mut other, &mut a.engine);
+    assert_eq!((after.host_write_commands, after.host_read_commands), (2, 1));
 }
 
 #[test]
