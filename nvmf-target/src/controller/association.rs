@@ -11,7 +11,7 @@
 //!
 //! Counters: every queue owns a [`QueueCounters`] whose fields are atomics written by that queue's reactor
 //! alone with a plain load + store (no locked read-modify-write on the data path); the SMART log sums them on
-//! demand (plus the totals of queues that already went away).
+//! demand over the subsystem's live controllers, plus the totals of queues and associations that went away.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
