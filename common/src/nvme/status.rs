@@ -162,6 +162,8 @@ statuses! {
 
     /// Internal Path Error.
     INTERNAL_PATH_ERROR = (Path, 0x00),
+    /// Asymmetric Access Persistent Loss.
+    ANA_PERSISTENT_LOSS = (Path, 0x01),
     /// Asymmetric Access Inaccessible.
     ANA_INACCESSIBLE = (Path, 0x02),
     /// Asymmetric Access Transition.

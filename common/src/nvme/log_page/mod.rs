@@ -10,18 +10,20 @@
 //! end of the page and never panics, whatever the offset.
 //!
 //! This module holds the Get Log Page command view, the Log Page Identifiers and the window copy; each log
-//! page has its own child module (`error_information`, `smart`, `changed_namespaces`, `commands_effects`),
+//! page has its own child module (`error_information`, `smart`, `changed_namespaces`, `commands_effects`, `ana`),
 //! its items re-exported here.
 
 use super::opcode;
 use super::sqe::SubmissionQueueEntry;
 use crate::wire::{high_half, low_byte, low_half, top_byte, WireError};
 
+mod ana;
 mod changed_namespaces;
 mod commands_effects;
 mod error_information;
 mod smart;
 
+pub use ana::{AnaGroupDescriptor, AnaLog, AnaState, ANA_GROUP_DESCRIPTOR_SIZE, ANA_LOG_HEADER_SIZE, ANA_RGO};
 pub use changed_namespaces::{ChangedNamespaceList, ChangedNamespaces, CHANGED_NAMESPACE_LIST_SIZE};
 pub use commands_effects::{CommandsSupportedAndEffects, COMMANDS_SUPPORTED_AND_EFFECTS_SIZE};
 pub use error_information::{ErrorInformationEntry, ERROR_INFORMATION_ENTRY_SIZE};
