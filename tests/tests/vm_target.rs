@@ -675,12 +675,9 @@ echo "reload: ok"
     assert_stdout_has(&out, "reload: ok");
 }
 
-/// Subsystems named as Linux nvmet lets them be named, not in the NQN format (`testnqn`, `storage-subsystem-1`):
-/// served with a warning at start, listed by discovery over both transports, and the kernel host connects to each
-/// (one over NVMe/TCP, one over NVMe/RDMA) and verifies its data.
-#[test]
-fn subsystem_names_linux_accepts() {
-    let config = r#"
+/// Two subsystems named as Linux nvmet lets them be named (not in the NQN format), one memory namespace each,
+/// on NVMe/TCP (4420) and NVMe/RDMA (4421) listeners of the guest's rxe address.
+const TWO_SUBSYSTEMS_TCP_AND_RDMA: &str = r#"
 [reactors]
 threads = 2
 [[listener]]
@@ -700,6 +697,13 @@ nqn = "storage-subsystem-1"
 [[subsystem.namespace]]
 memory = "64MiB"
 "#;
+
+/// Subsystems named as Linux nvmet lets them be named, not in the NQN format (`testnqn`, `storage-subsystem-1`):
+/// served with a warning at start, listed by discovery over both transports, and the kernel host connects to each
+/// (one over NVMe/TCP, one over NVMe/RDMA) and verifies its data.
+#[test]
+fn subsystem_names_linux_accepts() {
+    let config = TWO_SUBSYSTEMS_TCP_AND_RDMA;
     let vm = vm("subsystem_names_linux_accepts").rxe(true).modules(["nvme_tcp", "nvme_rdma"]);
     let Some(out) = run(
         "subsystem_names_linux_accepts",
@@ -744,26 +748,7 @@ stop_daemon target
 /// one by host NQN, from a host that gives up at once (`--ctrl-loss-tmo 0`), removes the kernel's controller.
 #[test]
 fn list_and_disconnect_kernel_hosts() {
-    let config = r#"
-[reactors]
-threads = 2
-[[listener]]
-transport = "tcp"
-address = "10.77.0.1"
-port = 4420
-[[listener]]
-transport = "rdma"
-address = "10.77.0.1"
-port = 4421
-[[subsystem]]
-nqn = "testnqn"
-[[subsystem.namespace]]
-memory = "64MiB"
-[[subsystem]]
-nqn = "storage-subsystem-1"
-[[subsystem.namespace]]
-memory = "64MiB"
-"#;
+    let config = TWO_SUBSYSTEMS_TCP_AND_RDMA;
     let vm = vm("list_and_disconnect_kernel_hosts").rxe(true).modules(["nvme_tcp", "nvme_rdma"]);
     let Some(out) = run(
         "list_and_disconnect_kernel_hosts",
