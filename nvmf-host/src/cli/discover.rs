@@ -8,7 +8,7 @@ use nvmf_common::fabrics::discovery::{
 };
 use serde_json::{json, Value};
 
-use super::{connect_options, CliError, OutputFormat};
+use super::{connect_options, parse_secret, CliError, OutputFormat};
 use crate::discovery::{DiscoveryLog, DiscoveryRecord};
 use crate::endpoint::Endpoint;
 
@@ -24,6 +24,12 @@ pub struct DiscoverArgs {
     /// Output format.
     #[arg(short = 'o', long = "output-format", value_enum, default_value = "normal")]
     pub output_format: OutputFormat,
+    /// DH-HMAC-CHAP host secret, for a discovery controller that asks for authentication.
+    #[arg(short = 'S', long = "dhchap-secret", value_name = "SECRET")]
+    pub dhchap_secret: Option<String>,
+    /// DH-HMAC-CHAP controller secret: authenticate the discovery controller too; needs -S.
+    #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "SECRET")]
+    pub dhchap_ctrl_secret: Option<String>,
 }
 
 /// Run `nvmf-host discover`.
@@ -31,6 +37,8 @@ pub fn run(a: &DiscoverArgs, out: &mut dyn std::io::Write) -> Result<(), CliErro
     let addr = a.endpoint.resolve()?;
     let mut options = connect_options(a.hostnqn.as_ref());
     options.transport = a.endpoint.transport;
+    options.dhchap_secret = parse_secret(a.dhchap_secret.as_deref(), "--dhchap-secret")?;
+    options.dhchap_ctrl_secret = parse_secret(a.dhchap_ctrl_secret.as_deref(), "--dhchap-ctrl-secret")?;
     let log = crate::discovery::discover(addr, options)?;
     match a.output_format {
         OutputFormat::Normal => write_discovery_log(&log, out)?,

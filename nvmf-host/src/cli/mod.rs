@@ -1,8 +1,8 @@
 //! The `nvmf-host` command line: clap definitions with nvme-cli's option names and the dispatch ([`run`]); each
 //! command in its file, run on the caller's thread with output to stdout: [`perf`], [`discover`], [`nbd`],
 //! `ublk`, and the daemon's commands in [`control`] (`run`, `connect`, `connect-all`, `disconnect`,
-//! `disconnect-all`, `list`, `reload`), and [`doctor`]. The CLI calls the daemon (its control protocol, `run`), never the other
-//! way round.
+//! `disconnect-all`, `list`, `reload`), [`doctor`] and [`gen_dhchap_key`]. The CLI calls the daemon (its control
+//! protocol, `run`), never the other way round.
 //!
 //! Every command takes `-t tcp` or `-t rdma` ([`Transport`]); the address is an IP address on both.
 
@@ -10,12 +10,14 @@ pub mod control;
 pub mod discover;
 pub mod discovery_conf;
 pub mod doctor;
+pub mod gen_dhchap_key;
 pub mod nbd;
 pub mod perf;
 #[cfg(feature = "ublk")]
 pub mod ublk;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use nvmf_common::fabrics::auth::secret::DhchapSecret;
 
 use crate::controller::ConnectOptions;
 use crate::endpoint::{Endpoint, ResolveError};
@@ -101,6 +103,9 @@ pub enum Command {
     LogLevel(control::LogLevelArgs),
     /// Print a host NQN for /etc/nvme/hostnqn, as nvme-cli does: the machine's UUID form, else a random one.
     GenHostnqn,
+    /// Print a new DH-HMAC-CHAP secret (`DHHC-1:…`) for --dhchap-secret and nvmet's dhchap_key, as
+    /// `nvme gen-dhchap-key` does.
+    GenDhchapKey(gen_dhchap_key::GenDhchapKeyArgs),
     /// Print the host NQN every command uses: /etc/nvme/hostnqn, else derived from the machine's UUID, else the
     /// one generated once for this user.
     ShowHostnqn,
@@ -153,6 +158,12 @@ fn connect_options(hostnqn: Option<&String>) -> ConnectOptions {
     o
 }
 
+/// A DH-HMAC-CHAP secret given as option `flag`; a bad one is an error naming the flag and what is wrong (never the
+/// text).
+fn parse_secret(text: Option<&str>, flag: &str) -> Result<Option<DhchapSecret>, CliError> {
+    text.map(|t| t.parse().map_err(|e| CliError::Options(format!("{flag}: {e}")))).transpose()
+}
+
 /// Run a parsed command line, writing to `out`.
 pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     match &cli.command {
@@ -178,6 +189,7 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
             )?;
             Ok(())
         }
+        Command::GenDhchapKey(a) => gen_dhchap_key::run(a, out),
         Command::ShowHostnqn => {
             writeln!(out, "{}", crate::identity::HostIdentity::from_system().hostnqn)?;
             Ok(())
