@@ -26,7 +26,7 @@ const TRANSFORM_SEED: &[u8] = b"NVMe-over-Fabrics";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
     /// The text does not start with `DHHC-1:`.
-    #[error("a DH-HMAC-CHAP secret starts with \"DHHC-1:\" (as nvme gen-dhchap-key prints it)")]
+    #[error("a DH-HMAC-CHAP secret starts with \"DHHC-1:\"")]
     Prefix,
     /// The hash function field is not `00`..`03`.
     #[error("the hash function field {0:?} is not 00 (none), 01 (SHA-256), 02 (SHA-384) or 03 (SHA-512)")]
