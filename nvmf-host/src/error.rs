@@ -133,6 +133,16 @@ pub enum HostError {
         /// What failed.
         error: nvmf_common::fabrics::auth::AuthError,
     },
+    /// The controller ended the connection instead of answering the host's DH-HMAC-CHAP response: Linux nvmet does so
+    /// when it rejects the response, its AUTH_Failure1 racing the connection's teardown.
+    #[error(
+        "queue {qid}: DH-HMAC-CHAP authentication failed: the controller closed the connection after the host's \
+         response (it did not accept it: the secret is not the one it has for this host)"
+    )]
+    AuthenticationClosed {
+        /// The queue.
+        qid: u16,
+    },
     /// The connection cannot leave through the interface asked for (`--host-iface`).
     #[error("host interface {iface}: {message}")]
     HostInterface {

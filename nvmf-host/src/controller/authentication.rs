@@ -67,7 +67,11 @@ pub(super) fn authenticate(
     let reply = t.reply(&challenge, &SEQUENCE, &mut OsRandom);
     let reply = refuse(&t, qid, exchange, reply)?;
     send(exchange, reply)?;
-    let success1 = receive(exchange)?;
+    // nvmet answers a response it rejects by ending the association: the Failure1 may never arrive.
+    let success1 = receive(exchange).map_err(|e| match e {
+        HostError::Closed { .. } => HostError::AuthenticationClosed { qid },
+        e => e,
+    })?;
     let success2 = t.success(&success1);
     if let Some(success2) = refuse(&t, qid, exchange, success2)? {
         send(exchange, success2)?;
@@ -132,7 +136,8 @@ mod tests {
             if c.direction == Direction::Send {
                 return Ok(Vec::new());
             }
-            let mut answer = answers.next().unwrap_or_default();
+            // Past its answers the controller closes the connection.
+            let mut answer = answers.next().ok_or(HostError::Closed { qid: 3 })?;
             if answer.len() >= 6 {
                 answer[4..6].copy_from_slice(&log[0].1[4..6]);
             }
@@ -185,6 +190,14 @@ mod tests {
         assert_eq!(*direction, Direction::Send);
         let f = Failure::parse(last, FailureKind::Failure2).unwrap();
         assert_eq!((f.t_id, f.reason), (Header::parse(&log[0].1).unwrap().t_id, FailureReason::HashUnusable));
+    }
+
+    #[test]
+    fn a_close_after_the_reply_says_the_response_was_not_accepted() {
+        let challenge = Challenge { t_id: 0, hashid: 0x01, dhgid: 0, seqnum: 1, cval: &[0; 32], dhv: &[] };
+        let (r, log) = run(ATR, &options(true, false), vec![challenge.to_bytes().unwrap()]);
+        assert!(matches!(r, Err(HostError::AuthenticationClosed { qid: 3 })), "{r:?}");
+        assert_eq!(log.len(), 4, "negotiate, receive, reply, receive: {log:?}");
     }
 
     #[test]
