@@ -1,4 +1,4 @@
-//! Our host's in-band authentication (DH-HMAC-CHAP) against the Linux 6.12 kernel target (nvmet-tcp on 127.0.0.1, a
+//! Our host's in-band authentication (DH-HMAC-CHAP) against the Linux 6.12 kernel target (nvmet-tcp on 127.0.0.1 and nvmet-rdma on Soft-RoCE, a
 //! memory-backed null_blk namespace, the host allowed through a configfs host entry with `dhchap_key`,
 //! `dhchap_ctrl_key`, `dhchap_hash` and `dhchap_dhgroup`).
 //!
@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `null_group_sha256_unidirectional` | with a secret made by nvme-cli (`nvme gen-dhchap-key -m 1`), `nvmf-host perf` authenticates its admin and I/O queues (hmac(sha256), NULL group) and runs; the daemon's `connect --ublk` does too, and 1 MiB written through `/dev/ublkbN` reads back, there and straight from the target's null_blk; without `-S` perf stops with the error naming the missing secret |
 //! | `ffdhe2048_sha384_bidirectional` | with secrets made by `nvmf-host gen-dhchap-key` (the host's in an owner-only `dhchap_secret_file`), the daemon's configured controller authenticates both ways (hmac(sha384), ffdhe2048) on every queue; data written reads back; the port goes away and comes back, and the reconnect authenticates again and reads the data back |
+//! | `hashes_and_groups_over_tcp_and_rdma` | `nvmf-host perf` authenticates both ways (an nvme-cli key transformed with SHA-512, a 64-byte controller key) over nvmet-tcp and nvmet-rdma (Soft-RoCE) with every hash function and the NULL group and ffdhe2048, ffdhe3072 and ffdhe4096 over both, ffdhe6144 and ffdhe8192 over TCP |
 //! | `wrong_secrets_are_refused` | a wrong host secret is refused by nvmet (its AUTH_Failure1, or its teardown that races it), a wrong controller secret is caught by the host: each ends perf with one clear line, and nothing reaches the namespace |
 //!
 //! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`); logs (the daemon's, dmesg, the
@@ -252,4 +253,56 @@ echo "mistyped secret: $(try -S "${key:0:10}$n${key:11}")"
              the key's CRC-32 does not match",
         ],
     );
+}
+
+/// Every hash function with the NULL group and ffdhe2048, and each larger group once, over TCP and RDMA, both ways.
+#[test]
+fn hashes_and_groups_over_tcp_and_rdma() {
+    let name = "hashes_and_groups_over_tcp_and_rdma";
+    let vm = vm(name).rxe(true).modules(["nvmet_rdma"]).deadline(Duration::from_secs(900));
+    let Some(out) = run(
+        &vm,
+        name,
+        r#"
+key=$(nvme gen-dhchap-key -m 3 -n $HOSTNQN)
+ckey=$("$NVMF_HOST_BIN" gen-dhchap-key -l 64)
+auth_target "hmac(sha256)" null "$key" "$ckey"
+nvmet_rdma_port 2 "$NVMF_RDMA_ADDR" 4420 $NQN
+# try TRANSPORT ADDRESS HASH GROUP: nvmet's host entry set to HASH and GROUP, then perf both ways over TRANSPORT.
+try() {
+  echo -n "hmac($3)" > "$HE/dhchap_hash"
+  echo -n "$4" > "$HE/dhchap_dhgroup"
+  if timeout 120 "$NVMF_HOST_BIN" perf -t $1 -a $2 -s 4420 -n $NQN --hostnqn $HOSTNQN -c 1 -q 4 -o 4096 -w randread \
+       -T 1 -S "$key" -C "$ckey" > $H/perf.out 2> $H/perf.err && grep -q IOPS $H/perf.out; then
+    echo "$1 $3 $4: ok"
+  else
+    echo "$1 $3 $4: $(tail -n 1 $H/perf.err)"
+  fi
+}
+for t in "tcp 127.0.0.1" "rdma $NVMF_RDMA_ADDR"; do
+  for h in sha256 sha384 sha512; do
+    for g in null ffdhe2048; do try $t $h $g; done
+  done
+  try $t sha512 ffdhe3072
+  try $t sha384 ffdhe4096
+done
+try tcp 127.0.0.1 sha256 ffdhe6144
+try tcp 127.0.0.1 sha512 ffdhe8192
+"#,
+    ) else {
+        return;
+    };
+    let mut expected = Vec::new();
+    for t in ["tcp", "rdma"] {
+        for h in ["sha256", "sha384", "sha512"] {
+            for g in ["null", "ffdhe2048"] {
+                expected.push(format!("{t} {h} {g}: ok\n"));
+            }
+        }
+        expected.push(format!("{t} sha512 ffdhe3072: ok\n"));
+        expected.push(format!("{t} sha384 ffdhe4096: ok\n"));
+    }
+    expected.push("tcp sha256 ffdhe6144: ok\n".to_owned());
+    expected.push("tcp sha512 ffdhe8192: ok\n".to_owned());
+    assert_lines(&out, &expected.iter().map(String::as_str).collect::<Vec<_>>());
 }
