@@ -88,12 +88,6 @@ fn run(vm: &Vm, name: &str, scenario: &str) -> Option<VmOutput> {
     Some(out)
 }
 
-fn assert_lines(out: &VmOutput, needles: &[&str]) {
-    for needle in needles {
-        assert!(out.stdout.contains(needle), "stdout lacks {needle:?}\n{}", out.report());
-    }
-}
-
 #[test]
 fn null_group_sha256_unidirectional() {
     let name = "null_group_sha256_unidirectional";
@@ -129,20 +123,17 @@ stop_daemon host 30 && echo "daemon exit: 0"
     ) else {
         return;
     };
-    assert_lines(
-        &out,
-        &[
-            "without a secret: nvmf-host: perf against 127.0.0.1:4420 nqn.2024-01.io.nvmf-rs:vm-auth: queue 0: the \
+    out.assert_lines(&[
+        "without a secret: nvmf-host: perf against 127.0.0.1:4420 nqn.2024-01.io.nvmf-rs:vm-auth: queue 0: the \
              controller requires DH-HMAC-CHAP authentication and no host secret is configured",
-            "perf IOPS line: 1\n",
-            "read back: ok\n",
-            "on the target: ok\n",
-            "admin queue authentications: 1\n",
-            "I/O queue authentications: 2\n",
-            "secret in the log: 0\n",
-            "daemon exit: 0\n",
-        ],
-    );
+        "perf IOPS line: 1\n",
+        "read back: ok\n",
+        "on the target: ok\n",
+        "admin queue authentications: 1\n",
+        "I/O queue authentications: 2\n",
+        "secret in the log: 0\n",
+        "daemon exit: 0\n",
+    ]);
 }
 
 #[test]
@@ -194,19 +185,16 @@ stop_daemon host 30 && echo "daemon exit: 0"
     ) else {
         return;
     };
-    assert_lines(
-        &out,
-        &[
-            "read back: ok\n",
-            "on the target: ok\n",
-            "authentications before the reconnect: 1\n",
-            "live again\n",
-            "authentications after the reconnect: 2\n",
-            "read back after the reconnect: ok\n",
-            "I/O queue authentications: 4\n",
-            "daemon exit: 0\n",
-        ],
-    );
+    out.assert_lines(&[
+        "read back: ok\n",
+        "on the target: ok\n",
+        "authentications before the reconnect: 1\n",
+        "live again\n",
+        "authentications after the reconnect: 2\n",
+        "read back after the reconnect: ok\n",
+        "I/O queue authentications: 4\n",
+        "daemon exit: 0\n",
+    ]);
 }
 
 #[test]
@@ -241,18 +229,15 @@ echo "mistyped secret: $(try -S "${key:0:10}$n${key:11}")"
         "{wrong_host:?}\n{}",
         out.report()
     );
-    assert_lines(
-        &out,
-        &[
-            &format!(
-                "wrong controller secret: {prefix}the controller's response did not verify: it does not hold the \
+    out.assert_lines(&[
+        &format!(
+            "wrong controller secret: {prefix}the controller's response did not verify: it does not hold the \
                  controller secret given\n"
-            ),
-            "right secrets: connected\n",
-            "mistyped secret: nvmf-host: perf against 127.0.0.1:4420 nqn.2024-01.io.nvmf-rs:vm-auth: --dhchap-secret: \
+        ),
+        "right secrets: connected\n",
+        "mistyped secret: nvmf-host: perf against 127.0.0.1:4420 nqn.2024-01.io.nvmf-rs:vm-auth: --dhchap-secret: \
              the key's CRC-32 does not match",
-        ],
-    );
+    ]);
 }
 
 /// Every hash function with the NULL group and ffdhe2048, and each larger group once, over TCP and RDMA, both ways.
@@ -304,5 +289,5 @@ try tcp 127.0.0.1 sha512 ffdhe8192
     }
     expected.push("tcp sha256 ffdhe6144: ok\n".to_owned());
     expected.push("tcp sha512 ffdhe8192: ok\n".to_owned());
-    assert_lines(&out, &expected.iter().map(String::as_str).collect::<Vec<_>>());
+    out.assert_lines(&expected.iter().map(String::as_str).collect::<Vec<_>>());
 }
