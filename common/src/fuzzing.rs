@@ -124,6 +124,47 @@ pub fn rdma_private_data(data: &[u8]) {
     }
 }
 
+/// The DH-HMAC-CHAP messages: whatever parses re-encodes to the same value; then the bytes go to a host
+/// transaction as the controller's Challenge and, when it replies, as its Success1 (the first byte splits them).
+pub fn auth_messages(data: &[u8]) {
+    use crate::fabrics::auth::host::{HostCredentials, HostTransaction};
+    use crate::fabrics::auth::message::{Challenge, Failure, FailureKind, Negotiate, Reply, Success1, Success2};
+    use crate::fabrics::auth::secret::DhchapSecret;
+    use crate::fabrics::auth::{OsRandom, SequenceNumbers};
+
+    if let Ok(m) = Negotiate::parse(data) {
+        let again = Negotiate::parse(&m.to_bytes()).expect("a parsed Negotiate re-parses");
+        assert_eq!((again.t_id, again.sc_c), (m.t_id, m.sc_c));
+    }
+    if let Ok(m) = Challenge::parse(data) {
+        assert_eq!(Challenge::parse(&m.to_bytes().expect("encodes")), Ok(m));
+    }
+    if let Ok(m) = Reply::parse(data) {
+        assert_eq!(Reply::parse(&m.to_bytes().expect("encodes")), Ok(m));
+    }
+    if let Ok(m) = Success1::parse(data) {
+        assert_eq!(Success1::parse(&m.to_bytes()), Ok(m));
+    }
+    if let Ok(m) = Success2::parse(data) {
+        assert_eq!(Success2::parse(&m.to_bytes()), Ok(m));
+    }
+    for kind in [FailureKind::Failure1, FailureKind::Failure2] {
+        if let Ok(m) = Failure::parse(data, kind) {
+            assert_eq!(Failure::parse(&m.to_bytes(), kind), Ok(m));
+        }
+    }
+    let Some((&split, rest)) = data.split_first() else { return };
+    let (challenge, success1) = rest.split_at(usize::from(split).min(rest.len()) * rest.len() / 256);
+    let secret = DhchapSecret::new(None, &[7; 32]).expect("a 32-byte secret");
+    let credentials =
+        HostCredentials { secret: &secret, controller_secret: Some(&secret), hostnqn: "nqn.h", subnqn: "nqn.s" };
+    let mut t = HostTransaction::new(credentials, u16::from_le_bytes([rest.get(4).copied().unwrap_or(0), 0]));
+    t.negotiate();
+    if t.reply(challenge, &SequenceNumbers::new(), &mut OsRandom).is_ok() {
+        let _ = t.success(success1);
+    }
+}
+
 /// The data structures a host parses from admin commands: Identify (controller, namespace, namespace lists,
 /// identification descriptors), log pages, a Host Identifier, and log page windows. The first byte picks
 /// the parameters that are not part of the structure.

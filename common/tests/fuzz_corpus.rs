@@ -48,3 +48,8 @@ fn rdma_private_data() {
 fn admin_data() {
     replay("admin_data", nvmf_common::fuzzing::admin_data);
 }
+
+#[test]
+fn auth_messages() {
+    replay("auth_messages", nvmf_common::fuzzing::auth_messages);
+}

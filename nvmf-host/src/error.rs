@@ -107,17 +107,41 @@ pub enum HostError {
         /// How long the host waited.
         after: Duration,
     },
-    /// The controller's Connect response asks for in-band authentication (AUTHREQ ATR or ASCR), which this
-    /// host does not implement.
+    /// The controller's Connect response asks for what this host cannot give: DH-HMAC-CHAP without a host secret
+    /// configured (AUTHREQ ATR), or a secure channel after it (ASCR: TLS concatenation, not implemented).
     #[error(
-        "queue {qid}: target requires in-band authentication (DH-HMAC-CHAP{}), which this host does not support yet",
-        if *secure_channel { " and a secure channel" } else { "" }
+        "queue {qid}: {}",
+        if *secure_channel {
+            "the controller requires a secure channel after authentication (AUTHREQ ASCR, TLS concatenation), which \
+             this host does not support"
+        } else {
+            "the controller requires DH-HMAC-CHAP authentication and no host secret is configured (--dhchap-secret, \
+             or dhchap_secret in the [[controller]] table)"
+        }
     )]
     AuthenticationRequired {
         /// The queue.
         qid: u16,
         /// ASCR: a secure channel (TLS) is to be set up after authentication too.
         secure_channel: bool,
+    },
+    /// The DH-HMAC-CHAP transaction on a queue failed (a secret mismatch, the controller refused, a bad message).
+    #[error("queue {qid}: DH-HMAC-CHAP authentication failed: {error}")]
+    Authentication {
+        /// The queue.
+        qid: u16,
+        /// What failed.
+        error: nvmf_common::fabrics::auth::AuthError,
+    },
+    /// The controller ended the connection instead of answering the host's DH-HMAC-CHAP response: Linux nvmet does so
+    /// when it rejects the response, its AUTH_Failure1 racing the connection's teardown.
+    #[error(
+        "queue {qid}: DH-HMAC-CHAP authentication failed: the controller closed the connection after the host's \
+         response (it did not accept it: the secret is not the one it has for this host)"
+    )]
+    AuthenticationClosed {
+        /// The queue.
+        qid: u16,
     },
     /// The connection cannot leave through the interface asked for (`--host-iface`).
     #[error("host interface {iface}: {message}")]

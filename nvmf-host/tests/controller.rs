@@ -56,6 +56,22 @@ fn connect_to_unknown_subsystem_is_rejected_with_its_status() {
 }
 
 #[test]
+fn a_controller_that_cannot_authenticate_itself_is_not_used() {
+    // Our target has no DH-HMAC-CHAP yet: asked to prove it holds the controller secret, it cannot, and the host
+    // stops at the admin queue with the command that failed.
+    let target = Target::start();
+    let secret: nvmf_common::fabrics::auth::secret::DhchapSecret =
+        "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:".parse().unwrap();
+    let mut o = options(1);
+    o.dhchap_secret = Some(secret.clone());
+    let only_host = Controller::connect(target.addr, SUBNQN, o.clone()).expect("a host secret alone is not used");
+    only_host.disconnect().unwrap();
+    o.dhchap_ctrl_secret = Some(secret);
+    let err = Controller::connect(target.addr, SUBNQN, o).unwrap_err();
+    assert!(matches!(err, HostError::Status { command: "Authentication Send", .. }), "{err}");
+}
+
+#[test]
 fn connect_refused_names_the_address() {
     // A port nobody listens on: bind, learn the port, close.
     let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();

@@ -508,8 +508,8 @@ fn r2t_that_solicits_no_write_data_fails_the_queue() {
     }
 }
 
-/// A Connect response asking for in-band authentication (AUTHREQ: ATR, ASCR) ends the connect with one clear error
-/// before any other command is sent.
+/// A Connect response asking for in-band authentication (AUTHREQ: ATR, ASCR) that this host cannot give (no secret
+/// configured; a secure channel) ends the connect with one clear error before any other command is sent.
 #[test]
 fn a_target_that_requires_authentication_is_refused_at_connect() {
     for (atr, ascr) in [(true, false), (false, true), (true, true)] {
@@ -522,7 +522,8 @@ fn a_target_that_requires_authentication_is_refused_at_connect() {
         match Controller::connect(addr, "nqn.2024-01.io.nvmf-rs:auth", support::options(1)) {
             Err(e @ HostError::AuthenticationRequired { qid: 0, secure_channel }) => {
                 assert_eq!(secure_channel, ascr);
-                assert!(e.to_string().contains("requires in-band authentication"), "{e}");
+                let want = if ascr { "requires a secure channel" } else { "requires DH-HMAC-CHAP authentication" };
+                assert!(e.to_string().contains(want), "{e}");
             }
             other => panic!("ATR {atr} ASCR {ascr}: expected AuthenticationRequired, got {other:?}"),
         }

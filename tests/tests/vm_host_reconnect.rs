@@ -106,12 +106,6 @@ fn run(name: &str, transport: Transport, deadline: Duration, script: &str) -> Op
     Some(out)
 }
 
-fn assert_lines(out: &VmOutput, needles: &[&str]) {
-    for needle in needles {
-        assert!(out.stdout.contains(needle), "stdout lacks {needle:?}\n{}", out.report());
-    }
-}
-
 #[test]
 fn kernel_target_restarted_under_load() {
     restarted_under_load("kernel_target_restarted_under_load", Transport::Tcp);
@@ -182,26 +176,23 @@ echo "kernel host verified $r of $blocks"
 host_disconnect $NQN
 "#;
     let Some(out) = run(name, transport, Duration::from_secs(600), script) else { return };
-    assert_lines(
-        &out,
-        &[
-            "export: /dev/ublkb0\n",
-            "outage started before the writes ended: yes\n",
-            "writes completed while the target was away: 0\n",
-            "fio exit: 0\n",
-            "fio errors: 0\n",
-            "fio wrote 16384 and verified 16384 of 16384\n",
-            "read-back pass verified 16384 of 16384\n",
-            "state: live\n",
-            "reconnects: 1\n",
-            "losses logged: 1\n",
-            "reconnects logged: 1\n",
-            "namespace notice after the reconnect: yes\n",
-            "namespaces: 1,2\n",
-            "daemon exit: 0\n",
-            "kernel host verified 16384 of 16384\n",
-        ],
-    );
+    out.assert_lines(&[
+        "export: /dev/ublkb0\n",
+        "outage started before the writes ended: yes\n",
+        "writes completed while the target was away: 0\n",
+        "fio exit: 0\n",
+        "fio errors: 0\n",
+        "fio wrote 16384 and verified 16384 of 16384\n",
+        "read-back pass verified 16384 of 16384\n",
+        "state: live\n",
+        "reconnects: 1\n",
+        "losses logged: 1\n",
+        "reconnects logged: 1\n",
+        "namespace notice after the reconnect: yes\n",
+        "namespaces: 1,2\n",
+        "daemon exit: 0\n",
+        "kernel host verified 16384 of 16384\n",
+    ]);
 }
 
 #[test]
@@ -236,17 +227,14 @@ echo "device after exit: $(test -e "$dev" && echo present || echo removed)"
     else {
         return;
     };
-    assert_lines(
-        &out,
-        &[
-            "export: /dev/ublkb0\n",
-            "fio ended: with an error\n",
-            "fio saw EIO: yes\n",
-            "state: failed\n",
-            "gave up logged: 1\n",
-            "read after the loss: EIO\n",
-            "daemon exit: 0\n",
-            "device after exit: removed\n",
-        ],
-    );
+    out.assert_lines(&[
+        "export: /dev/ublkb0\n",
+        "fio ended: with an error\n",
+        "fio saw EIO: yes\n",
+        "state: failed\n",
+        "gave up logged: 1\n",
+        "read after the loss: EIO\n",
+        "daemon exit: 0\n",
+        "device after exit: removed\n",
+    ]);
 }

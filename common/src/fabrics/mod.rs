@@ -1,7 +1,9 @@
 //! NVMe over Fabrics commands and structures (NVMe-oF 1.1): Connect and its 1024-byte data, Property
-//! Get/Set with the controller properties, Disconnect, NQN validation and the discovery log.
+//! Get/Set with the controller properties, Disconnect, NQN validation, the discovery log, and in-band
+//! authentication (DH-HMAC-CHAP, [`auth`]).
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod connect;
 pub mod disconnect;
 pub mod discovery;

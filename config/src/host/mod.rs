@@ -6,7 +6,8 @@
 //! The file's sections: `[host]` (identity overrides, state directory, control socket), `[metrics]`, `[logging]`
 //! (as the target's), `[[controller]]` (one NVMe-oF controller to keep connected, nvme-cli's connect options) and
 //! `[[controller.export]]` (a namespace of it served as a block device). `config/examples/host.toml` documents
-//! every key. Runs on the control plane at start-up; it reads one file and never blocks on anything else.
+//! every key. Runs on the control plane at start-up; it reads the file (and the secret files it names, which must
+//! not be readable by group or others) and never blocks on anything else.
 
 mod schema;
 #[cfg(test)]
@@ -17,6 +18,8 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use nvmf_common::fabrics::auth::secret::DhchapSecret;
 
 use crate::error::ConfigError;
 use crate::target::{place, read_file, syntax_error, LoggingConfig, MetricsConfig, Transport};
@@ -86,6 +89,11 @@ pub struct ControllerConfig {
     pub disable_sqflow: bool,
     /// The network interface the connections leave through (`--host-iface`; NVMe/TCP only). Default: the route's.
     pub host_iface: Option<String>,
+    /// The host's DH-HMAC-CHAP secret (`dhchap_secret`, or read from `dhchap_secret_file`). Default none.
+    pub dhchap_secret: Option<DhchapSecret>,
+    /// The controller's DH-HMAC-CHAP secret for bidirectional authentication (`dhchap_ctrl_secret` or
+    /// `dhchap_ctrl_secret_file`; needs the host's). Default none.
+    pub dhchap_ctrl_secret: Option<DhchapSecret>,
     /// `[[controller.export]]`: namespaces served as block devices (NSIDs unique).
     pub exports: Vec<ExportConfig>,
 }

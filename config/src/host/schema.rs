@@ -64,6 +64,14 @@ pub(crate) struct RawController {
     pub disable_sqflow: Option<bool>,
     #[serde(default)]
     pub host_iface: Option<String>,
+    #[serde(default)]
+    pub dhchap_secret: Option<RawSecret>,
+    #[serde(default)]
+    pub dhchap_secret_file: Option<String>,
+    #[serde(default)]
+    pub dhchap_ctrl_secret: Option<RawSecret>,
+    #[serde(default)]
+    pub dhchap_ctrl_secret_file: Option<String>,
     #[serde(default, rename = "export")]
     pub exports: Vec<RawExport>,
 }
@@ -77,4 +85,15 @@ pub(crate) struct RawExport {
     pub nbd: Option<String>,
     #[serde(default)]
     pub ublk: Option<bool>,
+}
+
+/// A secret as written in the file: `Debug` shows no part of it.
+#[derive(Clone, Default, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct RawSecret(pub String);
+
+impl std::fmt::Debug for RawSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<secret>")
+    }
 }

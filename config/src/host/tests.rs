@@ -19,7 +19,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("unknown_section", "[hosts]\n",
         "h.toml:1:2: hosts: unknown field `hosts`, expected one of `host`, `metrics`, `logging`, `controller`"),
     ("unknown_key", "@@queue_depth = 3\n",
-        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `hdr_digest`, `data_digest`, `disable_sqflow`, `host_iface`, `export`"),
+        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `hdr_digest`, `data_digest`, `disable_sqflow`, `host_iface`, `dhchap_secret`, `dhchap_secret_file`, `dhchap_ctrl_secret`, `dhchap_ctrl_secret_file`, `export`"),
     ("missing_nqn", "[[controller]]\naddress = \"::1\"\n",
         "h.toml:1:1: controller[0]: missing field `nqn`"),
     ("bad_transport", "@@transport = \"fc\"\n",
@@ -68,6 +68,18 @@ const CASES: &[(&str, &str, &str)] = &[
         "h.toml:5:14: controller[0].host_iface: an interface for an NVMe/RDMA controller; allowed: host_iface on NVMe/TCP controllers only (for RDMA the address's route picks the device)"),
     ("host_iface_tcp", "@@host_iface = \"eth1\"\n",
         "accepted"),
+    ("dhchap_secret", "@@dhchap_secret = \"DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\"\n",
+        "accepted"),
+    ("dhchap_secret_crc", "@@dhchap_secret = \"DHHC-1:00:AAEDAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\"\n",
+        "h.toml:4:17: controller[0].dhchap_secret: the key's CRC-32 does not match (stored 0x91267e8a, computed 0xad469d82): the secret was mistyped or cut; allowed: a secret as `nvmf-host gen-dhchap-key` (or `nvme gen-dhchap-key`) prints it: \"DHHC-1:00:<base64>:\""),
+    ("dhchap_secret_prefix", "@@dhchap_ctrl_secret = \"secret\"\n",
+        "h.toml:4:22: controller[0].dhchap_ctrl_secret: a DH-HMAC-CHAP secret starts with \"DHHC-1:\"; allowed: a secret as `nvmf-host gen-dhchap-key` (or `nvme gen-dhchap-key`) prints it: \"DHHC-1:00:<base64>:\""),
+    ("dhchap_both", "@@dhchap_secret = \"x\"\ndhchap_secret_file = \"/x\"\n",
+        "h.toml:5:22: controller[0].dhchap_secret_file: both dhchap_secret and dhchap_secret_file are set; allowed: one of them"),
+    ("dhchap_ctrl_alone", "@@dhchap_ctrl_secret = \"DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\"\n",
+        "h.toml:4:22: controller[0].dhchap_ctrl_secret: a controller secret without the host's; allowed: dhchap_secret (or dhchap_secret_file) as well: the controller is authenticated in the host's transaction"),
+    ("dhchap_missing_file", "@@dhchap_secret_file = \"/nonexistent/host.key\"\n",
+        "h.toml:4:22: controller[0].dhchap_secret_file: cannot read /nonexistent/host.key: No such file or directory (os error 2); allowed: a file holding the secret"),
     ("digest_type", "@@hdr_digest = 1\n",
         "h.toml:4:14: controller[0].hdr_digest: invalid type: integer `1`, expected a boolean"),
     ("export_nsid", "@@[[controller.export]]\nnsid = 0\nnbd = \"unix:/run/a.sock\"\n",
@@ -181,4 +193,23 @@ fn the_example_parses() {
     assert_eq!(config.metrics.listen, Some(SUGGESTED_METRICS_LISTEN.parse().unwrap()));
     assert!(!config.controllers.is_empty());
     assert!(config.controllers.iter().any(|c| !c.exports.is_empty()));
+}
+
+#[test]
+fn secret_files_must_be_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("host.key");
+    std::fs::write(&key, "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\n").unwrap();
+    let path = dir.path().join("host.toml");
+    std::fs::write(&path, format!("{BASE}dhchap_secret_file = \"host.key\"\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let err = HostConfig::from_file(&path).unwrap_err().to_string();
+    assert!(err.contains("controller[0].dhchap_secret_file: "), "{err}");
+    assert!(err.ends_with("host.key is readable by its group or others (mode 0640); allowed: a file only its owner can read: chmod 600"), "{err}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = HostConfig::from_file(&path).unwrap();
+    let secret = config.controllers[0].dhchap_secret.as_ref().unwrap();
+    assert_eq!((secret.hmac(), secret.len()), (None, 32));
+    assert_eq!(config.controllers[0].dhchap_ctrl_secret, None);
 }

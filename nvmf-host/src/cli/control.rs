@@ -10,7 +10,9 @@ use nvmf_service::control::LogLevelRequest;
 
 use super::{CliError, OutputFormat};
 use crate::daemon::control::request;
-use crate::daemon::protocol::{ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget};
+use crate::daemon::protocol::{
+    ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget, SecretText,
+};
 use crate::daemon::reload::ReloadError;
 use crate::endpoint::Endpoint;
 
@@ -72,6 +74,13 @@ pub struct ConnectOptionArgs {
     /// Ask the controller to disable SQ flow control (`connect-all` also does for entries whose TREQ allows it).
     #[arg(short = 'd', long = "disable-sqflow")]
     pub disable_sqflow: bool,
+    /// DH-HMAC-CHAP host secret (`DHHC-1:…`, as `nvmf-host gen-dhchap-key` or nvme-cli prints it): answers a
+    /// controller that asks for in-band authentication, on every queue.
+    #[arg(short = 'S', long = "dhchap-secret", value_name = "SECRET")]
+    pub dhchap_secret: Option<String>,
+    /// DH-HMAC-CHAP controller secret: the host authenticates the controller too (bidirectional); needs -S.
+    #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "SECRET")]
+    pub dhchap_ctrl_secret: Option<String>,
 }
 
 impl ConnectOptionArgs {
@@ -91,6 +100,8 @@ impl ConnectOptionArgs {
             hdr_digest: self.hdr_digest || d.hdr_digest,
             data_digest: self.data_digest || d.data_digest,
             disable_sqflow: self.disable_sqflow || d.disable_sqflow,
+            dhchap_secret: self.dhchap_secret.or(d.dhchap_secret),
+            dhchap_ctrl_secret: self.dhchap_ctrl_secret.or(d.dhchap_ctrl_secret),
         }
     }
 }
@@ -212,6 +223,8 @@ pub(super) fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> R
         ublk: false,
         export_nsid: None,
         duplicate_connect: false,
+        dhchap_secret: o.dhchap_secret.as_deref().map(SecretText::from),
+        dhchap_ctrl_secret: o.dhchap_ctrl_secret.as_deref().map(SecretText::from),
     })
 }
 

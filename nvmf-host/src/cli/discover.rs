@@ -8,7 +8,7 @@ use nvmf_common::fabrics::discovery::{
 };
 use serde_json::{json, Value};
 
-use super::{connect_options, CliError, OutputFormat};
+use super::{connect_options, CliError, DhchapArgs, OutputFormat};
 use crate::discovery::{DiscoveryLog, DiscoveryRecord};
 use crate::endpoint::Endpoint;
 
@@ -24,6 +24,9 @@ pub struct DiscoverArgs {
     /// Output format.
     #[arg(short = 'o', long = "output-format", value_enum, default_value = "normal")]
     pub output_format: OutputFormat,
+    /// DH-HMAC-CHAP secrets, for a discovery controller that asks for authentication.
+    #[command(flatten)]
+    pub dhchap: DhchapArgs,
 }
 
 /// Run `nvmf-host discover`.
@@ -31,6 +34,7 @@ pub fn run(a: &DiscoverArgs, out: &mut dyn std::io::Write) -> Result<(), CliErro
     let addr = a.endpoint.resolve()?;
     let mut options = connect_options(a.hostnqn.as_ref());
     options.transport = a.endpoint.transport;
+    a.dhchap.apply(&mut options)?;
     let log = crate::discovery::discover(addr, options)?;
     match a.output_format {
         OutputFormat::Normal => write_discovery_log(&log, out)?,

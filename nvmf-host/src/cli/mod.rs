@@ -1,9 +1,9 @@
 //! The `nvmf-host` command line: clap definitions with nvme-cli's option names and the dispatch ([`run`]); each
 //! command in its file, run on the caller's thread with output to stdout: [`perf`], [`discover`], [`nbd`],
 //! `ublk`, the daemon's commands in [`control`] (`run`, `connect`, `connect-all`, `disconnect`,
-//! `disconnect-all`, `list`, `reload`), [`doctor`], and nvme-cli's inspection commands in [`inspect`] (`id-ctrl`,
-//! `id-ns`, `list-ns`, `smart-log`, `error-log`, `get-log`, `ns-rescan`, `list-subsys`). The CLI calls the daemon
-//! (its control protocol, `run`), never the other way round.
+//! `disconnect-all`, `list`, `reload`), [`doctor`], [`gen_dhchap_key`], and nvme-cli's inspection commands in
+//! [`inspect`] (`id-ctrl`, `id-ns`, `list-ns`, `smart-log`, `error-log`, `get-log`, `ns-rescan`, `list-subsys`). The
+//! CLI calls the daemon (its control protocol, `run`), never the other way round.
 //!
 //! Every command takes `-t tcp` or `-t rdma` ([`Transport`]); the address is an IP address on both.
 
@@ -11,6 +11,7 @@ pub mod control;
 pub mod discover;
 pub mod discovery_conf;
 pub mod doctor;
+pub mod gen_dhchap_key;
 pub mod inspect;
 pub mod nbd;
 pub mod perf;
@@ -18,6 +19,7 @@ pub mod perf;
 pub mod ublk;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use nvmf_common::fabrics::auth::secret::DhchapSecret;
 
 use crate::controller::ConnectOptions;
 use crate::endpoint::{Endpoint, ResolveError};
@@ -103,6 +105,9 @@ pub enum Command {
     LogLevel(control::LogLevelArgs),
     /// Print a host NQN for /etc/nvme/hostnqn, as nvme-cli does: the machine's UUID form, else a random one.
     GenHostnqn,
+    /// Print a new DH-HMAC-CHAP secret (`DHHC-1:…`) for --dhchap-secret and nvmet's dhchap_key, as
+    /// `nvme gen-dhchap-key` does.
+    GenDhchapKey(gen_dhchap_key::GenDhchapKeyArgs),
     /// Print the host NQN every command uses: /etc/nvme/hostnqn, else derived from the machine's UUID, else the
     /// one generated once for this user.
     ShowHostnqn,
@@ -171,6 +176,33 @@ fn connect_options(hostnqn: Option<&String>) -> ConnectOptions {
     o
 }
 
+/// `-S/--dhchap-secret` and `-C/--dhchap-ctrl-secret` of the commands that connect on their own (`discover`, the
+/// inspection commands), as nvme-cli spells them.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DhchapArgs {
+    /// DH-HMAC-CHAP host secret (`DHHC-1:…`), for a controller that asks for authentication.
+    #[arg(short = 'S', long = "dhchap-secret", value_name = "SECRET")]
+    pub dhchap_secret: Option<String>,
+    /// DH-HMAC-CHAP controller secret: authenticate the controller too; needs -S.
+    #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "SECRET")]
+    pub dhchap_ctrl_secret: Option<String>,
+}
+
+impl DhchapArgs {
+    /// Put the secrets given into `options`.
+    fn apply(&self, options: &mut ConnectOptions) -> Result<(), CliError> {
+        options.dhchap_secret = parse_secret(self.dhchap_secret.as_deref(), "--dhchap-secret")?;
+        options.dhchap_ctrl_secret = parse_secret(self.dhchap_ctrl_secret.as_deref(), "--dhchap-ctrl-secret")?;
+        Ok(())
+    }
+}
+
+/// A DH-HMAC-CHAP secret given as option `flag`; a bad one is an error naming the flag and what is wrong (never the
+/// text).
+fn parse_secret(text: Option<&str>, flag: &str) -> Result<Option<DhchapSecret>, CliError> {
+    text.map(|t| t.parse().map_err(|e| CliError::Options(format!("{flag}: {e}")))).transpose()
+}
+
 /// Run a parsed command line, writing to `out`.
 pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     match &cli.command {
@@ -196,6 +228,7 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
             )?;
             Ok(())
         }
+        Command::GenDhchapKey(a) => gen_dhchap_key::run(a, out),
         Command::ShowHostnqn => {
             writeln!(out, "{}", crate::identity::HostIdentity::from_system().hostnqn)?;
             Ok(())

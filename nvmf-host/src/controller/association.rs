@@ -20,6 +20,7 @@ use nvmf_common::nvme::features::{NumberOfQueues, SetFeatures};
 use nvmf_common::nvme::identify::{cns, Identify, IdentifyController, IDENTIFY_DATA_SIZE};
 use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, SubmissionQueueEntry};
 
+use super::authentication::authenticate;
 use super::events::MAX_AERS;
 use super::options::{ConnectOptions, Transport};
 use crate::error::HostError;
@@ -140,21 +141,16 @@ pub(super) fn connect_request<T>(
     Ok(Request { sqe, data, direction: DataDirection::HostToController, context })
 }
 
-/// The CNTLID a Connect response grants, or the rejection. A controller that asks for authentication (AUTHREQ)
-/// would refuse every later command until it is done; without DH-HMAC-CHAP the host stops here (as Linux does
-/// when built without CONFIG_NVME_HOST_AUTH), on every queue's Connect.
-pub(super) fn connect_response(qid: u16, cqe: &CompletionQueueEntry) -> Result<u16, HostError> {
+/// What a successful Connect response says (the CNTLID and the AUTHREQ bits), or the rejection.
+pub(super) fn connect_response(qid: u16, cqe: &CompletionQueueEntry) -> Result<ConnectResponse, HostError> {
     if !cqe.status.is_success() {
         return Err(HostError::ConnectRejected { qid, status: cqe.status, dw0: cqe.dw0 });
     }
-    let response = ConnectResponse::from_dw0(cqe.dw0);
-    if response.atr || response.ascr {
-        return Err(HostError::AuthenticationRequired { qid, secure_channel: response.ascr });
-    }
-    Ok(response.cntlid)
+    Ok(ConnectResponse::from_dw0(cqe.dw0))
 }
 
-/// Fabrics Connect on a fresh queue; returns the CNTLID.
+/// Fabrics Connect on a fresh queue, then DH-HMAC-CHAP when the controller asks for it or the options hold a
+/// controller secret (see `authentication`); returns the CNTLID.
 pub(super) fn fabrics_connect(
     q: &Submitter,
     options: &ConnectOptions,
@@ -166,7 +162,12 @@ pub(super) fn fabrics_connect(
     let qid = q.qid();
     let pending = q.submit(connect_request(qid, options, subnqn, sqsize, cntlid, kato_ms, ())?)?;
     let reply = pending.wait(options.connect_timeout)?;
-    connect_response(qid, &reply.result?)
+    let response = connect_response(qid, &reply.result?)?;
+    let mut exchange = |command, sqe, direction, data| {
+        run(q, command, sqe, direction, data, options.connect_timeout).map(|reply| reply.data)
+    };
+    authenticate(qid, &response, options, subnqn, &mut exchange)?;
+    Ok(response.cntlid)
 }
 
 /// Connect queue `qid` of `depth` commands (SQSIZE) over the options' transport and start its I/O thread;

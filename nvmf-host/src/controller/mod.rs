@@ -45,13 +45,14 @@
 //! other lock.
 //!
 //! Files: `options` (how to connect), `association` (bringing one association up: the admin queue, CC.EN, Identify,
-//! the I/O queues), `supervision` (where the controller stands, keep-alive, holding I/O, reconnect; the supervisor
+//! the I/O queues), `authentication` (DH-HMAC-CHAP on each queue after its Connect), `supervision` (where the controller stands, keep-alive, holding I/O, reconnect; the supervisor
 //! thread), `events` (Asynchronous Event Requests and the namespace table), `io` (the blocking and async I/O API),
 //! `admin` (Identify and Get Log Page for callers), and this file: the [`Controller`] itself, its admin commands,
 //! connect and disconnect.
 
 mod admin;
 mod association;
+mod authentication;
 mod events;
 mod io;
 mod options;
@@ -150,6 +151,7 @@ impl Controller {
     /// up (see the module docs). A failure here is returned as is: reconnecting starts only once an
     /// association was up.
     pub fn connect(addr: SocketAddr, subnqn: &str, options: ConnectOptions) -> Result<Self, HostError> {
+        options.check_dhchap()?;
         let assoc = associate(addr, subnqn, &options, options.nr_io_queues)?;
         let (wake, wakes) = channel();
         let supervision = Arc::new(Supervision {
@@ -255,13 +257,21 @@ impl Controller {
     }
 
     /// Fabrics Connect of a fresh bare I/O queue (`TcpQueue` or `RdmaQueue`, owned by the caller) to this
-    /// association, SQSIZE `sqsize`: polls it on the caller's thread until the response arrives, bounded by the
-    /// connect timeout. For callers that drive bare I/O queues themselves (perf, tests).
+    /// association, SQSIZE `sqsize`, and its DH-HMAC-CHAP authentication when called for: polls it on the caller's
+    /// thread until the responses arrive, each bounded by the connect timeout. For callers that drive bare I/O queues themselves (perf, tests).
     pub fn fabrics_connect<T: Default, Q: BareQueue<T>>(&self, queue: &mut Q, sqsize: u16) -> Result<(), HostError> {
         let (qid, o) = (queue.qid(), self.options());
         let request = connect_request(qid, o, self.subnqn(), sqsize, self.cntlid(), 0, T::default())?;
         let c = execute(queue, request, o.connect_timeout)?;
-        connect_response(qid, &c.result?).map(|_| ())
+        let response = connect_response(qid, &c.result?)?;
+        let mut exchange = |command, sqe, direction, data| {
+            let c = execute(queue, Request { sqe, data, direction, context: T::default() }, o.connect_timeout)?;
+            match c.result? {
+                cqe if cqe.status.is_success() => Ok(c.data),
+                cqe => Err(HostError::Status { command, status: cqe.status }),
+            }
+        };
+        authentication::authenticate(qid, &response, o, self.subnqn(), &mut exchange)
     }
 
     /// Set Features Number of Queues for `count` I/O queue pairs; returns how many the controller grants. For

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use nvmf_common::fabrics::auth::secret::DhchapSecret;
+
 use crate::error::HostError;
 use crate::identity::HostIdentity;
 
@@ -69,6 +71,12 @@ pub struct ConnectOptions {
     /// The network interface every queue's connection leaves through (`--host-iface`; NVMe/TCP only, as in the
     /// kernel).
     pub host_iface: Option<String>,
+    /// The host's DH-HMAC-CHAP secret (`--dhchap-secret`): what the host answers a controller's challenge with, on
+    /// every queue, when the controller asks for authentication.
+    pub dhchap_secret: Option<DhchapSecret>,
+    /// The controller's DH-HMAC-CHAP secret (`--dhchap-ctrl-secret`): given, the host also authenticates the
+    /// controller (bidirectional), whether or not it asked; needs `dhchap_secret`.
+    pub dhchap_ctrl_secret: Option<DhchapSecret>,
 }
 
 impl ConnectOptions {
@@ -81,6 +89,20 @@ impl ConnectOptions {
             }),
             _ => Ok(()),
         }
+    }
+}
+
+impl ConnectOptions {
+    /// A controller secret authenticates the controller in a transaction the host secret opens: alone it is an
+    /// error, as the kernel makes it.
+    pub fn check_dhchap(&self) -> Result<(), HostError> {
+        if self.dhchap_ctrl_secret.is_some() && self.dhchap_secret.is_none() {
+            return Err(HostError::InvalidRequest(
+                "a DH-HMAC-CHAP controller secret (--dhchap-ctrl-secret) needs the host secret too (--dhchap-secret)"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -104,6 +126,8 @@ impl Default for ConnectOptions {
             ctrl_loss_tmo: Some(Duration::from_secs(600)),
             fast_io_fail_tmo: None,
             host_iface: None,
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
         }
     }
 }

@@ -64,6 +64,8 @@ fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> Connect
         ctrl_loss_tmo: c.ctrl_loss_tmo,
         fast_io_fail_tmo: c.fast_io_fail_tmo,
         host_iface: c.host_iface.clone(),
+        dhchap_secret: c.dhchap_secret.clone(),
+        dhchap_ctrl_secret: c.dhchap_ctrl_secret.clone(),
         ..ConnectOptions::default()
     }
 }
@@ -116,7 +118,14 @@ pub(crate) fn apply_connect_params(options: &mut ConnectOptions, p: &ConnectPara
     if p.host_iface.is_some() {
         options.host_iface.clone_from(&p.host_iface);
     }
-    options.check_host_iface().map_err(|e| e.to_string())
+    // The secret never goes into the message: a parse error says what is wrong with it, not what it is.
+    if let Some(text) = &p.dhchap_secret {
+        options.dhchap_secret = Some(text.expose().parse().map_err(|e| format!("--dhchap-secret: {e}"))?);
+    }
+    if let Some(text) = &p.dhchap_ctrl_secret {
+        options.dhchap_ctrl_secret = Some(text.expose().parse().map_err(|e| format!("--dhchap-ctrl-secret: {e}"))?);
+    }
+    options.check_host_iface().and_then(|()| options.check_dhchap()).map_err(|e| e.to_string())
 }
 
 pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) -> Result<Params, String> {
@@ -182,5 +191,23 @@ mod tests {
         }
         let err = params_from_request(&request("fc"), &identity()).unwrap_err();
         assert!(err.contains("unknown transport \"fc\""), "{err}");
+    }
+
+    #[test]
+    fn dhchap_secrets_travel_to_the_options_and_never_into_debug() {
+        let secret = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+        let mut r = request("tcp");
+        r.dhchap_secret = Some(secret.into());
+        assert!(!format!("{r:?}").contains("AAEC"), "{r:?}");
+        let p = params_from_request(&r, &identity()).unwrap();
+        assert_eq!(p.options.dhchap_secret.as_ref().map(|s| s.len()), Some(32));
+        assert!(!format!("{:?}", p.options).contains("AAEC"));
+        r.dhchap_secret = None;
+        r.dhchap_ctrl_secret = Some(secret.into());
+        let e = params_from_request(&r, &identity()).unwrap_err();
+        assert!(e.contains("needs the host secret too"), "{e}");
+        r.dhchap_secret = Some("DHHC-1:00:AAAA:".into());
+        let e = params_from_request(&r, &identity()).unwrap_err();
+        assert_eq!(e, "--dhchap-secret: the key field holds 3 bytes; a secret of 32, 48 or 64 bytes and its 4-byte CRC-32 are 36, 52 or 68");
     }
 }

@@ -89,6 +89,38 @@ pub struct ConnectParams {
     /// the same address (nvme-cli refuses that by default too).
     #[serde(default)]
     pub duplicate_connect: bool,
+    /// `--dhchap-secret`: the host's DH-HMAC-CHAP secret (`DHHC-1:…`).
+    #[serde(default)]
+    pub dhchap_secret: Option<SecretText>,
+    /// `--dhchap-ctrl-secret`: the controller's DH-HMAC-CHAP secret, for bidirectional authentication.
+    #[serde(default)]
+    pub dhchap_ctrl_secret: Option<SecretText>,
+}
+
+/// A secret on its way to the daemon (the control socket is the daemon user's and root's only): serialized as the
+/// plain string, wiped when dropped, and shown by `Debug` as `<secret>`, so a request in a log line or an error
+/// carries no key.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretText(pub zeroize::Zeroizing<String>);
+
+impl SecretText {
+    /// The secret text.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for SecretText {
+    fn from(text: &str) -> Self {
+        SecretText(zeroize::Zeroizing::new(text.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<secret>")
+    }
 }
 
 /// Which controllers `disconnect` ends.

@@ -324,6 +324,8 @@ mod tests {
             ublk: false,
             export_nsid: None,
             duplicate_connect: false,
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
         };
         let allowed = entry_request(&asked, &record(TransportType::Rdma, treq::NOT_REQUIRED | treq::DISABLE_SQFLOW));
         assert!(allowed.disable_sqflow);

@@ -90,6 +90,8 @@ pub fn options(nr_io_queues: u16) -> ConnectOptions {
         ctrl_loss_tmo: Some(Duration::from_secs(10)),
         fast_io_fail_tmo: None,
         host_iface: None,
+        dhchap_secret: None,
+        dhchap_ctrl_secret: None,
     }
 }
 

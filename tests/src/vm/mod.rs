@@ -107,6 +107,14 @@ impl VmOutput {
         assert!(self.success(), "{}", self.report());
     }
 
+    /// Panics with everything the run produced unless its stdout holds every one of `needles`.
+    #[track_caller]
+    pub fn assert_lines(&self, needles: &[&str]) {
+        for needle in needles {
+            assert!(self.stdout.contains(needle), "stdout lacks {needle:?}\n{}", self.report());
+        }
+    }
+
     /// A human-readable account of the run: status, times, stdout, stderr, console tail.
     pub fn report(&self) -> String {
         let status = match self.status {

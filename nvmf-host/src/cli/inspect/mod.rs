@@ -13,7 +13,7 @@ pub mod text;
 
 use clap::Args;
 
-use super::{connect_options, CliError, OutputFormat};
+use super::{connect_options, CliError, DhchapArgs, OutputFormat};
 use crate::controller::Controller;
 use crate::endpoint::Endpoint;
 
@@ -29,6 +29,9 @@ pub struct ControllerArgs {
     /// Host NQN (default: /etc/nvme/hostnqn or generated).
     #[arg(short = 'q', long = "hostnqn")]
     pub hostnqn: Option<String>,
+    /// DH-HMAC-CHAP secrets, for a controller that asks for authentication.
+    #[command(flatten)]
+    pub dhchap: DhchapArgs,
 }
 
 /// `-o/--output-format`.
@@ -46,6 +49,7 @@ impl ControllerArgs {
         let mut options = connect_options(self.hostnqn.as_ref());
         options.transport = self.endpoint.transport;
         options.nr_io_queues = 0;
+        self.dhchap.apply(&mut options)?;
         let ctrl = Controller::connect(addr, &self.nqn, options)?;
         let result = f(&ctrl);
         let closed = ctrl.disconnect();

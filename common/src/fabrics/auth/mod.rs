@@ -1,0 +1,32 @@
+//! In-band authentication with DH-HMAC-CHAP (NVMe Base 2.0 §8.13, NVMe-oF 1.1 §6.3): what the host and the
+//! controller share, so that both sides of the transaction are built from the same parts.
+//!
+//! - [`secret`]: the `DHHC-1:<hmac>:<base64 key + CRC-32>:` representation (nvme-cli's `gen-dhchap-key`, the
+//!   kernel's `dhchap_key`) and the secret's transformation with an NQN;
+//! - [`hash`]: the hash functions (SHA-256/384/512) and their HMAC;
+//! - [`dh`] (with the RFC 7919 groups in `ffdhe`): the NULL group and ffdhe2048..8192, ephemeral key pairs and
+//!   the shared secret;
+//! - [`response`]: the response values (the host's `HostHost` one, the controller's `Controller` one) and the
+//!   augmented challenge, computed and verified as the Linux host and nvmet do;
+//! - [`message`]: AUTH_Negotiate, DH-HMAC-CHAP_Challenge, _Reply, _Success1, _Success2, AUTH_Failure1/2;
+//! - [`command`]: the Authentication Send and Receive fabrics commands that carry them;
+//! - [`host`]: the host's side of one transaction as a state machine without I/O ([`host::HostTransaction`]).
+//!
+//! Secrets and everything derived from them (transformed keys, DH private exponents, session keys) live in
+//! [`zeroize::Zeroizing`] buffers, wiped when dropped; their `Debug` prints no key material. No I/O here: the
+//! caller sends and receives the messages (the host over its queue, a target in its controller).
+#![forbid(unsafe_code)]
+
+pub mod command;
+pub mod dh;
+mod error;
+mod ffdhe;
+pub mod hash;
+pub mod host;
+pub mod message;
+mod random;
+pub mod response;
+pub mod secret;
+
+pub use error::{AuthError, FailureReason};
+pub use random::{OsRandom, RandomSource, SequenceNumbers};
