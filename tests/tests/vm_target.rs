@@ -135,7 +135,9 @@ echo "size: $(blockdev --getsize64 $dev) logical-block: $(blockdev --getss $dev)
 nvme list-subsys | tee /tmp/list-subsys.txt
 grep -q "{NQN}" /tmp/list-subsys.txt
 
-# SMART: exactly 8 writes of 128 KiB on this controller; reads include the partition scan.
+# SMART: the subsystem's totals, every association's as nvmet reports its devices': the 3 x 4 writes of 64 KiB above
+# and 8 of 128 KiB here make 20 writes and 1.75 MiB (3584 sectors: 4 data units, thousands rounded up); reads include
+# the partition scans.
 dd if=/dev/urandom of=$dev bs=128k count=8 oflag=direct status=none
 dd if=$dev of=/dev/null bs=128k count=8 iflag=direct status=none
 nvme smart-log /dev/$ctrl -o json | jq -r '"smart host_write_commands=\(.host_write_commands) data_units_written=\(.data_units_written) reads_at_least_8=\(.host_read_commands >= 8) critical_warning=\(.critical_warning) avail_spare=\(.avail_spare)"'
@@ -220,10 +222,10 @@ echo "basics: ok"
     assert_stdout_has(&out, "size: 67108864 logical-block: 4096");
     assert_stdout_has(&out, "tcp traddr=127.0.0.1,trsvcid=4420");
     assert_stdout_has(&out, "live");
-    // 8 × 128 KiB = 1 MiB written = ceil(2048 / 1000) data units.
+    // The subsystem's totals: 12 writes of 64 KiB and 8 of 128 KiB, 3584 sectors = ceil(3584 / 1000) data units.
     assert_stdout_has(
         &out,
-        "smart host_write_commands=8 data_units_written=3 reads_at_least_8=true critical_warning=0 avail_spare=100",
+        "smart host_write_commands=20 data_units_written=4 reads_at_least_8=true critical_warning=0 avail_spare=100",
     );
     // CSUPP; Write also LBCC (logical block content change).
     assert_stdout_has(&out, "effects: admin-identify=00000001 io-write=00000003 io-read=00000001");
