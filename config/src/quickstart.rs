@@ -8,15 +8,19 @@
 //! ```
 //!
 //! - `--listen URL` (repeatable): `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]`, IPv6 in brackets, port default
-//!   4420. Without it: [`DEFAULT_LISTEN`].
+//!   4420, then optionally `,ana-state=STATE` (every ANA group's state on the listener: the file's `ana_state`).
+//!   Without it: [`DEFAULT_LISTEN`].
 //! - `--namespace SPEC` (repeatable; NSIDs 1, 2, … in order): `PATH`, `memory:SIZE` or `null:SIZE` (sizes as in
 //!   [`crate::size`]), then optionally `,uuid=UUID`, `,nguid=HEX32`, `,eui64=HEX16`, `,block-size=512|4096`,
-//!   `,buffered-io=true|false` (a path through the page cache instead of O_DIRECT: the file's `buffered_io`).
+//!   `,buffered-io=true|false` (a path through the page cache instead of O_DIRECT: the file's `buffered_io`),
+//!   `,ana-group=1..128` (the namespace's ANA group: the file's `ana_group`).
 //!   Identifiers not given are derived from the NQN and NSID ([`crate::ids`]), so they survive restarts. A path
 //!   that itself starts with `memory:` or `null:` or holds a comma needs a configuration file (or `./memory:…`).
 //!   Without any: [`DEFAULT_NAMESPACE`].
 //! - `--nqn NQN`: the one subsystem's NQN, default [`DEFAULT_NQN`].
 //! - `--allow-host NQN` (repeatable): only these hosts may connect; without it any host may.
+//! - `--cntlid-range MIN-MAX`: the controller IDs the subsystem hands out (the file's `cntlid_min`, `cntlid_max`),
+//!   so that two targets exporting the same subsystem to one host's multipath give distinct IDs.
 //! - `--metrics ADDR:PORT`: serve Prometheus metrics there.
 //!
 //! Each missing flag takes its default independently, so with no flags at all the target exports a 1 GiB memory
@@ -26,12 +30,14 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
+use nvmf_common::nvme::log_page::AnaState;
+
 use crate::error::{ConfigError, KeySegment, Problem, ValueError};
 use crate::ids::{self, Eui64, Nguid, Uuid};
 use crate::size::{format_size, parse_size};
 use crate::target::{
     available_cpus, validate, NamespaceBackend, RawListener, RawMetrics, RawNamespace, RawSize, RawSubsystem,
-    RawTargetConfig, TargetConfig, Transport, DEFAULT_PORT,
+    RawTargetConfig, TargetConfig, Transport, ANA_STATE_ALLOWED, DEFAULT_PORT, MAX_ANA_GROUP,
 };
 
 /// The subsystem NQN when `--nqn` is absent.
@@ -43,17 +49,20 @@ pub const DEFAULT_NAMESPACE: &str = "memory:1GiB";
 
 const LISTEN_ALLOWED: &str =
     "tcp://ADDRESS[:PORT] or rdma://ADDRESS[:PORT], IPv6 in brackets, e.g. tcp://0.0.0.0:4420 or tcp://[::1]:4420";
-const OPTIONS_ALLOWED: &str =
-    "options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false";
+const OPTIONS_ALLOWED: &str = "options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, \
+     buffered-io=true|false, ana-group=1..128";
+const LISTEN_OPTIONS_ALLOWED: &str = "option ana-state=optimized|non-optimized|inaccessible|persistent-loss|change";
+const CNTLID_RANGE_ALLOWED: &str = "MIN-MAX, two controller IDs in 1..=65519, MIN <= MAX, e.g. 1-32";
 
 /// The quick-start flags, as given (clap `Args`: flatten into the binary's command line).
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct QuickStart {
-    /// Listen on tcp://ADDR:PORT or rdma://ADDR:PORT (repeatable) [default: tcp://127.0.0.1:4420]
+    /// Listen on tcp://ADDR:PORT or rdma://ADDR:PORT, optionally followed by ,ana-state=STATE (repeatable)
+    /// [default: tcp://127.0.0.1:4420]
     #[arg(long = "listen", value_name = "URL")]
     pub listen: Vec<String>,
     /// Export PATH, memory:SIZE or null:SIZE, optionally followed by ,uuid=UUID ,nguid=HEX ,eui64=HEX
-    /// ,block-size=512|4096 ,buffered-io=true|false (repeatable; NSIDs in order) [default: memory:1GiB]
+    /// ,block-size=512|4096 ,buffered-io=true|false ,ana-group=N (repeatable; NSIDs in order) [default: memory:1GiB]
     #[arg(long = "namespace", value_name = "SPEC")]
     pub namespaces: Vec<String>,
     /// Subsystem NQN [default: nqn.2024-01.io.nvmf-rs:default]
@@ -65,6 +74,9 @@ pub struct QuickStart {
     /// Serve Prometheus metrics on ADDR:PORT
     #[arg(long = "metrics", value_name = "ADDR:PORT")]
     pub metrics: Option<String>,
+    /// Hand out controller IDs MIN..=MAX only [default: 1-65519]
+    #[arg(long = "cntlid-range", value_name = "MIN-MAX")]
+    pub cntlid_range: Option<String>,
 }
 
 impl QuickStart {
@@ -85,11 +97,17 @@ impl QuickStart {
                 transport: Some(spec.transport),
                 address: spec.address.ip().to_string(),
                 port: Some(i64::from(spec.address.port())),
+                ana_state: spec.ana_state.map(|state| state.name().to_owned()),
                 ..RawListener::default()
             });
         }
         let mut subsystem =
             RawSubsystem { nqn: nqn.to_owned(), hosts: self.allow_hosts.clone(), ..RawSubsystem::default() };
+        if let Some(text) = &self.cntlid_range {
+            let (min, max) = parse_cntlid_range(text).map_err(|error| flag_error("--cntlid-range", text, error))?;
+            subsystem.cntlid_min = Some(i64::from(min));
+            subsystem.cntlid_max = Some(i64::from(max));
+        }
         for text in &namespaces {
             let spec = NamespaceSpec::parse(text).map_err(|error| flag_error("--namespace", text, error))?;
             subsystem.namespaces.push(spec.to_raw());
@@ -131,12 +149,27 @@ impl QuickStart {
             (Some("listener"), _) => ("--listen", pick(listen, index(1))),
             (Some("subsystem"), Some("namespace")) => ("--namespace", pick(namespaces, index(3))),
             (Some("subsystem"), Some("hosts")) => ("--allow-host", pick(&self.allow_hosts, index(3))),
+            (Some("subsystem"), Some("cntlid_min" | "cntlid_max")) => {
+                ("--cntlid-range", self.cntlid_range.clone().unwrap_or_default())
+            }
             (Some("subsystem"), _) => ("--nqn", nqn.to_owned()),
             (Some("metrics"), _) => ("--metrics", self.metrics.clone().unwrap_or_default()),
             _ => ("(quick start)", problem.key.to_string()),
         };
         ConfigError::Flag { flag, value, problem: problem.problem, allowed: problem.allowed }
     }
+}
+
+/// Parse `--cntlid-range`: `MIN-MAX`, both in 1..=0xFFEF, MIN <= MAX.
+fn parse_cntlid_range(text: &str) -> Result<(u16, u16), ValueError> {
+    let bad = || ValueError::new(format!("{text:?} is not a controller ID range"), CNTLID_RANGE_ALLOWED);
+    let (min, max) = text.split_once('-').ok_or_else(bad)?;
+    let id = |t: &str| t.trim().parse::<u16>().ok().filter(|id| (1..=0xFFEF).contains(id)).ok_or_else(bad);
+    let (min, max) = (id(min)?, id(max)?);
+    if min > max {
+        return Err(bad());
+    }
+    Ok((min, max))
 }
 
 fn flag_error(flag: &'static str, value: &str, error: ValueError) -> ConfigError {
@@ -150,11 +183,35 @@ pub struct ListenSpec {
     pub transport: Transport,
     /// Address and port (default 4420).
     pub address: SocketAddr,
+    /// `ana-state=`: every ANA group's state on the listener (optimized when absent).
+    pub ana_state: Option<AnaState>,
 }
 
 impl ListenSpec {
-    /// Parse `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]` (IPv6 in brackets).
+    /// Parse `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]` (IPv6 in brackets), then `,ana-state=STATE`.
     pub fn parse(text: &str) -> Result<Self, ValueError> {
+        let mut parts = text.split(',');
+        let url = parts.next().unwrap_or_default();
+        let mut ana_state = None;
+        for option in parts {
+            match option.split_once('=') {
+                Some(("ana-state", _)) if ana_state.is_some() => {
+                    return Err(ValueError::new("option \"ana-state\" is given twice", LISTEN_OPTIONS_ALLOWED))
+                }
+                Some(("ana-state", name)) => {
+                    ana_state =
+                        Some(AnaState::from_name(name).ok_or_else(|| {
+                            ValueError::new(format!("ANA state {name:?} is unknown"), ANA_STATE_ALLOWED)
+                        })?)
+                }
+                _ => return Err(ValueError::new(format!("option {option:?} is unknown"), LISTEN_OPTIONS_ALLOWED)),
+            }
+        }
+        Ok(ListenSpec { ana_state, ..ListenSpec::parse_url(url)? })
+    }
+
+    /// Parse `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]` (IPv6 in brackets) alone.
+    pub fn parse_url(text: &str) -> Result<Self, ValueError> {
         let (scheme, rest) =
             text.split_once("://").ok_or_else(|| ValueError::new(format!("{text:?} has no scheme"), LISTEN_ALLOWED))?;
         let transport = match scheme {
@@ -196,11 +253,12 @@ impl ListenSpec {
                 .filter(|&port| port != 0)
                 .ok_or_else(|| ValueError::new(format!("port {port:?} is not 1..=65535"), LISTEN_ALLOWED))?,
         };
-        Ok(ListenSpec { transport, address: SocketAddr::new(ip, port) })
+        Ok(ListenSpec { transport, address: SocketAddr::new(ip, port), ana_state: None })
     }
 }
 
 impl fmt::Display for ListenSpec {
+    /// The URL, without options.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}://{}", self.transport, self.address)
     }
@@ -221,6 +279,8 @@ pub struct NamespaceSpec {
     pub eui64: Option<Eui64>,
     /// `buffered-io=`, true or false (false when absent; true only for a path).
     pub buffered_io: Option<bool>,
+    /// `ana-group=`, 1..=128 (1 when absent).
+    pub ana_group: Option<u32>,
 }
 
 impl NamespaceSpec {
@@ -241,8 +301,15 @@ impl NamespaceSpec {
         } else {
             NamespaceBackend::Path(backend_text.into())
         };
-        let mut spec =
-            NamespaceSpec { backend, block_size: None, uuid: None, nguid: None, eui64: None, buffered_io: None };
+        let mut spec = NamespaceSpec {
+            backend,
+            block_size: None,
+            uuid: None,
+            nguid: None,
+            eui64: None,
+            buffered_io: None,
+            ana_group: None,
+        };
         for option in parts {
             let (name, value) = option
                 .split_once('=')
@@ -274,6 +341,16 @@ impl NamespaceSpec {
                         ValueError::new(format!("buffered-io {value:?} is not a boolean"), "true or false")
                     })?)
                 }
+                "ana-group" if spec.ana_group.is_some() => return Err(duplicate()),
+                "ana-group" => {
+                    spec.ana_group = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|group| (1..=MAX_ANA_GROUP).contains(group))
+                            .ok_or_else(|| ValueError::new(format!("ANA group {value:?} is invalid"), "1..=128"))?,
+                    )
+                }
                 _ => return Err(ValueError::new(format!("option {name:?} is unknown"), OPTIONS_ALLOWED)),
             }
         }
@@ -296,6 +373,7 @@ impl NamespaceSpec {
             uuid: self.uuid.map(|uuid| uuid.to_string()),
             nguid: self.nguid.map(|nguid| nguid.to_string()),
             eui64: self.eui64.map(|eui64| eui64.to_string()),
+            ana_group: self.ana_group.map(i64::from),
         }
     }
 }
@@ -363,6 +441,8 @@ mod tests {
             "nqn.2024-01.com.example:host2",
             "--metrics",
             "127.0.0.1:9420",
+            "--cntlid-range",
+            "100-199",
         ]);
         assert!(!quick.is_empty());
         let config = quick.to_config().unwrap();
@@ -385,6 +465,37 @@ mod tests {
         assert_eq!(ns[2].uuid.to_string(), "f81d4fae-7dec-11d0-a765-00a0c91e6bf6");
         assert_eq!(ns[2].nguid.to_string(), "00112233445566778899aabbccddeeff");
         assert_eq!(config.metrics.listen, Some("127.0.0.1:9420".parse().unwrap()));
+        assert_eq!((subsystem.cntlid_min, subsystem.cntlid_max), (100, 199));
+    }
+
+    #[test]
+    fn ana_flags() {
+        let config = flags(&[
+            "--listen",
+            "tcp://127.0.0.1:4420",
+            "--listen",
+            "tcp://127.0.0.1:4421,ana-state=non-optimized",
+            "--namespace",
+            "memory:1M",
+            "--namespace",
+            "memory:1M,ana-group=2",
+        ])
+        .to_config()
+        .unwrap();
+        let states: Vec<_> = config.listeners.iter().map(|l| l.ana_state).collect();
+        assert_eq!(states, [AnaState::Optimized, AnaState::NonOptimized]);
+        let groups: Vec<_> = config.subsystems[0].namespaces.iter().map(|ns| ns.ana_group).collect();
+        assert_eq!(groups, [1, 2]);
+        assert_eq!(
+            NamespaceSpec::parse("memory:1M,ana-group=129").unwrap_err().to_string(),
+            "ANA group \"129\" is invalid; allowed: 1..=128"
+        );
+        for range in ["5", "0-3", "9-3", "1-65520", "a-b"] {
+            assert_eq!(
+                error(&["--cntlid-range", range]),
+                format!("--cntlid-range \"{range}\": \"{range}\" is not a controller ID range; allowed: {CNTLID_RANGE_ALLOWED}")
+            );
+        }
     }
 
     #[test]
@@ -406,6 +517,20 @@ mod tests {
             assert_eq!(error.allowed, LISTEN_ALLOWED);
         }
         assert_eq!(ListenSpec::parse("tcp://[::1]:4421").unwrap().to_string(), "tcp://[::1]:4421");
+        let spec = ListenSpec::parse("tcp://[::1]:4421,ana-state=inaccessible").unwrap();
+        assert_eq!((spec.to_string().as_str(), spec.ana_state), ("tcp://[::1]:4421", Some(AnaState::Inaccessible)));
+        for (text, problem, allowed) in [
+            ("tcp://1.2.3.4,ana-state=standby", "ANA state \"standby\" is unknown", ANA_STATE_ALLOWED),
+            (
+                "tcp://1.2.3.4,ana-state=change,ana-state=change",
+                "option \"ana-state\" is given twice",
+                LISTEN_OPTIONS_ALLOWED,
+            ),
+            ("tcp://1.2.3.4,x=1", "option \"x=1\" is unknown", LISTEN_OPTIONS_ALLOWED),
+        ] {
+            let error = ListenSpec::parse(text).unwrap_err();
+            assert_eq!((error.problem.as_str(), error.allowed.as_str()), (problem, allowed), "{text}");
+        }
         assert_eq!(ListenSpec::parse("rdma://10.0.0.1").unwrap().to_string(), "rdma://10.0.0.1:4420");
     }
 
@@ -415,10 +540,10 @@ mod tests {
             ("", "the namespace has no backend; allowed: PATH, memory:SIZE or null:SIZE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB"),
             ("memory", "memory needs a size; allowed: PATH, memory:SIZE or null:SIZE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB"),
             ("null:1X", "size \"1X\" has an unknown unit \"x\"; allowed: a whole number of bytes with an optional unit: K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"1GiB\""),
-            ("/f,size=1", "option \"size\" is unknown; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false"),
-            ("/f,uuid", "option \"uuid\" is not NAME=VALUE; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false"),
+            ("/f,size=1", "option \"size\" is unknown; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false, ana-group=1..128"),
+            ("/f,uuid", "option \"uuid\" is not NAME=VALUE; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false, ana-group=1..128"),
             ("/f,block-size=1024", "block size \"1024\" is not supported; allowed: 512 or 4096"),
-            ("/f,block-size=512,block-size=512", "option \"block-size\" is given twice; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false"),
+            ("/f,block-size=512,block-size=512", "option \"block-size\" is given twice; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false, ana-group=1..128"),
             ("/f,buffered-io=1", "buffered-io \"1\" is not a boolean; allowed: true or false"),
             ("/f,uuid=x", "\"x\" is not a UUID; allowed: a UUID such as \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", not all zero"),
             ("/f,nguid=1", "NGUID \"1\" is not 32 hexadecimal digits; allowed: 32 hexadecimal digits, not all zero"),

@@ -95,6 +95,7 @@ pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<Namespa
     namespace.uuid = Some(*ns.uuid.as_bytes());
     namespace.nguid = Some(*ns.nguid.as_bytes());
     namespace.eui64 = Some(*ns.eui64.as_bytes());
+    namespace.ana_group = ns.ana_group;
     Ok(namespace)
 }
 
@@ -132,6 +133,8 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         kas: limits.kas(),
         discovery_enabled: config.discovery.enabled,
         listeners: bound.discovery_entries(),
+        // Port IDs are the listeners' positions in the file, from 1 (as `BoundTransportListeners::bind` numbers them).
+        ana_states: (1..).zip(config.listeners.iter().map(|l| l.ana_state)).collect(),
         ..TargetParams::default()
     };
     let target = Target::new(target_params, subsystems)?;

@@ -1,6 +1,6 @@
 //! The nvmf-target daemon: parse the command line, load the configuration, start logging, then
-//! [`serve`](nvmf_target::serve::serve) until SIGTERM/SIGINT. `list`, `disconnect`, `reload` and `log-level` are
-//! clients of the running daemon's control socket ([`nvmf_target::control`]); `nvmf-target systemd-devices` prints
+//! [`serve`](nvmf_target::serve::serve) until SIGTERM/SIGINT. `list`, `disconnect`, `reload`, `log-level` and
+//! `ana-state` are clients of the running daemon's control socket ([`nvmf_target::control`]); `nvmf-target systemd-devices` prints
 //! the unit's device drop-in ([`nvmf_target::systemd_devices`]); `nvmf-target doctor` checks the machine for the
 //! configuration ([`nvmf_target::doctor`]).
 
@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use nvmf_config::target::NamespaceBackend;
 use nvmf_config::{QuickStart, TargetConfig};
 use nvmf_service::control::LogLevelRequest;
-use nvmf_target::control::protocol::DisconnectRequest;
+use nvmf_target::control::protocol::{AnaStateRequest, DisconnectRequest};
 use nvmf_target::control::{self, ReloadOutcome, TargetReply, TargetRequest, DEFAULT_CONTROL_SOCKET};
 use nvmf_target::serve::{serve, ServeOptions};
 
@@ -51,6 +51,9 @@ enum Command {
     Reload(ReloadArgs),
     /// Set the daemon's log filter while it runs (`debug`, `info,nvmf_target=trace`), or print it.
     LogLevel(LogLevelArgs),
+    /// Set a listener's Asymmetric Namespace Access state, of one ANA group or all; hosts connected through it
+    /// are told (ANA Change event) and their multipath moves I/O to the paths that serve it.
+    AnaState(AnaStateArgs),
     /// Print the systemd drop-in that lets nvmf-target.service open the device nodes the configuration names,
     /// and no others (for /etc/systemd/system/nvmf-target.service.d/devices.conf).
     SystemdDevices(SystemdDevicesArgs),
@@ -131,6 +134,21 @@ struct LogLevelArgs {
 }
 
 #[derive(Debug, Args)]
+struct AnaStateArgs {
+    /// The listener, as `nvmf-target list` shows it: tcp://ADDR:PORT or rdma://ADDR:PORT.
+    #[arg(long, value_name = "URL")]
+    listener: String,
+    /// The ANA group, 1..=128 [default: every group].
+    #[arg(long, value_name = "N")]
+    group: Option<u32>,
+    /// optimized, non-optimized, inaccessible, persistent-loss or change.
+    #[arg(long, value_name = "STATE")]
+    state: String,
+    #[command(flatten)]
+    control: ControlArgs,
+}
+
+#[derive(Debug, Args)]
 struct ReloadArgs {
     /// The configuration file the daemon runs from [default: the one the daemon names].
     #[arg(short, long, value_name = "FILE")]
@@ -154,6 +172,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Some(Command::List(args)) => return list(args),
         Some(Command::Disconnect(args)) => return disconnect(args),
         Some(Command::LogLevel(args)) => return log_level(args),
+        Some(Command::AnaState(args)) => return ana_state(args),
         Some(Command::Doctor(args)) => return Ok(doctor(args)),
         Some(Command::SystemdDevices(args)) => {
             let config = TargetConfig::from_file(&args.config)?;
@@ -168,8 +187,8 @@ fn run() -> anyhow::Result<ExitCode> {
     }
     let config = match &cli.config {
         Some(_) if !cli.quick.is_empty() => bail!(
-            "--config cannot be combined with --listen, --namespace, --nqn, --allow-host or --metrics: put them in \
-             the file"
+            "--config cannot be combined with --listen, --namespace, --nqn, --allow-host, --metrics or \
+             --cntlid-range: put them in the file"
         ),
         Some(path) => TargetConfig::from_file(path)?,
         None => cli.quick.to_config()?,
@@ -271,5 +290,17 @@ fn log_level(args: &LogLevelArgs) -> anyhow::Result<ExitCode> {
         bail!("unexpected reply to log-level");
     };
     println!("{filter}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `nvmf-target ana-state`: prints the listener's port ID and whether its state changed.
+fn ana_state(args: &AnaStateArgs) -> anyhow::Result<ExitCode> {
+    let request = AnaStateRequest { listener: args.listener.clone(), group: args.group, state: args.state.clone() };
+    let TargetReply::AnaState { port_id, changed } = ask(&args.control, &TargetRequest::AnaState(request))? else {
+        bail!("unexpected reply to ana-state");
+    };
+    let groups = args.group.map_or("every ANA group".to_owned(), |g| format!("ANA group {g}"));
+    let how = if changed { "now" } else { "already" };
+    println!("{} (port {port_id}): {groups} {how} {}", args.listener, args.state);
     Ok(ExitCode::SUCCESS)
 }

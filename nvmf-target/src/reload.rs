@@ -1,6 +1,8 @@
 //! Live reconfiguration (SIGHUP or `nvmf-target reload`): re-read the configuration file, validate it, and apply
-//! the difference to the running target — subsystems, namespaces, host access and TCP listeners — without touching
-//! unaffected associations. Changes that need a restart (RDMA listeners, `[target]`, `[reactors]`, …) are logged,
+//! the difference to the running target — subsystems, namespaces, host access, TCP listeners and their ANA states —
+//! without touching unaffected associations. A TCP listener's `ana_state` is applied when it differs from the file
+//! the target runs with (a state set since by `nvmf-target ana-state` stays otherwise); a namespace whose
+//! `ana_group` changed is replaced, like any changed namespace. Changes that need a restart (RDMA listeners, `[target]`, `[reactors]`, …) are logged,
 //! reported in [`ReloadSummary::ignored`] and left as they run.
 //!
 //! Runs on the main thread between requests; it may block on opening storage, binding listeners and flushing
@@ -13,11 +15,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use nvmf_common::fabrics::discovery::TransportType;
+use nvmf_common::nvme::log_page::AnaState;
 use nvmf_config::target::{ListenerConfig, NamespaceConfig, SubsystemConfig, Transport};
 use nvmf_config::{ConfigError, TargetConfig};
 use nvmf_service::notify::reloading;
 
 use crate::backend::Storage;
+use crate::controller::ana::AnaGroups;
 use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams};
 use crate::daemon::{namespace_params, subsystem_params, RunningTarget, StartError};
 use crate::notify::ServiceNotifier;
@@ -45,6 +49,8 @@ pub struct ReloadSummary {
     pub listeners_removed: usize,
     /// TCP listeners kept whose settings changed (new connections get the new settings).
     pub listeners_changed: usize,
+    /// TCP listeners whose ANA state changed (controllers connected through them get an ANA Change event).
+    pub ana_states_changed: usize,
     /// Changed configuration keys that need a restart.
     pub ignored: Vec<String>,
 }
@@ -73,6 +79,7 @@ impl fmt::Display for ReloadSummary {
                 (self.listeners_changed, "changed"),
             ],
         );
+        count("ANA states", &[(self.ana_states_changed, "listener(s) changed")]);
         if !self.ignored.is_empty() {
             lines.push(format!("not applied, restart to apply: {}", self.ignored.join(", ")));
         }
@@ -277,6 +284,10 @@ impl Reloader {
                     if !self.current.listeners.contains(l) {
                         plan.changed += 1;
                     }
+                    let before = self.current.listeners.iter().find(|o| o.address == l.address);
+                    if before.is_none_or(|o| o.ana_state != l.ana_state) {
+                        plan.ana.push((spec.port_id, l.ana_state));
+                    }
                     plan.params.push(kept.discovery_entry(*local));
                     plan.slots.push(ListenerSlot::Keep(kept));
                 }
@@ -285,6 +296,7 @@ impl Reloader {
                     let spec =
                         TcpListenerSpec::from_config(l, last_port_id, &self.current.limits).ok_or_else(unsupported)?;
                     let bound = acceptor.bind(&spec).map_err(ListenError::from)?;
+                    plan.ana.push((last_port_id, l.ana_state));
                     plan.params.push(spec.discovery_entry(bound.local_addr()));
                     plan.slots.push(ListenerSlot::Open(bound));
                     plan.added += 1;
@@ -307,7 +319,7 @@ impl Reloader {
         running: &mut RunningTarget,
         summary: &mut ReloadSummary,
     ) {
-        let ListenerPlan { slots, params, added, removed, changed } = plan;
+        let ListenerPlan { slots, params, added, removed, changed, ana } = plan;
         if let Err(e) = running.acceptor_mut().reconfigure(slots) {
             tracing::error!(error = %e, "changing the listeners failed");
             return;
@@ -318,6 +330,13 @@ impl Reloader {
         discovery.extend(params);
         discovery.sort_by_key(|l| l.port_id);
         target.set_listeners(discovery);
+        for (port_id, state) in ana {
+            match target.set_ana_state(port_id, AnaGroups::All, state) {
+                Ok(true) => summary.ana_states_changed += 1,
+                Ok(false) => {}
+                Err(e) => tracing::error!(port_id, error = %e, "changing the ANA state failed"),
+            }
+        }
         // What runs: the new TCP listeners, and the RDMA listeners as they were.
         let rdma = self.current.listeners.iter().filter(|l| l.transport_type() != Transport::Tcp).cloned();
         self.current.listeners = tcp_listeners(new).cloned().chain(rdma).collect();
@@ -374,6 +393,8 @@ struct ListenerPlan {
     added: usize,
     removed: usize,
     changed: usize,
+    /// The ANA state to set on every group of these listeners (by port ID): changed in the file, or new.
+    ana: Vec<(u16, AnaState)>,
 }
 
 /// The TCP listeners of `config`, in file order.
@@ -518,6 +539,36 @@ mod tests {
         assert_eq!(nsids(&running, ONE), [1, 2]);
         assert!(running.target().subsystem(TWO).is_none(), "the valid part was not applied either");
         assert_eq!(reloader.current(), &applied);
+        running.shutdown();
+    }
+
+    #[test]
+    fn apply_sets_changed_ana_states_and_keeps_those_set_since() {
+        let old = config();
+        let mut running = crate::daemon::start(&old).unwrap();
+        let mut reloader = Reloader::new(None, old.clone());
+        let target = Arc::clone(running.target());
+        let state = |group| target.ana().port(1).get(group);
+        assert_eq!(state(1), AnaState::Optimized);
+
+        let mut new = old.clone();
+        new.listeners[0].ana_state = AnaState::NonOptimized;
+        let summary = reloader.apply(&new, &mut running).unwrap();
+        assert_eq!(summary, ReloadSummary { listeners_changed: 1, ana_states_changed: 1, ..ReloadSummary::default() });
+        assert!(summary.to_string().ends_with("ANA states: 1 listener(s) changed"), "{summary}");
+        assert_eq!((state(1), state(128)), (AnaState::NonOptimized, AnaState::NonOptimized));
+
+        // A state set on the control socket since stays while the file's does not change.
+        target.set_ana_state(1, AnaGroups::One(2), AnaState::Inaccessible).unwrap();
+        assert_eq!(reloader.apply(&new, &mut running).unwrap(), ReloadSummary::default());
+        assert_eq!(state(2), AnaState::Inaccessible);
+
+        // A namespace's new ANA group replaces it.
+        let mut regrouped = new.clone();
+        regrouped.subsystems[0].namespaces[1].ana_group = 2;
+        let summary = reloader.apply(&regrouped, &mut running).unwrap();
+        assert_eq!((summary.namespaces_removed, summary.namespaces_added), (1, 1));
+        assert_eq!(target.subsystem(ONE).unwrap().namespaces().get(2).unwrap().ana_group(), 2);
         running.shutdown();
     }
 

@@ -136,6 +136,10 @@ fn answer(
         TargetRequest::LogLevel(request) => {
             request.apply().map_or_else(|e| error(e.to_string()), |filter| TargetReply::LogLevel { filter })
         }
+        TargetRequest::AnaState(request) => match listing::set_ana_state(running.target(), &request) {
+            Ok((port_id, changed)) => TargetReply::AnaState { port_id, changed },
+            Err(message) => error(message),
+        },
     }
 }
 
@@ -216,6 +220,34 @@ mod tests {
             ..Default::default()
         }));
         assert_eq!(nobody, TargetReply::Error { message: "no live controller matches --cntlid 1".into() });
+        // ANA: a listener's state, by its URL; errors name what is wrong.
+        let ana = |listener: String, group: Option<u32>, state: &str| {
+            ask(TargetRequest::AnaState(control::protocol::AnaStateRequest { listener, group, state: state.into() }))
+        };
+        let url = format!("tcp://127.0.0.1:{port}");
+        assert_eq!(ana(url.clone(), Some(1), "inaccessible"), TargetReply::AnaState { port_id: 1, changed: true });
+        assert_eq!(ana(url.clone(), Some(1), "inaccessible"), TargetReply::AnaState { port_id: 1, changed: false });
+        let TargetReply::List(listing) = ask(TargetRequest::List) else { panic!("list answers a listing") };
+        let states: Vec<_> = listing.listeners[0].ana_states.iter().map(|a| (a.group, a.state.as_str())).collect();
+        assert_eq!(states, [(1, "inaccessible")]);
+        assert_eq!(listing.subsystems.iter().find(|s| s.nqn == NQN).unwrap().namespaces[0].ana_group, 1);
+        for (listener, group, state, message) in [
+            ("tcp://127.0.0.9:1", None, "optimized", "no listener tcp://127.0.0.9:1 (see `nvmf-target list`)"),
+            (url.as_str(), Some(129), "optimized", "ANA group 129 is invalid; allowed: 1..=128"),
+            (
+                url.as_str(),
+                None,
+                "standby",
+                "ANA state \"standby\" is unknown; allowed: optimized, non-optimized, \
+                inaccessible, persistent-loss or change",
+            ),
+        ] {
+            assert_eq!(
+                ana(listener.into(), group, state),
+                TargetReply::Error { message: message.into() },
+                "{listener}"
+            );
+        }
         let mut notice = [0u8; 256];
         let n = manager.recv(&mut notice).unwrap();
         assert!(String::from_utf8_lossy(&notice[..n]).contains("RELOADING=1"), "the service manager hears of it");

@@ -40,8 +40,8 @@ fn common_mistakes_get_one_clear_line() {
     assert_eq!(out.status.code(), Some(1));
     fails_with(
         &nvmf_target(&["--config", bad_key.to_str().unwrap(), "--nqn", "testnqn"]),
-        "nvmf-target: --config cannot be combined with --listen, --namespace, --nqn, --allow-host or --metrics: put \
-         them in the file",
+        "nvmf-target: --config cannot be combined with --listen, --namespace, --nqn, --allow-host, --metrics or \
+         --cntlid-range: put them in the file",
     );
     fails_with(
         &nvmf_target(&["--nqn", "", "--check"]),

@@ -186,7 +186,7 @@ echo "basics: ok"
         "ver=66304".into(), // 1.3.0
         "ctratt=65".into(), // 128-bit host identifier, Traffic Based Keep Alive
         "cntrltype=1".into(),
-        "oaes=256".into(), // namespace attribute notices
+        "oaes=2304".into(), // namespace attribute and ANA change notices
         "aerl=3".into(),
         "elpe=15".into(),
         "lpa=6".into(),      // command effects log, extended data
@@ -202,8 +202,8 @@ echo "basics: ok"
         "iorcsz=1".into(),
         "icdoff=0".into(),
         "msdbd=1".into(),
-        "cmic=3".into(),
-        "ofcs=1".into(), // Disconnect supported
+        "cmic=11".into(), // multi-port, multi-controller, ANA reporting
+        "ofcs=1".into(),  // Disconnect supported
     ];
     for field in &expected_ctrl {
         assert_stdout_has(&out, &format!("id-ctrl {field}\n"));

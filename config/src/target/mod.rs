@@ -20,6 +20,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use nvmf_common::nvme::log_page::AnaState;
 use serde::{Deserialize, Serialize};
 
 use crate::document::SpanIndex;
@@ -35,6 +36,10 @@ pub(crate) use validate::{check_nqn, int_in, ip_address, logging, metrics, socke
 pub const DEFAULT_PORT: u16 = 4420;
 /// Conventional port of a discovery-only listener.
 pub const DISCOVERY_PORT: u16 = 8009;
+/// Largest ANA group ID (`[[subsystem.namespace]] ana_group`), the target's ANAGRPMAX.
+pub const MAX_ANA_GROUP: u32 = 128;
+/// What `[[listener]] ana_state` may be.
+pub const ANA_STATE_ALLOWED: &str = "optimized, non-optimized, inaccessible, persistent-loss or change";
 
 /// A fabric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -149,6 +154,12 @@ pub struct ListenerConfig {
     /// The most transport connections (NVMe/TCP connections, NVMe/RDMA queue pairs) the listener holds at once,
     /// 1..=1048576; more are refused. Default 4096.
     pub max_connections: u32,
+    /// Asymmetric Namespace Access: the state of every ANA group on this listener at start (`optimized`,
+    /// `non-optimized`, `inaccessible`, `persistent-loss`, `change`). A host's multipath sends I/O to the
+    /// optimized paths, then the non-optimized ones; I/O to a group in another state fails on this listener with
+    /// an ANA status and the host uses another path. Default `optimized`. `nvmf-target ana-state` changes it while
+    /// running.
+    pub ana_state: AnaState,
     /// The fabric and its own options.
     pub transport: ListenerTransport,
 }
@@ -257,6 +268,9 @@ pub struct NamespaceConfig {
     pub nguid: Nguid,
     /// Namespace EUI-64. Default: derived ([`crate::ids::derive_eui64`]). Unique in the target.
     pub eui64: Eui64,
+    /// Asymmetric Namespace Access group ID (Identify Namespace ANAGRPID), 1..=128: the namespace's path states
+    /// are its group's on each listener. Default 1.
+    pub ana_group: u32,
 }
 
 /// The storage behind a namespace: exactly one of `path`, `memory`, `null` in the file.

@@ -78,6 +78,8 @@ pub(crate) struct RawListener {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ana_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<RawTcp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma: Option<RawRdma>,
@@ -148,6 +150,8 @@ pub(crate) struct RawNamespace {
     pub nguid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eui64: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ana_group: Option<i64>,
 }
 
 /// `[discovery]`.

@@ -27,7 +27,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("unknown_section", "[reactor]\nthreads = 1\n",
         "t.toml:1:2: reactor: unknown field `reactor`, expected one of `target`, `discovery`, `reactors`, `metrics`, `logging`, `listener`, `subsystem`"),
     ("unknown_key", "@[[subsystem.namespace]]@blocksize = 4096\n",
-        "t.toml:9:1: subsystem[0].namespace[0].blocksize: unknown field `blocksize`, expected one of `nsid`, `path`, `memory`, `null`, `block_size`, `buffered_io`, `uuid`, `nguid`, `eui64`"),
+        "t.toml:9:1: subsystem[0].namespace[0].blocksize: unknown field `blocksize`, expected one of `nsid`, `path`, `memory`, `null`, `block_size`, `buffered_io`, `uuid`, `nguid`, `eui64`, `ana_group`"),
     ("wrong_type", "@[[listener]]@port = \"4420\"\n",
         "t.toml:3:8: listener[0].port: invalid type: string \"4420\", expected an integer"),
     ("bad_variant", "@[[listener]]@transport = \"udp\"\n",
@@ -182,6 +182,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:2:9: logging.level: log directive \"verbose\" is not understood; allowed: comma-separated LEVEL or TARGET=LEVEL directives, LEVEL one of trace, debug, info, warn, error, off; TARGET a Rust module path such as nvmf_target::tcp"),
     ("log_directive", "[logging]\nlevel = \"info,nvmf target=debug\"\n@@",
         "t.toml:2:9: logging.level: log directive \"nvmf target=debug\" is not understood; allowed: comma-separated LEVEL or TARGET=LEVEL directives, LEVEL one of trace, debug, info, warn, error, off; TARGET a Rust module path such as nvmf_target::tcp"),
+    ("ana_state", "@[[listener]]@ana_state = \"standby\"\n",
+        "t.toml:3:13: listener[0].ana_state: ANA state \"standby\" is unknown; allowed: optimized, non-optimized, inaccessible, persistent-loss or change"),
+    ("ana_group", "@[[subsystem.namespace]]@ana_group = 129\n",
+        "t.toml:9:13: subsystem[0].namespace[0].ana_group: ANA group 129 is out of range; allowed: 1..=128"),
+    ("ana_group_zero", "@[[subsystem.namespace]]@ana_group = 0\n",
+        "t.toml:9:13: subsystem[0].namespace[0].ana_group: ANA group 0 is out of range; allowed: 1..=128"),
     ("log_format", "[logging]\nformat = \"xml\"\n@@",
         "t.toml:2:10: logging.format: unknown variant `xml`, expected `text` or `json`"),
 ];
@@ -260,6 +266,7 @@ fn defaults_are_filled_in() {
     assert_eq!(listener.max_queue_size, 128);
     assert_eq!(listener.in_capsule_data_size, 16384);
     assert_eq!(listener.max_connections, 4096);
+    assert_eq!(listener.ana_state, AnaState::Optimized);
     assert_eq!(listener.transport, ListenerTransport::Tcp(TcpOptions { header_digest: true, data_digest: true }));
     let subsystem = &config.subsystems[0];
     assert_eq!(subsystem.serial, crate::ids::derive_serial("nqn.2024-01.io.example:disk"));
@@ -274,6 +281,7 @@ fn defaults_are_filled_in() {
     assert_eq!(namespace.uuid, crate::ids::derive_uuid(&subsystem.nqn, 1));
     assert_eq!(namespace.nguid, crate::ids::derive_nguid(&subsystem.nqn, 1));
     assert_eq!(namespace.eui64, crate::ids::derive_eui64(&subsystem.nqn, 1));
+    assert_eq!(namespace.ana_group, 1);
     assert!(config.discovery.enabled);
     assert_eq!(config.reactors, ReactorConfig { threads: available_cpus(), cpus: vec![], discard_queue_depth: 64 });
     assert_eq!(config.metrics.listen, None);
@@ -487,4 +495,15 @@ fn names_linux_nvmet_accepts_are_accepted() {
     assert_eq!(config.subsystems[0].nqn, "testnqn");
     assert_eq!(config.subsystems[0].hosts, ["host1"]);
     assert_eq!(config.subsystems[1].nqn, "storage-subsystem-1");
+}
+
+#[test]
+fn ana_states_and_groups_load_and_read_back() {
+    let text = BASE
+        .replace("address = \"127.0.0.1\"", "address = \"127.0.0.1\"\nana_state = \"non-optimized\"")
+        .replace("memory = \"1GiB\"", "memory = \"1GiB\"\nana_group = 7");
+    let config = load(&text).unwrap();
+    assert_eq!(config.listeners[0].ana_state, AnaState::NonOptimized);
+    assert_eq!(config.subsystems[0].namespaces[0].ana_group, 7);
+    assert_eq!(load(&config.to_string()).unwrap(), config);
 }

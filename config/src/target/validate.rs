@@ -278,6 +278,12 @@ fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Resu
         None => DEFAULT_LISTENER_MAX_CONNECTIONS,
         Some(value) => int_in(value, 1..=1 << 20, &key.key("max_connections"), "connection count", "1..=1048576")?,
     };
+    let ana_state = match &raw.ana_state {
+        None => AnaState::Optimized,
+        Some(name) => AnaState::from_name(name).ok_or_else(|| {
+            Problem::new(key.key("ana_state"), format!("ANA state {name:?} is unknown"), ANA_STATE_ALLOWED)
+        })?,
+    };
     let transport = match (raw.transport.unwrap_or(Transport::Tcp), &raw.tcp, &raw.rdma) {
         (Transport::Tcp, tcp, None) => {
             let tcp = tcp.clone().unwrap_or_default();
@@ -313,6 +319,7 @@ fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Resu
         max_queue_size,
         in_capsule_data_size,
         max_connections,
+        ana_state,
         transport,
     })
 }
@@ -521,7 +528,11 @@ fn namespace(
         None => ids::derive_eui64(subnqn, nsid),
         Some(text) => Eui64::parse(text).map_err(|error| error.at(key.key("eui64")))?,
     };
-    Ok(NamespaceConfig { nsid, backend, block_size, buffered_io, uuid, nguid, eui64 })
+    let ana_group = match raw.ana_group {
+        None => 1,
+        Some(group) => int_in(group, 1..=i64::from(MAX_ANA_GROUP), &key.key("ana_group"), "ANA group", "1..=128")?,
+    };
+    Ok(NamespaceConfig { nsid, backend, block_size, buffered_io, uuid, nguid, eui64, ana_group })
 }
 
 fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<ReactorConfig, Problem> {
@@ -632,6 +643,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
                 max_queue_size: Some(i64::from(listener.max_queue_size)),
                 in_capsule_data_size: Some(RawSize::Text(format_size(u64::from(listener.in_capsule_data_size)))),
                 max_connections: Some(i64::from(listener.max_connections)),
+                ana_state: Some(listener.ana_state.name().to_owned()),
                 tcp: match listener.transport {
                     ListenerTransport::Tcp(tcp) => {
                         Some(RawTcp { header_digest: Some(tcp.header_digest), data_digest: Some(tcp.data_digest) })
@@ -681,5 +693,6 @@ fn namespace_to_raw(namespace: &NamespaceConfig) -> RawNamespace {
         uuid: Some(namespace.uuid.hyphenated().to_string()),
         nguid: Some(namespace.nguid.to_string()),
         eui64: Some(namespace.eui64.to_string()),
+        ana_group: Some(i64::from(namespace.ana_group)),
     }
 }

@@ -1,13 +1,19 @@
-//! What `list` shows and what `disconnect` ends, read off the running [`Target`]: its subsystems, their
-//! namespaces and live controllers (each controller's queues and counters), and the listeners. Control plane only:
+//! What `list` shows, what `disconnect` ends and what `ana-state` changes, read off the running [`Target`]: its
+//! subsystems, their namespaces and live controllers (each controller's queues and counters), and the listeners with
+//! their ANA states. Control plane only:
 //! it takes the subsystems' and controllers' locks briefly, as admin commands do, and never touches a queue.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use nvmf_common::nvme::log_page::AnaState;
+use nvmf_config::quickstart::ListenSpec;
+
+use crate::controller::ana::{valid_group, AnaGroups, DEFAULT_ANA_GROUP};
 use crate::controller::{Controller, Namespace, Subsystem, Target};
 
 use super::protocol::{
-    ControllerId, ControllerView, DisconnectRequest, ListenerView, Listing, NamespaceView, QueueView, SubsystemView,
+    AnaGroupState, AnaStateRequest, ControllerId, ControllerView, DisconnectRequest, ListenerView, Listing,
+    NamespaceView, QueueView, SubsystemView,
 };
 
 /// The target as `list` shows it.
@@ -17,17 +23,59 @@ pub fn listing(target: &Target) -> Listing {
         .chain(target.subsystems())
         .map(|s| subsystem_view(&s, now))
         .collect();
+    let mut groups: Vec<u32> = std::iter::once(DEFAULT_ANA_GROUP)
+        .chain(target.subsystems().iter().flat_map(|s| s.namespaces().ana_groups()))
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let ana = target.ana();
     let listeners = target
         .listeners()
         .into_iter()
-        .map(|l| ListenerView {
-            transport: l.trtype.name().to_owned(),
-            traddr: l.traddr,
-            trsvcid: l.trsvcid,
-            port_id: l.port_id,
+        .map(|l| {
+            let states = ana.port(l.port_id);
+            ListenerView {
+                transport: l.trtype.name().to_owned(),
+                traddr: l.traddr,
+                trsvcid: l.trsvcid,
+                port_id: l.port_id,
+                ana_states: groups
+                    .iter()
+                    .map(|&group| AnaGroupState { group, state: states.get(group).name().to_owned() })
+                    .collect(),
+            }
         })
         .collect();
     Listing { subsystems, listeners }
+}
+
+/// Apply `request` (see [`AnaStateRequest`]): the listener's port ID and whether anything changed, or why not.
+pub fn set_ana_state(target: &Target, request: &AnaStateRequest) -> Result<(u16, bool), String> {
+    let spec = ListenSpec::parse_url(&request.listener).map_err(|e| format!("listener {}: {e}", request.listener))?;
+    let state = AnaState::from_name(&request.state).ok_or_else(|| {
+        format!(
+            "ANA state {:?} is unknown; allowed: optimized, non-optimized, inaccessible, persistent-loss or change",
+            request.state
+        )
+    })?;
+    let groups = match request.group {
+        None => AnaGroups::All,
+        Some(group) if valid_group(group) => AnaGroups::One(group),
+        Some(group) => return Err(format!("ANA group {group} is invalid; allowed: 1..=128")),
+    };
+    let listener = target
+        .listeners()
+        .into_iter()
+        .find(|l| {
+            l.trtype.name() == spec.transport.as_str()
+                && l.traddr.parse() == Ok(spec.address.ip())
+                && l.trsvcid == spec.address.port().to_string()
+        })
+        .ok_or_else(|| format!("no listener {spec} (see `nvmf-target list`)"))?;
+    let changed = target.set_ana_state(listener.port_id, groups, state).map_err(|e| e.to_string())?;
+    tracing::info!(listener = %spec, port_id = listener.port_id, group = ?request.group, state = state.name(), changed,
+        "ANA state set on the control socket");
+    Ok((listener.port_id, changed))
 }
 
 fn subsystem_view(s: &Subsystem, now: SystemTime) -> SubsystemView {
@@ -63,6 +111,7 @@ fn namespace_view(ns: &Namespace) -> NamespaceView {
         nguid: hex(&ns.nguid()),
         uuid: uuid::Uuid::from_bytes(ns.uuid()).hyphenated().to_string(),
         eui64: hex(&ns.eui64()),
+        ana_group: ns.ana_group(),
     }
 }
 

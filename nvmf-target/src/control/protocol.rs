@@ -3,9 +3,10 @@
 //! as `nvmf-host`'s; `docs/control-protocol.md` has examples.
 //!
 //! Requests (externally tagged): `"list"`, `{"disconnect": {"subnqn": …, "cntlid": …, "hostnqn": …}}`,
-//! `"config_path"`, `"reload"`, `{"log_level": {"filter": …}}`. Replies: `{"list": {"subsystems": […],
-//! "listeners": […]}}`, `{"disconnected": {"controllers": […]}}`, `{"config_path": {"path": …}}`,
-//! `{"reloaded": {"changes": […]}}`, `{"log_level": {"filter": …}}`, `{"error": {"message": …}}`.
+//! `"config_path"`, `"reload"`, `{"log_level": {"filter": …}}`, `{"ana_state": {"listener": "tcp://ADDR:PORT",
+//! "group": N|null, "state": …}}`. Replies: `{"list": {"subsystems": […], "listeners": […]}}`,
+//! `{"disconnected": {"controllers": […]}}`, `{"config_path": {"path": …}}`, `{"reloaded": {"changes": […]}}`,
+//! `{"log_level": {"filter": …}}`, `{"ana_state": {"port_id": …, "changed": …}}`, `{"error": {"message": …}}`.
 
 use nvmf_service::control::{LogLevelRequest, Protocol};
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,22 @@ pub enum TargetRequest {
     Reload,
     /// Read or replace the log filter.
     LogLevel(LogLevelRequest),
+    /// Change a listener's Asymmetric Namespace Access state, of one group or all.
+    AnaState(AnaStateRequest),
+}
+
+/// Set the ANA state of `group` (every group when `None`) on `listener`; the controllers connected through it get
+/// an ANA Change event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnaStateRequest {
+    /// The listener, as `list` shows it: `tcp://ADDR:PORT` or `rdma://ADDR:PORT` (IPv6 in brackets).
+    pub listener: String,
+    /// The ANA group, 1..=128; `None`: every group.
+    #[serde(default)]
+    pub group: Option<u32>,
+    /// `optimized`, `non-optimized`, `inaccessible`, `persistent-loss` or `change`.
+    pub state: String,
 }
 
 /// Which controllers `disconnect` ends: those matching every selector given (at least `cntlid` or `hostnqn`).
@@ -84,6 +101,13 @@ pub enum TargetReply {
     LogLevel {
         /// `RUST_LOG` syntax.
         filter: String,
+    },
+    /// `ana_state` was applied.
+    AnaState {
+        /// The listener's port ID.
+        port_id: u16,
+        /// False when the groups already were in that state (no event raised).
+        changed: bool,
     },
     /// The request failed.
     Error {
@@ -146,6 +170,9 @@ pub struct NamespaceView {
     pub uuid: String,
     /// EUI-64, 16 hex digits (all zeros: none).
     pub eui64: String,
+    /// ANA group ID.
+    #[serde(default)]
+    pub ana_group: u32,
 }
 
 /// One live controller (an association).
@@ -213,6 +240,18 @@ pub struct ListenerView {
     pub trsvcid: String,
     /// The discovery log's PORTID.
     pub port_id: u16,
+    /// The listener's ANA state of each group that holds a namespace (and of group 1), by group ID.
+    #[serde(default)]
+    pub ana_states: Vec<AnaGroupState>,
+}
+
+/// One ANA group's state on a listener.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnaGroupState {
+    /// ANA group ID.
+    pub group: u32,
+    /// `optimized`, `non-optimized`, `inaccessible`, `persistent-loss` or `change`.
+    pub state: String,
 }
 
 /// A controller `disconnect` ended.
@@ -242,6 +281,17 @@ mod tests {
         assert!(serde_json::from_str::<TargetRequest>(r#"{"disconnect":{"cntlid":"x"}}"#).is_err());
         assert!(serde_json::from_str::<TargetRequest>(r#"{"disconnect":{"qid":1}}"#).is_err());
         assert!(serde_json::from_str::<TargetRequest>(r#""format""#).is_err());
+        let r: TargetRequest =
+            serde_json::from_str(r#"{"ana_state":{"listener":"tcp://10.0.0.1:4420","group":null,"state":"change"}}"#)
+                .unwrap();
+        let want = AnaStateRequest { listener: "tcp://10.0.0.1:4420".into(), group: None, state: "change".into() };
+        assert_eq!(r, TargetRequest::AnaState(want));
+        let r: TargetRequest =
+            serde_json::from_str(r#"{"ana_state":{"listener":"tcp://[::1]:4421","group":2,"state":"optimized"}}"#)
+                .unwrap();
+        assert!(matches!(r, TargetRequest::AnaState(AnaStateRequest { group: Some(2), .. })));
+        let reply = serde_json::to_string(&TargetReply::AnaState { port_id: 2, changed: true }).unwrap();
+        assert_eq!(reply, r#"{"ana_state":{"port_id":2,"changed":true}}"#);
         let reply = serde_json::to_string(&TargetReply::List(Listing::default())).unwrap();
         assert_eq!(reply, r#"{"list":{"subsystems":[],"listeners":[]}}"#);
         let reply = serde_json::to_string(&TargetReply::Error { message: "x".into() }).unwrap();

@@ -1,5 +1,6 @@
 //! `nvmf-target list`'s human-readable output: a tree like `nvmetcli ls`, one subsystem after another with its
-//! namespaces and live controllers (a controller's queues as a small table), then the listeners.
+//! namespaces and live controllers (a controller's queues as a small table), then the listeners with their ANA
+//! states.
 
 use std::io::{self, Write};
 
@@ -15,7 +16,9 @@ pub fn write_listing(listing: &Listing, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "  (none)")?;
     }
     for l in &listing.listeners {
-        writeln!(out, "  {} {}  (port {})", l.transport, address(&l.traddr, &l.trsvcid), l.port_id)?;
+        let ana: Vec<String> = l.ana_states.iter().map(|a| format!("group {} {}", a.group, a.state)).collect();
+        let ana = if ana.is_empty() { String::new() } else { format!(", ANA {}", ana.join(", ")) };
+        writeln!(out, "  {} {}  (port {}{ana})", l.transport, address(&l.traddr, &l.trsvcid), l.port_id)?;
     }
     Ok(())
 }
@@ -50,14 +53,15 @@ fn write_subsystem(s: &SubsystemView, out: &mut dyn Write) -> io::Result<()> {
 fn write_namespace(ns: &NamespaceView, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
-        "  namespace {}: {}, {} ({} x {} B), uuid {}, nguid {}",
+        "  namespace {}: {}, {} ({} x {} B), uuid {}, nguid {}, ANA group {}",
         ns.nsid,
         ns.backend,
         human_size(ns.size),
         ns.blocks,
         ns.block_size,
         ns.uuid,
-        ns.nguid
+        ns.nguid,
+        ns.ana_group
     )
 }
 
@@ -132,7 +136,7 @@ fn human_duration(seconds: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::protocol::{ListenerView, QueueView};
+    use super::super::protocol::{AnaGroupState, ListenerView, QueueView};
     use super::*;
 
     #[test]
@@ -156,6 +160,7 @@ mod tests {
                     nguid: "00".repeat(16),
                     uuid: "6f0e6c8e-0000-4000-8000-000000000001".into(),
                     eui64: "00".repeat(8),
+                    ana_group: 1,
                 }],
                 controllers: vec![ControllerView {
                     cntlid: 1,
@@ -188,6 +193,10 @@ mod tests {
                 traddr: "127.0.0.1".into(),
                 trsvcid: "4420".into(),
                 port_id: 1,
+                ana_states: vec![
+                    AnaGroupState { group: 1, state: "optimized".into() },
+                    AnaGroupState { group: 2, state: "inaccessible".into() },
+                ],
             }],
         };
         let mut out = Vec::new();
@@ -196,13 +205,13 @@ mod tests {
         let want = "subsystem testnqn (nvm)
   serial abc, model nvmf-rs, hosts: nqn.h1
   namespace 1: /var/lib/nvmf/default.img, 1.0 GiB (2097152 x 512 B), uuid 6f0e6c8e-0000-4000-8000-000000000001, \
-nguid 00000000000000000000000000000000
+nguid 00000000000000000000000000000000, ANA group 1
   controller 1: host nqn.h1 (hostid 6f0e6c8e-0000-4000-8000-000000000002), tcp [::1]:51234, kato 5 s, ready, up 1m02s
     reads 3 (12.0 KiB), writes 1 (4.0 KiB), errors 0
       qid  depth in-flight        reads       writes  peer
         0     32         1            0            0  [::1]:51234
 listeners
-  tcp 127.0.0.1:4420  (port 1)
+  tcp 127.0.0.1:4420  (port 1, ANA group 1 optimized, group 2 inaccessible)
 ";
         assert_eq!(text, want);
     }

@@ -1,5 +1,5 @@
 //! Admin commands answered from the model into byte buffers: Identify (CNS 00h–03h), Get Log Page (error,
-//! SMART, firmware slot, changed namespace list, commands supported and effects, discovery) and Get/Set
+//! SMART, firmware slot, changed namespace list, commands supported and effects, ANA, discovery) and Get/Set
 //! Features (volatile write cache, number of queues, asynchronous event configuration, keep-alive timer,
 //! host identifier).
 //!
@@ -16,12 +16,13 @@ use nvmf_common::nvme::identify::{
     NamespaceIdentificationDescriptor, IDENTIFY_DATA_SIZE, NSID_BROADCAST,
 };
 use nvmf_common::nvme::log_page::{
-    copy_log_page_range, lid, ChangedNamespaceList, CommandsSupportedAndEffects, ErrorInformationEntry, GetLogPage,
-    SmartLog, CHANGED_NAMESPACE_LIST_SIZE, ERROR_INFORMATION_ENTRY_SIZE,
+    copy_log_page_range, lid, AnaGroupDescriptor, AnaLog, ChangedNamespaceList, CommandsSupportedAndEffects,
+    ErrorInformationEntry, GetLogPage, SmartLog, ANA_RGO, CHANGED_NAMESPACE_LIST_SIZE, ERROR_INFORMATION_ENTRY_SIZE,
 };
 use nvmf_common::nvme::opcode::{admin as admin_op, io as io_op};
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
+use super::ana::{ANACAP, ANAGRPMAX, ANATT_SECONDS, DEFAULT_ANA_GROUP};
 use super::association::{Controller, EventKind, AERL, ELPE, VERSION};
 use super::discovery::discovery_log_page;
 use super::subsystem::{Namespace, NamespaceTable};
@@ -225,8 +226,17 @@ pub(crate) fn identify_controller<'a>(ctx: &AdminContext<'a>) -> IdentifyControl
     let in_capsule = ctx.transport.in_capsule_data_size / 16 * 16;
     IdentifyController {
         rab: 6,
-        cmic: IdentifyController::CMIC_MULTI_PORT | IdentifyController::CMIC_MULTI_CONTROLLER,
-        oaes: IdentifyController::OAES_NAMESPACE_ATTRIBUTE_NOTICES,
+        // Several ports, several controllers, ANA reporting (as nvmet).
+        cmic: IdentifyController::CMIC_MULTI_PORT
+            | IdentifyController::CMIC_MULTI_CONTROLLER
+            | IdentifyController::CMIC_ANA_REPORTING,
+        oaes: IdentifyController::OAES_NAMESPACE_ATTRIBUTE_NOTICES | IdentifyController::OAES_ANA_CHANGE_NOTICES,
+        anatt: ANATT_SECONDS,
+        anacap: ANACAP,
+        anagrpmax: ANAGRPMAX,
+        nanagrpid: ANAGRPMAX,
+        // As nvmet (NVMET_MAX_NAMESPACES): the Linux host sizes its ANA log buffer with MNAN.
+        mnan: subsystem.max_namespaces(),
         cntrltype: IdentifyController::CNTRLTYPE_IO,
         acl: 3,
         // Firmware slot 1 is read-only; one slot.
@@ -268,6 +278,7 @@ pub(crate) fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
         nlbaf: 0,
         flbas: 0,
         nmic: IdentifyNamespace::NMIC_SHARED,
+        anagrpid: ns.ana_group(),
         dlfeat,
         nguid: ns.nguid(),
         eui64: ns.eui64(),
@@ -350,8 +361,39 @@ fn get_log_page(ctx: &AdminContext<'_>, sqe: &SubmissionQueueEntry, out: &mut [u
             }
             Ok(())
         }
+        (lid::ASYMMETRIC_NAMESPACE_ACCESS, false) => {
+            let page = ana_log(ctx).to_bytes(glp.lsp & ANA_RGO != 0);
+            copy_window(&page, offset, out)?;
+            if !glp.rae {
+                Controller::unmask_locked(&mut controller.lock(), EventKind::AnaChange);
+            }
+            Ok(())
+        }
         (lid::COMMANDS_SUPPORTED_AND_EFFECTS, false) => copy_window(&commands_effects().to_bytes(), offset, out),
         _ => Err(Status::INVALID_LOG_PAGE.with_dnr()),
+    }
+}
+
+/// The ANA log as the controller's listener sees it: the default group and every group of the subsystem's
+/// namespaces, each with its change count, its state on this listener and its NSIDs.
+fn ana_log(ctx: &AdminContext<'_>) -> AnaLog {
+    let table = ctx.target.ana();
+    let states = table.port(ctx.transport.port_id);
+    let mut groups = ctx.table.ana_groups();
+    if groups.first() != Some(&DEFAULT_ANA_GROUP) {
+        groups.insert(0, DEFAULT_ANA_GROUP);
+    }
+    AnaLog {
+        chgcnt: table.chgcnt(),
+        groups: groups
+            .into_iter()
+            .map(|grpid| AnaGroupDescriptor {
+                grpid,
+                chgcnt: table.group_chgcnt(grpid),
+                state: states.get(grpid),
+                nsids: ctx.table.iter().filter(|ns| ns.ana_group() == grpid).map(|ns| ns.nsid()).collect(),
+            })
+            .collect(),
     }
 }
 
@@ -427,8 +469,9 @@ fn aec_supported(controller: &Controller) -> u32 {
     if controller.is_discovery() {
         1 << 31
     } else {
-        // SMART critical warnings (never raised, but the host may enable them) and namespace attribute notices.
-        0xff | 1 << 8
+        // SMART critical warnings (never raised, but the host may enable them), namespace attribute and ANA change
+        // notices.
+        0xff | 1 << 8 | 1 << 11
     }
 }
 

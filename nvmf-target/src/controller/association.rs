@@ -149,6 +149,7 @@ impl QueueCounters {
 pub(crate) enum EventKind {
     NamespaceAttribute,
     DiscoveryLog,
+    AnaChange,
 }
 
 impl EventKind {
@@ -156,6 +157,7 @@ impl EventKind {
         match self {
             EventKind::NamespaceAttribute => 1 << 0,
             EventKind::DiscoveryLog => 1 << 1,
+            EventKind::AnaChange => 1 << 2,
         }
     }
 
@@ -164,6 +166,7 @@ impl EventKind {
         match self {
             EventKind::NamespaceAttribute => 1 << 8,
             EventKind::DiscoveryLog => 1 << 31,
+            EventKind::AnaChange => 1 << 11,
         }
     }
 
@@ -171,6 +174,7 @@ impl EventKind {
         match self {
             EventKind::NamespaceAttribute => AsyncEvent::NAMESPACE_ATTRIBUTE_CHANGED,
             EventKind::DiscoveryLog => AsyncEvent::DISCOVERY_LOG_PAGE_CHANGE,
+            EventKind::AnaChange => AsyncEvent::ANA_CHANGE,
         }
     }
 }
@@ -284,6 +288,8 @@ impl ControllerState {
 #[derive(Debug)]
 pub struct Controller {
     cntlid: u16,
+    /// The listener its admin queue connected through (ANA states and events are per listener).
+    port_id: u16,
     subsystem: Arc<Subsystem>,
     hostnqn: String,
     hostid: [u8; 16],
@@ -325,10 +331,11 @@ impl Controller {
         let aec = if subsystem.is_discovery() {
             EventKind::DiscoveryLog.aec_bit()
         } else {
-            EventKind::NamespaceAttribute.aec_bit()
+            EventKind::NamespaceAttribute.aec_bit() | EventKind::AnaChange.aec_bit()
         };
         Controller {
             cntlid,
+            port_id: 0,
             hostnqn: hostnqn.to_owned(),
             hostid,
             max_io_queues,
@@ -359,6 +366,18 @@ impl Controller {
             }),
             subsystem,
         }
+    }
+
+    /// The same controller, reached through listener `port_id` (its admin queue's [`TransportInfo::port_id`]).
+    ///
+    /// [`TransportInfo::port_id`]: super::TransportInfo::port_id
+    pub(crate) fn on_port(self, port_id: u16) -> Self {
+        Controller { port_id, ..self }
+    }
+
+    /// The listener (port ID) the controller's admin queue connected through.
+    pub fn port_id(&self) -> u16 {
+        self.port_id
     }
 
     /// Controller ID.
@@ -631,6 +650,18 @@ impl Controller {
                 }
             }
             self.raise_locked(&mut state, EventKind::NamespaceAttribute)
+        };
+        if let Some(notifier) = notifier {
+            notifier.notify();
+        }
+    }
+
+    /// The ANA state of a group on this controller's listener changed: raise an ANA Change event unless disabled
+    /// or masked (until the host reads the ANA log without RAE).
+    pub(crate) fn ana_changed(&self) {
+        let notifier = {
+            let mut state = self.lock();
+            self.raise_locked(&mut state, EventKind::AnaChange)
         };
         if let Some(notifier) = notifier {
             notifier.notify();

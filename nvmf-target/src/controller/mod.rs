@@ -6,6 +6,8 @@
 //!   reports) and its plain constructor parameters.
 //! - [`subsystem`]: [`Subsystem`] and [`Namespace`]; the namespace table is an `Arc<NamespaceTable>` snapshot
 //!   plus an `AtomicU64` generation that queues compare per command and refresh on change.
+//! - [`ana`]: Asymmetric Namespace Access: the [`AnaTable`](ana::AnaTable) of every listener's state per ANA
+//!   group, a snapshot plus generation like the namespace table, checked per I/O command.
 //! - [`association`]: [`Controller`], the state an association's queues share (CC/CSTS, features, keep-alive
 //!   timeout, asynchronous events, changed-namespace and error logs, SMART counters).
 //! - `admin`: Identify, Get Log Page and Get/Set Features, answered into byte buffers.
@@ -20,6 +22,7 @@
 //! notify the queues concerned through the callback registered with [`Queue::set_event_notifier`], after
 //! which the reactor calls [`Queue::poll`].
 
+pub mod ana;
 pub mod association;
 pub mod queue;
 pub mod subsystem;

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 use nvmf_common::fabrics::nqn::{check_nqn_format, validate_nqn, DISCOVERY_NQN};
 
+use super::ana::{valid_group, DEFAULT_ANA_GROUP};
 use super::association::{Controller, CounterSnapshot};
 use crate::backend::Storage;
 use crate::metrics::SubsystemMetrics;
@@ -108,6 +109,16 @@ pub enum SubsystemError {
     /// The discovery subsystem has no namespaces.
     #[error("the discovery subsystem has no namespaces")]
     DiscoveryNamespace,
+    /// The namespace's ANA group ID is outside 1..=ANAGRPMAX.
+    #[error("subsystem {subsystem}: NSID {nsid}: ANA group {group} is outside 1..=128")]
+    InvalidAnaGroup {
+        /// The subsystem.
+        subsystem: String,
+        /// The NSID.
+        nsid: u32,
+        /// The group given.
+        group: u32,
+    },
 }
 
 /// What to build a [`Namespace`] from. Identifiers left `None` are derived from the subsystem NQN and NSID, so
@@ -124,12 +135,14 @@ pub struct NamespaceParams {
     pub uuid: Option<[u8; 16]>,
     /// IEEE EUI-64; none reported when `None` (it needs an IEEE OUI we do not have).
     pub eui64: Option<[u8; 8]>,
+    /// ANA group ID (1..=[`ANAGRPMAX`](super::ana::ANAGRPMAX)).
+    pub ana_group: u32,
 }
 
 impl NamespaceParams {
     /// A namespace `nsid` on `storage` with derived identifiers.
     pub fn new(nsid: u32, storage: Arc<Storage>) -> Self {
-        NamespaceParams { nsid, storage, nguid: None, uuid: None, eui64: None }
+        NamespaceParams { nsid, storage, nguid: None, uuid: None, eui64: None, ana_group: DEFAULT_ANA_GROUP }
     }
 }
 
@@ -142,11 +155,12 @@ pub struct Namespace {
     uuid: [u8; 16],
     eui64: [u8; 8],
     block_shift: u8,
+    ana_group: u32,
 }
 
 impl Namespace {
     fn new(params: NamespaceParams, subnqn: &str) -> Self {
-        let NamespaceParams { nsid, storage, nguid, uuid, eui64 } = params;
+        let NamespaceParams { nsid, storage, nguid, uuid, eui64, ana_group } = params;
         // Storage::open only accepts power-of-two block sizes (512..=4096).
         let block_shift = u8::try_from(storage.block_size().trailing_zeros()).unwrap_or(9);
         let uuid = uuid.unwrap_or_else(|| {
@@ -163,6 +177,7 @@ impl Namespace {
             uuid,
             eui64: eui64.unwrap_or([0; 8]),
             block_shift,
+            ana_group,
         }
     }
 
@@ -199,6 +214,12 @@ impl Namespace {
     /// Namespace UUID.
     pub fn uuid(&self) -> [u8; 16] {
         self.uuid
+    }
+
+    /// ANA group ID (Identify Namespace ANAGRPID).
+    #[inline]
+    pub fn ana_group(&self) -> u32 {
+        self.ana_group
     }
 
     /// IEEE EUI-64 (all zeros: none).
@@ -260,6 +281,14 @@ impl NamespaceTable {
     /// True when no namespace is active.
     pub fn is_empty(&self) -> bool {
         self.namespaces.is_empty()
+    }
+
+    /// The ANA groups of the namespaces, ascending, without repeats.
+    pub fn ana_groups(&self) -> Vec<u32> {
+        let mut groups: Vec<u32> = self.namespaces.iter().map(|ns| ns.ana_group).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups
     }
 
     /// True if any namespace's storage has a volatile write cache (Identify Controller VWC).
@@ -419,7 +448,7 @@ impl Subsystem {
         };
         let mut table = Vec::with_capacity(namespaces.len());
         for ns in namespaces {
-            subsystem.check_new_nsid(&table, ns.nsid)?;
+            subsystem.check_new_namespace(&table, &ns)?;
             let pos = table.partition_point(|t: &Arc<Namespace>| t.nsid < ns.nsid);
             table.insert(pos, Arc::new(Namespace::new(ns, &subsystem.nqn)));
         }
@@ -548,6 +577,17 @@ impl Subsystem {
         (Arc::clone(&guard), self.generation.load(Ordering::Acquire))
     }
 
+    fn check_new_namespace(&self, table: &[Arc<Namespace>], ns: &NamespaceParams) -> Result<(), SubsystemError> {
+        if !valid_group(ns.ana_group) {
+            return Err(SubsystemError::InvalidAnaGroup {
+                subsystem: self.nqn.clone(),
+                nsid: ns.nsid,
+                group: ns.ana_group,
+            });
+        }
+        self.check_new_nsid(table, ns.nsid)
+    }
+
     fn check_new_nsid(&self, table: &[Arc<Namespace>], nsid: u32) -> Result<(), SubsystemError> {
         if nsid == 0 || nsid > self.max_namespaces {
             return Err(SubsystemError::InvalidNsid { subsystem: self.nqn.clone(), nsid, max: self.max_namespaces });
@@ -567,7 +607,7 @@ impl Subsystem {
         let nsid = params.nsid;
         let ns = {
             let mut guard = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
-            self.check_new_nsid(&guard.namespaces, nsid)?;
+            self.check_new_namespace(&guard.namespaces, &params)?;
             let ns = Arc::new(Namespace::new(params, &self.nqn));
             let mut table = guard.namespaces.clone();
             let pos = table.partition_point(|t| t.nsid < nsid);

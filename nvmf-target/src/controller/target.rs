@@ -3,7 +3,8 @@
 //!
 //! Shared by every reactor (`Arc<Target>`). The subsystem map is read at Connect and by discovery log reads
 //! (an `RwLock`, never on the data path); adding or removing a subsystem bumps the discovery generation
-//! counter and notifies discovery controllers.
+//! counter and notifies discovery controllers. The ANA table (each listener's state per ANA group, see
+//! [`ana`](super::ana)) is a snapshot with a generation that I/O queues compare per command.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -13,6 +14,9 @@ use std::sync::{Arc, RwLock};
 use nvmf_common::fabrics::discovery::{AddressFamily, TransportType, Tsas};
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 
+use nvmf_common::nvme::log_page::AnaState;
+
+use super::ana::{AnaGroups, AnaTable, PortStates};
 use super::subsystem::{Subsystem, SubsystemError, SubsystemParams};
 use crate::backend::{BudgetLimit, DiscardCounters};
 
@@ -35,6 +39,9 @@ pub enum TargetError {
     /// No subsystem has this NQN.
     #[error("no subsystem {0}")]
     UnknownSubsystem(String),
+    /// An ANA group ID outside 1..=ANAGRPMAX.
+    #[error("ANA group {0} is invalid; allowed: 1..=128")]
+    InvalidAnaGroup(u32),
     /// A target parameter is out of range.
     #[error("target parameter {name} = {value} is invalid; allowed: {allowed}")]
     InvalidParameter {
@@ -137,6 +144,9 @@ pub struct TargetParams {
     pub listeners: Vec<ListenerParams>,
     /// Serial number of the discovery controller.
     pub serial: String,
+    /// The ANA state of every group on a listener (by port ID) at start; listeners not named have every group
+    /// optimized. [`Target::set_ana_state`] changes them.
+    pub ana_states: Vec<(u16, AnaState)>,
 }
 
 impl Default for TargetParams {
@@ -155,6 +165,7 @@ impl Default for TargetParams {
             discovery_enabled: true,
             listeners: Vec::new(),
             serial: "nvmf-rs".to_owned(),
+            ana_states: Vec::new(),
         }
     }
 }
@@ -260,12 +271,21 @@ pub struct Target {
     discards: Arc<DiscardCounters>,
     /// The listeners now, replaced by a reload (read by discovery log reads, never on the data path).
     listeners: RwLock<Vec<ListenerParams>>,
+    /// Every listener's ANA states; replaced whole under the write lock, with `ana_generation` bumped.
+    ana: RwLock<Arc<AnaTable>>,
+    ana_generation: AtomicU64,
 }
 
 impl Target {
     /// Build a target from its parameters and subsystems.
     pub fn new(mut params: TargetParams, subsystems: Vec<SubsystemParams>) -> Result<Arc<Self>, TargetError> {
         params.validate()?;
+        let mut ana = AnaTable::default();
+        for &(port_id, state) in &params.ana_states {
+            if let Some(t) = ana.with_state(port_id, AnaGroups::All, state) {
+                ana = t;
+            }
+        }
         let listeners = RwLock::new(std::mem::take(&mut params.listeners));
         let mut map = BTreeMap::new();
         for s in subsystems {
@@ -285,6 +305,8 @@ impl Target {
             kato_minimum: Default::default(),
             discards: Arc::default(),
             listeners,
+            ana: RwLock::new(Arc::new(ana)),
+            ana_generation: AtomicU64::new(0),
         }))
     }
 
@@ -410,5 +432,50 @@ impl Target {
         for controller in self.discovery.controllers() {
             controller.discovery_log_changed();
         }
+    }
+
+    /// The ANA table now.
+    pub fn ana(&self) -> Arc<AnaTable> {
+        Arc::clone(&self.ana.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The ANA table generation; it changes whenever a state changes (one atomic load: I/O queues compare it per
+    /// command).
+    #[inline]
+    pub fn ana_generation(&self) -> u64 {
+        self.ana_generation.load(Ordering::Acquire)
+    }
+
+    /// Port `port_id`'s ANA states and the generation they belong to, read together.
+    pub(crate) fn ana_port_with_generation(&self, port_id: u16) -> (Arc<PortStates>, u64) {
+        let guard = self.ana.read().unwrap_or_else(|e| e.into_inner());
+        // The generation is bumped while the write lock is held, so under the read lock it matches the table.
+        (Arc::clone(guard.port(port_id)), self.ana_generation.load(Ordering::Acquire))
+    }
+
+    /// Set `groups` of listener `port_id` to `state`. When anything changed, the groups' and the log's change
+    /// counts move, I/O queues see the new state at their next command, and every controller connected through
+    /// the listener gets an ANA Change event (unless disabled or masked): returns whether anything changed.
+    pub fn set_ana_state(&self, port_id: u16, groups: AnaGroups, state: AnaState) -> Result<bool, TargetError> {
+        if let AnaGroups::One(g) = groups {
+            if !super::ana::valid_group(g) {
+                return Err(TargetError::InvalidAnaGroup(g));
+            }
+        }
+        {
+            let mut guard = self.ana.write().unwrap_or_else(|e| e.into_inner());
+            let Some(table) = guard.with_state(port_id, groups, state) else { return Ok(false) };
+            *guard = Arc::new(table);
+            self.ana_generation.fetch_add(1, Ordering::AcqRel);
+        }
+        tracing::info!(port_id, ?groups, state = state.name(), "ANA state changed");
+        for subsystem in self.subsystems() {
+            for controller in subsystem.controllers() {
+                if controller.port_id() == port_id {
+                    controller.ana_changed();
+                }
+            }
+        }
+        Ok(true)
     }
 }

@@ -139,7 +139,9 @@ impl Queue {
             };
             let controller = subsystem
                 .register_controller(|cntlid| {
-                    Arc::new(Controller::new(cntlid, Arc::clone(&subsystem), hostnqn, data.hostid, kato, params, true))
+                    let controller =
+                        Controller::new(cntlid, Arc::clone(&subsystem), hostnqn, data.hostid, kato, params, true);
+                    Arc::new(controller.on_port(self.transport.port_id))
                 })
                 .ok_or((Status::CONNECT_CONTROLLER_BUSY, 0))?;
             controller.attach_admin_queue(self.queue_entry(0, connect.sqsize));

@@ -1,5 +1,5 @@
 //! I/O commands: their validation (flags, NSID, SGL against transfer length and in-capsule data, MDTS, LBA
-//! range), the [`Plan`] each becomes, and getting its host data in before it goes to storage.
+//! range, the namespace's ANA state on the queue's listener), the [`Plan`] each becomes, and getting its host data in before it goes to storage.
 
 use nvmf_common::nvme::io::{is_invalid_opcode, IoCommand, NSID_ALL};
 use nvmf_common::nvme::opcode::FABRICS;
@@ -54,6 +54,7 @@ impl Queue {
         // Read, Write and Compare: the SGL must describe exactly blocks × block size, within MDTS.
         let rw = |nsid: u32, slba: u64, blocks: u32, direction: Direction| {
             let ns = self.table.get(nsid).ok_or(invalid_ns)?;
+            self.ana.check(ns.ana_group())?;
             let len = u64::from(blocks) << ns.block_shift();
             let (source, sgl_len) = io::data_source(sqe, trtype, direction, in_capsule.len())?;
             if u64::from(sgl_len) != len {
@@ -80,13 +81,15 @@ impl Queue {
                 (Plan::Compare { nsid: c.nsid, offset, len }, Some(source))
             }
             IoCommand::Flush(c) => {
-                if c.nsid != NSID_ALL && self.table.get(c.nsid).is_none() {
-                    return Err(invalid_ns);
+                if c.nsid != NSID_ALL {
+                    let ns = self.table.get(c.nsid).ok_or(invalid_ns)?;
+                    self.ana.check(ns.ana_group())?;
                 }
                 (Plan::Flush { nsid: c.nsid }, None)
             }
             IoCommand::WriteZeroes(c) => {
                 let ns = self.table.get(c.nsid).ok_or(invalid_ns)?;
+                self.ana.check(ns.ana_group())?;
                 if !ns.storage().supports_write_zeroes() {
                     return Err(Status::INVALID_OPCODE.with_dnr());
                 }
@@ -96,7 +99,8 @@ impl Queue {
                 (Plan::WriteZeroes { nsid: c.nsid, offset, len, flush_after }, None)
             }
             IoCommand::DatasetManagement(c) => {
-                self.table.get(c.nsid).ok_or(invalid_ns)?;
+                let ns = self.table.get(c.nsid).ok_or(invalid_ns)?;
+                self.ana.check(ns.ana_group())?;
                 let list_len = c.range_list_len();
                 let (source, sgl_len) = io::data_source(sqe, trtype, Direction::ToController, in_capsule.len())?;
                 // The SGL may describe more than the list (Linux nvmet: `nvmet_check_data_len_lte`).

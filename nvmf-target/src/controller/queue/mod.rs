@@ -13,7 +13,7 @@
 //! dies with storage I/O in flight.
 //!
 //! The data path (I/O commands) takes no lock and allocates nothing: the namespace table is a cached `Arc`
-//! refreshed when the subsystem's generation changes; counters are single-writer atomics; buffers come from
+//! refreshed when the subsystem's generation changes, and so are the listener's ANA states (target's generation); counters are single-writer atomics; buffers come from
 //! the reactor's [`IoEngine`] pool and storage ops go to its ring with tag `(queue_key << 16) | slot`. When the
 //! pool is exhausted a command waits on the retry list (or, holding in-capsule data it cannot keep, completes
 //! with the retryable Command Interrupted); a full ring likewise parks the command until [`Queue::poll`].
@@ -43,6 +43,7 @@ use nvmf_common::fabrics::connect::CONNECT_DATA_SIZE;
 use nvmf_common::nvme::io::DatasetManagement;
 use nvmf_common::nvme::{CompletionQueueEntry, Status, SubmissionQueueEntry};
 
+use super::ana::PortStates;
 use super::association::{Controller, Notifier, QueueCounters, AERL};
 use super::io::{storage_status, StorageOp};
 use super::subsystem::NamespaceTable;
@@ -373,6 +374,9 @@ pub struct Queue {
     budget: BufferBudget,
     table: Arc<NamespaceTable>,
     table_generation: u64,
+    /// This queue's listener's ANA states, refreshed when the target's ANA generation moves.
+    ana: Arc<PortStates>,
+    ana_generation: u64,
     sq_head: u16,
     /// When the queue was created: its Connect must complete within the target's connect timeout from then.
     created: Instant,
@@ -413,6 +417,9 @@ impl Queue {
             budget,
             table: Arc::new(NamespaceTable::default()),
             table_generation: 0,
+            ana: Arc::new(PortStates::default()),
+            // Never a real generation before the first refresh: u64::MAX is not reached by counting.
+            ana_generation: u64::MAX,
             sq_head: 0,
             created: turn_time(),
             last_activity: None,

@@ -26,9 +26,15 @@ impl Queue {
         Ok(())
     }
 
-    /// Refresh the cached namespace table if the subsystem's generation moved.
+    /// Refresh the cached namespace table if the subsystem's generation moved, and the listener's ANA states if
+    /// the target's ANA generation moved.
     pub(super) fn refresh_table(&mut self) {
         let QueueState::Connected(a) = &self.state else { return };
+        if self.target.ana_generation() != self.ana_generation {
+            let (states, generation) = self.target.ana_port_with_generation(self.transport.port_id);
+            self.ana = states;
+            self.ana_generation = generation;
+        }
         let subsystem = a.controller.subsystem();
         if subsystem.generation() != self.table_generation {
             let (table, generation) = subsystem.namespaces_with_generation();

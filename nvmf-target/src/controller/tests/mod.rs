@@ -38,6 +38,7 @@ use super::subsystem::CNTLID_RANGE;
 use super::*;
 use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
 
+mod ana;
 mod async_events;
 mod budgets;
 mod connect;

@@ -1,0 +1,155 @@
+//! Asymmetric Namespace Access against the Linux 6.12 kernel host's native multipath, in the test VM: our target
+//! with two TCP listeners (4420 optimized, 4421 non-optimized) and one memory namespace; the kernel host connects
+//! through both and shows one multipath namespace with two paths in those ANA states (sysfs `ana_state`, `nvme
+//! list-subsys`); fio randwrite with crc32c verification runs on the multipath device while `nvmf-target
+//! ana-state` makes 4420 inaccessible and 4421 optimized: the host follows (ANA Change events, the ANA log) and
+//! I/O goes on through 4421 without a verify error. The longest I/O latency fio saw and the longest stretch of
+//! 200 ms intervals without a completed write are printed (`ana: longest …`).
+//!
+//! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`). Logs (the daemon's, fio's,
+//! dmesg) land in `target/tmp/vm-logs/<test>/`.
+//!
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_ana -- --nocapture
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nvmf_tests::vm::{self, Vm};
+
+const NQN: &str = "nqn.2024-01.io.nvmf-rs:vm-ana";
+
+const CONFIG: &str = r#"
+[target]
+mdts = "1MiB"
+[reactors]
+threads = 2
+[logging]
+level = "info"
+[[listener]]
+address = "127.0.0.1"
+port = 4420
+[[listener]]
+address = "127.0.0.1"
+port = 4421
+ana_state = "non-optimized"
+[[subsystem]]
+nqn = "nqn.2024-01.io.nvmf-rs:vm-ana"
+[[subsystem.namespace]]
+memory = "128MiB"
+"#;
+
+/// The guest script: `{NQN}` is substituted.
+const SCRIPT: &str = r#"
+set -eu
+modprobe nvme_tcp
+echo "multipath: $(cat /sys/module/nvme_core/parameters/multipath)"
+SOCK=/tmp/nvmf-target.sock
+start_daemon target timeout 900 "$NVMF_TARGET_BIN" --config $CONFIG --control $SOCK
+daemon_ready target 'nvmf-target: ready'
+T() { "$NVMF_TARGET_BIN" "$@" --control $SOCK; }
+
+dev=$(host_connect tcp 127.0.0.1 4420 {NQN} -i 2)
+dev2=$(host_connect tcp 127.0.0.1 4421 {NQN} -i 2)
+echo "multipath device: $dev (second connect: $dev2)"
+b=$(basename $dev)
+
+# Each path of the multipath namespace: "port PORT STATE", by port. Linux 6.12 has no /sys/block/<head>/multipath
+# directory yet: a path is the controller's hidden disk nvmeXcYnZ of the head's namespace.
+paths() {
+  local p c n port
+  n=${b##*n}
+  for p in /sys/class/nvme/nvme*/nvme*c*n$n; do
+    [ -e "$p/ana_state" ] || continue
+    c=$(basename "$(dirname "$p")")
+    port=$(sed -n 's/.*trsvcid=\([0-9]*\).*/\1/p' /sys/class/nvme/$c/address)
+    echo "port $port $(cat $p/ana_state)"
+  done | sort
+}
+_states_are() { [ "$(paths | tr '\n' ' ')" = "$1" ]; }
+
+wait_until 20 _states_are "port 4420 optimized port 4421 non-optimized " || true
+echo "paths before: $(paths | tr '\n' ';')"
+echo "path count: $(paths | wc -l)"
+nvme list-subsys -o json $dev > /tmp/list-subsys.json || nvme list-subsys -o json > /tmp/list-subsys.json
+cat /tmp/list-subsys.json
+jq -r '[.. | objects | select(has("ANAState")) | "\(.Address | capture("trsvcid=(?<p>[0-9]+)").p)=\(.ANAState)"] | sort | "list-subsys ana: \(join(" "))"' /tmp/list-subsys.json
+jq -r '[.. | objects | select(has("Paths")) | .Paths | length] | "list-subsys paths: \(join(" "))"' /tmp/list-subsys.json
+T list
+
+# fio on the multipath device; the ANA states change under it.
+out=$NVMF_VM_LOGS/fio-ana
+t0=${EPOCHREALTIME/./}
+timeout 200 fio --name=ana --filename=$dev --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=16 \
+  --size=64M --time_based --runtime=45 --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
+  --write_bw_log=/tmp/ana --log_avg_msec=200 --output-format=json --output=$out.json > $out.log 2>&1 &
+fio_pid=$!
+sleep 12
+T ana-state --listener tcp://127.0.0.1:4420 --state inaccessible
+T ana-state --listener tcp://127.0.0.1:4421 --state optimized
+t_switch=$(( (${EPOCHREALTIME/./} - t0) / 1000 ))
+if wait_until 30 _states_are "port 4420 inaccessible port 4421 optimized "; then
+  echo "host saw the change after $(( (${EPOCHREALTIME/./} - t0) / 1000 - t_switch )) ms"
+fi
+echo "paths after: $(paths | tr '\n' ';')"
+rc=0
+wait $fio_pid || rc=$?
+echo "fio rc=$rc"
+cat $out.log >&2 || true
+jq -r '.jobs[0] | "fio error=\(.error) writes=\(.write.total_ios) verify-reads=\(.read.total_ios)"' $out.json
+jq -r '.jobs[0] | "ana: longest write latency \(.write.lat_ns.max / 1000000 | floor) ms, longest verify-read latency \(.read.lat_ns.max / 1000000 | floor) ms"' $out.json
+# The write bandwidth log: 200 ms averages, "msec, KiB/s, dir, bs, offset". After the switch: writes completed
+# (KiB summed over intervals) and the longest run of intervals with none.
+cp /tmp/ana_bw.1.log $NVMF_VM_LOGS/ 2>/dev/null || true
+awk -F', *' -v s=$t_switch '$3 == 1 {
+    if ($2 == 0) { run += 200; if (run > longest) longest = run } else run = 0
+    if ($1 > s + 2000) after += $2
+  } END { printf "ana: longest stretch without a completed write %d ms; writes after the switch: %s\n", longest, (after > 0 ? "yes" : "no") }' /tmp/ana_bw.1.log
+echo "ana log reads: $(dmesg | grep -c 'ANA group' || true)"
+dmesg | grep -E 'ANA|nvme' | tail -n 20 >&2 || true
+echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
+T list
+host_disconnect {NQN}
+stop_daemon target
+echo "ana: done"
+"#;
+
+/// Two listeners, the kernel's multipath over both, an ANA switch under verified fio.
+#[test]
+fn kernel_multipath_follows_ana_states() {
+    let name = "kernel_multipath_follows_ana_states";
+    let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
+    let _ = std::fs::remove_dir_all(&logs);
+    let mut vm = Vm::new(name).logs(logs).modules(["nvme_tcp"]).deadline(Duration::from_secs(360));
+    if vm::enabled().is_ok() {
+        let bin = nvmf_tests::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
+        vm = vm.env("NVMF_TARGET_BIN", bin.to_string_lossy());
+    }
+    let script =
+        format!("CONFIG=/tmp/nvmf-target.toml\ncat > $CONFIG <<'EOF'\n{CONFIG}\nEOF\n{}", SCRIPT.replace("{NQN}", NQN));
+    let start = Instant::now();
+    let Some(out) = vm.run_or_skip(&script) else { return };
+    vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
+    out.assert_success();
+    let has = |needle: &str| assert!(out.stdout.contains(needle), "stdout lacks {needle:?}\n{}", out.report());
+    has("multipath: Y");
+    has("path count: 2");
+    has("paths before: port 4420 optimized;port 4421 non-optimized;");
+    has("list-subsys paths: 2");
+    has("list-subsys ana: 4420=optimized 4421=non-optimized");
+    has("(port 1, ANA group 1 optimized)");
+    has("(port 2, ANA group 1 non-optimized)");
+    has("tcp://127.0.0.1:4420 (port 1): every ANA group now inaccessible");
+    has("tcp://127.0.0.1:4421 (port 2): every ANA group now optimized");
+    has("host saw the change after");
+    has("paths after: port 4420 inaccessible;port 4421 optimized;");
+    has("(port 1, ANA group 1 inaccessible)");
+    has("(port 2, ANA group 1 optimized)");
+    has("fio rc=0");
+    has("fio error=0");
+    has("writes after the switch: yes");
+    has("host I/O errors: 0");
+    has("ana: done");
+    for line in out.stdout.lines().filter(|l| l.starts_with("ana: longest") || l.starts_with("host saw")) {
+        vm::note(&format!("{name}: {line}"));
+    }
+}
