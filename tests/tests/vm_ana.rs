@@ -3,8 +3,11 @@
 //! through both and shows one multipath namespace with two paths in those ANA states (sysfs `ana_state`, `nvme
 //! list-subsys`); fio randwrite with crc32c verification runs on the multipath device while `nvmf-target
 //! ana-state` makes 4420 inaccessible and 4421 optimized: the host follows (ANA Change events, the ANA log) and
-//! I/O goes on through 4421 without a verify error. The longest I/O latency fio saw and the longest stretch of
-//! 200 ms intervals without a completed write are printed (`ana: longest …`).
+//! I/O goes on through 4421 without a verify error. The longest I/O latency fio saw and the longest gap
+//! between 200 ms intervals with completed writes are printed (`ana: longest …`).
+//!
+//! `two_nodes_one_subsystem_survive_a_node_loss`: two target processes export one subsystem from one file (same
+//! identifiers, disjoint CNTLID ranges); node A is killed under verified fio, and I/O goes on through node B.
 //!
 //! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`). Logs (the daemon's, fio's,
 //! dmesg) land in `target/tmp/vm-logs/<test>/`.
@@ -98,12 +101,12 @@ cat $out.log >&2 || true
 jq -r '.jobs[0] | "fio error=\(.error) writes=\(.write.total_ios) verify-reads=\(.read.total_ios)"' $out.json
 jq -r '.jobs[0] | "ana: longest write latency \(.write.lat_ns.max / 1000000 | floor) ms, longest verify-read latency \(.read.lat_ns.max / 1000000 | floor) ms"' $out.json
 # The write bandwidth log: 200 ms averages, "msec, KiB/s, dir, bs, offset". After the switch: writes completed
-# (KiB summed over intervals) and the longest run of intervals with none.
+# (KiB summed over intervals) and the longest gap between intervals with some (fio logs no empty interval).
 cp /tmp/ana_bw.1.log $NVMF_VM_LOGS/ 2>/dev/null || true
 awk -F', *' -v s=$t_switch '$3 == 1 {
-    if ($2 == 0) { run += 200; if (run > longest) longest = run } else run = 0
+    if ($2 > 0) { if (prev != "" && $1 - prev > longest) longest = $1 - prev; prev = $1 }
     if ($1 > s + 2000) after += $2
-  } END { printf "ana: longest stretch without a completed write %d ms; writes after the switch: %s\n", longest, (after > 0 ? "yes" : "no") }' /tmp/ana_bw.1.log
+  } END { printf "ana: longest gap between completed writes %d ms; writes after the switch: %s\n", longest, (after > 0 ? "yes" : "no") }' /tmp/ana_bw.1.log
 echo "ana log reads: $(dmesg | grep -c 'ANA group' || true)"
 dmesg | grep -E 'ANA|nvme' | tail -n 20 >&2 || true
 echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
@@ -150,6 +153,125 @@ fn kernel_multipath_follows_ana_states() {
     has("host I/O errors: 0");
     has("ana: done");
     for line in out.stdout.lines().filter(|l| l.starts_with("ana: longest") || l.starts_with("host saw")) {
+        vm::note(&format!("{name}: {line}"));
+    }
+}
+
+/// One target node's configuration: `{PORT}`, `{MIN}`, `{MAX}` and `{STATE}` are substituted. Both nodes export the
+/// same subsystem and the same file with the same identifiers and serial, with disjoint CNTLID ranges.
+const NODE_CONFIG: &str = r#"
+[target]
+mdts = "1MiB"
+[logging]
+level = "info"
+[[listener]]
+address = "127.0.0.1"
+port = {PORT}
+ana_state = "{STATE}"
+[[subsystem]]
+nqn = "nqn.2024-01.io.nvmf-rs:vm-ana-two"
+serial = "NVMFHA0001"
+cntlid_min = {MIN}
+cntlid_max = {MAX}
+[[subsystem.namespace]]
+path = "/tmp/shared.img"
+uuid = "5a0c3d2e-8b1f-4c6a-9e7d-2f1a3b4c5d6e"
+nguid = "5a0c3d2e8b1f4c6a9e7d2f1a3b4c5d6e"
+"#;
+
+const TWO_NODES: &str = r#"
+set -eu
+modprobe nvme_tcp
+NQN=nqn.2024-01.io.nvmf-rs:vm-ana-two
+truncate -s 128M /tmp/shared.img
+start_daemon node-a timeout 900 "$NVMF_TARGET_BIN" --config /tmp/node-a.toml --control /tmp/node-a.sock
+start_daemon node-b timeout 900 "$NVMF_TARGET_BIN" --config /tmp/node-b.toml --control /tmp/node-b.sock
+daemon_ready node-a 'nvmf-target: ready'
+daemon_ready node-b 'nvmf-target: ready'
+dev=$(host_connect tcp 127.0.0.1 4420 $NQN -i 2)
+dev2=$(host_connect tcp 127.0.0.1 4421 $NQN -i 2)
+echo "one device: $([ "$dev" = "$dev2" ] && echo yes || echo "no ($dev, $dev2)")"
+b=$(basename $dev)
+n=${b##*n}
+# Each path: "cntlid N port P STATE", by port.
+paths() {
+  local p c
+  for p in /sys/class/nvme/nvme*/nvme*c*n$n; do
+    [ -e "$p/ana_state" ] || continue
+    c=$(basename "$(dirname "$p")")
+    echo "cntlid $(cat /sys/class/nvme/$c/cntlid) port $(sed -n 's/.*trsvcid=\([0-9]*\).*/\1/p' /sys/class/nvme/$c/address) $(cat $p/ana_state) $(cat /sys/class/nvme/$c/state)"
+  done | sort -k4
+}
+echo "paths: $(paths | tr '\n' ';')"
+
+out=$NVMF_VM_LOGS/fio-two
+t0=${EPOCHREALTIME/./}
+timeout 200 fio --name=two --filename=$dev --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=16 \
+  --size=64M --time_based --runtime=40 --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
+  --write_bw_log=/tmp/two --log_avg_msec=200 --output-format=json --output=$out.json > $out.log 2>&1 &
+fio_pid=$!
+sleep 12
+# Node A is lost: its process dies without a word to the host.
+kill -KILL "$(nvmf_target_pid node-a)"
+t_loss=$(( (${EPOCHREALTIME/./} - t0) / 1000 ))
+log "node A killed"
+sleep 5
+echo "paths after the loss: $(paths | tr '\n' ';')"
+rc=0
+wait $fio_pid || rc=$?
+echo "fio rc=$rc"
+jq -r '.jobs[0] | "fio error=\(.error)"' $out.json
+cp /tmp/two_bw.1.log $NVMF_VM_LOGS/ 2>/dev/null || true
+awk -F', *' -v s=$t_loss '$3 == 1 {
+    if ($2 > 0) { if (prev != "" && $1 - prev > longest) longest = $1 - prev; prev = $1 }
+    if ($1 > s + 2000) after += $2
+  } END { printf "two nodes: longest gap between completed writes %d ms; writes after the loss: %s\n", longest, (after > 0 ? "yes" : "no") }' /tmp/two_bw.1.log
+echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
+"$NVMF_TARGET_BIN" list -o json --control /tmp/node-b.sock | jq -r '"node B controllers: \([.subsystems[].controllers[]?.cntlid] | map(tostring) | join(" "))"'
+host_disconnect $NQN
+stop_daemon node-b
+stop_daemon node-a || true
+echo "two nodes: done"
+"#;
+
+/// Two target processes export one subsystem (one file, same identifiers, CNTLIDs 1-99 and 100-199); the kernel host
+/// sees one namespace with two paths (optimized on node A, non-optimized on node B); node A is killed under verified
+/// fio and I/O goes on through node B without an error reaching fio.
+#[test]
+fn two_nodes_one_subsystem_survive_a_node_loss() {
+    let name = "two_nodes_one_subsystem_survive_a_node_loss";
+    let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
+    let _ = std::fs::remove_dir_all(&logs);
+    let mut vm = Vm::new(name).logs(logs).modules(["nvme_tcp"]).deadline(Duration::from_secs(360));
+    if vm::enabled().is_ok() {
+        let bin = nvmf_tests::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
+        vm = vm.env("NVMF_TARGET_BIN", bin.to_string_lossy());
+    }
+    let node = |port: &str, min: &str, max: &str, state: &str| {
+        NODE_CONFIG.replace("{PORT}", port).replace("{MIN}", min).replace("{MAX}", max).replace("{STATE}", state)
+    };
+    let script = format!(
+        "cat > /tmp/node-a.toml <<'EOF'\n{}\nEOF\ncat > /tmp/node-b.toml <<'EOF'\n{}\nEOF\n{TWO_NODES}",
+        node("4420", "1", "99", "optimized"),
+        node("4421", "100", "199", "non-optimized"),
+    );
+    let start = Instant::now();
+    let Some(out) = vm.run_or_skip(&script) else { return };
+    vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
+    out.assert_success();
+    out.assert_lines(&[
+        "one device: yes\n",
+        "paths: cntlid 1 port 4420 optimized live;cntlid 100 port 4421 non-optimized live;\n",
+        "fio rc=0\n",
+        "fio error=0\n",
+        "writes after the loss: yes\n",
+        "host I/O errors: 0\n",
+        "node B controllers: 100\n",
+        "two nodes: done\n",
+    ]);
+    let after = out.stdout.lines().find(|l| l.starts_with("paths after the loss: ")).unwrap_or_default();
+    assert!(after.contains("port 4421 non-optimized live") && !after.contains("port 4420 optimized live"), "{after}");
+    for line in out.stdout.lines().filter(|l| l.starts_with("two nodes: longest")) {
         vm::note(&format!("{name}: {line}"));
     }
 }
