@@ -21,6 +21,7 @@
 //! which the reactor calls [`Queue::poll`].
 
 pub mod association;
+pub mod authentication;
 pub mod queue;
 pub mod subsystem;
 pub mod target;

@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use nvmf_common::fabrics::discovery::{AddressFamily, TransportType, Tsas};
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 
+use super::authentication::{AuthCounters, FailureLog};
 use super::subsystem::{Subsystem, SubsystemError, SubsystemParams};
 use crate::backend::{BudgetLimit, DiscardCounters};
 
@@ -260,6 +261,10 @@ pub struct Target {
     discards: Arc<DiscardCounters>,
     /// The listeners now, replaced by a reload (read by discovery log reads, never on the data path).
     listeners: RwLock<Vec<ListenerParams>>,
+    /// DH-HMAC-CHAP transactions by outcome, hash and group.
+    auth_counters: AuthCounters,
+    /// The rate limit of authentication failure log lines.
+    auth_failures: FailureLog,
 }
 
 impl Target {
@@ -285,6 +290,8 @@ impl Target {
             kato_minimum: Default::default(),
             discards: Arc::default(),
             listeners,
+            auth_counters: AuthCounters::default(),
+            auth_failures: FailureLog::default(),
         }))
     }
 
@@ -345,6 +352,16 @@ impl Target {
         tracing::info!(subnqn = %nqn, "subsystem removed");
         self.discovery_changed();
         Ok(subsystem)
+    }
+
+    /// DH-HMAC-CHAP transactions so far, by outcome, hash and group.
+    pub fn auth_counters(&self) -> &AuthCounters {
+        &self.auth_counters
+    }
+
+    /// The rate limit of authentication failure log lines.
+    pub(crate) fn auth_failures(&self) -> &FailureLog {
+        &self.auth_failures
     }
 
     /// Connections ended so far because their peer stalled in `state`.

@@ -39,6 +39,7 @@ use super::*;
 use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
 
 mod async_events;
+mod authentication;
 mod budgets;
 mod connect;
 mod discovery;
