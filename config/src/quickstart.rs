@@ -16,7 +16,10 @@
 //!   that itself starts with `memory:` or `null:` or holds a comma needs a configuration file (or `./memory:…`).
 //!   Without any: [`DEFAULT_NAMESPACE`].
 //! - `--nqn NQN`: the one subsystem's NQN, default [`DEFAULT_NQN`].
-//! - `--allow-host NQN` (repeatable): only these hosts may connect; without it any host may.
+//! - `--allow-host NQN[,dhchap-key=DHHC-1:…:[,dhchap-ctrl-key=DHHC-1:…:]]` (repeatable): only these hosts may
+//!   connect; without it any host may. With `dhchap-key` the host must authenticate every queue (DH-HMAC-CHAP,
+//!   nvme-cli's `--dhchap-secret`), with `dhchap-ctrl-key` the target too when the host asks (its
+//!   `--dhchap-ctrl-secret`). Errors never repeat a key.
 //! - `--metrics ADDR:PORT`: serve Prometheus metrics there.
 //!
 //! Each missing flag takes its default independently, so with no flags at all the target exports a 1 GiB memory
@@ -28,10 +31,11 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::error::{ConfigError, KeySegment, Problem, ValueError};
 use crate::ids::{self, Eui64, Nguid, Uuid};
+use crate::secret::RawSecret;
 use crate::size::{format_size, parse_size};
 use crate::target::{
-    available_cpus, validate, NamespaceBackend, RawListener, RawMetrics, RawNamespace, RawSize, RawSubsystem,
-    RawTargetConfig, TargetConfig, Transport, DEFAULT_PORT,
+    available_cpus, validate, NamespaceBackend, RawHostKeys, RawListener, RawMetrics, RawNamespace, RawSize,
+    RawSubsystem, RawTargetConfig, TargetConfig, Transport, DEFAULT_PORT,
 };
 
 /// The subsystem NQN when `--nqn` is absent.
@@ -59,8 +63,9 @@ pub struct QuickStart {
     /// Subsystem NQN [default: nqn.2024-01.io.nvmf-rs:default]
     #[arg(long = "nqn", value_name = "NQN")]
     pub nqn: Option<String>,
-    /// Allow only this host NQN to connect (repeatable; without it any host may connect)
-    #[arg(long = "allow-host", value_name = "NQN")]
+    /// Allow only this host NQN to connect (repeatable; without it any host may connect); with
+    /// ,dhchap-key=DHHC-1:…: it must authenticate (and ,dhchap-ctrl-key=DHHC-1:…: authenticates the target to it)
+    #[arg(long = "allow-host", value_name = "NQN[,dhchap-key=KEY[,dhchap-ctrl-key=KEY]]")]
     pub allow_hosts: Vec<String>,
     /// Serve Prometheus metrics on ADDR:PORT
     #[arg(long = "metrics", value_name = "ADDR:PORT")]
@@ -88,15 +93,26 @@ impl QuickStart {
                 ..RawListener::default()
             });
         }
-        let mut subsystem =
-            RawSubsystem { nqn: nqn.to_owned(), hosts: self.allow_hosts.clone(), ..RawSubsystem::default() };
+        let mut subsystem = RawSubsystem { nqn: nqn.to_owned(), ..RawSubsystem::default() };
+        let mut keyed = Vec::new();
+        for text in &self.allow_hosts {
+            match allow_host(text).map_err(|error| flag_error("--allow-host", &shown_host(text), error))? {
+                (host, None) => subsystem.hosts.push(host),
+                (host, Some(keys)) => {
+                    keyed.push(shown_host(text));
+                    subsystem.host_keys.push(RawHostKeys { nqn: host, ..keys });
+                }
+            }
+        }
+        let plain = subsystem.hosts.clone();
         for text in &namespaces {
             let spec = NamespaceSpec::parse(text).map_err(|error| flag_error("--namespace", text, error))?;
             subsystem.namespaces.push(spec.to_raw());
         }
         raw.subsystems.push(subsystem);
         raw.metrics = self.metrics.clone().map(|listen| RawMetrics { listen: Some(listen) });
-        validate(&raw, None, available_cpus()).map_err(|problem| self.place(problem, &listen, &namespaces, nqn))
+        validate(&raw, None, available_cpus())
+            .map_err(|problem| self.place(problem, &listen, &namespaces, nqn, [&plain, &keyed]))
     }
 
     fn listen_values(&self) -> Vec<String> {
@@ -116,7 +132,14 @@ impl QuickStart {
     }
 
     /// The flag (and its value) that produced the key a validation problem names.
-    fn place(&self, problem: Problem, listen: &[String], namespaces: &[String], nqn: &str) -> ConfigError {
+    fn place(
+        &self,
+        problem: Problem,
+        listen: &[String],
+        namespaces: &[String],
+        nqn: &str,
+        [plain, keyed]: [&[String]; 2],
+    ) -> ConfigError {
         let key = |i: usize| problem.key.segments().get(i);
         let name = |i: usize| match key(i) {
             Some(KeySegment::Key(name)) => Some(name.as_str()),
@@ -130,13 +153,55 @@ impl QuickStart {
         let (flag, value) = match (name(0), name(2)) {
             (Some("listener"), _) => ("--listen", pick(listen, index(1))),
             (Some("subsystem"), Some("namespace")) => ("--namespace", pick(namespaces, index(3))),
-            (Some("subsystem"), Some("hosts")) => ("--allow-host", pick(&self.allow_hosts, index(3))),
+            (Some("subsystem"), Some("hosts")) => ("--allow-host", pick(plain, index(3))),
+            (Some("subsystem"), Some("host")) => ("--allow-host", pick(keyed, index(3))),
             (Some("subsystem"), _) => ("--nqn", nqn.to_owned()),
             (Some("metrics"), _) => ("--metrics", self.metrics.clone().unwrap_or_default()),
             _ => ("(quick start)", problem.key.to_string()),
         };
         ConfigError::Flag { flag, value, problem: problem.problem, allowed: problem.allowed }
     }
+}
+
+const ALLOW_HOST_ALLOWED: &str = "NQN, or NQN,dhchap-key=DHHC-1:…: with optionally ,dhchap-ctrl-key=DHHC-1:…:";
+
+/// An `--allow-host` value: the NQN, and the keys when given.
+fn allow_host(text: &str) -> Result<(String, Option<RawHostKeys>), ValueError> {
+    let mut parts = text.split(',');
+    let nqn = parts.next().unwrap_or_default().to_owned();
+    let mut keys: Option<RawHostKeys> = None;
+    let mut ctrl = None;
+    for part in parts {
+        match part.split_once('=') {
+            Some(("dhchap-key", key)) if keys.is_none() => {
+                keys = Some(RawHostKeys { dhchap_key: Some(RawSecret(key.to_owned())), ..RawHostKeys::default() });
+            }
+            Some(("dhchap-ctrl-key", key)) if ctrl.is_none() => ctrl = Some(RawSecret(key.to_owned())),
+            _ => {
+                let name = part.split_once('=').map_or(part, |(name, _)| name);
+                return Err(ValueError::new(
+                    format!("{name:?} is not an option, or is given twice"),
+                    ALLOW_HOST_ALLOWED,
+                ));
+            }
+        }
+    }
+    match (keys, ctrl) {
+        (None, Some(_)) => Err(ValueError::new("dhchap-ctrl-key without dhchap-key", ALLOW_HOST_ALLOWED)),
+        (Some(keys), ctrl) => Ok((nqn, Some(RawHostKeys { dhchap_ctrl_key: ctrl, ..keys }))),
+        (None, None) => Ok((nqn, None)),
+    }
+}
+
+/// An `--allow-host` value as errors show it: the keys elided.
+fn shown_host(text: &str) -> String {
+    text.split(',')
+        .map(|part| match part.split_once('=') {
+            Some((name, _)) => format!("{name}=…"),
+            None => part.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn flag_error(flag: &'static str, value: &str, error: ValueError) -> ConfigError {
@@ -467,5 +532,31 @@ mod tests {
         assert!(error(&["--allow-host", "nqn.2024-01.io.x:h", "--allow-host", "h\u{7f}2"])
             .starts_with("--allow-host \"h\\u{7f}2\": \"h\\u{7f}2\" is not a valid NQN: NQN contains a control"));
         assert!(error(&["--metrics", "9420"]).starts_with("--metrics \"9420\": \"9420\" is not an address and port"));
+    }
+
+    #[test]
+    fn allow_host_with_keys() {
+        let key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+        let config = flags(&[
+            "--allow-host",
+            "nqn.2024-01.io.x:plain",
+            "--allow-host",
+            &format!("nqn.2024-01.io.x:one,dhchap-key={key}"),
+            "--allow-host",
+            &format!("nqn.2024-01.io.x:two,dhchap-key={key},dhchap-ctrl-key={key}"),
+        ])
+        .to_config()
+        .unwrap();
+        let s = &config.subsystems[0];
+        assert_eq!(s.hosts, ["nqn.2024-01.io.x:plain"]);
+        assert_eq!(s.host_keys.len(), 2);
+        assert!(s.host_keys[0].dhchap_ctrl_key.is_none() && s.host_keys[1].dhchap_ctrl_key.is_some());
+        let bad = error(&["--allow-host", "nqn.2024-01.io.x:one,dhchap-key=DHHC-1:00:AAAA:"]);
+        assert!(bad.starts_with("--allow-host \"nqn.2024-01.io.x:one,dhchap-key=…\": the key field"), "{bad}");
+        assert!(!bad.contains("AAAA"), "{bad}");
+        let bad = error(&["--allow-host", &format!("nqn.2024-01.io.x:one,dhchap-ctrl-key={key}")]);
+        assert!(bad.contains("dhchap-ctrl-key without dhchap-key") && !bad.contains("AAEC"), "{bad}");
+        let bad = error(&["--allow-host", "nqn.2024-01.io.x:one,secret=x"]);
+        assert!(bad.contains("\"secret\" is not an option"), "{bad}");
     }
 }
