@@ -97,6 +97,21 @@ pub fn subsystem_auth(s: &SubsystemConfig) -> SubsystemAuth {
     SubsystemAuth { required: s.auth_required, hosts }
 }
 
+/// The discovery controller's authentication settings: with `[discovery] auth_required`, every host with keys
+/// authenticates with those of its first `[[subsystem.host]]`, and hosts without are refused.
+pub fn discovery_auth(config: &TargetConfig) -> SubsystemAuth {
+    if !config.discovery.auth_required {
+        return SubsystemAuth::default();
+    }
+    let mut hosts = std::collections::BTreeMap::new();
+    for s in &config.subsystems {
+        for (nqn, keys) in subsystem_auth(s).hosts {
+            hosts.entry(nqn).or_insert(keys);
+        }
+    }
+    SubsystemAuth { required: true, hosts }
+}
+
 /// The controller model's parameters for namespace `ns` of subsystem `subsystem`, with its storage opened.
 pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<NamespaceParams, StartError> {
     let spec = match &ns.backend {
@@ -155,6 +170,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         ..TargetParams::default()
     };
     let target = Target::new(target_params, subsystems)?;
+    target.discovery_subsystem().set_auth(discovery_auth(config));
 
     let engine = engine_config(config);
     let mut reactors = Vec::with_capacity(config.reactors.threads);

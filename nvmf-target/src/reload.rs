@@ -20,7 +20,7 @@ use nvmf_service::notify::reloading;
 use crate::backend::Storage;
 use crate::controller::authentication::SubsystemAuth;
 use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams};
-use crate::daemon::{namespace_params, subsystem_auth, subsystem_params, RunningTarget, StartError};
+use crate::daemon::{discovery_auth, namespace_params, subsystem_auth, subsystem_params, RunningTarget, StartError};
 use crate::notify::ServiceNotifier;
 use crate::tcp::{ListenerSlot, TcpListenerSpec};
 use crate::transport::ListenError;
@@ -266,6 +266,9 @@ impl Reloader {
                 }
             }
         }
+        // The discovery controller's keys follow the subsystems' (and `[discovery] auth_required`).
+        self.current.discovery.auth_required = new.discovery.auth_required;
+        target.discovery_subsystem().set_auth(discovery_auth(&self.current));
         Ok(summary)
     }
 

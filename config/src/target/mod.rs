@@ -323,6 +323,9 @@ pub enum NamespaceBackend {
 pub struct DiscoveryConfig {
     /// Serve the discovery subsystem (`nqn.2014-08.org.nvmexpress.discovery`) on every listener. Default true.
     pub enabled: bool,
+    /// Hosts must authenticate to the discovery controller (DH-HMAC-CHAP) with the keys of their first
+    /// `[[subsystem.host]]`; hosts with no keys anywhere are refused. Default false.
+    pub auth_required: bool,
 }
 
 /// `[reactors]`.

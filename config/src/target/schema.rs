@@ -180,6 +180,8 @@ pub(crate) struct RawNamespace {
 pub(crate) struct RawDiscovery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_required: Option<bool>,
 }
 
 /// `[reactors]`.

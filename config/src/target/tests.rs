@@ -572,3 +572,15 @@ fn key_files_must_be_private_and_print_as_their_path() {
     let printed = config.to_string();
     assert!(printed.contains(&format!("dhchap_key_file = \"{}\"", key.display())) && !printed.contains("AAEC"));
 }
+
+#[test]
+fn discovery_auth_required_needs_a_host_with_a_key() {
+    let e = load(&format!("[discovery]\nauth_required = true\n{BASE}")).unwrap_err().to_string();
+    assert!(e.contains("discovery.auth_required: the discovery controller requires authentication but no host"), "{e}");
+    let text = format!(
+        "[discovery]\nauth_required = true\n{BASE}[[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h1\"\ndhchap_key = \"{KEY}\"\n"
+    );
+    let config = load(&text).unwrap();
+    assert!(config.discovery.auth_required);
+    assert_eq!(load(&config.to_string()).unwrap(), config);
+}

@@ -111,7 +111,17 @@ pub(crate) fn validate(raw: &RawTargetConfig, base: Option<&Path>, cpus: usize) 
         }
         listeners.push(listener);
     }
-    let discovery = DiscoveryConfig { enabled: raw.discovery.as_ref().and_then(|d| d.enabled).unwrap_or(true) };
+    let discovery = DiscoveryConfig {
+        enabled: raw.discovery.as_ref().and_then(|d| d.enabled).unwrap_or(true),
+        auth_required: raw.discovery.as_ref().and_then(|d| d.auth_required).unwrap_or(false),
+    };
+    if discovery.auth_required && raw.subsystems.iter().all(|s| s.host_keys.is_empty()) {
+        return Err(Problem::new(
+            root.key("discovery").key("auth_required"),
+            "the discovery controller requires authentication but no host has a key: no host could discover",
+            "a [[subsystem.host]] with a dhchap_key, or auth_required = false",
+        ));
+    }
     if raw.subsystems.is_empty() && !discovery.enabled {
         return Err(Problem::new(
             root.clone(),
@@ -726,7 +736,10 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             max_connections_per_address: Some(i64::from(limits.max_connections_per_address)),
             tcp_keepalive_ms: Some(i64::from(limits.tcp_keepalive_ms)),
         }),
-        discovery: Some(RawDiscovery { enabled: Some(config.discovery.enabled) }),
+        discovery: Some(RawDiscovery {
+            enabled: Some(config.discovery.enabled),
+            auth_required: Some(config.discovery.auth_required),
+        }),
         reactors: Some(RawReactors {
             threads: i64::try_from(config.reactors.threads).ok(),
             cpus: (!config.reactors.cpus.is_empty())

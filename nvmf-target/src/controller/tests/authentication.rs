@@ -286,3 +286,27 @@ fn hostile_authentication_commands_are_refused() {
     assert_eq!(&f[..8], &[0, 0xF1, 0, 0, 1, 0, 1, 0x06]);
     assert_eq!(admin.run(&mut engine, KeepAlive.to_sqe()).status(), AUTH_REQUIRED);
 }
+
+#[test]
+fn the_discovery_controller_may_require_authentication() {
+    let target = target_with(target_params(), auth(false, None));
+    target.discovery_subsystem().set_auth(auth(true, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut other = Host::new(&target);
+    let done = other.connect(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, OTHER_HOST);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_HOST.with_dnr(), "no key: refused");
+    let mut host = Host::new(&target);
+    let done = host.connect(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, HOSTNQN).ok();
+    assert!(ConnectResponse::from_dw0(done.cqe.dw0).atr);
+    let glp = GetLogPage::new(lid::DISCOVERY, 0, 1024).unwrap();
+    assert_eq!(host.log_page(&mut engine, glp).status(), AUTH_REQUIRED);
+    let creds =
+        HostCredentials { secret: &secret(1), controller_secret: None, hostnqn: HOSTNQN, subnqn: DISCOVERY_NQN };
+    let mut t = HostTransaction::new(creds, 2);
+    host.auth_send(&mut engine, &t.negotiate(), Carry::InCapsule).ok();
+    let challenge = host.auth_receive(&mut engine, 4096).ok().data;
+    let reply = t.reply(&challenge, &SequenceNumbers::new(), &mut OsRandom).unwrap();
+    host.auth_send(&mut engine, &reply, Carry::InCapsule).ok();
+    assert_eq!(t.success(&host.auth_receive(&mut engine, 4096).ok().data), Ok(None));
+    assert!(host.log_page(&mut engine, glp).status().is_success());
+}
