@@ -50,8 +50,9 @@ const LISTEN_ALLOWED: &str =
 const OPTIONS_ALLOWED: &str =
     "options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false";
 
-/// The quick-start flags, as given (clap `Args`: flatten into the binary's command line).
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+/// The quick-start flags, as given (clap `Args`: flatten into the binary's command line). `Debug` shows
+/// `--allow-host` values with their keys elided.
+#[derive(Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct QuickStart {
     /// Listen on tcp://ADDR:PORT or rdma://ADDR:PORT (repeatable) [default: tcp://127.0.0.1:4420]
     #[arg(long = "listen", value_name = "URL")]
@@ -70,6 +71,19 @@ pub struct QuickStart {
     /// Serve Prometheus metrics on ADDR:PORT
     #[arg(long = "metrics", value_name = "ADDR:PORT")]
     pub metrics: Option<String>,
+}
+
+impl fmt::Debug for QuickStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hosts: Vec<String> = self.allow_hosts.iter().map(|h| shown_host(h)).collect();
+        f.debug_struct("QuickStart")
+            .field("listen", &self.listen)
+            .field("namespaces", &self.namespaces)
+            .field("nqn", &self.nqn)
+            .field("allow_hosts", &hosts)
+            .field("metrics", &self.metrics)
+            .finish()
+    }
 }
 
 impl QuickStart {
@@ -556,6 +570,8 @@ mod tests {
         assert!(!bad.contains("AAAA"), "{bad}");
         let bad = error(&["--allow-host", &format!("nqn.2024-01.io.x:one,dhchap-ctrl-key={key}")]);
         assert!(bad.contains("dhchap-ctrl-key without dhchap-key") && !bad.contains("AAEC"), "{bad}");
+        let quick = flags(&["--allow-host", &format!("nqn.2024-01.io.x:one,dhchap-key={key}")]);
+        assert!(format!("{quick:?}").contains("\"nqn.2024-01.io.x:one,dhchap-key=…\""), "{quick:?}");
         let bad = error(&["--allow-host", "nqn.2024-01.io.x:one,secret=x"]);
         assert!(bad.contains("\"secret\" is not an option"), "{bad}");
     }
