@@ -160,6 +160,7 @@ impl Reloader {
                 namespaces_removed = summary.namespaces_removed,
                 host_access_changed = summary.host_access_changed,
                 associations_revoked = summary.associations_revoked,
+                auth_changed = summary.auth_changed,
                 listeners_added = summary.listeners_added,
                 listeners_removed = summary.listeners_removed,
                 listeners_changed = summary.listeners_changed,
