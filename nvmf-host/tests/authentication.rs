@@ -1,6 +1,7 @@
 //! DH-HMAC-CHAP end to end over NVMe/TCP on 127.0.0.1: our host against our target (in-process) with keys from
 //! the target's configuration: one way and both ways, every hash, NULL and FFDHE groups, I/O on every queue after
-//! authentication, and the refusals (wrong host key, wrong controller key, no key at all).
+//! authentication, the refusals (wrong host key, wrong controller key, no key at all), and a discovery controller
+//! that requires authentication.
 
 mod support;
 
@@ -25,8 +26,13 @@ struct Target {
 
 impl Target {
     fn start(extra: &str) -> Target {
+        Target::start_with("", extra)
+    }
+
+    /// With `top` (tables before the listener, e.g. `[discovery]`) too.
+    fn start_with(top: &str, extra: &str) -> Target {
         let text = format!(
-            "[reactors]\nthreads = 2\n[[listener]]\naddress = \"127.0.0.1\"\n[[subsystem]]\nnqn = \"{SUBNQN}\"\n\
+            "{top}\n[reactors]\nthreads = 2\n[[listener]]\naddress = \"127.0.0.1\"\n[[subsystem]]\nnqn = \"{SUBNQN}\"\n\
              [[subsystem.host]]\nnqn = \"{HOSTNQN}\"\ndhchap_key = \"{HOST_KEY}\"\n{extra}\n\
              [[subsystem.namespace]]\nmemory = \"16MiB\"\n"
         );
@@ -116,4 +122,19 @@ fn wrong_keys_and_no_key_are_refused() {
     connect(&target, Some(HOST_KEY), Some(CTRL_KEY)).expect("authenticated").disconnect().unwrap();
     let failures: u64 = target.counts().iter().filter(|c| !c.0).map(|c| c.3).sum();
     assert_eq!(failures, 2, "{:?}", target.counts());
+}
+
+#[test]
+fn the_discovery_controller_may_require_authentication() {
+    let target = Target::start_with("[discovery]\nauth_required = true\n", "");
+    let mut o = options(0);
+    o.hostnqn = HOSTNQN.to_owned();
+    o.dhchap_secret = Some(key(HOST_KEY));
+    let log = nvmf_host::discovery::discover(target.addr, o.clone()).expect("discovery with the host's key");
+    assert!(log.records.iter().any(|r| r.subnqn == SUBNQN), "{:?}", log.records);
+    o.dhchap_secret = None;
+    let e = nvmf_host::discovery::discover(target.addr, o.clone()).unwrap_err();
+    assert!(matches!(e, HostError::AuthenticationRequired { qid: 0, .. }), "{e}");
+    o.hostnqn = "nqn.2024-01.io.nvmf-rs:nobody".to_owned();
+    assert!(nvmf_host::discovery::discover(target.addr, o).is_err(), "a host with no key anywhere is refused");
 }

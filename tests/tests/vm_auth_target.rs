@@ -1,7 +1,8 @@
 //! Our target's in-band authentication (DH-HMAC-CHAP) with the Linux 6.12 kernel host (`nvme connect
 //! --dhchap-secret … [--dhchap-ctrl-secret …]`): three hosts with keys in `[[subsystem.host]]`, over NVMe/TCP and
 //! NVMe/RDMA (Soft-RoCE), I/O read back after authentication, refusals, and re-authentication under I/O after a key
-//! rotation (reload, then the controller's `dhchap_secret` rewritten in sysfs).
+//! rotation (reload, then the controller's `dhchap_secret` rewritten in sysfs); `[discovery] auth_required`: `nvme
+//! discover --dhchap-secret` authenticates to the discovery controller, without a key it is refused.
 //!
 //! | host | hash, group | keys |
 //! |---|---|---|
@@ -41,6 +42,8 @@ threads = 2
 listen = "127.0.0.1:9420"
 [logging]
 level = "info"
+[discovery]
+auth_required = true
 [[listener]]
 transport = "tcp"
 address = "10.77.0.1"
@@ -151,6 +154,21 @@ ctrl_of {NQN} && {{ fail "a refused host has a live controller"; exit 1; }}
 echo "failures: $(metric 'nvmf_target_auth_total{{result="failure",hash="hmac(sha256)",dhgroup="null"}}' || echo 0) sha256"
 grep -c 'authentication failed' "$(daemon_log target)" | sed 's/^/failure log lines: /'
 
+# The discovery controller requires authentication: H1 with its key discovers the subsystem; without it, or a host
+# with no key anywhere, it does not.
+timeout 60 nvme discover -t tcp -a $A -s 4420 --hostnqn {H1} --dhchap-secret '{K1}' > /tmp/discover.txt
+records=$(grep -c '^subnqn: *{NQN}' /tmp/discover.txt || true)
+[ "$records" -ge 1 ] || {{ cat /tmp/discover.txt >&2; fail "the discovery log lacks {NQN}"; exit 1; }}
+echo "discovery with a key: $records record(s) of the subsystem"
+if timeout 60 nvme discover -t tcp -a $A -s 4420 --hostnqn {H1} > /tmp/discover.txt 2>&1; then
+  fail "discovery without a key succeeded"; exit 1
+fi
+echo "discovery without a key: refused"
+if timeout 60 nvme discover -t tcp -a $A -s 4420 --hostnqn nqn.2024-01.io.nvmf-rs:vm-nobody > /tmp/discover.txt 2>&1; then
+  fail "discovery by a host with no key anywhere succeeded"; exit 1
+fi
+echo "discovery by a host with no key: refused"
+
 # Re-authentication under I/O: H1's key is rotated in the target (reload), then in the host (sysfs).
 dev=$(host_connect tcp $A 4420 {NQN} --hostnqn {H1} --dhchap-secret '{K1}' -i 2)
 ctrl=$(ctrl_of {NQN})
@@ -189,6 +207,9 @@ echo "all: ok"
         "wrong host key: refused",
         "wrong controller key: refused",
         "no key: refused",
+        "discovery with a key: ",
+        "discovery without a key: refused",
+        "discovery by a host with no key: refused",
         "re-authenticated under I/O",
         "old key: refused",
         "all: ok",
