@@ -12,7 +12,9 @@
 //!
 //! The transactions are [`ControllerTransaction`]s, with the host's keys read from the subsystem when each
 //! starts (a reload's new keys apply to the next). Messages are bounded: an Authentication Send carries at most
-//! [`MAX_HOST_MESSAGE_LEN`] bytes, an Authentication Receive asks for at most [`MAX_RECEIVE_LEN`].
+//! [`MAX_HOST_MESSAGE_LEN`] bytes, an Authentication Receive asks for at most [`MAX_RECEIVE_LEN`]; and so are
+//! restarts, since each AUTH_Negotiate makes a DH key pair on the reactor's thread: more than [`MAX_NEGOTIATIONS`]
+//! without a transaction succeeding end the queue.
 
 use nvmf_common::fabrics::auth::command::{AuthenticationCommand, Direction as AuthDirection};
 use nvmf_common::fabrics::auth::controller::{ControllerTransaction, Progress, MAX_HOST_MESSAGE_LEN};
@@ -29,6 +31,10 @@ use crate::controller::io::{self, DataSource, Direction};
 /// 4 KiB; nvmet answers with the whole allocation length, zero padded, and so does this target).
 pub const MAX_RECEIVE_LEN: u32 = 4096;
 
+/// AUTH_Negotiates a queue may send without a transaction succeeding in between (each costs a DH key pair on the
+/// reactor): a peer that restarts more often ends the queue.
+pub const MAX_NEGOTIATIONS: u8 = 4;
+
 /// The S1 of this target's challenges: one counter for the process, as nvmet keeps one.
 static SEQUENCE: SequenceNumbers = SequenceNumbers::new();
 
@@ -43,6 +49,8 @@ pub(super) struct QueueAuth {
     transaction: Option<Box<ControllerTransaction>>,
     /// The current transaction's failure was counted and logged.
     failure_counted: bool,
+    /// AUTH_Negotiates since the last transaction that succeeded (at most [`MAX_NEGOTIATIONS`]).
+    negotiations: u8,
     /// The slot whose response is a failed transaction's last message: once released, the queue ends.
     failed_slot: Option<u16>,
     /// A failed transaction's last message was sent: the queue ends at its next poll.
@@ -155,6 +163,15 @@ impl Queue {
     pub(super) fn authentication_message(&mut self, engine: &mut IoEngine, id: SlotId, message: &[u8]) -> Step {
         let negotiate =
             Header::parse(message).is_ok_and(|h| h.auth_type == AUTH_TYPE_COMMON && h.auth_id == auth_id::NEGOTIATE);
+        if negotiate {
+            self.auth.negotiations = self.auth.negotiations.saturating_add(1);
+            if self.auth.negotiations > MAX_NEGOTIATIONS {
+                self.auth.authenticated = false;
+                self.authentication_failed("too many AUTH_Negotiates without a transaction succeeding");
+                self.auth.failed_slot = Some(id.0);
+                return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+            }
+        }
         if negotiate || self.auth.transaction.is_none() {
             // A new transaction, with the keys configured now.
             let Some(controller) = self.controller().cloned() else {
@@ -237,6 +254,7 @@ impl Queue {
         let Progress::Authenticated(n) = transaction.progress() else { return };
         let again = self.auth.authenticated;
         self.auth.authenticated = true;
+        self.auth.negotiations = 0;
         self.target.auth_counters().record(true, transaction.chosen());
         let hostnqn = self.controller().map(|c| c.hostnqn().to_owned()).unwrap_or_default();
         tracing::debug!(hostnqn, qid = ?self.qid(), hash = n.hash.name(), dhgroup = n.group.name(),

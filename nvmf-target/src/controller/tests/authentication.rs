@@ -310,3 +310,30 @@ fn the_discovery_controller_may_require_authentication() {
     assert_eq!(t.success(&host.auth_receive(&mut engine, 4096).ok().data), Ok(None));
     assert!(host.log_page(&mut engine, glp).status().is_success());
 }
+
+#[test]
+fn endless_restarts_end_the_queue() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    let creds = HostCredentials { secret: &secret(1), controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let negotiate = HostTransaction::new(creds, 1).negotiate();
+    for _ in 0..4 {
+        admin.auth_send(&mut engine, &negotiate, Carry::InCapsule).ok();
+        admin.auth_receive(&mut engine, 4096).ok();
+    }
+    let done = admin.auth_send(&mut engine, &negotiate, Carry::InCapsule);
+    assert_eq!(done.status(), Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+    let mut out = Vec::new();
+    assert_eq!(
+        admin.queue.poll(&mut engine, Instant::now(), &mut out),
+        Err(QueueError::AuthenticationFailed { qid: 0 })
+    );
+    // A success in between resets the count: re-authentication may go on for ever.
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    for _ in 0..6 {
+        admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    }
+}
