@@ -161,7 +161,8 @@ DISC=nqn.2014-08.org.nvmexpress.discovery
 fabrics() {{
   local reply rc=0
   exec 3<>/dev/nvme-fabrics
-  echo -n "transport=tcp,traddr=$A,trsvcid=4420,nqn=$DISC,$1" >&3 || rc=$?
+  # A host ID of its own: the kernel refuses one host ID under two host NQNs (its default host has one).
+  echo -n "transport=tcp,traddr=$A,trsvcid=4420,nqn=$DISC,hostid=$(cat /proc/sys/kernel/random/uuid),$1" >&3 || rc=$?
   [ $rc = 0 ] && read -r reply <&3
   exec 3>&-
   [ $rc = 0 ] && echo "$reply"
