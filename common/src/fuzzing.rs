@@ -125,8 +125,11 @@ pub fn rdma_private_data(data: &[u8]) {
 }
 
 /// The DH-HMAC-CHAP messages: whatever parses re-encodes to the same value; then the bytes go to a host
-/// transaction as the controller's Challenge and, when it replies, as its Success1 (the first byte splits them).
+/// transaction as the controller's Challenge and, when it replies, as its Success1 (the first byte splits them),
+/// and to a controller transaction as the host's first two messages.
 pub fn auth_messages(data: &[u8]) {
+    use crate::fabrics::auth::controller::{ControllerCredentials, ControllerTransaction, MAX_HOST_MESSAGE_LEN};
+    use crate::fabrics::auth::dh::DhGroup;
     use crate::fabrics::auth::host::{HostCredentials, HostTransaction};
     use crate::fabrics::auth::message::{Challenge, Failure, FailureKind, Negotiate, Reply, Success1, Success2};
     use crate::fabrics::auth::secret::DhchapSecret;
@@ -162,6 +165,22 @@ pub fn auth_messages(data: &[u8]) {
     t.negotiate();
     if t.reply(challenge, &SequenceNumbers::new(), &mut OsRandom).is_ok() {
         let _ = t.success(success1);
+    }
+    // The same two parts to a controller transaction, as the host's first and second messages (NULL group only:
+    // a DH key pair per run would slow the fuzzer to a crawl).
+    let credentials = ControllerCredentials {
+        host_secret: secret.clone(),
+        controller_secret: Some(secret),
+        hostnqn: "nqn.h".to_owned(),
+        subnqn: "nqn.s".to_owned(),
+        hashes: Vec::new(),
+        dh_groups: vec![DhGroup::Null],
+    };
+    let mut c = ControllerTransaction::new(credentials);
+    let sequence = SequenceNumbers::new();
+    for message in [challenge, success1] {
+        let _ = c.send(message, &sequence, &mut OsRandom);
+        assert!(c.receive().len() <= MAX_HOST_MESSAGE_LEN, "a controller message fits any Receive a host may send");
     }
 }
 

@@ -25,6 +25,7 @@ pub mod host;
 pub mod ids;
 pub mod quickstart;
 pub mod reference;
+mod secret;
 pub mod size;
 pub mod target;
 

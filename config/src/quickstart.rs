@@ -18,7 +18,10 @@
 //!   that itself starts with `memory:` or `null:` or holds a comma needs a configuration file (or `./memory:…`).
 //!   Without any: [`DEFAULT_NAMESPACE`].
 //! - `--nqn NQN`: the one subsystem's NQN, default [`DEFAULT_NQN`].
-//! - `--allow-host NQN` (repeatable): only these hosts may connect; without it any host may.
+//! - `--allow-host NQN[,dhchap-key=DHHC-1:…:[,dhchap-ctrl-key=DHHC-1:…:]]` (repeatable): only these hosts may
+//!   connect; without it any host may. With `dhchap-key` the host must authenticate every queue (DH-HMAC-CHAP,
+//!   nvme-cli's `--dhchap-secret`), with `dhchap-ctrl-key` the target too when the host asks (its
+//!   `--dhchap-ctrl-secret`). Errors never repeat a key.
 //! - `--cntlid-range MIN-MAX`: the controller IDs the subsystem hands out (the file's `cntlid_min`, `cntlid_max`),
 //!   so that two targets exporting the same subsystem to one host's multipath give distinct IDs.
 //! - `--metrics ADDR:PORT`: serve Prometheus metrics there.
@@ -34,10 +37,11 @@ use nvmf_common::nvme::log_page::AnaState;
 
 use crate::error::{ConfigError, KeySegment, Problem, ValueError};
 use crate::ids::{self, Eui64, Nguid, Uuid};
+use crate::secret::RawSecret;
 use crate::size::{format_size, parse_size};
 use crate::target::{
-    available_cpus, validate, NamespaceBackend, RawListener, RawMetrics, RawNamespace, RawSize, RawSubsystem,
-    RawTargetConfig, TargetConfig, Transport, ANA_STATE_ALLOWED, DEFAULT_PORT, MAX_ANA_GROUP,
+    available_cpus, validate, NamespaceBackend, RawHostKeys, RawListener, RawMetrics, RawNamespace, RawSize,
+    RawSubsystem, RawTargetConfig, TargetConfig, Transport, ANA_STATE_ALLOWED, DEFAULT_PORT, MAX_ANA_GROUP,
 };
 
 /// The subsystem NQN when `--nqn` is absent.
@@ -54,8 +58,9 @@ const OPTIONS_ALLOWED: &str = "options uuid=UUID, nguid=32 hex digits, eui64=16 
 const LISTEN_OPTIONS_ALLOWED: &str = "option ana-state=optimized|non-optimized|inaccessible|persistent-loss|change";
 const CNTLID_RANGE_ALLOWED: &str = "MIN-MAX, two controller IDs in 1..=65519, MIN <= MAX, e.g. 1-32";
 
-/// The quick-start flags, as given (clap `Args`: flatten into the binary's command line).
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+/// The quick-start flags, as given (clap `Args`: flatten into the binary's command line). `Debug` shows
+/// `--allow-host` values with their keys elided.
+#[derive(Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct QuickStart {
     /// Listen on tcp://ADDR:PORT or rdma://ADDR:PORT, optionally followed by ,ana-state=STATE (repeatable)
     /// [default: tcp://127.0.0.1:4420]
@@ -68,8 +73,9 @@ pub struct QuickStart {
     /// Subsystem NQN [default: nqn.2024-01.io.nvmf-rs:default]
     #[arg(long = "nqn", value_name = "NQN")]
     pub nqn: Option<String>,
-    /// Allow only this host NQN to connect (repeatable; without it any host may connect)
-    #[arg(long = "allow-host", value_name = "NQN")]
+    /// Allow only this host NQN to connect (repeatable; without it any host may connect); with
+    /// ,dhchap-key=DHHC-1:…: it must authenticate (and ,dhchap-ctrl-key=DHHC-1:…: authenticates the target to it)
+    #[arg(long = "allow-host", value_name = "NQN[,dhchap-key=KEY[,dhchap-ctrl-key=KEY]]")]
     pub allow_hosts: Vec<String>,
     /// Serve Prometheus metrics on ADDR:PORT
     #[arg(long = "metrics", value_name = "ADDR:PORT")]
@@ -77,6 +83,20 @@ pub struct QuickStart {
     /// Hand out controller IDs MIN..=MAX only [default: 1-65519]
     #[arg(long = "cntlid-range", value_name = "MIN-MAX")]
     pub cntlid_range: Option<String>,
+}
+
+impl fmt::Debug for QuickStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hosts: Vec<String> = self.allow_hosts.iter().map(|h| shown_host(h)).collect();
+        f.debug_struct("QuickStart")
+            .field("listen", &self.listen)
+            .field("namespaces", &self.namespaces)
+            .field("nqn", &self.nqn)
+            .field("allow_hosts", &hosts)
+            .field("metrics", &self.metrics)
+            .field("cntlid_range", &self.cntlid_range)
+            .finish()
+    }
 }
 
 impl QuickStart {
@@ -101,20 +121,31 @@ impl QuickStart {
                 ..RawListener::default()
             });
         }
-        let mut subsystem =
-            RawSubsystem { nqn: nqn.to_owned(), hosts: self.allow_hosts.clone(), ..RawSubsystem::default() };
+        let mut subsystem = RawSubsystem { nqn: nqn.to_owned(), ..RawSubsystem::default() };
         if let Some(text) = &self.cntlid_range {
             let (min, max) = parse_cntlid_range(text).map_err(|error| flag_error("--cntlid-range", text, error))?;
             subsystem.cntlid_min = Some(i64::from(min));
             subsystem.cntlid_max = Some(i64::from(max));
         }
+        let mut keyed = Vec::new();
+        for text in &self.allow_hosts {
+            match allow_host(text).map_err(|error| flag_error("--allow-host", &shown_host(text), error))? {
+                (host, None) => subsystem.hosts.push(host),
+                (host, Some(keys)) => {
+                    keyed.push(shown_host(text));
+                    subsystem.host_keys.push(RawHostKeys { nqn: host, ..keys });
+                }
+            }
+        }
+        let plain = subsystem.hosts.clone();
         for text in &namespaces {
             let spec = NamespaceSpec::parse(text).map_err(|error| flag_error("--namespace", text, error))?;
             subsystem.namespaces.push(spec.to_raw());
         }
         raw.subsystems.push(subsystem);
         raw.metrics = self.metrics.clone().map(|listen| RawMetrics { listen: Some(listen) });
-        validate(&raw, None, available_cpus()).map_err(|problem| self.place(problem, &listen, &namespaces, nqn))
+        validate(&raw, None, available_cpus())
+            .map_err(|problem| self.place(problem, &listen, &namespaces, nqn, [&plain, &keyed]))
     }
 
     fn listen_values(&self) -> Vec<String> {
@@ -134,7 +165,14 @@ impl QuickStart {
     }
 
     /// The flag (and its value) that produced the key a validation problem names.
-    fn place(&self, problem: Problem, listen: &[String], namespaces: &[String], nqn: &str) -> ConfigError {
+    fn place(
+        &self,
+        problem: Problem,
+        listen: &[String],
+        namespaces: &[String],
+        nqn: &str,
+        [plain, keyed]: [&[String]; 2],
+    ) -> ConfigError {
         let key = |i: usize| problem.key.segments().get(i);
         let name = |i: usize| match key(i) {
             Some(KeySegment::Key(name)) => Some(name.as_str()),
@@ -148,7 +186,8 @@ impl QuickStart {
         let (flag, value) = match (name(0), name(2)) {
             (Some("listener"), _) => ("--listen", pick(listen, index(1))),
             (Some("subsystem"), Some("namespace")) => ("--namespace", pick(namespaces, index(3))),
-            (Some("subsystem"), Some("hosts")) => ("--allow-host", pick(&self.allow_hosts, index(3))),
+            (Some("subsystem"), Some("hosts")) => ("--allow-host", pick(plain, index(3))),
+            (Some("subsystem"), Some("host")) => ("--allow-host", pick(keyed, index(3))),
             (Some("subsystem"), Some("cntlid_min" | "cntlid_max")) => {
                 ("--cntlid-range", self.cntlid_range.clone().unwrap_or_default())
             }
@@ -170,6 +209,47 @@ fn parse_cntlid_range(text: &str) -> Result<(u16, u16), ValueError> {
         return Err(bad());
     }
     Ok((min, max))
+}
+
+const ALLOW_HOST_ALLOWED: &str = "NQN, or NQN,dhchap-key=DHHC-1:…: with optionally ,dhchap-ctrl-key=DHHC-1:…:";
+
+/// An `--allow-host` value: the NQN, and the keys when given.
+fn allow_host(text: &str) -> Result<(String, Option<RawHostKeys>), ValueError> {
+    let mut parts = text.split(',');
+    let nqn = parts.next().unwrap_or_default().to_owned();
+    let mut keys: Option<RawHostKeys> = None;
+    let mut ctrl = None;
+    for part in parts {
+        match part.split_once('=') {
+            Some(("dhchap-key", key)) if keys.is_none() => {
+                keys = Some(RawHostKeys { dhchap_key: Some(RawSecret(key.to_owned())), ..RawHostKeys::default() });
+            }
+            Some(("dhchap-ctrl-key", key)) if ctrl.is_none() => ctrl = Some(RawSecret(key.to_owned())),
+            _ => {
+                let name = part.split_once('=').map_or(part, |(name, _)| name);
+                return Err(ValueError::new(
+                    format!("{name:?} is not an option, or is given twice"),
+                    ALLOW_HOST_ALLOWED,
+                ));
+            }
+        }
+    }
+    match (keys, ctrl) {
+        (None, Some(_)) => Err(ValueError::new("dhchap-ctrl-key without dhchap-key", ALLOW_HOST_ALLOWED)),
+        (Some(keys), ctrl) => Ok((nqn, Some(RawHostKeys { dhchap_ctrl_key: ctrl, ..keys }))),
+        (None, None) => Ok((nqn, None)),
+    }
+}
+
+/// An `--allow-host` value as errors show it: the keys elided.
+fn shown_host(text: &str) -> String {
+    text.split(',')
+        .map(|part| match part.split_once('=') {
+            Some((name, _)) => format!("{name}=…"),
+            None => part.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn flag_error(flag: &'static str, value: &str, error: ValueError) -> ConfigError {
@@ -592,5 +672,33 @@ mod tests {
         assert!(error(&["--allow-host", "nqn.2024-01.io.x:h", "--allow-host", "h\u{7f}2"])
             .starts_with("--allow-host \"h\\u{7f}2\": \"h\\u{7f}2\" is not a valid NQN: NQN contains a control"));
         assert!(error(&["--metrics", "9420"]).starts_with("--metrics \"9420\": \"9420\" is not an address and port"));
+    }
+
+    #[test]
+    fn allow_host_with_keys() {
+        let key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+        let config = flags(&[
+            "--allow-host",
+            "nqn.2024-01.io.x:plain",
+            "--allow-host",
+            &format!("nqn.2024-01.io.x:one,dhchap-key={key}"),
+            "--allow-host",
+            &format!("nqn.2024-01.io.x:two,dhchap-key={key},dhchap-ctrl-key={key}"),
+        ])
+        .to_config()
+        .unwrap();
+        let s = &config.subsystems[0];
+        assert_eq!(s.hosts, ["nqn.2024-01.io.x:plain"]);
+        assert_eq!(s.host_keys.len(), 2);
+        assert!(s.host_keys[0].dhchap_ctrl_key.is_none() && s.host_keys[1].dhchap_ctrl_key.is_some());
+        let bad = error(&["--allow-host", "nqn.2024-01.io.x:one,dhchap-key=DHHC-1:00:AAAA:"]);
+        assert!(bad.starts_with("--allow-host \"nqn.2024-01.io.x:one,dhchap-key=…\": the key field"), "{bad}");
+        assert!(!bad.contains("AAAA"), "{bad}");
+        let bad = error(&["--allow-host", &format!("nqn.2024-01.io.x:one,dhchap-ctrl-key={key}")]);
+        assert!(bad.contains("dhchap-ctrl-key without dhchap-key") && !bad.contains("AAEC"), "{bad}");
+        let quick = flags(&["--allow-host", &format!("nqn.2024-01.io.x:one,dhchap-key={key}")]);
+        assert!(format!("{quick:?}").contains("\"nqn.2024-01.io.x:one,dhchap-key=…\""), "{quick:?}");
+        let bad = error(&["--allow-host", "nqn.2024-01.io.x:one,secret=x"]);
+        assert!(bad.contains("\"secret\" is not an option"), "{bad}");
     }
 }

@@ -12,6 +12,7 @@ use nvmf_config::target::{ListenerTransport, NamespaceBackend, NamespaceConfig, 
 use nvmf_config::TargetConfig;
 
 use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
+use crate::controller::authentication::{HostKeys, SubsystemAuth};
 use crate::controller::{NamespaceParams, SubsystemParams, Target, TargetError, TargetParams};
 use crate::metrics::{MetricsError, MetricsServer};
 use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
@@ -66,7 +67,8 @@ pub fn subsystem_params(s: &SubsystemConfig, storages: &mut Vec<Arc<Storage>>) -
     params.serial = s.serial.clone();
     params.model = s.model.clone();
     params.allow_any_host = s.allow_any_host;
-    params.hosts = s.hosts.clone();
+    params.hosts = s.allowed_hosts();
+    params.auth = subsystem_auth(s);
     params.cntlid_range = s.cntlid_min..=s.cntlid_max;
     params.max_namespaces = s.max_namespaces;
     for ns in &s.namespaces {
@@ -75,6 +77,39 @@ pub fn subsystem_params(s: &SubsystemConfig, storages: &mut Vec<Arc<Storage>>) -
         params.namespaces.push(namespace);
     }
     Ok(params)
+}
+
+/// The authentication settings of subsystem `s`: the hosts' keys, and whether a host without one is refused.
+pub fn subsystem_auth(s: &SubsystemConfig) -> SubsystemAuth {
+    let hosts = s
+        .host_keys
+        .iter()
+        .map(|h| {
+            let keys = HostKeys {
+                host_key: h.dhchap_key.secret.clone(),
+                controller_key: h.dhchap_ctrl_key.as_ref().map(|k| k.secret.clone()),
+                hashes: h.dhchap_hashes.clone(),
+                dh_groups: h.dhchap_dhgroups.clone(),
+            };
+            (h.nqn.clone(), Arc::new(keys))
+        })
+        .collect();
+    SubsystemAuth { required: s.auth_required, hosts }
+}
+
+/// The discovery controller's authentication settings: with `[discovery] auth_required`, every host with keys
+/// authenticates with those of its first `[[subsystem.host]]`, and hosts without are refused.
+pub fn discovery_auth(config: &TargetConfig) -> SubsystemAuth {
+    if !config.discovery.auth_required {
+        return SubsystemAuth::default();
+    }
+    let mut hosts = std::collections::BTreeMap::new();
+    for s in &config.subsystems {
+        for (nqn, keys) in subsystem_auth(s).hosts {
+            hosts.entry(nqn).or_insert(keys);
+        }
+    }
+    SubsystemAuth { required: true, hosts }
 }
 
 /// The controller model's parameters for namespace `ns` of subsystem `subsystem`, with its storage opened.
@@ -138,6 +173,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         ..TargetParams::default()
     };
     let target = Target::new(target_params, subsystems)?;
+    target.discovery_subsystem().set_auth(discovery_auth(config));
 
     let engine = engine_config(config);
     let mut reactors = Vec::with_capacity(config.reactors.threads);

@@ -16,14 +16,15 @@ use std::sync::Arc;
 
 use nvmf_common::fabrics::discovery::TransportType;
 use nvmf_common::nvme::log_page::AnaState;
-use nvmf_config::target::{ListenerConfig, NamespaceConfig, SubsystemConfig, Transport};
+use nvmf_config::target::{HostKeysConfig, ListenerConfig, NamespaceConfig, SubsystemConfig, Transport};
 use nvmf_config::{ConfigError, TargetConfig};
 use nvmf_service::notify::reloading;
 
 use crate::backend::Storage;
 use crate::controller::ana::AnaGroups;
+use crate::controller::authentication::SubsystemAuth;
 use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams};
-use crate::daemon::{namespace_params, subsystem_params, RunningTarget, StartError};
+use crate::daemon::{discovery_auth, namespace_params, subsystem_auth, subsystem_params, RunningTarget, StartError};
 use crate::notify::ServiceNotifier;
 use crate::tcp::{ListenerSlot, TcpListenerSpec};
 use crate::transport::ListenError;
@@ -43,6 +44,8 @@ pub struct ReloadSummary {
     pub host_access_changed: usize,
     /// Associations ended because their host is no longer allowed.
     pub associations_revoked: usize,
+    /// Subsystems whose authentication settings (hosts' keys, `auth_required`) changed.
+    pub auth_changed: usize,
     /// TCP listeners opened.
     pub listeners_added: usize,
     /// TCP listeners closed (the connections they accepted keep running).
@@ -71,6 +74,7 @@ impl fmt::Display for ReloadSummary {
             "host access",
             &[(self.host_access_changed, "subsystem(s) changed"), (self.associations_revoked, "association(s) ended")],
         );
+        count("authentication", &[(self.auth_changed, "subsystem(s) changed (the next transactions use it)")]);
         count(
             "listeners",
             &[
@@ -115,7 +119,10 @@ pub struct Reloader {
 enum Change {
     RemoveSubsystem(String),
     AddSubsystem(SubsystemConfig, SubsystemParams),
-    SetHosts(String, bool, Vec<String>),
+    /// The subsystem, `allow_any_host`, `hosts` as written, and every allowed host.
+    SetHosts(String, bool, Vec<String>, Vec<String>),
+    /// The subsystem, its new authentication settings and what the configuration says of them.
+    SetAuth(String, SubsystemAuth, Vec<HostKeysConfig>, bool),
     RemoveNamespace(String, u32),
     AddNamespace(String, NamespaceConfig, NamespaceParams),
 }
@@ -160,6 +167,7 @@ impl Reloader {
                 namespaces_removed = summary.namespaces_removed,
                 host_access_changed = summary.host_access_changed,
                 associations_revoked = summary.associations_revoked,
+                auth_changed = summary.auth_changed,
                 listeners_added = summary.listeners_added,
                 listeners_removed = summary.listeners_removed,
                 listeners_changed = summary.listeners_changed,
@@ -209,9 +217,18 @@ impl Reloader {
                         Err(e) => tracing::error!(subnqn = %config.nqn, error = %e, "adding the subsystem failed"),
                     }
                 }
-                Change::SetHosts(nqn, allow_any_host, hosts) => {
+                Change::SetAuth(nqn, auth, host_keys, auth_required) => {
                     let Some(subsystem) = target.subsystem(&nqn) else { continue };
-                    match subsystem.set_host_access(allow_any_host, hosts.clone()) {
+                    subsystem.set_auth(auth);
+                    if let Some(s) = self.subsystem_mut(&nqn) {
+                        s.host_keys = host_keys;
+                        s.auth_required = auth_required;
+                    }
+                    summary.auth_changed += 1;
+                }
+                Change::SetHosts(nqn, allow_any_host, hosts, allowed) => {
+                    let Some(subsystem) = target.subsystem(&nqn) else { continue };
+                    match subsystem.set_host_access(allow_any_host, allowed) {
                         Ok(revoked) => {
                             summary.associations_revoked += revoked;
                             if let Some(s) = self.subsystem_mut(&nqn) {
@@ -257,6 +274,9 @@ impl Reloader {
                 }
             }
         }
+        // The discovery controller's keys follow the subsystems' (and `[discovery] auth_required`).
+        self.current.discovery.auth_required = new.discovery.auth_required;
+        target.discovery_subsystem().set_auth(discovery_auth(&self.current));
         Ok(summary)
     }
 
@@ -366,8 +386,13 @@ impl Reloader {
                 additions.push(Change::AddSubsystem(s.clone(), params));
                 continue;
             };
-            if old.allow_any_host != s.allow_any_host || old.hosts != s.hosts {
-                additions.push(Change::SetHosts(s.nqn.clone(), s.allow_any_host, s.hosts.clone()));
+            // Keys first: a host newly allowed with a key must never connect without authenticating.
+            if old.host_keys != s.host_keys || old.auth_required != s.auth_required {
+                let auth = subsystem_auth(s);
+                additions.push(Change::SetAuth(s.nqn.clone(), auth, s.host_keys.clone(), s.auth_required));
+            }
+            if old.allow_any_host != s.allow_any_host || old.allowed_hosts() != s.allowed_hosts() {
+                additions.push(Change::SetHosts(s.nqn.clone(), s.allow_any_host, s.hosts.clone(), s.allowed_hosts()));
             }
             for ns in &old.namespaces {
                 if s.namespaces.iter().all(|n| n != ns) {
@@ -569,6 +594,41 @@ mod tests {
         let summary = reloader.apply(&regrouped, &mut running).unwrap();
         assert_eq!((summary.namespaces_removed, summary.namespaces_added), (1, 1));
         assert_eq!(target.subsystem(ONE).unwrap().namespaces().get(2).unwrap().ana_group(), 2);
+        running.shutdown();
+    }
+
+    #[test]
+    fn apply_rotates_host_keys_for_the_next_transactions() {
+        use nvmf_common::fabrics::auth::secret::DhchapSecret;
+        use nvmf_config::target::{HostKeysConfig, SecretConfig};
+        let old = config();
+        let mut running = crate::daemon::start(&old).unwrap();
+        let mut reloader = Reloader::new(None, old.clone());
+        let one = running.target().subsystem(ONE).unwrap();
+        let key = |byte: u8| SecretConfig { secret: DhchapSecret::new(None, &[byte; 32]).unwrap(), file: None };
+        let entry = |byte: u8| HostKeysConfig {
+            nqn: HOST.to_owned(),
+            dhchap_key: key(byte),
+            dhchap_ctrl_key: None,
+            dhchap_hashes: Vec::new(),
+            dhchap_dhgroups: Vec::new(),
+        };
+        // The host gets a key: allowed (the only host now) and must authenticate.
+        let mut new = old.clone();
+        new.subsystems[0].allow_any_host = false;
+        new.subsystems[0].host_keys = vec![entry(1)];
+        let summary = reloader.apply(&new, &mut running).unwrap();
+        assert_eq!((summary.auth_changed, summary.host_access_changed), (1, 1));
+        assert!(summary.to_string().contains("authentication: 1 subsystem(s) changed"), "{summary}");
+        assert!(one.host_allowed(HOST) && !one.host_allowed("nqn.2024-01.io.nvmf-rs:host-b"));
+        assert_eq!(one.host_keys(HOST).unwrap().host_key, key(1).secret);
+        // Rotated: only the keys change.
+        let mut rotated = new.clone();
+        rotated.subsystems[0].host_keys = vec![entry(2)];
+        let summary = reloader.apply(&rotated, &mut running).unwrap();
+        assert_eq!(summary, ReloadSummary { auth_changed: 1, ..ReloadSummary::default() });
+        assert_eq!(one.host_keys(HOST).unwrap().host_key, key(2).secret);
+        assert_eq!(reloader.current(), &rotated);
         running.shutdown();
     }
 

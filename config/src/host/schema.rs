@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 
+use crate::secret::RawSecret;
 use crate::target::{RawLogging, RawMetrics, Transport};
 
 /// The whole file.
@@ -85,15 +86,4 @@ pub(crate) struct RawExport {
     pub nbd: Option<String>,
     #[serde(default)]
     pub ublk: Option<bool>,
-}
-
-/// A secret as written in the file: `Debug` shows no part of it.
-#[derive(Clone, Default, PartialEq, Deserialize)]
-#[serde(transparent)]
-pub(crate) struct RawSecret(pub String);
-
-impl std::fmt::Debug for RawSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<secret>")
-    }
 }

@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 
-use nvmf_common::fabrics::auth::secret::DhchapSecret;
-
-use super::schema::{RawController, RawExport, RawHost, RawHostConfig, RawSecret};
+use super::schema::{RawController, RawExport, RawHost, RawHostConfig};
 use super::*;
 use crate::error::{KeyPath, Problem, ValueError};
+use crate::secret::secret;
 use crate::target::{check_nqn, int_in, ip_address, logging, metrics, socket_address, DEFAULT_PORT};
 
 const NBD_ALLOWED: &str =
@@ -205,49 +204,6 @@ fn controller(
         dhchap_ctrl_secret,
         exports,
     })
-}
-
-const SECRET_ALLOWED: &str = "a secret as `nvmf-host gen-dhchap-key` (or `nvme gen-dhchap-key`) prints it: \
-                              \"DHHC-1:00:<base64>:\"";
-
-/// The secret of `name` (inline) or `name_file`: not both; a file must be readable by its owner only. Errors never
-/// quote the secret.
-fn secret(
-    inline: Option<&RawSecret>,
-    file: Option<&str>,
-    key: &KeyPath,
-    name: &str,
-    base: Option<&Path>,
-) -> Result<Option<DhchapSecret>, Problem> {
-    let file_key = key.key(&format!("{name}_file"));
-    let (text, at) = match (inline, file) {
-        (Some(_), Some(_)) => {
-            return Err(Problem::new(file_key, format!("both {name} and {name}_file are set"), "one of them"))
-        }
-        (Some(s), None) => (zeroize::Zeroizing::new(s.0.clone()), key.key(name)),
-        (None, Some(path)) => (read_secret_file(&path_in(path, &file_key, base)?, &file_key)?, file_key),
-        (None, None) => return Ok(None),
-    };
-    DhchapSecret::parse(&text).map(Some).map_err(|e| Problem::new(at, e.to_string(), SECRET_ALLOWED))
-}
-
-/// A secret file's text; refused when its group or others may read it (the secret would not be one).
-fn read_secret_file(path: &Path, key: &KeyPath) -> Result<zeroize::Zeroizing<String>, Problem> {
-    use std::os::unix::fs::PermissionsExt;
-    let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| Problem::new(key.clone(), format!("cannot read {shown}: {e}"), "a file holding the secret"))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o044 != 0 {
-        return Err(Problem::new(
-            key.clone(),
-            format!("{shown} is readable by its group or others (mode {mode:04o})"),
-            "a file only its owner can read: chmod 600",
-        ));
-    }
-    std::fs::read_to_string(path)
-        .map(zeroize::Zeroizing::new)
-        .map_err(|e| Problem::new(key.clone(), format!("cannot read {shown}: {e}"), "a file holding the secret"))
 }
 
 fn export(raw: &RawExport, key: &KeyPath, base: Option<&Path>) -> Result<ExportConfig, Problem> {

@@ -20,6 +20,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use nvmf_common::fabrics::auth::dh::DhGroup;
+use nvmf_common::fabrics::auth::hash::HashFunction;
+use nvmf_common::fabrics::auth::secret::DhchapSecret;
 use nvmf_common::nvme::log_page::AnaState;
 use serde::{Deserialize, Serialize};
 
@@ -237,8 +240,13 @@ pub struct SubsystemConfig {
     /// Any host may connect. Default: true when `hosts` is empty. True with hosts listed is rejected, and so is
     /// false with none.
     pub allow_any_host: bool,
-    /// Host NQNs allowed to connect when `allow_any_host` is false (names as for `nqn`, unique).
+    /// Host NQNs allowed to connect when `allow_any_host` is false (names as for `nqn`, unique), without keys.
     pub hosts: Vec<String>,
+    /// `[[subsystem.host]]`: hosts with DH-HMAC-CHAP keys, which must authenticate every queue (allowed to connect
+    /// too; not also in `hosts`).
+    pub host_keys: Vec<HostKeysConfig>,
+    /// Refuse the Connect of a host without keys here. Default false.
+    pub auth_required: bool,
     /// Lowest controller ID handed out, 1..=0xFFEF. Default 1.
     pub cntlid_min: u16,
     /// Highest controller ID handed out, `cntlid_min..=0xFFEF`. Default 0xFFEF.
@@ -247,6 +255,39 @@ pub struct SubsystemConfig {
     pub max_namespaces: u32,
     /// `[[subsystem.namespace]]`: the namespaces, in file order (NSIDs unique).
     pub namespaces: Vec<NamespaceConfig>,
+}
+
+impl SubsystemConfig {
+    /// Every host allowed to connect (when not `allow_any_host`): `hosts`, then the hosts with keys.
+    pub fn allowed_hosts(&self) -> Vec<String> {
+        self.hosts.iter().cloned().chain(self.host_keys.iter().map(|h| h.nqn.clone())).collect()
+    }
+}
+
+/// `[[subsystem.host]]`: one host's DH-HMAC-CHAP settings. `Debug` prints no key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostKeysConfig {
+    /// The host NQN (names as for `nqn`).
+    pub nqn: String,
+    /// The host's key (`dhchap_key` or `dhchap_key_file`): the host proves it holds it (nvme-cli's
+    /// `--dhchap-secret`). Required.
+    pub dhchap_key: SecretConfig,
+    /// The controller's key (`dhchap_ctrl_key` or `dhchap_ctrl_key_file`): the target proves it holds it when the
+    /// host asks (nvme-cli's `--dhchap-ctrl-secret`, bidirectional authentication). Default none.
+    pub dhchap_ctrl_key: Option<SecretConfig>,
+    /// Hash functions the host may use, in order of preference. Default: all (SHA-256 first, as nvmet).
+    pub dhchap_hashes: Vec<HashFunction>,
+    /// DH groups the host may use, in order of preference. Default: all (null first, as nvmet).
+    pub dhchap_dhgroups: Vec<DhGroup>,
+}
+
+/// A secret of the configuration and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretConfig {
+    /// The secret (wiped when dropped; `Debug` shows its length only).
+    pub secret: DhchapSecret,
+    /// The file it was read from (`None`: written inline).
+    pub file: Option<PathBuf>,
 }
 
 /// `[[subsystem.namespace]]`: one namespace.
@@ -296,6 +337,9 @@ pub enum NamespaceBackend {
 pub struct DiscoveryConfig {
     /// Serve the discovery subsystem (`nqn.2014-08.org.nvmexpress.discovery`) on every listener. Default true.
     pub enabled: bool,
+    /// Hosts must authenticate to the discovery controller (DH-HMAC-CHAP) with the keys of their first
+    /// `[[subsystem.host]]`; hosts with no keys anywhere are refused. Default false.
+    pub auth_required: bool,
 }
 
 /// `[reactors]`.

@@ -11,6 +11,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::{LogFormat, Transport};
+use crate::secret::RawSecret;
 
 /// The whole file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -124,8 +125,31 @@ pub(crate) struct RawSubsystem {
     pub cntlid_max: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_namespaces: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_required: Option<bool>,
+    #[serde(default, rename = "host", skip_serializing_if = "Vec::is_empty")]
+    pub host_keys: Vec<RawHostKeys>,
     #[serde(default, rename = "namespace", skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<RawNamespace>,
+}
+
+/// `[[subsystem.host]]`: a host and its DH-HMAC-CHAP keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHostKeys {
+    pub nqn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_key: Option<RawSecret>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_key_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_key: Option<RawSecret>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_key_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_hashes: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_dhgroups: Option<Vec<String>>,
 }
 
 /// `[[subsystem.namespace]]`.
@@ -160,6 +184,8 @@ pub(crate) struct RawNamespace {
 pub(crate) struct RawDiscovery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_required: Option<bool>,
 }
 
 /// `[reactors]`.

@@ -507,3 +507,99 @@ fn ana_states_and_groups_load_and_read_back() {
     assert_eq!(config.subsystems[0].namespaces[0].ana_group, 7);
     assert_eq!(load(&config.to_string()).unwrap(), config);
 }
+
+const KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+
+#[test]
+fn subsystem_hosts_with_keys() {
+    let text = format!(
+        "{BASE}[[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h1\"\ndhchap_key = \"{KEY}\"\ndhchap_ctrl_key = \"{KEY}\"\n\
+         dhchap_hashes = [\"hmac(sha512)\", \"sha256\"]\ndhchap_dhgroups = [\"ffdhe2048\", \"null\"]\n"
+    );
+    let config = load(&text).unwrap();
+    let s = &config.subsystems[0];
+    assert!(!s.allow_any_host, "the hosts with keys are the allowed ones");
+    assert!(!s.auth_required);
+    assert_eq!(s.allowed_hosts(), ["nqn.2024-01.io.example:h1"]);
+    let h = &s.host_keys[0];
+    assert_eq!(h.dhchap_key.secret.len(), 32);
+    assert!(h.dhchap_ctrl_key.is_some());
+    use nvmf_common::fabrics::auth::{dh::DhGroup, hash::HashFunction};
+    assert_eq!(h.dhchap_hashes, [HashFunction::Sha512, HashFunction::Sha256]);
+    assert_eq!(h.dhchap_dhgroups, [DhGroup::Ffdhe2048, DhGroup::Null]);
+    assert!(!format!("{config:?}").contains("AAECAwQF"), "Debug prints no key");
+    let printed = config.to_string();
+    assert!(printed.contains("dhchap_hashes = [\"hmac(sha512)\", \"hmac(sha256)\"]"), "{printed}");
+    assert_eq!(load(&printed).unwrap(), config);
+    // Any host may connect, and this one must authenticate; auth_required refuses hosts without keys.
+    let any = load(&text.replace(":disk\"\n", ":disk\"\nallow_any_host = true\nauth_required = true\n"));
+    let any = any.unwrap();
+    assert!(any.subsystems[0].allow_any_host && any.subsystems[0].auth_required);
+}
+
+#[test]
+fn subsystem_host_key_errors() {
+    let entry = |body: &str| load(&format!("{BASE}[[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h1\"\n{body}"));
+    let e = |body: &str| entry(body).unwrap_err().to_string();
+    assert!(e("").contains("subsystem[0].host[0].dhchap_key: the host has no key"), "{}", e(""));
+    let bad = e("dhchap_key = \"DHHC-1:00:AAAA:\"\n");
+    assert!(
+        bad.contains("subsystem[0].host[0].dhchap_key: the key field holds 3 bytes") && !bad.contains("AAAA"),
+        "{bad}"
+    );
+    let both = e(&format!("dhchap_key = \"{KEY}\"\ndhchap_key_file = \"k\"\n"));
+    assert!(both.contains("both dhchap_key and dhchap_key_file are set"), "{both}");
+    let hash = e(&format!("dhchap_key = \"{KEY}\"\ndhchap_hashes = [\"md5\"]\n"));
+    assert!(hash.contains("dhchap_hashes[0]: \"md5\" is not known; allowed: sha256, sha384, sha512"), "{hash}");
+    let group = e(&format!("dhchap_key = \"{KEY}\"\ndhchap_dhgroups = [\"null\", \"null\"]\n"));
+    assert!(group.contains("dhchap_dhgroups[1]: \"null\" is listed twice"), "{group}");
+    let twice = load(&format!(
+        "{BASE}hosts = [\"nqn.2024-01.io.example:h1\"]\n[[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h1\"\ndhchap_key = \"{KEY}\"\n"
+    ));
+    // `hosts` after the namespace table belongs to it: place it in the subsystem instead.
+    assert!(twice.is_err());
+    let twice = load(&format!(
+        "[[listener]]\naddress = \"::1\"\n[[subsystem]]\nnqn = \"nqn.2024-01.io.example:d\"\nhosts = [\"nqn.2024-01.io.example:h1\"]\n\
+         [[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h1\"\ndhchap_key = \"{KEY}\"\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(twice.contains("host \"nqn.2024-01.io.example:h1\" is also hosts[0]"), "{twice}");
+}
+
+#[test]
+fn key_files_must_be_private_and_print_as_their_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("h1.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = dir.path().join("target.toml");
+    std::fs::write(
+        &path,
+        format!("{BASE}[[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h1\"\ndhchap_key_file = \"h1.key\"\n"),
+    )
+    .unwrap();
+    let e = TargetConfig::from_file(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("is readable by its group or others (mode 0644); allowed: a file only its owner can read"),
+        "{e}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = TargetConfig::from_file(&path).unwrap();
+    assert_eq!(config.subsystems[0].host_keys[0].dhchap_key.file.as_deref(), Some(key.as_path()));
+    let printed = config.to_string();
+    assert!(printed.contains(&format!("dhchap_key_file = \"{}\"", key.display())) && !printed.contains("AAEC"));
+}
+
+#[test]
+fn discovery_auth_required_needs_a_host_with_a_key() {
+    let e = load(&format!("[discovery]\nauth_required = true\n{BASE}")).unwrap_err().to_string();
+    assert!(e.contains("discovery.auth_required: the discovery controller requires authentication but no host"), "{e}");
+    let text = format!(
+        "[discovery]\nauth_required = true\n{BASE}[[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h1\"\ndhchap_key = \"{KEY}\"\n"
+    );
+    let config = load(&text).unwrap();
+    assert!(config.discovery.auth_required);
+    assert_eq!(load(&config.to_string()).unwrap(), config);
+}

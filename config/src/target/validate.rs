@@ -111,7 +111,17 @@ pub(crate) fn validate(raw: &RawTargetConfig, base: Option<&Path>, cpus: usize) 
         }
         listeners.push(listener);
     }
-    let discovery = DiscoveryConfig { enabled: raw.discovery.as_ref().and_then(|d| d.enabled).unwrap_or(true) };
+    let discovery = DiscoveryConfig {
+        enabled: raw.discovery.as_ref().and_then(|d| d.enabled).unwrap_or(true),
+        auth_required: raw.discovery.as_ref().and_then(|d| d.auth_required).unwrap_or(false),
+    };
+    if discovery.auth_required && raw.subsystems.iter().all(|s| s.host_keys.is_empty()) {
+        return Err(Problem::new(
+            root.key("discovery").key("auth_required"),
+            "the discovery controller requires authentication but no host has a key: no host could discover",
+            "a [[subsystem.host]] with a dhchap_key, or auth_required = false",
+        ));
+    }
     if raw.subsystems.is_empty() && !discovery.enabled {
         return Err(Problem::new(
             root.clone(),
@@ -377,8 +387,30 @@ fn subsystem(
         }
         hosts.push(host.clone());
     }
+    let mut host_keys: Vec<HostKeysConfig> = Vec::with_capacity(raw.host_keys.len());
+    for (i, entry) in raw.host_keys.iter().enumerate() {
+        let entry_key = key.key("host").index(i);
+        check_nqn(&entry.nqn, &entry_key.key("nqn"))?;
+        if let Some(first) = hosts.iter().position(|h| *h == entry.nqn) {
+            return Err(Problem::new(
+                entry_key.key("nqn"),
+                format!("host {:?} is also hosts[{first}]", entry.nqn),
+                "each host once: in hosts (no key) or as a [[subsystem.host]] (with keys)",
+            ));
+        }
+        if let Some(first) = host_keys.iter().position(|h| h.nqn == entry.nqn) {
+            return Err(Problem::new(
+                entry_key.key("nqn"),
+                format!("host {:?} is also host[{first}]", entry.nqn),
+                "one [[subsystem.host]] per host",
+            ));
+        }
+        host_keys.push(host_keys_entry(entry, &entry_key, base)?);
+    }
     let allow_any_host = match (raw.allow_any_host, hosts.is_empty()) {
-        (None, no_hosts) => no_hosts,
+        (None, no_hosts) => no_hosts && host_keys.is_empty(),
+        // Any host may connect, and those with keys must authenticate.
+        (Some(false), true) if !host_keys.is_empty() => false,
         (Some(true), false) => {
             return Err(Problem::new(
                 key.key("allow_any_host"),
@@ -442,11 +474,102 @@ fn subsystem(
         model,
         allow_any_host,
         hosts,
+        host_keys,
+        auth_required: raw.auth_required.unwrap_or(false),
         cntlid_min,
         cntlid_max,
         max_namespaces,
         namespaces,
     })
+}
+
+const HASHES_ALLOWED: &str = "sha256, sha384, sha512 (or hmac(sha256), hmac(sha384), hmac(sha512)), each once";
+const DHGROUPS_ALLOWED: &str = "null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192, each once";
+
+/// A hash function as nvmet (`hmac(sha256)`) or plainly (`sha256`) named.
+fn hash_function(name: &str) -> Option<HashFunction> {
+    let plain = name.strip_prefix("hmac(").and_then(|n| n.strip_suffix(')')).unwrap_or(name);
+    match plain {
+        "sha256" => Some(HashFunction::Sha256),
+        "sha384" => Some(HashFunction::Sha384),
+        "sha512" => Some(HashFunction::Sha512),
+        _ => None,
+    }
+}
+
+fn dh_group(name: &str) -> Option<DhGroup> {
+    nvmf_common::fabrics::auth::dh::ALL_GROUPS.into_iter().find(|g| g.name() == name)
+}
+
+/// A list of names (`dhchap_hashes`, `dhchap_dhgroups`), each once, not empty.
+fn named_list<T: PartialEq>(
+    names: &[String],
+    key: &KeyPath,
+    parse: impl Fn(&str) -> Option<T>,
+    allowed: &str,
+) -> Result<Vec<T>, Problem> {
+    if names.is_empty() {
+        return Err(Problem::new(key.clone(), "the list is empty", format!("at least one of {allowed}")));
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let value = parse(name).ok_or_else(|| Problem::new(key.index(i), format!("{name:?} is not known"), allowed))?;
+        if out.contains(&value) {
+            return Err(Problem::new(key.index(i), format!("{name:?} is listed twice"), allowed));
+        }
+        out.push(value);
+    }
+    Ok(out)
+}
+
+fn host_keys_entry(raw: &RawHostKeys, key: &KeyPath, base: Option<&Path>) -> Result<HostKeysConfig, Problem> {
+    let source = |inline, file, name| {
+        Ok::<_, Problem>(
+            crate::secret::secret_with_source(inline, file, key, name, base)?
+                .map(|(secret, file)| SecretConfig { secret, file }),
+        )
+    };
+    let dhchap_key =
+        source(raw.dhchap_key.as_ref(), raw.dhchap_key_file.as_deref(), "dhchap_key")?.ok_or_else(|| {
+            Problem::new(
+                key.key("dhchap_key"),
+                "the host has no key",
+                "dhchap_key = \"DHHC-1:…\" or dhchap_key_file (a host without keys belongs in hosts)",
+            )
+        })?;
+    let dhchap_ctrl_key = source(raw.dhchap_ctrl_key.as_ref(), raw.dhchap_ctrl_key_file.as_deref(), "dhchap_ctrl_key")?;
+    let dhchap_hashes = match &raw.dhchap_hashes {
+        None => Vec::new(),
+        Some(names) => named_list(names, &key.key("dhchap_hashes"), hash_function, HASHES_ALLOWED)?,
+    };
+    let dhchap_dhgroups = match &raw.dhchap_dhgroups {
+        None => Vec::new(),
+        Some(names) => named_list(names, &key.key("dhchap_dhgroups"), dh_group, DHGROUPS_ALLOWED)?,
+    };
+    Ok(HostKeysConfig { nqn: raw.nqn.clone(), dhchap_key, dhchap_ctrl_key, dhchap_hashes, dhchap_dhgroups })
+}
+
+fn secret_to_raw(secret: &SecretConfig) -> (Option<crate::secret::RawSecret>, Option<String>) {
+    match &secret.file {
+        Some(path) => (None, Some(path.to_string_lossy().into_owned())),
+        None => (Some(crate::secret::RawSecret(secret.secret.representation().to_string())), None),
+    }
+}
+
+fn host_keys_to_raw(h: &HostKeysConfig) -> RawHostKeys {
+    let (dhchap_key, dhchap_key_file) = secret_to_raw(&h.dhchap_key);
+    let (dhchap_ctrl_key, dhchap_ctrl_key_file) = h.dhchap_ctrl_key.as_ref().map(secret_to_raw).unwrap_or_default();
+    RawHostKeys {
+        nqn: h.nqn.clone(),
+        dhchap_key,
+        dhchap_key_file,
+        dhchap_ctrl_key,
+        dhchap_ctrl_key_file,
+        dhchap_hashes: (!h.dhchap_hashes.is_empty())
+            .then(|| h.dhchap_hashes.iter().map(|x| x.name().to_owned()).collect()),
+        dhchap_dhgroups: (!h.dhchap_dhgroups.is_empty())
+            .then(|| h.dhchap_dhgroups.iter().map(|x| x.name().to_owned()).collect()),
+    }
 }
 
 fn namespace(
@@ -624,7 +747,10 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             max_connections_per_address: Some(i64::from(limits.max_connections_per_address)),
             tcp_keepalive_ms: Some(i64::from(limits.tcp_keepalive_ms)),
         }),
-        discovery: Some(RawDiscovery { enabled: Some(config.discovery.enabled) }),
+        discovery: Some(RawDiscovery {
+            enabled: Some(config.discovery.enabled),
+            auth_required: Some(config.discovery.auth_required),
+        }),
         reactors: Some(RawReactors {
             threads: i64::try_from(config.reactors.threads).ok(),
             cpus: (!config.reactors.cpus.is_empty())
@@ -670,6 +796,8 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
                 cntlid_min: Some(i64::from(subsystem.cntlid_min)),
                 cntlid_max: Some(i64::from(subsystem.cntlid_max)),
                 max_namespaces: Some(i64::from(subsystem.max_namespaces)),
+                auth_required: Some(subsystem.auth_required),
+                host_keys: subsystem.host_keys.iter().map(host_keys_to_raw).collect(),
                 namespaces: subsystem.namespaces.iter().map(namespace_to_raw).collect(),
             })
             .collect(),

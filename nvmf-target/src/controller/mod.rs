@@ -24,6 +24,7 @@
 
 pub mod ana;
 pub mod association;
+pub mod authentication;
 pub mod queue;
 pub mod subsystem;
 pub mod target;

@@ -20,6 +20,7 @@ use nvmf_common::fabrics::nqn::{check_nqn_format, validate_nqn, DISCOVERY_NQN};
 
 use super::ana::{valid_group, DEFAULT_ANA_GROUP};
 use super::association::{Controller, CounterSnapshot};
+use super::authentication::{HostKeys, SubsystemAuth};
 use crate::backend::Storage;
 use crate::metrics::SubsystemMetrics;
 
@@ -325,6 +326,8 @@ pub struct SubsystemParams {
     pub max_namespaces: u32,
     /// Namespaces at start.
     pub namespaces: Vec<NamespaceParams>,
+    /// In-band authentication: the hosts' keys, and whether a host without one is refused.
+    pub auth: SubsystemAuth,
 }
 
 impl SubsystemParams {
@@ -339,6 +342,7 @@ impl SubsystemParams {
             cntlid_range: CNTLID_RANGE,
             max_namespaces: DEFAULT_MAX_NAMESPACES,
             namespaces: Vec::new(),
+            auth: SubsystemAuth::default(),
         }
     }
 }
@@ -357,6 +361,7 @@ struct Registry {
 struct HostAccess {
     allow_any_host: bool,
     hosts: Vec<String>,
+    auth: SubsystemAuth,
 }
 
 /// An NVM subsystem (or the discovery subsystem): identity, host access, controller IDs and namespaces.
@@ -409,8 +414,17 @@ fn check_host_nqns(subnqn: &str, hosts: &[String]) -> Result<(), SubsystemError>
 impl Subsystem {
     /// Build and validate an NVM subsystem.
     pub fn new(params: SubsystemParams) -> Result<Arc<Self>, SubsystemError> {
-        let SubsystemParams { nqn, serial, model, allow_any_host, hosts, cntlid_range, max_namespaces, namespaces } =
-            params;
+        let SubsystemParams {
+            nqn,
+            serial,
+            model,
+            allow_any_host,
+            hosts,
+            cntlid_range,
+            max_namespaces,
+            namespaces,
+            auth,
+        } = params;
         validate_nqn(&nqn).map_err(|e| SubsystemError::InvalidNqn { nqn: nqn.clone(), reason: e.reason() })?;
         if nqn == DISCOVERY_NQN {
             return Err(SubsystemError::InvalidNqn { nqn, reason: "reserved for the discovery subsystem" });
@@ -433,7 +447,7 @@ impl Subsystem {
             serial,
             model,
             kind: SubsystemKind::Nvm,
-            access: RwLock::new(HostAccess { allow_any_host, hosts }),
+            access: RwLock::new(HostAccess { allow_any_host, hosts, auth }),
             cntlid_range,
             max_namespaces,
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
@@ -464,7 +478,7 @@ impl Subsystem {
             serial,
             model: "nvmf-rs discovery".to_owned(),
             kind: SubsystemKind::Discovery,
-            access: RwLock::new(HostAccess { allow_any_host: true, hosts: Vec::new() }),
+            access: RwLock::new(HostAccess { allow_any_host: true, hosts: Vec::new(), auth: SubsystemAuth::default() }),
             cntlid_range: CNTLID_RANGE,
             max_namespaces: 0,
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
@@ -540,6 +554,28 @@ impl Subsystem {
         (access.allow_any_host, access.hosts.clone())
     }
 
+    /// The DH-HMAC-CHAP keys of `hostnqn` here: given, each of its queues must authenticate after Connect.
+    pub fn host_keys(&self, hostnqn: &str) -> Option<Arc<HostKeys>> {
+        let access = self.access.read().unwrap_or_else(|e| e.into_inner());
+        access.auth.hosts.get(hostnqn).cloned()
+    }
+
+    /// Whether a host without keys here is refused.
+    pub fn auth_required(&self) -> bool {
+        self.access.read().unwrap_or_else(|e| e.into_inner()).auth.required
+    }
+
+    /// Replace the authentication settings (a reload, or the discovery subsystem's at start): the next
+    /// transactions use the new keys; associations already authenticated continue.
+    pub fn set_auth(&self, auth: SubsystemAuth) {
+        let mut access = self.access.write().unwrap_or_else(|e| e.into_inner());
+        if access.auth != auth {
+            tracing::info!(subnqn = %self.nqn, hosts_with_keys = auth.hosts.len(), required = auth.required,
+                "authentication settings changed");
+            access.auth = auth;
+        }
+    }
+
     /// The controller ID range.
     pub fn cntlid_range(&self) -> RangeInclusive<u16> {
         self.cntlid_range.clone()
@@ -549,7 +585,11 @@ impl Subsystem {
     /// allows end (their queues close, as when the subsystem is removed): how many.
     pub fn set_host_access(&self, allow_any_host: bool, hosts: Vec<String>) -> Result<usize, SubsystemError> {
         check_host_nqns(&self.nqn, &hosts)?;
-        *self.access.write().unwrap_or_else(|e| e.into_inner()) = HostAccess { allow_any_host, hosts };
+        {
+            let mut access = self.access.write().unwrap_or_else(|e| e.into_inner());
+            access.allow_any_host = allow_any_host;
+            access.hosts = hosts;
+        }
         tracing::info!(subnqn = %self.nqn, allow_any_host, "host access changed");
         let revoked: Vec<_> = self.controllers().into_iter().filter(|c| !self.host_allowed(c.hostnqn())).collect();
         for controller in &revoked {

@@ -17,6 +17,7 @@ use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 use nvmf_common::nvme::log_page::AnaState;
 
 use super::ana::{AnaGroups, AnaTable, PortStates};
+use super::authentication::{AuthCounters, FailureLog};
 use super::subsystem::{Subsystem, SubsystemError, SubsystemParams};
 use crate::backend::{BudgetLimit, DiscardCounters};
 
@@ -274,6 +275,10 @@ pub struct Target {
     /// Every listener's ANA states; replaced whole under the write lock, with `ana_generation` bumped.
     ana: RwLock<Arc<AnaTable>>,
     ana_generation: AtomicU64,
+    /// DH-HMAC-CHAP transactions by outcome, hash and group.
+    auth_counters: AuthCounters,
+    /// The rate limit of authentication failure log lines.
+    auth_failures: FailureLog,
 }
 
 impl Target {
@@ -307,6 +312,8 @@ impl Target {
             listeners,
             ana: RwLock::new(Arc::new(ana)),
             ana_generation: AtomicU64::new(0),
+            auth_counters: AuthCounters::default(),
+            auth_failures: FailureLog::default(),
         }))
     }
 
@@ -367,6 +374,16 @@ impl Target {
         tracing::info!(subnqn = %nqn, "subsystem removed");
         self.discovery_changed();
         Ok(subsystem)
+    }
+
+    /// DH-HMAC-CHAP transactions so far, by outcome, hash and group.
+    pub fn auth_counters(&self) -> &AuthCounters {
+        &self.auth_counters
+    }
+
+    /// The rate limit of authentication failure log lines.
+    pub(crate) fn auth_failures(&self) -> &FailureLog {
+        &self.auth_failures
     }
 
     /// Connections ended so far because their peer stalled in `state`.

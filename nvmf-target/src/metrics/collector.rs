@@ -252,6 +252,21 @@ impl Collector for TargetCollector {
             }
         }
         {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_auth",
+                "DH-HMAC-CHAP transactions (in-band authentication of a queue) by result (success, failure), hash and \
+                 DH group (\"none\" for a failure before they were chosen).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (success, hash, group, n) in self.target.auth_counters().snapshot() {
+                let result = if success { "success" } else { "failure" };
+                let hash = hash.map_or("none", |h| h.name());
+                let group = group.map_or("none", |g| g.name());
+                counter(&mut m, &[("result", result), ("hash", hash), ("dhgroup", group)], n)?;
+            }
+        }
+        {
             let discards = self.target.discard_counters();
             let families = [
                 (

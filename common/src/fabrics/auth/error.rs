@@ -115,6 +115,27 @@ pub enum AuthError {
     /// The peer's DH public value is outside 2..=p-2 (which would make the shared secret guessable).
     #[error("the peer's DH public value is out of range")]
     BadPublicValue,
+    /// The host's offer names no hash function this controller allows (AUTH_Negotiate).
+    #[error("the host offers no hash function this controller allows (offered: {offered})")]
+    NoCommonHash {
+        /// The host's offer, as names.
+        offered: String,
+    },
+    /// The host's offer names no DH group this controller allows (AUTH_Negotiate).
+    #[error("the host offers no DH group this controller allows (offered: {offered})")]
+    NoCommonDhGroup {
+        /// The host's offer, as names.
+        offered: String,
+    },
+    /// The host asked for secure channel concatenation, which this controller does not do.
+    #[error("the host asked for secure channel concatenation (sc_c {0:#04x}), which is not supported")]
+    ConcatenationUnsupported(u8),
+    /// The host's response did not verify with the host secret the controller holds for it.
+    #[error("the host's response did not verify: the host does not hold the secret configured for it")]
+    HostNotAuthenticated,
+    /// The host asked to authenticate the controller, which has no controller secret for it.
+    #[error("the host asked for bidirectional authentication but no controller secret is configured for it")]
+    NoControllerSecret,
     /// The operating system's random number generator failed.
     #[error("random number generator: {0}")]
     Random(String),
@@ -126,7 +147,12 @@ impl AuthError {
     pub fn failure_reason(&self) -> Option<FailureReason> {
         Some(match self {
             AuthError::Refused(_) | AuthError::HostNotAccepted => return None,
-            AuthError::ControllerNotAuthenticated => FailureReason::Failed,
+            AuthError::ControllerNotAuthenticated | AuthError::HostNotAuthenticated | AuthError::NoControllerSecret => {
+                FailureReason::Failed
+            }
+            AuthError::NoCommonHash { .. } => FailureReason::HashUnusable,
+            AuthError::NoCommonDhGroup { .. } => FailureReason::DhGroupUnusable,
+            AuthError::ConcatenationUnsupported(_) => FailureReason::ConcatenationMismatch,
             AuthError::Message(_) | AuthError::BadPublicValue => FailureReason::IncorrectPayload,
             AuthError::UnexpectedMessage { .. } | AuthError::TransactionId { .. } => FailureReason::IncorrectMessage,
             AuthError::HashUnusable(_) => FailureReason::HashUnusable,

@@ -10,7 +10,8 @@
 //!   augmented challenge, computed and verified as the Linux host and nvmet do;
 //! - [`message`]: AUTH_Negotiate, DH-HMAC-CHAP_Challenge, _Reply, _Success1, _Success2, AUTH_Failure1/2;
 //! - [`command`]: the Authentication Send and Receive fabrics commands that carry them;
-//! - [`host`]: the host's side of one transaction as a state machine without I/O ([`host::HostTransaction`]).
+//! - [`host`]: the host's side of one transaction as a state machine without I/O ([`host::HostTransaction`]);
+//! - [`controller`]: the controller's side, its mirror ([`controller::ControllerTransaction`]), for a target.
 //!
 //! Secrets and everything derived from them (transformed keys, DH private exponents, session keys) live in
 //! [`zeroize::Zeroizing`] buffers, wiped when dropped; their `Debug` prints no key material. No I/O here: the
@@ -18,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod command;
+pub mod controller;
 pub mod dh;
 mod error;
 mod ffdhe;

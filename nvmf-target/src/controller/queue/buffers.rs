@@ -89,6 +89,8 @@ impl Queue {
             Plan::Read { .. } => self.start_read(engine, id),
             Plan::Compare { .. } if s.has_data => self.start_compare_read(engine, id),
             Plan::Connect => self.fetch_data(engine, id, CONNECT_DATA_LEN),
+            Plan::AuthenticationSend { len } => self.fetch_data(engine, id, len),
+            Plan::AuthenticationReceive { .. } => self.authentication_output(engine, id),
             Plan::Write { len, .. } | Plan::Compare { len, .. } => self.fetch_data(engine, id, len),
             Plan::Dsm { list_len, .. } => self.fetch_data(engine, id, list_len),
             _ => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),

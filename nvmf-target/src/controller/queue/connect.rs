@@ -32,11 +32,11 @@ fn invalid_parameter(p: InvalidParameter) -> (Status, u32) {
 }
 
 impl Queue {
-    /// Until a Connect completes: when the queue ends if none has (the target's connect timeout after the
-    /// queue's creation). Bounds what a peer that connects and stalls holds: its transport connection, and any
+    /// Until a Connect completes, and then until the queue is authenticated when its host must authenticate: when
+    /// the queue ends if that has not happened (the target's connect timeout after the queue's creation). Bounds what a peer that connects and stalls holds: its transport connection, and any
     /// Connect whose data it never sends.
     pub fn connect_deadline(&self) -> Option<Instant> {
-        matches!(self.state, QueueState::AwaitingConnect)
+        (matches!(self.state, QueueState::AwaitingConnect) || self.auth.pending())
             .then(|| self.created + Duration::from_millis(u64::from(self.target.params().connect_timeout_ms)))
     }
 
@@ -44,7 +44,12 @@ impl Queue {
     pub(super) fn check_connect_deadline(&mut self, engine: &mut IoEngine, now: Instant) -> Result<(), QueueError> {
         if self.connect_deadline().is_some_and(|deadline| now >= deadline) {
             let timeout_ms = self.target.params().connect_timeout_ms;
-            tracing::debug!(timeout_ms, port_id = self.transport.port_id, "no Connect in time: connection ended");
+            tracing::debug!(
+                timeout_ms,
+                port_id = self.transport.port_id,
+                authenticating = self.auth.pending(),
+                "no Connect (or authentication) in time: connection ended"
+            );
             self.target.count_timeout(Stalled::Connect);
             self.disconnect(engine);
             return Err(QueueError::ConnectTimeout { timeout_ms });
@@ -110,6 +115,20 @@ impl Queue {
             tracing::info!(subnqn = data.subnqn.as_str(), hostnqn = hostnqn, "Connect to an unknown subsystem");
             return Err(invalid_parameter(InvalidParameter::in_data(data_offset::SUBNQN)));
         };
+        let keys = subsystem.host_keys(hostnqn);
+        if keys.is_none() && subsystem.auth_required() {
+            tracing::info!(
+                subnqn = subsystem.nqn(),
+                hostnqn = hostnqn,
+                "Connect from a host with no key refused: \
+                the subsystem requires authentication"
+            );
+            return Err((
+                Status::CONNECT_INVALID_HOST.with_dnr(),
+                InvalidParameter::in_data(data_offset::HOSTNQN).to_dw0(),
+            ));
+        }
+        let atr = keys.is_some();
         if !subsystem.host_allowed(hostnqn) {
             tracing::info!(subnqn = subsystem.nqn(), hostnqn = hostnqn, "Connect from a host not allowed");
             return Err((
@@ -154,7 +173,8 @@ impl Queue {
                 "admin queue connected"
             );
             self.establish(Association { controller, kind: QueueKind::Admin, sqsize: connect.sqsize, epoch: 0 });
-            return Ok(ConnectResponse { cntlid, atr: false, ascr: false }.to_dw0());
+            self.require_authentication(atr);
+            return Ok(ConnectResponse { cntlid, atr, ascr: false }.to_dw0());
         }
         if subsystem.is_discovery() {
             return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::QID)));
@@ -180,7 +200,8 @@ impl Queue {
         let cntlid = controller.cntlid();
         tracing::debug!(cntlid, qid = connect.qid, sqsize = connect.sqsize, "I/O queue connected");
         self.establish(Association { controller, kind: QueueKind::Io(connect.qid), sqsize: connect.sqsize, epoch });
-        Ok(ConnectResponse { cntlid, atr: false, ascr: false }.to_dw0())
+        self.require_authentication(atr);
+        Ok(ConnectResponse { cntlid, atr, ascr: false }.to_dw0())
     }
 
     /// What the controller keeps of this queue once connected as `qid`.

@@ -24,6 +24,7 @@
 //! [`Queue::data_received`], [`Queue::io_completed`], [`Queue::poll`], [`Queue::release`], …); the command
 //! handling they dispatch to is split by what it does, each child adding an `impl Queue` block:
 //! - `connect`: Fabrics Connect, before the queue is connected.
+//! - `authentication`: Authentication Send/Receive (DH-HMAC-CHAP) and what a queue not yet authenticated may do.
 //! - `fabrics`: Property Get/Set and Disconnect on a connected queue.
 //! - `admin`: admin command dispatch and held Asynchronous Event Requests.
 //! - `io`: I/O command validation and planning, and getting host data in.
@@ -52,9 +53,13 @@ use super::EventNotifier;
 use crate::backend::{BufferBudget, BufferId, IoEngine};
 use crate::metrics::QueueRecorder;
 
+pub use authentication::MAX_RECEIVE_LEN;
 pub use connect::DISCOVERY_KATO_MS;
 
+use authentication::QueueAuth;
+
 mod admin;
+mod authentication;
 mod buffers;
 mod connect;
 mod fabrics;
@@ -207,6 +212,12 @@ pub enum QueueError {
     /// The queue is closed; nothing more can be submitted.
     #[error("the queue is closed")]
     Closed,
+    /// The queue's DH-HMAC-CHAP transaction failed; its last message was sent and the association ended.
+    #[error("authentication of queue {qid} failed")]
+    AuthenticationFailed {
+        /// The queue.
+        qid: u16,
+    },
     /// No Fabrics Connect completed within the target's connect timeout (a peer that connects and stalls).
     #[error("no Connect completed within {timeout_ms} ms")]
     ConnectTimeout {
@@ -241,6 +252,14 @@ enum Plan {
     None,
     /// Fabrics Connect whose 1024 bytes of data are fetched into the buffer.
     Connect,
+    /// Authentication Send whose `len` bytes (the message) are fetched into the buffer.
+    AuthenticationSend {
+        len: u32,
+    },
+    /// Authentication Receive: the transaction's next message in `len` bytes, once a buffer is available.
+    AuthenticationReceive {
+        len: u32,
+    },
     /// An admin command that returns `len` bytes, executed once a buffer is available.
     AdminOutput {
         len: u32,
@@ -390,6 +409,8 @@ pub struct Queue {
     disconnected: bool,
     /// Metrics counters while connected; dropping them (the queue ended) folds them into the subsystem's totals.
     metrics: Option<QueueRecorder>,
+    /// In-band authentication (DH-HMAC-CHAP) of this queue.
+    auth: QueueAuth,
 }
 
 fn index_of(i: usize) -> u16 {
@@ -428,6 +449,7 @@ impl Queue {
             disconnect_slot: None,
             disconnected: false,
             metrics: None,
+            auth: QueueAuth::default(),
         }
     }
 
@@ -494,7 +516,7 @@ impl Queue {
     /// Whether [`Queue::poll`] has work at the end of this turn: commands waiting for a buffer or ring space (a
     /// turn's completions may have freed them), or a finished Disconnect to act on.
     pub fn wants_poll(&self) -> bool {
-        self.disconnected || !self.retry.is_empty()
+        self.disconnected || self.auth.ended() || !self.retry.is_empty()
     }
 
     /// Whether the queue's peer is not admitted to an NVM subsystem (before Connect; a discovery controller): its
@@ -537,6 +559,12 @@ impl Queue {
         };
         Ok(match kind {
             None => self.unconnected_command(engine, id, sqe, in_capsule),
+            Some(_) if authentication::is_authentication_command(sqe) => {
+                self.authentication_command(engine, id, sqe, in_capsule)
+            }
+            Some(_) if self.auth.blocks_commands() => {
+                self.respond_err(engine, id, Status::AUTHENTICATION_REQUIRED.with_dnr(), 0)
+            }
             Some(QueueKind::Admin) => self.admin_command(engine, id, sqe, in_capsule),
             Some(QueueKind::Io(_)) => self.io_command(engine, id, sqe, in_capsule),
         })
@@ -573,6 +601,11 @@ impl Queue {
                 }
                 self.release_buffers(engine, slot);
                 self.finish_connect(engine, slot, &sqe, &data)
+            }
+            Plan::AuthenticationSend { len } => {
+                let message = buffer.map(|b| engine.buffer(b)[..len as usize].to_vec()).unwrap_or_default();
+                self.release_buffers(engine, slot);
+                self.authentication_message(engine, slot, &message)
             }
             Plan::Write { .. } => self.submit_ops(engine, slot),
             Plan::Compare { .. } => self.start_compare_read(engine, slot),
@@ -639,6 +672,15 @@ impl Queue {
         if matches!(self.state, QueueState::Dead) {
             return Ok(());
         }
+        if self.auth.ended() {
+            let qid = self.qid().unwrap_or(0);
+            // As nvmet after a failed transaction: the whole association ends.
+            if let Some(controller) = self.controller() {
+                controller.terminate();
+            }
+            self.disconnect(engine);
+            return Err(QueueError::AuthenticationFailed { qid });
+        }
         self.check_connect_deadline(engine, now)?;
         self.check_association(engine)?;
         if let QueueState::Connected(Association { controller, kind: QueueKind::Admin, .. }) = &self.state {
@@ -687,6 +729,7 @@ impl Queue {
             self.disconnect_slot = None;
             self.disconnected = true;
         }
+        self.auth.released(slot.0);
     }
 
     /// The connection is gone: the queue is dead; for the admin queue the association ends. Slots with storage

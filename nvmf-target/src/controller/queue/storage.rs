@@ -139,9 +139,11 @@ impl Queue {
                 self.respond_ok(id, 0, 0, None)
             }
             Plan::Flush { .. } | Plan::Dsm { .. } => self.respond_ok(id, 0, 0, None),
-            Plan::None | Plan::Connect | Plan::AdminOutput { .. } => {
-                self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0)
-            }
+            Plan::None
+            | Plan::Connect
+            | Plan::AdminOutput { .. }
+            | Plan::AuthenticationSend { .. }
+            | Plan::AuthenticationReceive { .. } => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
         }
     }
 }

@@ -40,6 +40,7 @@ use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
 
 mod ana;
 mod async_events;
+mod authentication;
 mod budgets;
 mod connect;
 mod discovery;

@@ -1,0 +1,288 @@
+//! The controller's transaction against the host's ([`HostTransaction`]): every hash with the NULL group and
+//! ffdhe2048, one way and both ways, and what a hostile or confused host can send.
+
+use super::*;
+use crate::fabrics::auth::host::{HostCredentials, HostTransaction};
+use crate::fabrics::auth::OsRandom;
+
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0f5e2c4a-1111-2222-3333-444455556666";
+const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:auth";
+
+fn secret(byte: u8, hmac: Option<HashFunction>) -> DhchapSecret {
+    DhchapSecret::new(hmac, &[byte; 32]).unwrap()
+}
+
+fn credentials(host: &DhchapSecret, ctrl: Option<&DhchapSecret>) -> ControllerCredentials {
+    ControllerCredentials {
+        host_secret: host.clone(),
+        controller_secret: ctrl.cloned(),
+        hostnqn: HOSTNQN.into(),
+        subnqn: SUBNQN.into(),
+        hashes: Vec::new(),
+        dh_groups: Vec::new(),
+    }
+}
+
+/// The whole exchange; the host's error, if any, and both sides' ends.
+fn run(
+    controller: &mut ControllerTransaction,
+    host_secret: &DhchapSecret,
+    host_ctrl: Option<&DhchapSecret>,
+) -> Result<Option<Negotiated>, AuthError> {
+    let creds = HostCredentials { secret: host_secret, controller_secret: host_ctrl, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let mut host = HostTransaction::new(creds, 0x1234);
+    let seq = SequenceNumbers::new();
+    controller.send(&host.negotiate(), &seq, &mut OsRandom).unwrap();
+    let challenge = controller.receive();
+    let reply = host.reply(&challenge, &seq, &mut OsRandom)?;
+    let _ = controller.send(&reply, &seq, &mut OsRandom);
+    let success1 = controller.receive();
+    match host.success(&success1) {
+        Ok(Some(success2)) => controller.send(&success2, &seq, &mut OsRandom).unwrap(),
+        Ok(None) => {}
+        Err(e) => {
+            if let Some(reason) = e.failure_reason() {
+                let _ = controller.send(&host.failure2(reason), &seq, &mut OsRandom);
+            }
+            return Err(e);
+        }
+    }
+    Ok(host.outcome())
+}
+
+#[test]
+fn every_hash_with_null_and_ffdhe2048_one_way_and_both_ways() {
+    for hash in ALL_HASHES {
+        for group in [DhGroup::Null, DhGroup::Ffdhe2048] {
+            for bidirectional in [false, true] {
+                let host = secret(1, Some(hash));
+                let ctrl = secret(2, None);
+                let ctrl = bidirectional.then_some(&ctrl);
+                let mut c = ControllerTransaction::new(ControllerCredentials {
+                    hashes: vec![hash],
+                    dh_groups: vec![group],
+                    ..credentials(&host, ctrl)
+                });
+                let outcome = run(&mut c, &host, ctrl).unwrap().unwrap();
+                let expected = Negotiated { hash, group, bidirectional };
+                assert_eq!(outcome, expected);
+                assert_eq!(c.progress(), Progress::Authenticated(expected), "{hash:?} {group:?} {bidirectional}");
+                assert_eq!(c.chosen(), Some((hash, group)));
+                assert_eq!(c.t_id(), 0x1234);
+            }
+        }
+    }
+}
+
+#[test]
+fn defaults_pick_sha256_and_null_as_nvmet_and_preferences_apply() {
+    let host = secret(1, None);
+    let mut c = ControllerTransaction::new(credentials(&host, None));
+    run(&mut c, &host, None).unwrap();
+    assert_eq!(c.chosen(), Some((HashFunction::Sha256, DhGroup::Null)));
+    let mut c = ControllerTransaction::new(ControllerCredentials {
+        hashes: vec![HashFunction::Sha512, HashFunction::Sha256],
+        dh_groups: vec![DhGroup::Ffdhe3072, DhGroup::Null],
+        ..credentials(&host, None)
+    });
+    run(&mut c, &host, None).unwrap();
+    assert_eq!(c.chosen(), Some((HashFunction::Sha512, DhGroup::Ffdhe3072)));
+}
+
+#[test]
+fn a_wrong_host_secret_gets_failure1_failed() {
+    let mut c = ControllerTransaction::new(credentials(&secret(1, None), None));
+    let e = run(&mut c, &secret(9, None), None).unwrap_err();
+    assert_eq!(e, AuthError::HostNotAccepted);
+    assert_eq!(c.progress(), Progress::Failed(FailureReason::Failed));
+}
+
+#[test]
+fn a_wrong_controller_secret_fails_at_the_host_which_sends_failure2() {
+    let host = secret(1, None);
+    let mut c = ControllerTransaction::new(credentials(&host, Some(&secret(3, None))));
+    let e = run(&mut c, &host, Some(&secret(4, None))).unwrap_err();
+    assert_eq!(e, AuthError::ControllerNotAuthenticated);
+    assert_eq!(c.progress(), Progress::Failed(FailureReason::Failed));
+}
+
+#[test]
+fn bidirectional_without_a_controller_secret_gets_failure1() {
+    let host = secret(1, None);
+    let mut c = ControllerTransaction::new(credentials(&host, None));
+    let e = run(&mut c, &host, Some(&secret(4, None))).unwrap_err();
+    assert_eq!(e, AuthError::HostNotAccepted, "Failure1 with reason 01h, as nvmet sends it");
+    assert_eq!(c.progress(), Progress::Failed(FailureReason::Failed));
+}
+
+#[test]
+fn nothing_in_common_gets_hash_or_group_unusable() {
+    let host = secret(1, None);
+    let seq = SequenceNumbers::new();
+    let offer = |hashes: Vec<HashFunction>, dh_groups: Vec<DhGroup>| {
+        Negotiate { t_id: 3, sc_c: 0, dhchap: super::super::message::ProtocolDescriptor { hashes, dh_groups } }
+            .to_bytes()
+    };
+    let mut c = ControllerTransaction::new(ControllerCredentials {
+        hashes: vec![HashFunction::Sha512],
+        ..credentials(&host, None)
+    });
+    let e = c.send(&offer(vec![HashFunction::Sha256], vec![DhGroup::Null]), &seq, &mut OsRandom).unwrap_err();
+    assert!(matches!(e, AuthError::NoCommonHash { .. }), "{e}");
+    assert!(c.failure_pending());
+    assert_eq!(c.receive(), [0, 0xF1, 0, 0, 3, 0, 1, 0x04]);
+    assert_eq!(c.progress(), Progress::Failed(FailureReason::HashUnusable));
+    let mut c = ControllerTransaction::new(ControllerCredentials {
+        dh_groups: vec![DhGroup::Ffdhe8192],
+        ..credentials(&host, None)
+    });
+    let e = c.send(&offer(vec![HashFunction::Sha256], vec![]), &seq, &mut OsRandom).unwrap_err();
+    assert_eq!(e.to_string(), "the host offers no DH group this controller allows (offered: none)");
+    assert_eq!(c.response_len(), 8);
+    assert_eq!(c.receive(), [0, 0xF1, 0, 0, 3, 0, 1, 0x05]);
+    // Secure channel concatenation is not supported.
+    let mut c = ControllerTransaction::new(credentials(&host, None));
+    let mut n = offer(vec![HashFunction::Sha256], vec![DhGroup::Null]);
+    n[6] = 1;
+    assert_eq!(c.send(&n, &seq, &mut OsRandom), Err(AuthError::ConcatenationUnsupported(1)));
+    assert_eq!(c.receive()[7], 0x03);
+}
+
+/// A controller that sent its Challenge to a host's negotiate (t_id 5), and that challenge.
+fn challenged(host: &DhchapSecret, group: DhGroup) -> (ControllerTransaction, Vec<u8>) {
+    let mut c = ControllerTransaction::new(ControllerCredentials { dh_groups: vec![group], ..credentials(host, None) });
+    let creds = HostCredentials { secret: host, controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let mut h = HostTransaction::new(creds, 5);
+    c.send(&h.negotiate(), &SequenceNumbers::new(), &mut OsRandom).unwrap();
+    let challenge = c.receive();
+    (c, challenge)
+}
+
+fn failure1_reason(c: &mut ControllerTransaction) -> u8 {
+    let f = c.receive();
+    assert_eq!(&f[..2], &[0, 0xF1], "{f:?}");
+    f[7]
+}
+
+#[test]
+fn malformed_and_out_of_order_messages_get_failure1() {
+    let host = secret(1, None);
+    let seq = SequenceNumbers::new();
+    let mut rng = OsRandom;
+    // Truncated and empty messages, before anything.
+    for bad in [&[][..], &[0, 0, 0][..], &[0, 0, 0, 0, 5, 0, 0, 1][..]] {
+        let mut c = ControllerTransaction::new(credentials(&host, None));
+        assert!(matches!(c.send(bad, &seq, &mut rng), Err(AuthError::Message(_))), "{bad:?}");
+        assert_eq!(failure1_reason(&mut c), 0x06);
+    }
+    // A Reply before any Negotiate; a Success2 where a Reply is due; a Challenge from the host.
+    let mut c = ControllerTransaction::new(credentials(&host, None));
+    let reply = Reply { t_id: 0, rval: &[0; 32], cval: None, seqnum: 0, dhv: &[] }.to_bytes().unwrap();
+    assert!(matches!(c.send(&reply, &seq, &mut rng), Err(AuthError::UnexpectedMessage { .. })));
+    assert_eq!(failure1_reason(&mut c), 0x07);
+    let (mut c, challenge) = challenged(&host, DhGroup::Null);
+    assert!(c.send(&Success2 { t_id: 5 }.to_bytes(), &seq, &mut rng).is_err());
+    assert_eq!(failure1_reason(&mut c), 0x07);
+    let (mut c, _) = challenged(&host, DhGroup::Null);
+    assert!(c.send(&challenge, &seq, &mut rng).is_err());
+    assert_eq!(failure1_reason(&mut c), 0x07);
+    // A Receive with nothing to say.
+    let mut c = ControllerTransaction::new(credentials(&host, None));
+    assert_eq!(failure1_reason(&mut c), 0x01);
+    // A Send when the host should have fetched the challenge.
+    let mut c = ControllerTransaction::new(credentials(&host, None));
+    let creds = HostCredentials { secret: &host, controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let negotiate = HostTransaction::new(creds, 5).negotiate();
+    c.send(&negotiate, &seq, &mut rng).unwrap();
+    assert!(c.send(&reply, &seq, &mut rng).is_err());
+    assert_eq!(failure1_reason(&mut c), 0x07);
+}
+
+#[test]
+fn wrong_t_id_truncated_reply_and_bad_dh_values() {
+    let host = secret(1, None);
+    let seq = SequenceNumbers::new();
+    let mut rng = OsRandom;
+    let reply =
+        |t_id: u16, rval: &[u8], dhv: &[u8]| Reply { t_id, rval, cval: None, seqnum: 0, dhv }.to_bytes().unwrap();
+    let (mut c, _) = challenged(&host, DhGroup::Null);
+    assert!(c.send(&reply(6, &[0; 32], &[]), &seq, &mut rng).is_err());
+    assert_eq!(failure1_reason(&mut c), 0x06, "another transaction's message: incorrect payload, as nvmet");
+    // HL not the hash's.
+    let (mut c, _) = challenged(&host, DhGroup::Null);
+    assert!(c.send(&reply(5, &[0; 48], &[]), &seq, &mut rng).is_err());
+    assert_eq!(failure1_reason(&mut c), 0x06);
+    // Truncated: the header claims more than was sent.
+    let (mut c, _) = challenged(&host, DhGroup::Null);
+    let r = reply(5, &[0; 32], &[]);
+    assert!(c.send(&r[..40], &seq, &mut rng).is_err());
+    assert_eq!(failure1_reason(&mut c), 0x06);
+    // A DH value with the NULL group.
+    let (mut c, _) = challenged(&host, DhGroup::Null);
+    assert!(c.send(&reply(5, &[0; 32], &[2; 256]), &seq, &mut rng).is_err());
+    assert_eq!(failure1_reason(&mut c), 0x06);
+    // ffdhe2048: a value of the wrong size (too long: an ffdhe8192 one), none, and a degenerate one.
+    for dhv in [vec![2u8; 1024], vec![], vec![0u8; 256]] {
+        let (mut c, _) = challenged(&host, DhGroup::Ffdhe2048);
+        assert!(c.send(&reply(5, &[0; 32], &dhv), &seq, &mut rng).is_err());
+        let reason = failure1_reason(&mut c);
+        assert!(reason == 0x05 || reason == 0x06, "{reason}");
+    }
+    // A wrong response.
+    let (mut c, _) = challenged(&host, DhGroup::Null);
+    assert_eq!(c.send(&reply(5, &[0; 32], &[]), &seq, &mut rng), Err(AuthError::HostNotAuthenticated));
+    assert_eq!(failure1_reason(&mut c), 0x01);
+    assert_eq!(c.progress(), Progress::Failed(FailureReason::Failed));
+}
+
+#[test]
+fn a_failure2_ends_the_transaction_without_failure1() {
+    let host = secret(1, None);
+    let (mut c, _) = challenged(&host, DhGroup::Null);
+    let f2 = Failure { kind: FailureKind::Failure2, t_id: 5, reason: FailureReason::HashUnusable }.to_bytes();
+    assert_eq!(
+        c.send(&f2, &SequenceNumbers::new(), &mut OsRandom),
+        Err(AuthError::Refused(FailureReason::HashUnusable))
+    );
+    assert!(!c.failure_pending());
+    assert_eq!(c.progress(), Progress::Failed(FailureReason::HashUnusable));
+}
+
+#[test]
+fn a_negotiate_restarts_from_any_step_and_reauthenticates() {
+    let host = secret(1, Some(HashFunction::Sha256));
+    let mut c = ControllerTransaction::new(credentials(&host, None));
+    run(&mut c, &host, None).unwrap();
+    assert!(matches!(c.progress(), Progress::Authenticated(_)));
+    // Re-authentication of an authenticated queue, then a restart in the middle of it.
+    run(&mut c, &host, None).unwrap();
+    let (mut c, _) = challenged(&host, DhGroup::Ffdhe2048);
+    assert_eq!(run(&mut c, &host, None).unwrap().unwrap().group, DhGroup::Ffdhe2048);
+}
+
+#[test]
+fn arbitrary_bytes_at_every_step_never_panic() {
+    use proptest::prelude::*;
+    let host = secret(1, None);
+    proptest!(|(steps in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 1..6),
+                start in 0usize..3)| {
+        let seq = SequenceNumbers::new();
+        let (mut c, _) = challenged(&host, DhGroup::Null);
+        if start == 0 {
+            c = ControllerTransaction::new(credentials(&host, None));
+        }
+        for s in &steps {
+            let _ = c.send(s, &seq, &mut OsRandom);
+            let out = c.receive();
+            prop_assert!(out.len() <= MAX_HOST_MESSAGE_LEN);
+        }
+    });
+}
+
+#[test]
+fn debug_prints_no_key() {
+    let host = secret(0xAB, None);
+    let c = ControllerTransaction::new(credentials(&host, Some(&secret(0xCD, None))));
+    let d = format!("{c:?}");
+    assert!(!d.contains("171") && !d.contains("205"), "{d}");
+}

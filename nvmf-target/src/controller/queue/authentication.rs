@@ -1,0 +1,279 @@
+//! In-band authentication of a queue (NVMe Base 2.0 §8.13; TP 8006): Authentication Send and Receive, and what a
+//! queue may do before it is authenticated.
+//!
+//! A Connect from a host that has DH-HMAC-CHAP keys in the subsystem is answered with ATR (authentication
+//! required), on the admin queue and on every I/O queue, as nvmet does. Until the queue's transaction succeeds it
+//! takes Authentication Send and Receive only; anything else completes with Authentication Required (SCT 1h,
+//! SC 91h) and DNR. A queue that is not authenticated within the connect timeout ends like one that never
+//! connected. An authenticated queue that receives a new AUTH_Negotiate (the host re-authenticates, e.g. after
+//! its key was changed) runs a new transaction while its I/O continues. A failed transaction ends the queue and
+//! its association once its last message (the AUTH_Failure1, or the answer to the host's AUTH_Failure2) is sent
+//! (nvmet: `nvmet_ctrl_fatal_error`); from the failure on, the queue takes no other command.
+//!
+//! The transactions are [`ControllerTransaction`]s, with the host's keys read from the subsystem when each
+//! starts (a reload's new keys apply to the next). Messages are bounded: an Authentication Send carries at most
+//! [`MAX_HOST_MESSAGE_LEN`] bytes, an Authentication Receive asks for at most [`MAX_RECEIVE_LEN`]; and so are
+//! restarts, since each AUTH_Negotiate makes a DH key pair on the reactor's thread: more than [`MAX_NEGOTIATIONS`]
+//! without a transaction succeeding end the queue.
+
+use nvmf_common::fabrics::auth::command::{AuthenticationCommand, Direction as AuthDirection};
+use nvmf_common::fabrics::auth::controller::{ControllerTransaction, Progress, MAX_HOST_MESSAGE_LEN};
+use nvmf_common::fabrics::auth::message::{auth_id, Header, AUTH_TYPE_COMMON};
+use nvmf_common::fabrics::auth::{OsRandom, SequenceNumbers};
+use nvmf_common::nvme::opcode::{fctype, FABRICS};
+use nvmf_common::nvme::{Status, SubmissionQueueEntry};
+
+use super::{Plan, Queue, QueueState, SlotId, Step};
+use crate::backend::IoEngine;
+use crate::controller::io::{self, DataSource, Direction};
+
+/// The largest allocation length an Authentication Receive may ask for: the Linux host's (its `CHAP_BUF_SIZE`,
+/// 4 KiB; nvmet answers with the whole allocation length, zero padded, and so does this target).
+pub const MAX_RECEIVE_LEN: u32 = 4096;
+
+/// AUTH_Negotiates a queue may send without a transaction succeeding in between (each costs a DH key pair on the
+/// reactor): a peer that restarts more often ends the queue.
+pub const MAX_NEGOTIATIONS: u8 = 4;
+
+/// The S1 of this target's challenges: one counter for the process, as nvmet keeps one.
+static SEQUENCE: SequenceNumbers = SequenceNumbers::new();
+
+/// A queue's authentication state.
+#[derive(Debug, Default)]
+pub(super) struct QueueAuth {
+    /// The host has keys here: the queue must authenticate.
+    required: bool,
+    /// The last transaction succeeded (and no failure since).
+    authenticated: bool,
+    /// The current or last transaction.
+    transaction: Option<Box<ControllerTransaction>>,
+    /// The current transaction's failure was counted and logged.
+    failure_counted: bool,
+    /// AUTH_Negotiates since the last transaction that succeeded (at most [`MAX_NEGOTIATIONS`]).
+    negotiations: u8,
+    /// The slot whose response is a failed transaction's last message: once released, the queue ends.
+    failed_slot: Option<u16>,
+    /// A failed transaction's last message was sent: the queue ends at its next poll.
+    ended: bool,
+}
+
+impl QueueAuth {
+    /// Whether the queue takes only authentication commands now.
+    pub(super) fn blocks_commands(&self) -> bool {
+        self.required && !self.authenticated
+    }
+
+    /// Whether the queue waits for its first transaction to succeed (the connect deadline applies).
+    pub(super) fn pending(&self) -> bool {
+        self.required && !self.authenticated && self.failed_slot.is_none() && !self.ended
+    }
+
+    /// Whether a failed transaction has ended the queue (it must go at the next poll).
+    pub(super) fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The transport released `slot`: true if that was the failed transaction's last message.
+    pub(super) fn released(&mut self, slot: u16) -> bool {
+        if self.failed_slot == Some(slot) {
+            self.failed_slot = None;
+            self.ended = true;
+        }
+        self.ended
+    }
+}
+
+/// Whether `sqe` is Authentication Send or Receive.
+pub(super) fn is_authentication_command(sqe: &SubmissionQueueEntry) -> bool {
+    sqe.opcode == FABRICS && matches!(sqe.fctype(), fctype::AUTHENTICATION_SEND | fctype::AUTHENTICATION_RECEIVE)
+}
+
+impl Queue {
+    /// After a successful Connect: whether the host must authenticate this queue.
+    pub(super) fn require_authentication(&mut self, required: bool) {
+        self.auth = QueueAuth { required, ..QueueAuth::default() };
+    }
+
+    /// Authentication Send or Receive on a connected queue.
+    pub(super) fn authentication_command(
+        &mut self,
+        engine: &mut IoEngine,
+        id: SlotId,
+        sqe: &SubmissionQueueEntry,
+        in_capsule: &[u8],
+    ) -> Step {
+        let invalid = Status::INVALID_FIELD.with_dnr();
+        if let Err(status) = io::check_flags(sqe) {
+            return self.respond_err(engine, id, status, 0);
+        }
+        let command = match AuthenticationCommand::from_sqe(sqe) {
+            Ok(c) if c.is_dhchap() => c,
+            _ => return self.respond_err(engine, id, invalid, 0),
+        };
+        if !self.auth.required {
+            // No keys for this host: nothing to authenticate with.
+            return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+        }
+        let trtype = self.transport.trtype;
+        match command.direction {
+            AuthDirection::Send => {
+                let tl = command.length;
+                if tl == 0 || usize::try_from(tl).map_or(true, |n| n > MAX_HOST_MESSAGE_LEN) {
+                    return self.respond_err(engine, id, invalid, 0);
+                }
+                match io::data_source(sqe, trtype, Direction::ToController, in_capsule.len()) {
+                    Err(status) => self.respond_err(engine, id, status, 0),
+                    Ok((_, len)) if len != tl => {
+                        self.respond_err(engine, id, Status::DATA_SGL_LENGTH_INVALID.with_dnr(), 0)
+                    }
+                    Ok((DataSource::InCapsule { offset }, len)) => {
+                        let message = in_capsule.get(offset..offset + len as usize).unwrap_or_default().to_vec();
+                        self.authentication_message(engine, id, &message)
+                    }
+                    Ok((DataSource::Transport, len)) => {
+                        self.slot(id).plan = Plan::AuthenticationSend { len };
+                        self.fetch_data(engine, id, len)
+                    }
+                }
+            }
+            AuthDirection::Receive => {
+                let al = command.length;
+                if al == 0 || al > MAX_RECEIVE_LEN {
+                    return self.respond_err(engine, id, invalid, 0);
+                }
+                match io::data_source(sqe, trtype, Direction::ToHost, in_capsule.len()) {
+                    Err(status) => return self.respond_err(engine, id, status, 0),
+                    Ok((_, len)) if len != al => {
+                        return self.respond_err(engine, id, Status::DATA_SGL_LENGTH_INVALID.with_dnr(), 0)
+                    }
+                    Ok(_) => {}
+                }
+                let needed = self.auth.transaction.as_ref().map_or(8, |t| t.response_len());
+                if (al as usize) < needed {
+                    // The message does not fit: the host may ask again with room (nvmet answers an error too).
+                    return self.respond_err(engine, id, invalid, 0);
+                }
+                self.slot(id).plan = Plan::AuthenticationReceive { len: al };
+                self.authentication_output(engine, id)
+            }
+        }
+    }
+
+    /// The host's message of an Authentication Send, all here.
+    pub(super) fn authentication_message(&mut self, engine: &mut IoEngine, id: SlotId, message: &[u8]) -> Step {
+        let negotiate =
+            Header::parse(message).is_ok_and(|h| h.auth_type == AUTH_TYPE_COMMON && h.auth_id == auth_id::NEGOTIATE);
+        if negotiate {
+            self.auth.negotiations = self.auth.negotiations.saturating_add(1);
+            if self.auth.negotiations > MAX_NEGOTIATIONS {
+                self.auth.authenticated = false;
+                self.authentication_failed("too many AUTH_Negotiates without a transaction succeeding");
+                self.auth.failed_slot = Some(id.0);
+                return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+            }
+        }
+        if negotiate || self.auth.transaction.is_none() {
+            // A new transaction, with the keys configured now.
+            let Some(controller) = self.controller().cloned() else {
+                return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+            };
+            let subsystem = controller.subsystem();
+            let Some(keys) = subsystem.host_keys(controller.hostnqn()) else {
+                tracing::info!(
+                    hostnqn = controller.hostnqn(),
+                    subnqn = subsystem.nqn(),
+                    "authentication asked for, but the host has no key any more (reloaded)"
+                );
+                return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+            };
+            let credentials = keys.credentials(controller.hostnqn(), subsystem.nqn());
+            self.auth.transaction = Some(Box::new(ControllerTransaction::new(credentials)));
+            self.auth.failure_counted = false;
+        }
+        let Some(transaction) = self.auth.transaction.as_mut() else {
+            return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
+        };
+        let result = transaction.send(message, &SEQUENCE, &mut OsRandom);
+        let progress = transaction.progress();
+        if let Err(e) = result {
+            // From the failure on the queue does nothing but finish the transaction.
+            self.auth.authenticated = false;
+            self.authentication_failed(&e.to_string());
+        }
+        match progress {
+            Progress::Authenticated(_) => self.authentication_succeeded(),
+            // The host ended the transaction (AUTH_Failure2): nothing more to send; the queue ends.
+            Progress::Failed(_) => self.auth.failed_slot = Some(id.0),
+            Progress::InProgress => {}
+        }
+        self.respond_ok(id, 0, 0, None)
+    }
+
+    /// Answer an Authentication Receive with the transaction's next message, once a buffer is available.
+    pub(super) fn authentication_output(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        let Plan::AuthenticationReceive { len } = self.slot(id).plan else {
+            return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
+        };
+        let buffer = match self.alloc(engine, id, len) {
+            Ok(b) => b,
+            Err(step) => return step,
+        };
+        self.slot(id).buffer = Some(buffer);
+        if self.auth.transaction.is_none() {
+            // A Receive before any AUTH_Negotiate: the transaction fails at once (nvmet: Failure1, reason 01h).
+            if let Some(controller) = self.controller().cloned() {
+                if let Some(keys) = controller.subsystem().host_keys(controller.hostnqn()) {
+                    let credentials = keys.credentials(controller.hostnqn(), controller.subsystem().nqn());
+                    self.auth.transaction = Some(Box::new(ControllerTransaction::new(credentials)));
+                }
+            }
+        }
+        let Some(transaction) = self.auth.transaction.as_mut() else {
+            return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+        };
+        let message = transaction.receive();
+        let progress = transaction.progress();
+        let out = &mut engine.buffer_mut(buffer)[..len as usize];
+        out.fill(0);
+        let n = message.len().min(out.len());
+        out[..n].copy_from_slice(&message[..n]);
+        match progress {
+            Progress::Authenticated(_) => self.authentication_succeeded(),
+            Progress::Failed(_) => {
+                self.auth.authenticated = false;
+                self.authentication_failed("a Receive with no message due");
+                self.auth.failed_slot = Some(id.0);
+            }
+            Progress::InProgress => {}
+        }
+        self.respond_ok(id, 0, 0, Some((buffer, len)))
+    }
+
+    fn authentication_succeeded(&mut self) {
+        let Some(transaction) = self.auth.transaction.as_ref() else { return };
+        let Progress::Authenticated(n) = transaction.progress() else { return };
+        let again = self.auth.authenticated;
+        self.auth.authenticated = true;
+        self.auth.negotiations = 0;
+        self.target.auth_counters().record(true, transaction.chosen());
+        let hostnqn = self.controller().map(|c| c.hostnqn().to_owned()).unwrap_or_default();
+        tracing::debug!(hostnqn, qid = ?self.qid(), hash = n.hash.name(), dhgroup = n.group.name(),
+            bidirectional = n.bidirectional, reauthentication = again, "queue authenticated");
+    }
+
+    /// Count and log (at most once per host and interval) the current transaction's failure, once.
+    fn authentication_failed(&mut self, reason: &str) {
+        if self.auth.failure_counted {
+            return;
+        }
+        self.auth.failure_counted = true;
+        let chosen = self.auth.transaction.as_ref().and_then(|t| t.chosen());
+        self.target.auth_counters().record(false, chosen);
+        let QueueState::Connected(a) = &self.state else { return };
+        let hostnqn = a.controller.hostnqn();
+        if let Some(suppressed) = self.target.auth_failures().admit(hostnqn, super::turn_time()) {
+            tracing::info!(hostnqn, subnqn = a.controller.subsystem().nqn(), cntlid = a.controller.cntlid(),
+                qid = ?self.qid(), reason, suppressed, "authentication failed");
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! In-band authentication of queues: ATR at Connect, Authentication Required for anything else until the
+//! DH-HMAC-CHAP transaction succeeds (driven by the host's transaction from `nvmf-common`), failures that end the
+//! association, the connect deadline, re-authentication under I/O and the bounds on the messages.
+
+use std::collections::BTreeMap;
+
+use nvmf_common::fabrics::auth::command::AuthenticationCommand;
+use nvmf_common::fabrics::auth::dh::DhGroup;
+use nvmf_common::fabrics::auth::hash::HashFunction;
+use nvmf_common::fabrics::auth::host::{HostCredentials, HostTransaction};
+use nvmf_common::fabrics::auth::secret::DhchapSecret;
+use nvmf_common::fabrics::auth::{AuthError, OsRandom, SequenceNumbers};
+
+use super::*;
+use crate::controller::authentication::{HostKeys, SubsystemAuth};
+
+fn secret(byte: u8) -> DhchapSecret {
+    DhchapSecret::new(Some(HashFunction::Sha256), &[byte; 32]).unwrap()
+}
+
+fn keys(host: u8, ctrl: Option<u8>) -> Arc<HostKeys> {
+    Arc::new(HostKeys {
+        host_key: secret(host),
+        controller_key: ctrl.map(secret),
+        hashes: Vec::new(),
+        dh_groups: vec![DhGroup::Ffdhe2048, DhGroup::Null],
+    })
+}
+
+fn auth(required: bool, host_keys: Option<Arc<HostKeys>>) -> SubsystemAuth {
+    SubsystemAuth {
+        required,
+        hosts: host_keys.into_iter().map(|k| (HOSTNQN.to_owned(), k)).collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn target_with(params: TargetParams, auth: SubsystemAuth) -> Arc<Target> {
+    Target::new(params, vec![SubsystemParams { auth, ..subsystem_params() }]).unwrap()
+}
+
+/// How the host sends its messages: in the capsule, or fetched by the transport (TCP R2T, RDMA READ).
+#[derive(Clone, Copy)]
+enum Carry {
+    InCapsule,
+    Fetched,
+}
+
+impl Host {
+    fn auth_send(&mut self, engine: &mut IoEngine, message: &[u8], carry: Carry) -> Done {
+        let len = u32::try_from(message.len()).unwrap();
+        let sqe = AuthenticationCommand::send(len).to_sqe();
+        match carry {
+            Carry::InCapsule => self.submit(engine, with_sgl(sqe, in_capsule(len)), message, &[]).unwrap(),
+            Carry::Fetched => self.submit(engine, with_sgl(sqe, transport_data(len)), &[], message).unwrap(),
+        }
+    }
+
+    fn auth_receive(&mut self, engine: &mut IoEngine, al: u32) -> Done {
+        self.run(engine, with_sgl(AuthenticationCommand::receive(al).to_sqe(), transport_data(al)))
+    }
+
+    /// One whole transaction as the Linux host runs it (Receive with 4 KiB).
+    fn authenticate(
+        &mut self,
+        engine: &mut IoEngine,
+        host: &DhchapSecret,
+        ctrl: Option<&DhchapSecret>,
+        carry: Carry,
+    ) -> Result<(), AuthError> {
+        let creds = HostCredentials { secret: host, controller_secret: ctrl, hostnqn: HOSTNQN, subnqn: SUBNQN };
+        let mut t = HostTransaction::new(creds, 9);
+        let seq = SequenceNumbers::new();
+        self.auth_send(engine, &t.negotiate(), carry).ok();
+        let challenge = self.auth_receive(engine, 4096).ok().data;
+        assert_eq!(challenge.len(), 4096, "the whole allocation length, as nvmet");
+        let reply = t.reply(&challenge, &seq, &mut OsRandom)?;
+        self.auth_send(engine, &reply, carry).ok();
+        let success1 = self.auth_receive(engine, 4096).ok().data;
+        match t.success(&success1) {
+            Ok(Some(success2)) => {
+                self.auth_send(engine, &success2, carry).ok();
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                if let Some(reason) = e.failure_reason() {
+                    self.auth_send(engine, &t.failure2(reason), carry).ok();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn connect_admin(&mut self, engine: &mut IoEngine) -> ConnectResponse {
+        let done = self.connect(engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok();
+        ConnectResponse::from_dw0(done.cqe.dw0)
+    }
+}
+
+const AUTH_REQUIRED: Status = Status::AUTHENTICATION_REQUIRED.with_dnr();
+
+#[test]
+fn a_host_with_a_key_must_authenticate_every_queue_then_io_works() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, Some(2)))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    let r = admin.connect_admin(&mut engine);
+    assert!(r.atr && !r.ascr, "ATR on the admin queue");
+    assert_eq!(admin.property_get(&mut engine, 0x1c, PropertySize::Four).status(), AUTH_REQUIRED);
+    assert_eq!(admin.run(&mut engine, KeepAlive.to_sqe()).status(), AUTH_REQUIRED);
+    admin.authenticate(&mut engine, &secret(1), Some(&secret(2)), Carry::InCapsule).unwrap();
+    admin.enable(&mut engine);
+    assert!(admin.run(&mut engine, KeepAlive.to_sqe()).status().is_success());
+
+    let mut io = Host::new(&target);
+    let done = io.connect(&mut engine, 1, 127, r.cntlid, SUBNQN, HOSTNQN).ok();
+    assert!(ConnectResponse::from_dw0(done.cqe.dw0).atr, "ATR on every I/O queue");
+    assert_eq!(io.read(&mut engine, 1, 0, 1).status(), AUTH_REQUIRED);
+    io.authenticate(&mut engine, &secret(1), None, Carry::Fetched).unwrap();
+    let data = pattern(4096, 3);
+    io.write(&mut engine, 1, 8, &data).ok();
+    assert_eq!(io.read(&mut engine, 1, 8, 8).ok().data, data);
+    let counts = target.auth_counters().snapshot();
+    assert_eq!(counts, vec![(true, Some(HashFunction::Sha256), Some(DhGroup::Ffdhe2048), 2)]);
+}
+
+#[test]
+fn a_host_without_a_key_connects_without_authentication_unless_required() {
+    let target = target_with(target_params(), auth(false, None));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    assert!(!admin.connect_admin(&mut engine).atr);
+    assert!(admin.property_get(&mut engine, 0x1c, PropertySize::Four).status().is_success());
+    // Authentication commands on such a queue: nothing to authenticate with.
+    let done = admin.auth_receive(&mut engine, 4096);
+    assert_eq!(done.status(), Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+
+    let target = target_with(target_params(), auth(true, None));
+    let mut admin = Host::new(&target);
+    let done = admin.connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_HOST.with_dnr());
+}
+
+#[test]
+fn a_wrong_key_gets_failure1_and_the_association_ends() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    let e = admin.authenticate(&mut engine, &secret(7), None, Carry::InCapsule).unwrap_err();
+    assert_eq!(e, AuthError::HostNotAccepted);
+    let mut out = Vec::new();
+    assert_eq!(
+        admin.queue.poll(&mut engine, Instant::now(), &mut out),
+        Err(QueueError::AuthenticationFailed { qid: 0 })
+    );
+    assert!(admin.queue.is_closed());
+    assert_eq!(
+        target.auth_counters().snapshot(),
+        vec![(false, Some(HashFunction::Sha256), Some(DhGroup::Ffdhe2048), 1)]
+    );
+}
+
+#[test]
+fn a_failed_io_queue_does_no_io_and_ends_the_association() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    let r = admin.connect_admin(&mut engine);
+    admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    admin.enable(&mut engine);
+    let mut io = Host::new(&target);
+    io.connect(&mut engine, 1, 127, r.cntlid, SUBNQN, HOSTNQN).ok();
+    // The host's controller check fails on its side: it sends AUTH_Failure2 after Success1.
+    let e = io.authenticate(&mut engine, &secret(1), Some(&secret(5)), Carry::Fetched).unwrap_err();
+    assert_eq!(e, AuthError::HostNotAccepted, "no controller key here: Failure1");
+    let mut out = Vec::new();
+    assert_eq!(io.queue.poll(&mut engine, Instant::now(), &mut out), Err(QueueError::AuthenticationFailed { qid: 1 }));
+    assert!(matches!(
+        admin.queue.poll(&mut engine, Instant::now(), &mut out),
+        Err(QueueError::AssociationEnded { .. })
+    ));
+}
+
+#[test]
+fn a_failure2_from_the_host_ends_the_queue_after_its_answer() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, Some(2)))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    let e = admin.authenticate(&mut engine, &secret(1), Some(&secret(3)), Carry::Fetched).unwrap_err();
+    assert_eq!(e, AuthError::ControllerNotAuthenticated);
+    assert!(admin.queue.wants_poll());
+    let mut out = Vec::new();
+    assert_eq!(
+        admin.queue.poll(&mut engine, Instant::now(), &mut out),
+        Err(QueueError::AuthenticationFailed { qid: 0 })
+    );
+}
+
+#[test]
+fn a_queue_not_authenticated_in_time_ends_at_the_connect_deadline() {
+    let params = TargetParams { connect_timeout_ms: 500, ..target_params() };
+    let target = target_with(params, auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    let deadline = admin.queue.next_deadline().expect("the connect deadline applies until authenticated");
+    let mut out = Vec::new();
+    admin.queue.poll(&mut engine, deadline - Duration::from_millis(1), &mut out).unwrap();
+    assert_eq!(admin.queue.poll(&mut engine, deadline, &mut out), Err(QueueError::ConnectTimeout { timeout_ms: 500 }));
+
+    // Authenticated, the deadline is the keep-alive's.
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    let connect_deadline = admin.queue.next_deadline().unwrap();
+    admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    assert!(admin.queue.next_deadline().unwrap() > connect_deadline);
+}
+
+#[test]
+fn reauthentication_runs_while_io_flows_and_uses_reloaded_keys() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut a = {
+        let mut engine = engine();
+        let mut admin = Host::new(&target);
+        let r = admin.connect_admin(&mut engine);
+        admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+        admin.enable(&mut engine);
+        let mut io = Host::new(&target);
+        io.connect(&mut engine, 1, 127, r.cntlid, SUBNQN, HOSTNQN).ok();
+        io.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+        Association { target: Arc::clone(&target), engine, admin, io, cntlid: r.cntlid }
+    };
+    // The key is rotated (a reload); the host re-authenticates with the new one, I/O between its messages.
+    target.subsystem(SUBNQN).unwrap().set_auth(auth(false, Some(keys(4, None))));
+    let creds = HostCredentials { secret: &secret(4), controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let mut t = HostTransaction::new(creds, 10);
+    a.io.auth_send(&mut a.engine, &t.negotiate(), Carry::InCapsule).ok();
+    a.io.read(&mut a.engine, 1, 0, 1).ok();
+    let challenge = a.io.auth_receive(&mut a.engine, 4096).ok().data;
+    a.io.read(&mut a.engine, 1, 0, 1).ok();
+    let reply = t.reply(&challenge, &SequenceNumbers::new(), &mut OsRandom).unwrap();
+    a.io.auth_send(&mut a.engine, &reply, Carry::Fetched).ok();
+    let success1 = a.io.auth_receive(&mut a.engine, 4096).ok().data;
+    assert_eq!(t.success(&success1), Ok(None));
+    a.io.read(&mut a.engine, 1, 0, 1).ok();
+    // The old key no longer does.
+    let e = a.io.authenticate(&mut a.engine, &secret(1), None, Carry::InCapsule).unwrap_err();
+    assert_eq!(e, AuthError::HostNotAccepted);
+    assert_eq!(a.io.read(&mut a.engine, 1, 0, 1).status(), AUTH_REQUIRED, "a failed queue does no I/O");
+}
+
+#[test]
+fn hostile_authentication_commands_are_refused() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    let invalid = Status::INVALID_FIELD.with_dnr();
+    // Oversized messages and allocation lengths; zero lengths.
+    let big = vec![0u8; 2048];
+    assert_eq!(admin.auth_send(&mut engine, &big, Carry::Fetched).status(), invalid);
+    assert_eq!(admin.auth_send(&mut engine, &[], Carry::InCapsule).status(), invalid);
+    assert_eq!(admin.auth_receive(&mut engine, 8192).status(), invalid);
+    assert_eq!(admin.auth_receive(&mut engine, 0).status(), invalid);
+    // Another security protocol.
+    let mut cmd = AuthenticationCommand::send(72);
+    cmd.secp = 0xEA;
+    let done = admin.submit(&mut engine, with_sgl(cmd.to_sqe(), in_capsule(72)), &[0; 72], &[]).unwrap();
+    assert_eq!(done.status(), invalid);
+    // TL and the SGL disagree.
+    let sqe = with_sgl(AuthenticationCommand::send(72).to_sqe(), in_capsule(64));
+    let done = admin.submit(&mut engine, sqe, &[0; 64], &[]).unwrap();
+    assert_eq!(done.status(), Status::DATA_SGL_LENGTH_INVALID.with_dnr());
+    // An allocation length too small for the challenge: refused, and the transaction goes on.
+    let creds = HostCredentials { secret: &secret(1), controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let mut t = HostTransaction::new(creds, 1);
+    admin.auth_send(&mut engine, &t.negotiate(), Carry::InCapsule).ok();
+    assert_eq!(admin.auth_receive(&mut engine, 64).status(), invalid);
+    let challenge = admin.auth_receive(&mut engine, 1024).ok().data;
+    assert!(t.reply(&challenge, &SequenceNumbers::new(), &mut OsRandom).is_ok());
+    // Garbage instead of the reply: Failure1 (incorrect payload), then the queue ends.
+    admin.auth_send(&mut engine, &[1, 2, 0, 0, 1, 0, 200], Carry::InCapsule).ok();
+    let f = admin.auth_receive(&mut engine, 4096).ok().data;
+    assert_eq!(&f[..8], &[0, 0xF1, 0, 0, 1, 0, 1, 0x06]);
+    assert_eq!(admin.run(&mut engine, KeepAlive.to_sqe()).status(), AUTH_REQUIRED);
+}
+
+#[test]
+fn the_discovery_controller_may_require_authentication() {
+    let target = target_with(target_params(), auth(false, None));
+    target.discovery_subsystem().set_auth(auth(true, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut other = Host::new(&target);
+    let done = other.connect(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, OTHER_HOST);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_HOST.with_dnr(), "no key: refused");
+    let mut host = Host::new(&target);
+    let done = host.connect(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, HOSTNQN).ok();
+    assert!(ConnectResponse::from_dw0(done.cqe.dw0).atr);
+    let glp = GetLogPage::new(lid::DISCOVERY, 0, 1024).unwrap();
+    assert_eq!(host.log_page(&mut engine, glp).status(), AUTH_REQUIRED);
+    let creds =
+        HostCredentials { secret: &secret(1), controller_secret: None, hostnqn: HOSTNQN, subnqn: DISCOVERY_NQN };
+    let mut t = HostTransaction::new(creds, 2);
+    host.auth_send(&mut engine, &t.negotiate(), Carry::InCapsule).ok();
+    let challenge = host.auth_receive(&mut engine, 4096).ok().data;
+    let reply = t.reply(&challenge, &SequenceNumbers::new(), &mut OsRandom).unwrap();
+    host.auth_send(&mut engine, &reply, Carry::InCapsule).ok();
+    assert_eq!(t.success(&host.auth_receive(&mut engine, 4096).ok().data), Ok(None));
+    assert!(host.log_page(&mut engine, glp).status().is_success());
+}
+
+#[test]
+fn endless_restarts_end_the_queue() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    let creds = HostCredentials { secret: &secret(1), controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let negotiate = HostTransaction::new(creds, 1).negotiate();
+    for _ in 0..4 {
+        admin.auth_send(&mut engine, &negotiate, Carry::InCapsule).ok();
+        admin.auth_receive(&mut engine, 4096).ok();
+    }
+    let done = admin.auth_send(&mut engine, &negotiate, Carry::InCapsule);
+    assert_eq!(done.status(), Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+    let mut out = Vec::new();
+    assert_eq!(
+        admin.queue.poll(&mut engine, Instant::now(), &mut out),
+        Err(QueueError::AuthenticationFailed { qid: 0 })
+    );
+    // A success in between resets the count: re-authentication may go on for ever.
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    for _ in 0..6 {
+        admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    }
+}
