@@ -8,13 +8,18 @@
 //! connected. An authenticated queue that receives a new AUTH_Negotiate (the host re-authenticates, e.g. after
 //! its key was changed) runs a new transaction while its I/O continues. A failed transaction ends the queue and
 //! its association once its last message (the AUTH_Failure1, or the answer to the host's AUTH_Failure2) is sent
-//! (nvmet: `nvmet_ctrl_fatal_error`); from the failure on, the queue takes no other command.
+//! (nvmet: `nvmet_ctrl_fatal_error`); from the failure on, the queue takes no other command. A re-authentication
+//! that does not finish within the connect timeout is dropped with its key material and counted as a failure (nvmet
+//! expires its transactions likewise): the queue keeps its earlier authentication, and a later message of the
+//! stalled transaction fails it.
 //!
 //! The transactions are [`ControllerTransaction`]s, with the host's keys read from the subsystem when each
 //! starts (a reload's new keys apply to the next). Messages are bounded: an Authentication Send carries at most
 //! [`MAX_HOST_MESSAGE_LEN`] bytes, an Authentication Receive asks for at most [`MAX_RECEIVE_LEN`]; and so are
 //! restarts, since each AUTH_Negotiate makes a DH key pair on the reactor's thread: more than [`MAX_NEGOTIATIONS`]
 //! without a transaction succeeding end the queue.
+
+use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::auth::command::{AuthenticationCommand, Direction as AuthDirection};
 use nvmf_common::fabrics::auth::controller::{ControllerTransaction, Progress, MAX_HOST_MESSAGE_LEN};
@@ -55,6 +60,8 @@ pub(super) struct QueueAuth {
     failed_slot: Option<u16>,
     /// A failed transaction's last message was sent: the queue ends at its next poll.
     ended: bool,
+    /// When the re-authentication under way expires (the first transaction has the connect deadline instead).
+    expires: Option<Instant>,
 }
 
 impl QueueAuth {
@@ -71,6 +78,11 @@ impl QueueAuth {
     /// Whether a failed transaction has ended the queue (it must go at the next poll).
     pub(super) fn ended(&self) -> bool {
         self.ended
+    }
+
+    /// When the re-authentication under way expires, if one is.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        self.expires
     }
 
     /// The transport released `slot`: true if that was the failed transaction's last message.
@@ -189,6 +201,8 @@ impl Queue {
             let credentials = keys.credentials(controller.hostnqn(), subsystem.nqn());
             self.auth.transaction = Some(Box::new(ControllerTransaction::new(credentials)));
             self.auth.failure_counted = false;
+            let timeout = Duration::from_millis(u64::from(self.target.params().connect_timeout_ms));
+            self.auth.expires = self.auth.authenticated.then(|| super::turn_time() + timeout);
         }
         let Some(transaction) = self.auth.transaction.as_mut() else {
             return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
@@ -254,6 +268,7 @@ impl Queue {
         let Progress::Authenticated(n) = transaction.progress() else { return };
         let again = self.auth.authenticated;
         self.auth.authenticated = true;
+        self.auth.expires = None;
         self.auth.negotiations = 0;
         self.target.auth_counters().record(true, transaction.chosen());
         let hostnqn = self.controller().map(|c| c.hostnqn().to_owned()).unwrap_or_default();
@@ -261,8 +276,17 @@ impl Queue {
             bidirectional = n.bidirectional, reauthentication = again, "queue authenticated");
     }
 
+    /// Drop a re-authentication that did not finish in time (see the module docs).
+    pub(super) fn check_reauthentication_deadline(&mut self, now: Instant) {
+        if self.auth.expires.is_some_and(|deadline| now >= deadline) {
+            self.authentication_failed("the re-authentication did not finish within connect_timeout_ms");
+            self.auth.transaction = None;
+        }
+    }
+
     /// Count and log (at most once per host and interval) the current transaction's failure, once.
     fn authentication_failed(&mut self, reason: &str) {
+        self.auth.expires = None;
         if self.auth.failure_counted {
             return;
         }

@@ -652,10 +652,14 @@ impl Queue {
         }
     }
 
-    /// When the transport must [`Queue::poll`] this queue without an event: its connect deadline before Connect,
-    /// its keep-alive deadline after (the queue's timers).
+    /// When the transport must [`Queue::poll`] this queue without an event: its connect deadline before Connect
+    /// (and authentication), its keep-alive deadline after, and a re-authentication's expiry (the queue's timers).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.connect_deadline().or_else(|| self.keep_alive_deadline())
+        let timer = self.connect_deadline().or_else(|| self.keep_alive_deadline());
+        match (timer, self.auth.deadline()) {
+            (Some(timer), Some(reauthentication)) => Some(timer.min(reauthentication)),
+            (timer, reauthentication) => timer.or(reauthentication),
+        }
     }
 
     /// Called at [`Queue::next_deadline`], when the queue's notifier fired (asynchronous event, association ended
@@ -682,6 +686,7 @@ impl Queue {
             return Err(QueueError::AuthenticationFailed { qid });
         }
         self.check_connect_deadline(engine, now)?;
+        self.check_reauthentication_deadline(now);
         self.check_association(engine)?;
         if let QueueState::Connected(Association { controller, kind: QueueKind::Admin, .. }) = &self.state {
             let controller = Arc::clone(controller);

@@ -8,6 +8,7 @@ use nvmf_common::fabrics::auth::command::AuthenticationCommand;
 use nvmf_common::fabrics::auth::dh::DhGroup;
 use nvmf_common::fabrics::auth::hash::HashFunction;
 use nvmf_common::fabrics::auth::host::{HostCredentials, HostTransaction};
+use nvmf_common::fabrics::auth::message::auth_id;
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
 use nvmf_common::fabrics::auth::{AuthError, OsRandom, SequenceNumbers};
 
@@ -216,6 +217,37 @@ fn a_queue_not_authenticated_in_time_ends_at_the_connect_deadline() {
     let connect_deadline = admin.queue.next_deadline().unwrap();
     admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
     assert!(admin.queue.next_deadline().unwrap() > connect_deadline);
+}
+
+#[test]
+fn a_stalled_reauthentication_expires_and_the_queue_keeps_its_authentication() {
+    let params = TargetParams { connect_timeout_ms: 500, ..target_params() };
+    let target = target_with(params, auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    admin.enable(&mut engine);
+    // A re-authentication that stops after its Negotiate: the queue's next deadline is its expiry.
+    let creds = HostCredentials { secret: &secret(1), controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let mut t = HostTransaction::new(creds, 11);
+    let sent = Instant::now();
+    admin.auth_send(&mut engine, &t.negotiate(), Carry::InCapsule).ok();
+    let expiry = admin.queue.next_deadline().unwrap();
+    assert!(expiry <= sent + Duration::from_millis(600) && expiry >= sent, "{:?}", expiry - sent);
+    let failures =
+        |target: &Target| target.auth_counters().snapshot().iter().filter(|c| !c.0).map(|c| c.3).sum::<u64>();
+    let mut out = Vec::new();
+    admin.queue.poll(&mut engine, expiry - Duration::from_millis(1), &mut out).unwrap();
+    assert_eq!(failures(&target), 0);
+    admin.queue.poll(&mut engine, expiry, &mut out).unwrap();
+    assert_eq!(failures(&target), 1, "the expired transaction counts as a failure");
+    assert!(admin.queue.next_deadline().is_none_or(|d| d > expiry), "no expiry left");
+    // Still authenticated: admin commands work.
+    assert_eq!(admin.identify(&mut engine, 1, 0).status(), Status::SUCCESS);
+    // The stalled transaction's next message fails it.
+    let failure1 = admin.auth_receive(&mut engine, 4096).ok().data;
+    assert_eq!(failure1[1], auth_id::FAILURE1, "{:?}", &failure1[..16]);
 }
 
 #[test]
