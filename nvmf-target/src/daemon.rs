@@ -61,8 +61,12 @@ pub struct RunningTarget {
 }
 
 /// The controller model's parameters for subsystem `s`, opening every namespace's storage (each is also pushed
-/// onto `storages`, to be flushed at shutdown).
-pub fn subsystem_params(s: &SubsystemConfig, storages: &mut Vec<Arc<Storage>>) -> Result<SubsystemParams, StartError> {
+/// onto `storages`, to be flushed at shutdown); reservations persist under `state_dir` (`[target] state_dir`).
+pub fn subsystem_params(
+    s: &SubsystemConfig,
+    state_dir: &std::path::Path,
+    storages: &mut Vec<Arc<Storage>>,
+) -> Result<SubsystemParams, StartError> {
     let mut params = SubsystemParams::new(s.nqn.clone());
     params.serial = s.serial.clone();
     params.model = s.model.clone();
@@ -72,7 +76,8 @@ pub fn subsystem_params(s: &SubsystemConfig, storages: &mut Vec<Arc<Storage>>) -
     params.cntlid_range = s.cntlid_min..=s.cntlid_max;
     params.max_namespaces = s.max_namespaces;
     for ns in &s.namespaces {
-        let namespace = namespace_params(&s.nqn, ns)?;
+        let mut namespace = namespace_params(&s.nqn, ns)?;
+        namespace.state_dir = Some(state_dir.to_owned());
         storages.push(Arc::clone(&namespace.storage));
         params.namespaces.push(namespace);
     }
@@ -148,7 +153,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let mut storages = Vec::new();
     let mut subsystems = Vec::with_capacity(config.subsystems.len());
     for s in &config.subsystems {
-        subsystems.push(subsystem_params(s, &mut storages)?);
+        subsystems.push(subsystem_params(s, &config.limits.state_dir, &mut storages)?);
     }
 
     // Bind before building the model so that the discovery log reports the ports the sockets really got.

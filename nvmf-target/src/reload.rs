@@ -382,7 +382,7 @@ impl Reloader {
         for s in &new.subsystems {
             let Some(old) = self.current.subsystems.iter().find(|o| o.nqn == s.nqn) else {
                 // Storage opened here is only kept by the running target once the subsystem is added.
-                let params = subsystem_params(s, &mut Vec::new())?;
+                let params = subsystem_params(s, &self.current.limits.state_dir, &mut Vec::new())?;
                 additions.push(Change::AddSubsystem(s.clone(), params));
                 continue;
             };
@@ -401,7 +401,9 @@ impl Reloader {
             }
             for ns in &s.namespaces {
                 if old.namespaces.iter().all(|n| n != ns) {
-                    additions.push(Change::AddNamespace(s.nqn.clone(), ns.clone(), namespace_params(&s.nqn, ns)?));
+                    let mut params = namespace_params(&s.nqn, ns)?;
+                    params.state_dir = Some(self.current.limits.state_dir.clone());
+                    additions.push(Change::AddNamespace(s.nqn.clone(), ns.clone(), params));
                 }
             }
         }

@@ -432,7 +432,9 @@ impl Reservations {
         }
     }
 
-    /// Reservation Register with its CPTPL.
+    /// Reservation Register with its CPTPL. Without a state file PTPL cannot be on (RESCAP says so) and a CPTPL
+    /// of 11b is ignored, as Linux nvmet ignores CPTPL: the Linux host's block-layer `pr_register` asks for it on
+    /// every registration, and refusing would fail them all.
     pub fn register(
         &self,
         hostid: &[u8; 16],
@@ -441,9 +443,7 @@ impl Reservations {
         cptpl: Cptpl,
         keys: ReservationKeys,
     ) -> Result<Notices, Status> {
-        if cptpl == Cptpl::Persist && !self.can_persist() {
-            return Err(invalid_field());
-        }
+        let cptpl = if cptpl == Cptpl::Persist && !self.can_persist() { Cptpl::NoChange } else { cptpl };
         self.update(|state, notices| {
             state.register(hostid, action, iekey, keys, notices)?;
             match cptpl {
