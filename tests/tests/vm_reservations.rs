@@ -68,6 +68,18 @@ ctrl_for_host() {{
   done
   return 1
 }}
+# Straight through /dev/nvme-fabrics: nvme-cli 2.3 answers "already connected" for a second host NQN to the same
+# subsystem and address, even with --duplicate-connect.
+connect_as() {{
+  local reply rc=0
+  modprobe nvme_tcp
+  exec 3<>/dev/nvme-fabrics
+  echo -n "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn={NQN},hostnqn=$1,hostid=$2,nr_io_queues=1,reconnect_delay=1,duplicate_connect" >&3 || rc=$?
+  [ $rc = 0 ] && read -r reply <&3
+  exec 3>&-
+  log "connected as $1: $reply"
+  return $rc
+}}
 head -c 512 /dev/urandom > /tmp/block
 io_write() {{ nvme io-passthru /dev/$1 -n 1 --opcode=0x01 --data-len=512 --write --input-file=/tmp/block --cdw10=0 --cdw12=0; }}
 io_read() {{ nvme io-passthru /dev/$1 -n 1 --opcode=0x02 --data-len=512 --read --cdw10=0 --cdw12=0 > /dev/null; }}
@@ -83,8 +95,8 @@ report() {{
 
 mkdir -p /tmp/nvmf-state
 nvmf_target_start target $CONFIG
-host_connect tcp 127.0.0.1 4420 {NQN} --hostnqn $A --hostid {HOSTID_A} --reconnect-delay 1 -i 1 > /dev/null
-host_connect tcp 127.0.0.1 4420 {NQN} --hostnqn $B --hostid {HOSTID_B} --reconnect-delay 1 -i 1 > /dev/null
+connect_as $A {HOSTID_A}
+connect_as $B {HOSTID_B}
 wait_until 10 ctrl_for_host $A
 wait_until 10 ctrl_for_host $B
 ca=$(ctrl_for_host $A); cb=$(ctrl_for_host $B)
