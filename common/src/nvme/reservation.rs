@@ -1,4 +1,4 @@
-//! Reservations on the wire (NVMe Base 2.0 §8.19; NVM Command Set 1.0 §3.2.5 / §7.6–7.9): the Reservation
+//! Reservations on the wire (NVMe Base 2.0 §8.19 "Reservations" and its I/O commands in §7): the Reservation
 //! Register (0Dh), Report (0Eh), Acquire (11h) and Release (15h) commands, their data structures, the
 //! Reservation Status data structure in both formats (regular, 8-byte host IDs; extended, 128-bit host IDs) and
 //! the Reservation Notification log page (LID 80h).

@@ -12,11 +12,14 @@
 //!   Unregister and Replace of a host not registered, or with a CRKEY that does not match (IEKEY clear), are
 //!   Reservation Conflict; Replace of a host not registered is a conflict even with IEKEY set (nvmet).
 //! - Acquire and Release with IEKEY set are Invalid Field (nvmet); the host must be registered with CRKEY.
-//! - Preempt follows Figure "Reservation Acquire: Preempt" (nvmet's order of cases); preempt-and-abort is a
+//! - Preempt follows the spec's preempt rules in nvmet's order of cases (no reservation: unregister PRKEY's hosts;
+//!   All Registrants with PRKEY 0: the preempting host holds alone; the holder preempting itself: the type changes;
+//!   PRKEY the holder's: the preempting host holds, PRKEY's hosts go; another PRKEY: its hosts go, PRKEY 0 there is
+//!   Invalid Field); preempt-and-abort is a
 //!   preempt: commands of the preempted hosts already executing finish, and every later one is checked against
 //!   the new state (each command is checked when it is submitted).
-//! - Release of a type other than the one held is Invalid Field in Command (Base 2.0 §7.6.3; nvmet answers
-//!   Reservation Conflict).
+//! - Release by the holder naming a type other than the one held is Invalid Field in Command, as the spec's
+//!   Reservation Release says (nvmet answers Reservation Conflict).
 //! - The generation moves on every successful Register (that changed the registrants), Unregister, Replace,
 //!   Preempt and Clear; it is reported in the Reservation Status.
 //!
