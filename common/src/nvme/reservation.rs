@@ -147,6 +147,7 @@ impl ReservationRegister {
     /// The view of a Reservation Register SQE. Reserved actions and CPTPL 01b are Invalid Field.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
         const S: &str = "ReservationRegister";
+        sqe.expect_opcode(op::RESERVATION_REGISTER, S, "0x0D (Reservation Register)")?;
         let action = match sqe.cdw10 & 0b111 {
             0 => RegisterAction::Register,
             1 => RegisterAction::Unregister,
@@ -240,6 +241,7 @@ impl ReservationAcquire {
     /// The view of a Reservation Acquire SQE. Reserved actions and types are Invalid Field.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
         const S: &str = "ReservationAcquire";
+        sqe.expect_opcode(op::RESERVATION_ACQUIRE, S, "0x11 (Reservation Acquire)")?;
         let action = match sqe.cdw10 & 0b111 {
             0 => AcquireAction::Acquire,
             1 => AcquireAction::Preempt,
@@ -289,6 +291,7 @@ pub struct ReservationRelease {
 impl ReservationRelease {
     /// The view of a Reservation Release SQE. Reserved actions are Invalid Field.
     pub fn from_sqe(sqe: &SubmissionQueueEntry) -> Result<Self, WireError> {
+        sqe.expect_opcode(op::RESERVATION_RELEASE, "ReservationRelease", "0x15 (Reservation Release)")?;
         let action = match sqe.cdw10 & 0b111 {
             0 => ReleaseAction::Release,
             1 => ReleaseAction::Clear,
