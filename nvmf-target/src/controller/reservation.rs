@@ -24,7 +24,9 @@
 //!   Preempt and Clear; it is reported in the Reservation Status.
 //!
 //! Notices (Reservation Notification log, asynchronous event) are returned to the caller as [`Notice`]s for
-//! the hosts to tell; this module knows no controller. Persistence (PTPL) is [`super::reservation_file`].
+//! the hosts to tell; this module knows no controller. Persistence (PTPL) is [`super::reservation_file`]: while
+//! PTPL is on, a reservation command writes the file under the write lock, so the I/O commands of that namespace
+//! wait for the fsyncs when a reservation is held (they never do otherwise).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
