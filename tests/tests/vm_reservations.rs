@@ -176,5 +176,13 @@ echo "reservations: done"
     has(r#"report held-by-B: {"rtype":1,"regctl":1,"ptpls":1,"regs":[{"rkey":2,"rcsts":1}]}"#);
     has(r#"report after-restart: {"rtype":1,"regctl":2,"ptpls":1,"regs":[{"rkey":2,"rcsts":0},{"rkey":5,"rcsts":1}]}"#);
     has("state files: nqn.2024-01.io.nvmf-rs:vm-reservations.ns1.json");
+    // The extended report carries the 128-bit host IDs (dynamic controllers: CNTLID FFFFh), and the generation moved
+    // with register, register, preempt, register.
+    has(
+        r#"raw: {"gen":2,"rtype":1,"regctl":2,"ptpls":1,"regctlext":[{"cntlid":65535,"rcsts":1,"rkey":1,"hostid":"0a0a0a0a00004000800000000000000a"},{"cntlid":65535,"rcsts":0,"rkey":2,"hostid":"0b0b0b0b00004000800000000000000b"}]}"#,
+    );
+    has(r#"raw: {"gen":4,"#);
+    // B's write, B's acquire, A's write after the preempt.
+    has("conflicts: 3");
     has("reservations: done");
 }
