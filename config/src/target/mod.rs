@@ -129,7 +129,8 @@ pub struct ControllerLimits {
     /// unanswered probes a tenth of it apart; 0 turns probes off. 0 or 10000..=86400000. Default 60000.
     pub tcp_keepalive_ms: u32,
     /// Where the target keeps state across restarts: the reservations of namespaces whose hosts enabled Persist
-    /// Through Power Loss (`reservations/`). An absolute path; created when first needed. Default
+    /// Through Power Loss (`reservations/`). An absolute path; created (0700) at start if missing, and if unusable
+    /// the target warns and runs without it (no PTPL). Default
     /// `/var/lib/nvmf-target`.
     pub state_dir: PathBuf,
 }
