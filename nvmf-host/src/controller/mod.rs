@@ -56,6 +56,7 @@ mod authentication;
 mod events;
 mod io;
 mod options;
+pub mod reservation;
 mod supervision;
 
 use std::collections::HashMap;
