@@ -105,7 +105,8 @@ pub struct ResvReportArgs {
     #[arg(short = 'd', long = "numd", default_value_t = 1023,
           value_parser = clap::value_parser!(u32).range(5..=(MAX_REPORT_BYTES / 4 - 1) as i64))]
     pub numd: u32,
-    /// Extended data structure (128-bit host identifiers).
+    /// Extended data structure (128-bit host identifiers): fabrics hosts have those, so a target refuses the
+    /// regular format (Host Identifier Inconsistent Format) once one is registered.
     #[arg(short = 'e', long = "eds")]
     pub eds: bool,
     /// Output format.
@@ -265,5 +266,28 @@ mod tests {
         assert!(parse_key("-1").is_err());
         assert_eq!(parse_cptpl("3"), Ok(3));
         assert!(parse_cptpl("1").is_err());
+    }
+
+    #[test]
+    fn report_json_has_nvme_clis_keys() {
+        use nvmf_common::nvme::reservation::RegisteredController;
+        let s = ReservationStatus {
+            generation: 3,
+            rtype: 2,
+            ptpls: false,
+            registrants: vec![RegisteredController { cntlid: 5, holds: true, hostid: [0xab; 16], rkey: 9 }],
+        };
+        let regular = serde_json::to_value(report_json(&s, false)).unwrap();
+        assert_eq!(
+            regular,
+            serde_json::json!({"gen": 3, "rtype": 2, "regctl": 1, "ptpls": 0,
+                "regctls": [{"cntlid": 5, "rcsts": 1, "hostid": "abababababababab", "rkey": 9}]})
+        );
+        let ext = serde_json::to_value(report_json(&s, true)).unwrap();
+        assert_eq!(ext["regctlext"][0]["hostid"], "ab".repeat(16));
+        let mut text = Vec::new();
+        report_text(&s, true, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("regctlext[0] :\n  cntlid  : 5\n  rcsts   : 1\n"), "{text}");
     }
 }
