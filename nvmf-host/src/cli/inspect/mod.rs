@@ -1,4 +1,4 @@
-//! nvme-cli's inspection commands against one controller reached by address (`-t -a -s -n`, `-q`): `id-ctrl`,
+//! nvme-cli's inspection commands against one controller reached by address (`-t -a -s -n`, `-q`, `-I`): `id-ctrl`,
 //! `id-ns`, `list-ns`, `smart-log`, `error-log`, `get-log`, `ns-rescan`, `list-subsys`. Each connects with no
 //! I/O queue (they are all admin commands), runs on the caller's thread, prints as nvme-cli does ([`text`]) or
 //! its JSON ([`json`]), and disconnects cleanly (CC.SHN) also when a command failed.
