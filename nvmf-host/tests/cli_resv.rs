@@ -132,4 +132,7 @@ fn hostile_arguments_are_refused_before_connecting() {
         assert!(!out.status.success(), "{command} {args:?} succeeded");
     }
     assert!(target.subsystem().controllers().is_empty());
+    // Beyond the MDTS (1 MiB by default): refused by the host, not sent.
+    let out = nvmf_host(&target, HOST_A, "resv-report", &["-e", "-d", "524287"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MDTS"), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -56,13 +56,21 @@ impl Controller {
         self.io_command("Reservation Release", cmd.to_sqe(), DataDirection::HostToController, data).map(|_| ())
     }
 
-    /// Reservation Report: the raw Reservation Status ((NUMD + 1) × 4 bytes, at most [`MAX_REPORT_BYTES`]).
+    /// Reservation Report: the raw Reservation Status ((NUMD + 1) × 4 bytes, at most [`MAX_REPORT_BYTES`] and the
+    /// controller's MDTS).
     pub fn reservation_report_raw(&self, cmd: &ReservationReport) -> Result<Vec<u8>, HostError> {
         let len = usize::try_from(cmd.length_bytes()).unwrap_or(usize::MAX);
         if len > MAX_REPORT_BYTES {
             return Err(HostError::InvalidRequest(format!(
                 "Reservation Report of {len} bytes: at most {MAX_REPORT_BYTES}"
             )));
+        }
+        if let Some(max) = self.info().max_transfer.and_then(|m| usize::try_from(m).ok()) {
+            if len > max {
+                return Err(HostError::InvalidRequest(format!(
+                    "Reservation Report of {len} bytes: the controller's MDTS is {max} bytes"
+                )));
+            }
         }
         let reply =
             self.io_command("Reservation Report", cmd.to_sqe(), DataDirection::ControllerToHost, vec![0; len])?;
