@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nvmf_tests::vm::{self, Vm, VmOutput};
+use nvmf_tests::vm::{self, Vm};
 
 const NQN: &str = "nqn.2024-01.io.nvmf-rs:vm-auth-target";
 const H1: &str = "nqn.2024-01.io.nvmf-rs:vm-host-sha256";
@@ -75,11 +75,6 @@ dhchap_dhgroups = ["ffdhe4096"]
 memory = "64MiB"
 "#
     )
-}
-
-#[track_caller]
-fn assert_stdout_has(out: &VmOutput, needle: &str) {
-    assert!(out.stdout.contains(needle), "stdout lacks {needle:?}\n{}", out.report());
 }
 
 /// Everything in one guest (a boot under TCG costs more than the scenario's steps): see the module docs.
@@ -212,7 +207,7 @@ echo "all: ok"
     let Some(out) = vm.run_or_skip(&script) else { return };
     vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
     assert!(out.success(), "{}", out.report());
-    for needle in [
+    out.assert_lines(&[
         "h1 tcp: ok",
         "h2 tcp: ok",
         "h2 rdma: ok",
@@ -226,7 +221,5 @@ echo "all: ok"
         "re-authenticated under I/O",
         "old key: refused",
         "all: ok",
-    ] {
-        assert_stdout_has(&out, needle);
-    }
+    ]);
 }

@@ -1,5 +1,6 @@
 //! I/O commands: their validation (flags, NSID, SGL against transfer length and in-capsule data, MDTS, LBA
-//! range, the namespace's ANA state on the queue's listener, its reservations), the [`Plan`] each becomes, and getting its host data in before it goes to storage.
+//! range, the namespace's ANA state on the queue's listener, its reservations), the [`Plan`] each becomes, and
+//! getting its host data in before it goes to storage.
 
 use nvmf_common::nvme::io::{is_invalid_opcode, IoCommand, NSID_ALL};
 use nvmf_common::nvme::opcode::FABRICS;

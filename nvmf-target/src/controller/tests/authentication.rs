@@ -92,6 +92,15 @@ impl Host {
         }
     }
 
+    /// An admin queue connected, authenticated with host key 1 and enabled; its CNTLID.
+    fn authenticated_admin(target: &Arc<Target>, engine: &mut IoEngine) -> (Self, u16) {
+        let mut admin = Host::new(target);
+        let r = admin.connect_admin(engine);
+        admin.authenticate(engine, &secret(1), None, Carry::InCapsule).unwrap();
+        admin.enable(engine);
+        (admin, r.cntlid)
+    }
+
     fn connect_admin(&mut self, engine: &mut IoEngine) -> ConnectResponse {
         let done = self.connect(engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok();
         ConnectResponse::from_dw0(done.cqe.dw0)
@@ -166,12 +175,9 @@ fn a_wrong_key_gets_failure1_and_the_association_ends() {
 fn a_failed_io_queue_does_no_io_and_ends_the_association() {
     let target = target_with(target_params(), auth(false, Some(keys(1, None))));
     let mut engine = engine();
-    let mut admin = Host::new(&target);
-    let r = admin.connect_admin(&mut engine);
-    admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
-    admin.enable(&mut engine);
+    let (mut admin, cntlid) = Host::authenticated_admin(&target, &mut engine);
     let mut io = Host::new(&target);
-    io.connect(&mut engine, 1, 127, r.cntlid, SUBNQN, HOSTNQN).ok();
+    io.connect(&mut engine, 1, 127, cntlid, SUBNQN, HOSTNQN).ok();
     // The host's controller check fails on its side: it sends AUTH_Failure2 after Success1.
     let e = io.authenticate(&mut engine, &secret(1), Some(&secret(5)), Carry::Fetched).unwrap_err();
     assert_eq!(e, AuthError::HostNotAccepted, "no controller key here: Failure1");
@@ -224,10 +230,7 @@ fn a_stalled_reauthentication_expires_and_the_queue_keeps_its_authentication() {
     let params = TargetParams { connect_timeout_ms: 500, ..target_params() };
     let target = target_with(params, auth(false, Some(keys(1, None))));
     let mut engine = engine();
-    let mut admin = Host::new(&target);
-    admin.connect_admin(&mut engine);
-    admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
-    admin.enable(&mut engine);
+    let (mut admin, _) = Host::authenticated_admin(&target, &mut engine);
     // A re-authentication that stops after its Negotiate: the queue's next deadline is its expiry.
     let creds = HostCredentials { secret: &secret(1), controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
     let mut t = HostTransaction::new(creds, 11);
@@ -255,14 +258,11 @@ fn reauthentication_runs_while_io_flows_and_uses_reloaded_keys() {
     let target = target_with(target_params(), auth(false, Some(keys(1, None))));
     let mut a = {
         let mut engine = engine();
-        let mut admin = Host::new(&target);
-        let r = admin.connect_admin(&mut engine);
-        admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
-        admin.enable(&mut engine);
+        let (admin, cntlid) = Host::authenticated_admin(&target, &mut engine);
         let mut io = Host::new(&target);
-        io.connect(&mut engine, 1, 127, r.cntlid, SUBNQN, HOSTNQN).ok();
+        io.connect(&mut engine, 1, 127, cntlid, SUBNQN, HOSTNQN).ok();
         io.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
-        Association { target: Arc::clone(&target), engine, admin, io, cntlid: r.cntlid }
+        Association { target: Arc::clone(&target), engine, admin, io, cntlid }
     };
     // The key is rotated (a reload); the host re-authenticates with the new one, I/O between its messages.
     target.subsystem(SUBNQN).unwrap().set_auth(auth(false, Some(keys(4, None))));
