@@ -21,6 +21,9 @@ use crate::nvme::log_page::{
     copy_log_page_range, ChangedNamespaceList, ChangedNamespaces, CommandsSupportedAndEffects, ErrorInformationEntry,
     GetLogPage, SmartLog,
 };
+use crate::nvme::reservation::{
+    ReservationAcquire, ReservationKeys, ReservationRegister, ReservationRelease, ReservationReport, ReservationStatus,
+};
 use crate::nvme::{CompletionQueueEntry, SglDescriptor, SubmissionQueueEntry};
 use crate::transport::rdma::private_data::{RdmaCmAccept, RdmaCmReject, RdmaCmRequest};
 use crate::transport::tcp::{Decoded, DecoderConfig, Direction, Framing, PduDecoder, PduError};
@@ -61,7 +64,14 @@ pub fn sqe_views(data: &[u8]) {
         PropertyGet,
         PropertySet,
         Disconnect,
+        ReservationRegister,
+        ReservationAcquire,
+        ReservationRelease,
+        ReservationReport,
     );
+    if let Ok(report) = ReservationReport::from_sqe(&sqe) {
+        let _ = report.length_bytes();
+    }
     if let Ok(c) = Connect::from_sqe(&sqe) {
         let again = Connect::from_sqe(&c.to_sqe().expect("a parsed Connect encodes")).expect("Connect re-parses");
         assert_eq!(again, c);
@@ -185,7 +195,8 @@ pub fn auth_messages(data: &[u8]) {
 }
 
 /// The data structures a host parses from admin commands: Identify (controller, namespace, namespace lists,
-/// identification descriptors), log pages, a Host Identifier, and log page windows. The first byte picks
+/// identification descriptors), log pages, a Host Identifier, and log page windows; and from reservation
+/// commands: the Reservation Status (either format) and the reservation keys. The first byte picks
 /// the parameters that are not part of the structure.
 pub fn admin_data(data: &[u8]) {
     let Some((&selector, rest)) = data.split_first() else { return };
@@ -214,6 +225,15 @@ pub fn admin_data(data: &[u8]) {
         assert_eq!(CommandsSupportedAndEffects::parse(&effects.to_bytes()), Ok(effects));
     }
     let _ = HostIdentifier::parse(u32::from(selector & 1), rest);
+    let eds = selector & 2 != 0;
+    if let Ok(status) = ReservationStatus::parse(rest, eds) {
+        let mut bytes = vec![0u8; status.encode(eds, &mut [])];
+        status.encode(eds, &mut bytes);
+        assert_eq!(ReservationStatus::parse(&bytes, eds), Ok(status));
+    }
+    if let Ok(keys) = ReservationKeys::parse(rest) {
+        assert_eq!(ReservationKeys::parse(&keys.to_bytes()), Ok(keys));
+    }
     let mut window = [0u8; 64];
     let offset = rest.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
     let copied = copy_log_page_range(rest, offset, &mut window[..usize::from(selector % 65)]);

@@ -64,6 +64,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::GetLog(a) => inspecting("get-log", &a.controller),
         Command::NsRescan(a) => inspecting("ns-rescan", &a.controller),
         Command::ListSubsys(a) => inspecting("list-subsys", &a.controller),
+        Command::ResvRegister(a) => inspecting("resv-register", &a.controller),
+        Command::ResvAcquire(a) => inspecting("resv-acquire", &a.controller),
+        Command::ResvRelease(a) => inspecting("resv-release", &a.controller),
+        Command::ResvReport(a) => inspecting("resv-report", &a.controller),
     };
     let stdout = std::io::stdout();
     nvmf_host::cli::run(cli, &mut stdout.lock()).with_context(|| what)

@@ -58,11 +58,46 @@ pub struct RunningTarget {
     listeners: TransportListeners,
     storages: Vec<Arc<Storage>>,
     metrics: Option<MetricsServer>,
+    /// `[target] state_dir` if usable at start (see [`usable_state_dir`]); namespaces added by a reload use it too.
+    state_dir: Option<std::path::PathBuf>,
+}
+
+/// `[target] state_dir` if the target can keep its state there: the directory (and its `reservations/`) exists or
+/// is created (mode 0700) and a file can be written in it. Otherwise one warning names the path and the reason and
+/// the target runs without a state directory: RESCAP without PTPL, and a Reservation Register's CPTPL ignored (as
+/// Linux nvmet does), rather than failing every registration of the Linux host, which always asks for PTPL.
+pub fn usable_state_dir(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    match check_state_dir(dir) {
+        Ok(()) => Some(dir.to_owned()),
+        Err(reason) => {
+            tracing::warn!(state_dir = %dir.display(), reason = %reason,
+                "state directory unusable: reservations cannot persist through power loss (PTPL not offered)");
+            None
+        }
+    }
+}
+
+fn check_state_dir(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let reservations = dir.join("reservations");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&reservations)
+        .map_err(|e| format!("create {}: {e}", reservations.display()))?;
+    let probe = reservations.join(format!(".probe.{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| format!("write {}: {e}", probe.display()))?;
+    std::fs::remove_file(&probe).map_err(|e| format!("remove {}: {e}", probe.display()))
 }
 
 /// The controller model's parameters for subsystem `s`, opening every namespace's storage (each is also pushed
-/// onto `storages`, to be flushed at shutdown).
-pub fn subsystem_params(s: &SubsystemConfig, storages: &mut Vec<Arc<Storage>>) -> Result<SubsystemParams, StartError> {
+/// onto `storages`, to be flushed at shutdown); reservations persist under `state_dir` (a usable `[target]
+/// state_dir`, see [`usable_state_dir`]; `None`: they never persist).
+pub fn subsystem_params(
+    s: &SubsystemConfig,
+    state_dir: Option<&std::path::Path>,
+    storages: &mut Vec<Arc<Storage>>,
+) -> Result<SubsystemParams, StartError> {
     let mut params = SubsystemParams::new(s.nqn.clone());
     params.serial = s.serial.clone();
     params.model = s.model.clone();
@@ -72,7 +107,8 @@ pub fn subsystem_params(s: &SubsystemConfig, storages: &mut Vec<Arc<Storage>>) -
     params.cntlid_range = s.cntlid_min..=s.cntlid_max;
     params.max_namespaces = s.max_namespaces;
     for ns in &s.namespaces {
-        let namespace = namespace_params(&s.nqn, ns)?;
+        let mut namespace = namespace_params(&s.nqn, ns)?;
+        namespace.state_dir = state_dir.map(std::path::Path::to_owned);
         storages.push(Arc::clone(&namespace.storage));
         params.namespaces.push(namespace);
     }
@@ -147,8 +183,9 @@ pub fn engine_config(config: &TargetConfig) -> EngineConfig {
 pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let mut storages = Vec::new();
     let mut subsystems = Vec::with_capacity(config.subsystems.len());
+    let state_dir = usable_state_dir(&config.limits.state_dir);
     for s in &config.subsystems {
-        subsystems.push(subsystem_params(s, &mut storages)?);
+        subsystems.push(subsystem_params(s, state_dir.as_deref(), &mut storages)?);
     }
 
     // Bind before building the model so that the discovery log reports the ports the sockets really got.
@@ -219,7 +256,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
             }
         }
     };
-    Ok(RunningTarget { target, reactors, counters, listeners, storages, metrics })
+    Ok(RunningTarget { target, reactors, counters, listeners, storages, metrics, state_dir })
 }
 
 fn stop_reactors(reactors: Arc<Vec<ReactorHandle<NewQueuePair>>>) {
@@ -233,6 +270,11 @@ impl RunningTarget {
     /// The controller model (subsystems, namespaces) for reconfiguration and inspection.
     pub fn target(&self) -> &Arc<Target> {
         &self.target
+    }
+
+    /// The state directory reservations persist in: `[target] state_dir` if it was usable at start, else `None`.
+    pub fn state_dir(&self) -> Option<&std::path::Path> {
+        self.state_dir.as_deref()
     }
 
     /// The addresses the TCP listeners are bound to, in configuration order.
@@ -344,4 +386,68 @@ pub fn print_ready(config: &TargetConfig, running: &RunningTarget) {
         println!("nvmf-target: metrics on http://{addr}/metrics");
     }
     println!("nvmf-target: ready");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:state-dir";
+
+    fn start_with(state_dir: &std::path::Path) -> RunningTarget {
+        let toml = format!(
+            "[target]\nstate_dir = \"{}\"\n[reactors]\nthreads = 1\n[[listener]]\naddress = \"127.0.0.1\"\n\
+             [[subsystem]]\nnqn = \"{SUBNQN}\"\nallow_any_host = true\n[[subsystem.namespace]]\nmemory = \"1MiB\"\n",
+            state_dir.display()
+        );
+        let mut config = TargetConfig::from_str(&toml, "state-dir-test.toml").unwrap();
+        config.listeners[0].address.set_port(0);
+        start(&config).unwrap()
+    }
+
+    fn can_persist(running: &RunningTarget) -> bool {
+        let subsystem = running.target().subsystem(SUBNQN).unwrap();
+        let namespaces = subsystem.namespaces();
+        namespaces.get(1).unwrap().reservations().can_persist()
+    }
+
+    #[test]
+    fn a_missing_state_dir_is_created_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = dir.path().join("a/b");
+        let running = start_with(&state_dir);
+        assert_eq!(running.state_dir(), Some(state_dir.as_path()));
+        assert!(can_persist(&running));
+        let mode = std::fs::metadata(&state_dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        assert!(state_dir.join("reservations").is_dir());
+        running.shutdown();
+    }
+
+    #[test]
+    fn an_unusable_state_dir_runs_without_ptpl() {
+        // Under a regular file: unusable even for root (tests may run as root, where permissions do not bind).
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("file"), b"").unwrap();
+        let state_dir = dir.path().join("file/state");
+        assert_eq!(usable_state_dir(&state_dir), None);
+        let running = start_with(&state_dir);
+        assert_eq!(running.state_dir(), None);
+        assert!(!can_persist(&running));
+        running.shutdown();
+    }
+
+    #[test]
+    fn a_read_only_state_dir_is_unusable_for_a_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = dir.path().join("ro");
+        std::fs::create_dir_all(state_dir.join("reservations")).unwrap();
+        std::fs::set_permissions(state_dir.join("reservations"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        // Root writes anyway; a user cannot.
+        let writable = std::fs::write(state_dir.join("reservations/x"), b"").is_ok();
+        assert_eq!(usable_state_dir(&state_dir).is_some(), writable);
+        std::fs::set_permissions(state_dir.join("reservations"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
 }

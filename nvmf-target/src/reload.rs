@@ -187,7 +187,7 @@ impl Reloader {
         for key in &summary.ignored {
             tracing::warn!(key = %key, "configuration change not applied; restart to apply");
         }
-        let changes = self.prepare(new)?;
+        let changes = self.prepare(new, running.state_dir())?;
         let listeners = self.prepare_listeners(new, running)?;
         let target = Arc::clone(running.target());
         if let Some(plan) = listeners {
@@ -371,7 +371,7 @@ impl Reloader {
 
     /// Every change from the running configuration to `new`, removals first (so a replaced namespace's NSID is
     /// free again), with the storage of everything added already open.
-    fn prepare(&self, new: &TargetConfig) -> Result<Vec<Change>, StartError> {
+    fn prepare(&self, new: &TargetConfig, state_dir: Option<&std::path::Path>) -> Result<Vec<Change>, StartError> {
         let mut removals = Vec::new();
         let mut additions = Vec::new();
         for old in &self.current.subsystems {
@@ -382,7 +382,7 @@ impl Reloader {
         for s in &new.subsystems {
             let Some(old) = self.current.subsystems.iter().find(|o| o.nqn == s.nqn) else {
                 // Storage opened here is only kept by the running target once the subsystem is added.
-                let params = subsystem_params(s, &mut Vec::new())?;
+                let params = subsystem_params(s, state_dir, &mut Vec::new())?;
                 additions.push(Change::AddSubsystem(s.clone(), params));
                 continue;
             };
@@ -401,7 +401,9 @@ impl Reloader {
             }
             for ns in &s.namespaces {
                 if old.namespaces.iter().all(|n| n != ns) {
-                    additions.push(Change::AddNamespace(s.nqn.clone(), ns.clone(), namespace_params(&s.nqn, ns)?));
+                    let mut params = namespace_params(&s.nqn, ns)?;
+                    params.state_dir = state_dir.map(std::path::Path::to_owned);
+                    additions.push(Change::AddNamespace(s.nqn.clone(), ns.clone(), params));
                 }
             }
         }

@@ -195,7 +195,7 @@ echo "basics: ok"
         "cqes=68".into(),    // 0x44
         "maxcmd=128".into(), // max_queue_size
         "nn=1024".into(),
-        "oncs=13".into(),      // compare, dataset management, write zeroes
+        "oncs=45".into(),      // compare, dataset management, write zeroes, reservations
         "vwc=0".into(),        // memory: no volatile write cache
         "sgls=3145729".into(), // byte-aligned SGLs, offset addressing, transport data block
         "ioccsz=1028".into(),  // (64 + 16 KiB in-capsule) / 16

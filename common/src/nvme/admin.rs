@@ -92,6 +92,13 @@ impl AsyncEvent {
     /// Notice: Asymmetric Namespace Access Change (information 03h, ANA log 0Ch).
     pub const ANA_CHANGE: AsyncEvent =
         AsyncEvent { event_type: AsyncEventType::Notice, event_info: 0x03, log_page: lid::ASYMMETRIC_NAMESPACE_ACCESS };
+    /// I/O Command Set specific: Reservation Log Page Available (information 00h, Reservation Notification log
+    /// 80h).
+    pub const RESERVATION_LOG_PAGE_AVAILABLE: AsyncEvent = AsyncEvent {
+        event_type: AsyncEventType::IoCommandSetSpecific,
+        event_info: 0x00,
+        log_page: lid::RESERVATION_NOTIFICATION,
+    };
     /// Notice: Discovery Log Page Change (information F0h, Discovery log 70h).
     pub const DISCOVERY_LOG_PAGE_CHANGE: AsyncEvent =
         AsyncEvent { event_type: AsyncEventType::Notice, event_info: 0xF0, log_page: lid::DISCOVERY };

@@ -20,3 +20,4 @@ pub mod features;
 pub mod identify;
 pub mod io;
 pub mod log_page;
+pub mod reservation;

@@ -33,6 +33,14 @@ pub mod io {
     pub const WRITE_ZEROES: u8 = 0x08;
     /// Dataset Management.
     pub const DATASET_MANAGEMENT: u8 = 0x09;
+    /// Reservation Register.
+    pub const RESERVATION_REGISTER: u8 = 0x0D;
+    /// Reservation Report.
+    pub const RESERVATION_REPORT: u8 = 0x0E;
+    /// Reservation Acquire.
+    pub const RESERVATION_ACQUIRE: u8 = 0x11;
+    /// Reservation Release.
+    pub const RESERVATION_RELEASE: u8 = 0x15;
 }
 
 /// The opcode every fabrics command uses; the command type is in `fctype` (byte 4).

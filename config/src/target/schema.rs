@@ -61,6 +61,8 @@ pub(crate) struct RawLimits {
     pub max_connections_per_address: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
 }
 
 /// `[[listener]]`.

@@ -60,6 +60,8 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:3:21: target.keep_alive_min_ms: timeout 90000 is out of range; allowed: 0 (none) or 100..=60000 (the granularity to keep_alive_max_ms)"),
     ("kato_max", "[target]\nkeep_alive_granularity_ms = 1000\nkeep_alive_max_ms = 500\n@@",
         "t.toml:3:21: target.keep_alive_max_ms: timeout 500 is out of range; allowed: 1000..=4294967295 (at least keep_alive_granularity_ms)"),
+    ("state_dir", "[target]\nstate_dir = \"var/lib\"\n@@",
+        "t.toml:2:13: target.state_dir: \"var/lib\" is not an absolute path; allowed: an absolute directory path"),
     ("connect_timeout", "[target]\nconnect_timeout_ms = 50\n@@",
         "t.toml:2:22: target.connect_timeout_ms: timeout 50 is out of range; allowed: 100..=600000"),
     ("transfer_timeout", "[target]\ntransfer_timeout_ms = 999\n@@",
@@ -258,6 +260,7 @@ fn defaults_are_filled_in() {
             anonymous_buffer_percent: 25,
             max_connections_per_address: 1024,
             tcp_keepalive_ms: 60_000,
+            state_dir: "/var/lib/nvmf-target".into(),
         }
     );
     assert_eq!((config.limits.kas(), config.limits.mqes()), (1, 127));

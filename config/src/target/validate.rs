@@ -25,6 +25,9 @@ const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
 
 /// Defaults of `[target]`, `[[subsystem]]` and `[[listener]]`.
 pub(crate) const DEFAULT_MDTS: u32 = 1 << 20;
+
+/// Default `[target] state_dir`.
+pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/nvmf-target";
 pub(crate) const DEFAULT_MAX_QUEUE_SIZE: u32 = 128;
 pub(crate) const DEFAULT_MAX_IO_QUEUES: u16 = 128;
 pub(crate) const DEFAULT_KEEP_ALIVE_GRANULARITY_MS: u32 = 100;
@@ -238,7 +241,19 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
             "0 (off) or 10000..=86400000",
         )?,
     };
+    let state_dir = match &raw.state_dir {
+        None => PathBuf::from(DEFAULT_STATE_DIR),
+        Some(dir) if Path::new(dir).is_absolute() => PathBuf::from(dir),
+        Some(dir) => {
+            return Err(Problem::new(
+                key.key("state_dir"),
+                format!("{dir:?} is not an absolute path"),
+                "an absolute directory path",
+            ))
+        }
+    };
     Ok(ControllerLimits {
+        state_dir,
         mdts,
         max_queue_size,
         max_io_queues,
@@ -746,6 +761,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             anonymous_buffer_percent: Some(i64::from(limits.anonymous_buffer_percent)),
             max_connections_per_address: Some(i64::from(limits.max_connections_per_address)),
             tcp_keepalive_ms: Some(i64::from(limits.tcp_keepalive_ms)),
+            state_dir: Some(limits.state_dir.to_string_lossy().into_owned()),
         }),
         discovery: Some(RawDiscovery {
             enabled: Some(config.discovery.enabled),

@@ -15,6 +15,7 @@ pub mod gen_dhchap_key;
 pub mod inspect;
 pub mod nbd;
 pub mod perf;
+pub mod resv;
 #[cfg(feature = "ublk")]
 pub mod ublk;
 
@@ -63,6 +64,9 @@ pub enum CliError {
     /// `run` failed.
     #[error("{0:#}")]
     Run(anyhow::Error),
+    /// A reservation command, or an I/O command, met another host's reservation.
+    #[error("{0}: reservation conflict")]
+    ReservationConflict(&'static str),
 }
 
 /// NVMe over Fabrics host tools.
@@ -132,6 +136,14 @@ pub enum Command {
     NsRescan(inspect::commands::InspectArgs),
     /// Print the subsystem, the controller, its transport, address and state (like `nvme list-subsys`).
     ListSubsys(inspect::commands::InspectArgs),
+    /// Register, unregister or replace a reservation key (like `nvme resv-register`).
+    ResvRegister(resv::ResvRegisterArgs),
+    /// Acquire or preempt a reservation (like `nvme resv-acquire`).
+    ResvAcquire(resv::ResvAcquireArgs),
+    /// Release or clear a reservation (like `nvme resv-release`).
+    ResvRelease(resv::ResvReleaseArgs),
+    /// Print the Reservation Status (like `nvme resv-report`).
+    ResvReport(resv::ResvReportArgs),
 }
 
 /// `-t/--transport`.
@@ -242,5 +254,9 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Command::GetLog(a) => inspect::commands::get_log(a, out),
         Command::NsRescan(a) => inspect::commands::ns_rescan(a, out),
         Command::ListSubsys(a) => inspect::commands::list_subsys(a, out),
+        Command::ResvRegister(a) => resv::register(a, out),
+        Command::ResvAcquire(a) => resv::acquire(a, out),
+        Command::ResvRelease(a) => resv::release(a, out),
+        Command::ResvReport(a) => resv::report(a, out),
     }
 }

@@ -47,7 +47,8 @@
 //! Files: `options` (how to connect), `association` (bringing one association up: the admin queue, CC.EN, Identify,
 //! the I/O queues), `authentication` (DH-HMAC-CHAP on each queue after its Connect), `supervision` (where the controller stands, keep-alive, holding I/O, reconnect; the supervisor
 //! thread), `events` (Asynchronous Event Requests and the namespace table), `io` (the blocking and async I/O API),
-//! `admin` (Identify and Get Log Page for callers), and this file: the [`Controller`] itself, its admin commands,
+//! `admin` (Identify and Get Log Page for callers), `reservation` (the I/O passthrough [`Controller::io_command`] and
+//! the reservation commands), and this file: the [`Controller`] itself, its admin commands,
 //! connect and disconnect.
 
 mod admin;
@@ -56,6 +57,7 @@ mod authentication;
 mod events;
 mod io;
 mod options;
+pub mod reservation;
 mod supervision;
 
 use std::collections::HashMap;

@@ -42,6 +42,8 @@ pub struct Target {
     running: Option<RunningTarget>,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Its `[target] state_dir` (reservations that persist), removed on drop.
+    _state_dir: tempfile::TempDir,
 }
 
 impl Target {
@@ -51,9 +53,11 @@ impl Target {
         for l in &mut config.listeners {
             l.address.set_port(0);
         }
+        let state_dir = tempfile::tempdir().expect("a temporary state directory");
+        config.limits.state_dir = state_dir.path().to_owned();
         let running = nvmf_target::daemon::start(&config).expect("target starts");
         let addr = running.local_addrs()[0];
-        Target { running: Some(running), addr }
+        Target { running: Some(running), addr, _state_dir: state_dir }
     }
 
     /// The [`SUBNQN`] subsystem as the target holds it (serial, model, live controllers).

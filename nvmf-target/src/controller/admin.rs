@@ -1,7 +1,7 @@
 //! Admin commands answered from the model into byte buffers: Identify (CNS 00h–03h), Get Log Page (error,
-//! SMART, firmware slot, changed namespace list, commands supported and effects, ANA, discovery) and Get/Set
-//! Features (volatile write cache, number of queues, asynchronous event configuration, keep-alive timer,
-//! host identifier).
+//! SMART, firmware slot, changed namespace list, commands supported and effects, ANA, reservation notification,
+//! discovery) and Get/Set Features (volatile write cache, number of queues, asynchronous event configuration,
+//! keep-alive timer, host identifier, reservation notification mask, reservation persistence).
 //!
 //! Runs on the reactor owning the admin queue; it takes the controller's mutex (never contended by the data
 //! path) and may allocate (discovery log). Statuses follow NVMe Base 2.0 and, where the spec leaves room, what
@@ -20,6 +20,7 @@ use nvmf_common::nvme::log_page::{
     ErrorInformationEntry, GetLogPage, SmartLog, ANA_RGO, CHANGED_NAMESPACE_LIST_SIZE, ERROR_INFORMATION_ENTRY_SIZE,
 };
 use nvmf_common::nvme::opcode::{admin as admin_op, io as io_op};
+use nvmf_common::nvme::reservation::NOTIFICATION_MASK_ALL;
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
 use super::ana::{ANACAP, ANAGRPMAX, ANATT_SECONDS, DEFAULT_ANA_GROUP};
@@ -42,6 +43,10 @@ const FIRMWARE_REVISION: &str = {
 const DLFEAT_READ_ZEROES: u8 = 0b001;
 /// DLFEAT bit 3: Write Zeroes supports the Deallocate bit.
 const DLFEAT_WRITE_ZEROES_DEALLOCATE: u8 = 1 << 3;
+
+/// Identify Namespace RESCAP: Persist Through Power Loss (bit 0), the six reservation types (bits 6:1) and
+/// Ignore Existing Key as NVMe 1.3 defines it (bit 7).
+const RESCAP_ALL: u8 = 0xff;
 
 /// Size of the Firmware Slot Information log (Base 2.0 Figure 209).
 const FIRMWARE_SLOT_LOG_SIZE: usize = 512;
@@ -219,7 +224,9 @@ pub(crate) fn identify_controller<'a>(ctx: &AdminContext<'a>) -> IdentifyControl
     } else {
         0
     };
-    let mut oncs = IdentifyController::ONCS_COMPARE | IdentifyController::ONCS_DATASET_MANAGEMENT;
+    let mut oncs = IdentifyController::ONCS_COMPARE
+        | IdentifyController::ONCS_DATASET_MANAGEMENT
+        | IdentifyController::ONCS_RESERVATIONS;
     if table.iter().all(|ns| ns.storage().supports_write_zeroes()) {
         oncs |= IdentifyController::ONCS_WRITE_ZEROES;
     }
@@ -278,6 +285,8 @@ pub(crate) fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
         nlbaf: 0,
         flbas: 0,
         nmic: IdentifyNamespace::NMIC_SHARED,
+        // Every type and IEKEY; PTPL only where a state directory lets the reservations persist.
+        rescap: if ns.reservations().can_persist() { RESCAP_ALL } else { RESCAP_ALL & !1 },
         anagrpid: ns.ana_group(),
         dlfeat,
         nguid: ns.nguid(),
@@ -370,6 +379,17 @@ fn get_log_page(ctx: &AdminContext<'_>, sqe: &SubmissionQueueEntry, out: &mut [u
             Ok(())
         }
         (lid::COMMANDS_SUPPORTED_AND_EFFECTS, false) => copy_window(&commands_effects().to_bytes(), offset, out),
+        (lid::RESERVATION_NOTIFICATION, false) => {
+            // Reading a page removes it (Base 2.0 §5.16.1.23); the event stays masked until the host reads the log
+            // without RAE.
+            let mut state = controller.lock();
+            let page = state.reservation_log.take();
+            copy_window(&page.to_bytes(), offset, out)?;
+            if !glp.rae {
+                Controller::unmask_locked(&mut state, EventKind::ReservationLog);
+            }
+            Ok(())
+        }
         _ => Err(Status::INVALID_LOG_PAGE.with_dnr()),
     }
 }
@@ -442,6 +462,10 @@ fn commands_effects() -> CommandsSupportedAndEffects {
         (io_op::COMPARE, supported),
         (io_op::WRITE_ZEROES, changes),
         (io_op::DATASET_MANAGEMENT, changes),
+        (io_op::RESERVATION_REGISTER, supported),
+        (io_op::RESERVATION_REPORT, supported),
+        (io_op::RESERVATION_ACQUIRE, supported),
+        (io_op::RESERVATION_RELEASE, supported),
     ] {
         log.set_io(op, effects);
     }
@@ -460,6 +484,7 @@ fn feature_changeable(ctx: &AdminContext<'_>, feature: u8) -> Option<bool> {
         fid::VOLATILE_WRITE_CACHE if !discovery => Some(ctx.table.any_volatile_write_cache()),
         fid::NUMBER_OF_QUEUES if !discovery => Some(true),
         fid::HOST_IDENTIFIER if !discovery => Some(false),
+        fid::RESERVATION_NOTIFICATION_MASK | fid::RESERVATION_PERSISTENCE if !discovery => Some(true),
         _ => None,
     }
 }
@@ -479,8 +504,9 @@ fn aec_supported(controller: &Controller) -> u32 {
 pub(crate) fn get_features(ctx: &AdminContext<'_>, sqe: &SubmissionQueueEntry) -> Result<u32, Status> {
     let get = GetFeatures::from_sqe(sqe).map_err(|_| invalid_field())?;
     let changeable = feature_changeable(ctx, get.fid).ok_or_else(invalid_field)?;
+    let namespace_specific = matches!(get.fid, fid::RESERVATION_NOTIFICATION_MASK | fid::RESERVATION_PERSISTENCE);
     if get.sel == Select::SupportedCapabilities {
-        return Ok(SupportedCapabilities { saveable: false, namespace_specific: false, changeable }.to_dw0());
+        return Ok(SupportedCapabilities { saveable: false, namespace_specific, changeable }.to_dw0());
     }
     let controller = ctx.controller;
     // Nothing is saveable, so the saved and default values are the defaults; we report the current value for
@@ -496,8 +522,15 @@ pub(crate) fn get_features(ctx: &AdminContext<'_>, sqe: &SubmissionQueueEntry) -
         }
         fid::ASYNCHRONOUS_EVENT_CONFIGURATION => controller.lock().aec,
         fid::KEEP_ALIVE_TIMER => controller.kato_ms(),
+        fid::RESERVATION_NOTIFICATION_MASK => namespace(ctx, get.nsid)?.reservations().notify_mask(),
+        fid::RESERVATION_PERSISTENCE => u32::from(namespace(ctx, get.nsid)?.reservations().ptpl()),
         _ => return Err(invalid_field()),
     })
+}
+
+/// The active namespace a namespace-specific feature names.
+fn namespace<'a>(ctx: &AdminContext<'a>, nsid: u32) -> Result<&'a Namespace, Status> {
+    ctx.table.get(nsid).map(|ns| &**ns).ok_or(Status::INVALID_NAMESPACE.with_dnr())
 }
 
 /// Get Features Host Identifier: the 128-bit host ID from Connect as data.
@@ -562,6 +595,24 @@ pub(crate) fn set_features(ctx: &AdminContext<'_>, sqe: &SubmissionQueueEntry) -
         }
         // Over fabrics the host identifier comes with Connect and cannot change (Linux nvmet answers the same).
         fid::HOST_IDENTIFIER => Err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
+        fid::RESERVATION_NOTIFICATION_MASK => {
+            let mask = set.cdw11;
+            if mask & !NOTIFICATION_MASK_ALL != 0 {
+                return Err(invalid_field());
+            }
+            // NSID FFFFFFFFh: every namespace (as nvmet).
+            if set.nsid == NSID_BROADCAST {
+                ctx.table.iter().for_each(|ns| ns.reservations().set_notify_mask(mask));
+            } else {
+                namespace(ctx, set.nsid)?.reservations().set_notify_mask(mask);
+            }
+            Ok(mask)
+        }
+        fid::RESERVATION_PERSISTENCE => {
+            let ptpl = set.cdw11 & 1 != 0;
+            namespace(ctx, set.nsid)?.reservations().set_ptpl(ptpl)?;
+            Ok(u32::from(ptpl))
+        }
         _ => Err(invalid_field()),
     }
 }

@@ -26,6 +26,7 @@ use nvmf_common::fabrics::property::{
 use nvmf_common::nvme::admin::AsyncEvent;
 use nvmf_common::nvme::identify::NSID_LIST_ENTRIES;
 use nvmf_common::nvme::log_page::ErrorInformationEntry;
+use nvmf_common::nvme::reservation::{NotificationLog, NotificationType};
 use nvmf_common::nvme::Status;
 
 use super::subsystem::Subsystem;
@@ -40,6 +41,10 @@ pub const AERL: u8 = 3;
 
 /// Error Information Log Entries, 0's based (ELPE): the newest 16 errors are kept.
 pub const ELPE: u8 = 15;
+
+/// Reservation Notification log pages a controller keeps unread; older ones are dropped (the host sees the gap in
+/// the Log Page Count).
+pub const RESERVATION_LOG_ENTRIES: usize = 64;
 
 /// How often at most an I/O queue publishes its latest command's time to its controller (Traffic Based Keep
 /// Alive): the published time can be this much older than the latest I/O command, so the keep-alive timer adds it.
@@ -150,6 +155,9 @@ pub(crate) enum EventKind {
     NamespaceAttribute,
     DiscoveryLog,
     AnaChange,
+    /// Reservation Log Page Available (not gated by Asynchronous Event Configuration: the namespace's Reservation
+    /// Notification Mask decides).
+    ReservationLog,
 }
 
 impl EventKind {
@@ -158,6 +166,7 @@ impl EventKind {
             EventKind::NamespaceAttribute => 1 << 0,
             EventKind::DiscoveryLog => 1 << 1,
             EventKind::AnaChange => 1 << 2,
+            EventKind::ReservationLog => 1 << 3,
         }
     }
 
@@ -167,6 +176,7 @@ impl EventKind {
             EventKind::NamespaceAttribute => 1 << 8,
             EventKind::DiscoveryLog => 1 << 31,
             EventKind::AnaChange => 1 << 11,
+            EventKind::ReservationLog => 0,
         }
     }
 
@@ -175,6 +185,7 @@ impl EventKind {
             EventKind::NamespaceAttribute => AsyncEvent::NAMESPACE_ATTRIBUTE_CHANGED,
             EventKind::DiscoveryLog => AsyncEvent::DISCOVERY_LOG_PAGE_CHANGE,
             EventKind::AnaChange => AsyncEvent::ANA_CHANGE,
+            EventKind::ReservationLog => AsyncEvent::RESERVATION_LOG_PAGE_AVAILABLE,
         }
     }
 }
@@ -260,6 +271,24 @@ pub(crate) struct ChangedNamespaces {
     pub(crate) overflow: bool,
 }
 
+/// The Reservation Notification log pages not yet read (log 80h).
+#[derive(Debug, Default)]
+pub(crate) struct ReservationLog {
+    /// The Log Page Count of the latest page (0: none yet; wraps to 1).
+    pub(crate) count: u64,
+    pub(crate) pages: VecDeque<NotificationLog>,
+}
+
+impl ReservationLog {
+    /// The oldest unread page (with the number of pages after it), or the empty page; reading removes it.
+    pub(crate) fn take(&mut self) -> NotificationLog {
+        match self.pages.pop_front() {
+            Some(page) => NotificationLog { available: u8::try_from(self.pages.len()).unwrap_or(u8::MAX), ..page },
+            None => NotificationLog::EMPTY,
+        }
+    }
+}
+
 /// Admin-level state, behind [`Controller`]'s mutex.
 #[derive(Debug)]
 pub(crate) struct ControllerState {
@@ -274,6 +303,7 @@ pub(crate) struct ControllerState {
     pub(crate) changed: ChangedNamespaces,
     pub(crate) error_count: u64,
     pub(crate) errors: VecDeque<ErrorInformationEntry>,
+    pub(crate) reservation_log: ReservationLog,
     retired: CounterSnapshot,
 }
 
@@ -362,6 +392,7 @@ impl Controller {
                 changed: ChangedNamespaces::default(),
                 error_count: 0,
                 errors: VecDeque::with_capacity(usize::from(ELPE) + 1),
+                reservation_log: ReservationLog::default(),
                 retired: CounterSnapshot::default(),
             }),
             subsystem,
@@ -398,6 +429,12 @@ impl Controller {
     /// Host Identifier from the admin Connect.
     pub fn hostid(&self) -> [u8; 16] {
         self.hostid
+    }
+
+    /// Host Identifier from the admin Connect, by reference (the per-I/O reservation check).
+    #[inline]
+    pub fn hostid_ref(&self) -> &[u8; 16] {
+        &self.hostid
     }
 
     /// True for a discovery controller.
@@ -679,9 +716,29 @@ impl Controller {
         }
     }
 
+    /// A reservation notice for namespace `nsid`: a Reservation Notification log page and a Reservation Log Page
+    /// Available event (masked until the host reads the log).
+    pub(crate) fn reservation_notice(&self, kind: NotificationType, nsid: u32) {
+        let notifier = {
+            let mut state = self.lock();
+            let log = &mut state.reservation_log;
+            log.count = log.count.wrapping_add(1).max(1);
+            if log.pages.len() >= RESERVATION_LOG_ENTRIES {
+                log.pages.pop_front();
+            }
+            let page = NotificationLog { count: log.count, kind, available: 0, nsid };
+            log.pages.push_back(page);
+            self.raise_locked(&mut state, EventKind::ReservationLog)
+        };
+        if let Some(notifier) = notifier {
+            notifier.notify();
+        }
+    }
+
     /// Queue `kind`'s event if enabled and not masked; returns the admin queue's notifier to call.
     fn raise_locked(&self, state: &mut ControllerState, kind: EventKind) -> Option<Notifier> {
-        if state.aec & kind.aec_bit() == 0 || state.masked & kind.bit() != 0 {
+        let enabled = kind == EventKind::ReservationLog || state.aec & kind.aec_bit() != 0;
+        if !enabled || state.masked & kind.bit() != 0 {
             return None;
         }
         state.masked |= kind.bit();

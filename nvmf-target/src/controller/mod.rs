@@ -10,6 +10,8 @@
 //!   group, a snapshot plus generation like the namespace table, checked per I/O command.
 //! - [`association`]: [`Controller`], the state an association's queues share (CC/CSTS, features, keep-alive
 //!   timeout, asynchronous events, changed-namespace and error logs, SMART counters).
+//! - [`reservation`]: a namespace's reservations (registrants, the reservation held, generation, PTPL) and the
+//!   per-I/O reservation check; [`reservation_file`]: their state file for Persist Through Power Loss.
 //! - `admin`: Identify, Get Log Page and Get/Set Features, answered into byte buffers.
 //! - `discovery`: the Discovery Log Page the discovery controller serves.
 //! - `io`: validation of I/O commands (NSID, LBA range, SGL vs. transfer length, MDTS).
@@ -26,6 +28,8 @@ pub mod ana;
 pub mod association;
 pub mod authentication;
 pub mod queue;
+pub mod reservation;
+pub mod reservation_file;
 pub mod subsystem;
 pub mod target;
 

@@ -21,6 +21,8 @@ use nvmf_common::fabrics::nqn::{check_nqn_format, validate_nqn, DISCOVERY_NQN};
 use super::ana::{valid_group, DEFAULT_ANA_GROUP};
 use super::association::{Controller, CounterSnapshot};
 use super::authentication::{HostKeys, SubsystemAuth};
+use super::reservation::Reservations;
+use super::reservation_file;
 use crate::backend::Storage;
 use crate::metrics::SubsystemMetrics;
 
@@ -138,12 +140,23 @@ pub struct NamespaceParams {
     pub eui64: Option<[u8; 8]>,
     /// ANA group ID (1..=[`ANAGRPMAX`](super::ana::ANAGRPMAX)).
     pub ana_group: u32,
+    /// The target's state directory (`[target] state_dir`): where the namespace's reservations persist when
+    /// a host enables Persist Through Power Loss. `None`: they never persist (PTPL cannot be enabled).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl NamespaceParams {
     /// A namespace `nsid` on `storage` with derived identifiers.
     pub fn new(nsid: u32, storage: Arc<Storage>) -> Self {
-        NamespaceParams { nsid, storage, nguid: None, uuid: None, eui64: None, ana_group: DEFAULT_ANA_GROUP }
+        NamespaceParams {
+            nsid,
+            storage,
+            nguid: None,
+            uuid: None,
+            eui64: None,
+            ana_group: DEFAULT_ANA_GROUP,
+            state_dir: None,
+        }
     }
 }
 
@@ -157,11 +170,13 @@ pub struct Namespace {
     eui64: [u8; 8],
     block_shift: u8,
     ana_group: u32,
+    reservations: Reservations,
 }
 
 impl Namespace {
     fn new(params: NamespaceParams, subnqn: &str) -> Self {
-        let NamespaceParams { nsid, storage, nguid, uuid, eui64, ana_group } = params;
+        let NamespaceParams { nsid, storage, nguid, uuid, eui64, ana_group, state_dir } = params;
+        let reservations = Reservations::new(state_dir.map(|dir| reservation_file::path_for(&dir, subnqn, nsid)));
         // Storage::open only accepts power-of-two block sizes (512..=4096).
         let block_shift = u8::try_from(storage.block_size().trailing_zeros()).unwrap_or(9);
         let uuid = uuid.unwrap_or_else(|| {
@@ -179,7 +194,14 @@ impl Namespace {
             eui64: eui64.unwrap_or([0; 8]),
             block_shift,
             ana_group,
+            reservations,
         }
+    }
+
+    /// The namespace's reservations.
+    #[inline]
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
     }
 
     /// Namespace ID.

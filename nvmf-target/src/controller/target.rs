@@ -266,6 +266,8 @@ pub struct Target {
     /// Connections ended because their peer stalled, by [`Stalled`] state.
     timeouts: [AtomicU64; Stalled::ALL.len()],
     budget_waits: [AtomicU64; BudgetLimit::ALL.len()],
+    /// Commands failed with Reservation Conflict.
+    reservation_conflicts: AtomicU64,
     /// Host KATOs below `kato_min_ms`, by [`KatoMinimum`] outcome.
     kato_minimum: [AtomicU64; KatoMinimum::ALL.len()],
     /// The reactors' discard workers (`BLKDISCARD` fallback).
@@ -307,6 +309,7 @@ impl Target {
             genctr: AtomicU64::new(1),
             timeouts: Default::default(),
             budget_waits: Default::default(),
+            reservation_conflicts: AtomicU64::new(0),
             kato_minimum: Default::default(),
             discards: Arc::default(),
             listeners,
@@ -399,6 +402,16 @@ impl Target {
     /// Commands so far that waited for a buffer the pool had because `limit` refused it.
     pub fn budget_waits(&self, limit: BudgetLimit) -> u64 {
         self.budget_waits[limit as usize].load(Ordering::Relaxed)
+    }
+
+    /// Commands failed with Reservation Conflict (I/O commands against a reservation, reservation commands).
+    pub fn reservation_conflicts(&self) -> u64 {
+        self.reservation_conflicts.load(Ordering::Relaxed)
+    }
+
+    /// A command failed with Reservation Conflict.
+    pub fn count_reservation_conflict(&self) {
+        self.reservation_conflicts.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A command waits for a buffer because `limit` refused it.

@@ -339,6 +339,16 @@ impl Collector for TargetCollector {
         }
         {
             let mut m = encoder.encode_descriptor(
+                "nvmf_target_reservation_conflicts",
+                "Commands failed with Reservation Conflict: I/O commands against a namespace's reservation, and \
+                 reservation commands the reservation state refused.",
+                None,
+                MetricType::Counter,
+            )?;
+            counter(&mut m, &[], self.target.reservation_conflicts())?;
+        }
+        {
+            let mut m = encoder.encode_descriptor(
                 "nvmf_target_controllers",
                 "Live controllers (associations) of each subsystem.",
                 None,

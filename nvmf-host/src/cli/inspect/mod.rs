@@ -1,4 +1,4 @@
-//! nvme-cli's inspection commands against one controller reached by address (`-t -a -s -n`, `-q`): `id-ctrl`,
+//! nvme-cli's inspection commands against one controller reached by address (`-t -a -s -n`, `-q`, `-I`): `id-ctrl`,
 //! `id-ns`, `list-ns`, `smart-log`, `error-log`, `get-log`, `ns-rescan`, `list-subsys`. Each connects with no
 //! I/O queue (they are all admin commands), runs on the caller's thread, prints as nvme-cli does ([`text`]) or
 //! its JSON ([`json`]), and disconnects cleanly (CC.SHN) also when a command failed.
@@ -29,6 +29,9 @@ pub struct ControllerArgs {
     /// Host NQN (default: /etc/nvme/hostnqn or generated).
     #[arg(short = 'q', long = "hostnqn")]
     pub hostnqn: Option<String>,
+    /// Host Identifier, a UUID (default: /etc/nvme/hostid or generated); reservations belong to it.
+    #[arg(short = 'I', long = "hostid")]
+    pub hostid: Option<uuid::Uuid>,
     /// DH-HMAC-CHAP secrets, for a controller that asks for authentication.
     #[command(flatten)]
     pub dhchap: DhchapArgs,
@@ -45,10 +48,26 @@ pub struct Format {
 impl ControllerArgs {
     /// Connect with no I/O queue, run `f`, disconnect. `f`'s error wins over a failed disconnect.
     pub fn with_controller<T>(&self, f: impl FnOnce(&Controller) -> Result<T, CliError>) -> Result<T, CliError> {
+        self.with_queues(0, f)
+    }
+
+    /// [`ControllerArgs::with_controller`] with one I/O queue, for I/O commands (reservations).
+    pub fn with_io_controller<T>(&self, f: impl FnOnce(&Controller) -> Result<T, CliError>) -> Result<T, CliError> {
+        self.with_queues(1, f)
+    }
+
+    fn with_queues<T>(
+        &self,
+        nr_io_queues: u16,
+        f: impl FnOnce(&Controller) -> Result<T, CliError>,
+    ) -> Result<T, CliError> {
         let addr = self.endpoint.resolve()?;
         let mut options = connect_options(self.hostnqn.as_ref());
         options.transport = self.endpoint.transport;
-        options.nr_io_queues = 0;
+        options.nr_io_queues = nr_io_queues;
+        if let Some(id) = self.hostid {
+            options.hostid = *id.as_bytes();
+        }
         self.dhchap.apply(&mut options)?;
         let ctrl = Controller::connect(addr, &self.nqn, options)?;
         let result = f(&ctrl);

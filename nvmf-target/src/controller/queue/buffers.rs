@@ -93,6 +93,8 @@ impl Queue {
             Plan::AuthenticationReceive { .. } => self.authentication_output(engine, id),
             Plan::Write { len, .. } | Plan::Compare { len, .. } => self.fetch_data(engine, id, len),
             Plan::Dsm { list_len, .. } => self.fetch_data(engine, id, list_len),
+            Plan::Reservation { len, .. } => self.fetch_data(engine, id, len),
+            Plan::ReservationReport { .. } => self.reservation_report(engine, id),
             _ => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
         }
     }

@@ -1,14 +1,16 @@
 //! I/O commands: their validation (flags, NSID, SGL against transfer length and in-capsule data, MDTS, LBA
-//! range, the namespace's ANA state on the queue's listener), the [`Plan`] each becomes, and getting its host data
-//! in before it goes to storage.
+//! range, the namespace's ANA state on the queue's listener, its reservations), the [`Plan`] each becomes, and
+//! getting its host data in before it goes to storage.
 
 use nvmf_common::nvme::io::{is_invalid_opcode, IoCommand, NSID_ALL};
 use nvmf_common::nvme::opcode::FABRICS;
+use nvmf_common::nvme::reservation::is_reservation_opcode;
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
 use super::{Plan, Queue, SlotId, Step};
 use crate::backend::IoEngine;
 use crate::controller::io::{self, DataSource, Direction};
+use crate::controller::reservation::Access;
 
 impl Queue {
     pub(super) fn io_command(
@@ -25,6 +27,9 @@ impl Queue {
             return self.respond_err(engine, id, status, 0);
         }
         self.refresh_table();
+        if is_reservation_opcode(sqe.opcode) {
+            return self.reservation_command(engine, id, sqe, in_capsule);
+        }
         let command = match IoCommand::from_sqe(sqe) {
             Ok(c) => c,
             Err(e) if is_invalid_opcode(&e) => {
@@ -53,9 +58,10 @@ impl Queue {
         let mdts = u64::from(self.target.params().mdts);
         let trtype = self.transport.trtype;
         // Read, Write and Compare: the SGL must describe exactly blocks × block size, within MDTS.
-        let rw = |nsid: u32, slba: u64, blocks: u32, direction: Direction| {
+        let rw = |nsid: u32, slba: u64, blocks: u32, direction: Direction, access: Access| {
             let ns = self.table.get(nsid).ok_or(invalid_ns)?;
             self.ana.check(ns.ana_group())?;
+            self.reservation_check(ns, access)?;
             let len = u64::from(blocks) << ns.block_shift();
             let (source, sgl_len) = io::data_source(sqe, trtype, direction, in_capsule.len())?;
             if u64::from(sgl_len) != len {
@@ -70,27 +76,32 @@ impl Queue {
         let write_through = !self.controller().is_some_and(|c| c.write_cache_enabled());
         Ok(match *command {
             IoCommand::Read(c) => {
-                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToHost)?;
+                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToHost, Access::Read)?;
                 (Plan::Read { nsid: c.nsid, offset, len }, Some(source))
             }
             IoCommand::Write(c) => {
-                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToController)?;
+                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToController, Access::Write)?;
                 (Plan::Write { nsid: c.nsid, offset, len, fua: c.fua || write_through }, Some(source))
             }
             IoCommand::Compare(c) => {
-                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToController)?;
+                // Compare reads the media: the read command group.
+                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToController, Access::Read)?;
                 (Plan::Compare { nsid: c.nsid, offset, len }, Some(source))
             }
             IoCommand::Flush(c) => {
+                // Flush of every namespace (NSID FFFFFFFFh) is not checked against reservations (as nvmet, which
+                // checks commands against the one namespace they name).
                 if c.nsid != NSID_ALL {
                     let ns = self.table.get(c.nsid).ok_or(invalid_ns)?;
                     self.ana.check(ns.ana_group())?;
+                    self.reservation_check(ns, Access::Write)?;
                 }
                 (Plan::Flush { nsid: c.nsid }, None)
             }
             IoCommand::WriteZeroes(c) => {
                 let ns = self.table.get(c.nsid).ok_or(invalid_ns)?;
                 self.ana.check(ns.ana_group())?;
+                self.reservation_check(ns, Access::Write)?;
                 if !ns.storage().supports_write_zeroes() {
                     return Err(Status::INVALID_OPCODE.with_dnr());
                 }
@@ -102,6 +113,7 @@ impl Queue {
             IoCommand::DatasetManagement(c) => {
                 let ns = self.table.get(c.nsid).ok_or(invalid_ns)?;
                 self.ana.check(ns.ana_group())?;
+                self.reservation_check(ns, Access::Write)?;
                 let list_len = c.range_list_len();
                 let (source, sgl_len) = io::data_source(sqe, trtype, Direction::ToController, in_capsule.len())?;
                 // The SGL may describe more than the list (Linux nvmet: `nvmet_check_data_len_lte`).

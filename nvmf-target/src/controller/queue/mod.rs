@@ -32,6 +32,7 @@
 //! - `buffers`: pool buffers, in-capsule copies, data fetches and the retry list.
 //! - `respond`: completion queue entries, metrics and the error log.
 //! - `state`: connecting, association liveness, SQ head, the namespace table cache.
+//! - `reservation`: the reservation commands, the per-I/O reservation check and the notices to hosts.
 //! - `keep_alive`: the Keep Alive timer and Traffic Based Keep Alive.
 
 use std::cell::Cell;
@@ -65,6 +66,7 @@ mod connect;
 mod fabrics;
 mod io;
 mod keep_alive;
+mod reservation;
 mod respond;
 mod state;
 mod storage;
@@ -299,6 +301,16 @@ enum Plan {
         nsid: u32,
         dsm: DatasetManagement,
         list_len: u32,
+    },
+    /// Reservation Register, Acquire or Release: its `len` bytes of host data, then the namespace's reservations.
+    Reservation {
+        nsid: u32,
+        len: u32,
+    },
+    /// Reservation Report of `len` bytes, once a buffer is available.
+    ReservationReport {
+        nsid: u32,
+        len: u32,
     },
 }
 
@@ -610,6 +622,7 @@ impl Queue {
             Plan::Write { .. } => self.submit_ops(engine, slot),
             Plan::Compare { .. } => self.start_compare_read(engine, slot),
             Plan::Dsm { .. } => self.dsm_ranges_ready(engine, slot),
+            Plan::Reservation { .. } => self.reservation_data_ready(engine, slot),
             _ => self.respond_err(engine, slot, Status::INTERNAL_ERROR.with_dnr(), 0),
         })
     }

@@ -143,7 +143,9 @@ impl Queue {
             | Plan::Connect
             | Plan::AdminOutput { .. }
             | Plan::AuthenticationSend { .. }
-            | Plan::AuthenticationReceive { .. } => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
+            | Plan::AuthenticationReceive { .. }
+            | Plan::Reservation { .. }
+            | Plan::ReservationReport { .. } => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
         }
     }
 }

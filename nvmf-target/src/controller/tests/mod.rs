@@ -52,6 +52,7 @@ mod keep_alive;
 mod log_pages;
 mod model;
 mod properties;
+mod reservations;
 
 const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:test";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
