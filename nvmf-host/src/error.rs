@@ -227,6 +227,14 @@ pub enum HostError {
         /// The NVMe/RDMA reject status (decoded), or the RDMA CM status when the reject carried none.
         reason: String,
     },
+    /// A multipath namespace has no path that can carry I/O, and none that can come back.
+    #[error("namespace {nsid}: no usable path: {reason}")]
+    NoPath {
+        /// The namespace.
+        nsid: u32,
+        /// Why none of its paths can serve it.
+        reason: String,
+    },
     /// The queue or controller was shut down by this host.
     #[error("queue {qid} is shut down")]
     ShutDown {

@@ -57,6 +57,7 @@ pub mod endpoint;
 pub mod error;
 pub mod identity;
 pub mod metrics;
+pub mod multipath;
 pub mod nbd;
 pub mod perf;
 pub mod queue;

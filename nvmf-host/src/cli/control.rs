@@ -250,7 +250,10 @@ pub fn connect(a: &ConnectArgs, out: &mut dyn std::io::Write) -> Result<(), CliE
         ControlReply::Connected { name, exports } => {
             writeln!(out, "{name}")?;
             for x in exports {
-                writeln!(out, "{name}n{}: exported at {}", x.nsid, x.uri)?;
+                match x.paths.len() {
+                    0 | 1 => writeln!(out, "{name}n{}: exported at {}", x.nsid, x.uri)?,
+                    n => writeln!(out, "{name}n{}: exported at {} (now {n} paths)", x.nsid, x.uri)?,
+                }
             }
             Ok(())
         }
@@ -403,6 +406,11 @@ pub fn write_list(controllers: &[ControllerView], out: &mut dyn std::io::Write) 
         )?;
         if let Some(e) = &c.error {
             writeln!(out, "{:<8} error: {e}", "")?;
+        }
+        for x in c.exports.iter().filter(|x| x.paths.len() > 1) {
+            let paths: Vec<String> =
+                x.paths.iter().map(|p| format!("{} {} {}", p.name, p.state, p.ana_state)).collect();
+            writeln!(out, "{:<8} n{} paths ({}): {}", "", x.nsid, x.iopolicy, paths.join(", "))?;
         }
     }
     Ok(())

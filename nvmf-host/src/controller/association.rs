@@ -66,6 +66,16 @@ pub struct ControllerInfo {
     pub traffic_based_keep_alive: bool,
     /// I/O queues granted by Set Features Number of Queues (and connected).
     pub io_queues: u16,
+    /// The controller reports Asymmetric Namespace Access (CMIC bit 3): its namespaces have ANA groups and the
+    /// ANA log page (0Ch) says each group's state on this path.
+    pub ana_reporting: bool,
+    /// The subsystem may have several controllers (CMIC bit 1): a host may reach a namespace through more than
+    /// one of them (multipath).
+    pub multi_controller: bool,
+    /// ANA groups the controller may report (NANAGRPID; sizes the ANA log).
+    pub nanagrpid: u32,
+    /// Optional Asynchronous Events Supported.
+    pub oaes: u32,
     /// The capability register.
     pub cap: Capabilities,
 }
@@ -295,6 +305,10 @@ pub(super) fn associate(
         kas_ms: u32::from(id.kas) * 100,
         traffic_based_keep_alive: id.ctratt & IdentifyController::CTRATT_TBKAS != 0,
         io_queues: 0,
+        ana_reporting: id.cmic & IdentifyController::CMIC_ANA_REPORTING != 0,
+        multi_controller: id.cmic & IdentifyController::CMIC_MULTI_CONTROLLER != 0,
+        nanagrpid: id.nanagrpid,
+        oaes: id.oaes,
         cap,
     };
 

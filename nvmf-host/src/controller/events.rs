@@ -38,6 +38,8 @@ pub struct NamespaceInfo {
     pub nguid: [u8; 16],
     /// UUID from the Namespace Identification Descriptor list, if reported.
     pub uuid: Option<[u8; 16]>,
+    /// The namespace's ANA group (ANAGRPID; 0 when the controller does not report ANA).
+    pub anagrpid: u32,
 }
 
 impl Inner {
@@ -79,7 +81,7 @@ impl Inner {
                         _ => None,
                     })
                 });
-            out.push(NamespaceInfo { nsid, block_size, blocks: ns.nsze, nguid: ns.nguid, uuid });
+            out.push(NamespaceInfo { nsid, block_size, blocks: ns.nsze, nguid: ns.nguid, uuid, anagrpid: ns.anagrpid });
         }
         let new: HashMap<u32, NamespaceInfo> = out.iter().map(|n| (n.nsid, *n)).collect();
         let mut table = self.namespaces.write().unwrap_or_else(PoisonError::into_inner);
@@ -124,6 +126,7 @@ impl Inner {
                     tracing::warn!(error = %e, "handling a Namespace Attribute Changed event");
                 }
             }
+            Ok(event) if event == AsyncEvent::ANA_CHANGE => self.refresh_ana_logged(),
             Ok(event) => tracing::info!(?event, "asynchronous event"),
             Err(e) => tracing::warn!(error = %e, dw0 = cqe.dw0, "unknown asynchronous event"),
         }

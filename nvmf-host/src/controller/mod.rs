@@ -23,9 +23,11 @@
 //! commands of [`Controller::admin_command`] are held the same way (the supervisor's own are not: it runs the
 //! reconnect they would wait for).
 //!
-//! Asynchronous events: the host keeps AERL + 1 Asynchronous Event Requests outstanding (at most 8); a Namespace
-//! Attribute Changed notice makes it read the Changed Namespace List log (which clears the event), rescan the
-//! namespaces and bump [`Controller::namespace_generation`], then re-arm the request.
+//! Asynchronous events: the host enables the Namespace Attribute and ANA Change notices the controller offers and
+//! keeps AERL + 1 Asynchronous Event Requests outstanding (at most 8); a Namespace Attribute Changed notice makes it
+//! read the Changed Namespace List log (which clears the event), rescan the namespaces and bump
+//! [`Controller::namespace_generation`]; an ANA Change notice makes it read the ANA log ([`Controller::ana_state`]);
+//! then it re-arms the request.
 //!
 //! Threads: each queue has its I/O thread ([`QueueHandle`]). One supervisor thread per controller sends the Keep
 //! Alives (every KATO/2; to a controller that reports Traffic Based Keep Alive, none while I/O flows: see
@@ -44,7 +46,7 @@
 //! takes one uncontended `RwLock` read (the queue's current connection; only a reconnect write-locks it) and no
 //! other lock.
 //!
-//! Files: `options` (how to connect), `association` (bringing one association up: the admin queue, CC.EN, Identify,
+//! Files: `options` (how to connect), `ana` (the ANA log and the event configuration), `association` (bringing one association up: the admin queue, CC.EN, Identify,
 //! the I/O queues), `authentication` (DH-HMAC-CHAP on each queue after its Connect), `supervision` (where the controller stands, keep-alive, holding I/O, reconnect; the supervisor
 //! thread), `events` (Asynchronous Event Requests and the namespace table), `io` (the blocking and async I/O API),
 //! `admin` (Identify and Get Log Page for callers), `reservation` (the I/O passthrough [`Controller::io_command`] and
@@ -52,6 +54,7 @@
 //! connect and disconnect.
 
 mod admin;
+mod ana;
 mod association;
 mod authentication;
 mod events;
@@ -103,6 +106,8 @@ struct Inner {
     /// Bumped on each namespace change; waiters sleep on `namespace_changed`.
     namespace_generation: Mutex<u64>,
     namespace_changed: Condvar,
+    /// The ANA groups' states on this path.
+    ana: ana::AnaTable,
     supervision: Arc<Supervision>,
 }
 
@@ -163,6 +168,7 @@ impl Controller {
             word: AtomicU64::new(ControllerState::Live.to_word()),
             reconnects: AtomicU64::new(0),
             fast_io_fail_tmo: options.fast_io_fail_tmo,
+            ana_refresh_requested: AtomicBool::new(false),
         });
         let recovery: Arc<dyn Recovery> = supervision.clone();
         let inner = Arc::new(Inner {
@@ -181,11 +187,14 @@ impl Controller {
             namespaces: RwLock::new(HashMap::new()),
             namespace_generation: Mutex::new(0),
             namespace_changed: Condvar::new(),
+            ana: ana::AnaTable::new(assoc.info.ana_reporting, assoc.info.nanagrpid, assoc.info.nn),
             supervision,
         });
         // A discovery controller has no namespaces (and refuses the Identify CNS 02h that lists them).
         if subnqn != DISCOVERY_NQN {
             inner.scan_namespaces()?;
+            inner.enable_events(assoc.info.oaes);
+            inner.refresh_ana_logged();
         }
         inner.arm_aers(inner.aers);
         let thread_inner = Arc::clone(&inner);
@@ -217,6 +226,11 @@ impl Controller {
     /// Where the association stands (lock-free: for metrics and health checks).
     pub fn state(&self) -> ControllerState {
         ControllerState::from_word(self.inner.supervision.word.load(Ordering::Acquire))
+    }
+
+    /// How long ago the association was lost, while it is (`None` while live).
+    pub fn lost_for(&self) -> Option<std::time::Duration> {
+        self.inner.supervision.lock().lost_at.map(|t| t.elapsed())
     }
 
     /// Associations re-established after a loss since [`Controller::connect`] (lock-free).

@@ -7,6 +7,7 @@ use nvmf_common::fabrics::auth::secret::DhchapSecret;
 
 use crate::error::HostError;
 use crate::identity::HostIdentity;
+use crate::multipath::IoPolicy;
 
 /// The NVMe-oF transport (nvme-cli's `-t/--transport`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -77,6 +78,8 @@ pub struct ConnectOptions {
     /// The controller's DH-HMAC-CHAP secret (`--dhchap-ctrl-secret`): given, the host also authenticates the
     /// controller (bidirectional), whether or not it asked; needs `dhchap_secret`.
     pub dhchap_ctrl_secret: Option<DhchapSecret>,
+    /// How a multipath namespace this controller is the first path of spreads commands over its paths.
+    pub iopolicy: IoPolicy,
 }
 
 impl ConnectOptions {
@@ -128,6 +131,7 @@ impl Default for ConnectOptions {
             host_iface: None,
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
+            iopolicy: IoPolicy::default(),
         }
     }
 }

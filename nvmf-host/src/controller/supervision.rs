@@ -7,7 +7,7 @@
 //! thread) or waits as a task woken by [`Recovery::poll_hold`]'s registration; a queue's I/O thread only sends
 //! [`Wake::Look`] on an unbounded channel (it must never block).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
@@ -89,6 +89,8 @@ pub(super) struct Supervision {
     /// Associations since the first (the current association's epoch).
     pub(super) reconnects: AtomicU64,
     pub(super) fast_io_fail_tmo: Option<Duration>,
+    /// An [`Wake::AnaRefresh`] is on its way (many commands meeting one ANA change ask once).
+    pub(super) ana_refresh_requested: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -113,6 +115,13 @@ impl Supervision {
         self.wake_held(status);
         // Gone only once the supervisor stopped, which needs no telling.
         let _ = self.wake.send(Wake::Look);
+    }
+
+    /// Ask the supervisor to read the ANA log again (once for any number of asks before it does).
+    pub(super) fn request_ana_refresh(&self) {
+        if !self.ana_refresh_requested.swap(true, Ordering::AcqRel) {
+            let _ = self.wake.send(Wake::AnaRefresh);
+        }
     }
 
     /// Let every held command look at the state again (blocked or awaited).
@@ -199,6 +208,8 @@ pub(super) enum Wake {
     Event(Box<Completed>),
     /// The controller's state changed or a queue's connection failed: look again.
     Look,
+    /// I/O met an ANA status: read the ANA log again.
+    AnaRefresh,
 }
 
 impl CompletionSink for Supervision {
@@ -284,6 +295,8 @@ impl Inner {
                 Ok((_, false)) => {}
                 Err(e) => tracing::warn!(error = %e, "namespace scan after reconnect"),
             }
+            self.enable_events(assoc.info.oaes);
+            self.refresh_ana_logged();
         }
         self.arm_aers(self.aers);
         Ok(())
@@ -316,10 +329,19 @@ pub(super) fn supervise(inner: &Inner, wakes: &Receiver<Wake>) {
             // The sender lives in the supervision this thread holds: recv only returns with a wake.
             None => wakes.recv().ok(),
         };
-        if let Some(Wake::Event(completed)) = wake {
-            if let Some(reply) = completed.settle() {
-                inner.on_event(&reply);
+        match wake {
+            Some(Wake::Event(completed)) => {
+                if let Some(reply) = completed.settle() {
+                    inner.on_event(&reply);
+                }
             }
+            Some(Wake::AnaRefresh) => {
+                sup.ana_refresh_requested.store(false, Ordering::Release);
+                if sup.lock().state == ControllerState::Live {
+                    inner.refresh_ana_logged();
+                }
+            }
+            Some(Wake::Look) | None => {}
         }
         let (state, epoch, lost_at) = {
             let s = sup.lock();

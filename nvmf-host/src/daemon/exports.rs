@@ -1,14 +1,17 @@
-//! A controller's exports as the daemon runs them: what to start ([`ExportSpec`]: an NBD server or a ublk device)
-//! and the running server ([`RunningExport`]), with its `list` view. Starting runs on the connecting thread;
+//! A controller's exports as the daemon runs them: what to start ([`ExportSpec`]: an NBD server or a ublk device),
+//! the running servers, one per namespace whatever the number of controllers it is reached through ([`Heads`]:
+//! native multipath, see [`crate::multipath`]), and a controller's path in one ([`RunningExport`]), with its
+//! `list` view. Starting runs on the connecting thread;
 //! each export then has threads of its own (see [`crate::nbd`] and `crate::ublk`).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use nvmf_config::host::{ExportKind, NbdEndpoint};
 
-use super::protocol::ExportView;
+use super::protocol::{ExportView, PathView};
 use crate::controller::{ConnectOptions, Controller};
+use crate::multipath::NamespaceHead;
 use crate::nbd::{NbdExport, NbdListen, NbdOptions};
 
 /// How to serve one namespace.
@@ -39,9 +42,37 @@ impl fmt::Display for ExportSpec {
     }
 }
 
-/// A running export of one namespace.
+/// The daemon's running exports, one per namespace head: a controller whose namespace another controller
+/// already exports (same subsystem, NSID and NGUID/UUID) joins that export as a path instead of starting its own.
+/// Locked to find, start and stop an export (a ublk device is added under it, so two controllers connecting at
+/// once cannot start two exports of one namespace); never on an I/O path.
+#[derive(Debug, Default)]
+pub(super) struct Heads(Mutex<Vec<HeadExport>>);
+
 #[derive(Debug)]
-pub(super) enum RunningExport {
+struct HeadExport {
+    head: Arc<NamespaceHead>,
+    server: Server,
+}
+
+impl Heads {
+    fn lock(&self) -> MutexGuard<'_, Vec<HeadExport>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One controller's part in an export: its path in the namespace's head. The export runs while it has a path.
+#[derive(Debug)]
+pub(super) struct RunningExport {
+    heads: Arc<Heads>,
+    head: Arc<NamespaceHead>,
+    /// The controller's name, its path's name in the head.
+    name: String,
+}
+
+/// An export's server.
+#[derive(Debug)]
+enum Server {
     /// An NBD server.
     Nbd(NbdExport),
     /// A ublk device (boxed: it is several times the size of an NBD server's handle).
@@ -50,43 +81,100 @@ pub(super) enum RunningExport {
 }
 
 impl RunningExport {
-    /// Start serving namespace `nsid` of `ctrl` as `spec` says; `name` is the controller's (`nvmf0`): the NBD
-    /// export is named `nvmf0n1` (the empty default name is served too).
+    /// Serve namespace `nsid` of `ctrl` (named `name`, `nvmf0`): as a new path of the export that already serves
+    /// that namespace through another controller, else as `spec` says (the NBD export is named `nvmf0n1`; the
+    /// empty default name is served too).
     pub(super) fn start(
+        heads: &Arc<Heads>,
         spec: &ExportSpec,
         ctrl: &Arc<Controller>,
         nsid: u32,
         name: &str,
         options: &ConnectOptions,
     ) -> Result<Self, String> {
+        let ns = ctrl
+            .known_namespaces()
+            .into_iter()
+            .find(|n| n.nsid == nsid)
+            .ok_or_else(|| format!("namespace {nsid} is not active on this controller"))?;
+        let mut list = heads.lock();
+        if let Some(h) = list.iter().find(|h| h.head.matches(ctrl.subnqn(), &ns)) {
+            match h.head.refuses(ctrl) {
+                None => {
+                    h.head.add_path(Arc::clone(ctrl), name).map_err(|e| e.to_string())?;
+                    let head = Arc::clone(&h.head);
+                    return Ok(RunningExport { heads: Arc::clone(heads), head, name: name.to_owned() });
+                }
+                Some(why) => tracing::warn!(path = name, nsid, reason = %why,
+                    "same subsystem NQN and namespace identifier as a running export, but not a path of it: exported on its own"),
+            }
+        }
+        let head =
+            Arc::new(NamespaceHead::new(Arc::clone(ctrl), name, nsid, options.iopolicy).map_err(|e| e.to_string())?);
+        let server = Server::start(spec, &head, name)?;
+        list.push(HeadExport { head: Arc::clone(&head), server });
+        Ok(RunningExport { heads: Arc::clone(heads), head, name: name.to_owned() })
+    }
+
+    /// Leave the export; the last path stops it (NBD sessions end; the ublk device is removed after outstanding
+    /// I/O completes).
+    pub(super) fn stop(self) {
+        let mut list = self.heads.lock();
+        if self.head.remove_path(&self.name) > 0 {
+            tracing::info!(path = %self.name, nsid = self.head.nsid(), "path removed; the export stays");
+            return;
+        }
+        let Some(i) = list.iter().position(|h| Arc::ptr_eq(&h.head, &self.head)) else { return };
+        let h = list.swap_remove(i);
+        drop(list);
+        h.server.stop();
+    }
+
+    /// What `list` shows.
+    pub(super) fn view(&self, nsid: u32) -> ExportView {
+        let list = self.heads.lock();
+        let mut view = list
+            .iter()
+            .find(|h| Arc::ptr_eq(&h.head, &self.head))
+            .map(|h| h.server.view(nsid))
+            .unwrap_or_else(|| ExportView { nsid, kind: "stopped".into(), ..ExportView::default() });
+        view.paths = self
+            .head
+            .view()
+            .into_iter()
+            .map(|p| PathView { name: p.name, state: p.state.to_owned(), ana_state: p.ana_state.to_owned() })
+            .collect();
+        view.iopolicy = self.head.policy().name().to_owned();
+        view
+    }
+}
+
+impl Server {
+    fn start(spec: &ExportSpec, head: &Arc<NamespaceHead>, name: &str) -> Result<Self, String> {
+        let nsid = head.nsid();
         match spec {
             ExportSpec::Nbd(listen) => {
                 let nbd = NbdOptions { export_name: format!("{name}n{nsid}"), ..NbdOptions::default() };
-                NbdExport::start(Arc::clone(ctrl), nsid, listen.clone(), nbd)
-                    .map(RunningExport::Nbd)
-                    .map_err(|e| e.to_string())
+                NbdExport::start_head(Arc::clone(head), listen.clone(), nbd).map(Server::Nbd).map_err(|e| e.to_string())
             }
             #[cfg(feature = "ublk")]
             ExportSpec::Ublk => {
-                let ublk = crate::ublk::UblkOptions { queue_depth: options.queue_size };
-                crate::ublk::UblkExport::start(Arc::clone(ctrl), nsid, ublk)
-                    .map(|x| RunningExport::Ublk(Box::new(x)))
+                let depth = head.first_controller().map_or(128, |c| c.options().queue_size);
+                let ublk = crate::ublk::UblkOptions { queue_depth: depth };
+                crate::ublk::UblkExport::start_head(Arc::clone(head), ublk)
+                    .map(|x| Server::Ublk(Box::new(x)))
                     .map_err(|e| e.to_string())
             }
             #[cfg(not(feature = "ublk"))]
-            ExportSpec::Ublk => {
-                let _ = options;
-                Err("this nvmf-host was built without the ublk feature; use an NBD export".into())
-            }
+            ExportSpec::Ublk => Err("this nvmf-host was built without the ublk feature; use an NBD export".into()),
         }
     }
 
-    /// Stop serving (NBD sessions end; the ublk device is removed after outstanding I/O completes).
-    pub(super) fn stop(self) {
+    fn stop(self) {
         match self {
-            RunningExport::Nbd(x) => x.stop(),
+            Server::Nbd(x) => x.stop(),
             #[cfg(feature = "ublk")]
-            RunningExport::Ublk(x) => {
+            Server::Ublk(x) => {
                 let dev = x.path();
                 if let Err(e) = x.stop() {
                     tracing::warn!(device = %dev.display(), error = %e, "removing the ublk device failed");
@@ -95,16 +183,19 @@ impl RunningExport {
         }
     }
 
-    /// What `list` shows.
-    pub(super) fn view(&self, nsid: u32) -> ExportView {
+    fn view(&self, nsid: u32) -> ExportView {
         match self {
-            RunningExport::Nbd(x) => {
-                ExportView { nsid, kind: "nbd".into(), address: x.local_addr().to_string(), uri: x.uri() }
-            }
+            Server::Nbd(x) => ExportView {
+                nsid,
+                kind: "nbd".into(),
+                address: x.local_addr().to_string(),
+                uri: x.uri(),
+                ..ExportView::default()
+            },
             #[cfg(feature = "ublk")]
-            RunningExport::Ublk(x) => {
+            Server::Ublk(x) => {
                 let dev = x.path().display().to_string();
-                ExportView { nsid, kind: "ublk".into(), address: dev.clone(), uri: dev }
+                ExportView { nsid, kind: "ublk".into(), address: dev.clone(), uri: dev, ..ExportView::default() }
             }
         }
     }

@@ -108,6 +108,7 @@ impl Daemon {
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             reloader: Mutex::new(Reloader::new(path, config.clone(), notifier)),
+            heads: Arc::default(),
         });
         let handler_shared = Arc::clone(&shared);
         let control = ControlServer::start::<protocol::HostProtocol>(

@@ -169,7 +169,7 @@ pub struct NamespaceView {
 }
 
 /// One export of a controller.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ExportView {
     /// The namespace exported.
     pub nsid: u32,
@@ -179,6 +179,24 @@ pub struct ExportView {
     pub address: String,
     /// What clients open: the NBD URI, or the block device.
     pub uri: String,
+    /// The controllers the namespace is reached through (the export's multipath paths), this one among them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathView>,
+    /// How commands are spread over the paths (`round-robin`, `queue-depth`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub iopolicy: String,
+}
+
+/// One path of an export.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PathView {
+    /// The controller's name (`nvmf0`).
+    pub name: String,
+    /// The controller's state (`live`, `reconnecting`, …).
+    pub state: String,
+    /// The namespace's ANA state through it (`optimized`, `non-optimized`, `inaccessible`, `persistent-loss`,
+    /// `change`; `none` when the controller does not report ANA).
+    pub ana_state: String,
 }
 
 /// One controller as `list` shows it.

@@ -318,7 +318,7 @@ fn apply_exports(shared: &Shared, change: ExportChange, summary: &mut ReloadSumm
     let mut failed = Vec::new();
     for e in &start {
         let spec = ExportSpec::from(&e.kind);
-        match RunningExport::start(&spec, &ctrl, e.nsid, &name, &options) {
+        match RunningExport::start(&shared.heads, &spec, &ctrl, e.nsid, &name, &options) {
             Ok(x) => {
                 summary.push(format!("{name}: export of {} started", describe_export(e)));
                 started.push((e.nsid, x));

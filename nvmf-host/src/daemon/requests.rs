@@ -132,7 +132,7 @@ fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
             return ControlReply::Error { message };
         }
     };
-    match connect_once(&params, &name) {
+    match connect_once(&shared.heads, &params, &name) {
         Ok((ctrl, exports)) => {
             let views = exports.iter().map(|(nsid, x)| x.view(*nsid)).collect();
             let mut table = shared.table();

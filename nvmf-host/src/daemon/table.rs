@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nvmf_config::host::ControllerConfig;
 
-use super::exports::RunningExport;
+use super::exports::{Heads, RunningExport};
 use super::params::Params;
 use super::reload::Reloader;
 use crate::controller::{Controller, ControllerState};
@@ -68,6 +68,8 @@ pub(super) struct Shared {
     pub(super) next_id: AtomicU64,
     /// The running configuration and its file; held for a whole reload, so reloads run one at a time.
     pub(super) reloader: Mutex<Reloader>,
+    /// The running exports, one per namespace over its paths.
+    pub(super) heads: Arc<Heads>,
 }
 
 impl Shared {
@@ -139,7 +141,11 @@ impl Shared {
 
 /// Connect once and start the exports (see [`RunningExport::start`]); an export that fails ends the association
 /// (all or nothing).
-pub(super) fn connect_once(params: &Params, name: &str) -> Result<(Arc<Controller>, Exports), String> {
+pub(super) fn connect_once(
+    heads: &Arc<Heads>,
+    params: &Params,
+    name: &str,
+) -> Result<(Arc<Controller>, Exports), String> {
     let ctrl =
         Arc::new(Controller::connect(params.addr, &params.subnqn, params.options.clone()).map_err(|e| e.to_string())?);
     let mut exports = Vec::new();
@@ -158,7 +164,7 @@ pub(super) fn connect_once(params: &Params, name: &str) -> Result<(Arc<Controlle
                 }
             },
         };
-        match RunningExport::start(spec, &ctrl, nsid, name, &params.options) {
+        match RunningExport::start(heads, spec, &ctrl, nsid, name, &params.options) {
             Ok(x) => exports.push((nsid, x)),
             Err(e) => {
                 end_controller(ctrl, exports);
@@ -180,7 +186,7 @@ fn connector(shared: &Shared, n: u32, stopped: &Receiver<()>, first: Sender<()>)
     let mut attempts = 0u32;
     loop {
         attempts = attempts.saturating_add(1);
-        let result = connect_once(&params, &name);
+        let result = connect_once(&shared.heads, &params, &name);
         let mut table = shared.table();
         let Some(entry) = table.get_mut(&n).filter(|e| e.id == id) else {
             // Disconnected, replaced by a reload, or shutting down while connecting.

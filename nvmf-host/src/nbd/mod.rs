@@ -47,6 +47,7 @@ use nvmf_service::unix_socket::{bind_owner_only, SocketPathError};
 use crate::block::MAX_NLB_BLOCKS;
 use crate::controller::Controller;
 use crate::error::HostError;
+use crate::multipath::{IoPolicy, NamespaceHead, PathError};
 use proto::Geometry;
 
 /// Where `nvmf-host nbd` serves unless told otherwise (`--listen`); the daemon's exports name their own.
@@ -253,7 +254,7 @@ impl Write for Stream {
 /// What every session of one export shares.
 #[derive(Debug)]
 pub(crate) struct Export {
-    ctrl: Arc<Controller>,
+    head: Arc<NamespaceHead>,
     nsid: u32,
     geometry: Geometry,
     name: String,
@@ -327,14 +328,31 @@ pub struct NbdExport {
 }
 
 impl NbdExport {
-    /// Export namespace `nsid` of `ctrl` on `listen`; the server runs until [`NbdExport::stop`] or drop.
+    /// Export namespace `nsid` of `ctrl` (its only path) on `listen`; the server runs until [`NbdExport::stop`] or
+    /// drop.
     pub fn start(
         ctrl: Arc<Controller>,
         nsid: u32,
         listen: NbdListen,
         options: NbdOptions,
     ) -> Result<NbdExport, NbdError> {
-        let ns = ctrl.namespaces()?.into_iter().find(|n| n.nsid == nsid).ok_or(NbdError::UnknownNamespace(nsid))?;
+        // The namespace as it is now (the head takes the controller's last scan).
+        ctrl.namespaces()?;
+        let name = ctrl.addr().to_string();
+        let head = NamespaceHead::new(ctrl, &name, nsid, IoPolicy::default()).map_err(|e| match e {
+            PathError::UnknownNamespace(n) => NbdError::UnknownNamespace(n),
+            e => NbdError::Host(HostError::InvalidRequest(e.to_string())),
+        })?;
+        Self::start_head(Arc::new(head), listen, options)
+    }
+
+    /// Export the namespace of `head` (over its paths) on `listen`; the server runs until [`NbdExport::stop`] or
+    /// drop.
+    pub fn start_head(head: Arc<NamespaceHead>, listen: NbdListen, options: NbdOptions) -> Result<NbdExport, NbdError> {
+        let nsid = head.nsid();
+        let ctrl = head.first_controller().ok_or(NbdError::UnknownNamespace(nsid))?;
+        let (block_size, blocks) = head.geometry();
+        let ns = crate::controller::NamespaceInfo { nsid, block_size, blocks, nguid: [0; 16], uuid: None, anagrpid: 0 };
         let bs = ns.block_size;
         if !bs.is_power_of_two() || bs > 65536 {
             return Err(NbdError::BlockSize { nsid, block_size: bs });
@@ -352,7 +370,7 @@ impl NbdExport {
             trim: info.oncs & IdentifyController::ONCS_DATASET_MANAGEMENT != 0,
             write_zeroes: info.oncs & IdentifyController::ONCS_WRITE_ZEROES != 0,
         };
-        let export = Arc::new(Export { ctrl, nsid, geometry, name: options.export_name.clone(), piece_blocks });
+        let export = Arc::new(Export { head, nsid, geometry, name: options.export_name.clone(), piece_blocks });
 
         let (mut listener, local) = bind(&listen)?;
         let io_err = |what, source| NbdError::Io { what, listen: listen.to_string(), source };

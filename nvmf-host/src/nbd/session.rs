@@ -2,12 +2,13 @@
 //! reads and checks requests and submits their NVMe commands, the reply thread writes the replies as the
 //! commands complete (see the parent module for what each blocks on).
 //!
-//! A request is a [`Job`] in one of [`MAX_IN_FLIGHT`] job slots. Its commands go out with
-//! [`QueueHandle::submit_to_sink`] (spread round-robin over the I/O queues), tagged with the slot and the
-//! piece, and complete into the session's [`CompletionSink`]: the same channel that carries the submitted
-//! jobs to the reply thread, so that thread sleeps in one place and answers each request as soon as its
-//! last command completes (completion order; the protocol matches replies by cookie). A command the
-//! controller's lost association had in flight is held and resubmitted by [`Completed::settle`] there.
+//! A request is a [`Job`] in one of [`MAX_IN_FLIGHT`] job slots. Its commands go out through the export's
+//! [`crate::multipath::NamespaceHead`] (a path chosen per command, spread round-robin over the I/O queues),
+//! tagged with the slot and the piece, and complete into the session's [`CompletionSink`]: the same channel
+//! that carries the submitted jobs to the reply thread, so that thread sleeps in one place and answers each
+//! request as soon as its last command completes (completion order; the protocol matches replies by cookie). A
+//! command that failed on its path or that a lost association had in flight goes again to a path from there
+//! ([`crate::multipath::NamespaceHead::settle`]).
 //! Jobs and their data buffers go round between the two threads (reader → reply thread → reader) so the
 //! steady state allocates nothing per request or command. A client that breaks the framing (bad magic, a
 //! write payload over the maximum) is answered where it can be and then disconnected; anything else gets an
@@ -25,6 +26,7 @@ use nvmf_common::nvme::SubmissionQueueEntry;
 use super::proto::{self, check_request, errno, info, opt, rep, Action, RequestHeader};
 use super::{Export, Stream, HANDSHAKE_TIMEOUT, IN_FLIGHT_BYTES, MAX_IN_FLIGHT};
 use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
+use crate::multipath::{caller_tag, PathWakes};
 use crate::queue::handle::{Completed, CompletionSink, Reply};
 use crate::queue::Request;
 
@@ -379,15 +381,17 @@ fn read_payload(r: &mut impl Read, job: &mut Job, len: u32, piece: usize, pool: 
 fn submit(job: &mut Job, action: Action, session: &Session, x: &Export, piece: usize, pool: &mut Pool) {
     let nsid = x.nsid;
     let bs = u64::from(x.geometry.block_size);
-    let queues = x.ctrl.io_queues();
     let send = |job: &mut Job, pool: &mut Pool, sqe: SubmissionQueueEntry, data: Vec<u8>, direction| {
-        if job.error != 0 || queues.is_empty() {
+        if job.error != 0 {
             job.error = errno::EIO;
             return pool.give_back(data);
         }
-        let queue = &queues[session.next_queue.fetch_add(1, Ordering::Relaxed) % queues.len()];
+        let q = session.next_queue.fetch_add(1, Ordering::Relaxed);
         let request = Request { sqe, data, direction, context: () };
-        match queue.submit_to_sink(request, &session.sink, tag(job.slot, job.commands)) {
+        let mut wakes = PathWakes::default();
+        let submitted = x.head.queue_to_sink(q, request, &session.sink, tag(job.slot, job.commands), &mut wakes);
+        wakes.wake(q);
+        match submitted {
             Ok(()) => job.commands += 1,
             Err((e, data)) => {
                 tracing::warn!(error = %e, "NBD request: submission failed");
@@ -485,7 +489,8 @@ impl Slot {
         let mut job = self.job.take()?;
         let mut error = if job.error != 0 { job.error } else { self.error };
         if error == 0 && job.flush_after {
-            if let Err(e) = x.ctrl.flush(x.nsid) {
+            let flushed = x.head.usable_controller().map(|c| c.flush(x.nsid));
+            if let Some(Err(e)) = flushed {
                 tracing::warn!(error = %e, "NBD request: flush after trim");
                 error = errno::EIO;
             }
@@ -510,6 +515,7 @@ fn reply_loop(stream: Stream, events: &Receiver<Event>, recycle: &Sender<Job>, x
         }
     };
     let mut slots: Vec<Slot> = (0..MAX_IN_FLIGHT).map(|_| Slot::default()).collect();
+    let mut wakes = PathWakes::default();
     let mut next = events.recv().ok();
     while let Some(event) = next.take() {
         let slot = match event {
@@ -519,13 +525,13 @@ fn reply_loop(stream: Stream, events: &Receiver<Event>, recycle: &Sender<Job>, x
                 s
             }
             Event::Done(completed) => {
-                let Some((s, piece)) = untag(completed.tag()) else {
+                let Some((s, piece)) = untag(caller_tag(completed.tag())) else {
                     tracing::error!(tag = completed.tag(), "NBD: a completion for no request");
                     next = events.recv().ok();
                     continue;
                 };
-                // `None`: resubmitted after a reconnect; its reply comes back later.
-                if let Some(reply) = completed.settle() {
+                // `None`: sent again (after a reconnect, or on another path); its reply comes back later.
+                if let Some(reply) = x.head.settle(s, completed, &mut wakes) {
                     slots[s].complete(piece, reply);
                 }
                 s

@@ -11,16 +11,16 @@
 //! Threads, per queue: one, the queue thread. It owns the queue's io_uring (the driver requires every
 //! command of a queue to come from one thread) and waits in one `io_uring_enter` for both fetched requests
 //! and NVMe completions: it submits each request with the tag's buffer moved into the [`Request`] (no copy:
-//! the buffer the driver wrote is the one sent) to the NVMe queue's I/O thread with
-//! [`QueueHandle::queue_to_sink`] (tag = ublk tag, no per-command allocation; one wake-up of that thread per
-//! batch of fetched requests); that thread pushes the
-//! completions into this queue's [`CompletionSink`] and writes its eventfd once per batch, which completes
-//! an eventfd read kept in the ring. The queue thread then drains the sink and commits in completion order
-//! (no head-of-line wait), all commits of a batch in one `io_uring_enter`. It blocks only in
-//! `io_uring_enter`, in `submit` while the NVMe queue is full, and — while the controller reconnects — in
-//! [`Completed::settle`] holding a command the lost association had in flight (then resubmitted, as
-//! [`crate::queue::handle::Pending::wait`] does). A command the controller never answers is failed by the NVMe
-//! queue's own command timeout.
+//! the buffer the driver wrote is the one sent) through the export's [`NamespaceHead`], which picks a path (a
+//! controller; one unless the daemon grouped several, see [`crate::multipath`]) and queues it to that path's
+//! I/O queue `q` (tag = ublk tag, no per-command allocation; one wake-up of each path's I/O thread per batch of
+//! fetched requests); that thread pushes the completions into this queue's [`CompletionSink`] and writes its
+//! eventfd once per batch, which completes an eventfd read kept in the ring. The queue thread then drains the
+//! sink and commits in completion order (no head-of-line wait), all commits of a batch in one `io_uring_enter`.
+//! It blocks only in `io_uring_enter`, in submitting while the NVMe queue is full, and while no path serves I/O
+//! (a reconnect, an ANA transition): a command the lost association had in flight, or that failed on its path,
+//! goes again to a path ([`NamespaceHead::settle`]). A command the controller never answers is failed by the
+//! NVMe queue's own command timeout.
 //!
 //! Why a command crosses from the queue thread to the I/O thread instead of one thread doing both: the NVMe I/O
 //! queue is the controller's, shared by every namespace's export and by library callers, and a reconnect
@@ -46,7 +46,8 @@ use std::time::{Duration, Instant};
 use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
 use crate::controller::Controller;
 use crate::error::HostError;
-use crate::queue::handle::{Completed, CompletionSink, QueueHandle};
+use crate::multipath::{caller_tag, IoPolicy, NamespaceHead, PathError, PathWakes};
+use crate::queue::handle::{Completed, CompletionSink};
 use crate::queue::{DataDirection, Request};
 use sys::{io_flag, op, IoDesc, QueueRing};
 
@@ -155,13 +156,24 @@ fn open_control(path: &Path) -> Result<sys::Control, UblkError> {
 }
 
 impl UblkExport {
-    /// Add `/dev/ublkbN` for namespace `nsid` of `ctrl` and serve it until [`UblkExport::stop`].
+    /// Add `/dev/ublkbN` for namespace `nsid` of `ctrl` (its only path) and serve it until [`UblkExport::stop`].
     pub fn start(ctrl: Arc<Controller>, nsid: u32, options: UblkOptions) -> Result<UblkExport, UblkError> {
-        let ns =
-            ctrl.known_namespaces().into_iter().find(|n| n.nsid == nsid).ok_or(UblkError::UnknownNamespace(nsid))?;
+        let name = ctrl.addr().to_string();
+        let head = NamespaceHead::new(ctrl, &name, nsid, IoPolicy::default()).map_err(|e| match e {
+            PathError::UnknownNamespace(n) => UblkError::UnknownNamespace(n),
+            e => UblkError::Host(HostError::InvalidRequest(e.to_string())),
+        })?;
+        Self::start_head(Arc::new(head), options)
+    }
+
+    /// Add `/dev/ublkbN` for the namespace of `head` (over its paths) and serve it until [`UblkExport::stop`].
+    pub fn start_head(head: Arc<NamespaceHead>, options: UblkOptions) -> Result<UblkExport, UblkError> {
+        let nsid = head.nsid();
+        let ctrl = head.first_controller().ok_or(UblkError::NoIoQueues)?;
+        let (block_size, blocks) = head.geometry();
         let page = 4096;
-        if !ns.block_size.is_power_of_two() || !(512..=page).contains(&ns.block_size) {
-            return Err(UblkError::BlockSize { nsid, block_size: ns.block_size });
+        if !block_size.is_power_of_two() || !(512..=page).contains(&block_size) {
+            return Err(UblkError::BlockSize { nsid, block_size });
         }
         let queues = u16::try_from(ctrl.io_queues().len()).unwrap_or(u16::MAX);
         if queues == 0 {
@@ -169,7 +181,7 @@ impl UblkExport {
         }
         let mut control = open_control(Path::new(sys::CONTROL_PATH))?;
         let info = ctrl.info();
-        let block_shift = ns.block_size.trailing_zeros();
+        let block_shift = block_size.trailing_zeros();
         let by_nlb = u32::try_from(MAX_NLB_BLOCKS << block_shift).unwrap_or(u32::MAX);
         let max_io = info.max_transfer.unwrap_or(MAX_IO_BYTES).min(MAX_IO_BYTES).min(by_nlb);
         // Whole pages (the driver rounds down to them), at least one.
@@ -192,8 +204,7 @@ impl UblkExport {
             removed: false,
         };
         // From here on dropping `export` deletes the device.
-        let geometry =
-            Geometry { nsid, block_shift, blocks: ns.blocks, max_io_bytes: dev.max_io_buf_bytes.min(max_io) };
+        let geometry = Geometry { nsid, block_shift, blocks, max_io_bytes: dev.max_io_buf_bytes.min(max_io) };
         export
             .control
             .set_params(dev_id, &params(&geometry, info.vwc, info.oncs))
@@ -209,7 +220,7 @@ impl UblkExport {
                 geometry,
                 // max(requested, granted): a buffer is never smaller than a request the driver can send.
                 buf_bytes: usize::try_from(dev.max_io_buf_bytes.max(max_io)).unwrap_or(usize::MAX),
-                ctrl: Arc::clone(&ctrl),
+                head: Arc::clone(&head),
                 cdev: Arc::clone(&cdev),
                 efd: Arc::clone(&efd),
                 stop: Arc::clone(&export.stop),
@@ -372,7 +383,7 @@ struct Queue {
     depth: u16,
     geometry: Geometry,
     buf_bytes: usize,
-    ctrl: Arc<Controller>,
+    head: Arc<NamespaceHead>,
     cdev: Arc<File>,
     efd: Arc<File>,
     stop: Arc<Stop>,
@@ -445,17 +456,15 @@ impl Queue {
     ) -> io::Result<()> {
         let mut cqes = Vec::with_capacity(usize::from(self.depth) + 1);
         let mut tags = vec![TagState::default(); usize::from(self.depth)];
-        let queues = self.ctrl.io_queues();
-        let queue = &queues[usize::from(self.q_id) % queues.len()];
+        let mut wakes = PathWakes::default();
         let mut aborted = 0;
         loop {
             ring.submit_and_wait()?;
             ring.completions(&mut cqes);
-            let mut queued = false;
             for (user_data, result) in cqes.drain(..) {
                 if user_data == sys::EVENT {
                     while let Ok(c) = finished.try_recv() {
-                        self.finish(c, &tags, ring)?;
+                        self.finish(c, &tags, ring, &mut wakes)?;
                     }
                     if self.stop.requested.load(Ordering::Acquire) {
                         return Ok(());
@@ -465,7 +474,7 @@ impl Queue {
                 }
                 let tag = u16::try_from(user_data).unwrap_or(u16::MAX);
                 match result {
-                    sys::IO_RES_OK => queued |= self.handle(tag, descs.get(tag), ring, queue, sink, &mut tags)?,
+                    sys::IO_RES_OK => self.handle(tag, descs.get(tag), ring, sink, &mut tags, &mut wakes)?,
                     sys::IO_RES_ABORT => {
                         aborted += 1;
                         if aborted == self.depth {
@@ -475,29 +484,27 @@ impl Queue {
                     e => tracing::warn!(q_id = self.q_id, tag, result = e, "ublk fetch/commit failed"),
                 }
             }
-            if queued {
-                queue.wake();
-            }
+            wakes.wake(usize::from(self.q_id));
         }
     }
 
-    /// Queue one request's NVMe command (`Ok(true)`: the caller wakes the NVMe queue), or complete it now
-    /// with an error.
+    /// Queue one request's NVMe command on a path (noted in `wakes`, which the caller wakes), or complete it
+    /// now with an error.
     fn handle(
         &self,
         tag: u16,
         d: IoDesc,
         ring: &mut QueueRing,
-        queue: &QueueHandle,
         sink: &Arc<dyn CompletionSink>,
         tags: &mut [TagState],
-    ) -> io::Result<bool> {
+        wakes: &mut PathWakes,
+    ) -> io::Result<()> {
         let g = &self.geometry;
         let op = match decode(&d, g) {
             Ok(op) => op,
             Err(errno) => {
                 tracing::warn!(q_id = self.q_id, tag, ?d, errno, "ublk request refused");
-                return ring.commit(tag, errno, None).map(|()| false);
+                return ring.commit(tag, errno, None);
             }
         };
         let (sqe, direction, range) = nvm_command(g.nsid, &op);
@@ -519,22 +526,24 @@ impl Queue {
         };
         let bytes = if direction == DataDirection::None || range.is_some() { 0 } else { bytes };
         tags[usize::from(tag)] = TagState { bytes: i32::try_from(bytes).unwrap_or(i32::MAX), read };
-        match queue.queue_to_sink(Request { sqe, data, direction, context: () }, sink, u64::from(tag)) {
-            Ok(()) => Ok(true),
+        let request = Request { sqe, data, direction, context: () };
+        match self.head.queue_to_sink(usize::from(self.q_id), request, sink, u64::from(tag), wakes) {
+            Ok(()) => Ok(()),
             Err((e, data)) => {
                 tracing::warn!(q_id = self.q_id, tag, error = %e, "ublk request: submission failed");
-                ring.commit(tag, -libc::EIO, (data.capacity() > 0).then_some(data)).map(|()| false)
+                ring.commit(tag, -libc::EIO, (data.capacity() > 0).then_some(data))
             }
         }
     }
 
-    /// Commit a finished command's request (unless it was resubmitted after a reconnect).
-    fn finish(&self, c: Completed, tags: &[TagState], ring: &mut QueueRing) -> io::Result<()> {
-        let Some(tag) = u16::try_from(c.tag()).ok().filter(|&t| t < self.depth) else {
+    /// Commit a finished command's request (unless it went again to a path: after a reconnect, or to another
+    /// path after a failure on its own).
+    fn finish(&self, c: Completed, tags: &[TagState], ring: &mut QueueRing, wakes: &mut PathWakes) -> io::Result<()> {
+        let Some(tag) = u16::try_from(caller_tag(c.tag())).ok().filter(|&t| t < self.depth) else {
             tracing::error!(q_id = self.q_id, tag = c.tag(), "ublk: a completion for no tag");
             return Ok(());
         };
-        let Some(reply) = c.settle() else { return Ok(()) };
+        let Some(reply) = self.head.settle(usize::from(self.q_id), c, wakes) else { return Ok(()) };
         let state = tags[usize::from(tag)];
         let result = match &reply.result {
             Ok(cqe) if cqe.status.is_success() => state.bytes,

@@ -96,6 +96,7 @@ pub fn options(nr_io_queues: u16) -> ConnectOptions {
         host_iface: None,
         dhchap_secret: None,
         dhchap_ctrl_secret: None,
+        iopolicy: nvmf_host::multipath::IoPolicy::default(),
     }
 }
 

@@ -74,10 +74,19 @@ use metrics::Meter;
 pub use metrics::{latency_bucket_bound, QueueMetrics, LATENCY_BUCKETS};
 pub use pending::Pending;
 use pending::{reply_port, Stage};
-pub(crate) use recovery::Recovery;
+pub(crate) use recovery::{transport_loss, Recovery};
 use recovery::{Refused, Retry};
 use sink::Ticket;
 pub use sink::{Completed, CompletionSink};
+
+/// Why [`QueueHandle::try_queue_to_sink`] did not submit.
+#[derive(Debug)]
+pub enum SinkRefused {
+    /// The command fails with this error; its buffer comes back.
+    Failed(HostError, Vec<u8>),
+    /// The controller is reconnecting: the request comes back untouched.
+    Unavailable(Request<()>),
+}
 
 /// The result of one command from a [`QueueHandle`].
 pub type Reply = Completion<()>;
@@ -296,6 +305,30 @@ impl QueueHandle {
         tag: u64,
     ) -> Result<(), (HostError, Vec<u8>)> {
         self.slot.submit_to_sink(request, sink, tag, false)
+    }
+
+    /// [`QueueHandle::queue_to_sink`] that never holds: while the controller reconnects the request comes back
+    /// ([`SinkRefused::Unavailable`]) for the caller to send elsewhere (a multipath head's other paths).
+    pub fn try_queue_to_sink(
+        &self,
+        request: Request<()>,
+        sink: &Arc<dyn CompletionSink>,
+        tag: u64,
+    ) -> Result<(), SinkRefused> {
+        let qid = self.qid();
+        let route = |retry| (ReplyTo::Sink(Ticket { qid, tag, sink: Some(Arc::clone(sink)), retry }), ());
+        match self.slot.try_submit_via(request, false, route) {
+            Ok(()) => Ok(()),
+            Err(Refused::Failed(e, data)) => Err(SinkRefused::Failed(e, data)),
+            Err(Refused::Held { request, .. }) => Err(SinkRefused::Unavailable(request)),
+        }
+    }
+
+    /// Commands submitted on the current connection and not completed yet, as of the I/O thread's last loop
+    /// (a multipath head's queue-depth policy).
+    pub fn outstanding(&self) -> u64 {
+        let s = &self.link().shared;
+        s.submitted.load(Ordering::Relaxed).saturating_sub(s.completed.load(Ordering::Relaxed))
     }
 
     /// Wake the I/O thread to take what [`QueueHandle::queue_to_sink`] queued.

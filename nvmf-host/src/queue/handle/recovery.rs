@@ -27,7 +27,7 @@ pub(crate) trait Recovery: Send + Sync + std::fmt::Debug {
 
 /// Whether `e` means the connection was lost (so the command may be resubmitted on a new one), as opposed
 /// to something wrong with the command itself.
-pub(super) fn transport_loss(e: &HostError) -> bool {
+pub(crate) fn transport_loss(e: &HostError) -> bool {
     matches!(
         e,
         HostError::Io { .. }

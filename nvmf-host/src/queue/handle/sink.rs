@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::recovery::Retry;
 use super::Reply;
 use crate::error::HostError;
+use crate::queue::Request;
 
 /// Where an export queue's commands complete ([`super::QueueHandle::submit_to_sink`]). Called on the queue's
 /// I/O thread: neither method may block.
@@ -34,6 +35,26 @@ impl Completed {
     /// The tag the command was submitted with.
     pub fn tag(&self) -> u64 {
         self.tag
+    }
+
+    /// The reply as it came from the queue (before any recovery).
+    pub fn reply(&self) -> &Reply {
+        &self.reply
+    }
+
+    /// The command back as a request to submit elsewhere (a multipath head's other path), with the sink it
+    /// completes to, when the queue kept what resubmitting needs (a controller's queue, which recovers); else
+    /// `self`.
+    #[expect(clippy::result_large_err, reason = "the completion goes back by value: boxing it would allocate")]
+    pub fn into_request(self) -> Result<(Request<()>, Arc<dyn CompletionSink>), Self> {
+        match self.retry {
+            Some((retry, sink)) => {
+                let request =
+                    Request { sqe: retry.sqe, data: self.reply.data, direction: retry.direction, context: () };
+                Ok((request, sink))
+            }
+            None => Err(self),
+        }
     }
 
     /// The command's reply; or `None` when the connection lost it and it went to the controller's new

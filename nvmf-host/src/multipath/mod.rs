@@ -1,0 +1,506 @@
+//! Native multipath: a [`NamespaceHead`] is one namespace reached through several controllers of one subsystem
+//! (its paths), grouped by the namespace's NGUID (else UUID), as Linux groups controllers under an
+//! `nvme_ns_head`. The block exports (ublk, NBD) submit through a head; with one path it behaves as that
+//! controller's queues do.
+//!
+//! Path selection, per command: a path serves I/O when its controller is live and its ANA state for the namespace
+//! is optimized, else non-optimized (a controller that does not report ANA counts as optimized); never
+//! inaccessible, persistent loss or change. Among the paths of the best state, [`IoPolicy::RoundRobin`] takes each
+//! command to the next one and [`IoPolicy::QueueDepth`] to the one with the fewest commands outstanding on the
+//! export queue's I/O queue (Linux's `round-robin` and `queue-depth` iopolicies).
+//!
+//! Failover: a command that completes with its connection lost, or with a path-related status (SCT 3h) without
+//! DNR, goes again to a usable path with the same buffer (nothing copied); an ANA status also marks its path with
+//! that state and has its controller read the ANA log again. While no path serves I/O, submitting waits (the
+//! export queue's thread, as a reconnecting controller's hold does), looking again every 10 ms, until a path does
+//! (a reconnect, an ANA change) or none can any more: every controller failed or deleted or in persistent loss,
+//! every reconnecting one past its `fast_io_fail_tmo`, or the longest `ctrl_loss_tmo` of the paths has passed.
+//!
+//! Tags: the head keeps the path a command went to in bits 63:48 of its sink tag; callers' tags stay below
+//! [`MAX_TAG`] and read them back with [`caller_tag`].
+//!
+//! Locks: the path list is behind an `RwLock` only adding or removing a path write-locks; each command takes its
+//! uncontended read lock and reads the controllers' state and ANA generation (atomics); a path's ANA state is
+//! re-read from its controller (a read lock) only after the controller read its ANA log again.
+
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
+
+use nvmf_common::nvme::log_page::AnaState;
+use nvmf_common::nvme::status::StatusCodeType;
+use nvmf_common::nvme::Status;
+
+use crate::controller::{Controller, ControllerState, NamespaceInfo};
+use crate::error::HostError;
+use crate::queue::handle::{transport_loss, Completed, CompletionSink, QueueHandle, Reply, SinkRefused};
+use crate::queue::Request;
+
+mod select;
+
+pub use select::IoPolicy;
+use select::{choose, Candidate, Choice};
+
+/// Most paths a head takes.
+pub const MAX_PATHS: usize = 16;
+/// Callers' sink tags must be below this (the head uses bits 63:48).
+pub const MAX_TAG: u64 = 1 << PATH_SHIFT;
+const PATH_SHIFT: u32 = 48;
+/// How often a waiting submission looks at the paths again.
+const WAIT_STEP: Duration = Duration::from_millis(10);
+
+/// The caller's part of a tag the head submitted with.
+pub fn caller_tag(tag: u64) -> u64 {
+    tag & (MAX_TAG - 1)
+}
+
+/// What identifies a namespace across controllers: its NGUID, else its UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NamespaceId {
+    /// The NGUID.
+    Nguid([u8; 16]),
+    /// The UUID (the NGUID being zero).
+    Uuid([u8; 16]),
+}
+
+impl NamespaceId {
+    /// The namespace's identifier, if it reports one (a namespace with neither cannot be told apart from
+    /// another controller's and is never grouped).
+    pub fn of(ns: &NamespaceInfo) -> Option<Self> {
+        if ns.nguid != [0; 16] {
+            return Some(NamespaceId::Nguid(ns.nguid));
+        }
+        ns.uuid.filter(|u| *u != [0; 16]).map(NamespaceId::Uuid)
+    }
+}
+
+/// One path: a controller and the namespace's ANA state through it.
+#[derive(Debug)]
+pub struct Path {
+    id: u16,
+    name: String,
+    ctrl: Arc<Controller>,
+    nsid: u32,
+    /// `generation << 8 | state`: the ANA state as of the controller's ANA generation (state 0: not reported).
+    ana: AtomicU64,
+}
+
+impl Path {
+    /// The controller's name (`nvmf0`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The controller.
+    pub fn controller(&self) -> &Arc<Controller> {
+        &self.ctrl
+    }
+
+    /// The namespace's ANA state through this path (`None`: the controller does not report ANA).
+    pub fn ana_state(&self) -> Option<AnaState> {
+        let generation = self.ctrl.ana_generation();
+        let word = self.ana.load(Ordering::Acquire);
+        if word >> 8 == generation && word != 0 {
+            return decode_ana(word);
+        }
+        let state = self.ctrl.ana_state(self.nsid);
+        self.ana.store(generation << 8 | u64::from(state.map_or(0xff, AnaState::to_u8)), Ordering::Release);
+        state
+    }
+
+    /// An ANA status said the state is `state` until the controller's log says otherwise.
+    fn mark(&self, state: AnaState) {
+        let generation = self.ctrl.ana_generation();
+        self.ana.store(generation << 8 | u64::from(state.to_u8()), Ordering::Release);
+        self.ctrl.request_ana_refresh();
+    }
+
+    fn queue(&self, q: usize) -> Option<&QueueHandle> {
+        let queues = self.ctrl.io_queues();
+        (!queues.is_empty()).then(|| &queues[q % queues.len()])
+    }
+
+    fn candidate(&self, q: usize) -> Candidate {
+        let state = self.ctrl.state();
+        let ana = self.ana_state();
+        Candidate {
+            live: state == ControllerState::Live && self.queue(q).is_some(),
+            ana,
+            may_return: match state {
+                ControllerState::Failed | ControllerState::Deleting => false,
+                ControllerState::Reconnecting { .. } => {
+                    let fast_fail = self.ctrl.options().fast_io_fail_tmo;
+                    fast_fail.is_none_or(|t| self.ctrl.lost_for().is_none_or(|lost| lost < t))
+                }
+                ControllerState::Live => ana != Some(AnaState::PersistentLoss),
+            },
+            outstanding: self.queue(q).map_or(u64::MAX, QueueHandle::outstanding),
+        }
+    }
+}
+
+fn decode_ana(word: u64) -> Option<AnaState> {
+    AnaState::from_u8((word & 0xff) as u8).ok()
+}
+
+/// What `list` shows of a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathView {
+    /// The controller's name.
+    pub name: String,
+    /// Its state (`live`, `reconnecting`, …).
+    pub state: &'static str,
+    /// The namespace's ANA state through it (`optimized` …; `none` when not reported).
+    pub ana_state: &'static str,
+}
+
+/// One namespace over its paths (see the module docs).
+#[derive(Debug)]
+pub struct NamespaceHead {
+    subnqn: String,
+    nsid: u32,
+    id: Option<NamespaceId>,
+    block_size: u32,
+    blocks: u64,
+    policy: IoPolicy,
+    paths: RwLock<Vec<Arc<Path>>>,
+    next_path_id: AtomicU16,
+    round_robin: AtomicUsize,
+    /// Commands that went to another path after a failure on theirs.
+    failovers: AtomicU64,
+}
+
+/// Why a path cannot join a head.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    /// The namespace is not active on the controller.
+    #[error("namespace {0} is not active on this controller")]
+    UnknownNamespace(u32),
+    /// The controller is of another subsystem or reports another namespace.
+    #[error("{0}")]
+    Mismatch(String),
+    /// The head has [`MAX_PATHS`] paths.
+    #[error("namespace {0} already has {MAX_PATHS} paths")]
+    Full(u32),
+}
+
+impl NamespaceHead {
+    /// A head for namespace `nsid` of `ctrl` (named `name`), with that controller as its only path.
+    pub fn new(ctrl: Arc<Controller>, name: &str, nsid: u32, policy: IoPolicy) -> Result<Self, PathError> {
+        let ns = namespace(&ctrl, nsid)?;
+        let head = NamespaceHead {
+            subnqn: ctrl.subnqn().to_owned(),
+            nsid,
+            id: NamespaceId::of(&ns),
+            block_size: ns.block_size,
+            blocks: ns.blocks,
+            policy,
+            paths: RwLock::new(Vec::new()),
+            next_path_id: AtomicU16::new(0),
+            round_robin: AtomicUsize::new(0),
+            failovers: AtomicU64::new(0),
+        };
+        head.add_path(ctrl, name)?;
+        Ok(head)
+    }
+
+    /// Whether namespace `ns` of a controller of `subnqn` is this head's namespace (same subsystem, NSID and
+    /// identifier; a namespace without an identifier matches none).
+    pub fn matches(&self, subnqn: &str, ns: &NamespaceInfo) -> bool {
+        self.id.is_some() && subnqn == self.subnqn && ns.nsid == self.nsid && NamespaceId::of(ns) == self.id
+    }
+
+    /// Why `ctrl` cannot be another path of this head although its namespace [`NamespaceHead::matches`]: as
+    /// the Linux host, only a subsystem that may have several controllers (CMIC bit 1), each with its own
+    /// CNTLID, is reached over several paths (two targets that merely share a subsystem NQN are not one
+    /// subsystem).
+    pub fn refuses(&self, ctrl: &Controller) -> Option<String> {
+        if !ctrl.info().multi_controller {
+            return Some("the subsystem does not report several controllers (CMIC bit 1)".into());
+        }
+        let cntlid = ctrl.cntlid();
+        self.paths()
+            .iter()
+            .find(|p| p.ctrl.cntlid() == cntlid)
+            .map(|p| format!("its CNTLID {cntlid} is also {}'s: not one subsystem", p.name))
+    }
+
+    /// Add `ctrl` (named `name`) as a path.
+    pub fn add_path(&self, ctrl: Arc<Controller>, name: &str) -> Result<(), PathError> {
+        if !self.paths().is_empty() {
+            if let Some(why) = self.refuses(&ctrl) {
+                return Err(PathError::Mismatch(format!("{name} cannot be a path of namespace {}: {why}", self.nsid)));
+            }
+        }
+        let ns = namespace(&ctrl, self.nsid)?;
+        if ctrl.subnqn() != self.subnqn {
+            return Err(PathError::Mismatch(format!(
+                "{name} is a controller of {}, not {}",
+                ctrl.subnqn(),
+                self.subnqn
+            )));
+        }
+        if (ns.block_size, ns.blocks) != (self.block_size, self.blocks) || NamespaceId::of(&ns) != self.id {
+            return Err(PathError::Mismatch(format!(
+                "namespace {} through {name} is not the same namespace (identifier, block size or size differ)",
+                self.nsid
+            )));
+        }
+        let mut paths = self.paths.write().unwrap_or_else(PoisonError::into_inner);
+        if paths.len() >= MAX_PATHS {
+            return Err(PathError::Full(self.nsid));
+        }
+        let id = self.next_path_id.fetch_add(1, Ordering::Relaxed);
+        let path = Path { id, name: name.to_owned(), ctrl, nsid: self.nsid, ana: AtomicU64::new(0) };
+        tracing::info!(subnqn = %self.subnqn, nsid = self.nsid, path = name, paths = paths.len() + 1, "path added");
+        paths.push(Arc::new(path));
+        Ok(())
+    }
+
+    /// Remove the path named `name`; the paths left.
+    pub fn remove_path(&self, name: &str) -> usize {
+        let mut paths = self.paths.write().unwrap_or_else(PoisonError::into_inner);
+        paths.retain(|p| p.name != name);
+        paths.len()
+    }
+
+    fn paths(&self) -> RwLockReadGuard<'_, Vec<Arc<Path>>> {
+        self.paths.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The namespace ID.
+    pub fn nsid(&self) -> u32 {
+        self.nsid
+    }
+
+    /// The subsystem NQN.
+    pub fn subnqn(&self) -> &str {
+        &self.subnqn
+    }
+
+    /// The namespace's logical block size and size in blocks.
+    pub fn geometry(&self) -> (u32, u64) {
+        (self.block_size, self.blocks)
+    }
+
+    /// The I/O policy.
+    pub fn policy(&self) -> IoPolicy {
+        self.policy
+    }
+
+    /// Commands sent again on another path after a failure.
+    pub fn failovers(&self) -> u64 {
+        self.failovers.load(Ordering::Relaxed)
+    }
+
+    /// The first path's controller (what the exports size themselves by: queue count, MDTS, ONCS, VWC).
+    pub fn first_controller(&self) -> Option<Arc<Controller>> {
+        self.paths().first().map(|p| Arc::clone(&p.ctrl))
+    }
+
+    /// A controller that serves I/O now (for a caller's blocking command, a flush), else the first path's.
+    pub fn usable_controller(&self) -> Option<Arc<Controller>> {
+        let paths = self.paths();
+        let candidates: Vec<Candidate> = paths.iter().map(|p| p.candidate(0)).collect();
+        match choose(&candidates, self.policy, 0) {
+            Choice::Path(i) => Some(Arc::clone(&paths[i].ctrl)),
+            _ => paths.first().map(|p| Arc::clone(&p.ctrl)),
+        }
+    }
+
+    /// Each path's name, controller state and ANA state.
+    pub fn view(&self) -> Vec<PathView> {
+        self.paths()
+            .iter()
+            .map(|p| PathView {
+                name: p.name.clone(),
+                state: p.ctrl.state().name(),
+                ana_state: p.ana_state().map_or("none", AnaState::name),
+            })
+            .collect()
+    }
+
+    /// Queue `request` (its completion to `sink` under `tag` < [`MAX_TAG`]) on export queue `q`'s I/O queue of
+    /// a path that serves I/O, without waking its I/O thread (see [`PathWakes`]); waits while none does (see
+    /// the module docs). On failure the request's buffer comes back with the error.
+    pub fn queue_to_sink(
+        &self,
+        q: usize,
+        request: Request<()>,
+        sink: &Arc<dyn CompletionSink>,
+        tag: u64,
+        wakes: &mut PathWakes,
+    ) -> Result<(), (HostError, Vec<u8>)> {
+        debug_assert!(tag < MAX_TAG);
+        let mut request = request;
+        let mut refused = [false; MAX_PATHS];
+        let mut waiting_since: Option<Instant> = None;
+        loop {
+            let paths = self.paths();
+            let mut candidates = [Candidate::NONE; MAX_PATHS];
+            for (i, p) in paths.iter().enumerate() {
+                candidates[i] = if refused[i] { Candidate::NONE.may_return() } else { p.candidate(q) };
+            }
+            let start = self.round_robin.fetch_add(1, Ordering::Relaxed);
+            match choose(&candidates[..paths.len()], self.policy, start) {
+                Choice::Path(i) => {
+                    let path = &paths[i];
+                    let Some(queue) = path.queue(q) else {
+                        refused[i] = true;
+                        continue;
+                    };
+                    match queue.try_queue_to_sink(request, sink, u64::from(path.id) << PATH_SHIFT | tag) {
+                        Ok(()) => {
+                            wakes.note(path);
+                            return Ok(());
+                        }
+                        Err(SinkRefused::Failed(e, data)) => return Err((e, data)),
+                        // Its connection failed: the controller is about to say it is reconnecting.
+                        Err(SinkRefused::Unavailable(r)) => {
+                            refused[i] = true;
+                            request = r;
+                        }
+                    }
+                }
+                Choice::Wait => {
+                    let since = *waiting_since.get_or_insert_with(Instant::now);
+                    if let Some(limit) = self.wait_limit(&paths) {
+                        if since.elapsed() >= limit {
+                            let reason = format!("no path served I/O for {limit:?} (ctrl_loss_tmo)");
+                            return Err((HostError::NoPath { nsid: self.nsid, reason }, request.data));
+                        }
+                    }
+                    drop(paths);
+                    std::thread::sleep(WAIT_STEP);
+                    refused = [false; MAX_PATHS];
+                }
+                Choice::None => {
+                    let reason = if paths.is_empty() {
+                        "it has no paths".to_owned()
+                    } else {
+                        "every path's controller failed, was deleted, is in ANA persistent loss or past \
+                         fast_io_fail_tmo"
+                            .to_owned()
+                    };
+                    return Err((HostError::NoPath { nsid: self.nsid, reason }, request.data));
+                }
+            }
+        }
+    }
+
+    /// The longest `ctrl_loss_tmo` of the paths (`None`: one waits forever).
+    fn wait_limit(&self, paths: &[Arc<Path>]) -> Option<Duration> {
+        paths.iter().try_fold(Duration::ZERO, |m, p| p.ctrl.options().ctrl_loss_tmo.map(|t| t.max(m)))
+    }
+
+    /// A completion of a command this head queued for export queue `q`: its reply, or `None` when it went
+    /// again to a path (its reply comes through the sink later, same tag). A command that failed on its path
+    /// (see the module docs) is sent again; any other completion settles as the queue's own
+    /// ([`Completed::settle`]).
+    pub fn settle(&self, q: usize, completed: Completed, wakes: &mut PathWakes) -> Option<Reply> {
+        let path_id = u16::try_from(completed.tag() >> PATH_SHIFT).unwrap_or(u16::MAX);
+        let failed_path = match &completed.reply().result {
+            Err(e) => transport_loss(e),
+            Ok(cqe) => path_failure(cqe.status),
+        };
+        if !failed_path {
+            return completed.settle();
+        }
+        if let Ok(cqe) = &completed.reply().result {
+            if let Some(state) = ana_status(cqe.status) {
+                if let Some(p) = self.paths().iter().find(|p| p.id == path_id) {
+                    tracing::debug!(path = %p.name, nsid = self.nsid, state = state.name(), "ANA status");
+                    p.mark(state);
+                }
+            }
+        }
+        let tag = caller_tag(completed.tag());
+        let (request, sink) = match completed.into_request() {
+            Ok(r) => r,
+            Err(c) => return c.settle(),
+        };
+        self.failovers.fetch_add(1, Ordering::Relaxed);
+        match self.queue_to_sink(q, request, &sink, tag, wakes) {
+            Ok(()) => None,
+            Err((e, data)) => Some(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false }),
+        }
+    }
+}
+
+fn namespace(ctrl: &Controller, nsid: u32) -> Result<NamespaceInfo, PathError> {
+    ctrl.known_namespaces().into_iter().find(|n| n.nsid == nsid).ok_or(PathError::UnknownNamespace(nsid))
+}
+
+/// A path-related status the command may be retried elsewhere after (Linux's `nvme_is_path_error`, and no DNR).
+fn path_failure(status: Status) -> bool {
+    !status.is_success() && status.sct() == StatusCodeType::Path && !status.dnr()
+}
+
+/// The ANA state an ANA status says the path is in.
+fn ana_status(status: Status) -> Option<AnaState> {
+    [
+        (Status::ANA_INACCESSIBLE, AnaState::Inaccessible),
+        (Status::ANA_PERSISTENT_LOSS, AnaState::PersistentLoss),
+        (Status::ANA_TRANSITION, AnaState::Change),
+    ]
+    .into_iter()
+    .find_map(|(s, state)| status.same_code(s).then_some(state))
+}
+
+/// The paths a batch of [`NamespaceHead::queue_to_sink`] calls queued to, to wake each once when the batch is
+/// done ([`PathWakes::wake`]). Holds at most [`MAX_PATHS`] paths; kept by the caller across batches.
+#[derive(Debug, Default)]
+pub struct PathWakes {
+    paths: Vec<Arc<Path>>,
+}
+
+impl PathWakes {
+    fn note(&mut self, path: &Arc<Path>) {
+        if !self.paths.iter().any(|p| Arc::ptr_eq(p, path)) {
+            self.paths.push(Arc::clone(path));
+        }
+    }
+
+    /// Wake export queue `q`'s I/O queue on every path noted since the last call.
+    pub fn wake(&mut self, q: usize) {
+        for p in self.paths.drain(..) {
+            if let Some(queue) = p.queue(q) {
+                queue.wake();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_statuses_fail_over_unless_dnr() {
+        assert!(path_failure(Status::ANA_INACCESSIBLE));
+        assert!(path_failure(Status::HOST_PATHING_ERROR));
+        assert!(!path_failure(Status::ANA_INACCESSIBLE.with_dnr()));
+        assert!(!path_failure(Status::SUCCESS));
+        assert!(!path_failure(Status::INVALID_FIELD));
+        assert_eq!(ana_status(Status::ANA_TRANSITION), Some(AnaState::Change));
+        assert_eq!(ana_status(Status::ANA_PERSISTENT_LOSS.with_dnr()), Some(AnaState::PersistentLoss));
+        assert_eq!(ana_status(Status::HOST_PATHING_ERROR), None);
+    }
+
+    #[test]
+    fn tags_keep_the_callers_part() {
+        let tag = 7u64 << PATH_SHIFT | 1234;
+        assert_eq!(caller_tag(tag), 1234);
+        assert_eq!(caller_tag(MAX_TAG - 1), MAX_TAG - 1);
+    }
+
+    #[test]
+    fn namespaces_are_identified_by_nguid_then_uuid() {
+        let ns = NamespaceInfo { nsid: 1, block_size: 512, blocks: 8, nguid: [0; 16], uuid: None, anagrpid: 1 };
+        assert_eq!(NamespaceId::of(&ns), None);
+        let with_uuid = NamespaceInfo { uuid: Some([2; 16]), ..ns };
+        assert_eq!(NamespaceId::of(&with_uuid), Some(NamespaceId::Uuid([2; 16])));
+        let with_nguid = NamespaceInfo { nguid: [1; 16], ..with_uuid };
+        assert_eq!(NamespaceId::of(&with_nguid), Some(NamespaceId::Nguid([1; 16])));
+    }
+}

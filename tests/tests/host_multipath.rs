@@ -1,0 +1,227 @@
+//! Our host's native multipath against two of our target processes on loopback: one subsystem, one shared
+//! file-backed namespace (same NGUID), distinct CNTLID ranges, listener A optimized and B non-optimized. The
+//! host daemon's second `connect` to the subsystem joins the first's NBD export as a path; `list` shows both
+//! paths with their ANA states; data written through the export is read back while (a) A's listener is made
+//! inaccessible (I/O moves to B) and (b) A is killed with SIGKILL (I/O goes on through B); each phase's
+//! writes land on the node the ANA states say.
+
+mod target_support;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use target_support::TargetProcess;
+
+const NQN: &str = "nqn.2024-01.io.nvmf-rs:multipath";
+const NGUID: &str = "5f0a6c1e2b3d4e5f8091a2b3c4d5e6f7";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn host_bin() -> std::path::PathBuf {
+    nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host").expect("nvmf-host binary")
+}
+
+fn target_bin() -> std::path::PathBuf {
+    nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary")
+}
+
+/// One target node: `nvmf-target` serving the shared file on `port` with the listener in `ana` state.
+fn start_node(dir: &Path, name: &str, port: u16, ana: &str, cntlids: &str) -> TargetProcess {
+    let control = dir.join(format!("{name}.sock"));
+    let args = [
+        "--listen".to_owned(),
+        format!("tcp://127.0.0.1:{port},ana-state={ana}"),
+        "--namespace".to_owned(),
+        format!("{},nguid={NGUID}", dir.join("disk.img").display()),
+        "--nqn".to_owned(),
+        NQN.to_owned(),
+        "--cntlid-range".to_owned(),
+        cntlids.to_owned(),
+        "--control".to_owned(),
+        control.display().to_string(),
+    ];
+    let log = dir.join(format!("{name}.log"));
+    let node = TargetProcess::spawn(&args, Some(dir), &log);
+    target_support::wait_log(&log, "ready");
+    node
+}
+
+fn run(bin: &Path, args: &[&str]) -> Output {
+    Command::new(bin).args(args).output().expect("command runs")
+}
+
+fn ok(bin: &Path, args: &[&str]) -> String {
+    let out = run(bin, args);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{} {args:?}:\n{text}", bin.display());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Bytes the node's controllers were written, from `nvmf-target list -o json`.
+fn bytes_written(dir: &Path, name: &str) -> u64 {
+    let control = dir.join(format!("{name}.sock"));
+    let text = ok(&target_bin(), &["list", "-o", "json", "--control", control.to_str().unwrap()]);
+    let v: Value = serde_json::from_str(&text).expect("list JSON");
+    fn sum(v: &Value) -> u64 {
+        match v {
+            Value::Object(m) => {
+                let own = m
+                    .get("controllers")
+                    .and_then(Value::as_array)
+                    .map_or(0, |cs| cs.iter().filter_map(|c| c.get("bytes_written").and_then(Value::as_u64)).sum());
+                own + m.iter().filter(|(k, _)| *k != "controllers").map(|(_, v)| sum(v)).sum::<u64>()
+            }
+            Value::Array(a) => a.iter().map(sum).sum(),
+            _ => 0,
+        }
+    }
+    sum(&v)
+}
+
+/// qemu-io `commands` against the NBD export at `sock`; panics on an error or a pattern mismatch.
+fn qemu_io(sock: &Path, commands: &[&str]) {
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let mut cmd = Command::new("qemu-io");
+    cmd.args(["-f", "raw"]);
+    for c in commands {
+        cmd.args(["-c", c]);
+    }
+    let out = cmd.arg(&uri).output().expect("qemu-io (Debian package qemu-utils)");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && !text.contains("Pattern verification failed"), "qemu-io {commands:?}:\n{text}");
+    let reads = commands.iter().filter(|c| c.starts_with("read ")).count();
+    assert_eq!(text.matches("read ").count(), reads, "{text}");
+}
+
+struct HostDaemon {
+    child: Child,
+}
+
+impl Drop for HostDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The daemon's paths of namespace 1, as `(name, ana_state)`, from `list -o json`.
+fn paths(control: &str) -> Vec<(String, String, String)> {
+    let text = ok(&host_bin(), &["list", "-o", "json", "--control", control]);
+    let v: Value = serde_json::from_str(&text).expect("list JSON");
+    let controllers = v.as_array().cloned().or_else(|| v.get("controllers").and_then(Value::as_array).cloned());
+    let first = controllers.unwrap_or_default().into_iter().next().expect("a controller");
+    let export = &first["exports"][0];
+    export["paths"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .map(|p| {
+                    let s = |k: &str| p[k].as_str().unwrap_or_default().to_owned();
+                    (s("name"), s("state"), s("ana_state"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Wait (bounded) until `f` holds.
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn two_nodes_one_export_fails_over_on_ana_change_and_node_loss() {
+    if Command::new("qemu-io").arg("--version").stdout(Stdio::null()).status().is_err() {
+        eprintln!("SKIPPED: qemu-io is not installed (Debian package qemu-utils)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("disk.img")).unwrap().set_len(64 << 20).unwrap();
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut node_a = Some(start_node(d, "a", port_a, "optimized", "1-99"));
+    let _node_b = start_node(d, "b", port_b, "non-optimized", "100-199");
+
+    let control = d.join("host.sock").display().to_string();
+    std::fs::write(
+        d.join("host.toml"),
+        format!("[host]\nstate_dir = \"{}\"\ncontrol_socket = \"{control}\"\n", d.join("state").display()),
+    )
+    .unwrap();
+    let child = Command::new(host_bin())
+        .args(["run", "--config", d.join("host.toml").to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("host.log")).unwrap())
+        .spawn()
+        .expect("nvmf-host run");
+    let _daemon = HostDaemon { child };
+    wait_for("the host's control socket", || Path::new(&control).exists());
+
+    let sock = d.join("disk.sock");
+    let nbd = format!("unix:{}", sock.display());
+    let connect = |port: u16, nbd: &str| {
+        let port = port.to_string();
+        let args =
+            ["connect", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", NQN, "-c", "1", "--control", &control];
+        let mut args = args.to_vec();
+        args.extend(["--nbd", nbd]);
+        ok(&host_bin(), &args)
+    };
+    let first = connect(port_a, &nbd);
+    assert!(first.starts_with("nvmf0\n"), "{first}");
+    let other_sock = format!("unix:{}", d.join("unused.sock").display());
+    let second = connect(port_b, &other_sock);
+    assert!(second.contains(&format!("nvmf1n1: exported at nbd+unix:///?socket={}", sock.display())), "{second}");
+    assert!(second.contains("(now 2 paths)"), "{second}");
+    assert!(!d.join("unused.sock").exists(), "the second path must not start an export of its own");
+    let want = |a: &str, b: &str| {
+        vec![
+            ("nvmf0".to_owned(), "live".to_owned(), a.to_owned()),
+            ("nvmf1".to_owned(), "live".to_owned(), b.to_owned()),
+        ]
+    };
+    assert_eq!(paths(&control), want("optimized", "non-optimized"));
+
+    // Optimized path A takes the writes.
+    let (a0, b0) = (bytes_written(d, "a"), bytes_written(d, "b"));
+    qemu_io(&sock, &["write -P 0xa5 0 1M", "read -P 0xa5 0 1M"]);
+    let (a1, b1) = (bytes_written(d, "a"), bytes_written(d, "b"));
+    assert!(a1 - a0 >= 1 << 20, "node A wrote {} bytes", a1 - a0);
+    assert_eq!(b1, b0, "node B (non-optimized) must take no writes while A is optimized");
+
+    // (a) A's listener inaccessible: the host reads the ANA log (event) and writes go to B.
+    let a_control = d.join("a.sock");
+    let listener = format!("tcp://127.0.0.1:{port_a}");
+    ok(
+        &target_bin(),
+        &["ana-state", "--listener", &listener, "--state", "inaccessible", "--control", a_control.to_str().unwrap()],
+    );
+    wait_for("path A inaccessible in list", || paths(&control) == want("inaccessible", "non-optimized"));
+    qemu_io(&sock, &["write -P 0x5a 1M 1M", "read -P 0x5a 1M 1M", "read -P 0xa5 0 1M"]);
+    let (a2, b2) = (bytes_written(d, "a"), bytes_written(d, "b"));
+    assert!(b2 - b1 >= 1 << 20, "node B wrote {} bytes after A became inaccessible", b2 - b1);
+    assert_eq!(a2, a1, "node A took writes while inaccessible");
+
+    // Back to optimized, then (b) node A killed: I/O goes on through B.
+    ok(
+        &target_bin(),
+        &["ana-state", "--listener", &listener, "--state", "optimized", "--control", a_control.to_str().unwrap()],
+    );
+    wait_for("path A optimized again", || paths(&control) == want("optimized", "non-optimized"));
+    drop(node_a.take());
+    qemu_io(&sock, &["write -P 0x3c 2M 1M", "read -P 0x3c 2M 1M", "read -P 0x5a 1M 1M", "read -P 0xa5 0 1M"]);
+    assert!(bytes_written(d, "b") - b2 >= 1 << 20, "node B took the writes after A was killed");
+    let after = paths(&control);
+    assert_eq!(after[1], ("nvmf1".to_owned(), "live".to_owned(), "non-optimized".to_owned()));
+    assert_ne!(after[0].1, "live", "the killed node's path must not be live: {after:?}");
+}
