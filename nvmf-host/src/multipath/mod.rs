@@ -38,7 +38,7 @@ use crate::queue::Request;
 
 mod select;
 
-pub use select::IoPolicy;
+pub use crate::controller::IoPolicy;
 use select::{choose, Candidate, Choice};
 
 /// Most paths a head takes.

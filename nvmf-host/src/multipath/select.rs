@@ -1,48 +1,9 @@
 //! Choosing a path for a command from what each path is like now ([`Candidate`]): pure, so the policy is
 //! tested without controllers.
 
-use std::fmt;
-use std::str::FromStr;
-
 use nvmf_common::nvme::log_page::AnaState;
 
-/// How a head spreads commands over its best paths (Linux's `iopolicy` names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IoPolicy {
-    /// Each command to the next of the best paths.
-    #[default]
-    RoundRobin,
-    /// Each command to the best path with the fewest commands outstanding on the export queue's I/O queue.
-    QueueDepth,
-}
-
-impl IoPolicy {
-    /// The policy's name: `round-robin`, `queue-depth`.
-    pub fn name(self) -> &'static str {
-        match self {
-            IoPolicy::RoundRobin => "round-robin",
-            IoPolicy::QueueDepth => "queue-depth",
-        }
-    }
-}
-
-impl fmt::Display for IoPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for IoPolicy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "round-robin" => Ok(IoPolicy::RoundRobin),
-            "queue-depth" => Ok(IoPolicy::QueueDepth),
-            other => Err(format!("unknown I/O policy {other:?}: round-robin or queue-depth")),
-        }
-    }
-}
+use crate::controller::IoPolicy;
 
 /// A path as the choice sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
