@@ -3,11 +3,18 @@
 //! through both and shows one multipath namespace with two paths in those ANA states (sysfs `ana_state`, `nvme
 //! list-subsys`); fio randwrite with crc32c verification runs on the multipath device while `nvmf-target
 //! ana-state` makes 4420 inaccessible and 4421 optimized: the host follows (ANA Change events, the ANA log) and
-//! I/O goes on through 4421 without a verify error. The longest I/O latency fio saw and the longest gap
-//! between 200 ms intervals with completed writes are printed (`ana: longest …`).
+//! I/O goes on through 4421 without a verify error. The longest I/O latency fio saw and (case (a), a planned
+//! switch) the longest pause, an interval without any completed I/O, are printed (`pause case (a): N ms`).
 //!
 //! `two_nodes_one_subsystem_survive_a_node_loss`: two target processes export one subsystem from one file (same
-//! identifiers, disjoint CNTLID ranges); node A is killed under verified fio, and I/O goes on through node B.
+//! identifiers, disjoint CNTLID ranges). Under verified fio: (b) node A (optimized) is killed with SIGKILL, I/O goes
+//! on through node B, which is then made optimized; (c) node A is restarted with the same command line (optimized
+//! again), the host reconnects that path, node B is set back to non-optimized, and the I/O returns to node A
+//! (node A's controller command counters grow, node B's nearly stop). The pauses of (b) and (c) are printed.
+//!
+//! The pauses come from fio's per-I/O completion log (`--write_lat_log --log_unix_epoch=1`): the longest interval
+//! between two consecutive completions (writes or verify reads) that starts in the case's window. They are printed,
+//! not bounded: under TCG they depend on the machine's load.
 //!
 //! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`). Logs (the daemon's, fio's,
 //! dmesg) land in `target/tmp/vm-logs/<test>/`.
@@ -39,6 +46,24 @@ ana_state = "non-optimized"
 nqn = "nqn.2024-01.io.nvmf-rs:vm-ana"
 [[subsystem.namespace]]
 memory = "128MiB"
+"#;
+
+/// Bash functions shared by the scenarios' scripts: fio's per-I/O completion-latency log (`--write_lat_log
+/// --log_unix_epoch=1`: one line per completed I/O, "Unix-epoch ms, latency, direction, size, offset") sorted, and
+/// `pause FROM TO LABEL`: the longest interval without any completed I/O (writes or fio's verify reads) that
+/// starts in [FROM, TO) (Unix-epoch ms), where it starts and how many I/Os completed in the window.
+const PAUSES: &str = r#"
+now_ms() { echo $(( ${EPOCHREALTIME/./} / 1000 )); }
+pauses_log() { sort -n -t, -k1,1 "$1" > /tmp/completions.sorted; }
+pause() {
+  awk -F', *' -v from=$1 -v to=$2 -v label="$3" '
+    { t = $1 + 0 }
+    prev != "" && prev >= from && prev < to && t - prev > longest { longest = t - prev; at = prev - from }
+    t >= from && t < to { n++ }
+    { prev = t }
+    END { printf "pause %s: %d ms (from %d ms into it; %d I/Os completed in it)\n", label, longest, at, n }' /tmp/completions.sorted
+}
+writes_after() { awk -F', *' -v s=$1 '$1 > s && $3 == 1 { n++ } END { print (n > 0 ? "yes" : "no") }' /tmp/completions.sorted; }
 "#;
 
 /// The guest script: `{NQN}` is substituted.
@@ -82,11 +107,14 @@ T list
 # fio on the multipath device; the ANA states change under it.
 out=$NVMF_VM_LOGS/fio-ana
 t0=${EPOCHREALTIME/./}
+t0_ms=$(now_ms)
 timeout 200 fio --name=ana --filename=$dev --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=16 \
   --size=64M --time_based --runtime=45 --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
-  --write_bw_log=/tmp/ana --log_avg_msec=200 --output-format=json --output=$out.json > $out.log 2>&1 &
+  --write_lat_log=/tmp/ana --log_unix_epoch=1 --output-format=json --output=$out.json > $out.log 2>&1 &
 fio_pid=$!
 sleep 12
+# (a) A planned switch: 4420 inaccessible, 4421 optimized.
+t_a=$(now_ms)
 T ana-state --listener tcp://127.0.0.1:4420 --state inaccessible
 T ana-state --listener tcp://127.0.0.1:4421 --state optimized
 t_switch=$(( (${EPOCHREALTIME/./} - t0) / 1000 ))
@@ -100,13 +128,10 @@ echo "fio rc=$rc"
 cat $out.log >&2 || true
 jq -r '.jobs[0] | "fio error=\(.error) writes=\(.write.total_ios) verify-reads=\(.read.total_ios)"' $out.json
 jq -r '.jobs[0] | "ana: longest write latency \(.write.lat_ns.max / 1000000 | floor) ms, longest verify-read latency \(.read.lat_ns.max / 1000000 | floor) ms"' $out.json
-# The write bandwidth log: 200 ms averages, "msec, KiB/s, dir, bs, offset". After the switch: writes completed
-# (KiB summed over intervals) and the longest gap between intervals with some (fio logs no empty interval).
-cp /tmp/ana_bw.1.log $NVMF_VM_LOGS/ 2>/dev/null || true
-awk -F', *' -v s=$t_switch '$3 == 1 {
-    if ($2 > 0) { if (prev != "" && $1 - prev > longest) longest = $1 - prev; prev = $1 }
-    if ($1 > s + 2000) after += $2
-  } END { printf "ana: longest gap between completed writes %d ms; writes after the switch: %s\n", longest, (after > 0 ? "yes" : "no") }' /tmp/ana_bw.1.log
+pauses_log /tmp/ana_clat.1.log
+pause $t0_ms $t_a "before the switch"
+pause $t_a 99999999999999 "case (a)"
+echo "writes after the switch: $(writes_after $((t_a + 2000)))"
 echo "ana log reads: $(dmesg | grep -c 'ANA group' || true)"
 dmesg | grep -E 'ANA|nvme' | tail -n 20 >&2 || true
 echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
@@ -135,8 +160,10 @@ fn target_vm(name: &str) -> Vm {
 fn kernel_multipath_follows_ana_states() {
     let name = "kernel_multipath_follows_ana_states";
     let vm = target_vm(name);
-    let script =
-        format!("CONFIG=/tmp/nvmf-target.toml\ncat > $CONFIG <<'EOF'\n{CONFIG}\nEOF\n{}", SCRIPT.replace("{NQN}", NQN));
+    let script = format!(
+        "CONFIG=/tmp/nvmf-target.toml\ncat > $CONFIG <<'EOF'\n{CONFIG}\nEOF\n{PAUSES}{}",
+        SCRIPT.replace("{NQN}", NQN)
+    );
     let start = Instant::now();
     let Some(out) = vm.run_or_skip(&script) else { return };
     vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
@@ -161,7 +188,11 @@ fn kernel_multipath_follows_ana_states() {
         "host I/O errors: 0",
         "ana: done",
     ]);
-    for line in out.stdout.lines().filter(|l| l.starts_with("ana: longest") || l.starts_with("host saw")) {
+    for line in out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ana: longest") || l.starts_with("host saw") || l.starts_with("pause "))
+    {
         vm::note(&format!("{name}: {line}"));
     }
 }
@@ -193,59 +224,131 @@ set -eu
 modprobe nvme_tcp
 NQN=nqn.2024-01.io.nvmf-rs:vm-ana-two
 truncate -s 128M /tmp/shared.img
-start_daemon node-a timeout 900 "$NVMF_TARGET_BIN" --config /tmp/node-a.toml --control /tmp/node-a.sock
-start_daemon node-b timeout 900 "$NVMF_TARGET_BIN" --config /tmp/node-b.toml --control /tmp/node-b.sock
+start_node() {
+  start_daemon node-$1 timeout 900 "$NVMF_TARGET_BIN" --config /tmp/node-$1.toml --control /tmp/node-$1.sock
+}
+TA() { "$NVMF_TARGET_BIN" "$@" --control /tmp/node-a.sock; }
+TB() { "$NVMF_TARGET_BIN" "$@" --control /tmp/node-b.sock; }
+# Read and write commands node $1's controllers completed (its `list`; a restarted node starts from 0).
+io_of() { "$NVMF_TARGET_BIN" list -o json --control /tmp/node-$1.sock | jq '[.subsystems[].controllers[]? | .read_commands + .write_commands] | add // 0'; }
+start_node a
+start_node b
 daemon_ready node-a 'nvmf-target: ready'
 daemon_ready node-b 'nvmf-target: ready'
-dev=$(host_connect tcp 127.0.0.1 4420 $NQN -i 2)
-dev2=$(host_connect tcp 127.0.0.1 4421 $NQN -i 2)
+# -c 1: a lost path is retried every second (nvme-cli's --reconnect-delay; the kernel's default is 10 s).
+dev=$(host_connect tcp 127.0.0.1 4420 $NQN -i 2 -c 1)
+dev2=$(host_connect tcp 127.0.0.1 4421 $NQN -i 2 -c 1)
 echo "one device: $([ "$dev" = "$dev2" ] && echo yes || echo "no ($dev, $dev2)")"
 b=$(basename $dev)
 n=${b##*n}
-# Each path: "cntlid N port P STATE", by port.
+# Each path: "cntlid N port P ANA-STATE CONTROLLER-STATE;", by port. Builtins only: the waits call it in a loop
+# under fio's load, where every exec costs up to a second under TCG.
 paths() {
-  local p c
+  local p c addr cntlid ana state
+  local -A by_port=()
   for p in /sys/class/nvme/nvme*/nvme*c*n$n; do
     [ -e "$p/ana_state" ] || continue
-    c=$(basename "$(dirname "$p")")
-    echo "cntlid $(cat /sys/class/nvme/$c/cntlid) port $(sed -n 's/.*trsvcid=\([0-9]*\).*/\1/p' /sys/class/nvme/$c/address) $(cat $p/ana_state) $(cat /sys/class/nvme/$c/state)"
-  done | sort -k4
+    c=${p%/*}
+    read -r addr < $c/address
+    read -r cntlid < $c/cntlid
+    read -r ana < $p/ana_state
+    read -r state < $c/state
+    [[ $addr =~ trsvcid=([0-9]+) ]] && by_port[${BASH_REMATCH[1]}]="cntlid $cntlid port ${BASH_REMATCH[1]} $ana $state;"
+  done
+  echo "${by_port[4420]:-}${by_port[4421]:-}"
 }
-echo "paths: $(paths | tr '\n' ';')"
+_paths_are() { [ "$(paths)" = "$1" ]; }
+_a_path_down() { [[ $(paths) != *"port 4420 optimized live;"* ]]; }
+_a_path_live() { [[ $(paths) == *"port 4420 optimized live;"* ]]; }
+_b_is() { [[ $(paths) == *"port 4421 $1 live;"* ]]; }
+echo "paths: $(paths)"
 
 out=$NVMF_VM_LOGS/fio-two
-t0=${EPOCHREALTIME/./}
+t0=$(now_ms)
+# Every I/O's completion (fio's completion-latency log, Unix-epoch milliseconds): the pauses are read from it.
 timeout 200 fio --name=two --filename=$dev --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=16 \
-  --size=64M --time_based --runtime=40 --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
-  --write_bw_log=/tmp/two --log_avg_msec=200 --output-format=json --output=$out.json > $out.log 2>&1 &
+  --size=64M --time_based --runtime=90 --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
+  --write_lat_log=/tmp/two --log_unix_epoch=1 --output-format=json --output=$out.json > $out.log 2>&1 &
 fio_pid=$!
-sleep 12
-# Node A is lost: its process dies without a word to the host.
+sleep 8
+
+# (b) Node A is lost: its process dies without a word to the host. The host fails over to node B's
+# non-optimized path; then B is made optimized, as a cluster manager would.
+t_loss=$(now_ms)
 kill -KILL "$(nvmf_target_pid node-a)"
-t_loss=$(( (${EPOCHREALTIME/./} - t0) / 1000 ))
 log "node A killed"
-sleep 5
-echo "paths after the loss: $(paths | tr '\n' ';')"
+wait_until 20 _a_path_down || true
+echo "paths after the loss: $(paths)"
+TB ana-state --listener tcp://127.0.0.1:4421 --state optimized
+wait_until 20 _b_is optimized || true
+echo "paths after the failover: $(paths)"
+b0=$(io_of b)
+sleep 4
+echo "case (b) I/O on node B: +$(( $(io_of b) - b0 ))"
+stop_daemon node-a 2>/dev/null || true # reaps it and publishes its log, which the restart overwrites
+cp "$(daemon_log node-a)" $NVMF_VM_LOGS/node-a-killed.log
+
+# (c) Node A comes back (the same command line: its listener is optimized again), the host reconnects that path,
+# and node B goes back to non-optimized: I/O returns to node A.
+t_back=$(now_ms)
+start_node a
+daemon_ready node-a 'nvmf-target: ready'
+t_ready=$(now_ms)
+if wait_until 30 _a_path_live; then
+  echo "host reconnected node A $(( $(now_ms) - t_ready )) ms after it was ready ($(( t_ready - t_back )) ms after its start)"
+fi
+TB ana-state --listener tcp://127.0.0.1:4421 --state non-optimized
+wait_until 20 _paths_are "cntlid 1 port 4420 optimized live;cntlid 100 port 4421 non-optimized live;" || true
+echo "paths after the return: $(paths)"
+t_switched=$(now_ms)
+sleep 1
+a0=$(io_of a); b0=$(io_of b)
+sleep 4
+a1=$(io_of a); b1=$(io_of b)
+echo "case (c) I/O: node A +$((a1 - a0)) node B +$((b1 - b0))"
+echo "fio still running after the counters: $(kill -0 $fio_pid 2>/dev/null && echo yes || echo no)"
+TA list
+
 rc=0
 wait $fio_pid || rc=$?
 echo "fio rc=$rc"
-jq -r '.jobs[0] | "fio error=\(.error)"' $out.json
-cp /tmp/two_bw.1.log $NVMF_VM_LOGS/ 2>/dev/null || true
-awk -F', *' -v s=$t_loss '$3 == 1 {
-    if ($2 > 0) { if (prev != "" && $1 - prev > longest) longest = $1 - prev; prev = $1 }
-    if ($1 > s + 2000) after += $2
-  } END { printf "two nodes: longest gap between completed writes %d ms; writes after the loss: %s\n", longest, (after > 0 ? "yes" : "no") }' /tmp/two_bw.1.log
+jq -r '.jobs[0] | "fio error=\(.error) writes=\(.write.total_ios) verify-reads=\(.read.total_ios)"' $out.json
+pauses_log /tmp/two_clat.1.log
+pause $t0 $t_loss "before the loss"
+pause $t_loss $t_back "case (b)"
+pause $t_back 99999999999999 "case (c)"
+echo "writes after the return: $(writes_after $t_switched)"
 echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
-"$NVMF_TARGET_BIN" list -o json --control /tmp/node-b.sock | jq -r '"node B controllers: \([.subsystems[].controllers[]?.cntlid] | map(tostring) | join(" "))"'
+TB list -o json | jq -r '"node B controllers: \([.subsystems[].controllers[]?.cntlid] | map(tostring) | join(" "))"'
+TA list -o json | jq -r '"node A controllers: \([.subsystems[].controllers[]?.cntlid] | map(tostring) | join(" "))"'
 host_disconnect $NQN
 stop_daemon node-b
-stop_daemon node-a || true
+stop_daemon node-a
 echo "two nodes: done"
 "#;
 
+/// The two numbers of a `PREFIX +X ... +Y` line.
+fn two_counts(out: &vm::VmOutput, prefix: &str) -> (u64, u64) {
+    let line = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line\n{}", out.report()));
+    let n: Vec<u64> = line.split_whitespace().filter_map(|w| w.strip_prefix('+')?.parse().ok()).collect();
+    match n[..] {
+        [x] => (x, 0),
+        [x, y] => (x, y),
+        _ => panic!("{prefix}{line}: not one or two +N counts"),
+    }
+}
+
 /// Two target processes export one subsystem (one file, same identifiers, CNTLIDs 1-99 and 100-199); the kernel host
-/// sees one namespace with two paths (optimized on node A, non-optimized on node B); node A is killed under verified
-/// fio and I/O goes on through node B without an error reaching fio.
+/// sees one namespace with two paths (optimized on node A, non-optimized on node B). Under verified fio:
+/// (b) node A is killed with SIGKILL: I/O goes on through node B, which is then made optimized; (c) node A is
+/// restarted with the same command line (its listener optimized again), the host reconnects that path (reconnect
+/// delay 1 s), node B goes back to non-optimized, and the I/O returns to node A: node A's controller counts commands
+/// while node B's nearly stop. fio finishes without an error; the longest pause of each case is printed (`pause case
+/// (b): N ms`).
 #[test]
 fn two_nodes_one_subsystem_survive_a_node_loss() {
     let name = "two_nodes_one_subsystem_survive_a_node_loss";
@@ -254,7 +357,7 @@ fn two_nodes_one_subsystem_survive_a_node_loss() {
         NODE_CONFIG.replace("{PORT}", port).replace("{MIN}", min).replace("{MAX}", max).replace("{STATE}", state)
     };
     let script = format!(
-        "cat > /tmp/node-a.toml <<'EOF'\n{}\nEOF\ncat > /tmp/node-b.toml <<'EOF'\n{}\nEOF\n{TWO_NODES}",
+        "cat > /tmp/node-a.toml <<'EOF'\n{}\nEOF\ncat > /tmp/node-b.toml <<'EOF'\n{}\nEOF\n{PAUSES}{TWO_NODES}",
         node("4420", "1", "99", "optimized"),
         node("4421", "100", "199", "non-optimized"),
     );
@@ -265,16 +368,47 @@ fn two_nodes_one_subsystem_survive_a_node_loss() {
     out.assert_lines(&[
         "one device: yes\n",
         "paths: cntlid 1 port 4420 optimized live;cntlid 100 port 4421 non-optimized live;\n",
+        "tcp://127.0.0.1:4421 (port 1): every ANA group now optimized\n",
+        "host reconnected node A ",
+        "tcp://127.0.0.1:4421 (port 1): every ANA group now non-optimized\n",
+        "paths after the return: cntlid 1 port 4420 optimized live;cntlid 100 port 4421 non-optimized live;\n",
+        "fio still running after the counters: yes\n",
         "fio rc=0\n",
-        "fio error=0\n",
-        "writes after the loss: yes\n",
+        "fio error=0 ",
+        "writes after the return: yes\n",
         "host I/O errors: 0\n",
         "node B controllers: 100\n",
+        "node A controllers: 1\n",
         "two nodes: done\n",
     ]);
-    let after = out.stdout.lines().find(|l| l.starts_with("paths after the loss: ")).unwrap_or_default();
+    let line = |prefix: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line\n{}", out.report()))
+    };
+    // (b): node A's path is down, node B's live, then optimized; B served the I/O.
+    let after = line("paths after the loss: ");
     assert!(after.contains("port 4421 non-optimized live") && !after.contains("port 4420 optimized live"), "{after}");
-    for line in out.stdout.lines().filter(|l| l.starts_with("two nodes: longest")) {
-        vm::note(&format!("{name}: {line}"));
+    let failover = line("paths after the failover: ");
+    assert!(
+        failover.contains("port 4421 optimized live") && !failover.contains("port 4420 optimized live"),
+        "{failover}"
+    );
+    let (b_during_loss, _) = two_counts(&out, "case (b) I/O on node B: ");
+    assert!(b_during_loss > 0, "node B completed no I/O after node A's loss\n{}", out.report());
+    // (c): the restarted node A serves the I/O; node B, non-optimized again, nearly stops (commands in flight at the
+    // switch may still complete there).
+    let (a, b) = two_counts(&out, "case (c) I/O: node A ");
+    assert!(
+        a > 0 && b * 10 <= a,
+        "case (c): node A +{a}, node B +{b}: the I/O did not return to node A\n{}",
+        out.report()
+    );
+    for case in ["before the loss", "case (b)", "case (c)"] {
+        let pause = line(&format!("pause {case}: "));
+        assert!(!pause.ends_with("; 0 I/Os completed in it)"), "no I/O completed in {case}: {pause}");
+        vm::note(&format!("{name}: {pause}"));
     }
+    vm::note(&format!("{name}: {}", line("host reconnected node A ")));
 }

@@ -6,6 +6,10 @@
 //! the holder; B preempts A, whose write then conflicts; B releases; A registers again and holds Write Exclusive;
 //! the target restarts (same state directory) and the hosts reconnect: the report and B's conflict are as before.
 //!
+//! `our_host_cli_reserves_on_kernel_nvmet`: our host's reservation commands (`nvmf-host resv-*`, `perf` for writes)
+//! as two hosts against the kernel target, nvmet-tcp, and against ours; the guest's nvmet (Linux 6.12) has no
+//! reservation support (no namespace `resv_enable`), which the test checks there.
+//!
 //! The daemon runs in the guest from the cargo build ([`nvmf_tests::workspace_bin::nvmf_target`]). Opt-in like
 //! every VM scenario: `NVMF_VM=1`. Logs land in `target/tmp/vm-logs/<test>/`.
 //!
@@ -185,4 +189,229 @@ echo "reservations: done"
     // B's write, B's acquire, A's write after the preempt.
     has("conflicts: 3");
     has("reservations: done");
+}
+
+/// The report lines of `our_host_cli_reserves_on_kernel_nvmet`: `TARGET report LABEL: JSON` → the JSON.
+fn report_of(out: &vm::VmOutput, target: &str, label: &str) -> serde_json::Value {
+    let prefix = format!("{target} report {label}: ");
+    let json = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line\n{}", out.report()));
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{prefix}: not JSON ({e}): {json}\n{}", out.report()))
+}
+
+/// `(hostid, rkey, holds)` of each registrant of a `resv-report --eds -o json` answer, by host ID.
+fn registrants(report: &serde_json::Value) -> Vec<(String, u64, u64)> {
+    let mut regs: Vec<_> = report["regctlext"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no regctlext in {report}"))
+        .iter()
+        .map(|r| {
+            (
+                r["hostid"].as_str().unwrap_or_default().to_owned(),
+                r["rkey"].as_u64().unwrap_or(u64::MAX),
+                r["rcsts"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect();
+    regs.sort();
+    regs
+}
+
+/// Asserts the sequence `sequence` ran against `target` (`ours` or `nvmet`): every step's outcome and every report.
+fn assert_sequence(out: &vm::VmOutput, target: &str) {
+    let step = |label: &str| {
+        let prefix = format!("{target} {label}: ");
+        out.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line\n{}", out.report()))
+            .to_owned()
+    };
+    let ok = |label: &str, says: &str| {
+        let line = step(label);
+        assert!(line.starts_with("rc=0 ") && line.contains(says), "{target} {label}: {line}\n{}", out.report());
+    };
+    let conflict = |label: &str| {
+        let line = step(label);
+        assert!(
+            !line.starts_with("rc=0 ")
+                && ["reservation conflict", "reservation_conflict"].iter().any(|c| line.to_lowercase().contains(c)),
+            "{target} {label}: expected a reservation conflict: {line}\n{}",
+            out.report()
+        );
+    };
+    let a = HOSTID_A.replace('-', "");
+    let b = HOSTID_B.replace('-', "");
+    ok("A register", "NVME Reservation Register success");
+    ok("B register", "NVME Reservation Register success");
+    let both = report_of(out, target, "registered");
+    assert_eq!((both["rtype"].as_u64(), both["regctl"].as_u64()), (Some(0), Some(2)), "{target}: {both}");
+    ok("A acquire", "NVME Reservation Acquire success");
+    ok("A write", "");
+    conflict("B write");
+    conflict("B acquire");
+    // Held by A, Write Exclusive; both registered; read by B.
+    let held = report_of(out, target, "held-by-A");
+    assert_eq!((held["rtype"].as_u64(), held["regctl"].as_u64()), (Some(1), Some(2)), "{target}: {held}");
+    assert_eq!(registrants(&held), vec![(a.clone(), 0xa1, 1), (b.clone(), 0xb2, 0)], "{target}: {held}");
+    ok("B preempt", "NVME Reservation Acquire success");
+    let preempted = report_of(out, target, "held-by-B");
+    assert_eq!(
+        (preempted["rtype"].as_u64(), preempted["regctl"].as_u64()),
+        (Some(1), Some(1)),
+        "{target}: {preempted}"
+    );
+    assert_eq!(registrants(&preempted), vec![(b.clone(), 0xb2, 1)], "{target}: {preempted}");
+    conflict("A write after preempt");
+    ok("B write after preempt", "");
+    ok("B release", "NVME Reservation Release success");
+    let released = report_of(out, target, "released");
+    assert_eq!((released["rtype"].as_u64(), released["regctl"].as_u64()), (Some(0), Some(1)), "{target}: {released}");
+    assert_eq!(registrants(&released), vec![(b, 0xb2, 0)], "{target}: {released}");
+    ok("B clear", "NVME Reservation Release success");
+    let cleared = report_of(out, target, "cleared");
+    assert_eq!((cleared["rtype"].as_u64(), cleared["regctl"].as_u64()), (Some(0), Some(0)), "{target}: {cleared}");
+    assert_eq!(registrants(&cleared), vec![], "{target}: {cleared}");
+}
+
+/// Our host's CLI (`nvmf-host resv-register`, `resv-acquire`, `resv-release`, `resv-report`, and `perf` for the
+/// writes) as two hosts (two `--hostnqn`/`--hostid` pairs), each command its own association, against the kernel
+/// target (nvmet-tcp, a null_blk namespace) and against ours in the same guest: A and B register, A acquires
+/// Write Exclusive; the report (B's, extended, JSON) has both registrants and A holding; B's write and B's acquire
+/// conflict; B preempts A: the report has B alone, holding, and A's write conflicts; B releases (no holder) and
+/// clears (no registrant).
+///
+/// nvmet takes reservations only on a namespace with `resv_enable` set (Linux 6.13 and later). The guest's kernel
+/// (Debian's 6.12) has no such attribute and no reservation support: ONCS and RESCAP say so, and the Reservation
+/// Register is refused as an invalid opcode. The test checks exactly that there, and runs the full sequence on
+/// nvmet only where `resv_enable` exists; against our target it always runs.
+#[test]
+fn our_host_cli_reserves_on_kernel_nvmet() {
+    let name = "our_host_cli_reserves_on_kernel_nvmet";
+    let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
+    let _ = std::fs::remove_dir_all(&logs);
+    let vm = Vm::new(name).logs(logs).modules(["nvmet", "nvmet_tcp", "null_blk"]).deadline(Duration::from_secs(300));
+    let vm = match vm::enabled() {
+        Ok(()) => {
+            let host = nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
+                .unwrap_or_else(|e| panic!("nvmf-host binary: {e}"));
+            let target = nvmf_tests::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
+            vm.env("NVMF_HOST_BIN", host.to_string_lossy()).env("NVMF_TARGET_BIN", target.to_string_lossy())
+        }
+        Err(_) => vm,
+    };
+    let script = format!(
+        r#"
+set -eu
+KNQN=nqn.2024-01.io.nvmf-rs:vm-resv-nvmet
+ONQN=nqn.2024-01.io.nvmf-rs:vm-resv-ours
+A=nqn.2014-08.org.nvmexpress:uuid:{HOSTID_A}
+B=nqn.2014-08.org.nvmexpress:uuid:{HOSTID_B}
+
+# nvmet: a null_blk namespace (a file in the guest's overlay root would get a 1-byte LBA format from nvmet, which
+# nvmf-host refuses); resv_enable (Linux 6.13+) must be set before the namespace is enabled.
+nb=$(nullblk_create resvnb 64)
+s=$NVMET/subsystems/$KNQN
+mkdir -p $s
+echo 1 > $s/attr_allow_any_host
+mkdir $s/namespaces/1
+echo -n $nb > $s/namespaces/1/device_path
+echo "nvmet namespace attributes: $(ls $s/namespaces/1 | tr '\n' ' ')"
+if [ -e $s/namespaces/1/resv_enable ]; then
+  echo 1 > $s/namespaces/1/resv_enable
+  echo "nvmet resv_enable: present"
+else
+  echo "nvmet resv_enable: absent"
+fi
+echo 1 > $s/namespaces/1/enable
+nvmet_tcp_port 1 127.0.0.1 4420 $KNQN
+
+cat > /tmp/target.toml <<'EOF'
+[[listener]]
+address = "127.0.0.1"
+port = 4421
+[[subsystem]]
+nqn = "nqn.2024-01.io.nvmf-rs:vm-resv-ours"
+[[subsystem.namespace]]
+memory = "64MiB"
+EOF
+nvmf_target_start target /tmp/target.toml
+
+H() {{ timeout 60 "$NVMF_HOST_BIN" "$@"; }}
+# LABEL CMD...: "LABEL: rc=N OUTPUT" (its stdout and stderr on one line).
+run() {{
+  local label=$1 out rc=0
+  shift
+  out=$("$@" 2>&1) || rc=$?
+  echo "$label: rc=$rc $(echo "$out" | tr '\n' ' ' | head -c 400)"
+}}
+# sequence TARGET PORT NQN: the reservation sequence, hosts A and B each with its own associations.
+sequence() {{
+  local t=$1 c=(-t tcp -a 127.0.0.1 -s $2 -n $3)
+  local a=("${{c[@]}}" -q $A -I {HOSTID_A}) b=("${{c[@]}}" -q $B -I {HOSTID_B})
+  local pa=(-a 127.0.0.1 -s $2 -n $3 --hostnqn $A -I {HOSTID_A} -w randwrite -T 1 -q 1 -c 1)
+  local pb=(-a 127.0.0.1 -s $2 -n $3 --hostnqn $B -I {HOSTID_B} -w randwrite -T 1 -q 1 -c 1)
+  report() {{ echo "$t report $1: $(H resv-report "${{b[@]}}" -N 1 --eds -o json | jq -c .)"; }}
+  run "$t A register" H resv-register "${{a[@]}}" -N 1 --nrkey 0xa1 --rrega 0
+  run "$t B register" H resv-register "${{b[@]}}" -N 1 --nrkey 0xb2 --rrega 0
+  report registered
+  run "$t A acquire" H resv-acquire "${{a[@]}}" -N 1 --crkey 0xa1 --rtype 1 --racqa 0
+  run "$t A write" H perf "${{pa[@]}}"
+  run "$t B write" H perf "${{pb[@]}}"
+  run "$t B acquire" H resv-acquire "${{b[@]}}" -N 1 --crkey 0xb2 --rtype 1 --racqa 0
+  report held-by-A
+  run "$t B preempt" H resv-acquire "${{b[@]}}" -N 1 --crkey 0xb2 --prkey 0xa1 --rtype 1 --racqa 1
+  report held-by-B
+  run "$t A write after preempt" H perf "${{pa[@]}}"
+  run "$t B write after preempt" H perf "${{pb[@]}}"
+  run "$t B release" H resv-release "${{b[@]}}" -N 1 --crkey 0xb2 --rtype 1 --rrela 0
+  report released
+  run "$t B clear" H resv-release "${{b[@]}}" -N 1 --crkey 0xb2 --rrela 1
+  report cleared
+}}
+
+sequence ours 4421 $ONQN
+H id-ctrl -t tcp -a 127.0.0.1 -s 4420 -n $KNQN -o json | jq -r '"nvmet oncs: \(.oncs), reservations bit: \((.oncs / 32 | floor) % 2)"'
+H id-ns -t tcp -a 127.0.0.1 -s 4420 -n $KNQN -N 1 -o json | jq -r '"nvmet rescap: \(.rescap)"'
+if [ -e $s/namespaces/1/resv_enable ]; then
+  sequence nvmet 4420 $KNQN
+else
+  run "nvmet A register" H resv-register -t tcp -a 127.0.0.1 -s 4420 -n $KNQN -q $A -I {HOSTID_A} -N 1 --nrkey 0xa1
+  run "nvmet A report" H resv-report -t tcp -a 127.0.0.1 -s 4420 -n $KNQN -q $A -I {HOSTID_A} -N 1 --eds -o json
+fi
+echo "kernel: $(uname -r)"
+stop_daemon target
+nvmet_teardown
+echo "reservations via nvmf-host: done"
+"#
+    );
+    let start = Instant::now();
+    let Some(out) = vm.run_or_skip(&script) else { return };
+    vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
+    out.assert_success();
+    out.assert_lines(&["reservations via nvmf-host: done\n"]);
+    assert_sequence(&out, "ours");
+    if out.stdout.contains("nvmet resv_enable: present\n") {
+        assert_sequence(&out, "nvmet");
+        vm::note(&format!("{name}: nvmet took the whole reservation sequence"));
+        return;
+    }
+    // No reservations in this kernel's nvmet: it says so in Identify, and refuses the command.
+    out.assert_lines(&["nvmet resv_enable: absent\n", "reservations bit: 0\n", "nvmet rescap: 0\n"]);
+    for label in ["nvmet A register", "nvmet A report"] {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{label}: ")))
+            .unwrap_or_else(|| panic!("no {label:?} line\n{}", out.report()));
+        assert!(!line.contains("rc=0 ") && line.to_lowercase().contains("invalid_opcode"), "{line}\n{}", out.report());
+    }
+    let kernel = out.stdout.lines().find_map(|l| l.strip_prefix("kernel: ")).unwrap_or("?");
+    vm::note(&format!(
+        "{name}: the guest's nvmet (Linux {kernel}) has no reservation support (no namespace resv_enable, ONCS bit 5 \
+         clear, Reservation Register refused): the sequence ran against our target only"
+    ));
 }
