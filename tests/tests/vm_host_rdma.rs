@@ -3,8 +3,9 @@
 //!
 //! One guest, three parts:
 //! - (a) our host → the Linux kernel target (nvmet-rdma, a memory-backed null_blk namespace of 256 MiB): one
-//!   association exported as `/dev/ublkb0`, a second (`-D`) exported over NBD and attached as `/dev/nbd0`;
-//!   fio randwrite + verify (crc32c) and a verifying randread at 4 KiB QD 32 and 128 KiB QD 8 on both;
+//!   association exported as `/dev/ublkb0`, a second (`-D`) that becomes its second path (native multipath: its
+//!   `--nbd` is not started, `list` shows both paths optimized, both carry writes);
+//!   fio randwrite + verify (crc32c) and a verifying randread at 4 KiB QD 32 and 128 KiB QD 8;
 //!   ext4 made, mounted, written, remounted, compared and `fsck -n` clean on `/dev/ublkb0`; `nvmf-host list`
 //!   shows both controllers live over rdma; the daemon's metrics count the bytes and latency of the I/O queues;
 //!   disconnect removes the devices; `connect-all -t rdma` discovers and connects the subsystem. Measured (no
@@ -73,18 +74,20 @@ daemon_ready host 'nvmf_host::daemon: ready'
 
 # (a) our host -> nvmet-rdma
 k_ublk=$(H connect -t rdma -a "$NVMF_RDMA_ADDR" -s 4420 -n {KNQN} -i 2 --ublk | sed -n 1p)
-k_nbd=$(H connect -t rdma -a "$NVMF_RDMA_ADDR" -s 4420 -n {KNQN} -i 2 -D --nbd unix:/tmp/host/k.sock | sed -n 1p)
-log "connected $k_ublk (ublk) and $k_nbd (nbd) over rdma"
+# A second association (-D) to the same subsystem is a second path of the same export (native multipath, as
+# the kernel host): its --nbd is not started.
+H connect -t rdma -a "$NVMF_RDMA_ADDR" -s 4420 -n {KNQN} -i 2 -D --nbd unix:/tmp/host/k.sock > /tmp/host/second.txt
+k_path=$(sed -n 1p /tmp/host/second.txt)
+echo "second path: $(sed -n 2p /tmp/host/second.txt)"
+test -e /tmp/host/k.sock || echo "second path's nbd socket: not started"
+log "connected $k_ublk (ublk) and $k_path (its second path) over rdma"
 H list >&2
 H list -o json > /tmp/host/list.json
 echo "kernel: $(jq -r '[.controllers[] | "\(.name) \(.transport) \(.state) \(.io_queues)"] | join(", ")' /tmp/host/list.json)"
+echo "paths: $(jq -r '.controllers[0].exports[0].paths | map("\(.name) \(.state) \(.ana_state)") | join(", ")' /tmp/host/list.json)"
 ublk=$(ublk_of "$k_ublk")
 echo "ublk device: $ublk"
 echo "ublk size: $(blockdev --getsize64 $ublk)"
-nbd-client -N "${{k_nbd}}n1" -u /tmp/host/k.sock /dev/nbd0 >&2
-echo "nbd0 size: $(blockdev --getsize64 /dev/nbd0)"
-fio_rw_verify /dev/nbd0 4K 32 8M
-fio_rw_verify /dev/nbd0 128K 8 16M
 fio_rw_verify $ublk 4K 32 8M
 fio_rw_verify $ublk 128K 8 16M
 mkfs.ext4 -q -F $ublk
@@ -106,7 +109,8 @@ read=$(metric "nvmf_host_queue_bytes_total{{controller=\"$k_ublk\",qid=\"1\",dir
 lat=$(metric "nvmf_host_queue_command_latency_seconds_count{{controller=\"$k_ublk\",qid=\"1\"}}" 127.0.0.1:9656)
 echo "metrics $k_ublk qid 1: written $written read $read latency count $lat"
 [ "$written" -gt 0 ] && [ "$read" -gt 0 ] && [ "$lat" -gt 0 ] && echo "metrics counted: ok"
-nbd-client -d /dev/nbd0 >&2
+written2=$(metric "nvmf_host_queue_bytes_total{{controller=\"$k_path\",qid=\"1\",direction=\"write\"}}" 127.0.0.1:9656)
+[ "$written2" -gt 0 ] && echo "second path carried writes: ok"
 step H disconnect -n {KNQN}
 wait_until 10 test ! -e "$ublk" && echo "ublk device after disconnect: removed"
 
@@ -180,7 +184,10 @@ echo "unclean disconnects: $(grep -c 'disconnect was not clean' "$(daemon_log ho
         "kernel: nvmf0 rdma live 2, nvmf1 rdma live 2\n",
         "ublk device: /dev/ublkb0\n",
         "ublk size: 268435456\n",
-        "nbd0 size: 268435456\n",
+        "second path: nvmf1n1: exported at /dev/ublkb0 (now 2 paths)\n",
+        "second path's nbd socket: not started\n",
+        "paths: nvmf0 live optimized, nvmf1 live optimized\n",
+        "second path carried writes: ok\n",
         "ublk files read back: ok\n",
         "ublk fsck: clean\n",
         "metrics counted: ok\n",
