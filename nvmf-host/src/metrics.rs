@@ -6,6 +6,10 @@
 //!   (`connecting`, `live`, `reconnecting`, `deleting`, `failed`).
 //! - `nvmf_host_controller_reconnects_total{controller,subnqn}` — associations re-established after a loss.
 //! - `nvmf_host_exports{controller}` — NBD exports running.
+//! - `nvmf_host_path_ana_state{controller,nsid,state}` — for each export the controller is a path of, 1 for the
+//!   namespace's ANA state through it, 0 for the others ([`ANA_STATES`]).
+//! - `nvmf_host_path_failovers_total{controller,nsid}` — commands that failed on this path (lost connection, path
+//!   status) and were sent to a path again (multipath: another one when there is one).
 //! - `nvmf_host_queue_commands_total{controller,qid}` — commands completed (any status); qid 0 is the admin queue.
 //! - `nvmf_host_queue_submitted_total{controller,qid}` — commands submitted.
 //! - `nvmf_host_queue_r2ts_total{controller,qid}` — R2Ts served (NVMe/TCP writes beyond in-capsule data).
@@ -57,7 +61,23 @@ pub struct ControllerSample {
     pub exports: usize,
     /// `(qid, counters and metrics)` of each queue, admin first.
     pub queues: Vec<(u16, QueueMetrics)>,
+    /// The controller as a path of each export it serves.
+    pub paths: Vec<PathSample>,
 }
+
+/// A controller as a path of one export's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathSample {
+    /// The namespace.
+    pub nsid: u32,
+    /// Its ANA state through this controller (one of [`ANA_STATES`]).
+    pub ana_state: &'static str,
+    /// Commands that failed on this path and were sent to a path again.
+    pub failovers: u64,
+}
+
+/// The states `nvmf_host_path_ana_state` enumerates (`none`: the controller does not report ANA).
+pub const ANA_STATES: [&str; 6] = ["optimized", "non-optimized", "inaccessible", "persistent-loss", "change", "none"];
 
 type Sampler = Arc<dyn Fn() -> Vec<ControllerSample> + Send + Sync>;
 
@@ -153,6 +173,29 @@ impl Collector for HostCollector {
                 gauge(&mut m, &[("controller", s.name.as_str())], u64::try_from(s.exports).unwrap_or(u64::MAX))?;
             }
         }
+        {
+            let help =
+                "1 for the namespace's ANA state through this controller (a path of its export), 0 for the others.";
+            let mut m = encoder.encode_descriptor("nvmf_host_path_ana_state", help, None, MetricType::Gauge)?;
+            for s in &samples {
+                for p in &s.paths {
+                    let nsid = p.nsid.to_string();
+                    for state in ANA_STATES {
+                        let labels = [("controller", s.name.as_str()), ("nsid", &nsid), ("state", state)];
+                        gauge(&mut m, &labels, u64::from(p.ana_state == state))?;
+                    }
+                }
+            }
+        }
+        {
+            let help = "Commands that failed on this path and were sent to a path again.";
+            let mut m = encoder.encode_descriptor("nvmf_host_path_failovers", help, None, MetricType::Counter)?;
+            for s in &samples {
+                for p in &s.paths {
+                    counter(&mut m, &[("controller", s.name.as_str()), ("nsid", &p.nsid.to_string())], p.failovers)?;
+                }
+            }
+        }
         type Field = fn(&QueueMetrics) -> u64;
         let per_queue: [(&str, &str, Field); 4] = [
             ("nvmf_host_queue_commands", "Commands completed (any status); qid 0 is the admin queue.", |q| q.completed),
@@ -238,6 +281,7 @@ mod tests {
                     (0, QueueMetrics { submitted: 9, completed: 8, max_outstanding: 1, ..QueueMetrics::default() }),
                     (1, io),
                 ],
+                paths: vec![PathSample { nsid: 1, ana_state: "non-optimized", failovers: 4 }],
             }]
         });
         // Every RDMA device of the machine: a fake sysfs with one.
@@ -252,6 +296,9 @@ mod tests {
             "nvmf_host_controller_state{controller=\"nvmf0\",subnqn=\"nqn.2024-01.io.example:a\",traddr=\"127.0.0.1:4420\",state=\"failed\"} 0",
             "nvmf_host_controller_reconnects_total{controller=\"nvmf0\",subnqn=\"nqn.2024-01.io.example:a\"} 2",
             "nvmf_host_exports{controller=\"nvmf0\"} 1",
+            "nvmf_host_path_ana_state{controller=\"nvmf0\",nsid=\"1\",state=\"non-optimized\"} 1",
+            "nvmf_host_path_ana_state{controller=\"nvmf0\",nsid=\"1\",state=\"optimized\"} 0",
+            "nvmf_host_path_failovers_total{controller=\"nvmf0\",nsid=\"1\"} 4",
             "nvmf_host_queue_commands_total{controller=\"nvmf0\",qid=\"0\"} 8",
             "nvmf_host_queue_submitted_total{controller=\"nvmf0\",qid=\"1\"} 5",
             "nvmf_host_queue_r2ts_total{controller=\"nvmf0\",qid=\"1\"} 3",

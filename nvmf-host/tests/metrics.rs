@@ -32,6 +32,7 @@ fn sample(ctrl: &Controller) -> ControllerSample {
         reconnects: 0,
         exports: 0,
         queues,
+        paths: Vec::new(),
     }
 }
 

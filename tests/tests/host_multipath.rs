@@ -83,6 +83,16 @@ fn bytes_written(dir: &Path, name: &str) -> u64 {
     sum(&v)
 }
 
+/// The body of `GET /metrics` at `addr`.
+fn http_get(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
 /// qemu-io `commands` against the NBD export at `sock`; panics on an error or a pattern mismatch.
 fn qemu_io(sock: &Path, commands: &[&str]) {
     let uri = format!("nbd+unix:///?socket={}", sock.display());
@@ -152,9 +162,13 @@ fn two_nodes_one_export_fails_over_on_ana_change_and_node_loss() {
     let _node_b = start_node(d, "b", port_b, "non-optimized", "100-199");
 
     let control = d.join("host.sock").display().to_string();
+    let metrics = format!("127.0.0.1:{}", free_port());
     std::fs::write(
         d.join("host.toml"),
-        format!("[host]\nstate_dir = \"{}\"\ncontrol_socket = \"{control}\"\n", d.join("state").display()),
+        format!(
+            "[host]\nstate_dir = \"{}\"\ncontrol_socket = \"{control}\"\n[metrics]\nlisten = \"{metrics}\"\n",
+            d.join("state").display()
+        ),
     )
     .unwrap();
     let child = Command::new(host_bin())
@@ -169,18 +183,19 @@ fn two_nodes_one_export_fails_over_on_ana_change_and_node_loss() {
 
     let sock = d.join("disk.sock");
     let nbd = format!("unix:{}", sock.display());
-    let connect = |port: u16, nbd: &str| {
+    let connect = |port: u16, nbd: &str, extra: &[&str]| {
         let port = port.to_string();
         let args =
             ["connect", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", NQN, "-c", "1", "--control", &control];
         let mut args = args.to_vec();
         args.extend(["--nbd", nbd]);
+        args.extend(extra);
         ok(&host_bin(), &args)
     };
-    let first = connect(port_a, &nbd);
+    let first = connect(port_a, &nbd, &["--iopolicy", "queue-depth"]);
     assert!(first.starts_with("nvmf0\n"), "{first}");
     let other_sock = format!("unix:{}", d.join("unused.sock").display());
-    let second = connect(port_b, &other_sock);
+    let second = connect(port_b, &other_sock, &[]);
     assert!(second.contains(&format!("nvmf1n1: exported at nbd+unix:///?socket={}", sock.display())), "{second}");
     assert!(second.contains("(now 2 paths)"), "{second}");
     assert!(!d.join("unused.sock").exists(), "the second path must not start an export of its own");
@@ -191,6 +206,8 @@ fn two_nodes_one_export_fails_over_on_ana_change_and_node_loss() {
         ]
     };
     assert_eq!(paths(&control), want("optimized", "non-optimized"));
+    let list: Value = serde_json::from_str(&ok(&host_bin(), &["list", "-o", "json", "--control", &control])).unwrap();
+    assert_eq!(list["controllers"][1]["exports"][0]["iopolicy"], "queue-depth", "the first path's policy: {list}");
 
     // Optimized path A takes the writes.
     let (a0, b0) = (bytes_written(d, "a"), bytes_written(d, "b"));
@@ -207,6 +224,14 @@ fn two_nodes_one_export_fails_over_on_ana_change_and_node_loss() {
         &["ana-state", "--listener", &listener, "--state", "inaccessible", "--control", a_control.to_str().unwrap()],
     );
     wait_for("path A inaccessible in list", || paths(&control) == want("inaccessible", "non-optimized"));
+    let scrape = http_get(&metrics);
+    for line in [
+        "nvmf_host_path_ana_state{controller=\"nvmf0\",nsid=\"1\",state=\"inaccessible\"} 1",
+        "nvmf_host_path_ana_state{controller=\"nvmf1\",nsid=\"1\",state=\"non-optimized\"} 1",
+        "nvmf_host_path_failovers_total{controller=\"nvmf0\",nsid=\"1\"}",
+    ] {
+        assert!(scrape.contains(line), "missing {line:?} in\n{scrape}");
+    }
     qemu_io(&sock, &["write -P 0x5a 1M 1M", "read -P 0x5a 1M 1M", "read -P 0xa5 0 1M"]);
     let (a2, b2) = (bytes_written(d, "a"), bytes_written(d, "b"));
     assert!(b2 - b1 >= 1 << 20, "node B wrote {} bytes after A became inaccessible", b2 - b1);

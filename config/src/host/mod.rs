@@ -81,6 +81,9 @@ pub struct ControllerConfig {
     /// Fail held I/O after this long while reconnecting (`--fast-io-fail-tmo`, seconds; -1 = off, `None`).
     /// Default off.
     pub fast_io_fail_tmo: Option<Duration>,
+    /// How an export reached through several controllers spreads its commands over them (`--iopolicy`, Linux's
+    /// names): `round-robin` (default) or `queue-depth`. The first controller of an export decides.
+    pub iopolicy: IoPolicy,
     /// Header digests (`--hdr-digest`). Default false.
     pub hdr_digest: bool,
     /// Data digests (`--data-digest`). Default false.
@@ -102,6 +105,27 @@ impl ControllerConfig {
     /// The controller's socket address.
     pub fn socket_addr(&self) -> SocketAddr {
         SocketAddr::new(self.address, self.port)
+    }
+}
+
+/// How a multipath export spreads commands over its paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoPolicy {
+    /// Each command to the next of the best paths.
+    #[default]
+    RoundRobin,
+    /// Each command to the best path with the fewest commands outstanding.
+    QueueDepth,
+}
+
+impl IoPolicy {
+    /// From its name (`round-robin`, `queue-depth`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "round-robin" => Some(IoPolicy::RoundRobin),
+            "queue-depth" => Some(IoPolicy::QueueDepth),
+            _ => None,
+        }
     }
 }
 

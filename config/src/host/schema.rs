@@ -58,6 +58,8 @@ pub(crate) struct RawController {
     #[serde(default)]
     pub fast_io_fail_tmo: Option<i64>,
     #[serde(default)]
+    pub iopolicy: Option<String>,
+    #[serde(default)]
     pub hdr_digest: Option<bool>,
     #[serde(default)]
     pub data_digest: Option<bool>,

@@ -137,6 +137,12 @@ fn controller(
         .map_or(Ok(Some(Duration::from_secs(600))), |v| seconds(v, &key.key("ctrl_loss_tmo"), "timeout", 0, true))?;
     let fast_io_fail_tmo =
         raw.fast_io_fail_tmo.map_or(Ok(None), |v| seconds(v, &key.key("fast_io_fail_tmo"), "timeout", 0, true))?;
+    let iopolicy = match raw.iopolicy.as_deref() {
+        None => IoPolicy::default(),
+        Some(name) => IoPolicy::from_name(name).ok_or_else(|| {
+            Problem::new(key.key("iopolicy"), format!("{name:?} is not an I/O policy"), "round-robin or queue-depth")
+        })?,
+    };
     let host_iface = raw.host_iface.as_ref().map(|iface| interface_name(iface, &key.key("host_iface"))).transpose()?;
     if host_iface.is_some() && raw.transport == Some(Transport::Rdma) {
         return Err(Problem::new(
@@ -196,6 +202,7 @@ fn controller(
         reconnect_delay,
         ctrl_loss_tmo,
         fast_io_fail_tmo,
+        iopolicy,
         hdr_digest: raw.hdr_digest.unwrap_or(false),
         data_digest: raw.data_digest.unwrap_or(false),
         disable_sqflow: raw.disable_sqflow.unwrap_or(false),

@@ -56,6 +56,10 @@ pub struct ConnectOptionArgs {
     /// Seconds after a loss when held I/O fails while reconnecting goes on (default -1: off).
     #[arg(short = 'F', long = "fast-io-fail-tmo", alias = "fast_io_fail_tmo", allow_negative_numbers = true)]
     pub fast_io_fail_tmo: Option<i64>,
+    /// How an export reached through several controllers spreads commands over its best paths: round-robin
+    /// (default) or queue-depth; the first controller of an export decides.
+    #[arg(long = "iopolicy", value_name = "POLICY")]
+    pub iopolicy: Option<String>,
     /// The network interface NVMe/TCP connections leave through (SO_BINDTODEVICE), as the kernel's host_iface.
     #[arg(short = 'f', long = "host-iface", value_name = "IFACE")]
     pub host_iface: Option<String>,
@@ -94,6 +98,7 @@ impl ConnectOptionArgs {
             reconnect_delay: self.reconnect_delay.or(d.reconnect_delay),
             ctrl_loss_tmo: self.ctrl_loss_tmo.or(d.ctrl_loss_tmo),
             fast_io_fail_tmo: self.fast_io_fail_tmo.or(d.fast_io_fail_tmo),
+            iopolicy: self.iopolicy.or(d.iopolicy),
             host_iface: self.host_iface.or(d.host_iface),
             hostnqn: self.hostnqn.or(d.hostnqn),
             hostid: self.hostid.or(d.hostid),
@@ -213,6 +218,7 @@ pub(super) fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> R
         reconnect_delay: o.reconnect_delay,
         ctrl_loss_tmo: o.ctrl_loss_tmo,
         fast_io_fail_tmo: o.fast_io_fail_tmo,
+        iopolicy: o.iopolicy.clone(),
         hostnqn: o.hostnqn.clone(),
         hostid: o.hostid.clone(),
         hdr_digest: o.hdr_digest,

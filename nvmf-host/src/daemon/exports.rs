@@ -11,6 +11,7 @@ use nvmf_config::host::{ExportKind, NbdEndpoint};
 
 use super::protocol::{ExportView, PathView};
 use crate::controller::{ConnectOptions, Controller};
+use crate::metrics::PathSample;
 use crate::multipath::NamespaceHead;
 use crate::nbd::{NbdExport, NbdListen, NbdOptions};
 
@@ -128,6 +129,12 @@ impl RunningExport {
         let h = list.swap_remove(i);
         drop(list);
         h.server.stop();
+    }
+
+    /// This controller's path as a scrape sees it.
+    pub(super) fn path_sample(&self) -> Option<PathSample> {
+        let view = self.head.view().into_iter().find(|p| p.name == self.name)?;
+        Some(PathSample { nsid: self.head.nsid(), ana_state: view.ana_state, failovers: view.failovers })
     }
 
     /// What `list` shows.

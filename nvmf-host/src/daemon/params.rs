@@ -5,12 +5,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use nvmf_config::host::ControllerConfig;
+use nvmf_config::host::{ControllerConfig, IoPolicy as ConfigIoPolicy};
 use nvmf_config::target::Transport as ConfigTransport;
 
 use super::exports::ExportSpec;
 use super::protocol::ConnectParams;
-use crate::controller::{ConnectOptions, Transport};
+use crate::controller::{ConnectOptions, IoPolicy, Transport};
 use crate::endpoint::Endpoint;
 use crate::identity::HostIdentity;
 use crate::nbd::NbdListen;
@@ -63,6 +63,10 @@ fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> Connect
         reconnect_delay: c.reconnect_delay,
         ctrl_loss_tmo: c.ctrl_loss_tmo,
         fast_io_fail_tmo: c.fast_io_fail_tmo,
+        iopolicy: match c.iopolicy {
+            ConfigIoPolicy::RoundRobin => IoPolicy::RoundRobin,
+            ConfigIoPolicy::QueueDepth => IoPolicy::QueueDepth,
+        },
         host_iface: c.host_iface.clone(),
         dhchap_secret: c.dhchap_secret.clone(),
         dhchap_ctrl_secret: c.dhchap_ctrl_secret.clone(),
@@ -112,6 +116,9 @@ pub(crate) fn apply_connect_params(options: &mut ConnectOptions, p: &ConnectPara
     }
     options.ctrl_loss_tmo = seconds_opt(p.ctrl_loss_tmo, options.ctrl_loss_tmo);
     options.fast_io_fail_tmo = seconds_opt(p.fast_io_fail_tmo, options.fast_io_fail_tmo);
+    if let Some(policy) = &p.iopolicy {
+        options.iopolicy = policy.parse()?;
+    }
     options.hdr_digest = p.hdr_digest;
     options.data_digest = p.data_digest;
     options.disable_sqflow = p.disable_sqflow;
@@ -191,6 +198,12 @@ mod tests {
         }
         let err = params_from_request(&request("fc"), &identity()).unwrap_err();
         assert!(err.contains("unknown transport \"fc\""), "{err}");
+        let mut r = request("tcp");
+        r.iopolicy = Some("queue-depth".into());
+        assert_eq!(params_from_request(&r, &identity()).unwrap().options.iopolicy, IoPolicy::QueueDepth);
+        r.iopolicy = Some("numa".into());
+        let err = params_from_request(&r, &identity()).unwrap_err();
+        assert!(err.contains("unknown I/O policy \"numa\""), "{err}");
     }
 
     #[test]

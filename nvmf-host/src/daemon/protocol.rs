@@ -57,6 +57,9 @@ pub struct ConnectParams {
     /// `--fast-io-fail-tmo` seconds, -1 = off.
     #[serde(default)]
     pub fast_io_fail_tmo: Option<i64>,
+    /// `--iopolicy`: `round-robin` or `queue-depth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iopolicy: Option<String>,
     /// `--hostnqn` (default: the daemon's).
     #[serde(default)]
     pub hostnqn: Option<String>,

@@ -42,6 +42,7 @@ pub(super) fn samples(shared: &Shared) -> Vec<ControllerSample> {
                 reconnects,
                 exports: e.exports.len(),
                 queues,
+                paths: e.exports.iter().filter_map(|(_, x)| x.path_sample()).collect(),
             }
         })
         .collect()
@@ -314,6 +315,7 @@ mod tests {
             reconnect_delay: None,
             ctrl_loss_tmo: None,
             fast_io_fail_tmo: None,
+            iopolicy: None,
             hostnqn: None,
             hostid: None,
             hdr_digest: false,

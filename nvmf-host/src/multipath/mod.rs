@@ -83,6 +83,8 @@ pub struct Path {
     nsid: u32,
     /// `generation << 8 | state`: the ANA state as of the controller's ANA generation (state 0: not reported).
     ana: AtomicU64,
+    /// Commands that failed on this path and were sent to a path again.
+    failovers: AtomicU64,
 }
 
 impl Path {
@@ -152,6 +154,8 @@ pub struct PathView {
     pub state: &'static str,
     /// The namespace's ANA state through it (`optimized` …; `none` when not reported).
     pub ana_state: &'static str,
+    /// Commands that failed on it and were sent to a path again.
+    pub failovers: u64,
 }
 
 /// One namespace over its paths (see the module docs).
@@ -166,8 +170,6 @@ pub struct NamespaceHead {
     paths: RwLock<Vec<Arc<Path>>>,
     next_path_id: AtomicU16,
     round_robin: AtomicUsize,
-    /// Commands that went to another path after a failure on theirs.
-    failovers: AtomicU64,
 }
 
 /// Why a path cannot join a head.
@@ -198,7 +200,6 @@ impl NamespaceHead {
             paths: RwLock::new(Vec::new()),
             next_path_id: AtomicU16::new(0),
             round_robin: AtomicUsize::new(0),
-            failovers: AtomicU64::new(0),
         };
         head.add_path(ctrl, name)?;
         Ok(head)
@@ -251,7 +252,14 @@ impl NamespaceHead {
             return Err(PathError::Full(self.nsid));
         }
         let id = self.next_path_id.fetch_add(1, Ordering::Relaxed);
-        let path = Path { id, name: name.to_owned(), ctrl, nsid: self.nsid, ana: AtomicU64::new(0) };
+        let path = Path {
+            id,
+            name: name.to_owned(),
+            ctrl,
+            nsid: self.nsid,
+            ana: AtomicU64::new(0),
+            failovers: AtomicU64::new(0),
+        };
         tracing::info!(subnqn = %self.subnqn, nsid = self.nsid, path = name, paths = paths.len() + 1, "path added");
         paths.push(Arc::new(path));
         Ok(())
@@ -288,11 +296,6 @@ impl NamespaceHead {
         self.policy
     }
 
-    /// Commands sent again on another path after a failure.
-    pub fn failovers(&self) -> u64 {
-        self.failovers.load(Ordering::Relaxed)
-    }
-
     /// The first path's controller (what the exports size themselves by: queue count, MDTS, ONCS, VWC).
     pub fn first_controller(&self) -> Option<Arc<Controller>> {
         self.paths().first().map(|p| Arc::clone(&p.ctrl))
@@ -308,7 +311,7 @@ impl NamespaceHead {
         }
     }
 
-    /// Each path's name, controller state and ANA state.
+    /// Each path's name, controller state, ANA state and failovers.
     pub fn view(&self) -> Vec<PathView> {
         self.paths()
             .iter()
@@ -316,6 +319,7 @@ impl NamespaceHead {
                 name: p.name.clone(),
                 state: p.ctrl.state().name(),
                 ana_state: p.ana_state().map_or("none", AnaState::name),
+                failovers: p.failovers.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -406,9 +410,10 @@ impl NamespaceHead {
         if !failed_path {
             return completed.settle();
         }
-        if let Ok(cqe) = &completed.reply().result {
-            if let Some(state) = ana_status(cqe.status) {
-                if let Some(p) = self.paths().iter().find(|p| p.id == path_id) {
+        if let Some(p) = self.paths().iter().find(|p| p.id == path_id) {
+            p.failovers.fetch_add(1, Ordering::Relaxed);
+            if let Ok(cqe) = &completed.reply().result {
+                if let Some(state) = ana_status(cqe.status) {
                     tracing::debug!(path = %p.name, nsid = self.nsid, state = state.name(), "ANA status");
                     p.mark(state);
                 }
@@ -419,7 +424,6 @@ impl NamespaceHead {
             Ok(r) => r,
             Err(c) => return c.settle(),
         };
-        self.failovers.fetch_add(1, Ordering::Relaxed);
         match self.queue_to_sink(q, request, &sink, tag, wakes) {
             Ok(()) => None,
             Err((e, data)) => Some(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false }),
