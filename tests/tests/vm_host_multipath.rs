@@ -1,14 +1,16 @@
-//! Our host's native multipath through `/dev/ublkbN`, in the test VM, against the Linux kernel target: nvmet-tcp
-//! with two ports exporting one subsystem (a null_blk namespace), port 4420's ANA group optimized and port 4421's
-//! non-optimized (configfs `ports/N/ana_groups/1/ana_state`). The `nvmf-host run` daemon connects through both
-//! (`connect … --ublk` twice: the second joins the first's export as a path) and `list` shows the two paths with
-//! their ANA states. Under fio randwrite with crc32c verification on the ublk device:
+//! Our host's native multipath through `/dev/ublkbN`, in the test VM, against two target sides: the Linux kernel
+//! target (nvmet-tcp with two ports exporting one subsystem, a null_blk namespace, ANA group 1 optimized on port 4420
+//! and non-optimized on 4421 in configfs `ports/N/ana_groups/1/ana_state`), and two of our target processes sharing
+//! one file (same identifiers, CNTLIDs 1-99 and 100-199, listener 4420 optimized and 4421 non-optimized). The
+//! `nvmf-host run` daemon connects through both (`connect … --ublk` twice: the second joins the first's export as a
+//! path) and `list` shows the two paths with their ANA states. Under fio randwrite with crc32c verification on the
+//! ublk device:
 //!
-//! - (a) port 4420 made inaccessible and 4421 optimized (nvmet sends ANA Change events): the writes move to the
-//!   4421 path; then both are set back;
-//! - (b) port 4420 stops exporting the subsystem (its controllers are deleted, reconnects are refused): the path
-//!   is lost and the writes go on through 4421 (non-optimized);
-//! - (c) port 4420 exports the subsystem again: the host reconnects that path and the writes return to it.
+//! - (a) path A made inaccessible and B optimized (ANA Change events): the writes move to B; then both are set back;
+//! - (b) path A lost (nvmet: the port stops exporting the subsystem, reconnects are refused; ours: node A killed
+//!   with SIGKILL): the writes go on through B (non-optimized);
+//! - (c) path A back (the port exports it again; node A started again): the host reconnects it and the writes
+//!   return to it.
 //!
 //! Which path carried the writes in each phase comes from the daemon's per-controller queue metrics. fio must
 //! finish without a verify error; the longest pause in each case (an interval without a completed I/O, from
@@ -25,12 +27,71 @@ use nvmf_tests::vm::{self, Vm};
 
 const NQN: &str = "nqn.2024-01.io.nvmf-rs:vm-host-multipath";
 
-const SCRIPT: &str = r#"
-set -eu
-H() { "$NVMF_HOST_BIN" "$@" --control /tmp/host/control.sock; }
-now_ms() { echo $(( ${EPOCHREALTIME/./} / 1000 )); }
+/// The kernel target: nvmet-tcp, two ports, ANA group 1's state per port in configfs; losing the path is the port
+/// no longer exporting the subsystem (its controllers are deleted, reconnects refused).
+const KERNEL_PATHS: &str = r#"
 PORTS=/sys/kernel/config/nvmet/ports
 ana() { echo "$2" > $PORTS/$1/ana_groups/1/ana_state; }
+setup_paths() {
+  nvmet_subsys_nullblk {NQN} 256
+  nvmet_tcp_port 1 127.0.0.1 4420 {NQN}
+  nvmet_tcp_port 2 127.0.0.1 4421 {NQN}
+  ana 1 optimized
+  ana 2 non-optimized
+}
+switch_a() { ana 1 inaccessible; ana 2 optimized; }
+switch_back() { ana 1 optimized; ana 2 non-optimized; }
+lose_a() { rm $PORTS/1/subsystems/{NQN}; }
+return_a() { ln -s /sys/kernel/config/nvmet/subsystems/{NQN} $PORTS/1/subsystems/{NQN}; }
+"#;
+
+/// Two of our target nodes sharing one file (same identifiers, CNTLIDs 1-99 and 100-199); losing the path is
+/// node A killed with SIGKILL, its return the same command line started again.
+const OUR_PATHS: &str = r#"
+node_config() {
+  cat <<NODE
+[logging]
+level = "info"
+[[listener]]
+address = "127.0.0.1"
+port = $1
+ana_state = "$2"
+[[subsystem]]
+nqn = "{NQN}"
+serial = "NVMFMP0001"
+cntlid_min = $3
+cntlid_max = $4
+[[subsystem.namespace]]
+path = "/tmp/shared.img"
+uuid = "6b1d4e3f-9c20-4d7b-8f8e-3a2b4c5d6e7f"
+nguid = "6b1d4e3f9c204d7b8f8e3a2b4c5d6e7f"
+NODE
+}
+start_node() { start_daemon node-$1 timeout 900 "$NVMF_TARGET_BIN" --config /tmp/node-$1.toml --control /tmp/node-$1.sock; }
+T() { "$NVMF_TARGET_BIN" ana-state --listener tcp://127.0.0.1:$2 --state $3 --control /tmp/node-$1.sock >&2; }
+setup_paths() {
+  truncate -s 256M /tmp/shared.img
+  node_config 4420 optimized 1 99 > /tmp/node-a.toml
+  node_config 4421 non-optimized 100 199 > /tmp/node-b.toml
+  start_node a
+  start_node b
+  daemon_ready node-a 'nvmf-target: ready'
+  daemon_ready node-b 'nvmf-target: ready'
+}
+switch_a() { T a 4420 inaccessible; T b 4421 optimized; }
+switch_back() { T a 4420 optimized; T b 4421 non-optimized; }
+lose_a() { kill -KILL "$(nvmf_target_pid node-a)"; }
+return_a() {
+  stop_daemon node-a 2>/dev/null || true
+  start_node a
+  daemon_ready node-a 'nvmf-target: ready'
+}
+"#;
+
+/// The scenario, after the target side's `setup_paths`, `switch_a`, `switch_back`, `lose_a` and `return_a`.
+const SCENARIO: &str = r#"
+H() { "$NVMF_HOST_BIN" "$@" --control /tmp/host/control.sock; }
+now_ms() { echo $(( ${EPOCHREALTIME/./} / 1000 )); }
 # Bytes the path (controller) wrote on its I/O queue 1.
 written() { metric "nvmf_host_queue_bytes_total{controller=\"$1\",qid=\"1\",direction=\"write\"}" 127.0.0.1:9657 || echo 0; }
 paths() { H list -o json | jq -r '.controllers[0].exports[0].paths | map("\(.name) \(.state) \(.ana_state)") | join(", ")'; }
@@ -43,11 +104,7 @@ phase() {
   echo "nvmf0 +$(( $(written nvmf0) - a0 )) nvmf1 +$(( $(written nvmf1) - b0 ))"
 }
 
-nvmet_subsys_nullblk {NQN} 256
-nvmet_tcp_port 1 127.0.0.1 4420 {NQN}
-nvmet_tcp_port 2 127.0.0.1 4421 {NQN}
-ana 1 optimized
-ana 2 non-optimized
+setup_paths
 mkdir -p /tmp/host
 cat > /tmp/host/host.toml <<'HOST_TOML'
 [host]
@@ -82,18 +139,16 @@ echo "steady: $(phase 4)"
 
 # (a) A planned switch.
 t_a=$(now_ms)
-ana 1 inaccessible
-ana 2 optimized
+switch_a
 wait_until 20 _paths_are "nvmf0 live inaccessible, nvmf1 live optimized" && echo "host saw (a) after $(( $(now_ms) - t_a )) ms"
 echo "case (a): $(phase 5)"
-ana 1 optimized
-ana 2 non-optimized
+switch_back
 wait_until 20 _paths_are "nvmf0 live optimized, nvmf1 live non-optimized" || true
 echo "back: $(phase 4)"
 
 # (b) The optimized path is lost.
 t_b=$(now_ms)
-rm $PORTS/1/subsystems/{NQN}
+lose_a
 _state0() { paths | cut -d, -f1 | cut -d' ' -f2; }
 _lost() { [ "$(_state0)" != live ]; }
 wait_until 20 _lost && echo "path 0 after (b): $(_state0)"
@@ -101,7 +156,7 @@ echo "case (b): $(phase 6)"
 
 # (c) It comes back.
 t_c=$(now_ms)
-ln -s /sys/kernel/config/nvmet/subsystems/{NQN} $PORTS/1/subsystems/{NQN}
+return_a
 wait_until 40 _paths_are "nvmf0 live optimized, nvmf1 live non-optimized" && echo "host reconnected (c) after $(( $(now_ms) - t_c )) ms"
 echo "case (c): $(phase 5)"
 echo "fio still running: $(kill -0 $fio_pid 2>/dev/null && echo yes || echo no)"
@@ -137,24 +192,34 @@ fn deltas(out: &vm::VmOutput, prefix: &str) -> (u64, u64) {
 }
 
 #[test]
-fn host_multipath_over_ublk_follows_ana_and_path_loss() {
-    let name = "host_multipath_over_ublk_follows_ana_and_path_loss";
+fn host_multipath_over_ublk_against_kernel_nvmet() {
+    scenario("host_multipath_over_ublk_against_kernel_nvmet", KERNEL_PATHS, &["nvmet", "nvmet_tcp", "null_blk"]);
+}
+
+#[test]
+fn host_multipath_over_ublk_against_two_of_our_nodes() {
+    scenario("host_multipath_over_ublk_against_two_of_our_nodes", OUR_PATHS, &[]);
+}
+
+/// Run [`SCENARIO`] with `paths` (the target side) and check it.
+fn scenario(name: &str, paths: &str, modules: &[&str]) {
     let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
     let _ = std::fs::remove_dir_all(&logs);
-    let vm = Vm::new(name)
-        .logs(logs)
-        .modules(["nvmet", "nvmet_tcp", "null_blk", "ublk_drv"])
-        .deadline(Duration::from_secs(480));
+    let mut all = vec!["ublk_drv"];
+    all.extend_from_slice(modules);
+    let vm = Vm::new(name).logs(logs).modules(all).deadline(Duration::from_secs(480));
     let vm = match vm::enabled() {
         Ok(()) => {
             let host = nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
                 .unwrap_or_else(|e| panic!("nvmf-host binary: {e}"));
-            vm.env("NVMF_HOST_BIN", host.to_string_lossy())
+            let target = nvmf_tests::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
+            vm.env("NVMF_HOST_BIN", host.to_string_lossy()).env("NVMF_TARGET_BIN", target.to_string_lossy())
         }
         Err(_) => vm,
     };
+    let script = format!("set -eu\n{paths}{SCENARIO}").replace("{NQN}", NQN);
     let start = Instant::now();
-    let Some(out) = vm.run_or_skip(&SCRIPT.replace("{NQN}", NQN)) else { return };
+    let Some(out) = vm.run_or_skip(&script) else { return };
     vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
     out.assert_success();
     out.assert_lines(&[
