@@ -250,3 +250,52 @@ fn two_nodes_one_export_fails_over_on_ana_change_and_node_loss() {
     assert_eq!(after[1], ("nvmf1".to_owned(), "live".to_owned(), "non-optimized".to_owned()));
     assert_ne!(after[0].1, "live", "the killed node's path must not be live: {after:?}");
 }
+
+#[test]
+fn a_controller_table_with_a_further_path_serves_one_export() {
+    if Command::new("qemu-io").arg("--version").stdout(Stdio::null()).status().is_err() {
+        eprintln!("SKIPPED: qemu-io is not installed (Debian package qemu-utils)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("disk.img")).unwrap().set_len(64 << 20).unwrap();
+    let (port_a, port_b) = (free_port(), free_port());
+    let _node_a = start_node(d, "a", port_a, "optimized", "1-99");
+    let _node_b = start_node(d, "b", port_b, "non-optimized", "100-199");
+    let control = d.join("host.sock").display().to_string();
+    let sock = d.join("disk.sock");
+    std::fs::write(
+        d.join("host.toml"),
+        format!(
+            "[host]\nstate_dir = \"{state}\"\ncontrol_socket = \"{control}\"\n\
+             [[controller]]\naddress = \"127.0.0.1\"\nport = {port_a}\nnqn = \"{NQN}\"\nreconnect_delay = 1\n\
+             iopolicy = \"queue-depth\"\n[[controller.export]]\nnsid = 1\nnbd = \"unix:{sock}\"\n\
+             [[controller.path]]\naddress = \"127.0.0.1\"\nport = {port_b}\n",
+            state = d.join("state").display(),
+            sock = sock.display(),
+        ),
+    )
+    .unwrap();
+    let check = run(&host_bin(), &["run", "--check", "--config", d.join("host.toml").to_str().unwrap()]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let child = Command::new(host_bin())
+        .args(["run", "--config", d.join("host.toml").to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("host.log")).unwrap())
+        .spawn()
+        .expect("nvmf-host run");
+    let _daemon = HostDaemon { child };
+    wait_for("both paths live", || {
+        Path::new(&control).exists()
+            && paths(&control)
+                == [
+                    ("nvmf0".to_owned(), "live".to_owned(), "optimized".to_owned()),
+                    ("nvmf1".to_owned(), "live".to_owned(), "non-optimized".to_owned()),
+                ]
+    });
+    qemu_io(&sock, &["write -P 0x77 0 1M", "read -P 0x77 0 1M"]);
+    assert!(bytes_written(d, "a") >= 1 << 20, "the optimized path took the writes");
+    assert_eq!(bytes_written(d, "b"), 0, "the non-optimized path took writes");
+}

@@ -77,6 +77,17 @@ pub(crate) struct RawController {
     pub dhchap_ctrl_secret_file: Option<String>,
     #[serde(default, rename = "export")]
     pub exports: Vec<RawExport>,
+    #[serde(default, rename = "path")]
+    pub paths: Vec<RawPath>,
+}
+
+/// `[[controller.path]]`: another address of the same subsystem (multipath).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPath {
+    pub address: String,
+    #[serde(default)]
+    pub port: Option<i64>,
 }
 
 /// `[[controller.export]]`.

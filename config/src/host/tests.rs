@@ -19,7 +19,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("unknown_section", "[hosts]\n",
         "h.toml:1:2: hosts: unknown field `hosts`, expected one of `host`, `metrics`, `logging`, `controller`"),
     ("unknown_key", "@@queue_depth = 3\n",
-        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `iopolicy`, `hdr_digest`, `data_digest`, `disable_sqflow`, `host_iface`, `dhchap_secret`, `dhchap_secret_file`, `dhchap_ctrl_secret`, `dhchap_ctrl_secret_file`, `export`"),
+        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `iopolicy`, `hdr_digest`, `data_digest`, `disable_sqflow`, `host_iface`, `dhchap_secret`, `dhchap_secret_file`, `dhchap_ctrl_secret`, `dhchap_ctrl_secret_file`, `export`, `path`"),
     ("missing_nqn", "[[controller]]\naddress = \"::1\"\n",
         "h.toml:1:1: controller[0]: missing field `nqn`"),
     ("bad_transport", "@@transport = \"fc\"\n",
@@ -50,6 +50,10 @@ const CASES: &[(&str, &str, &str)] = &[
         "h.toml:3:7: controller[0].nqn: the discovery subsystem holds no namespaces to keep connected; allowed: an NVM subsystem's NQN (use `nvmf-host connect-all` to connect what a discovery controller lists)"),
     ("duplicate_controller", "@@[[controller]]\naddress = \"127.0.0.1\"\nport = 4420\nnqn = \"nqn.2024-01.io.example:disk\"\n",
         "h.toml:7:7: controller[1].nqn: nqn.2024-01.io.example:disk at tcp://127.0.0.1:4420 is also controller[0]; allowed: each subsystem NQN, transport, address and port once"),
+    ("path_address", "@@[[controller.path]]\naddress = \"10.0.0.300\"\n",
+        "h.toml:5:11: controller[0].path[0].address: \"10.0.0.300\" is not an IP address; allowed: an IPv4 or IPv6 address literal such as \"0.0.0.0\", \"127.0.0.1\", \"::\" or \"::1\" (no host name, brackets or port)"),
+    ("path_duplicate", "@@[[controller.path]]\naddress = \"127.0.0.1\"\n",
+        "h.toml:5:11: controller[0].path[0].address: nqn.2024-01.io.example:disk at tcp://127.0.0.1:4420 is also controller[0]; allowed: each subsystem NQN, transport, address and port once"),
     ("nr_io_queues", "@@nr_io_queues = 0\n",
         "h.toml:4:16: controller[0].nr_io_queues: I/O queue count 0 is out of range; allowed: 1..=65534"),
     ("queue_size", "@@queue_size = 4096\n",
@@ -151,6 +155,20 @@ fn defaults_are_filled_in() {
     assert_eq!(c.ctrl_loss_tmo, Some(Duration::from_secs(600)));
     assert_eq!(c.fast_io_fail_tmo, None);
     assert!(c.exports.is_empty());
+}
+
+#[test]
+fn each_further_path_is_a_controller_with_the_tables_settings() {
+    let text = format!(
+        "{BASE}queue_size = 64\n[[controller.export]]\nnsid = 1\nublk = true\n\
+         [[controller.path]]\naddress = \"10.0.0.2\"\n[[controller.path]]\naddress = \"10.0.0.3\"\nport = 4421\n"
+    );
+    let c = load(&text).unwrap().controllers;
+    let at: Vec<String> = c.iter().map(|c| c.socket_addr().to_string()).collect();
+    assert_eq!(at, ["127.0.0.1:4420", "10.0.0.2:4420", "10.0.0.3:4421"]);
+    assert!(c
+        .iter()
+        .all(|p| p.queue_size == 64 && p.exports == c[0].exports && p.nqn == c[0].nqn && p.exports.len() == 1));
 }
 
 #[test]

@@ -30,14 +30,28 @@ pub(crate) fn validate(raw: &RawHostConfig, base: Option<&Path>, cpus: usize) ->
     for (i, rc) in raw.controllers.iter().enumerate() {
         let key = root.key("controller").index(i);
         let c = controller(rc, &key, base, cpus, &mut endpoints)?;
-        if let Some(first) = seen.insert((c.transport, c.socket_addr(), c.nqn.clone()), i) {
-            return Err(Problem::new(
-                key.key("nqn"),
-                format!("{} at {}://{} is also controller[{first}]", c.nqn, c.transport, c.socket_addr()),
-                "each subsystem NQN, transport, address and port once",
-            ));
+        // Each further path is a controller of its own with the table's settings and exports: the daemon makes
+        // it a path of the same exports.
+        let mut paths = Vec::with_capacity(rc.paths.len());
+        for (j, rp) in rc.paths.iter().enumerate() {
+            let pkey = key.key("path").index(j);
+            let address = ip_address(&rp.address, &pkey.key("address"))?;
+            let port = match rp.port {
+                Some(p) => int_in(p, 1..=65535, &pkey.key("port"), "port", "1..=65535 (4420)")?,
+                None => DEFAULT_PORT,
+            };
+            paths.push((pkey, ControllerConfig { address, port, ..c.clone() }));
         }
-        controllers.push(c);
+        for (pkey, c) in std::iter::once((key.clone(), c)).chain(paths) {
+            if let Some(first) = seen.insert((c.transport, c.socket_addr(), c.nqn.clone()), i) {
+                return Err(Problem::new(
+                    pkey.key(if pkey == key { "nqn" } else { "address" }),
+                    format!("{} at {}://{} is also controller[{first}]", c.nqn, c.transport, c.socket_addr()),
+                    "each subsystem NQN, transport, address and port once",
+                ));
+            }
+            controllers.push(c);
+        }
     }
     Ok(HostConfig { host, metrics, logging, controllers })
 }

@@ -99,6 +99,7 @@ pub fn run(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
             o.reconnect_delay.is_some() || o.ctrl_loss_tmo.is_some() || o.fast_io_fail_tmo.is_some(),
             "--reconnect-delay, --ctrl-loss-tmo and --fast-io-fail-tmo (a perf run does not reconnect)",
         ),
+        (o.iopolicy.is_some(), "--iopolicy (perf drives one controller's queues)"),
     ];
     if let Some((_, what)) = unused.iter().find(|(given, _)| *given) {
         return Err(CliError::Options(format!("perf does not take {what}")));
