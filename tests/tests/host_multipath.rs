@@ -119,7 +119,7 @@ impl Drop for HostDaemon {
     }
 }
 
-/// The daemon's paths of namespace 1, as `(name, ana_state)`, from `list -o json`.
+/// The daemon's paths of namespace 1, as `(name, state, ana_state)` by name, from `list -o json`.
 fn paths(control: &str) -> Vec<(String, String, String)> {
     let text = ok(&host_bin(), &["list", "-o", "json", "--control", control]);
     let v: Value = serde_json::from_str(&text).expect("list JSON");
@@ -134,7 +134,12 @@ fn paths(control: &str) -> Vec<(String, String, String)> {
                     let s = |k: &str| p[k].as_str().unwrap_or_default().to_owned();
                     (s("name"), s("state"), s("ana_state"))
                 })
-                .collect()
+                .collect::<Vec<_>>()
+        })
+        .map(|mut ps| {
+            // By name: which path joined first depends on which connect finished first.
+            ps.sort();
+            ps
         })
         .unwrap_or_default()
 }

@@ -19,11 +19,13 @@
 //! Tags: the head keeps the path a command went to in bits 63:48 of its sink tag; callers' tags stay below
 //! [`MAX_TAG`] and read them back with [`caller_tag`].
 //!
-//! Locks: the path list is behind an `RwLock` only adding or removing a path write-locks; each command takes its
-//! uncontended read lock and reads the controllers' state and ANA generation (atomics); a path's ANA state is
-//! re-read from its controller (a read lock) only after the controller read its ANA log again.
+//! Locks: the path list is behind an `RwLock` that only adding or removing a path write-locks. Each submitting thread
+//! (an export queue) keeps its own [`PathCursor`]: a snapshot of the list, taken again only when the head's
+//! generation moves, and its own round-robin turn; per command it loads that generation, the controllers' state and
+//! ANA generation (atomics, read-shared), and re-reads a path's ANA state from its controller (a read lock) only
+//! after the controller read its ANA log again. The queue-depth policy also reads each best path's queue counters.
 
-use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
@@ -122,7 +124,7 @@ impl Path {
         (!queues.is_empty()).then(|| &queues[q % queues.len()])
     }
 
-    fn candidate(&self, q: usize) -> Candidate {
+    fn candidate(&self, q: usize, policy: IoPolicy) -> Candidate {
         let state = self.ctrl.state();
         let ana = self.ana_state();
         Candidate {
@@ -136,7 +138,11 @@ impl Path {
                 }
                 ControllerState::Live => ana != Some(AnaState::PersistentLoss),
             },
-            outstanding: self.queue(q).map_or(u64::MAX, QueueHandle::outstanding),
+            // Read only where the policy uses it: it takes the queue's link lock.
+            outstanding: match policy {
+                IoPolicy::QueueDepth => self.queue(q).map_or(u64::MAX, QueueHandle::outstanding),
+                IoPolicy::RoundRobin => 0,
+            },
         }
     }
 }
@@ -168,8 +174,9 @@ pub struct NamespaceHead {
     blocks: u64,
     policy: IoPolicy,
     paths: RwLock<Vec<Arc<Path>>>,
+    /// Moves each time a path is added or removed: a [`PathCursor`] takes a new snapshot of the paths then.
+    generation: AtomicU64,
     next_path_id: AtomicU16,
-    round_robin: AtomicUsize,
 }
 
 /// Why a path cannot join a head.
@@ -198,8 +205,8 @@ impl NamespaceHead {
             blocks: ns.blocks,
             policy,
             paths: RwLock::new(Vec::new()),
+            generation: AtomicU64::new(1),
             next_path_id: AtomicU16::new(0),
-            round_robin: AtomicUsize::new(0),
         };
         head.add_path(ctrl, name)?;
         Ok(head)
@@ -262,6 +269,7 @@ impl NamespaceHead {
         };
         tracing::info!(subnqn = %self.subnqn, nsid = self.nsid, path = name, paths = paths.len() + 1, "path added");
         paths.push(Arc::new(path));
+        self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
@@ -269,6 +277,7 @@ impl NamespaceHead {
     pub fn remove_path(&self, name: &str) -> usize {
         let mut paths = self.paths.write().unwrap_or_else(PoisonError::into_inner);
         paths.retain(|p| p.name != name);
+        self.generation.fetch_add(1, Ordering::Release);
         paths.len()
     }
 
@@ -304,7 +313,7 @@ impl NamespaceHead {
     /// A controller that serves I/O now (for a caller's blocking command, a flush), else the first path's.
     pub fn usable_controller(&self) -> Option<Arc<Controller>> {
         let paths = self.paths();
-        let candidates: Vec<Candidate> = paths.iter().map(|p| p.candidate(0)).collect();
+        let candidates: Vec<Candidate> = paths.iter().map(|p| p.candidate(0, self.policy)).collect();
         match choose(&candidates, self.policy, 0) {
             Choice::Path(i) => Some(Arc::clone(&paths[i].ctrl)),
             _ => paths.first().map(|p| Arc::clone(&p.ctrl)),
@@ -325,37 +334,38 @@ impl NamespaceHead {
     }
 
     /// Queue `request` (its completion to `sink` under `tag` < [`MAX_TAG`]) on export queue `q`'s I/O queue of
-    /// a path that serves I/O, without waking its I/O thread (see [`PathWakes`]); waits while none does (see
-    /// the module docs). On failure the request's buffer comes back with the error.
+    /// a path that serves I/O, without waking its I/O thread (`cursor` notes it: [`PathCursor::wake`]); waits
+    /// while none does (see the module docs). On failure the request's buffer comes back with the error.
     pub fn queue_to_sink(
         &self,
         q: usize,
         request: Request<()>,
         sink: &Arc<dyn CompletionSink>,
         tag: u64,
-        wakes: &mut PathWakes,
+        cursor: &mut PathCursor,
     ) -> Result<(), (HostError, Vec<u8>)> {
         debug_assert!(tag < MAX_TAG);
         let mut request = request;
         let mut refused = [false; MAX_PATHS];
         let mut waiting_since: Option<Instant> = None;
         loop {
-            let paths = self.paths();
+            self.refresh(cursor);
+            let paths = &cursor.paths;
             let mut candidates = [Candidate::NONE; MAX_PATHS];
             for (i, p) in paths.iter().enumerate() {
-                candidates[i] = if refused[i] { Candidate::NONE.may_return() } else { p.candidate(q) };
+                candidates[i] = if refused[i] { Candidate::NONE.may_return() } else { p.candidate(q, self.policy) };
             }
-            let start = self.round_robin.fetch_add(1, Ordering::Relaxed);
-            match choose(&candidates[..paths.len()], self.policy, start) {
+            cursor.turn = cursor.turn.wrapping_add(1);
+            match choose(&candidates[..paths.len()], self.policy, cursor.turn) {
                 Choice::Path(i) => {
-                    let path = &paths[i];
+                    let path = Arc::clone(&paths[i]);
                     let Some(queue) = path.queue(q) else {
                         refused[i] = true;
                         continue;
                     };
                     match queue.try_queue_to_sink(request, sink, u64::from(path.id) << PATH_SHIFT | tag) {
                         Ok(()) => {
-                            wakes.note(path);
+                            cursor.note(path);
                             return Ok(());
                         }
                         Err(SinkRefused::Failed(e, data)) => return Err((e, data)),
@@ -368,13 +378,12 @@ impl NamespaceHead {
                 }
                 Choice::Wait => {
                     let since = *waiting_since.get_or_insert_with(Instant::now);
-                    if let Some(limit) = self.wait_limit(&paths) {
+                    if let Some(limit) = wait_limit(paths) {
                         if since.elapsed() >= limit {
                             let reason = format!("no path served I/O for {limit:?} (ctrl_loss_tmo)");
                             return Err((HostError::NoPath { nsid: self.nsid, reason }, request.data));
                         }
                     }
-                    drop(paths);
                     std::thread::sleep(WAIT_STEP);
                     refused = [false; MAX_PATHS];
                 }
@@ -392,16 +401,20 @@ impl NamespaceHead {
         }
     }
 
-    /// The longest `ctrl_loss_tmo` of the paths (`None`: one waits forever).
-    fn wait_limit(&self, paths: &[Arc<Path>]) -> Option<Duration> {
-        paths.iter().try_fold(Duration::ZERO, |m, p| p.ctrl.options().ctrl_loss_tmo.map(|t| t.max(m)))
+    /// Give `cursor` the current paths if they changed since its snapshot (one atomic load otherwise).
+    fn refresh(&self, cursor: &mut PathCursor) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if cursor.generation != generation {
+            cursor.paths.clone_from(&self.paths());
+            cursor.generation = generation;
+        }
     }
 
     /// A completion of a command this head queued for export queue `q`: its reply, or `None` when it went
     /// again to a path (its reply comes through the sink later, same tag). A command that failed on its path
     /// (see the module docs) is sent again; any other completion settles as the queue's own
     /// ([`Completed::settle`]).
-    pub fn settle(&self, q: usize, completed: Completed, wakes: &mut PathWakes) -> Option<Reply> {
+    pub fn settle(&self, q: usize, completed: Completed, cursor: &mut PathCursor) -> Option<Reply> {
         let path_id = u16::try_from(completed.tag() >> PATH_SHIFT).unwrap_or(u16::MAX);
         let failed_path = match &completed.reply().result {
             Err(e) => transport_loss(e),
@@ -410,7 +423,8 @@ impl NamespaceHead {
         if !failed_path {
             return completed.settle();
         }
-        if let Some(p) = self.paths().iter().find(|p| p.id == path_id) {
+        self.refresh(cursor);
+        if let Some(p) = cursor.paths.iter().find(|p| p.id == path_id) {
             p.failovers.fetch_add(1, Ordering::Relaxed);
             if let Ok(cqe) = &completed.reply().result {
                 if let Some(state) = ana_status(cqe.status) {
@@ -424,11 +438,16 @@ impl NamespaceHead {
             Ok(r) => r,
             Err(c) => return c.settle(),
         };
-        match self.queue_to_sink(q, request, &sink, tag, wakes) {
+        match self.queue_to_sink(q, request, &sink, tag, cursor) {
             Ok(()) => None,
             Err((e, data)) => Some(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false }),
         }
     }
+}
+
+/// The longest `ctrl_loss_tmo` of `paths` (`None`: one waits forever).
+fn wait_limit(paths: &[Arc<Path>]) -> Option<Duration> {
+    paths.iter().try_fold(Duration::ZERO, |m, p| p.ctrl.options().ctrl_loss_tmo.map(|t| t.max(m)))
 }
 
 fn namespace(ctrl: &Controller, nsid: u32) -> Result<NamespaceInfo, PathError> {
@@ -451,23 +470,34 @@ fn ana_status(status: Status) -> Option<AnaState> {
     .find_map(|(s, state)| status.same_code(s).then_some(state))
 }
 
-/// The paths a batch of [`NamespaceHead::queue_to_sink`] calls queued to, to wake each once when the batch is
-/// done ([`PathWakes::wake`]). Holds at most [`MAX_PATHS`] paths; kept by the caller across batches.
-#[derive(Debug, Default)]
-pub struct PathWakes {
+/// One submitting thread's place among a head's paths, kept across commands: its snapshot of the paths (taken
+/// again only when one is added or removed), its round-robin turn, and the paths a batch of
+/// [`NamespaceHead::queue_to_sink`] calls queued to, to wake each once when the batch is done
+/// ([`PathCursor::wake`]). Per thread, so that choosing a path shares no cache line between the export's queues.
+#[derive(Debug)]
+pub struct PathCursor {
     paths: Vec<Arc<Path>>,
+    /// The head's generation of `paths` (0: none taken yet).
+    generation: u64,
+    turn: usize,
+    to_wake: Vec<Arc<Path>>,
 }
 
-impl PathWakes {
-    fn note(&mut self, path: &Arc<Path>) {
-        if !self.paths.iter().any(|p| Arc::ptr_eq(p, path)) {
-            self.paths.push(Arc::clone(path));
+impl PathCursor {
+    /// A cursor whose round-robin starts at `turn` (a caller spreading over queues passes its queue index).
+    pub fn new(turn: usize) -> Self {
+        PathCursor { paths: Vec::new(), generation: 0, turn, to_wake: Vec::new() }
+    }
+
+    fn note(&mut self, path: Arc<Path>) {
+        if !self.to_wake.iter().any(|p| Arc::ptr_eq(p, &path)) {
+            self.to_wake.push(path);
         }
     }
 
-    /// Wake export queue `q`'s I/O queue on every path noted since the last call.
+    /// Wake export queue `q`'s I/O queue on every path queued to since the last call.
     pub fn wake(&mut self, q: usize) {
-        for p in self.paths.drain(..) {
+        for p in self.to_wake.drain(..) {
             if let Some(queue) = p.queue(q) {
                 queue.wake();
             }

@@ -14,6 +14,7 @@
 //! write payload over the maximum) is answered where it can be and then disconnected; anything else gets an
 //! NBD error and the session goes on.
 
+use std::cell::RefCell;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::mem;
 use std::net::Shutdown;
@@ -26,7 +27,7 @@ use nvmf_common::nvme::SubmissionQueueEntry;
 use super::proto::{self, check_request, errno, info, opt, rep, Action, RequestHeader};
 use super::{Export, Stream, HANDSHAKE_TIMEOUT, IN_FLIGHT_BYTES, MAX_IN_FLIGHT};
 use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
-use crate::multipath::{caller_tag, PathWakes};
+use crate::multipath::{caller_tag, PathCursor};
 use crate::queue::handle::{Completed, CompletionSink, Reply};
 use crate::queue::Request;
 
@@ -72,7 +73,12 @@ fn transmission(stream: Stream, x: &Arc<Export>) -> io::Result<()> {
         .spawn(move || reply_loop(writer, &events_rx, &recycle, &rx))
         .map_err(close)?;
     tracing::debug!(nsid = x.nsid, "NBD client in transmission phase");
-    read_loop(BufReader::new(stream), &Session { jobs: events, sink, next_queue: AtomicUsize::new(0) }, &recycled, x);
+    read_loop(
+        BufReader::new(stream),
+        &Session { jobs: events, sink, next_queue: AtomicUsize::new(0), paths: RefCell::new(PathCursor::new(0)) },
+        &recycled,
+        x,
+    );
     // With the session's senders gone, the reply thread answers what is in flight (the commands' tickets
     // hold the last senders), then closes the socket.
     let _ = replier.join();
@@ -105,6 +111,8 @@ struct Session {
     jobs: Sender<Event>,
     sink: Arc<dyn CompletionSink>,
     next_queue: AtomicUsize,
+    /// The session thread's place among the export's paths.
+    paths: RefCell<PathCursor>,
 }
 
 /// A command's sink tag: its job slot and its piece of the request.
@@ -388,9 +396,9 @@ fn submit(job: &mut Job, action: Action, session: &Session, x: &Export, piece: u
         }
         let q = session.next_queue.fetch_add(1, Ordering::Relaxed);
         let request = Request { sqe, data, direction, context: () };
-        let mut wakes = PathWakes::default();
-        let submitted = x.head.queue_to_sink(q, request, &session.sink, tag(job.slot, job.commands), &mut wakes);
-        wakes.wake(q);
+        let mut cursor = session.paths.borrow_mut();
+        let submitted = x.head.queue_to_sink(q, request, &session.sink, tag(job.slot, job.commands), &mut cursor);
+        cursor.wake(q);
         match submitted {
             Ok(()) => job.commands += 1,
             Err((e, data)) => {
@@ -515,7 +523,7 @@ fn reply_loop(stream: Stream, events: &Receiver<Event>, recycle: &Sender<Job>, x
         }
     };
     let mut slots: Vec<Slot> = (0..MAX_IN_FLIGHT).map(|_| Slot::default()).collect();
-    let mut wakes = PathWakes::default();
+    let mut cursor = PathCursor::new(0);
     let mut next = events.recv().ok();
     while let Some(event) = next.take() {
         let slot = match event {
@@ -531,7 +539,10 @@ fn reply_loop(stream: Stream, events: &Receiver<Event>, recycle: &Sender<Job>, x
                     continue;
                 };
                 // `None`: sent again (after a reconnect, or on another path); its reply comes back later.
-                if let Some(reply) = x.head.settle(s, completed, &mut wakes) {
+                let reply = x.head.settle(s, completed, &mut cursor);
+                // A command sent again waits in its queue's channel until the queue's I/O thread is woken.
+                cursor.wake(s);
+                if let Some(reply) = reply {
                     slots[s].complete(piece, reply);
                 }
                 s

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
 use crate::controller::Controller;
 use crate::error::HostError;
-use crate::multipath::{caller_tag, IoPolicy, NamespaceHead, PathError, PathWakes};
+use crate::multipath::{caller_tag, IoPolicy, NamespaceHead, PathCursor, PathError};
 use crate::queue::handle::{Completed, CompletionSink};
 use crate::queue::{DataDirection, Request};
 use sys::{io_flag, op, IoDesc, QueueRing};
@@ -456,7 +456,7 @@ impl Queue {
     ) -> io::Result<()> {
         let mut cqes = Vec::with_capacity(usize::from(self.depth) + 1);
         let mut tags = vec![TagState::default(); usize::from(self.depth)];
-        let mut wakes = PathWakes::default();
+        let mut paths = PathCursor::new(usize::from(self.q_id));
         let mut aborted = 0;
         loop {
             ring.submit_and_wait()?;
@@ -464,7 +464,7 @@ impl Queue {
             for (user_data, result) in cqes.drain(..) {
                 if user_data == sys::EVENT {
                     while let Ok(c) = finished.try_recv() {
-                        self.finish(c, &tags, ring, &mut wakes)?;
+                        self.finish(c, &tags, ring, &mut paths)?;
                     }
                     if self.stop.requested.load(Ordering::Acquire) {
                         return Ok(());
@@ -474,7 +474,7 @@ impl Queue {
                 }
                 let tag = u16::try_from(user_data).unwrap_or(u16::MAX);
                 match result {
-                    sys::IO_RES_OK => self.handle(tag, descs.get(tag), ring, sink, &mut tags, &mut wakes)?,
+                    sys::IO_RES_OK => self.handle(tag, descs.get(tag), ring, sink, &mut tags, &mut paths)?,
                     sys::IO_RES_ABORT => {
                         aborted += 1;
                         if aborted == self.depth {
@@ -484,11 +484,11 @@ impl Queue {
                     e => tracing::warn!(q_id = self.q_id, tag, result = e, "ublk fetch/commit failed"),
                 }
             }
-            wakes.wake(usize::from(self.q_id));
+            paths.wake(usize::from(self.q_id));
         }
     }
 
-    /// Queue one request's NVMe command on a path (noted in `wakes`, which the caller wakes), or complete it
+    /// Queue one request's NVMe command on a path (noted in `paths`, which the caller wakes), or complete it
     /// now with an error.
     fn handle(
         &self,
@@ -497,7 +497,7 @@ impl Queue {
         ring: &mut QueueRing,
         sink: &Arc<dyn CompletionSink>,
         tags: &mut [TagState],
-        wakes: &mut PathWakes,
+        paths: &mut PathCursor,
     ) -> io::Result<()> {
         let g = &self.geometry;
         let op = match decode(&d, g) {
@@ -527,7 +527,7 @@ impl Queue {
         let bytes = if direction == DataDirection::None || range.is_some() { 0 } else { bytes };
         tags[usize::from(tag)] = TagState { bytes: i32::try_from(bytes).unwrap_or(i32::MAX), read };
         let request = Request { sqe, data, direction, context: () };
-        match self.head.queue_to_sink(usize::from(self.q_id), request, sink, u64::from(tag), wakes) {
+        match self.head.queue_to_sink(usize::from(self.q_id), request, sink, u64::from(tag), paths) {
             Ok(()) => Ok(()),
             Err((e, data)) => {
                 tracing::warn!(q_id = self.q_id, tag, error = %e, "ublk request: submission failed");
@@ -538,12 +538,12 @@ impl Queue {
 
     /// Commit a finished command's request (unless it went again to a path: after a reconnect, or to another
     /// path after a failure on its own).
-    fn finish(&self, c: Completed, tags: &[TagState], ring: &mut QueueRing, wakes: &mut PathWakes) -> io::Result<()> {
+    fn finish(&self, c: Completed, tags: &[TagState], ring: &mut QueueRing, paths: &mut PathCursor) -> io::Result<()> {
         let Some(tag) = u16::try_from(caller_tag(c.tag())).ok().filter(|&t| t < self.depth) else {
             tracing::error!(q_id = self.q_id, tag = c.tag(), "ublk: a completion for no tag");
             return Ok(());
         };
-        let Some(reply) = self.head.settle(usize::from(self.q_id), c, wakes) else { return Ok(()) };
+        let Some(reply) = self.head.settle(usize::from(self.q_id), c, paths) else { return Ok(()) };
         let state = tags[usize::from(tag)];
         let result = match &reply.result {
             Ok(cqe) if cqe.status.is_success() => state.bytes,
