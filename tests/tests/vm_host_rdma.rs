@@ -205,7 +205,7 @@ echo "unclean disconnects: $(grep -c 'disconnect was not clean' "$(daemon_log ho
     for line in out.stdout.lines().filter(|l| l.starts_with("fio bs=")) {
         eprintln!("{line}");
     }
-    assert_eq!(out.stdout.lines().filter(|l| l.starts_with("fio bs=")).count(), 5, "{}", out.report());
+    assert_eq!(out.stdout.lines().filter(|l| l.starts_with("fio bs=")).count(), 3, "{}", out.report());
     let iops = |what: &str| -> u64 {
         let prefix = format!("{what} ublk randread iops: ");
         let line = out.stdout.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
