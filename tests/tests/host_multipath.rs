@@ -112,6 +112,20 @@ struct HostDaemon {
     child: Child,
 }
 
+impl HostDaemon {
+    /// `nvmf-host run --config DIR/host.toml`, logging into `DIR/host.log`.
+    fn start(dir: &Path) -> HostDaemon {
+        let child = Command::new(host_bin())
+            .args(["run", "--config", dir.join("host.toml").to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("host.log")).unwrap())
+            .spawn()
+            .expect("nvmf-host run");
+        HostDaemon { child }
+    }
+}
+
 impl Drop for HostDaemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -144,6 +158,30 @@ fn paths(control: &str) -> Vec<(String, String, String)> {
         .unwrap_or_default()
 }
 
+/// Two target nodes on one 64 MiB file in a temporary folder: A optimized (CNTLIDs 1-99), B non-optimized
+/// (100-199).
+struct Nodes {
+    dir: tempfile::TempDir,
+    port_a: u16,
+    port_b: u16,
+    a: TargetProcess,
+    b: TargetProcess,
+}
+
+/// [`Nodes`] started; `None` (the test skips, saying why) without qemu-io to check the data with.
+fn two_nodes() -> Option<Nodes> {
+    if Command::new("qemu-io").arg("--version").stdout(Stdio::null()).status().is_err() {
+        eprintln!("SKIPPED: qemu-io is not installed (Debian package qemu-utils)");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::File::create(dir.path().join("disk.img")).unwrap().set_len(64 << 20).unwrap();
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = start_node(dir.path(), "a", port_a, "optimized", "1-99");
+    let b = start_node(dir.path(), "b", port_b, "non-optimized", "100-199");
+    Some(Nodes { dir, port_a, port_b, a, b })
+}
+
 /// Wait (bounded) until `f` holds.
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -155,16 +193,9 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn two_nodes_one_export_fails_over_on_ana_change_and_node_loss() {
-    if Command::new("qemu-io").arg("--version").stdout(Stdio::null()).status().is_err() {
-        eprintln!("SKIPPED: qemu-io is not installed (Debian package qemu-utils)");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(Nodes { dir, port_a, port_b, a, b: _node_b }) = two_nodes() else { return };
     let d = dir.path();
-    std::fs::File::create(d.join("disk.img")).unwrap().set_len(64 << 20).unwrap();
-    let (port_a, port_b) = (free_port(), free_port());
-    let mut node_a = Some(start_node(d, "a", port_a, "optimized", "1-99"));
-    let _node_b = start_node(d, "b", port_b, "non-optimized", "100-199");
+    let mut node_a = Some(a);
 
     let control = d.join("host.sock").display().to_string();
     let metrics = format!("127.0.0.1:{}", free_port());
@@ -176,14 +207,7 @@ fn two_nodes_one_export_fails_over_on_ana_change_and_node_loss() {
         ),
     )
     .unwrap();
-    let child = Command::new(host_bin())
-        .args(["run", "--config", d.join("host.toml").to_str().unwrap()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(d.join("host.log")).unwrap())
-        .spawn()
-        .expect("nvmf-host run");
-    let _daemon = HostDaemon { child };
+    let _daemon = HostDaemon::start(d);
     wait_for("the host's control socket", || Path::new(&control).exists());
 
     let sock = d.join("disk.sock");
@@ -258,16 +282,8 @@ fn two_nodes_one_export_fails_over_on_ana_change_and_node_loss() {
 
 #[test]
 fn a_controller_table_with_a_further_path_serves_one_export() {
-    if Command::new("qemu-io").arg("--version").stdout(Stdio::null()).status().is_err() {
-        eprintln!("SKIPPED: qemu-io is not installed (Debian package qemu-utils)");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(Nodes { dir, port_a, port_b, a: _node_a, b: _node_b }) = two_nodes() else { return };
     let d = dir.path();
-    std::fs::File::create(d.join("disk.img")).unwrap().set_len(64 << 20).unwrap();
-    let (port_a, port_b) = (free_port(), free_port());
-    let _node_a = start_node(d, "a", port_a, "optimized", "1-99");
-    let _node_b = start_node(d, "b", port_b, "non-optimized", "100-199");
     let control = d.join("host.sock").display().to_string();
     let sock = d.join("disk.sock");
     std::fs::write(
@@ -284,14 +300,7 @@ fn a_controller_table_with_a_further_path_serves_one_export() {
     .unwrap();
     let check = run(&host_bin(), &["run", "--check", "--config", d.join("host.toml").to_str().unwrap()]);
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
-    let child = Command::new(host_bin())
-        .args(["run", "--config", d.join("host.toml").to_str().unwrap()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(d.join("host.log")).unwrap())
-        .spawn()
-        .expect("nvmf-host run");
-    let _daemon = HostDaemon { child };
+    let _daemon = HostDaemon::start(d);
     wait_for("both paths live", || {
         Path::new(&control).exists()
             && paths(&control)
