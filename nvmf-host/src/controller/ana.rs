@@ -93,10 +93,11 @@ impl Inner {
 
 impl Controller {
     /// Namespace `nsid`'s ANA state on this path as of the last ANA log read; `None` when the controller does
-    /// not report ANA (every path of such a controller is as good as optimized) or the namespace is unknown.
+    /// not report ANA (every path of such a controller is as good as optimized), its log could not be read yet
+    /// (a path is not shut out for want of a log: an ANA status still marks it), or the namespace is unknown.
     pub fn ana_state(&self, nsid: u32) -> Option<AnaState> {
         let table = &self.inner.ana;
-        if !table.reporting {
+        if !table.reporting || table.generation.load(Ordering::Acquire) == 0 {
             return None;
         }
         let grpid = self.namespace(nsid).ok()?.anagrpid;
