@@ -119,13 +119,34 @@ pub enum IoPolicy {
 }
 
 impl IoPolicy {
-    /// From its name (`round-robin`, `queue-depth`).
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "round-robin" => Some(IoPolicy::RoundRobin),
-            "queue-depth" => Some(IoPolicy::QueueDepth),
-            _ => None,
+    /// Every policy.
+    pub const ALL: [IoPolicy; 2] = [IoPolicy::RoundRobin, IoPolicy::QueueDepth];
+
+    /// The policy's name, Linux's: `round-robin`, `queue-depth`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoPolicy::RoundRobin => "round-robin",
+            IoPolicy::QueueDepth => "queue-depth",
         }
+    }
+
+    /// From its name (see [`IoPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        IoPolicy::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl fmt::Display for IoPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for IoPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        IoPolicy::from_name(s).ok_or_else(|| format!("unknown I/O policy {s:?}: round-robin or queue-depth"))
     }
 }
 

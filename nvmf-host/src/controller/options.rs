@@ -1,11 +1,11 @@
 //! [`ConnectOptions`]: how a [`super::Controller`] connects and recovers (nvme-cli's options), and the
 //! [`Transport`] every queue of the association uses.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
+/// How a multipath export spreads commands over its best paths (the configuration's type: Linux's names).
+pub use nvmf_config::host::IoPolicy;
 
 use crate::error::HostError;
 use crate::identity::HostIdentity;
@@ -133,44 +133,6 @@ impl Default for ConnectOptions {
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
             iopolicy: IoPolicy::default(),
-        }
-    }
-}
-
-/// How a head spreads commands over its best paths (Linux's `iopolicy` names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IoPolicy {
-    /// Each command to the next of the best paths.
-    #[default]
-    RoundRobin,
-    /// Each command to the best path with the fewest commands outstanding on the export queue's I/O queue.
-    QueueDepth,
-}
-
-impl IoPolicy {
-    /// The policy's name: `round-robin`, `queue-depth`.
-    pub fn name(self) -> &'static str {
-        match self {
-            IoPolicy::RoundRobin => "round-robin",
-            IoPolicy::QueueDepth => "queue-depth",
-        }
-    }
-}
-
-impl fmt::Display for IoPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for IoPolicy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "round-robin" => Ok(IoPolicy::RoundRobin),
-            "queue-depth" => Ok(IoPolicy::QueueDepth),
-            other => Err(format!("unknown I/O policy {other:?}: round-robin or queue-depth")),
         }
     }
 }

@@ -5,12 +5,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use nvmf_config::host::{ControllerConfig, IoPolicy as ConfigIoPolicy};
+use nvmf_config::host::ControllerConfig;
 use nvmf_config::target::Transport as ConfigTransport;
 
 use super::exports::ExportSpec;
 use super::protocol::ConnectParams;
-use crate::controller::{ConnectOptions, IoPolicy, Transport};
+use crate::controller::{ConnectOptions, Transport};
 use crate::endpoint::Endpoint;
 use crate::identity::HostIdentity;
 use crate::nbd::NbdListen;
@@ -63,10 +63,7 @@ fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> Connect
         reconnect_delay: c.reconnect_delay,
         ctrl_loss_tmo: c.ctrl_loss_tmo,
         fast_io_fail_tmo: c.fast_io_fail_tmo,
-        iopolicy: match c.iopolicy {
-            ConfigIoPolicy::RoundRobin => IoPolicy::RoundRobin,
-            ConfigIoPolicy::QueueDepth => IoPolicy::QueueDepth,
-        },
+        iopolicy: c.iopolicy,
         host_iface: c.host_iface.clone(),
         dhchap_secret: c.dhchap_secret.clone(),
         dhchap_ctrl_secret: c.dhchap_ctrl_secret.clone(),
@@ -170,6 +167,7 @@ mod tests {
     use nvmf_config::host::HostConfig;
 
     use super::*;
+    use crate::controller::IoPolicy;
 
     fn identity() -> HostIdentity {
         HostIdentity::generate()
