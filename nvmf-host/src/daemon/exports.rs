@@ -12,7 +12,7 @@ use nvmf_config::host::{ExportKind, NbdEndpoint};
 use super::protocol::{ExportView, PathView};
 use crate::controller::{ConnectOptions, Controller};
 use crate::metrics::PathSample;
-use crate::multipath::NamespaceHead;
+use crate::multipath::{NamespaceHead, PathError};
 use crate::nbd::{NbdExport, NbdListen, NbdOptions};
 
 /// How to serve one namespace.
@@ -100,14 +100,14 @@ impl RunningExport {
             .ok_or_else(|| format!("namespace {nsid} is not active on this controller"))?;
         let mut list = heads.lock();
         if let Some(h) = list.iter().find(|h| h.head.matches(ctrl.subnqn(), &ns)) {
-            match h.head.refuses(ctrl) {
-                None => {
-                    h.head.add_path(Arc::clone(ctrl), name).map_err(|e| e.to_string())?;
+            match h.head.add_path(Arc::clone(ctrl), name) {
+                Ok(()) => {
                     let head = Arc::clone(&h.head);
                     return Ok(RunningExport { heads: Arc::clone(heads), head, name: name.to_owned() });
                 }
-                Some(why) => tracing::warn!(path = name, nsid, reason = %why,
+                Err(PathError::NotOneSubsystem(why)) => tracing::warn!(path = name, nsid, reason = %why,
                     "same subsystem NQN and namespace identifier as a running export, but not a path of it: exported on its own"),
+                Err(e) => return Err(e.to_string()),
             }
         }
         let head =

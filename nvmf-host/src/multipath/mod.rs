@@ -90,18 +90,8 @@ pub struct Path {
 }
 
 impl Path {
-    /// The controller's name (`nvmf0`).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The controller.
-    pub fn controller(&self) -> &Arc<Controller> {
-        &self.ctrl
-    }
-
     /// The namespace's ANA state through this path (`None`: the controller does not report ANA).
-    pub fn ana_state(&self) -> Option<AnaState> {
+    fn ana_state(&self) -> Option<AnaState> {
         let generation = self.ctrl.ana_generation();
         let word = self.ana.load(Ordering::Acquire);
         if word >> 8 == generation && word != 0 {
@@ -188,6 +178,10 @@ pub enum PathError {
     /// The controller is of another subsystem or reports another namespace.
     #[error("{0}")]
     Mismatch(String),
+    /// The controller's namespace matches, but the controller is not of the same subsystem as the paths (see
+    /// [`NamespaceHead::add_path`]).
+    #[error("not a path of the same subsystem: {0}")]
+    NotOneSubsystem(String),
     /// The head has [`MAX_PATHS`] paths.
     #[error("namespace {0} already has {MAX_PATHS} paths")]
     Full(u32),
@@ -218,26 +212,19 @@ impl NamespaceHead {
         self.id.is_some() && subnqn == self.subnqn && ns.nsid == self.nsid && NamespaceId::of(ns) == self.id
     }
 
-    /// Why `ctrl` cannot be another path of this head although its namespace [`NamespaceHead::matches`]: as
-    /// the Linux host, only a subsystem that may have several controllers (CMIC bit 1), each with its own
-    /// CNTLID, is reached over several paths (two targets that merely share a subsystem NQN are not one
-    /// subsystem).
-    pub fn refuses(&self, ctrl: &Controller) -> Option<String> {
-        if !ctrl.info().multi_controller {
-            return Some("the subsystem does not report several controllers (CMIC bit 1)".into());
-        }
-        let cntlid = ctrl.cntlid();
-        self.paths()
-            .iter()
-            .find(|p| p.ctrl.cntlid() == cntlid)
-            .map(|p| format!("its CNTLID {cntlid} is also {}'s: not one subsystem", p.name))
-    }
-
-    /// Add `ctrl` (named `name`) as a path.
+    /// Add `ctrl` (named `name`) as a path. As the Linux host, only a subsystem that may have several
+    /// controllers (CMIC bit 1), each with its own CNTLID, is reached over several paths: two targets that merely
+    /// share a subsystem NQN are not one subsystem ([`PathError::NotOneSubsystem`]).
     pub fn add_path(&self, ctrl: Arc<Controller>, name: &str) -> Result<(), PathError> {
-        if !self.paths().is_empty() {
-            if let Some(why) = self.refuses(&ctrl) {
-                return Err(PathError::Mismatch(format!("{name} cannot be a path of namespace {}: {why}", self.nsid)));
+        {
+            let paths = self.paths();
+            if !paths.is_empty() && !ctrl.info().multi_controller {
+                let why = "the subsystem does not report several controllers (CMIC bit 1)".to_owned();
+                return Err(PathError::NotOneSubsystem(why));
+            }
+            let cntlid = ctrl.cntlid();
+            if let Some(p) = paths.iter().find(|p| p.ctrl.cntlid() == cntlid) {
+                return Err(PathError::NotOneSubsystem(format!("its CNTLID {cntlid} is also {}'s", p.name)));
             }
         }
         let ns = namespace(&ctrl, self.nsid)?;
@@ -288,11 +275,6 @@ impl NamespaceHead {
     /// The namespace ID.
     pub fn nsid(&self) -> u32 {
         self.nsid
-    }
-
-    /// The subsystem NQN.
-    pub fn subnqn(&self) -> &str {
-        &self.subnqn
     }
 
     /// The namespace's logical block size and size in blocks.

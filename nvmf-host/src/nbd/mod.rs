@@ -351,9 +351,7 @@ impl NbdExport {
     pub fn start_head(head: Arc<NamespaceHead>, listen: NbdListen, options: NbdOptions) -> Result<NbdExport, NbdError> {
         let nsid = head.nsid();
         let ctrl = head.first_controller().ok_or(NbdError::UnknownNamespace(nsid))?;
-        let (block_size, blocks) = head.geometry();
-        let ns = crate::controller::NamespaceInfo { nsid, block_size, blocks, nguid: [0; 16], uuid: None, anagrpid: 0 };
-        let bs = ns.block_size;
+        let (bs, blocks) = head.geometry();
         if !bs.is_power_of_two() || bs > 65536 {
             return Err(NbdError::BlockSize { nsid, block_size: bs });
         }
@@ -364,7 +362,7 @@ impl NbdExport {
         let max_payload = options.max_payload.clamp(bs.max(4096), MAX_PAYLOAD) / bs * bs;
         let geometry = Geometry {
             block_size: bs,
-            blocks: ns.blocks,
+            blocks,
             max_payload,
             read_only: options.read_only,
             trim: info.oncs & IdentifyController::ONCS_DATASET_MANAGEMENT != 0,
@@ -386,7 +384,7 @@ impl NbdExport {
             .name("nbd-accept".into())
             .spawn(move || accept_loop(poll, listener, &export, &flag, max_clients))
             .map_err(|e| io_err("spawning the acceptor for", e))?;
-        tracing::info!(uri = local.uri(), nsid, block_size = bs, blocks = ns.blocks, "NBD export started");
+        tracing::info!(uri = local.uri(), nsid, block_size = bs, blocks, "NBD export started");
         Ok(NbdExport { local, stopping, waker, thread: Some(thread) })
     }
 
