@@ -9,6 +9,7 @@
 //!   (subsystem NQN, NSID) used when they are not configured.
 //! - [`reference`](mod@reference): the Markdown configuration reference (`docs/config-reference.md`), generated from the
 //!   annotated examples and checked key by key against the schema.
+//! - [`PollMode`]: how a data-path thread waits for work (`poll` in both files).
 //! - [`size`]: size strings (`"1GiB"`, `"4K"`, `"10GB"`).
 //! - [`error`]: [`ConfigError`], and the key paths and problems validation reports.
 //!
@@ -23,6 +24,7 @@ mod document;
 pub mod error;
 pub mod host;
 pub mod ids;
+mod poll;
 pub mod quickstart;
 pub mod reference;
 mod secret;
@@ -30,5 +32,6 @@ pub mod size;
 pub mod target;
 
 pub use error::ConfigError;
+pub use poll::PollMode;
 pub use quickstart::{NamespaceSpec, QuickStart};
 pub use target::TargetConfig;

@@ -17,6 +17,8 @@
 //!   (controller to host) or `write` (host to controller).
 //! - `nvmf_host_queue_errors_total{controller,qid}` — commands that completed with an error status or failed
 //!   in the transport.
+//! - `nvmf_host_queue_sleeps_total{controller,qid}` — waits of the queue's I/O thread that could block (the
+//!   others polled and returned at once: the `[host]` `poll` mode at work).
 //! - `nvmf_host_queue_command_latency_seconds{controller,qid}` — histogram of submission to completion, buckets
 //!   at 1, 2, 4, … µs up to about 4.2 s (Asynchronous Event Requests are not counted).
 //!
@@ -197,11 +199,12 @@ impl Collector for HostCollector {
             }
         }
         type Field = fn(&QueueMetrics) -> u64;
-        let per_queue: [(&str, &str, Field); 4] = [
+        let per_queue: [(&str, &str, Field); 5] = [
             ("nvmf_host_queue_commands", "Commands completed (any status); qid 0 is the admin queue.", |q| q.completed),
             ("nvmf_host_queue_submitted", "Commands submitted; qid 0 is the admin queue.", |q| q.submitted),
             ("nvmf_host_queue_r2ts", "R2Ts served (NVMe/TCP writes beyond in-capsule data).", |q| q.r2ts),
             ("nvmf_host_queue_errors", "Commands with an error status or a transport failure.", |q| q.errors),
+            ("nvmf_host_queue_sleeps", "Waits of the queue's I/O thread that could block (not polls).", |q| q.sleeps),
         ];
         for (name, help, field) in per_queue {
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -263,6 +266,7 @@ mod tests {
             read_bytes: 8192,
             written_bytes: 4096,
             errors: 1,
+            sleeps: 6,
             latency_sum_ns: 30_000,
             ..QueueMetrics::default()
         };
@@ -303,6 +307,7 @@ mod tests {
             "nvmf_host_queue_submitted_total{controller=\"nvmf0\",qid=\"1\"} 5",
             "nvmf_host_queue_r2ts_total{controller=\"nvmf0\",qid=\"1\"} 3",
             "nvmf_host_queue_errors_total{controller=\"nvmf0\",qid=\"1\"} 1",
+            "nvmf_host_queue_sleeps_total{controller=\"nvmf0\",qid=\"1\"} 6",
             "nvmf_host_queue_bytes_total{controller=\"nvmf0\",qid=\"1\",direction=\"read\"} 8192",
             "nvmf_host_queue_bytes_total{controller=\"nvmf0\",qid=\"1\",direction=\"write\"} 4096",
             "nvmf_host_queue_command_latency_seconds_bucket{controller=\"nvmf0\",qid=\"1\",le=\"4e-06\"} 0",

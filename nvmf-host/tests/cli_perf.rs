@@ -78,22 +78,28 @@ fn randwrite_writes_data() {
     assert_eq!(written, whole, "partially written blocks");
 }
 
-/// Busy polling (never sleeping in a poll) runs the same workloads to the same end: reads and writes completed,
-/// written blocks whole, the JSON says how it ran.
+/// Busy polling (never sleeping in a poll; `--busy-poll` is `--poll busy`) runs the same workloads to the same
+/// end: reads and writes completed, written blocks whole, the JSON says how it ran and how often it slept.
 #[test]
 fn busy_poll_reads_and_writes() {
     let target = Target::start();
     let j = json_of(&perf(&target, &["-w", "randwrite", "-q", "8", "-T", "1", "--json", "--busy-poll"]));
-    assert_eq!(j["busy_poll"], true, "{j}");
+    assert_eq!((&j["poll"], &j["sleeps"]), (&"busy".into(), &0.into()), "{j}");
+    assert!(f(&j, &["waits"]) > 0.0, "{j}");
     assert!(f(&j, &["writes"]) > 0.0, "{j}");
     let data = namespace_1(&target);
     let written = data.chunks(4096).filter(|c| c.iter().any(|&b| b != 0)).count();
     assert!(written > 0, "no 4 KiB block of namespace 1 was written");
     assert_eq!(written, data.chunks(4096).filter(|c| c.iter().all(|&b| b != 0)).count(), "partially written blocks");
-    let j = json_of(&perf(&target, &["-w", "rw", "-M", "50", "-q", "8", "-T", "1", "--json", "--busy-poll"]));
+    let j = json_of(&perf(&target, &["-w", "rw", "-M", "50", "-q", "8", "-T", "1", "--json", "--poll", "busy"]));
     assert!(f(&j, &["reads"]) > 0.0 && f(&j, &["writes"]) > 0.0, "{j}");
     let j = json_of(&perf(&target, &["-w", "randread", "-q", "8", "-T", "1", "--json"]));
-    assert_eq!(j["busy_poll"], false, "{j}");
+    assert_eq!((&j["poll"], &j["poll_window_us"]), (&"adaptive".into(), &200.into()), "{j}");
+    let j = json_of(&perf(&target, &["-w", "randread", "-q", "1", "-T", "1", "--json", "--poll", "sleep"]));
+    assert_eq!(j["poll"], "sleep", "{j}");
+    // QD1 sleeping: the poll after each completion finds nothing, so about every other wait sleeps.
+    assert!(f(&j, &["sleeps"]) > 0.0 && f(&j, &["sleeps"]) <= f(&j, &["waits"]), "{j}");
+    assert_eq!(j["per_queue"][0]["sleeps"], j["sleeps"], "{j}");
 }
 
 /// The CPUs (`Cpus_allowed_list`) of the running perf `child`'s worker for queue `qid`: once it shows `expected`

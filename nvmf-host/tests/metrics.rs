@@ -79,6 +79,8 @@ fn queue_bytes_errors_and_latency_after_io() {
     assert_eq!(count, 1.0 + 8.0 + 4.0 + 1.0);
     assert_eq!(get(&format!(r#"nvmf_host_queue_command_latency_seconds_bucket{{{io},le="+Inf"}}"#)), count);
     assert!(get(&format!("nvmf_host_queue_command_latency_seconds_sum{{{io}}}")) > 0.0);
+    // Adaptive polling: between the commands, waited for one by one, the I/O thread slept.
+    assert!(get(&format!("nvmf_host_queue_sleeps_total{{{io}}}")) > 0.0, "{text}");
     // The admin queue read Identify data and counts none of the I/O.
     assert!(get(r#"nvmf_host_queue_bytes_total{controller="nvmf0",qid="0",direction="read"}"#) >= 4096.0);
 

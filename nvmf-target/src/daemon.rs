@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
+use std::time::Duration;
 
 use nvmf_config::size::format_size;
 use nvmf_config::target::{ListenerTransport, NamespaceBackend, NamespaceConfig, SubsystemConfig};
@@ -215,15 +216,24 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let engine = engine_config(config);
     let mut reactors = Vec::with_capacity(config.reactors.threads);
     let mut counters = Vec::with_capacity(config.reactors.threads);
+    let mut waits = Vec::with_capacity(config.reactors.threads);
     for index in 0..config.reactors.threads {
-        let reactor_config =
-            ReactorConfig { index, cpu: config.reactors.cpus.get(index).copied(), engine: engine.clone() };
+        let reactor_config = ReactorConfig {
+            index,
+            cpu: config.reactors.cpus.get(index).copied(),
+            engine: engine.clone(),
+            poll: config.reactors.poll,
+            poll_window: Duration::from_micros(u64::from(config.reactors.poll_window_us)),
+            waits: Arc::default(),
+        };
+        let reactor_waits = Arc::clone(&reactor_config.waits);
         let reactor_counters = TransportCounters::default();
-        let group = TransportSet::new(index, &reactor_counters);
+        let group = TransportSet::new(index, &reactor_counters, config.reactors.socket_io);
         match ReactorHandle::spawn(reactor_config, Arc::clone(&target), group) {
             Ok(r) => {
                 reactors.push(r);
                 counters.push(reactor_counters);
+                waits.push(reactor_waits);
             }
             Err(e) => {
                 for r in reactors {
@@ -244,7 +254,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let metrics = match config.metrics.listen {
         None => None,
         Some(listen) => {
-            let collector = listeners.collector(Arc::clone(&target), &counters);
+            let collector = listeners.collector(Arc::clone(&target), &counters).with_reactor_waits(waits);
             let rnic = crate::metrics::rnic_collector(config);
             match MetricsServer::start(listen, crate::metrics::registry(collector, rnic)) {
                 Ok(server) => Some(server),
@@ -320,6 +330,11 @@ impl RunningTarget {
     /// TCP connections served now, over all reactors.
     pub fn connections(&self) -> usize {
         self.counters.iter().map(|c| c.tcp_connections.load(std::sync::atomic::Ordering::Relaxed)).sum()
+    }
+
+    /// How each reactor drives its NVMe/TCP sockets (`io_uring`, `epoll`; `None` before it started).
+    pub fn tcp_socket_paths(&self) -> Vec<Option<&'static str>> {
+        self.counters.iter().map(|c| c.tcp_socket_path.name()).collect()
     }
 
     /// Data buffers over all reactors' pools: (free, total), as of each reactor's last turn.

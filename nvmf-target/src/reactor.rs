@@ -12,11 +12,12 @@
 //! until an event or the group's earliest timer (a queue's Connect or keep-alive deadline, on RDMA a closing queue
 //! pair's flush bound); at a timer, or when a queue's notifier fired (an asynchronous event for a held AER, an
 //! association ended or reset by another reactor's queue), it polls every queue. With no timer it sleeps until
-//! woken; when the group found work at the end of the turn it turns again without sleeping. A queue pair that ended stays until its storage ops have
-//! completed, so the kernel never writes into a buffer we reused.
+//! woken; when the group found work at the end of the turn it turns again without sleeping, and after a turn that
+//! found nothing its [`Poller`] may first have it poll for a while (`[reactors] poll`). A queue pair that ended
+//! stays until its storage ops have completed, so the kernel never writes into a buffer we reused.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -24,8 +25,10 @@ use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
+use nvmf_config::PollMode;
+use nvmf_service::poll::{Poller, Wait};
 
-use crate::backend::{EngineConfig, IoCompletion, IoEngine};
+use crate::backend::{EngineConfig, IoCompletion, IoEngine, NetCompletion};
 use crate::controller::{split_storage_tag, EventNotifier, Target};
 use crate::transport::{GroupContext, PollGroup, FIRST_GROUP_TOKEN};
 
@@ -77,6 +80,22 @@ pub struct ReactorConfig {
     pub cpu: Option<usize>,
     /// The I/O engine's ring and buffer pool.
     pub engine: EngineConfig,
+    /// How the reactor waits when a turn found nothing to do, and the longest it polls after work when adaptive.
+    pub poll: PollMode,
+    /// See `poll`.
+    pub poll_window: Duration,
+    /// Where the reactor counts its waits (published once per turn).
+    pub waits: Arc<WaitCounters>,
+}
+
+/// How a reactor waited: turns that found nothing and polled again without sleeping, and sleeps. Stored once per
+/// turn, never per command.
+#[derive(Debug, Default)]
+pub struct WaitCounters {
+    /// Turns that found nothing and polled again at once.
+    pub empty_polls: AtomicU64,
+    /// Times the reactor slept (waited in `epoll_wait` with a timeout other than zero).
+    pub sleeps: AtomicU64,
 }
 
 enum Message<Q> {
@@ -123,6 +142,8 @@ impl<Q: Send + 'static> ReactorHandle<Q> {
                         return;
                     }
                 };
+                let poller = Poller::new(config.poll, config.poll_window);
+                let waits = Arc::clone(&config.waits);
                 let mut reactor = match Reactor::new(index, poll, engine, group, target, rx, thread_waker) {
                     Ok(r) => r,
                     Err(e) => {
@@ -131,7 +152,7 @@ impl<Q: Send + 'static> ReactorHandle<Q> {
                     }
                 };
                 let _ = ready_tx.send(Ok(()));
-                reactor.run();
+                reactor.run(poller, &waits);
             })
             .map_err(os("thread"))?;
         match ready_rx.recv() {
@@ -172,6 +193,7 @@ struct Reactor<G: PollGroup> {
     /// Set by the notifier to make the next turn poll every queue.
     poll_queues: Arc<AtomicBool>,
     completions: Vec<IoCompletion>,
+    net_completions: Vec<NetCompletion>,
     /// The channel may hold messages: the waker fired, or the last drain stopped at [`ACCEPTS_PER_TURN`].
     messages_waiting: bool,
     shutting_down: bool,
@@ -207,29 +229,40 @@ impl<G: PollGroup> Reactor<G> {
             notifier,
             poll_queues,
             completions: Vec::with_capacity(1024),
+            net_completions: Vec::with_capacity(1024),
             messages_waiting: false,
             shutting_down: false,
         })
     }
 
-    fn run(&mut self) {
+    fn run(&mut self, mut poller: Poller, waits: &WaitCounters) {
         let mut events = Events::with_capacity(1024);
         let mut now = Instant::now();
         // The earliest timer of any queue here.
         let mut next_timer: Option<Instant> = None;
+        let (group, mut cx) = self.group_in_context(now);
+        group.started(&mut cx);
         // The group found work at the end of the last turn: turn again without sleeping.
         let mut busy = false;
+        // The last turn handled an event or a completion.
+        let mut worked = false;
         loop {
             // The clock is read once per turn, when the poll returns (a syscall where the vDSO cannot read it, as
             // in TCG guests): the timers and the commands' arrival times (`set_turn_time`) use that reading; a
             // command's completion time is read once per batch of completions (`new_completion_batch`).
-            let timeout = if busy || self.messages_waiting {
-                Some(Duration::ZERO)
-            } else {
+            let wait = if busy || self.messages_waiting { Wait::Poll } else { poller.after_turn(worked, now) };
+            let timeout = match wait {
+                Wait::Poll => {
+                    poller.yield_if_idle(worked || busy);
+                    Some(Duration::ZERO)
+                }
                 // Without a timer only an event has work for this thread: a file descriptor of the group, a
                 // storage completion, or the waker (a new queue pair, a queue's notifier, shutdown).
-                next_timer.map(|t| t.saturating_duration_since(now))
+                Wait::Sleep => next_timer.map(|t| t.saturating_duration_since(now)),
             };
+            let (empty_polls, sleeps) = poller.counts();
+            waits.empty_polls.store(empty_polls, Ordering::Relaxed);
+            waits.sleeps.store(sleeps, Ordering::Relaxed);
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!(reactor = self.index, error = %e, "epoll failed; reactor stops");
@@ -238,6 +271,7 @@ impl<G: PollGroup> Reactor<G> {
             }
             now = Instant::now();
             crate::controller::queue::set_turn_time(now);
+            worked = !events.is_empty();
             for event in events.iter() {
                 match event.token() {
                     WAKER => self.messages_waiting = true,
@@ -255,17 +289,22 @@ impl<G: PollGroup> Reactor<G> {
             if self.messages_waiting {
                 self.drain_messages(now);
             }
-            self.complete_storage(now);
+            worked |= self.complete_storage(now);
             // Every queue when a notifier fired; otherwise the group polls those whose timers are due and those
             // with work waiting (commands that waited for a buffer or ring space).
             let notified = self.poll_queues.swap(false, Ordering::AcqRel);
             crate::controller::queue::new_completion_batch();
             let (group, mut cx) = self.group_in_context(now);
             if group.poll(&mut cx, notified) {
+                worked = true;
                 self.complete_storage(now);
             }
             let (group, mut cx) = self.group_in_context(now);
             busy = group.end_turn(&mut cx);
+            // What the end of the turn queued on the ring (sends of the turn's output) goes before the wait.
+            if let Err(e) = self.engine.submit() {
+                tracing::error!(reactor = self.index, error = %e, "io_uring submit failed");
+            }
             if self.shutting_down && self.group.is_empty() {
                 tracing::debug!(reactor = self.index, "reactor stopped");
                 return;
@@ -280,25 +319,36 @@ impl<G: PollGroup> Reactor<G> {
         (&mut self.group, cx)
     }
 
-    /// Submit queued storage ops, then route completions to the group until no more arrive without waiting.
-    fn complete_storage(&mut self, now: Instant) {
+    /// Submit queued storage and socket ops, then route completions to the group until no more arrive without
+    /// waiting; whether any did.
+    fn complete_storage(&mut self, now: Instant) -> bool {
+        let mut completed = false;
         loop {
             if let Err(e) = self.engine.submit() {
                 tracing::error!(reactor = self.index, error = %e, "io_uring submit failed");
             }
             let mut completions = std::mem::take(&mut self.completions);
+            let mut net_completions = std::mem::take(&mut self.net_completions);
             self.engine.reap(|c| completions.push(c));
-            if completions.is_empty() {
+            self.engine.take_net_completions(&mut net_completions);
+            if completions.is_empty() && net_completions.is_empty() {
                 self.completions = completions;
-                return;
+                self.net_completions = net_completions;
+                return completed;
             }
+            completed = true;
             crate::controller::queue::new_completion_batch();
             let (group, mut cx) = self.group_in_context(now);
+            // Socket ops first: a receive's commands then join this batch's storage ops.
+            for c in net_completions.drain(..) {
+                group.network_completed(c, &mut cx);
+            }
             for c in completions.drain(..) {
                 let (queue_key, slot) = split_storage_tag(c.tag);
                 group.storage_completed(queue_key, slot, c.result, &mut cx);
             }
             self.completions = completions;
+            self.net_completions = net_completions;
         }
     }
 

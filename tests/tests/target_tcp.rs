@@ -36,6 +36,9 @@ use target_support::*;
 fn admin_connect_properties_enable_and_shutdown() {
     let t = Target::start(&memory_config(""));
     let (mut admin, cntlid) = connect_admin(t.addr, SUBNQN, options(), 0);
+    // This file runs twice: on epoll and, as `target_tcp_io_uring`, on io_uring (every kernel since 5.6 has the ops).
+    let path = if socket_io_uring() { "io_uring" } else { "epoll" };
+    assert_eq!(t.running().tcp_socket_paths(), [Some(path); 2], "the reactors' socket path");
     assert!((1..=0xFFEF).contains(&cntlid), "cntlid {cntlid}");
 
     let cap = Capabilities::from_u64(property(&mut admin, Property::Cap));

@@ -240,7 +240,8 @@ echo "basics: ok"
 }
 
 /// fio randwrite with crc32c verification, then randread verifying the same blocks, at 4 KiB and 128 KiB ×
-/// QD 1 and 32, over 2 I/O queues.
+/// QD 1 and 32, over 2 I/O queues; then QD 32 again against a target whose sockets run on io_uring
+/// (`socket_io = "io_uring"`).
 #[test]
 fn fio_verify() {
     let config = config("127.0.0.1", "[[subsystem.namespace]]\nmemory = \"128MiB\"\n", "");
@@ -268,8 +269,17 @@ else
 fi
 host_disconnect {NQN}
 curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_errors_total' || true
-echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
 stop_daemon target
+# The same target with its sockets on the reactors' io_uring.
+sed -e 's/^port = 4420/port = 4421/' -e 's/^threads = 2/threads = 2\nsocket_io = "io_uring"/' $CONFIG > /tmp/uring.toml
+nvmf_target_start uring /tmp/uring.toml
+curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_tcp_socket_io' | sed 's/^/socket path: /'
+dev=$(host_connect tcp 127.0.0.1 4421 {NQN} -i 2)
+step fio_rw_verify $dev 4K 32 8M
+step fio_rw_verify $dev 128K 32 32M
+host_disconnect {NQN}
+stop_daemon uring
+echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
 echo "fio: ok"
 "#
         ),
@@ -286,6 +296,11 @@ echo "fio: ok"
         );
     }
     assert_stdout_has(&out, "corrupted block: detected");
+    assert_stdout_has(&out, r#"socket path: nvmf_target_tcp_socket_io{reactor="0",path="io_uring"} 1"#);
+    for (bs, blocks) in [("4K", 2048), ("128K", 256)] {
+        let line = format!("fio bs={bs} qd=32: wrote {blocks}, verified {blocks} after writing, {blocks} on randread");
+        assert_eq!(out.stdout.matches(&line).count(), 2, "{line:?} on both socket paths\n{}", out.report());
+    }
     assert_stdout_has(&out, "host I/O errors: 0");
     assert_stdout_has(&out, "fio: ok");
 }

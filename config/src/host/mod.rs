@@ -3,11 +3,11 @@
 //! ([`crate::target`]): serde into the file schema (`schema`, unknown keys rejected), then `validate`, which fills
 //! in every default so the daemon never has to know one.
 //!
-//! The file's sections: `[host]` (identity overrides, state directory, control socket), `[metrics]`, `[logging]`
-//! (as the target's), `[[controller]]` (one NVMe-oF controller to keep connected, nvme-cli's connect options) and
-//! `[[controller.export]]` (a namespace of it served as a block device). `config/examples/host.toml` documents
-//! every key. Runs on the control plane at start-up; it reads the file (and the secret files it names, which must
-//! not be readable by group or others) and never blocks on anything else.
+//! The file's sections: `[host]` (identity overrides, state directory, control socket, how queue threads poll),
+//! `[metrics]`, `[logging]` (as the target's), `[[controller]]` (one NVMe-oF controller to keep connected,
+//! nvme-cli's connect options) and `[[controller.export]]` (a namespace of it served as a block device).
+//! `config/examples/host.toml` documents every key. Runs on the control plane at start-up; it reads the file (and
+//! the secret files it names, which must not be readable by group or others) and never blocks on anything else.
 
 mod schema;
 #[cfg(test)]
@@ -23,11 +23,16 @@ use nvmf_common::fabrics::auth::secret::DhchapSecret;
 
 use crate::error::ConfigError;
 use crate::target::{place, read_file, syntax_error, LoggingConfig, MetricsConfig, Transport};
+use crate::PollMode;
 
 /// Default state directory (generated host NQN and host ID live here).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nvmf-host";
 /// Default control socket of the daemon (what the CLI talks to).
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/nvmf-host/control.sock";
+/// Default bound on an adaptive queue thread's spin after work (`poll_window_us`), in microseconds.
+pub const DEFAULT_POLL_WINDOW_US: u32 = 200;
+/// Largest `poll_window_us`: 100 ms of spinning is already a busy thread.
+pub const MAX_POLL_WINDOW_US: u32 = 100_000;
 /// Suggested metrics address of the host daemon (documented in the example; not a default).
 pub const SUGGESTED_METRICS_LISTEN: &str = "127.0.0.1:9656";
 
@@ -55,6 +60,11 @@ pub struct HostSection {
     pub state_dir: PathBuf,
     /// Unix socket the CLI's `connect`, `disconnect`, `list` … talk to. Default `/run/nvmf-host/control.sock`.
     pub control_socket: PathBuf,
+    /// How every queue's I/O thread waits for completions (`poll`): adaptive (default), sleep or busy.
+    pub poll: PollMode,
+    /// How long an adaptive queue thread may keep polling after work before it sleeps (`poll_window_us`,
+    /// 1..=100000 µs). Default 200 µs.
+    pub poll_window: Duration,
 }
 
 /// `[[controller]]`: one controller (subsystem at a transport address) to keep connected.

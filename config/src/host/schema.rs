@@ -33,6 +33,10 @@ pub(crate) struct RawHost {
     pub state_dir: Option<String>,
     #[serde(default)]
     pub control_socket: Option<String>,
+    #[serde(default)]
+    pub poll: Option<String>,
+    #[serde(default)]
+    pub poll_window_us: Option<i64>,
 }
 
 /// `[[controller]]`.

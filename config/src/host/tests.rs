@@ -36,6 +36,16 @@ const CASES: &[(&str, &str, &str)] = &[
         "h.toml:2:13: host.state_dir: the path is empty; allowed: a directory or file path"),
     ("control_socket_empty", "[host]\ncontrol_socket = \"\"\n",
         "h.toml:2:18: host.control_socket: the path is empty; allowed: a directory or file path"),
+    ("poll", "[host]\npoll = \"spin\"\n",
+        "h.toml:2:8: host.poll: \"spin\" is not a poll mode; allowed: adaptive, sleep or busy"),
+    ("poll_type", "[host]\npoll = true\n",
+        "h.toml:2:8: host.poll: invalid type: boolean `true`, expected a string"),
+    ("poll_window_us", "[host]\npoll_window_us = 0\n",
+        "h.toml:2:18: host.poll_window_us: poll window 0 is out of range; allowed: 1..=100000 microseconds (200)"),
+    ("poll_window_us_high", "[host]\npoll_window_us = 100001\n",
+        "h.toml:2:18: host.poll_window_us: poll window 100001 is out of range; allowed: 1..=100000 microseconds (200)"),
+    ("poll_busy", "[host]\npoll = \"busy\"\npoll_window_us = 100000\n",
+        "accepted"),
     ("metrics_listen", "[metrics]\nlisten = \"localhost\"\n",
         "h.toml:2:10: metrics.listen: \"localhost\" is not an address and port; allowed: ADDRESS:PORT such as \"127.0.0.1:9420\" or \"[::1]:9420\", port 1..=65535"),
     ("log_level", "[logging]\nlevel = \"loud\"\n",
@@ -142,6 +152,8 @@ fn defaults_are_filled_in() {
             hostid: None,
             state_dir: PathBuf::from("/var/lib/nvmf-host"),
             control_socket: PathBuf::from("/run/nvmf-host/control.sock"),
+            poll: PollMode::Adaptive,
+            poll_window: Duration::from_micros(200),
         }
     );
     assert!(config.controllers.is_empty() && config.metrics.listen.is_none());
@@ -192,6 +204,16 @@ fn explicit_values_and_never() {
 }
 
 #[test]
+fn poll_mode_and_window() {
+    for (mode, want) in [("adaptive", PollMode::Adaptive), ("sleep", PollMode::Sleep), ("busy", PollMode::Busy)] {
+        let host = load(&format!("[host]\npoll = \"{mode}\"\npoll_window_us = 50\n")).unwrap().host;
+        assert_eq!((host.poll, host.poll_window), (want, Duration::from_micros(50)));
+    }
+    let host = load("[host]\npoll_window_us = 100000\n").unwrap().host;
+    assert_eq!((host.poll, host.poll_window), (PollMode::Adaptive, Duration::from_millis(100)));
+}
+
+#[test]
 fn from_file_resolves_relative_paths_against_its_directory() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("host.toml");
@@ -210,6 +232,7 @@ fn the_example_parses() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/host.toml");
     let config = HostConfig::from_file(path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.host.state_dir, PathBuf::from("/var/lib/nvmf-host"));
+    assert_eq!((config.host.poll, config.host.poll_window), (PollMode::Adaptive, Duration::from_micros(200)));
     assert_eq!(config.metrics.listen, Some(SUGGESTED_METRICS_LISTEN.parse().unwrap()));
     assert!(!config.controllers.is_empty());
     assert!(config.controllers.iter().any(|c| !c.exports.is_empty()));

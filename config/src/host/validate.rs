@@ -96,7 +96,24 @@ fn host(raw: Option<&RawHost>, key: &KeyPath, base: Option<&Path>) -> Result<Hos
         Some(text) => path_in(text, &key.key("control_socket"), base)?,
         None => PathBuf::from(DEFAULT_CONTROL_SOCKET),
     };
-    Ok(HostSection { hostnqn: raw.hostnqn.clone(), hostid, state_dir, control_socket })
+    let poll = match raw.poll.as_deref() {
+        None => PollMode::default(),
+        Some(name) => PollMode::from_name(name).ok_or_else(|| {
+            Problem::new(key.key("poll"), format!("{name:?} is not a poll mode"), "adaptive, sleep or busy")
+        })?,
+    };
+    let window_us: u32 = match raw.poll_window_us {
+        Some(us) => int_in(
+            us,
+            1..=i64::from(MAX_POLL_WINDOW_US),
+            &key.key("poll_window_us"),
+            "poll window",
+            format!("1..={MAX_POLL_WINDOW_US} microseconds ({DEFAULT_POLL_WINDOW_US})"),
+        )?,
+        None => DEFAULT_POLL_WINDOW_US,
+    };
+    let poll_window = Duration::from_micros(u64::from(window_us));
+    Ok(HostSection { hostnqn: raw.hostnqn.clone(), hostid, state_dir, control_socket, poll, poll_window })
 }
 
 /// Whole seconds `0..=max` (or `-1` for "never" when `never` is allowed).

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::document::SpanIndex;
 use crate::error::{ConfigError, Location, Problem};
 use crate::ids::{Eui64, Nguid, Uuid};
+pub use crate::PollMode;
 
 pub(crate) use schema::*;
 pub(crate) use validate::validate;
@@ -361,6 +362,34 @@ pub struct ReactorConfig {
     /// reactor never waits for the device; one more waits like a command on a full ring, each try counted in
     /// `nvmf_target_blkdiscard_queue_full_total`. Default 64.
     pub discard_queue_depth: usize,
+    /// How a reactor with nothing to do waits: `adaptive` keeps polling after work for a window that follows the
+    /// gaps between bursts, `sleep` always sleeps until an event, `busy` never sleeps. Default adaptive.
+    pub poll: PollMode,
+    /// The longest an adaptive reactor polls after work before it sleeps, 1..=100000 µs. Default 200.
+    pub poll_window_us: u32,
+    /// How NVMe/TCP sockets are read and written. Default epoll.
+    pub socket_io: SocketIoMode,
+}
+
+/// `[reactors] socket_io`: how a reactor drives its NVMe/TCP sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SocketIoMode {
+    /// Readiness from epoll, then `read` and `writev`.
+    #[default]
+    Epoll,
+    /// Receives and sends as ops on the reactor's io_uring, submitted with its storage ops, when the kernel has
+    /// them; else epoll.
+    IoUring,
+}
+
+impl SocketIoMode {
+    /// The mode's name in the file: `epoll`, `io_uring`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SocketIoMode::Epoll => "epoll",
+            SocketIoMode::IoUring => "io_uring",
+        }
+    }
 }
 
 /// `[metrics]`.

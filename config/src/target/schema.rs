@@ -200,6 +200,12 @@ pub(crate) struct RawReactors {
     pub cpus: Option<Vec<i64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discard_queue_depth: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_window_us: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_io: Option<String>,
 }
 
 /// `[metrics]`.

@@ -36,6 +36,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:1:1: listener[0]: missing field `address`"),
     ("size_type", "@[[subsystem.namespace]]@null = 1.5\n",
         "t.toml:9:8: subsystem[0].namespace[0].null: invalid type: floating point `1.5`, expected a size: a string such as \"1GiB\" or an integer number of bytes"),
+    ("poll_mode", "[reactors]\npoll = \"spin\"\n@@",
+        "t.toml:2:8: reactors.poll: \"spin\" is not a poll mode; allowed: adaptive, sleep or busy"),
+    ("poll_window", "[reactors]\npoll_window_us = 0\n@@",
+        "t.toml:2:18: reactors.poll_window_us: poll window 0 is out of range; allowed: 1..=100000 µs"),
+    ("socket_io", "[reactors]\nsocket_io = \"uring\"\n@@",
+        "t.toml:2:13: reactors.socket_io: \"uring\" is not a socket I/O mode; allowed: epoll or io_uring"),
     ("array_type", "[reactors]\ncpus = 3\n@@",
         "t.toml:2:8: reactors.cpus: invalid type: integer `3`, expected an array"),
     ("no_listener", "[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n",
@@ -286,7 +292,17 @@ fn defaults_are_filled_in() {
     assert_eq!(namespace.eui64, crate::ids::derive_eui64(&subsystem.nqn, 1));
     assert_eq!(namespace.ana_group, 1);
     assert!(config.discovery.enabled);
-    assert_eq!(config.reactors, ReactorConfig { threads: available_cpus(), cpus: vec![], discard_queue_depth: 64 });
+    assert_eq!(
+        config.reactors,
+        ReactorConfig {
+            threads: available_cpus(),
+            cpus: vec![],
+            discard_queue_depth: 64,
+            poll: PollMode::Adaptive,
+            poll_window_us: 200,
+            socket_io: SocketIoMode::Epoll,
+        }
+    );
     assert_eq!(config.metrics.listen, None);
     assert_eq!(config.logging, LoggingConfig { level: "info".into(), format: LogFormat::Text });
     // Loading twice gives the same identifiers: nothing is random.
@@ -357,7 +373,17 @@ eui64 = "0123456789ABCDEF"
     assert_eq!(config.limits.mdts, 128 << 10);
     assert_eq!(config.limits.kas(), 10);
     assert_eq!(config.limits.keep_alive_max_ms, 3_600_000);
-    assert_eq!(config.reactors, ReactorConfig { threads: 3, cpus: vec![2, 3, 5], discard_queue_depth: 64 });
+    assert_eq!(
+        config.reactors,
+        ReactorConfig {
+            threads: 3,
+            cpus: vec![2, 3, 5],
+            discard_queue_depth: 64,
+            poll: PollMode::Adaptive,
+            poll_window_us: 200,
+            socket_io: SocketIoMode::Epoll,
+        }
+    );
     assert_eq!(config.metrics.listen, Some("[::1]:9420".parse().unwrap()));
     assert_eq!(config.logging.format, LogFormat::Json);
     assert_eq!(config.listeners[0].to_string(), "rdma://[::]:8009");

@@ -48,6 +48,8 @@ pub(crate) const DEFAULT_TCP_KEEPALIVE_MS: u32 = 60_000;
 pub(crate) const DEFAULT_LISTENER_MAX_CONNECTIONS: u32 = 4096;
 pub(crate) const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
 pub(crate) const DEFAULT_DISCARD_QUEUE_DEPTH: usize = 64;
+/// `[reactors] poll_window_us` when not set.
+pub(crate) const DEFAULT_POLL_WINDOW_US: u32 = 200;
 pub(crate) const DEFAULT_MODEL: &str = "nvmf-rs";
 pub(crate) const DEFAULT_MAX_NAMESPACES: u32 = 1024;
 pub(crate) const CNTLID_MIN: u16 = 1;
@@ -706,7 +708,28 @@ fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<Reactor
         None => DEFAULT_DISCARD_QUEUE_DEPTH,
         Some(value) => int_in(value, 1..=65536, &key.key("discard_queue_depth"), "queue depth", "1..=65536")?,
     };
-    Ok(ReactorConfig { threads, cpus, discard_queue_depth })
+    let poll = match raw.poll.as_deref() {
+        None => PollMode::default(),
+        Some(name) => name.parse().map_err(|_| {
+            Problem::new(key.key("poll"), format!("{name:?} is not a poll mode"), "adaptive, sleep or busy")
+        })?,
+    };
+    let poll_window_us = match raw.poll_window_us {
+        None => DEFAULT_POLL_WINDOW_US,
+        Some(value) => int_in(value, 1..=100_000, &key.key("poll_window_us"), "poll window", "1..=100000 µs")?,
+    };
+    let socket_io = match raw.socket_io.as_deref() {
+        None | Some("epoll") => SocketIoMode::Epoll,
+        Some("io_uring") => SocketIoMode::IoUring,
+        Some(name) => {
+            return Err(Problem::new(
+                key.key("socket_io"),
+                format!("{name:?} is not a socket I/O mode"),
+                "epoll or io_uring",
+            ))
+        }
+    };
+    Ok(ReactorConfig { threads, cpus, discard_queue_depth, poll, poll_window_us, socket_io })
 }
 
 /// Parse `ADDR:PORT` (IPv6 in brackets), port 1..=65535.
@@ -772,6 +795,9 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             cpus: (!config.reactors.cpus.is_empty())
                 .then(|| config.reactors.cpus.iter().filter_map(|&cpu| i64::try_from(cpu).ok()).collect()),
             discard_queue_depth: i64::try_from(config.reactors.discard_queue_depth).ok(),
+            poll: Some(config.reactors.poll.name().to_string()),
+            poll_window_us: Some(i64::from(config.reactors.poll_window_us)),
+            socket_io: Some(config.reactors.socket_io.name().to_string()),
         }),
         metrics: config.metrics.listen.map(|listen| RawMetrics { listen: Some(listen.to_string()) }),
         logging: Some(RawLogging { level: Some(config.logging.level.clone()), format: Some(config.logging.format) }),

@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
 use super::{CliError, Transport};
+use crate::controller::{PollMode, PollOptions};
 use crate::endpoint::Endpoint;
 use crate::perf::{per_second, PerfOptions, PerfReport, Workload};
 
@@ -73,9 +75,23 @@ pub struct PerfArgs {
     /// Host identity, keep-alive, digests, interface: `connect`'s options.
     #[command(flatten)]
     pub connection: super::ForegroundConnection,
-    /// Poll without sleeping, as SPDK's perf does: no wake-up latency, one CPU busy per queue.
-    #[arg(long = "busy-poll")]
+    /// How the workers wait for completions: adaptive (poll without sleeping, yielding the CPU between polls, for a
+    /// while after completions, as the gaps between them suggest, at most --poll-window-us, then sleep), sleep
+    /// (always sleep in the poll: a wake-up per burst of completions), busy (never sleep nor yield, as SPDK's perf:
+    /// no wake-up latency, one CPU busy per queue).
+    #[arg(long = "poll", value_name = "MODE", default_value = "adaptive", value_parser = poll_mode_parser())]
+    pub poll: PollMode,
+    /// `--poll busy` (older scripts' spelling).
+    #[arg(long = "busy-poll", hide = true, conflicts_with = "poll")]
     pub busy_poll: bool,
+    /// The longest an adaptive worker polls after completions before it sleeps, in microseconds.
+    #[arg(
+        long = "poll-window-us",
+        value_name = "US",
+        default_value_t = nvmf_config::host::DEFAULT_POLL_WINDOW_US,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(nvmf_config::host::MAX_POLL_WINDOW_US))
+    )]
+    pub poll_window_us: u32,
     /// CPUs to pin the workers to, as taskset -c writes them (0,2-3): queue i's worker on the i-th, round robin;
     /// `none`: not pinned. Default: the CPUs this process may run on.
     #[arg(long = "cpus", value_name = "LIST|none")]
@@ -83,6 +99,20 @@ pub struct PerfArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--poll`'s values, listed in the help and in an error.
+fn poll_mode_parser() -> impl TypedValueParser<Value = PollMode> {
+    PossibleValuesParser::new(PollMode::ALL.map(PollMode::name))
+        .map(|name| PollMode::from_name(&name).unwrap_or_default())
+}
+
+impl PerfArgs {
+    /// `--poll` (busy with `--busy-poll`) and `--poll-window-us`.
+    pub fn poll(&self) -> PollOptions {
+        let mode = if self.busy_poll { PollMode::Busy } else { self.poll };
+        PollOptions { mode, window: Duration::from_micros(u64::from(self.poll_window_us)) }
+    }
 }
 
 /// Run `nvmf-host perf`.
@@ -118,7 +148,7 @@ pub fn run(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         mix: a.mix,
         duration: Duration::from_secs(a.time.max(1)),
         queues,
-        busy_poll: a.busy_poll,
+        poll: a.poll(),
         cpus: match a.cpus.as_deref() {
             Some("none") => None,
             Some(list) => Some(nvmf_service::cpus::parse_list(list)?),
@@ -137,6 +167,7 @@ pub fn run(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
 /// The `--json` object of a perf run.
 pub fn perf_json(r: &PerfReport, o: &PerfOptions) -> Value {
     let l = r.latency();
+    let (waits, sleeps) = r.waits_and_sleeps();
     let queues: Vec<Value> = r
         .per_queue
         .iter()
@@ -146,6 +177,8 @@ pub fn perf_json(r: &PerfReport, o: &PerfOptions) -> Value {
                 "qid": q.qid,
                 "cpu": q.cpu,
                 "ios": q.ios,
+                "waits": q.waits,
+                "sleeps": q.sleeps,
                 "iops": per_second(q.ios, r.elapsed),
                 "latency_us": {"mean": s.mean, "min": s.min, "max": s.max, "p50": s.p50, "p99": s.p99, "p999": s.p999},
             })
@@ -160,7 +193,10 @@ pub fn perf_json(r: &PerfReport, o: &PerfOptions) -> Value {
         "queue_depth": r.queue_depth,
         "io_size": r.io_size,
         "queues": o.queues,
-        "busy_poll": o.busy_poll,
+        "poll": o.poll.mode.name(),
+        "poll_window_us": o.poll.window.as_micros(),
+        "waits": waits,
+        "sleeps": sleeps,
         "cpus": o.cpus,
         "seconds": r.elapsed.as_secs_f64(),
         "reads": r.reads,
@@ -186,6 +222,13 @@ pub fn write_perf_table(r: &PerfReport, o: &PerfOptions, out: &mut dyn std::io::
         r.queue_depth,
         o.queues,
         r.elapsed.as_secs_f64()
+    )?;
+    let (waits, sleeps) = r.waits_and_sleeps();
+    writeln!(
+        out,
+        "Polling {} (window {} us): {sleeps} of {waits} polls could sleep.",
+        o.poll.mode,
+        o.poll.window.as_micros()
     )?;
     writeln!(out, "{rule}")?;
     writeln!(out, "{:>width$}", "Latency(us)", width = w + 57)?;
@@ -228,4 +271,39 @@ pub fn write_perf_table(r: &PerfReport, o: &PerfOptions, out: &mut dyn std::io::
     }
     writeln!(out)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn poll(extra: &[&str]) -> Result<PollOptions, clap::Error> {
+        let args = ["nvmf-host", "perf", "-a", "127.0.0.1", "-n", "nqn.2024-01.io.nvmf-rs:default", "-w", "randread"];
+        match Cli::try_parse_from(args.iter().chain(extra))?.command {
+            Command::Perf(a) => Ok(a.poll()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn poll_is_adaptive_by_default_and_busy_poll_means_busy() {
+        let us = |n| Duration::from_micros(n);
+        assert_eq!(poll(&[]).unwrap(), PollOptions { mode: PollMode::Adaptive, window: us(200) });
+        assert_eq!(poll(&["--poll", "sleep"]).unwrap().mode, PollMode::Sleep);
+        assert_eq!(
+            poll(&["--poll", "busy", "--poll-window-us", "7"]).unwrap(),
+            PollOptions { mode: PollMode::Busy, window: us(7) }
+        );
+        assert_eq!(poll(&["--busy-poll"]).unwrap().mode, PollMode::Busy, "the older spelling");
+        assert!(poll(&["--busy-poll", "--poll", "sleep"]).is_err(), "two answers to one question");
+        let err = poll(&["--poll", "spin"]).unwrap_err().to_string();
+        assert!(err.contains("[possible values: adaptive, sleep, busy]"), "{err}");
+        for bad in ["0", "100001"] {
+            let err = poll(&["--poll-window-us", bad]).unwrap_err().to_string();
+            assert!(err.contains("1..=100000"), "{err}");
+        }
+    }
 }

@@ -180,9 +180,9 @@ pub(super) fn fabrics_connect(
     Ok(response.cntlid)
 }
 
-/// Connect queue `qid` of `depth` commands (SQSIZE) over the options' transport and start its I/O thread;
-/// `icd`: largest in-capsule write, `cntlid`: the association's (0xFFFF for the admin queue; NVMe/RDMA sends
-/// it in the CM private data).
+/// Connect queue `qid` of `depth` commands (SQSIZE) over the options' transport and start its I/O thread, polling
+/// as the options say; `icd`: largest in-capsule write, `cntlid`: the association's (0xFFFF for the admin queue;
+/// NVMe/RDMA sends it in the CM private data).
 pub(super) fn open_queue(
     addr: SocketAddr,
     options: &ConnectOptions,
@@ -205,7 +205,7 @@ pub(super) fn open_queue(
                 command_timeout: options.io_timeout,
                 host_iface: options.host_iface.clone(),
             };
-            QueueHandle::spawn(TcpQueue::connect(addr, &qopts)?)
+            QueueHandle::spawn_with(TcpQueue::connect(addr, &qopts)?, options.poll.poller())
         }
         #[cfg(feature = "rdma")]
         Transport::Rdma => {
@@ -220,7 +220,7 @@ pub(super) fn open_queue(
                 connect_timeout: options.connect_timeout,
                 command_timeout: options.io_timeout,
             };
-            QueueHandle::spawn(DetachedTeardown::new(RdmaQueue::connect(addr, &qopts)?))
+            QueueHandle::spawn_with(DetachedTeardown::new(RdmaQueue::connect(addr, &qopts)?), options.poll.poller())
         }
         #[cfg(not(feature = "rdma"))]
         Transport::Rdma => {

@@ -6,6 +6,8 @@ use std::time::Duration;
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
 /// How a multipath export spreads commands over its best paths (the configuration's type: Linux's names).
 pub use nvmf_config::host::IoPolicy;
+pub use nvmf_config::PollMode;
+use nvmf_service::poll::{Poller, DEFAULT_WINDOW};
 
 use crate::error::HostError;
 use crate::identity::HostIdentity;
@@ -27,6 +29,30 @@ impl Transport {
             Transport::Tcp => "tcp",
             Transport::Rdma => "rdma",
         }
+    }
+}
+
+/// How a queue's thread waits for completions: the `[host]` section's `poll` and `poll_window_us`, perf's `--poll`
+/// and `--poll-window-us`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollOptions {
+    /// Adaptive, sleep or busy.
+    pub mode: PollMode,
+    /// The longest an adaptive thread keeps polling after work before it sleeps.
+    pub window: Duration,
+}
+
+impl Default for PollOptions {
+    /// Adaptive with the default window: no wake-up per completion under load, no CPU when idle.
+    fn default() -> Self {
+        PollOptions { mode: PollMode::Adaptive, window: DEFAULT_WINDOW }
+    }
+}
+
+impl PollOptions {
+    /// A fresh [`Poller`] for one thread.
+    pub fn poller(self) -> Poller {
+        Poller::new(self.mode, self.window)
     }
 }
 
@@ -81,6 +107,8 @@ pub struct ConnectOptions {
     pub dhchap_ctrl_secret: Option<DhchapSecret>,
     /// How a multipath namespace this controller is the first path of spreads commands over its paths.
     pub iopolicy: IoPolicy,
+    /// How every queue's I/O thread waits for completions (the daemon's `[host]` `poll` and `poll_window_us`).
+    pub poll: PollOptions,
 }
 
 impl ConnectOptions {
@@ -133,6 +161,19 @@ impl Default for ConnectOptions {
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
             iopolicy: IoPolicy::default(),
+            poll: PollOptions::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_library_polls_as_the_configuration_defaults() {
+        let window_us = u128::from(nvmf_config::host::DEFAULT_POLL_WINDOW_US);
+        assert_eq!(PollOptions::default(), PollOptions { mode: PollMode::default(), window: DEFAULT_WINDOW });
+        assert_eq!(DEFAULT_WINDOW.as_micros(), window_us, "one default window, whoever fills it in");
     }
 }

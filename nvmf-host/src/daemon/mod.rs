@@ -35,6 +35,7 @@ use nvmf_service::metrics_http::{MetricsError, MetricsServer};
 use nvmf_service::notify::ServiceNotifier;
 use nvmf_service::rdma_sysfs::RdmaSysfs;
 
+use crate::controller::PollOptions;
 use crate::identity::{HostIdentity, IdentityError};
 use crate::metrics::HostCollector;
 use control::ControlServer;
@@ -104,6 +105,7 @@ impl Daemon {
         tracing::info!(hostnqn = %identity.hostnqn, "host identity");
         let shared = Arc::new(Shared {
             identity,
+            poll: PollOptions { mode: config.host.poll, window: config.host.poll_window },
             table: Mutex::new(Table::new()),
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
@@ -128,7 +130,9 @@ impl Daemon {
         let entries: Vec<u32> = config
             .controllers
             .iter()
-            .filter_map(|c| shared.reserve_unique(config_params(c, &shared.identity), Some(c.clone())).ok())
+            .filter_map(|c| {
+                shared.reserve_unique(config_params(c, &shared.identity, shared.poll), Some(c.clone())).ok()
+            })
             .map(|r| r.n)
             .collect();
         let daemon = Daemon { shared, control: Some(control), metrics };

@@ -10,7 +10,7 @@ use nvmf_config::target::Transport as ConfigTransport;
 
 use super::exports::ExportSpec;
 use super::protocol::ConnectParams;
-use crate::controller::{ConnectOptions, Transport};
+use crate::controller::{ConnectOptions, PollOptions, Transport};
 use crate::endpoint::Endpoint;
 use crate::identity::HostIdentity;
 use crate::nbd::NbdListen;
@@ -49,7 +49,7 @@ fn seconds_opt(v: Option<i64>, default: Option<Duration>) -> Option<Duration> {
     }
 }
 
-fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> ConnectOptions {
+fn options_from_config(c: &ControllerConfig, identity: &HostIdentity, poll: PollOptions) -> ConnectOptions {
     ConnectOptions {
         transport: transport_from_config(c.transport),
         hostnqn: identity.hostnqn.clone(),
@@ -67,6 +67,7 @@ fn options_from_config(c: &ControllerConfig, identity: &HostIdentity) -> Connect
         host_iface: c.host_iface.clone(),
         dhchap_secret: c.dhchap_secret.clone(),
         dhchap_ctrl_secret: c.dhchap_ctrl_secret.clone(),
+        poll,
         ..ConnectOptions::default()
     }
 }
@@ -78,14 +79,15 @@ fn transport_from_config(t: ConfigTransport) -> Transport {
     }
 }
 
-pub(super) fn config_params(c: &ControllerConfig, identity: &HostIdentity) -> Params {
+/// A `[[controller]]` table's parameters, as `identity`, its queues polling as `poll` (`[host]`).
+pub(super) fn config_params(c: &ControllerConfig, identity: &HostIdentity, poll: PollOptions) -> Params {
     Params {
         transport: transport_from_config(c.transport),
         addr: c.socket_addr(),
         traddr: c.address.to_string(),
         trsvcid: c.port.to_string(),
         subnqn: c.nqn.clone(),
-        options: options_from_config(c, identity),
+        options: options_from_config(c, identity, poll),
         exports: c.exports.iter().map(|e| (Some(e.nsid), ExportSpec::from(&e.kind))).collect(),
     }
 }
@@ -132,7 +134,12 @@ pub(crate) fn apply_connect_params(options: &mut ConnectOptions, p: &ConnectPara
     options.check_host_iface().and_then(|()| options.check_dhchap()).map_err(|e| e.to_string())
 }
 
-pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) -> Result<Params, String> {
+/// A `connect` request's parameters, as `identity` unless it says otherwise, its queues polling as `poll` (`[host]`).
+pub(super) fn params_from_request(
+    p: &ConnectParams,
+    identity: &HostIdentity,
+    poll: PollOptions,
+) -> Result<Params, String> {
     let transport = match p.transport.as_str() {
         "tcp" => Transport::Tcp,
         "rdma" => Transport::Rdma,
@@ -140,8 +147,13 @@ pub(super) fn params_from_request(p: &ConnectParams, identity: &HostIdentity) ->
     };
     let endpoint = Endpoint { transport, traddr: p.traddr.clone(), trsvcid: p.trsvcid.clone() };
     let addr = endpoint.resolve().map_err(|e| e.to_string())?;
-    let mut options =
-        ConnectOptions { transport, hostnqn: identity.hostnqn.clone(), hostid: identity.hostid, ..Default::default() };
+    let mut options = ConnectOptions {
+        transport,
+        hostnqn: identity.hostnqn.clone(),
+        hostid: identity.hostid,
+        poll,
+        ..Default::default()
+    };
     apply_connect_params(&mut options, p)?;
     let mut exports = Vec::new();
     if let Some(text) = &p.nbd {
@@ -178,8 +190,10 @@ mod tests {
         let text =
             "[[controller]]\ntransport = \"rdma\"\naddress = \"10.77.0.1\"\nnqn = \"nqn.2024-01.io.example:a\"\n";
         let config = HostConfig::from_str(text, "<test>").unwrap();
-        let p = config_params(&config.controllers[0], &identity());
+        let busy = PollOptions { mode: crate::controller::PollMode::Busy, window: Duration::from_micros(50) };
+        let p = config_params(&config.controllers[0], &identity(), busy);
         assert_eq!((p.transport, p.options.transport), (Transport::Rdma, Transport::Rdma));
+        assert_eq!(p.options.poll, busy, "[host] poll reaches the controller's queues");
         assert_eq!(p.endpoint().resolve().unwrap(), "10.77.0.1:4420".parse().unwrap());
     }
 
@@ -191,16 +205,19 @@ mod tests {
     #[test]
     fn a_connect_request_carries_its_transport_into_the_options() {
         for (name, transport) in [("rdma", Transport::Rdma), ("tcp", Transport::Tcp)] {
-            let p = params_from_request(&request(name), &identity()).unwrap();
+            let p = params_from_request(&request(name), &identity(), PollOptions::default()).unwrap();
             assert_eq!((p.transport, p.options.transport), (transport, transport), "{name}");
         }
-        let err = params_from_request(&request("fc"), &identity()).unwrap_err();
+        let err = params_from_request(&request("fc"), &identity(), PollOptions::default()).unwrap_err();
         assert!(err.contains("unknown transport \"fc\""), "{err}");
         let mut r = request("tcp");
         r.iopolicy = Some("queue-depth".into());
-        assert_eq!(params_from_request(&r, &identity()).unwrap().options.iopolicy, IoPolicy::QueueDepth);
+        assert_eq!(
+            params_from_request(&r, &identity(), PollOptions::default()).unwrap().options.iopolicy,
+            IoPolicy::QueueDepth
+        );
         r.iopolicy = Some("numa".into());
-        let err = params_from_request(&r, &identity()).unwrap_err();
+        let err = params_from_request(&r, &identity(), PollOptions::default()).unwrap_err();
         assert!(err.contains("unknown I/O policy \"numa\""), "{err}");
     }
 
@@ -210,15 +227,15 @@ mod tests {
         let mut r = request("tcp");
         r.dhchap_secret = Some(secret.into());
         assert!(!format!("{r:?}").contains("AAEC"), "{r:?}");
-        let p = params_from_request(&r, &identity()).unwrap();
+        let p = params_from_request(&r, &identity(), PollOptions::default()).unwrap();
         assert_eq!(p.options.dhchap_secret.as_ref().map(|s| s.len()), Some(32));
         assert!(!format!("{:?}", p.options).contains("AAEC"));
         r.dhchap_secret = None;
         r.dhchap_ctrl_secret = Some(secret.into());
-        let e = params_from_request(&r, &identity()).unwrap_err();
+        let e = params_from_request(&r, &identity(), PollOptions::default()).unwrap_err();
         assert!(e.contains("needs the host secret too"), "{e}");
         r.dhchap_secret = Some("DHHC-1:00:AAAA:".into());
-        let e = params_from_request(&r, &identity()).unwrap_err();
+        let e = params_from_request(&r, &identity(), PollOptions::default()).unwrap_err();
         assert_eq!(e, "--dhchap-secret: the key field holds 3 bytes; a secret of 32, 48 or 64 bytes and its 4-byte CRC-32 are 36, 52 or 68");
     }
 }

@@ -168,6 +168,8 @@ fn ignored_changes(old: &HostConfig, new: &HostConfig) -> Vec<&'static str> {
         (a.hostid != b.hostid, "host.hostid"),
         (a.state_dir != b.state_dir, "host.state_dir"),
         (a.control_socket != b.control_socket, "host.control_socket"),
+        (a.poll != b.poll, "host.poll"),
+        (a.poll_window != b.poll_window, "host.poll_window_us"),
         (old.metrics != new.metrics, "metrics"),
         (old.logging != new.logging, "logging"),
     ] {
@@ -217,7 +219,7 @@ fn apply(shared: &Arc<Shared>, old: &HostConfig, new: &HostConfig) -> Result<Rel
                 continue;
             }
             let changed = changed_options(&running, wanted);
-            let params = config_params(wanted, &shared.identity);
+            let params = config_params(wanted, &shared.identity, shared.poll);
             match &entry.state {
                 State::Connected(ctrl) if changed.is_empty() => {
                     let stop_nsids: Vec<u32> =
@@ -256,7 +258,8 @@ fn apply(shared: &Arc<Shared>, old: &HostConfig, new: &HostConfig) -> Result<Rel
             if known {
                 continue;
             }
-            match shared.reserve_unique_in(&mut table, config_params(c, &shared.identity), Some(c.clone())) {
+            match shared.reserve_unique_in(&mut table, config_params(c, &shared.identity, shared.poll), Some(c.clone()))
+            {
                 Ok(r) => connect.push((r.n, format!("added {}: {}", r.name, describe(c)))),
                 Err(existing) => summary.push(format!(
                     "not added: {}: already connected as {existing} by a connect request (disconnect it, then reload)",
@@ -384,5 +387,7 @@ mod tests {
             "[host]\ncontrol_socket = \"/run/x.sock\"\n[metrics]\nlisten = \"127.0.0.1:9656\"\n[logging]\nformat = \"json\"\n{ONE}"
         ));
         assert_eq!(ignored_changes(&old, &new), ["host.control_socket", "metrics", "logging"]);
+        let polling = config(&format!("[host]\npoll = \"busy\"\npoll_window_us = 50\n{ONE}"));
+        assert_eq!(ignored_changes(&old, &polling), ["host.poll", "host.poll_window_us"]);
     }
 }

@@ -16,7 +16,7 @@ use nvmf_config::host::ControllerConfig;
 use super::exports::{Heads, RunningExport};
 use super::params::Params;
 use super::reload::Reloader;
-use crate::controller::{Controller, ControllerState};
+use crate::controller::{Controller, ControllerState, PollOptions};
 use crate::identity::HostIdentity;
 
 #[derive(Debug)]
@@ -63,6 +63,8 @@ pub(super) type Table = BTreeMap<u32, Entry>;
 #[derive(Debug)]
 pub(super) struct Shared {
     pub(super) identity: HostIdentity,
+    /// How every controller's queue threads poll (`[host]` `poll`, `poll_window_us`).
+    pub(super) poll: PollOptions,
     pub(super) table: Mutex<Table>,
     pub(super) stopping: AtomicBool,
     pub(super) next_id: AtomicU64,

@@ -9,9 +9,10 @@
 //! Threads: one worker per I/O queue; the caller's thread waits for them. The measuring loop never allocates: the
 //! data buffers (one per outstanding command) and the submission timestamps are allocated up front and travel with
 //! the commands, the histogram is a fixed array, offsets come from a xorshift generator. It blocks only in the
-//! queue's `poll`. Every [`IoTraffic::REPORT_INTERVAL`] a worker adds its command counts to the controller's
-//! ([`Controller::bare_io_traffic`]), so a controller with Traffic Based Keep Alive gets no Keep Alive while perf
-//! runs, as with the controller's own queues.
+//! queue's `poll`, and only when its poller says to sleep ([`PerfOptions::poll`]: adaptive, sleep or busy); the
+//! report counts the polls that could block. Every [`IoTraffic::REPORT_INTERVAL`] a worker adds its command
+//! counts to the controller's ([`Controller::bare_io_traffic`]), so a controller with Traffic Based Keep Alive
+//! gets no Keep Alive while perf runs, as with the controller's own queues.
 //!
 //! Nothing is written to the namespace unless the workload writes.
 //!
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::property::Capabilities;
 
-use crate::controller::{ConnectOptions, Controller, IoTraffic, NamespaceInfo, Transport};
+use crate::controller::{ConnectOptions, Controller, IoTraffic, NamespaceInfo, PollOptions, Transport};
 use crate::error::HostError;
 use crate::queue::{BareQueue, MAX_QUEUE_DEPTH};
 #[cfg(feature = "rdma")]
@@ -137,9 +138,11 @@ pub struct PerfOptions {
     pub duration: Duration,
     /// I/O queues, one worker thread each (`-c`).
     pub queues: u16,
-    /// Poll the queues without ever sleeping, as SPDK's perf does (`--busy-poll`): no wake-up latency, one CPU
-    /// busy per queue. Otherwise a worker sleeps in its poll until its socket or completion queue has news.
-    pub busy_poll: bool,
+    /// How a worker waits for completions (`--poll`, `--poll-window-us`): adaptive polls without sleeping for a
+    /// while after completions (as the gaps between them suggest, at most the window) then sleeps; sleep always
+    /// sleeps in its poll until its socket or completion queue has news; busy never sleeps, as SPDK's perf (no
+    /// wake-up latency, one CPU busy per queue). (`connect.poll` is the admin queue's.)
+    pub poll: PollOptions,
     /// CPUs the workers are pinned to, the `i`-th queue's on `cpus[i % cpus.len()]` (`--cpus`); `None`: not
     /// pinned. Pinned, a queue's work stays on one CPU as the kernel's host keeps each queue's on its `io_cpu` and
     /// SPDK's perf its reactors on their cores: a worker that migrates pays cross-CPU wake-ups and drags the
@@ -158,6 +161,10 @@ pub struct QueueResult {
     pub ios: u64,
     /// Their latencies.
     pub histogram: LatencyHistogram,
+    /// Polls of the queue over the run and its drain.
+    pub waits: u64,
+    /// Those that could block (the poller said sleep).
+    pub sleeps: u64,
 }
 
 /// Results of a run.
@@ -197,6 +204,11 @@ impl PerfReport {
     /// Latency of all commands.
     pub fn latency(&self) -> LatencySummary {
         self.histogram.summary()
+    }
+
+    /// Polls of all queues, and those that could block.
+    pub fn waits_and_sleeps(&self) -> (u64, u64) {
+        self.per_queue.iter().fold((0, 0), |(w, s), q| (w + q.waits, s + q.sleeps))
     }
 }
 
@@ -386,7 +398,7 @@ fn drive<Q: BareQueue<u32> + 'static>(
             read_percent: options.workload.read_percent(options.mix),
             duration: options.duration,
             drain_timeout: options.connect.io_timeout,
-            poll_timeout: if options.busy_poll { Duration::ZERO } else { Duration::from_millis(10) },
+            poll: options.poll,
             cpu: options.cpus.as_ref().map(|cpus| cpus[i % cpus.len()]),
             traffic: Arc::clone(traffic),
         };
@@ -418,7 +430,9 @@ fn drive<Q: BareQueue<u32> + 'static>(
                 report.reads += r.reads;
                 report.writes += r.writes;
                 report.histogram.merge(&r.histogram);
-                report.per_queue.push(QueueResult { qid, cpu, ios: r.reads + r.writes, histogram: r.histogram });
+                let ios = r.reads + r.writes;
+                let (waits, sleeps) = (r.waits, r.sleeps);
+                report.per_queue.push(QueueResult { qid, cpu, ios, histogram: r.histogram, waits, sleeps });
             }
             Ok(Err(e)) => {
                 first_error.get_or_insert(e);

@@ -1,16 +1,18 @@
 //! One perf worker: a thread that owns one bare I/O queue and keeps `queue_depth` commands in flight on it for
 //! the run, then drains it. Its measuring loop never allocates (buffers and timestamps are made up front and
-//! travel with the commands, offsets come from a xorshift generator) and blocks only in the queue's `poll`.
+//! travel with the commands, offsets come from a xorshift generator) and blocks only in the queue's `poll`, when
+//! its [`Poller`](nvmf_service::poll::Poller) says to sleep (the `--poll` mode); otherwise it polls again at once.
 //! Every `IoTraffic::REPORT_INTERVAL` it adds its command counts to the controller's keep-alive traffic.
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use nvmf_common::nvme::io::{Read, Write};
+use nvmf_service::poll::Wait;
 
 use super::histogram::LatencyHistogram;
 use super::PerfError;
-use crate::controller::IoTraffic;
+use crate::controller::{IoTraffic, PollOptions};
 use crate::error::HostError;
 use crate::queue::{BareQueue, DataDirection, Request};
 
@@ -44,19 +46,26 @@ pub(super) struct Job {
     pub(super) read_percent: u8,
     pub(super) duration: Duration,
     pub(super) drain_timeout: Duration,
-    /// How long one poll may wait: zero when busy polling.
-    pub(super) poll_timeout: Duration,
+    /// When a poll may block (see [`SLEEP`]).
+    pub(super) poll: PollOptions,
     /// The CPU to pin the worker to.
     pub(super) cpu: Option<usize>,
     /// Where the worker reports its commands to the controller's keep-alive (every `IoTraffic::REPORT_INTERVAL`).
     pub(super) traffic: Arc<IoTraffic>,
 }
 
+/// The longest one poll blocks when the poller says sleep: a socket or completion queue with news ends it
+/// sooner, so this only bounds how late the run's end and the keep-alive report are seen.
+const SLEEP: Duration = Duration::from_millis(10);
+
 #[derive(Debug, Default)]
 pub(super) struct WorkerResult {
     pub(super) reads: u64,
     pub(super) writes: u64,
     pub(super) histogram: LatencyHistogram,
+    /// Polls of the queue, and those that could block.
+    pub(super) waits: u64,
+    pub(super) sleeps: u64,
 }
 
 fn submit_one(
@@ -125,12 +134,18 @@ pub(super) fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) 
     // Commands not yet reported to the controller's keep-alive, and when it was last told.
     let (mut submitted, mut completed) = (depth as u64, 0u64);
     let mut reported_at = begin;
+    let mut poller = job.poll.poller();
+    // The first wait follows a burst of submissions: poll for their completions as after work.
+    let mut timeout = Duration::ZERO;
     while outstanding > 0 {
-        queue.poll(Some(job.poll_timeout))?;
+        queue.poll(Some(timeout))?;
+        result.waits += 1;
         // One clock read per poll, shared by the completions it brought (they arrived together): in a guest whose
         // clock has no vDSO each read is a system call.
         let now = Instant::now();
+        let mut worked = false;
         while let Some(c) = queue.next_completion() {
+            worked = true;
             let slot = c.context as usize;
             if slot >= depth {
                 continue;
@@ -160,6 +175,13 @@ pub(super) fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) 
                 buffers[slot] = c.data;
             }
         }
+        timeout = match poller.after_turn(worked, now) {
+            Wait::Poll => {
+                poller.yield_if_idle(worked);
+                Duration::ZERO
+            }
+            Wait::Sleep => SLEEP,
+        };
         if now.duration_since(reported_at) >= IoTraffic::REPORT_INTERVAL {
             job.traffic.add(submitted, completed);
             (submitted, completed, reported_at) = (0, 0, now);
@@ -175,5 +197,6 @@ pub(super) fn worker(mut queue: impl BareQueue<u32>, job: Job, start: &Barrier) 
         }
     }
     queue.close();
+    result.sleeps = poller.counts().1;
     Ok(result)
 }

@@ -24,8 +24,13 @@
 //! `Send + Sync`. Nothing here blocks on the data path except the one-time probes done by [`Storage::open`]: when
 //! the kernel lacks io_uring block discard (before 6.12), `BLKDISCARD` runs on the engine's discard worker thread.
 //!
-//! `unsafe` lives in two files: `pool.rs` (the mmap'd buffer region) and `ring.rs` (io_uring pushes and
-//! registrations, eventfd, ioctls/fallocate probes, NVMe passthrough ioctls and DSM range slots). Everything else
+//! Sockets: a transport may queue its socket receives and sends on the same ring ([`IoEngine::recv`],
+//! [`IoEngine::send`]; `socket.rs` holds the memory they lend the kernel), so one `io_uring_enter` per turn serves
+//! storage and network together.
+//!
+//! `unsafe` lives in three files: `pool.rs` (the mmap'd buffer region), `ring.rs` (io_uring pushes and
+//! registrations, eventfd, ioctls/fallocate probes, NVMe passthrough ioctls and DSM range slots) and `socket.rs`
+//! (socket ops' SQEs and the memory they name). Everything else
 //! is safe code (`nvme.rs` builds the passthrough commands).
 
 mod budget;
@@ -35,6 +40,7 @@ mod memory;
 mod nvme;
 mod pool;
 mod ring;
+mod socket;
 mod storage;
 
 pub use budget::{AllocRefusal, BudgetLimit, BufferBudget};
@@ -42,6 +48,7 @@ pub use engine::{DiscardCounters, EngineConfig, IoCompletion, IoEngine, IoOp};
 pub use error::BackendError;
 pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};
+pub use socket::{NetCompletion, NetKind, SendPiece, SocketOps, MAX_SEND_PIECES};
 pub use storage::{Storage, StorageSpec};
 
 #[cfg(test)]

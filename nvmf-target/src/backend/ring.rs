@@ -295,6 +295,22 @@ impl Ring {
         unsafe { self.ring.submission().push(&entry) }.map_err(drop)
     }
 
+    /// Queues a prepared 64-byte SQE (a socket op of `socket.rs`). `Err(())` when the SQ is full.
+    ///
+    /// # Safety
+    /// Every address the entry names must stay valid (and, for a buffer the kernel writes, unused by anyone else)
+    /// until its CQE has been reaped.
+    pub(crate) unsafe fn push_entry(&mut self, entry: &squeue::Entry) -> Result<(), ()> {
+        let entry: squeue::Entry128 = entry.clone().into();
+        // SAFETY: the caller's contract above.
+        unsafe { self.ring.submission().push(&entry) }.map_err(drop)
+    }
+
+    /// Fills `probe` with the ops the kernel supports.
+    pub(crate) fn register_probe(&self, probe: &mut io_uring::Probe) -> io::Result<()> {
+        self.ring.submitter().register_probe(probe)
+    }
+
     /// Submits every pushed SQE with one `io_uring_enter` (none if nothing is pending). Retries on EINTR.
     pub(crate) fn submit(&mut self) -> io::Result<usize> {
         if self.sq_pending() == 0 {

@@ -42,7 +42,7 @@ use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
 use crate::controller::queue::set_turn_time;
 use crate::controller::{split_storage_tag, NamespaceParams, Queue, SubsystemParams, Target, TargetParams};
 use crate::controller::{SlotId, TransportInfo};
-use crate::tcp::{TcpConnection, TcpTransportConfig};
+use crate::tcp::{SocketIo, TcpConnection, TcpTransportConfig};
 
 /// The fuzzed subsystem's NQN: the kernel captures' (`common/tests/fixtures/kernel-tcp/`), so they replay as seeds.
 pub const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:fixture";
@@ -212,7 +212,7 @@ impl<'e> Rig<'e> {
             let queue = Queue::new(Arc::clone(&self.target), info);
             self.transcript.push(Vec::new());
             self.links[index] = Some(Link {
-                tcp: TcpConnection::new(stream, queue, &self.config),
+                tcp: TcpConnection::new(stream, queue, &self.config, SocketIo::Epoll),
                 host: Host::new(host_end),
                 key,
                 transcript: self.transcript.len() - 1,

@@ -16,6 +16,8 @@ use prometheus_client::registry::Registry;
 use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
 use crate::backend::BudgetLimit;
 use crate::controller::{KatoMinimum, Stalled, Target};
+use crate::reactor::WaitCounters;
+use crate::tcp::TcpSocketPath;
 use crate::transport::{Admission, BufferGauge, Refusal};
 
 /// Live connections of one transport, as a reactor counts them.
@@ -36,6 +38,10 @@ pub struct TargetCollector {
     admission: Option<Arc<Admission>>,
     /// Every reactor's data buffers, by reactor index.
     buffers: Vec<Arc<BufferGauge>>,
+    /// Every reactor's waits, by reactor index.
+    waits: Vec<Arc<WaitCounters>>,
+    /// How each reactor drives its NVMe/TCP sockets, by reactor index.
+    socket_paths: Vec<Arc<TcpSocketPath>>,
     /// Every reactor's NVMe/RDMA counters (summed at scrape).
     #[cfg(feature = "rdma")]
     rdma: Vec<Arc<crate::rdma::RdmaCounters>>,
@@ -63,6 +69,8 @@ impl TargetCollector {
             connections,
             admission: None,
             buffers: Vec::new(),
+            waits: Vec::new(),
+            socket_paths: Vec::new(),
             #[cfg(feature = "rdma")]
             rdma: Vec::new(),
         }
@@ -71,6 +79,18 @@ impl TargetCollector {
     /// Also export every reactor's data buffers (by reactor index).
     pub fn with_buffers(mut self, buffers: Vec<Arc<BufferGauge>>) -> Self {
         self.buffers = buffers;
+        self
+    }
+
+    /// Also export every reactor's waits (by reactor index).
+    pub fn with_reactor_waits(mut self, waits: Vec<Arc<WaitCounters>>) -> Self {
+        self.waits = waits;
+        self
+    }
+
+    /// Also export how every reactor drives its NVMe/TCP sockets (by reactor index).
+    pub fn with_socket_paths(mut self, paths: Vec<Arc<TcpSocketPath>>) -> Self {
+        self.socket_paths = paths;
         self
     }
 
@@ -311,6 +331,35 @@ impl Collector for TargetCollector {
                 for (state, n) in [("free", &gauge_of.free), ("total", &gauge_of.total)] {
                     let n = u64::try_from(n.load(Ordering::Relaxed)).unwrap_or(u64::MAX);
                     gauge(&mut m, &[("reactor", &reactor), ("state", state)], n)?;
+                }
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_reactor_waits",
+                "How each reactor waited after a turn: polled again at once having found nothing (adaptive or busy \
+                 [reactors] poll), or slept until an event.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reactor, waits) in self.waits.iter().enumerate() {
+                let reactor = reactor.to_string();
+                for (wait, n) in [("poll", &waits.empty_polls), ("sleep", &waits.sleeps)] {
+                    counter(&mut m, &[("reactor", &reactor), ("wait", wait)], n.load(Ordering::Relaxed))?;
+                }
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_tcp_socket_io",
+                "How each reactor reads and writes its NVMe/TCP sockets: 1 for the path it runs ([reactors] socket_io, \
+                 and whether the kernel's io_uring has the ops).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (reactor, path) in self.socket_paths.iter().enumerate() {
+                if let Some(name) = path.name() {
+                    gauge(&mut m, &[("reactor", &reactor.to_string()), ("path", name)], 1)?;
                 }
             }
         }

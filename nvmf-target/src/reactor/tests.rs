@@ -176,7 +176,14 @@ fn counting_reactor(timer_after: Option<Duration>) -> (ReactorHandle<FakeQueuePa
         max_files: 4,
         ..EngineConfig::default()
     };
-    let config = ReactorConfig { index: 0, cpu: None, engine };
+    let config = ReactorConfig {
+        index: 0,
+        cpu: None,
+        engine,
+        poll: nvmf_config::PollMode::Adaptive,
+        poll_window: std::time::Duration::from_micros(200),
+        waits: Arc::default(),
+    };
     let handle = ReactorHandle::spawn(config, target, group).expect("reactor starts");
     (handle, events, most)
 }

@@ -10,6 +10,12 @@
 //! reactor calls [`TcpConnection::on_writable`] (after a batch of events or when the socket drains). A
 //! command's slot is released back to the queue only once every byte referencing its buffer was written.
 //!
+//! Socket I/O runs one of two ways, chosen per reactor ([`SocketIo`]): readiness from the reactor's epoll and
+//! `read`/`writev` calls, or ops on the reactor's io_uring: one receive at a time into the receive buffer (lent to
+//! the engine while in flight) and one `sendmsg` at a time of what is queued, both submitted with the turn's
+//! storage ops and completed through [`TcpConnection::net_completed`]. Decoding, backpressure and release are the
+//! same either way.
+//!
 //! Errors: a malformed PDU or one the protocol state does not allow ends the connection with a C2HTermReq
 //! (FES/FEI per NVMe/TCP 1.0); a data digest error fails only its command (Transient Transport Error); a
 //! closed or reset socket, an H2CTermReq or a fatal queue error ends the connection. Ending always tells
@@ -21,6 +27,7 @@
 
 use std::io::{self, Read};
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -37,13 +44,31 @@ use nvmf_common::wire::WireError;
 use super::config::TcpTransportConfig;
 use super::error::ConnectionError;
 use super::outgoing::{negotiate, queue_c2h_data, queue_pdu, queue_r2t, queue_response, queue_term_req};
-use super::send::SendQueue;
+use super::send::{Piece, SendQueue};
 use super::transfer::{ProtocolViolation, SlotState, TransferTable};
-use crate::backend::{BufferId, IoEngine};
+use crate::backend::{BufferId, IoEngine, NetCompletion, NetKind, SendPiece, MAX_SEND_PIECES};
 use crate::controller::{Queue, QueueError, SlotId, Stalled, Step};
 
 /// Receive buffer of a connection until its queue is connected: an ICReq and a Connect capsule fit several times.
 const PRECONNECT_RECEIVE_BUFFER: usize = 8 << 10;
+
+/// How a connection's socket is read and written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketIo {
+    /// Readiness from the reactor's epoll; `read` and `writev`.
+    Epoll,
+    /// Receive and send ops on the reactor's io_uring, completions tagged with this value.
+    IoUring(u64),
+}
+
+/// The io_uring ops of a connection in [`SocketIo::IoUring`].
+#[derive(Debug, Clone, Copy, Default)]
+struct RingOps {
+    recv_in_flight: bool,
+    send_in_flight: bool,
+    /// A receive or send could not be queued (the ring was full): try again at the next poll.
+    retry: bool,
+}
 
 /// Where the connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +131,8 @@ pub struct TcpConnection {
     rend: usize,
     /// Reading stopped because the send backlog is over the limit.
     read_paused: bool,
+    io: SocketIo,
+    ring: RingOps,
     /// Since when the connection has waited on its peer without progress, and the progress mark then
     /// ([`TcpConnection::note_turn`]).
     stalled: Option<(Instant, u64)>,
@@ -130,7 +157,7 @@ impl std::fmt::Debug for TcpConnection {
 impl TcpConnection {
     /// A connection on an accepted, non-blocking `stream`, serving `queue` (created for this connection,
     /// before Connect). Nothing is read or written until the reactor reports readiness.
-    pub fn new(stream: TcpStream, queue: Queue, config: &TcpTransportConfig) -> Self {
+    pub fn new(stream: TcpStream, queue: Queue, config: &TcpTransportConfig, io: SocketIo) -> Self {
         let config = config.normalized();
         // Until ICReq only a 128-byte ICReq is legitimate: accept no PDU data at all.
         let decoder = PduDecoder::new(DecoderConfig::new(Direction::HostToController, 0));
@@ -143,6 +170,8 @@ impl TcpConnection {
             rstart: 0,
             rend: 0,
             read_paused: false,
+            io,
+            ring: RingOps::default(),
             stalled: None,
             session: Session {
                 config,
@@ -182,14 +211,15 @@ impl TcpConnection {
         self.session.phase == Phase::Closed
     }
 
-    /// Storage operations of this connection's queue still in flight.
+    /// Storage operations of this connection's queue, and its socket ops on the ring, still in flight.
     pub fn in_flight(&self) -> usize {
-        self.session.queue.in_flight()
+        self.session.queue.in_flight() + usize::from(self.ring.recv_in_flight) + usize::from(self.ring.send_in_flight)
     }
 
-    /// Whether the queue has work for [`TcpConnection::poll`] at the end of this turn (`Queue::wants_poll`).
+    /// Whether the queue has work for [`TcpConnection::poll`] at the end of this turn (`Queue::wants_poll`), or a
+    /// socket op waits for ring space.
     pub fn wants_poll(&self) -> bool {
-        self.session.phase != Phase::Closed && self.session.queue.wants_poll()
+        self.session.phase != Phase::Closed && (self.session.queue.wants_poll() || self.ring.retry)
     }
 
     /// Whether the connection's peer is not admitted to an NVM subsystem yet ([`Queue::is_anonymous`]).
@@ -266,9 +296,137 @@ impl TcpConnection {
         self.flush(engine)?;
         if self.read_paused && !self.session.backlogged() {
             self.read_paused = false;
+            if let SocketIo::IoUring(_) = self.io {
+                return self.resume_ring_receive(engine);
+            }
             return self.on_readable(engine);
         }
         Ok(true)
+    }
+
+    /// Start receiving (a connection on the ring: queue its first receive).
+    pub fn start(&mut self, engine: &mut IoEngine) {
+        self.queue_receive(engine);
+    }
+
+    /// A socket op of this connection finished (on the ring). Same return values as
+    /// [`TcpConnection::on_readable`].
+    pub fn net_completed(&mut self, engine: &mut IoEngine, c: NetCompletion) -> Result<bool, ConnectionError> {
+        match c.kind {
+            NetKind::Recv => {
+                self.ring.recv_in_flight = false;
+                if let Some(buffer) = c.buffer {
+                    self.rbuf = buffer;
+                }
+            }
+            NetKind::Send => self.ring.send_in_flight = false,
+        }
+        if self.session.phase == Phase::Closed {
+            return Ok(false);
+        }
+        let peer_closed = matches!(c.result, Ok(0));
+        let n = match c.result {
+            Ok(0) if c.kind == NetKind::Send => {
+                self.close(engine);
+                return Err(ConnectionError::Io(io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes")));
+            }
+            Ok(n) => n as usize,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) => 0,
+            Err(e) => {
+                tracing::debug!(error = %e, op = ?c.kind, "NVMe/TCP connection socket op failed");
+                self.close(engine);
+                return Err(ConnectionError::Io(e));
+            }
+        };
+        match c.kind {
+            NetKind::Recv if peer_closed => {
+                self.close(engine);
+                return Ok(false);
+            }
+            NetKind::Recv => {
+                self.rstart = 0;
+                self.rend = n;
+                return self.resume_ring_receive(engine);
+            }
+            NetKind::Send => {
+                let s = &mut self.session;
+                s.send.sent(n, &mut s.done);
+                s.release_done(engine);
+            }
+        }
+        self.on_writable(engine)
+    }
+
+    /// Decode what the receive buffer holds, queue the next receive unless reading paused, and send the output.
+    fn resume_ring_receive(&mut self, engine: &mut IoEngine) -> Result<bool, ConnectionError> {
+        self.decode_buffered(engine)?;
+        if self.session.phase == Phase::Closed {
+            return Ok(false);
+        }
+        self.queue_receive(engine);
+        self.flush(engine)?;
+        Ok(true)
+    }
+
+    /// On the ring: queue a receive into the whole buffer once everything received is decoded and reading is not
+    /// paused (the kernel keeps the rest in the socket, so backpressure reaches the host as with `read`).
+    fn queue_receive(&mut self, engine: &mut IoEngine) {
+        let SocketIo::IoUring(tag) = self.io else { return };
+        if self.ring.recv_in_flight || self.read_paused || self.rstart < self.rend || self.is_closed() {
+            return;
+        }
+        if self.rbuf.len() < self.session.config.receive_buffer_size && self.session.queue.qid().is_some() {
+            self.rbuf.resize(self.session.config.receive_buffer_size, 0);
+        }
+        let (buffer, fd) = (std::mem::take(&mut self.rbuf), self.stream.as_raw_fd());
+        match engine.recv(tag, fd, buffer, 0) {
+            Ok(()) => {
+                self.ring.recv_in_flight = true;
+                self.rstart = 0;
+                self.rend = 0;
+            }
+            Err(buffer) => {
+                self.rbuf = buffer;
+                self.ring.retry = true;
+            }
+        }
+    }
+
+    /// On the ring: queue one send of what is queued, unless one is in flight (its completion sends the rest).
+    fn queue_send(&mut self, engine: &mut IoEngine, tag: u64) -> Result<(), ConnectionError> {
+        if self.ring.send_in_flight {
+            return Ok(());
+        }
+        let fd = self.stream.as_raw_fd();
+        let s = &mut self.session;
+        let (queued, result) = {
+            let mut pieces = s
+                .send
+                .pieces(MAX_SEND_PIECES, &mut s.done)
+                .map(|piece| match piece {
+                    Piece::Bytes(bytes) => SendPiece::Bytes(bytes),
+                    Piece::Data { buffer, start, len } => SendPiece::Data { buffer, start, len },
+                })
+                .peekable();
+            let queued = pieces.peek().is_some();
+            (queued, if queued { engine.send(tag, fd, pieces) } else { Ok(()) })
+        };
+        s.release_done(engine);
+        match result {
+            Ok(()) => {
+                self.ring.send_in_flight = queued;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.ring.retry = true;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "NVMe/TCP send could not be queued");
+                self.close(engine);
+                Err(ConnectionError::Io(e))
+            }
+        }
     }
 
     /// A storage completion for this connection's queue (`slot` from the completion's tag). Queues the
@@ -299,6 +457,10 @@ impl TcpConnection {
             self.close(engine);
             return Err(ConnectionError::Stalled { timeout_ms });
         }
+        if std::mem::take(&mut self.ring.retry) {
+            self.queue_receive(engine);
+            self.flush(engine)?;
+        }
         let mut steps = std::mem::take(&mut self.session.steps);
         let polled = self.session.queue.poll(engine, now, &mut steps);
         let mut result = Ok(());
@@ -323,7 +485,7 @@ impl TcpConnection {
     /// [`TcpConnection::io_completed`].
     pub fn shutdown(&mut self, engine: &mut IoEngine) {
         if self.session.phase != Phase::Closed {
-            let _ = self.flush(engine);
+            let _ = self.write_now(engine);
             self.close(engine);
         }
     }
@@ -397,8 +559,20 @@ impl TcpConnection {
         Ok(())
     }
 
-    /// Write queued output and release the commands whose bytes are all written.
+    /// Write queued output (on the ring: queue its send) and release the commands whose bytes are all written.
     fn flush(&mut self, engine: &mut IoEngine) -> Result<(), ConnectionError> {
+        match self.io {
+            SocketIo::IoUring(tag) => self.queue_send(engine, tag),
+            SocketIo::Epoll => self.write_now(engine),
+        }
+    }
+
+    /// Write what the socket takes now, with `writev` (the epoll path, and a connection's last words: a TermReq
+    /// or what is queued at shutdown, unless a send is in flight on the ring).
+    fn write_now(&mut self, engine: &mut IoEngine) -> Result<(), ConnectionError> {
+        if self.ring.send_in_flight {
+            return Ok(());
+        }
         let s = &mut self.session;
         let result = s.send.flush(&mut self.stream, |b| engine.buffer(b), &mut s.done);
         s.release_done(engine);
@@ -435,7 +609,7 @@ impl TcpConnection {
     /// Send a C2HTermReq (best effort: whatever the socket takes now) and close.
     fn terminate(&mut self, engine: &mut IoEngine, fes: FatalErrorStatus, fei: u32, header: &[u8]) {
         if queue_term_req(&mut self.session.send, fes, fei, header).is_ok() {
-            let _ = self.flush(engine);
+            let _ = self.write_now(engine);
         }
         self.close(engine);
     }

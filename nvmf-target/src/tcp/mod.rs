@@ -34,10 +34,10 @@ mod send;
 mod transfer;
 
 pub use config::TcpTransportConfig;
-pub use connection::TcpConnection;
+pub use connection::{SocketIo, TcpConnection};
 pub use error::ConnectionError;
 pub use listener::{Acceptor, BoundListener, BoundListeners, ListenerError, ListenerSlot, TcpListenerSpec};
-pub use poll_group::{AcceptedConnection, TcpPollGroup};
+pub use poll_group::{AcceptedConnection, TcpPollGroup, TcpSocketPath};
 pub use transfer::ProtocolViolation;
 
 #[cfg(test)]

@@ -1,14 +1,17 @@
 //! [`TcpPollGroup`]: one reactor's NVMe/TCP connections, the TCP side of the [`PollGroup`] boundary. A connection
 //! handed over by the acceptor gets a slot of the connection table; the slot is its poll token and its queue key,
 //! so readiness and storage completions find it without a lookup. A connection that ended leaves the poll at once
-//! and the table once its storage ops have completed.
+//! and the table once its storage ops (and, on the ring, its socket ops) have completed.
+//!
+//! Sockets are driven through the reactor's io_uring when the configuration allows it and the kernel has the ops
+//! (decided once, when the reactor starts, and published in [`TcpSocketPath`]); else through epoll readiness.
 //!
 //! Runs on its reactor thread only; never blocks.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,8 +19,10 @@ use mio::event::Event;
 use mio::net::TcpStream;
 use mio::Interest;
 
-use super::{ConnectionError, TcpConnection, TcpTransportConfig};
-use crate::backend::IoEngine;
+use nvmf_config::target::SocketIoMode;
+
+use super::{ConnectionError, SocketIo, TcpConnection, TcpTransportConfig};
+use crate::backend::{IoEngine, NetCompletion, SocketOps};
 use crate::controller::{SlotId, TransportInfo};
 use crate::reactor::RETRY_AFTER;
 use crate::transport::{Admitted, GroupContext, PollGroup};
@@ -35,6 +40,28 @@ pub struct AcceptedConnection {
     pub tcp: Arc<TcpTransportConfig>,
     /// Its place among the listener's and the peer address's connections.
     pub admitted: Admitted,
+}
+
+/// Which way a reactor drives its NVMe/TCP sockets, for metrics: unknown until the reactor starts.
+#[derive(Debug, Default)]
+pub struct TcpSocketPath(AtomicU8);
+
+impl TcpSocketPath {
+    const EPOLL: u8 = 1;
+    const IO_URING: u8 = 2;
+
+    /// `io_uring`, `epoll`, or `None` before the reactor started.
+    pub fn name(&self) -> Option<&'static str> {
+        match self.0.load(Ordering::Relaxed) {
+            Self::EPOLL => Some("epoll"),
+            Self::IO_URING => Some("io_uring"),
+            _ => None,
+        }
+    }
+
+    fn set(&self, ring: bool) {
+        self.0.store(if ring { Self::IO_URING } else { Self::EPOLL }, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug)]
@@ -82,11 +109,17 @@ pub struct TcpPollGroup {
     anonymous_retried: Option<Instant>,
     /// Slots to poll this turn (reused).
     due: Vec<usize>,
+    /// What the configuration allows.
+    socket_io: SocketIoMode,
+    /// Sockets go through the reactor's io_uring (decided in `started`).
+    ring: bool,
+    path: Arc<TcpSocketPath>,
 }
 
 impl TcpPollGroup {
-    /// The NVMe/TCP group of reactor `index`, counting its connections in `live`.
-    pub fn new(index: usize, live: Arc<AtomicUsize>) -> Self {
+    /// The NVMe/TCP group of reactor `index`, counting its connections in `live`, driving its sockets as
+    /// `socket_io` allows (the choice published in `path` once the reactor starts).
+    pub fn new(index: usize, live: Arc<AtomicUsize>, socket_io: SocketIoMode, path: Arc<TcpSocketPath>) -> Self {
         TcpPollGroup {
             index,
             connections: Vec::new(),
@@ -99,6 +132,9 @@ impl TcpPollGroup {
             waiting_anonymous: Vec::new(),
             anonymous_retried: None,
             due: Vec::new(),
+            socket_io,
+            ring: false,
+            path,
         }
     }
 
@@ -219,6 +255,36 @@ impl TcpPollGroup {
 impl PollGroup for TcpPollGroup {
     type QueuePair = AcceptedConnection;
 
+    fn started(&mut self, cx: &mut GroupContext<'_>) {
+        let why_not = match (self.socket_io, cx.engine.socket_ops()) {
+            (SocketIoMode::Epoll, _) => Some("socket_io = \"epoll\""),
+            (SocketIoMode::IoUring, SocketOps::Missing(op)) => Some(op),
+            (SocketIoMode::IoUring, SocketOps::Supported) => None,
+        };
+        self.ring = why_not.is_none();
+        self.path.set(self.ring);
+        match why_not {
+            None => tracing::info!(reactor = self.index, "NVMe/TCP sockets through io_uring"),
+            Some(reason) => tracing::info!(reactor = self.index, reason, "NVMe/TCP sockets through epoll"),
+        }
+    }
+
+    fn network_completed(&mut self, completion: NetCompletion, cx: &mut GroupContext<'_>) {
+        let Ok(slot) = usize::try_from(completion.tag) else { return };
+        let Some(Some(conn)) = self.connections.get_mut(slot) else {
+            tracing::error!(reactor = self.index, slot, "socket completion for no connection");
+            return;
+        };
+        if !conn.touched {
+            conn.touched = true;
+            self.touched.push(slot);
+        }
+        // Not through `run`: a closed connection still takes its last completions (and its buffer back).
+        if let Err(e) = conn.tcp.net_completed(cx.engine, completion) {
+            tracing::debug!(reactor = self.index, error = %e, "connection ended");
+        }
+    }
+
     fn accept(&mut self, accepted: AcceptedConnection, cx: &mut GroupContext<'_>) {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.connections.push(None);
@@ -228,7 +294,12 @@ impl PollGroup for TcpPollGroup {
         let mut stream = TcpStream::from_std(accepted.stream);
         let _ = stream.set_nodelay(true);
         let key = u32::try_from(slot).unwrap_or(u32::MAX);
-        if let Err(e) = cx.registry.register(&mut stream, cx.token(key), Interest::READABLE | Interest::WRITABLE) {
+        let io = if self.ring { SocketIo::IoUring(cx.net_tag(key)) } else { SocketIo::Epoll };
+        let registered = match self.ring {
+            true => Ok(()),
+            false => cx.registry.register(&mut stream, cx.token(key), Interest::READABLE | Interest::WRITABLE),
+        };
+        if let Err(e) = registered {
             tracing::warn!(reactor = self.index, traddr = %accepted.peer, error = %e, "cannot register connection");
             self.free.push(slot);
             return;
@@ -238,11 +309,13 @@ impl PollGroup for TcpPollGroup {
         info.peer_address = Some(accepted.peer);
         let queue = cx.new_queue(info, key);
         tracing::debug!(reactor = self.index, traddr = %accepted.peer, slot, "connection accepted");
-        let tcp = TcpConnection::new(stream, queue, &accepted.tcp);
+        let mut tcp = TcpConnection::new(stream, queue, &accepted.tcp, io);
+        tcp.start(cx.engine);
         let id = self.next_id;
         self.next_id += 1;
         let admitted = accepted.admitted;
-        let conn = Slot { tcp, registered: true, _admitted: admitted, id, timer: None, touched: true, waiting: false };
+        let registered = !self.ring;
+        let conn = Slot { tcp, registered, _admitted: admitted, id, timer: None, touched: true, waiting: false };
         self.connections[slot] = Some(conn);
         // Touched: the end of this turn schedules its Connect deadline.
         self.touched.push(slot);

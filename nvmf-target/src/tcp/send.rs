@@ -33,6 +33,15 @@ enum Segment<B, S> {
     Done(S),
 }
 
+/// A piece of what [`SendQueue::pieces`] hands out for one send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Piece<'a, B> {
+    /// Bytes of the arena.
+    Bytes(&'a [u8]),
+    /// `len` bytes of data buffer `buffer` at `start`.
+    Data { buffer: B, start: usize, len: usize },
+}
+
 /// The outcome of [`SendQueue::flush`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flush {
@@ -148,13 +157,7 @@ impl<B: Copy, S: Copy> SendQueue<B, S> {
         done: &mut Vec<S>,
     ) -> io::Result<Flush> {
         loop {
-            while let Some(Segment::Done(s)) = self.segments.front() {
-                done.push(*s);
-                self.segments.pop_front();
-            }
-            if self.segments.is_empty() {
-                self.arena.clear();
-                self.front_written = 0;
+            if self.report_done_in_front(done) {
                 return Ok(Flush::Drained);
             }
             let written = {
@@ -186,6 +189,49 @@ impl<B: Copy, S: Copy> SendQueue<B, S> {
             };
             self.advance(written, done);
         }
+    }
+
+    /// The queued bytes from the first unwritten one, at most `max` pieces, for a send the caller makes itself
+    /// (then [`SendQueue::sent`]). Reports the `Done` markers in front into `done` first.
+    pub(crate) fn pieces(&mut self, max: usize, done: &mut Vec<S>) -> impl Iterator<Item = Piece<'_, B>> {
+        self.report_done_in_front(done);
+        let mut skip = self.front_written;
+        let arena = &self.arena;
+        self.segments
+            .iter()
+            .filter_map(move |seg| {
+                let piece = match *seg {
+                    Segment::Bytes { start, len } => Piece::Bytes(arena.get(start + skip..start + len).unwrap_or(&[])),
+                    Segment::Data { buffer, start, len } => {
+                        Piece::Data { buffer, start: start + skip, len: len.saturating_sub(skip) }
+                    }
+                    Segment::Done(_) => return None,
+                };
+                skip = 0;
+                Some(piece)
+            })
+            .take(max)
+    }
+
+    /// `written` bytes of what [`SendQueue::pieces`] handed out left for the kernel: consume them, reporting the
+    /// commands whose bytes are now all written (and the markers right after them) into `done`.
+    pub(crate) fn sent(&mut self, written: usize, done: &mut Vec<S>) {
+        self.advance(written, done);
+        self.report_done_in_front(done);
+    }
+
+    /// Report the `Done` markers in front into `done`; whether nothing is left queued (the arena is then reset).
+    fn report_done_in_front(&mut self, done: &mut Vec<S>) -> bool {
+        while let Some(Segment::Done(s)) = self.segments.front() {
+            done.push(*s);
+            self.segments.pop_front();
+        }
+        if !self.segments.is_empty() {
+            return false;
+        }
+        self.arena.clear();
+        self.front_written = 0;
+        true
     }
 
     /// Consume `written` bytes from the front.
@@ -355,6 +401,42 @@ mod tests {
             }
             assert_eq!(w.out, expect, "chunk {chunk}");
             assert_eq!(done, vec![0, 1]);
+        }
+    }
+
+    /// The io_uring path: `pieces` hands out what a send carries, `sent` consumes what the kernel took; partial
+    /// sends resume mid-piece and a command is done only once its last byte went.
+    #[test]
+    fn pieces_and_sent_resume_partial_sends_and_report_done_in_order() {
+        let bufs = buffers();
+        for chunk in [1, 7, 24, 100, 4096, 1 << 20] {
+            let mut q = SendQueue::new();
+            let expect = fill(&mut q, &bufs);
+            let (mut out, mut done) = (Vec::new(), Vec::new());
+            let mut sends = 0;
+            while !q.is_empty() {
+                let mut bytes = Vec::new();
+                for piece in q.pieces(MAX_IOVECS, &mut done) {
+                    match piece {
+                        Piece::Bytes(b) => bytes.extend_from_slice(b),
+                        Piece::Data { buffer, start, len } => {
+                            bytes.extend_from_slice(&bufs[buffer][start..start + len])
+                        }
+                    }
+                }
+                // The kernel takes `chunk` bytes of the send.
+                let taken = bytes.len().min(chunk);
+                out.extend_from_slice(&bytes[..taken]);
+                q.sent(taken, &mut done);
+                if out.len() < 24 + 5000 + 24 {
+                    assert!(done.is_empty(), "chunk {chunk}: released early at {}", out.len());
+                }
+                sends += 1;
+                assert!(sends < 100_000);
+            }
+            assert_eq!(out, expect, "chunk {chunk}");
+            assert_eq!(done, vec![0, 1]);
+            assert_eq!(q.pending_bytes(), 0);
         }
     }
 

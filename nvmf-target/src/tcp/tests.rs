@@ -21,7 +21,7 @@ use nvmf_common::transport::tcp::{
     R2t,
 };
 
-use super::{ConnectionError, TcpConnection, TcpTransportConfig};
+use super::{ConnectionError, SocketIo, TcpConnection, TcpTransportConfig};
 use crate::backend::{cached_and_unwritten_pages, EngineConfig, IoEngine, Storage, StorageSpec};
 use crate::controller::{
     split_storage_tag, NamespaceParams, Queue, SubsystemParams, Target, TargetParams, TransportInfo,
@@ -75,7 +75,7 @@ impl Rig {
         let key = self.next_key;
         self.next_key += 1;
         let queue = Queue::new(Arc::clone(&self.target), TransportInfo::tcp(1, self.config.in_capsule_data_size, key));
-        let conn = TcpConnection::new(mio::net::TcpStream::from_std(server), queue, &self.config);
+        let conn = TcpConnection::new(mio::net::TcpStream::from_std(server), queue, &self.config, SocketIo::Epoll);
         Peer {
             conn,
             key,

@@ -157,7 +157,8 @@ impl TransportListeners {
             .collect();
         let collector = TargetCollector::new(target, connections)
             .with_admission(Arc::clone(&self.admission))
-            .with_buffers(counters.iter().map(|c| Arc::clone(&c.buffers)).collect());
+            .with_buffers(counters.iter().map(|c| Arc::clone(&c.buffers)).collect())
+            .with_socket_paths(counters.iter().map(|c| Arc::clone(&c.tcp_socket_path)).collect());
         #[cfg(feature = "rdma")]
         let collector = match self.rdma {
             Some(_) => collector.with_rdma(counters.iter().map(|c| Arc::clone(&c.rdma)).collect()),

@@ -25,7 +25,7 @@ use std::time::Instant;
 use mio::event::Event;
 use mio::{Registry, Token};
 
-use crate::backend::IoEngine;
+use crate::backend::{IoEngine, NetCompletion};
 use crate::controller::{EventNotifier, Queue, SlotId, Target, TransportInfo};
 
 pub use admission::{Admission, Admitted, Refusal};
@@ -52,6 +52,18 @@ pub trait PollGroup: Send + 'static {
 
     /// Serve `queue_pair` on this reactor (or refuse it, telling the peer where the transport can).
     fn accept(&mut self, queue_pair: Self::QueuePair, cx: &mut GroupContext<'_>);
+
+    /// The reactor's engine is up (called once, before any queue pair): e.g. probe what its ring supports.
+    fn started(&mut self, cx: &mut GroupContext<'_>) {
+        let _ = cx;
+    }
+
+    /// A socket op the group queued on the engine with tag [`GroupContext::net_tag`] finished. Groups that queue
+    /// none never get one.
+    fn network_completed(&mut self, completion: NetCompletion, cx: &mut GroupContext<'_>) {
+        let _ = cx;
+        tracing::error!(tag = completion.tag, "socket completion for a group that queues no socket ops");
+    }
 
     /// A readiness event for `token`, one the group registered through [`GroupContext::token`].
     fn ready(&mut self, token: u64, event: &Event, cx: &mut GroupContext<'_>);
@@ -132,6 +144,11 @@ impl<'a> GroupContext<'a> {
     pub fn token(&self, local: u32) -> Token {
         let t = join(self.space, local);
         Token(FIRST_GROUP_TOKEN + usize::try_from(t).unwrap_or(usize::MAX - FIRST_GROUP_TOKEN))
+    }
+
+    /// The tag of the group's socket ops for its `local` value (what [`PollGroup::network_completed`] gets back).
+    pub fn net_tag(&self, local: u32) -> u64 {
+        join(self.space, local)
     }
 
     /// A controller queue for a new queue pair whose storage completions come back with queue key `local`

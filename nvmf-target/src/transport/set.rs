@@ -11,11 +11,13 @@ use std::time::Instant;
 use mio::event::Event;
 
 use super::{split, GroupContext, PollGroup};
+use crate::backend::NetCompletion;
 use crate::controller::SlotId;
 #[cfg(feature = "rdma")]
 use crate::rdma::{RdmaAccepted, RdmaCounters, RdmaPollGroup};
 use crate::reactor::ReactorHandle;
-use crate::tcp::{AcceptedConnection, TcpPollGroup};
+use crate::tcp::{AcceptedConnection, TcpPollGroup, TcpSocketPath};
+use nvmf_config::target::SocketIoMode;
 
 /// The space of NVMe/TCP's tokens and queue keys.
 const TCP: u64 = 0;
@@ -51,6 +53,8 @@ impl From<RdmaAccepted> for NewQueuePair {
 pub struct TransportCounters {
     /// NVMe/TCP connections served now.
     pub tcp_connections: Arc<AtomicUsize>,
+    /// How the reactor's NVMe/TCP sockets are driven, once it has started ([`TcpSocketPath`]).
+    pub tcp_socket_path: Arc<TcpSocketPath>,
     /// The reactor's data buffers: (free, total) at the end of its last turn.
     pub buffers: Arc<BufferGauge>,
     /// NVMe/RDMA work requests, completions and queue pairs.
@@ -78,11 +82,17 @@ pub struct TransportSet {
 }
 
 impl TransportSet {
-    /// The poll groups of reactor `index`, counting into `counters`.
-    pub fn new(index: usize, counters: &TransportCounters) -> Self {
+    /// The poll groups of reactor `index`, counting into `counters`; NVMe/TCP sockets on the ring when `socket_io`
+    /// says so (and the kernel has the ops).
+    pub fn new(index: usize, counters: &TransportCounters, socket_io: SocketIoMode) -> Self {
         TransportSet {
             buffers: Arc::clone(&counters.buffers),
-            tcp: TcpPollGroup::new(index, Arc::clone(&counters.tcp_connections)),
+            tcp: TcpPollGroup::new(
+                index,
+                Arc::clone(&counters.tcp_connections),
+                socket_io,
+                Arc::clone(&counters.tcp_socket_path),
+            ),
             #[cfg(feature = "rdma")]
             rdma: RdmaPollGroup::new(index, Arc::clone(&counters.rdma)),
         }
@@ -97,6 +107,20 @@ impl PollGroup for TransportSet {
             NewQueuePair::Tcp(connection) => self.tcp.accept(connection, &mut cx.within(TCP)),
             #[cfg(feature = "rdma")]
             NewQueuePair::Rdma(request) => self.rdma.accept(request, &mut cx.within(RDMA)),
+        }
+    }
+
+    fn started(&mut self, cx: &mut GroupContext<'_>) {
+        self.tcp.started(&mut cx.within(TCP));
+    }
+
+    fn network_completed(&mut self, mut completion: NetCompletion, cx: &mut GroupContext<'_>) {
+        match split(completion.tag) {
+            (TCP, local) => {
+                completion.tag = local;
+                self.tcp.network_completed(completion, &mut cx.within(TCP));
+            }
+            (space, local) => tracing::error!(space, local, "socket completion for no transport"),
         }
     }
 

@@ -19,6 +19,14 @@ use nvmf_config::TargetConfig;
 use nvmf_target::daemon::RunningTarget;
 use nvmf_tests::nvme_tcp_client::{ClientError, ClientOptions, Completion, TcpTestClient};
 
+/// Whether this test binary runs its targets' sockets on io_uring (its name ends in `_io_uring`, before Cargo's
+/// hash).
+pub fn socket_io_uring() -> bool {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let name = exe.file_name().and_then(OsStr::to_str).unwrap_or("");
+    name.rsplit_once('-').map_or(name, |(stem, _hash)| stem).ends_with("_io_uring")
+}
+
 /// The subsystem every test configuration exports.
 pub const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:native-tests";
 
@@ -61,9 +69,14 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parse `toml`, bind every listener to an ephemeral port (configurations cannot say port 0) and start.
+    /// Parse `toml`, bind every listener to an ephemeral port (configurations cannot say port 0) and start. In a
+    /// test binary named `*_io_uring` (a second build of a scenario file) the reactors drive their sockets through
+    /// io_uring.
     pub fn start(toml: &str) -> Target {
         let mut config = TargetConfig::from_str(toml, "<test>").expect("test configuration is valid");
+        if socket_io_uring() {
+            config.reactors.socket_io = nvmf_config::target::SocketIoMode::IoUring;
+        }
         for l in &mut config.listeners {
             l.address.set_port(0);
         }

@@ -5,8 +5,11 @@
 //! counters and the failure through atomics (`Shared`).
 //!
 //! What blocks: the thread blocks only in the queue's `poll` — at most `TIMEOUT_CHECK` at a time while
-//! commands that can time out are outstanding, until woken while none is. [`Submitter::submit`] blocks only
-//! while the request channel is full (backpressure).
+//! commands that can time out are outstanding, until woken while none is. Whether a `poll` may block at all is
+//! its [`Poller`]'s call (the `[host]` `poll` mode): adaptive polls without blocking for a while after work when
+//! commands are outstanding (yielding the CPU between empty polls), busy never blocks, sleep always may; with no
+//! command to wait for, only busy keeps polling. [`Submitter::submit`] blocks only while the request channel is
+//! full (backpressure).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -16,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use mio::Waker;
 use nvmf_common::nvme::opcode::admin::ASYNC_EVENT_REQUEST;
+use nvmf_config::PollMode;
+use nvmf_service::poll::{Poller, Wait};
 
 use super::metrics::{bump, Meter};
 use super::pending::{reply_port, Pending, ReplyPort};
@@ -79,6 +84,8 @@ pub(super) struct Shared {
     pub(super) completed: AtomicU64,
     pub(super) r2ts: AtomicU64,
     pub(super) max_outstanding: AtomicU16,
+    /// `poll`s that could block (the rest returned at once), counted by the I/O thread alone.
+    pub(super) sleeps: AtomicU64,
     pub(super) meter: Meter,
     pub(super) failure: OnceLock<HostError>,
     /// Told when `failure` is set (a recovering queue's [`Recovery`]; locked once per link and once on its
@@ -203,18 +210,35 @@ fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, shared: &Shared) -> bool {
 }
 
 /// How long the I/O thread sleeps at most while commands are outstanding: how late a command timeout may be seen.
-const TIMEOUT_CHECK: Duration = Duration::from_millis(100);
+pub(super) const TIMEOUT_CHECK: Duration = Duration::from_millis(100);
+
+/// The timeout of the next `poll` after the poller said `wait`: none (poll and return) when it says poll and a
+/// command may complete — an Asynchronous Event Request waits for an event, not worth a spin — or always in busy
+/// mode; else block, at most [`TIMEOUT_CHECK`] while commands that can time out are outstanding, until woken
+/// while none is.
+pub(super) fn poll_timeout(wait: Wait, mode: PollMode, timed_outstanding: bool) -> Option<Duration> {
+    match wait {
+        Wait::Poll if timed_outstanding || mode == PollMode::Busy => Some(Duration::ZERO),
+        _ => timed_outstanding.then_some(TIMEOUT_CHECK),
+    }
+}
 
 /// The I/O thread.
-pub(super) fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Shared) {
+pub(super) fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Shared, mut poller: Poller) {
     let qid = queue.qid();
     let meter = &shared.meter;
     let mut backlog: VecDeque<Request<InFlight>> = VecDeque::new();
     let mut stopping = false;
+    // Whether the last `poll` brought completions: with requests taken and replies delivered, what the poller
+    // calls work.
+    let mut worked = false;
     loop {
         loop {
             match rx.try_recv() {
-                Ok(Message::Submit(r)) => backlog.push_back(r),
+                Ok(Message::Submit(r)) => {
+                    worked = true;
+                    backlog.push_back(r);
+                }
                 Ok(Message::Shutdown) | Err(TryRecvError::Disconnected) => {
                     stopping = true;
                     break;
@@ -233,7 +257,7 @@ pub(super) fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, 
                 reject(*rejected, meter);
             }
         }
-        reply_all(&mut queue, shared);
+        worked |= reply_all(&mut queue, shared);
         if queue.failure().is_some() {
             publish(&queue, shared);
             if stopping {
@@ -252,10 +276,16 @@ pub(super) fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, 
         // Outstanding commands have timeouts to check; with none (an Asynchronous Event Request has none), only a
         // submission (the waker), the peer or a transport event has anything for this thread, and each of those
         // ends the wait.
-        let wait = queue.timed_outstanding().then_some(TIMEOUT_CHECK);
-        let _ = queue.poll(wait);
+        let timeout = poll_timeout(poller.after_turn(worked, Instant::now()), poller.mode(), queue.timed_outstanding());
+        if timeout == Some(Duration::ZERO) {
+            poller.yield_if_idle(worked);
+        } else {
+            bump(&shared.sleeps, 1);
+        }
+        let _ = queue.poll(timeout);
+        worked = reply_all(&mut queue, shared);
         // Submissions and a failure are published even when no command finished.
-        if !reply_all(&mut queue, shared) {
+        if !worked {
             publish(&queue, shared);
         }
     }

@@ -1,7 +1,7 @@
 //! The I/O thread driven through [`BareQueue`] alone, against a queue without a wire ([`Loopback`]): what
 //! both transports rely on — batches beyond the depth wait in the backlog, completions reach their
 //! waiters, the metrics count bytes, errors and latency, a failed queue fails later requests, an idle
-//! thread sleeps in `poll` (never a zero timeout) and a waker ends that sleep.
+//! thread sleeps in `poll` (never a zero timeout, unless busy polling) and a waker ends that sleep.
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
@@ -12,6 +12,10 @@ use mio::{Events, Poll, Token, Waker};
 use nvmf_common::nvme::io::{Read, Write};
 use nvmf_common::nvme::{CompletionQueueEntry, Status};
 
+use nvmf_config::PollMode;
+use nvmf_service::poll::{Poller, Wait};
+
+use super::io_thread::{poll_timeout, TIMEOUT_CHECK};
 use super::metrics::latency_bucket;
 use super::*;
 use crate::queue::{DataDirection, QueueStats, Rejected};
@@ -252,9 +256,41 @@ fn an_idle_thread_sleeps_in_poll_and_a_submission_wakes_it() {
     let reply = h.submit(read(1, 512)).unwrap().wait(WAIT).unwrap();
     assert!(reply.result.unwrap().status.is_success());
     assert!(probe.woken.load(Ordering::SeqCst), "the submission woke the sleeping poll");
+    let sleeps = h.stats().sleeps;
     h.close();
     let idle = probe.idle_timeouts.lock().unwrap();
     assert!(idle.iter().all(Option::is_none), "idle, it sleeps until woken (no timer, no busy polling): {idle:?}");
+    assert!(sleeps >= 1, "the sleeps are counted");
+}
+
+#[test]
+fn a_busy_thread_never_sleeps_even_idle_and_still_completes() {
+    let (q, probe) = Loopback::new(4);
+    let h = QueueHandle::spawn_with(q, Poller::new(PollMode::Busy, nvmf_service::poll::DEFAULT_WINDOW)).unwrap();
+    while probe.idle_timeouts.lock().unwrap().len() < 100 {
+        std::thread::yield_now();
+    }
+    let reply = h.submit(read(1, 512)).unwrap().wait(WAIT).unwrap();
+    assert!(reply.result.unwrap().status.is_success());
+    h.close_and_check(|m| assert_eq!((m.completed, m.sleeps), (1, 0), "{m:?}"));
+    let idle = probe.idle_timeouts.lock().unwrap();
+    assert!(idle.iter().all(|t| *t == Some(Duration::ZERO)), "busy: every idle poll returns at once");
+}
+
+#[test]
+fn a_poll_blocks_unless_the_poller_says_poll_and_a_command_may_complete() {
+    let ms100 = Some(TIMEOUT_CHECK);
+    for mode in PollMode::ALL {
+        // Told to sleep: block, bounded while commands that can time out are outstanding.
+        assert_eq!(poll_timeout(Wait::Sleep, mode, true), ms100);
+        assert_eq!(poll_timeout(Wait::Sleep, mode, false), None);
+        // Told to poll: at once while a command may complete.
+        assert_eq!(poll_timeout(Wait::Poll, mode, true), Some(Duration::ZERO));
+    }
+    // Nothing that will complete (none outstanding, or an Asynchronous Event Request): sleep unless busy.
+    assert_eq!(poll_timeout(Wait::Poll, PollMode::Adaptive, false), None);
+    assert_eq!(poll_timeout(Wait::Poll, PollMode::Sleep, false), None);
+    assert_eq!(poll_timeout(Wait::Poll, PollMode::Busy, false), Some(Duration::ZERO));
 }
 
 #[test]

@@ -95,6 +95,8 @@ pub struct QueueMetrics {
     pub max_outstanding: u16,
     /// R2Ts served (NVMe/TCP).
     pub r2ts: u64,
+    /// Times the I/O thread waited in a `poll` that could block (the others returned at once: polling).
+    pub sleeps: u64,
     /// Data bytes moved from the controller by successful commands (reads; Identify and log pages on the
     /// admin queue).
     pub read_bytes: u64,

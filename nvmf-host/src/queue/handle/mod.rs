@@ -6,10 +6,13 @@
 //! registered in the queue's own poller (beside the socket on TCP, beside the completion channel and the RDMA
 //! CM event channel on RDMA); each request carries a one-shot reply channel ([`Pending`]) on which the I/O
 //! thread posts the [`Completion`]. The thread takes every queued request, submits them all (one doorbell or
-//! one write for the batch), then polls: it sleeps in the queue's `poll` (RDMA arms the completion queue,
-//! drains it once more and then sleeps) and never spins while idle. No lock is taken on this path: the
-//! channel and the reply are lock-free queues, and the I/O thread publishes counters and the per-queue
-//! metrics ([`QueueMetrics`]: bytes, errors, a latency histogram) through atomics. (A [`Pending`]'s reply
+//! one write for the batch), then polls as its [`Poller`] says (the `[host]` `poll` mode,
+//! [`QueueHandle::spawn_with`]): without blocking for a while after work while commands are outstanding
+//! (adaptive; always when busy), else sleeping in the queue's `poll` (RDMA arms the completion queue, drains it
+//! once more and then sleeps); with nothing outstanding it sleeps unless busy, so an idle queue costs no CPU.
+//! No lock is taken on this path: the channel and the reply are lock-free queues, and the I/O thread publishes
+//! counters and the per-queue metrics ([`QueueMetrics`]: bytes, errors, sleeps, a latency histogram) through
+//! atomics. (A [`Pending`]'s reply
 //! channel and waker are allocated per command; a completion sink, below, needs neither.)
 //!
 //! What blocks: [`Submitter::submit`] blocks only while the request channel is full (as many requests queued as the
@@ -66,6 +69,9 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
+use nvmf_config::PollMode;
+use nvmf_service::poll::{Poller, DEFAULT_WINDOW};
+
 use crate::error::HostError;
 use crate::queue::{BareQueue, Completion, Request};
 use io_thread::{run, Message, ReplyTo, Shared};
@@ -118,7 +124,8 @@ struct Slot {
     qid: u16,
     link: RwLock<Link>,
     recovery: Option<Arc<dyn Recovery>>,
-    retired: [AtomicU64; 3],
+    /// Submitted, completed, R2Ts and sleeps of the links replaced so far.
+    retired: [AtomicU64; 4],
     /// The metrics of the links replaced so far.
     retired_meter: Meter,
 }
@@ -226,8 +233,13 @@ pub struct QueueHandle {
 }
 
 impl QueueHandle {
-    /// Move `queue` (either transport) onto a new I/O thread.
-    pub fn spawn<Q: BareQueue<InFlight> + 'static>(mut queue: Q) -> Result<Self, HostError> {
+    /// Move `queue` (either transport) onto a new I/O thread that polls adaptively with the default window.
+    pub fn spawn<Q: BareQueue<InFlight> + 'static>(queue: Q) -> Result<Self, HostError> {
+        Self::spawn_with(queue, Poller::new(PollMode::Adaptive, DEFAULT_WINDOW))
+    }
+
+    /// Move `queue` onto a new I/O thread that waits as `poller` says (see the module docs).
+    pub fn spawn_with<Q: BareQueue<InFlight> + 'static>(mut queue: Q, poller: Poller) -> Result<Self, HostError> {
         let qid = queue.qid();
         let waker = queue.waker()?;
         let depth = queue.free_slots().max(1);
@@ -236,7 +248,7 @@ impl QueueHandle {
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(format!("nvmf-q{qid}"))
-            .spawn(move || run(queue, &rx, &thread_shared))
+            .spawn(move || run(queue, &rx, &thread_shared, poller))
             .map_err(|e| HostError::io(qid, "spawning the I/O thread", &e))?;
         let link = Link { submitter: Submitter { qid, tx, waker }, shared, thread: Some(thread), epoch: 0 };
         Ok(Self::with_link(qid, link, None))
@@ -246,7 +258,7 @@ impl QueueHandle {
         if let Some(r) = &recovery {
             link.shared.watch(r);
         }
-        let retired = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+        let retired = std::array::from_fn(|_| AtomicU64::new(0));
         let slot = Slot { qid, link: RwLock::new(link), recovery, retired, retired_meter: Meter::default() };
         QueueHandle { slot: Arc::new(slot) }
     }
@@ -381,6 +393,7 @@ impl QueueHandle {
             completed: s.completed.load(Ordering::Relaxed) + r[1].load(Ordering::Relaxed),
             max_outstanding: s.max_outstanding.load(Ordering::Relaxed),
             r2ts: s.r2ts.load(Ordering::Relaxed) + r[2].load(Ordering::Relaxed),
+            sleeps: s.sleeps.load(Ordering::Relaxed) + r[3].load(Ordering::Relaxed),
             read_bytes: sum(&m.read_bytes, &rm.read_bytes),
             written_bytes: sum(&m.written_bytes, &rm.written_bytes),
             errors: sum(&m.errors, &rm.errors),
@@ -411,6 +424,7 @@ impl QueueHandle {
         r[0].fetch_add(old.shared.submitted.load(Ordering::Relaxed), Ordering::Relaxed);
         r[1].fetch_add(old.shared.completed.load(Ordering::Relaxed), Ordering::Relaxed);
         r[2].fetch_add(old.shared.r2ts.load(Ordering::Relaxed), Ordering::Relaxed);
+        r[3].fetch_add(old.shared.sleeps.load(Ordering::Relaxed), Ordering::Relaxed);
         self.slot.retired_meter.absorb(&old.shared.meter);
     }
 

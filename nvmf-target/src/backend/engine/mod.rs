@@ -40,6 +40,7 @@ pub use discard::DiscardCounters;
 use super::nvme;
 use super::pool::{BufferPool, StartIoError};
 use super::ring::Ring;
+use super::socket::{NetCompletion, NetOps, SendPiece, SocketOps, NET_USER_DATA};
 use super::storage::Kind;
 #[cfg(doc)]
 use super::DriveStatus;
@@ -158,8 +159,10 @@ impl EngineConfig {
 /// Per-reactor I/O engine: one io_uring, a pool of aligned data buffers it owns, an in-flight table.
 #[derive(Debug)]
 pub struct IoEngine {
-    // Field order matters: the ring (which has the pool registered) is dropped before the pool is unmapped.
+    // Field order matters: the ring (which has the pool registered) is dropped before the socket ops' memory and
+    // the pool.
     ring: Ring,
+    net: NetOps,
     pool: BufferPool,
     in_flight: InFlightTable,
     /// Ops split into several NVMe commands.
@@ -254,6 +257,7 @@ impl IoEngine {
         tracing::debug!(?ring, buffers = pool.capacity(), huge_pages = pool.huge_pages(), "I/O engine created");
         Ok(IoEngine {
             ring,
+            net: NetOps::default(),
             pool,
             in_flight,
             groups,
@@ -415,11 +419,15 @@ impl IoEngine {
         if let Some(worker) = &mut self.discard {
             worker.drain(&mut f);
         }
-        let (pool, in_flight, groups) = (&mut self.pool, &mut self.in_flight, &mut self.groups);
+        let (pool, in_flight, groups, net) = (&mut self.pool, &mut self.in_flight, &mut self.groups, &mut self.net);
         let mut async_block_discard = self.async_block_discard;
         // Discards the kernel refused (no io_uring block discard), for the worker; allocates only then.
         let mut to_worker = Vec::new();
         self.ring.drain_completions(|user_data, res, extra| {
+            if user_data & NET_USER_DATA != 0 {
+                net.complete(pool, user_data, res);
+                return;
+            }
             let Some(entry) = in_flight.remove(user_data) else {
                 tracing::error!(user_data, "completion for no op in flight");
                 return;
@@ -457,6 +465,31 @@ impl IoEngine {
         }
     }
 
+    /// Whether this kernel's io_uring has the socket ops [`IoEngine::recv`] and [`IoEngine::send`] use.
+    pub fn socket_ops(&self) -> SocketOps {
+        SocketOps::probe(&self.ring)
+    }
+
+    /// Queue a receive on socket `fd` into `buf[start..]`; its [`NetCompletion`] (tag `tag`) brings `buf` back.
+    /// Nothing reaches the kernel until [`IoEngine::submit`]. `Err(buf)` when the ring is full (submit, reap,
+    /// retry) or `start` is not inside `buf`.
+    pub fn recv(&mut self, tag: u64, fd: RawFd, buf: Vec<u8>, start: usize) -> Result<(), Vec<u8>> {
+        self.net.recv(&mut self.ring, tag, fd, buf, start)
+    }
+
+    /// Queue one send of `pieces` (at most [`MAX_SEND_PIECES`](super::MAX_SEND_PIECES)) on socket `fd`: bytes are
+    /// copied, data pieces are sent from their pool buffers, which stay in flight (a release is deferred) until
+    /// its [`NetCompletion`] (tag `tag`). `Err` of kind `WouldBlock` when the ring is full; another error for a
+    /// piece outside its buffer or a buffer already in flight.
+    pub fn send<'a>(&mut self, tag: u64, fd: RawFd, pieces: impl IntoIterator<Item = SendPiece<'a>>) -> io::Result<()> {
+        self.net.send(&mut self.ring, &mut self.pool, tag, fd, pieces)
+    }
+
+    /// Move the socket ops finished by [`IoEngine::reap`] into `into`.
+    pub fn take_net_completions(&mut self, into: &mut Vec<NetCompletion>) {
+        self.net.take_completions(into);
+    }
+
     /// Ops pushed whose completion has not been delivered by `reap` yet.
     pub fn in_flight(&self) -> usize {
         // An op split into several NVMe commands counts once.
@@ -479,7 +512,9 @@ impl IoEngine {
 impl Drop for IoEngine {
     /// Waits for every op in the kernel, so no kernel worker touches the pool after it is unmapped.
     fn drop(&mut self) {
-        while self.in_flight.len() > 0 {
+        // Socket ops wait for their peers: cancel them; their CQEs come back like any other.
+        self.net.cancel_all(&mut self.ring);
+        while self.in_flight.len() > 0 || self.net.in_flight() > 0 {
             match self.ring.submit_and_wait_one() {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -488,8 +523,12 @@ impl Drop for IoEngine {
                     return;
                 }
             }
-            let (pool, in_flight) = (&mut self.pool, &mut self.in_flight);
-            self.ring.drain_completions(|user_data, _, _| {
+            let (pool, in_flight, net) = (&mut self.pool, &mut self.in_flight, &mut self.net);
+            self.ring.drain_completions(|user_data, res, _| {
+                if user_data & NET_USER_DATA != 0 {
+                    net.complete(pool, user_data, res);
+                    return;
+                }
                 if let Some(id) = in_flight.remove(user_data).and_then(|e| e.buffer) {
                     pool.finish_io(id);
                 }
