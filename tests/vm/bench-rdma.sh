@@ -15,6 +15,8 @@
 # to try, default "2"), BENCH_QUEUES (the kernel host's I/O queues, `nvme connect -i`; default nvme-cli's own, one
 # per vCPU), BENCH_ROUNDS (2), BENCH_BASELINE (another nvmf-target binary, e.g. a build of an older
 # commit: also benchmarked, as "baseline", with each reactor count, to measure a change in the same run),
+# BENCH_POLL (our reactors' `[reactors] poll` modes to try, each its own instance, e.g. "adaptive sleep"; default
+# "adaptive"),
 # BENCH_CPUS (guest vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/bench-rdma),
 # BENCH_PROFILE=1 (also profile: per workload one more run of each target, with the guest's busy CPU time per I/O
 # (host side included: the same for every target but the target's share) and for ours the reactors' context
@@ -38,7 +40,7 @@ if [ "${1:-}" != --guest ]; then
   rm -rf "$logs"
   mkdir -p "$logs"
   env_args=(--env "NVMF_TARGET_BIN=$target_dir/release/nvmf-target")
-  for v in BENCH_RUNTIME BENCH_RAMP BENCH_REACTORS BENCH_QUEUES BENCH_ROUNDS BENCH_PROFILE BENCH_BASELINE; do
+  for v in BENCH_RUNTIME BENCH_RAMP BENCH_REACTORS BENCH_QUEUES BENCH_ROUNDS BENCH_PROFILE BENCH_BASELINE BENCH_POLL; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
   # Other work on this machine slows the guest's vCPUs unevenly: the host's load goes in the table's footer.
@@ -64,12 +66,18 @@ nqn_kernel=nqn.2024-01.io.nvmf-rs:bench-nvmet
 nqn_ours=nqn.2024-01.io.nvmf-rs:bench-ours
 table=$NVMF_VM_LOGS/bench.md
 
-# Our targets: "LABEL BINARY REACTORS" each.
+# Our targets: "LABEL BINARY REACTORS POLL" each; with several BENCH_POLL modes each is its own instance, named
+# after it.
+polls=${BENCH_POLL:-adaptive}
 ours=()
-for r in $reactors; do ours+=("nvmf-rs $NVMF_TARGET_BIN $r"); done
-if [ -n "${BENCH_BASELINE:-}" ]; then
-  for r in $reactors; do ours+=("baseline $BENCH_BASELINE $r"); done
-fi
+for p in $polls; do
+  suffix=""
+  [ "$polls" = "$p" ] || suffix="-$p"
+  for r in $reactors; do ours+=("nvmf-rs$suffix $NVMF_TARGET_BIN $r $p"); done
+  if [ -n "${BENCH_BASELINE:-}" ]; then
+    for r in $reactors; do ours+=("baseline$suffix $BENCH_BASELINE $r $p"); done
+  fi
+done
 
 # Pure null_blk: no memory backing, completions inline, so the storage costs next to nothing. nullb0 for
 # nvmet-rdma, nullb<i> for our i-th target.
@@ -199,13 +207,14 @@ dev_kernel=$(host_connect rdma "$NVMF_RDMA_ADDR" 4420 "$nqn_kernel" -i "$queues"
 declare -A dev_ours
 labels=()
 for i in $(seq 1 ${#ours[@]}); do
-  read -r kind bin r <<< "${ours[i - 1]}"
+  read -r kind bin r poll <<< "${ours[i - 1]}"
   label="$kind ($r reactors)"
   labels+=("$label")
   config=/tmp/bench-$i.toml
   cat > "$config" <<EOF
 [reactors]
 threads = $r
+$(grep -q poll_window_us "$bin" && echo "poll = \"$poll\"")
 [logging]
 level = "warn"
 $([ "$profile" = 1 ] && printf '[metrics]\nlisten = "127.0.0.1:%s"' $((9420 + i)))

@@ -14,7 +14,10 @@
 # counts to try, default "2"), BENCH_QUEUES (the kernel host's I/O queue counts to try, `nvme connect -i`; default
 # the guest's vCPU count, nvme-cli's own default), BENCH_ROUNDS (1), BENCH_BASELINE (another nvmf-target binary,
 # e.g. a build of an older commit: also benchmarked, as "baseline", with each reactor count, to measure a change in
-# the same run), BENCH_PERF=1 (perf record our daemon during one more randread run; report in the logs folder),
+# the same run), BENCH_PROFILE=1 (after the rounds, with one host I/O queue: each target's guest CPU per I/O over
+# a 5 s randread run, and ours under `strace -c -f`: system calls per I/O by call; in profile.md), BENCH_POLL (variants of our target to try, each its own instance: a `[reactors] poll` mode,
+# optionally with `,SOCKET_IO` for `socket_io` and `,CPUS` (`+`-separated) for `cpus`, one per reactor, e.g.
+# "adaptive sleep adaptive,io_uring adaptive,epoll,1"; default "adaptive"), BENCH_PERF=1 (perf record our daemon during one more randread run; report in the logs folder),
 # BENCH_CPUS (guest vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/bench-tcp).
 # The table is also written to $BENCH_LOGS/bench.md. `--guest` is the half that runs in the VM.
 #
@@ -32,7 +35,7 @@ if [ "${1:-}" != --guest ]; then
   rm -rf "$logs"
   mkdir -p "$logs"
   env_args=(--env "NVMF_TARGET_BIN=$target_dir/release/nvmf-target")
-  for v in BENCH_RUNTIME BENCH_RAMP BENCH_REACTORS BENCH_QUEUES BENCH_ROUNDS BENCH_BASELINE BENCH_PERF; do
+  for v in BENCH_RUNTIME BENCH_RAMP BENCH_REACTORS BENCH_QUEUES BENCH_ROUNDS BENCH_BASELINE BENCH_POLL BENCH_PERF BENCH_PROFILE; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
   # Other work on this machine slows the guest's vCPUs unevenly: the host's load goes in the table's footer.
@@ -51,6 +54,7 @@ fi
 runtime=${BENCH_RUNTIME:-15}
 ramp=${BENCH_RAMP:-2}
 reactors=${BENCH_REACTORS:-2}
+polls=${BENCH_POLL:-adaptive}
 queues=${BENCH_QUEUES:-$(nproc)}
 rounds=${BENCH_ROUNDS:-1}
 nqn_kernel=nqn.2024-01.io.nvmf-rs:bench-nvmet
@@ -98,15 +102,28 @@ run_fio() {
 targets=("nvmet-tcp|4420|$nqn_kernel||")
 nvmet_subsys "$nqn_kernel" /dev/nullb0
 nvmet_tcp_port 1 127.0.0.1 4420 "$nqn_kernel"
-builds=("nvmf-rs $NVMF_TARGET_BIN")
-[ -n "${BENCH_BASELINE:-}" ] && builds+=("baseline $BENCH_BASELINE")
+# "NAME BINARY POLL SOCKET_IO CPUS": with one variant the name is the build's; with several, each is named after it.
+builds=()
+for p in $polls; do
+  suffix=""
+  [ "$polls" = "$p" ] || suffix="-${p//,/-}"
+  IFS=, read -r p sio cpus <<< "$p"
+  builds+=("nvmf-rs$suffix $NVMF_TARGET_BIN $p ${sio:-epoll} ${cpus:--}")
+  [ -n "${BENCH_BASELINE:-}" ] && builds+=("baseline$suffix $BENCH_BASELINE $p ${sio:-epoll} ${cpus:--}")
+done
 port=4421
 for r in $reactors; do
   for build in "${builds[@]}"; do
-    read -r name bin <<< "$build"
+    read -r name bin poll sio cpus <<< "$build"
     nqn=nqn.2024-01.io.nvmf-rs:bench-$name-$r
     config=/tmp/bench-$name-$r.toml
-    printf '%s\n' "[reactors]" "threads = $r" "[logging]" 'level = "warn"' "[[listener]]" 'address = "127.0.0.1"' \
+    # A baseline older than these keys takes neither line.
+    poll_line="" sio_line=""
+    grep -q poll_window_us "$bin" && poll_line="poll = \"$poll\""
+    grep -q socket_io "$bin" && sio_line="socket_io = \"$sio\""
+    cpus_line=""
+    [ "$cpus" = - ] || cpus_line="cpus = [${cpus//+/, }]"
+    printf '%s\n' "[reactors]" "threads = $r" "$poll_line" "$sio_line" "$cpus_line" "[logging]" 'level = "warn"' "[[listener]]" 'address = "127.0.0.1"' \
       "port = $port" "[[subsystem]]" "nqn = \"$nqn\"" "[[subsystem.namespace]]" 'path = "/dev/nullb0"' > "$config"
     start_daemon "$name-$r" timeout 7200 "$bin" --config "$config"
     daemon_ready "$name-$r" 'nvmf-target: ready'
@@ -127,6 +144,51 @@ for round in $(seq "$rounds"); do
     done
   done
 done
+
+# _fio5 DEV OUT: a 5 s 4 KiB randread QD32 run; its I/O count.
+_fio5() {
+  timeout 60 fio --name=profile --filename="$1" --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth=32 \
+    --time_based --runtime=5 --output-format=json > "$2" 2> /dev/null || true
+  jq -r '.jobs[0].read.total_ios // 0' "$2" 2> /dev/null || echo 0
+}
+
+if [ "${BENCH_PROFILE:-0}" = 1 ]; then
+  prof=$NVMF_VM_LOGS/profile.md
+  hz=$(getconf CLK_TCK)
+  {
+    echo "| target (one host I/O queue, 4 KiB randread QD32) | IOPS | guest busy µs / I/O | target process µs / I/O | syscalls / I/O (under strace) | the most frequent, per I/O |"
+    echo "|---|---:|---:|---:|---:|---|"
+  } > "$prof"
+  for t in "${targets[@]}"; do
+    IFS='|' read -r label port nqn daemon pid <<< "$t"
+    dev=$(host_connect tcp 127.0.0.1 "$port" "$nqn" -i 1)
+    read -r b0 _ <<< "$(_cpu_busy_jiffies)"
+    p0=0
+    [ -n "$pid" ] && p0=$(_proc_jiffies "$pid")
+    ios=$(_fio5 "$dev" "$NVMF_VM_LOGS/profile-${daemon:-nvmet}.json")
+    read -r b1 _ <<< "$(_cpu_busy_jiffies)"
+    [ "$ios" -gt 0 ] || ios=1
+    proc="–" calls="–" top="–"
+    if [ -n "$pid" ]; then
+      proc=$((($(_proc_jiffies "$pid") - p0) * 1000000 / hz / ios))
+      out=$NVMF_VM_LOGS/strace-$daemon
+      strace -c -f -p "$pid" -o "$out.txt" 2> "$out.err" &
+      tracer=$!
+      sleep 1
+      traced=$(_fio5 "$dev" "$out.json")
+      kill -INT "$tracer" 2> /dev/null
+      wait "$tracer" 2> /dev/null || true
+      [ "$traced" -gt 0 ] || traced=1
+      # strace -c: "% time seconds usecs/call calls [errors] syscall", the total line too (ending in "total").
+      calls=$(awk -v n="$traced" '$NF == "total" { printf "%.2f", $4 / n }' "$out.txt")
+      top=$(awk -v n="$traced" '$1 ~ /^[0-9.]+$/ && $NF != "total" { printf "%s %.2f\n", $NF, $4 / n }' "$out.txt" |
+        sort -k2 -nr | head -5 | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2 }')
+    fi
+    echo "| $label | $((ios / 5)) | $(((b1 - b0) * 1000000 / hz / ios)) | $proc | $calls | $top |" >> "$prof"
+    host_disconnect "$nqn"
+  done
+  cat "$prof" >> "$table"
+fi
 
 if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf > /dev/null; then
   for t in "${targets[@]}"; do
@@ -172,6 +234,17 @@ _ratio() {
         case $label in
           baseline*) echo "- $q I/O queue(s), $rw: nvmf-rs / baseline${label#baseline} = $(_ratio "$(_key "nvmf-rs${label#baseline}" "$q" "$rw")" "$(_key "$label" "$q" "$rw")")" ;;
         esac
+      done
+      # Each further poll mode against the first (same reactor count).
+      first=${polls%% *}
+      for t in "${targets[@]:1}"; do
+        IFS='|' read -r label _ <<< "$t"
+        case $label in nvmf-rs-*) ;; *) continue ;; esac
+        mode=${label#nvmf-rs-}
+        mode=${mode%% *}
+        first_name=${first//,/-}
+        [ "$mode" = "$first_name" ] && continue
+        echo "- $q I/O queue(s), $rw: $label / nvmf-rs-$first_name${label#"nvmf-rs-$mode"} = $(_ratio "$(_key "$label" "$q" "$rw")" "$(_key "nvmf-rs-$first_name${label#"nvmf-rs-$mode"}" "$q" "$rw")")"
       done
     done
   done
