@@ -3,7 +3,10 @@
 //! [`TransportSet`](crate::transport::TransportSet): TCP connections and RDMA queue pairs); after the hand-over a
 //! queue pair's commands touch no lock and no other thread. A reactor sleeps in `epoll_wait` on the group's file
 //! descriptors, its engine's eventfd and a waker (new queue pairs, asynchronous events from other threads,
-//! shutdown), and never blocks anywhere else. It knows no transport.
+//! shutdown), and never blocks anywhere else. It knows no transport. When the group drives its sockets through
+//! the engine's ring, the reactor waits in the ring instead ([`IoEngine::wait_in_ring`]): one `io_uring_enter`
+//! submits the turn's ops and waits for storage and socket completions, the epoll descriptor polled through the
+//! ring, and `epoll_wait` runs (without blocking) only in a turn after that poll fired.
 //!
 //! One turn: hand the group each readiness event (read, decode, execute, queue output), submit every storage op
 //! queued during the turn with one `io_uring_enter`, reap completions and route each to the group by its queue key,
@@ -17,6 +20,7 @@
 //! stays until its storage ops have completed, so the kernel never writes into a buffer we reused.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
@@ -151,6 +155,8 @@ impl<Q: Send + 'static> ReactorHandle<Q> {
                         return;
                     }
                 };
+                // The group decides how it runs (its socket path) before the reactor counts as up.
+                reactor.start();
                 let _ = ready_tx.send(Ok(()));
                 reactor.run(poller, &waits);
             })
@@ -240,8 +246,7 @@ impl<G: PollGroup> Reactor<G> {
         let mut now = Instant::now();
         // The earliest timer of any queue here.
         let mut next_timer: Option<Instant> = None;
-        let (group, mut cx) = self.group_in_context(now);
-        group.started(&mut cx);
+        let ring_wait = self.engine.waits_in_ring();
         // The group found work at the end of the last turn: turn again without sleeping.
         let mut busy = false;
         // The last turn handled an event or a completion.
@@ -263,15 +268,23 @@ impl<G: PollGroup> Reactor<G> {
             let (empty_polls, sleeps) = poller.counts();
             waits.empty_polls.store(empty_polls, Ordering::Relaxed);
             waits.sleeps.store(sleeps, Ordering::Relaxed);
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    tracing::error!(reactor = self.index, error = %e, "epoll failed; reactor stops");
+            let polled = if ring_wait {
+                self.wait_and_poll(&mut events, timeout, &mut now)
+            } else {
+                let polled = self.poll.poll(&mut events, timeout);
+                now = Instant::now();
+                crate::controller::queue::set_turn_time(now);
+                polled.map(|()| false)
+            };
+            match polled {
+                Ok(completed) => worked = completed,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => worked = false,
+                Err(e) => {
+                    tracing::error!(reactor = self.index, error = %e, "reactor wait failed; reactor stops");
                     return;
                 }
             }
-            now = Instant::now();
-            crate::controller::queue::set_turn_time(now);
-            worked = !events.is_empty();
+            worked |= !events.is_empty();
             for event in events.iter() {
                 match event.token() {
                     WAKER => self.messages_waiting = true,
@@ -311,6 +324,38 @@ impl<G: PollGroup> Reactor<G> {
             }
             next_timer = self.group.next_timer(now);
         }
+    }
+
+    /// Tell the group the reactor runs, and have the engine wait in its ring when the group's sockets are there.
+    fn start(&mut self) {
+        let (group, mut cx) = self.group_in_context(Instant::now());
+        group.started(&mut cx);
+        if !self.engine.socket_io_started() {
+            return;
+        }
+        match self.engine.wait_in_ring(self.poll.as_raw_fd()) {
+            Ok(()) => tracing::info!(reactor = self.index, "reactor waits in io_uring_enter"),
+            Err(error) => tracing::info!(reactor = self.index, %error, "reactor waits in epoll_wait"),
+        }
+    }
+
+    /// Waiting in the ring: submit, wait up to `timeout`, route the completions (so the poll of the epoll
+    /// descriptor is seen), then take epoll's events without blocking if that poll fired. Whether any completion
+    /// came.
+    fn wait_and_poll(&mut self, events: &mut Events, timeout: Option<Duration>, now: &mut Instant) -> io::Result<bool> {
+        self.engine.wait(timeout)?;
+        *now = Instant::now();
+        crate::controller::queue::set_turn_time(*now);
+        let completed = self.complete_storage(*now);
+        events.clear();
+        if self.engine.take_epoll_ready() {
+            self.poll.poll(events, Some(Duration::ZERO))?;
+            // A full batch may have left events behind that no new wake-up of the poll will announce.
+            if events.iter().count() == events.capacity() {
+                self.engine.mark_epoll_ready();
+            }
+        }
+        Ok(completed)
     }
 
     /// The poll group, and the context it is called with.

@@ -24,14 +24,15 @@
 //! `Send + Sync`. Nothing here blocks on the data path except the one-time probes done by [`Storage::open`]: when
 //! the kernel lacks io_uring block discard (before 6.12), `BLKDISCARD` runs on the engine's discard worker thread.
 //!
-//! Sockets: a transport may queue its socket receives and sends on the same ring ([`IoEngine::recv`],
-//! [`IoEngine::send`]; `socket.rs` holds the memory they lend the kernel), so one `io_uring_enter` per turn serves
-//! storage and network together.
+//! Sockets: a transport may run its sockets on the same ring ([`IoEngine::recv_multishot`] into the engine's
+//! provided receive buffers, [`IoEngine::send`]; `socket.rs` holds the memory they lend the kernel), and the
+//! reactor may then wait in the ring ([`IoEngine::wait`]), so one `io_uring_enter` per turn serves storage and
+//! network together.
 //!
-//! `unsafe` lives in three files: `pool.rs` (the mmap'd buffer region), `ring.rs` (io_uring pushes and
-//! registrations, eventfd, ioctls/fallocate probes, NVMe passthrough ioctls and DSM range slots) and `socket.rs`
-//! (socket ops' SQEs and the memory they name). Everything else
-//! is safe code (`nvme.rs` builds the passthrough commands).
+//! `unsafe` lives in four files: `pool.rs` (the mmap'd buffer region), `ring.rs` (io_uring pushes and
+//! registrations, eventfd, ioctls/fallocate probes, NVMe passthrough ioctls and DSM range slots), `socket.rs`
+//! (socket ops' SQEs and the memory they name) and `socket/provided.rs` (the receive buffers and their ring).
+//! Everything else is safe code (`nvme.rs` builds the passthrough commands).
 
 mod budget;
 mod engine;
@@ -48,7 +49,7 @@ pub use engine::{DiscardCounters, EngineConfig, IoCompletion, IoEngine, IoOp};
 pub use error::BackendError;
 pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};
-pub use socket::{NetCompletion, NetKind, SendPiece, SocketOps, MAX_SEND_PIECES};
+pub use socket::{NetCompletion, NetKind, NetOpId, SendPiece, SocketOps, MAX_SEND_PIECES};
 pub use storage::{Storage, StorageSpec};
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::path::Path;
+use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
@@ -306,6 +307,14 @@ impl Ring {
         unsafe { self.ring.submission().push(&entry) }.map_err(drop)
     }
 
+    /// Queues a multishot poll for `fd` becoming readable, completing with `user_data` each time. `Err(())` when
+    /// the SQ is full.
+    pub(crate) fn poll_multishot(&mut self, fd: RawFd, user_data: u64) -> Result<(), ()> {
+        let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).multi(true).build().user_data(user_data);
+        // SAFETY: a poll names no memory; a descriptor closed meanwhile only ends the poll.
+        unsafe { self.push_entry(&entry) }
+    }
+
     /// Fills `probe` with the ops the kernel supports.
     pub(crate) fn register_probe(&self, probe: &mut io_uring::Probe) -> io::Result<()> {
         self.ring.submitter().register_probe(probe)
@@ -329,11 +338,51 @@ impl Ring {
         self.ring.submit_and_wait(1)
     }
 
-    /// Drains the CQ without blocking, calling `f(user_data, result, extra)` for each CQE (`extra`: the big
-    /// CQE's first extra word, an NVMe command's result).
-    pub(crate) fn drain_completions(&mut self, mut f: impl FnMut(u64, i32, u64)) {
+    /// Submits what is pushed and waits until a completion is available or `timeout` passed (`None`: no bound);
+    /// a timeout or a signal ends the wait without an error. Needs [`Ring::can_wait_with_timeout`] for a bound.
+    pub(crate) fn submit_and_wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let result = match timeout {
+            None => self.ring.submit_and_wait(1),
+            Some(t) => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+        };
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the kernel takes a timeout with a wait (`IORING_FEAT_EXT_ARG`, Linux 5.11).
+    pub(crate) fn can_wait_with_timeout(&self) -> bool {
+        self.ring.params().is_feature_ext_arg()
+    }
+
+    /// Stops signalling the eventfd at completions: a thread that waits in the ring itself needs no wake-up
+    /// through it (external completions still write it).
+    pub(crate) fn stop_signalling_event_fd(&self) -> io::Result<()> {
+        self.ring.submitter().unregister_eventfd()
+    }
+
+    /// Registers a provided-buffer ring of `entries` at `ring_addr` as buffer group `group`.
+    ///
+    /// # Safety
+    /// `ring_addr` must point at `entries` page-aligned `io_uring_buf`s that stay valid, with the buffers they name,
+    /// until the ring is dropped (or the group unregistered).
+    pub(crate) unsafe fn register_buf_ring(&self, ring_addr: u64, entries: u16, group: u16) -> io::Result<()> {
+        // SAFETY: the caller's contract above.
+        unsafe { self.ring.submitter().register_buf_ring_with_flags(ring_addr, entries, group, 0) }
+    }
+
+    /// Drains the CQ without blocking, calling `f(user_data, result, extra, flags)` for each CQE (`extra`: the big
+    /// CQE's first extra word, an NVMe command's result; `flags`: the CQE's, which carry a provided buffer's id and
+    /// whether a multishot op goes on).
+    pub(crate) fn drain_completions(&mut self, mut f: impl FnMut(u64, i32, u64, u32)) {
         for cqe in self.ring.completion() {
-            f(cqe.user_data(), cqe.result(), cqe.big_cqe()[0]);
+            f(cqe.user_data(), cqe.result(), cqe.big_cqe()[0], cqe.flags());
         }
     }
 

@@ -1,11 +1,12 @@
 //! Socket I/O on the engine's io_uring: the memory a receive or a send lends the kernel, held until its CQE.
 //!
-//! A transport that drives its sockets through the reactor's ring (NVMe/TCP, when the kernel has the ops:
-//! [`SocketOps::probe`]) queues a receive into a buffer it *moves* to the engine and gets back with the
-//! completion, and a send of a gather list whose header bytes the engine copies (a few dozen bytes a PDU) and
-//! whose data pieces point into pool buffers the engine marks in flight until the send completes. So nothing the
-//! kernel may still read or write can be freed, resized or reused by safe code: a connection that ends with a
-//! receive in flight only loses its buffer until the CQE brings it back.
+//! A transport that drives its sockets through the reactor's ring (NVMe/TCP, when the kernel has what it takes:
+//! [`NetOps::start`]) arms one *multishot* receive per socket, which the kernel completes again for every chunk
+//! that arrives, each into a buffer it takes from the engine's [`ReceiveBuffers`] (so an idle connection holds no
+//! receive memory, and a receive costs no SQE once armed); and it queues sends of a gather list whose header bytes
+//! the engine copies (a few dozen bytes a PDU) and whose data pieces point into pool buffers the engine marks in
+//! flight until the send completes. So nothing the kernel may still read or write can be freed, resized or reused
+//! by safe code.
 //!
 //! Each op is a slot of a slab (boxed, so the `msghdr` a send points the kernel at never moves); the CQE's user
 //! data is [`NET_USER_DATA`] with the slot's index, and the slot's tag, kind and buffers make its
@@ -13,13 +14,16 @@
 //!
 //! `unsafe` here: building the SQEs (pointers into memory the slot owns or the pool reserves) and the `msghdr`.
 
+mod provided;
+
 use std::io;
 use std::os::fd::RawFd;
 
-use io_uring::{opcode, types, Probe};
+use io_uring::{cqueue, opcode, types, Probe};
 
 use super::pool::{BufferId, BufferPool};
 use super::ring::Ring;
+use provided::{ReceiveBuffers, RECEIVE_GROUP};
 
 /// User data bit of socket ops (storage ops use small in-flight table indices).
 pub(crate) const NET_USER_DATA: u64 = 1 << 63;
@@ -27,11 +31,17 @@ pub(crate) const NET_USER_DATA: u64 = 1 << 63;
 const CANCEL_USER_DATA: u64 = NET_USER_DATA | (1 << 62);
 /// Most pieces one send gathers (`sendmsg`'s iovecs).
 pub const MAX_SEND_PIECES: usize = 64;
+/// Receive buffers per engine, and their size: what the kernel can fill between two reaps of a busy reactor
+/// before a receive runs out (ENOBUFS ends it; the connection arms it again).
+const RECEIVE_BUFFERS: u16 = 64;
+const RECEIVE_BUFFER_SIZE: usize = 32 << 10;
+/// The first kernel with multishot receive (`IORING_RECV_MULTISHOT`), which the probe cannot see.
+const MULTISHOT_RECV_KERNEL: (u32, u32) = (6, 0);
 
 /// What a socket op was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetKind {
-    /// A receive ([`crate::backend::IoEngine::recv`]).
+    /// A receive ([`crate::backend::IoEngine::recv_multishot`]).
     Recv,
     /// A send ([`crate::backend::IoEngine::send`]).
     Send,
@@ -44,11 +54,18 @@ pub struct NetCompletion {
     pub tag: u64,
     /// Which op.
     pub kind: NetKind,
-    /// Bytes received (0: the peer closed) or sent, or the error.
+    /// Bytes received (0: the peer closed) or sent, or the error (a receive's ENOBUFS: the receive buffers ran out).
     pub result: io::Result<u32>,
-    /// A receive's buffer, back to its owner (the bytes are at the offset it was queued with).
-    pub buffer: Option<Vec<u8>>,
+    /// The receive buffer holding the bytes received ([`crate::backend::IoEngine::received`]); the receiver gives
+    /// it back with [`crate::backend::IoEngine::recycle_received`].
+    pub received: Option<u16>,
+    /// A multishot receive goes on (more completions follow); otherwise the op has ended.
+    pub more: bool,
 }
+
+/// A socket op in flight, to cancel it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetOpId(usize);
 
 /// One piece of a send's gather list.
 #[derive(Debug, Clone, Copy)]
@@ -69,15 +86,15 @@ pub enum SendPiece<'a> {
 /// Whether the running kernel has the ring ops socket I/O needs, and if not which is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SocketOps {
-    /// Receive, sendmsg and cancel are supported.
+    /// Multishot receive with provided buffers, sendmsg, poll and cancel are supported.
     Supported,
     /// This op is not (or the probe itself failed).
     Missing(&'static str),
 }
 
 impl SocketOps {
-    /// Ask the ring which ops the kernel supports.
-    pub(crate) fn probe(ring: &Ring) -> Self {
+    /// Ask the ring which ops the kernel supports, and the kernel's release for what the probe cannot tell.
+    fn probe(ring: &Ring) -> Self {
         let mut probe = Probe::new();
         if ring.register_probe(&mut probe).is_err() {
             return SocketOps::Missing("io_uring probe");
@@ -86,13 +103,26 @@ impl SocketOps {
             (opcode::Recv::CODE, "IORING_OP_RECV"),
             (opcode::SendMsg::CODE, "IORING_OP_SENDMSG"),
             (opcode::AsyncCancel::CODE, "IORING_OP_ASYNC_CANCEL"),
+            (opcode::PollAdd::CODE, "IORING_OP_POLL_ADD"),
         ] {
             if !probe.is_supported(code) {
                 return SocketOps::Missing(name);
             }
         }
-        SocketOps::Supported
+        match kernel_release() {
+            Some(release) if release >= MULTISHOT_RECV_KERNEL => SocketOps::Supported,
+            _ => SocketOps::Missing("multishot receive (Linux 6.0)"),
+        }
     }
+}
+
+/// The running kernel's major and minor version.
+fn kernel_release() -> Option<(u32, u32)> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let mut parts = release.trim().split(['.', '-']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
 }
 
 /// A socket op's slot.
@@ -100,8 +130,6 @@ struct NetSlot {
     in_use: bool,
     tag: u64,
     kind: NetKind,
-    /// A receive's buffer while in flight.
-    recv: Option<Vec<u8>>,
     /// A send's copied bytes, its iovecs and the `msghdr` naming them.
     stage: Vec<u8>,
     iov: Vec<libc::iovec>,
@@ -124,6 +152,8 @@ pub(crate) struct NetOps {
     in_flight: usize,
     /// Finished ops, until the reactor takes them.
     done: Vec<NetCompletion>,
+    /// The receives' buffers, once [`NetOps::start`] set them up.
+    receive: Option<ReceiveBuffers>,
 }
 
 impl std::fmt::Debug for NetOps {
@@ -146,7 +176,6 @@ impl NetOps {
             in_use: false,
             tag: 0,
             kind: NetKind::Recv,
-            recv: None,
             stage: Vec::new(),
             iov: Vec::with_capacity(MAX_SEND_PIECES),
             // SAFETY: `msghdr` is plain data; all-zero is its empty value.
@@ -156,39 +185,74 @@ impl NetOps {
         self.slots.len() - 1
     }
 
-    /// Queue a receive of up to `buf.len() - start` bytes into `buf[start..]` on `fd`. `Err(buf)` when the SQ is
-    /// full or `start` is past the end.
-    pub(crate) fn recv(
-        &mut self,
-        ring: &mut Ring,
-        tag: u64,
-        fd: RawFd,
-        mut buf: Vec<u8>,
-        start: usize,
-    ) -> Result<(), Vec<u8>> {
-        if start >= buf.len() || ring.sq_full() {
-            return Err(buf);
+    /// Set up socket I/O on `ring`: check the kernel has the ops, and register the receive buffers.
+    pub(crate) fn start(&mut self, ring: &Ring) -> SocketOps {
+        if self.receive.is_some() {
+            return SocketOps::Supported;
         }
-        let len = u32::try_from(buf.len() - start).unwrap_or(u32::MAX);
+        if let SocketOps::Missing(what) = SocketOps::probe(ring) {
+            return SocketOps::Missing(what);
+        }
+        match ReceiveBuffers::new(ring, RECEIVE_BUFFERS, RECEIVE_BUFFER_SIZE) {
+            Ok(buffers) => {
+                self.receive = Some(buffers);
+                SocketOps::Supported
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot register io_uring receive buffers");
+                SocketOps::Missing("IORING_REGISTER_PBUF_RING")
+            }
+        }
+    }
+
+    /// Whether [`NetOps::start`] succeeded.
+    pub(crate) fn is_started(&self) -> bool {
+        self.receive.is_some()
+    }
+
+    /// Arm a multishot receive on `fd`: every chunk that arrives completes it once more, in a receive buffer,
+    /// until it ends (an error, the peer closing, the buffers running out, a cancel). `Err` of kind `WouldBlock`
+    /// when the SQ is full, `Unsupported` unless [`NetOps::start`] succeeded.
+    pub(crate) fn recv_multishot(&mut self, ring: &mut Ring, tag: u64, fd: RawFd) -> io::Result<NetOpId> {
+        if self.receive.is_none() {
+            return Err(io::ErrorKind::Unsupported.into());
+        }
+        if ring.sq_full() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         let i = self.take_slot();
-        // The heap block of a Vec does not move when the Vec does: the pointer stays valid inside the slot.
-        let ptr = buf[start..].as_mut_ptr();
-        let entry = opcode::Recv::new(types::Fd(fd), ptr, len).build().user_data(NET_USER_DATA | i as u64);
-        let slot = &mut self.slots[i];
-        slot.recv = Some(buf);
-        // SAFETY: the SQE points at `len` bytes of the buffer now owned by slot `i`, which keeps it (unread,
-        // unresized) until this op's CQE is reaped in `complete`; the engine waits for or cancels every socket op
-        // before the slab is dropped. `fd` is the caller's open socket; a closed one fails the op (EBADF), it does
-        // not touch memory.
+        let entry = opcode::RecvMulti::new(types::Fd(fd), RECEIVE_GROUP).build().user_data(NET_USER_DATA | i as u64);
+        // SAFETY: the SQE names no memory of ours: the kernel writes only into the registered receive buffers,
+        // which live until the ring is gone. `fd` is the caller's open socket; a closed one fails the op.
         match unsafe { ring.push_entry(&entry) } {
             Ok(()) => {
                 self.started(i, tag, NetKind::Recv);
-                Ok(())
+                Ok(NetOpId(i))
             }
             Err(()) => {
                 self.free.push(i);
-                Err(self.slots[i].recv.take().unwrap_or_default())
+                Err(io::ErrorKind::WouldBlock.into())
             }
+        }
+    }
+
+    /// Ask the kernel to end op `id` (a multishot receive): its last completion comes without `more`. `Err` of
+    /// kind `WouldBlock` when the SQ is full.
+    pub(crate) fn cancel(&mut self, ring: &mut Ring, id: NetOpId) -> io::Result<()> {
+        let entry = opcode::AsyncCancel::new(NET_USER_DATA | id.0 as u64).build().user_data(CANCEL_USER_DATA);
+        // SAFETY: a cancellation names no memory, only the user data of the op to cancel.
+        unsafe { ring.push_entry(&entry) }.map_err(|()| io::ErrorKind::WouldBlock.into())
+    }
+
+    /// The first `len` bytes of receive buffer `bid`.
+    pub(crate) fn received(&self, bid: u16, len: usize) -> &[u8] {
+        self.receive.as_ref().and_then(|r| r.bytes(bid, len)).unwrap_or_default()
+    }
+
+    /// Give receive buffer `bid` back to the kernel.
+    pub(crate) fn recycle(&mut self, bid: u16) {
+        if let Some(r) = &mut self.receive {
+            r.recycle(bid);
         }
     }
 
@@ -299,9 +363,9 @@ impl NetOps {
         self.free.push(i);
     }
 
-    /// A CQE whose user data has [`NET_USER_DATA`]: finish its op (buffers back to the pool, receive buffer back to
-    /// its owner) and keep its completion for [`NetOps::take_completions`].
-    pub(crate) fn complete(&mut self, pool: &mut BufferPool, user_data: u64, res: i32) {
+    /// A CQE whose user data has [`NET_USER_DATA`]: keep its completion for [`NetOps::take_completions`] and, unless
+    /// a multishot receive goes on, finish its op (buffers back to the pool).
+    pub(crate) fn complete(&mut self, pool: &mut BufferPool, user_data: u64, res: i32, flags: u32) {
         if user_data & CANCEL_USER_DATA == CANCEL_USER_DATA {
             return;
         }
@@ -310,6 +374,13 @@ impl NetOps {
             tracing::error!(user_data, "socket completion for no op in flight");
             return;
         };
+        let result = u32::try_from(res).map_err(|_| io::Error::from_raw_os_error(res.saturating_neg()));
+        let more = cqueue::more(flags);
+        let received = if slot.kind == NetKind::Recv { cqueue::buffer_select(flags) } else { None };
+        self.done.push(NetCompletion { tag: slot.tag, kind: slot.kind, result, received, more });
+        if more {
+            return;
+        }
         slot.in_use = false;
         for &b in &slot.buffers {
             pool.finish_io(b);
@@ -317,11 +388,10 @@ impl NetOps {
         slot.buffers.clear();
         self.in_flight -= 1;
         self.free.push(index);
-        let result = u32::try_from(res).map_err(|_| io::Error::from_raw_os_error(res.saturating_neg()));
-        self.done.push(NetCompletion { tag: slot.tag, kind: slot.kind, result, buffer: slot.recv.take() });
     }
 
-    /// Move the finished ops into `into`.
+    /// Move the finished ops into `into`. A receive buffer a completion names that nobody recycles is lost to the
+    /// kernel until the engine is dropped.
     pub(crate) fn take_completions(&mut self, into: &mut Vec<NetCompletion>) {
         into.append(&mut self.done);
     }

@@ -11,10 +11,12 @@
 //! command's slot is released back to the queue only once every byte referencing its buffer was written.
 //!
 //! Socket I/O runs one of two ways, chosen per reactor ([`SocketIo`]): readiness from the reactor's epoll and
-//! `read`/`writev` calls, or ops on the reactor's io_uring: one receive at a time into the receive buffer (lent to
-//! the engine while in flight) and one `sendmsg` at a time of what is queued, both submitted with the turn's
-//! storage ops and completed through [`TcpConnection::net_completed`]. Decoding, backpressure and release are the
-//! same either way.
+//! `read`/`writev` calls, or ops on the reactor's io_uring: one multishot receive armed for the connection's life
+//! (each chunk it brings, in one of the engine's receive buffers, is copied to the connection's buffer and the
+//! engine's buffer given back at once) and one `sendmsg` at a time of what is queued, both submitted with the
+//! turn's storage ops and completed through [`TcpConnection::net_completed`]. Decoding, backpressure and release
+//! are the same either way; on the ring, backpressure cancels the receive (the bytes the kernel delivered before
+//! the cancel landed wait in the connection's buffer) and resuming arms it again.
 //!
 //! Errors: a malformed PDU or one the protocol state does not allow ends the connection with a C2HTermReq
 //! (FES/FEI per NVMe/TCP 1.0); a data digest error fails only its command (Transient Transport Error); a
@@ -46,11 +48,15 @@ use super::error::ConnectionError;
 use super::outgoing::{negotiate, queue_c2h_data, queue_pdu, queue_r2t, queue_response, queue_term_req};
 use super::send::{Piece, SendQueue};
 use super::transfer::{ProtocolViolation, SlotState, TransferTable};
-use crate::backend::{BufferId, IoEngine, NetCompletion, NetKind, SendPiece, MAX_SEND_PIECES};
+use crate::backend::{BufferId, IoEngine, NetCompletion, NetKind, NetOpId, SendPiece, MAX_SEND_PIECES};
 use crate::controller::{Queue, QueueError, SlotId, Stalled, Step};
 
 /// Receive buffer of a connection until its queue is connected: an ICReq and a Connect capsule fit several times.
 const PRECONNECT_RECEIVE_BUFFER: usize = 8 << 10;
+/// Most bytes a connection on the ring holds undecoded: what a multishot receive may deliver between reading
+/// pausing and its cancel landing is bounded by the socket's receive buffer (`tcp_rmem`, 6 MiB by default); a
+/// peer that gets past this is ended.
+const MAX_RING_BACKLOG: usize = 32 << 20;
 
 /// How a connection's socket is read and written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +70,10 @@ pub enum SocketIo {
 /// The io_uring ops of a connection in [`SocketIo::IoUring`].
 #[derive(Debug, Clone, Copy, Default)]
 struct RingOps {
-    recv_in_flight: bool,
+    /// The multishot receive, while armed.
+    recv: Option<NetOpId>,
+    /// Its cancel was queued (reading paused).
+    recv_cancelled: bool,
     send_in_flight: bool,
     /// A receive or send could not be queued (the ring was full): try again at the next poll.
     retry: bool,
@@ -201,6 +210,12 @@ impl TcpConnection {
         self.rbuf.len()
     }
 
+    /// Whether reading paused for the send backlog.
+    #[cfg(test)]
+    pub(super) fn is_read_paused(&self) -> bool {
+        self.read_paused
+    }
+
     /// The connection's queue.
     pub fn queue(&self) -> &Queue {
         &self.session.queue
@@ -213,7 +228,7 @@ impl TcpConnection {
 
     /// Storage operations of this connection's queue, and its socket ops on the ring, still in flight.
     pub fn in_flight(&self) -> usize {
-        self.session.queue.in_flight() + usize::from(self.ring.recv_in_flight) + usize::from(self.ring.send_in_flight)
+        self.session.queue.in_flight() + usize::from(self.ring.recv.is_some()) + usize::from(self.ring.send_in_flight)
     }
 
     /// Whether the queue has work for [`TcpConnection::poll`] at the end of this turn (`Queue::wants_poll`), or a
@@ -309,29 +324,46 @@ impl TcpConnection {
         self.queue_receive(engine);
     }
 
-    /// A socket op of this connection finished (on the ring). Same return values as
+    /// A socket op of this connection completed (on the ring). Same return values as
     /// [`TcpConnection::on_readable`].
     pub fn net_completed(&mut self, engine: &mut IoEngine, c: NetCompletion) -> Result<bool, ConnectionError> {
         match c.kind {
-            NetKind::Recv => {
-                self.ring.recv_in_flight = false;
-                if let Some(buffer) = c.buffer {
-                    self.rbuf = buffer;
-                }
+            NetKind::Recv if !c.more => {
+                self.ring.recv = None;
+                self.ring.recv_cancelled = false;
             }
+            NetKind::Recv => {}
             NetKind::Send => self.ring.send_in_flight = false,
+        }
+        if let Some(bid) = c.received {
+            let n = c.result.as_ref().map_or(0, |&n| n as usize);
+            let taken = if self.is_closed() { Ok(()) } else { self.take_received(engine.received(bid, n)) };
+            engine.recycle_received(bid);
+            if let Err(e) = taken {
+                self.close(engine);
+                return Err(e);
+            }
         }
         if self.session.phase == Phase::Closed {
             return Ok(false);
         }
-        let peer_closed = matches!(c.result, Ok(0));
         let n = match c.result {
-            Ok(0) if c.kind == NetKind::Send => {
+            Ok(0) if c.kind == NetKind::Recv => {
+                self.close(engine);
+                return Ok(false);
+            }
+            Ok(0) => {
                 self.close(engine);
                 return Err(ConnectionError::Io(io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes")));
             }
             Ok(n) => n as usize,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) => 0,
+            // The receive ended without a failure of the socket: arm it again (at the next poll, when the engine's
+            // buffers ran out, for they come back as this turn's chunks are taken).
+            Err(e) if c.kind == NetKind::Recv && e.raw_os_error() == Some(libc::ENOBUFS) => {
+                self.ring.retry = true;
+                0
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR | libc::ECANCELED)) => 0,
             Err(e) => {
                 tracing::debug!(error = %e, op = ?c.kind, "NVMe/TCP connection socket op failed");
                 self.close(engine);
@@ -339,15 +371,7 @@ impl TcpConnection {
             }
         };
         match c.kind {
-            NetKind::Recv if peer_closed => {
-                self.close(engine);
-                return Ok(false);
-            }
-            NetKind::Recv => {
-                self.rstart = 0;
-                self.rend = n;
-                return self.resume_ring_receive(engine);
-            }
+            NetKind::Recv => return self.resume_ring_receive(engine),
             NetKind::Send => {
                 let s = &mut self.session;
                 s.send.sent(n, &mut s.done);
@@ -357,7 +381,31 @@ impl TcpConnection {
         self.on_writable(engine)
     }
 
-    /// Decode what the receive buffer holds, queue the next receive unless reading paused, and send the output.
+    /// Append bytes a receive brought to what waits undecoded.
+    fn take_received(&mut self, bytes: &[u8]) -> Result<(), ConnectionError> {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+        }
+        if self.rend + bytes.len() > self.rbuf.len() {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rend -= self.rstart;
+            self.rstart = 0;
+            let needed = self.rend + bytes.len();
+            if needed > MAX_RING_BACKLOG {
+                return Err(ConnectionError::Io(io::Error::other("the host sent too much while reading was paused")));
+            }
+            if needed > self.rbuf.len() {
+                self.rbuf.resize(needed.max(self.rbuf.len() * 2).min(MAX_RING_BACKLOG), 0);
+            }
+        }
+        self.rbuf[self.rend..self.rend + bytes.len()].copy_from_slice(bytes);
+        self.rend += bytes.len();
+        Ok(())
+    }
+
+    /// Decode what the receive buffer holds, keep the receive armed unless reading paused (cancel it if it did),
+    /// and send the output.
     fn resume_ring_receive(&mut self, engine: &mut IoEngine) -> Result<bool, ConnectionError> {
         self.decode_buffered(engine)?;
         if self.session.phase == Phase::Closed {
@@ -368,27 +416,25 @@ impl TcpConnection {
         Ok(true)
     }
 
-    /// On the ring: queue a receive into the whole buffer once everything received is decoded and reading is not
-    /// paused (the kernel keeps the rest in the socket, so backpressure reaches the host as with `read`).
+    /// On the ring: arm the multishot receive once everything received is decoded and reading is not paused, or
+    /// cancel it when reading paused (the kernel keeps the rest in the socket, so backpressure reaches the host as
+    /// with `read`).
     fn queue_receive(&mut self, engine: &mut IoEngine) {
         let SocketIo::IoUring(tag) = self.io else { return };
-        if self.ring.recv_in_flight || self.read_paused || self.rstart < self.rend || self.is_closed() {
+        if self.is_closed() {
             return;
         }
-        if self.rbuf.len() < self.session.config.receive_buffer_size && self.session.queue.qid().is_some() {
-            self.rbuf.resize(self.session.config.receive_buffer_size, 0);
-        }
-        let (buffer, fd) = (std::mem::take(&mut self.rbuf), self.stream.as_raw_fd());
-        match engine.recv(tag, fd, buffer, 0) {
-            Ok(()) => {
-                self.ring.recv_in_flight = true;
-                self.rstart = 0;
-                self.rend = 0;
-            }
-            Err(buffer) => {
-                self.rbuf = buffer;
-                self.ring.retry = true;
-            }
+        match self.ring.recv {
+            Some(id) if self.read_paused && !self.ring.recv_cancelled => match engine.cancel_net_op(id) {
+                Ok(()) => self.ring.recv_cancelled = true,
+                Err(_) => self.ring.retry = true,
+            },
+            Some(_) => {}
+            None if self.read_paused || self.rstart < self.rend => {}
+            None => match engine.recv_multishot(tag, self.stream.as_raw_fd()) {
+                Ok(id) => self.ring.recv = Some(id),
+                Err(_) => self.ring.retry = true,
+            },
         }
     }
 

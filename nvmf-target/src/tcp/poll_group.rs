@@ -256,10 +256,12 @@ impl PollGroup for TcpPollGroup {
     type QueuePair = AcceptedConnection;
 
     fn started(&mut self, cx: &mut GroupContext<'_>) {
-        let why_not = match (self.socket_io, cx.engine.socket_ops()) {
-            (SocketIoMode::Epoll, _) => Some("socket_io = \"epoll\""),
-            (SocketIoMode::IoUring, SocketOps::Missing(op)) => Some(op),
-            (SocketIoMode::IoUring, SocketOps::Supported) => None,
+        let why_not = match self.socket_io {
+            SocketIoMode::Epoll => Some("socket_io = \"epoll\""),
+            SocketIoMode::IoUring => match cx.engine.start_socket_io() {
+                SocketOps::Missing(op) => Some(op),
+                SocketOps::Supported => None,
+            },
         };
         self.ring = why_not.is_none();
         self.path.set(self.ring);
@@ -273,6 +275,9 @@ impl PollGroup for TcpPollGroup {
         let Ok(slot) = usize::try_from(completion.tag) else { return };
         let Some(Some(conn)) = self.connections.get_mut(slot) else {
             tracing::error!(reactor = self.index, slot, "socket completion for no connection");
+            if let Some(bid) = completion.received {
+                cx.engine.recycle_received(bid);
+            }
             return;
         };
         if !conn.touched {

@@ -37,6 +37,8 @@ struct Rig {
     target: Arc<Target>,
     config: TcpTransportConfig,
     next_key: u64,
+    /// Connections drive their sockets through the engine's ring ([`SocketIo::IoUring`]).
+    ring: bool,
 }
 
 impl Rig {
@@ -61,7 +63,19 @@ impl Rig {
         let mut subsystem = SubsystemParams::new(SUBNQN);
         subsystem.namespaces.push(NamespaceParams::new(1, storage));
         let target = Target::new(TargetParams::default(), vec![subsystem]).expect("target");
-        Rig { engine, target, config, next_key: 1 }
+        Rig { engine, target, config, next_key: 1, ring: false }
+    }
+
+    /// A rig whose connections use the socket path `ring` says; `None` (the test says it skipped) when this
+    /// kernel's io_uring cannot carry sockets.
+    fn on_path(config: TcpTransportConfig, ring: bool) -> Option<Rig> {
+        let mut rig = Rig::new(config);
+        if ring && rig.engine.start_socket_io() != crate::backend::SocketOps::Supported {
+            eprintln!("skipped the io_uring socket path: this kernel lacks the ops");
+            return None;
+        }
+        rig.ring = ring;
+        Some(rig)
     }
 
     /// A new connection from a host socket.
@@ -75,10 +89,14 @@ impl Rig {
         let key = self.next_key;
         self.next_key += 1;
         let queue = Queue::new(Arc::clone(&self.target), TransportInfo::tcp(1, self.config.in_capsule_data_size, key));
-        let conn = TcpConnection::new(mio::net::TcpStream::from_std(server), queue, &self.config, SocketIo::Epoll);
+        let io = if self.ring { SocketIo::IoUring(key) } else { SocketIo::Epoll };
+        let mut conn = TcpConnection::new(mio::net::TcpStream::from_std(server), queue, &self.config, io);
+        conn.start(&mut self.engine);
         Peer {
             conn,
             key,
+            ring: self.ring,
+            reading: true,
             host,
             out: Vec::new(),
             decoder: PduDecoder::new(DecoderConfig::new(Direction::ControllerToHost, 1 << 24)),
@@ -91,10 +109,19 @@ impl Rig {
     }
 }
 
+thread_local! {
+    /// Socket completions one connection's pump took for another connection of the test's rig.
+    static STRAY_NET_COMPLETIONS: std::cell::Cell<Vec<crate::backend::NetCompletion>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// One host connection and the target's `TcpConnection` for it.
 struct Peer {
     conn: TcpConnection,
     key: u64,
+    /// The connection's socket is on the ring: its completions come from the engine, not readiness.
+    ring: bool,
+    /// The host reads its socket when pumped.
+    reading: bool,
     host: std::net::TcpStream,
     /// Bytes the host has yet to write.
     out: Vec<u8>,
@@ -135,8 +162,10 @@ impl Peer {
                 error.get_or_insert(e);
             }
         };
-        let r = self.conn.on_readable(engine);
-        record(r, &mut self.error);
+        if !self.ring {
+            let r = self.conn.on_readable(engine);
+            record(r, &mut self.error);
+        }
         let r = self.conn.poll(engine, Instant::now()).map(|()| true);
         record(r, &mut self.error);
         engine.submit().unwrap();
@@ -147,10 +176,20 @@ impl Peer {
             assert_eq!(key, self.key, "completion routed to the wrong connection");
             self.conn.io_completed(engine, slot, c.result);
         }
+        // Socket completions of the rig's other connections wait for their own pump.
+        let mut net = STRAY_NET_COMPLETIONS.take();
+        engine.take_net_completions(&mut net);
+        let (mine, others): (Vec<_>, Vec<_>) = net.into_iter().partition(|c| c.tag == self.key);
+        STRAY_NET_COMPLETIONS.set(others);
+        for c in mine {
+            let r = self.conn.net_completed(engine, c);
+            record(r, &mut self.error);
+        }
         let r = self.conn.on_writable(engine);
         record(r, &mut self.error);
+        engine.submit().unwrap();
         let mut buf = vec![0u8; 1 << 20];
-        loop {
+        while self.reading {
             match self.host.read(&mut buf) {
                 Ok(0) => {
                     self.eof = true;
@@ -706,4 +745,53 @@ fn the_receive_buffer_stays_small_until_the_queue_is_connected() {
     let cap = PropertyGet { size: PropertySize::Eight, offset: 0 }.to_sqe();
     admin_sqe_ok(&mut peer, &mut rig.engine, cap);
     assert_eq!(peer.conn.receive_buffer_len(), TcpTransportConfig::default().receive_buffer_size);
+}
+
+#[test]
+fn reading_pauses_while_the_send_backlog_is_over_its_limit_and_resumes_without_losing_a_command() {
+    for ring in [false, true] {
+        let config = TcpTransportConfig { max_send_backlog: 64 << 10, ..TcpTransportConfig::default() };
+        let Some(mut rig) = Rig::on_path(config, ring) else { continue };
+        let (_admin, mut io) = association(&mut rig, false, false, 0);
+        let len = 128 << 10;
+        let data = pattern(len, 5);
+        write_via_r2t(&mut io, &mut rig.engine, 0, &data, 32 << 10);
+        // Small socket buffers: what the target sends piles up in its send queue, not in the kernel.
+        socket2::SockRef::from(&*io.conn.stream_mut()).set_send_buffer_size(16 << 10).unwrap();
+        socket2::SockRef::from(&io.host).set_recv_buffer_size(16 << 10).unwrap();
+        // The host stops reading and sends reads one at a time: once the backlog is over the limit, reading pauses
+        // with commands still to decode (on the ring: the receive is cancelled).
+        io.reading = false;
+        let mut cids = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !io.conn.is_read_paused() {
+            assert!(cids.len() < 24, "reading never paused ({} reads sent, ring: {ring})", cids.len());
+            assert!(Instant::now() < deadline, "reading never paused (ring: {ring})");
+            cids.push(io.command(read_sqe(0, len), &[]));
+            for _ in 0..20 {
+                io.pump(&mut rig.engine);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        // More commands while paused, then the host reads again: every read comes back whole.
+        for _ in 0..4 {
+            cids.push(io.command(read_sqe(0, len), &[]));
+        }
+        io.reading = true;
+        let mut got: std::collections::HashMap<u16, Vec<u8>> = cids.iter().map(|&c| (c, Vec::new())).collect();
+        let mut answered = 0;
+        while answered < cids.len() {
+            match io.expect(&mut rig.engine) {
+                (Pdu::C2hData(c), d) => got.get_mut(&c.cccid).expect("a read we sent").extend_from_slice(&d),
+                (Pdu::CapsuleResponse(r), _) => {
+                    assert_eq!(r.cqe.status, Status::SUCCESS, "ring: {ring}");
+                    answered += 1;
+                }
+                other => panic!("expected C2HData or CapsuleResp, got {other:?}"),
+            }
+        }
+        assert!(got.values().all(|d| *d == data), "every read brought the data back (ring: {ring})");
+        assert!(!io.conn.is_read_paused());
+        assert_eq!(read(&mut io, &mut rig.engine, 0, 4096).0, data[..4096], "the queue goes on (ring: {ring})");
+    }
 }

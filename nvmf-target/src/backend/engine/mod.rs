@@ -34,13 +34,14 @@ use std::hash::BuildHasherDefault;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use discard::DiscardCounters;
 
 use super::nvme;
 use super::pool::{BufferPool, StartIoError};
 use super::ring::Ring;
-use super::socket::{NetCompletion, NetOps, SendPiece, SocketOps, NET_USER_DATA};
+use super::socket::{NetCompletion, NetOpId, NetOps, SendPiece, SocketOps, NET_USER_DATA};
 use super::storage::Kind;
 #[cfg(doc)]
 use super::DriveStatus;
@@ -163,6 +164,8 @@ pub struct IoEngine {
     // the pool.
     ring: Ring,
     net: NetOps,
+    /// The reactor's epoll descriptor polled through the ring, when it waits there.
+    epoll: EpollPoll,
     pool: BufferPool,
     in_flight: InFlightTable,
     /// Ops split into several NVMe commands.
@@ -180,6 +183,29 @@ pub struct IoEngine {
     discard: Option<DiscardWorker>,
     discard_queue_depth: usize,
     discard_counters: Arc<DiscardCounters>,
+}
+
+/// User data of the multishot poll of the reactor's epoll descriptor.
+const EPOLL_USER_DATA: u64 = NET_USER_DATA | (1 << 61);
+
+/// The poll of the reactor's epoll descriptor through the ring ([`IoEngine::wait_in_ring`]).
+#[derive(Debug, Default)]
+struct EpollPoll {
+    fd: Option<RawFd>,
+    /// The multishot poll is in the kernel.
+    armed: bool,
+    /// It fired since [`IoEngine::take_epoll_ready`] last looked.
+    ready: bool,
+}
+
+impl EpollPoll {
+    fn completed(&mut self, res: i32, flags: u32) {
+        // An error (or the poll's end) also makes the reactor look at epoll itself, and re-arm.
+        self.ready = true;
+        if res < 0 || !io_uring::cqueue::more(flags) {
+            self.armed = false;
+        }
+    }
 }
 
 fn refused(message: &'static str) -> io::Error {
@@ -258,6 +284,7 @@ impl IoEngine {
         Ok(IoEngine {
             ring,
             net: NetOps::default(),
+            epoll: EpollPoll::default(),
             pool,
             in_flight,
             groups,
@@ -400,9 +427,10 @@ impl IoEngine {
 
     /// Hands every pushed op to the kernel with one `io_uring_enter` (none when nothing is queued) and returns how
     /// many SQEs were submitted. If completions are ready without the kernel (null/memory), the eventfd is made
-    /// readable so a reactor about to sleep still reaps them.
+    /// readable so a reactor about to sleep still reaps them (one waiting in the ring does not block then: [`IoEngine::wait`]).
     pub fn submit(&mut self) -> io::Result<usize> {
-        if !self.ready.is_empty() && !self.ready_signalled {
+        // A reactor waiting in the ring looks at `ready` before it waits instead.
+        if !self.ready.is_empty() && !self.ready_signalled && self.epoll.fd.is_none() {
             self.ring.signal_event_fd();
             self.ready_signalled = true;
         }
@@ -423,9 +451,14 @@ impl IoEngine {
         let mut async_block_discard = self.async_block_discard;
         // Discards the kernel refused (no io_uring block discard), for the worker; allocates only then.
         let mut to_worker = Vec::new();
-        self.ring.drain_completions(|user_data, res, extra| {
+        let epoll = &mut self.epoll;
+        self.ring.drain_completions(|user_data, res, extra, flags| {
+            if user_data == EPOLL_USER_DATA {
+                epoll.completed(res, flags);
+                return;
+            }
             if user_data & NET_USER_DATA != 0 {
-                net.complete(pool, user_data, res);
+                net.complete(pool, user_data, res, flags);
                 return;
             }
             let Some(entry) = in_flight.remove(user_data) else {
@@ -465,16 +498,82 @@ impl IoEngine {
         }
     }
 
-    /// Whether this kernel's io_uring has the socket ops [`IoEngine::recv`] and [`IoEngine::send`] use.
-    pub fn socket_ops(&self) -> SocketOps {
-        SocketOps::probe(&self.ring)
+    /// Set up socket I/O on the ring ([`IoEngine::recv_multishot`], [`IoEngine::send`]): `Supported`, or what
+    /// this kernel lacks. Registers the receive buffers the first time.
+    pub fn start_socket_io(&mut self) -> SocketOps {
+        self.net.start(&self.ring)
     }
 
-    /// Queue a receive on socket `fd` into `buf[start..]`; its [`NetCompletion`] (tag `tag`) brings `buf` back.
-    /// Nothing reaches the kernel until [`IoEngine::submit`]. `Err(buf)` when the ring is full (submit, reap,
-    /// retry) or `start` is not inside `buf`.
-    pub fn recv(&mut self, tag: u64, fd: RawFd, buf: Vec<u8>, start: usize) -> Result<(), Vec<u8>> {
-        self.net.recv(&mut self.ring, tag, fd, buf, start)
+    /// Arm a multishot receive on socket `fd` (after [`IoEngine::start_socket_io`]): each chunk that arrives
+    /// completes it again ([`NetCompletion`] with tag `tag`, the bytes in a receive buffer) until a completion comes
+    /// without `more`. Nothing reaches the kernel until [`IoEngine::submit`]. `Err` of kind `WouldBlock` when the
+    /// ring is full.
+    pub fn recv_multishot(&mut self, tag: u64, fd: RawFd) -> io::Result<NetOpId> {
+        self.net.recv_multishot(&mut self.ring, tag, fd)
+    }
+
+    /// Ask the kernel to end socket op `id`; its last completion still comes. `Err` of kind `WouldBlock` when the
+    /// ring is full.
+    pub fn cancel_net_op(&mut self, id: NetOpId) -> io::Result<()> {
+        self.net.cancel(&mut self.ring, id)
+    }
+
+    /// The first `len` bytes of receive buffer `bid` (a receive's [`NetCompletion::received`]).
+    pub fn received(&self, bid: u16, len: usize) -> &[u8] {
+        self.net.received(bid, len)
+    }
+
+    /// Give receive buffer `bid` back to the kernel once its bytes were taken.
+    pub fn recycle_received(&mut self, bid: u16) {
+        self.net.recycle(bid);
+    }
+
+    /// Wait in the ring instead of on an eventfd: the ring stops signalling its eventfd, and `epoll_fd` (the
+    /// reactor's epoll, where the eventfd stays for completions posted from outside the ring) is polled through
+    /// the ring, so one `io_uring_enter` ([`IoEngine::wait`]) submits and waits for completions, sockets and epoll
+    /// events together. `Err` when the kernel cannot bound such a wait (Linux 5.11) or refused.
+    pub fn wait_in_ring(&mut self, epoll_fd: RawFd) -> io::Result<()> {
+        if !self.ring.can_wait_with_timeout() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "io_uring waits without a timeout (IORING_FEAT_EXT_ARG)",
+            ));
+        }
+        self.ring.stop_signalling_event_fd()?;
+        self.epoll = EpollPoll { fd: Some(epoll_fd), armed: false, ready: true };
+        Ok(())
+    }
+
+    /// Whether the engine waits in the ring ([`IoEngine::wait_in_ring`]).
+    pub fn waits_in_ring(&self) -> bool {
+        self.epoll.fd.is_some()
+    }
+
+    /// Submit what is queued and wait (after [`IoEngine::wait_in_ring`]) until a completion or an epoll event
+    /// arrives or `timeout` passed (`None`: no bound); does not wait when completions are ready already.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        if let (Some(fd), false) = (self.epoll.fd, self.epoll.armed) {
+            self.epoll.armed = self.ring.poll_multishot(fd, EPOLL_USER_DATA).is_ok();
+        }
+        if !self.ready.is_empty() || timeout == Some(Duration::ZERO) {
+            return self.ring.submit().map(drop);
+        }
+        self.ring.submit_and_wait(timeout)
+    }
+
+    /// Whether the epoll descriptor polled through the ring has had events since the last call (true at first).
+    pub fn take_epoll_ready(&mut self) -> bool {
+        std::mem::take(&mut self.epoll.ready)
+    }
+
+    /// Have the next [`IoEngine::take_epoll_ready`] say yes (epoll may hold events no poll completion announces).
+    pub fn mark_epoll_ready(&mut self) {
+        self.epoll.ready = true;
+    }
+
+    /// Whether [`IoEngine::start_socket_io`] succeeded: socket ops run on the ring.
+    pub fn socket_io_started(&self) -> bool {
+        self.net.is_started()
     }
 
     /// Queue one send of `pieces` (at most [`MAX_SEND_PIECES`](super::MAX_SEND_PIECES)) on socket `fd`: bytes are
@@ -524,9 +623,12 @@ impl Drop for IoEngine {
                 }
             }
             let (pool, in_flight, net) = (&mut self.pool, &mut self.in_flight, &mut self.net);
-            self.ring.drain_completions(|user_data, res, _| {
+            self.ring.drain_completions(|user_data, res, _, flags| {
+                if user_data == EPOLL_USER_DATA {
+                    return;
+                }
                 if user_data & NET_USER_DATA != 0 {
-                    net.complete(pool, user_data, res);
+                    net.complete(pool, user_data, res, flags);
                     return;
                 }
                 if let Some(id) = in_flight.remove(user_data).and_then(|e| e.buffer) {

@@ -1,4 +1,5 @@
-//! Socket ops on a real ring over a Unix socket pair: bytes received land in the buffer that comes back, a send
+//! Socket ops on a real ring over a Unix socket pair: a multishot receive brings each chunk in a receive buffer
+//! until the peer closes, the buffers run out or it is cancelled, a send
 //! gathers copied bytes and pool data in order and holds the pool buffer until its completion, bad pieces are
 //! refused without leaving a buffer in flight, and an engine dropped with a receive waiting does not hang.
 
@@ -11,7 +12,7 @@ use crate::backend::{EngineConfig, IoEngine, NetCompletion, NetKind, SendPiece};
 
 /// An engine, or `None` (the test is skipped, saying so) where the kernel's io_uring lacks the socket ops.
 fn engine() -> Option<IoEngine> {
-    let engine = IoEngine::new(&EngineConfig {
+    let mut engine = IoEngine::new(&EngineConfig {
         ring_entries: 16,
         buffer_size: 64 << 10,
         buffer_count: 2,
@@ -21,7 +22,7 @@ fn engine() -> Option<IoEngine> {
         ..EngineConfig::default()
     })
     .expect("engine");
-    if engine.socket_ops() != crate::backend::SocketOps::Supported {
+    if engine.start_socket_io() != crate::backend::SocketOps::Supported {
         eprintln!("skipped: this kernel's io_uring lacks the socket ops");
         return None;
     }
@@ -46,25 +47,59 @@ fn next_completion(engine: &mut IoEngine) -> NetCompletion {
 }
 
 #[test]
-fn a_receive_brings_its_buffer_back_with_the_bytes() {
+fn a_multishot_receive_brings_each_chunk_in_a_receive_buffer_until_the_peer_closes() {
     let Some(mut engine) = engine() else { return };
     let (ours, mut peer) = UnixStream::pair().unwrap();
     ours.set_nonblocking(true).unwrap();
-    engine.recv(7, ours.as_raw_fd(), vec![0; 64], 4).expect("queued");
+    engine.recv_multishot(7, ours.as_raw_fd()).expect("armed");
     engine.submit().unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    peer.write_all(b"hello").unwrap();
-    let c = next_completion(&mut engine);
-    assert_eq!((c.tag, c.kind, c.result.unwrap()), (7, NetKind::Recv, 5));
-    let buffer = c.buffer.expect("the buffer comes back");
-    assert_eq!(buffer.len(), 64);
-    assert_eq!(&buffer[4..9], b"hello", "received at the offset asked for");
-
-    // The peer closes: a receive completes with 0 bytes.
-    engine.recv(8, ours.as_raw_fd(), buffer, 0).expect("queued");
+    for chunk in [&b"hello"[..], b"world!"] {
+        peer.write_all(chunk).unwrap();
+        let c = next_completion(&mut engine);
+        assert_eq!((c.tag, c.kind, c.more), (7, NetKind::Recv, true), "the receive stays armed");
+        let n = c.result.unwrap() as usize;
+        let bid = c.received.expect("the bytes are in a receive buffer");
+        assert_eq!(engine.received(bid, n), chunk);
+        engine.recycle_received(bid);
+    }
+    // The peer closes: the receive ends with 0 bytes.
     drop(peer);
     let c = next_completion(&mut engine);
-    assert_eq!((c.tag, c.result.unwrap()), (8, 0));
+    assert_eq!((c.tag, c.result.unwrap(), c.more, c.received), (7, 0, false, None));
+}
+
+#[test]
+fn a_receive_whose_buffers_ran_out_ends_and_a_cancelled_one_ends_too() {
+    let Some(mut engine) = engine() else { return };
+    let (ours, mut peer) = UnixStream::pair().unwrap();
+    ours.set_nonblocking(true).unwrap();
+    engine.recv_multishot(3, ours.as_raw_fd()).expect("armed");
+    // Keep every buffer: once all are taken the receive ends with ENOBUFS, the byte left in the socket.
+    let mut taken = Vec::new();
+    let ended = loop {
+        peer.write_all(b"x").unwrap();
+        let c = next_completion(&mut engine);
+        if !c.more {
+            break c;
+        }
+        taken.push(c.received.expect("a buffer"));
+        assert!(taken.len() <= 4096, "the receive never ran out of buffers");
+    };
+    assert_eq!(ended.result.unwrap_err().raw_os_error(), Some(libc::ENOBUFS));
+    assert!(!taken.is_empty());
+    for bid in taken {
+        engine.recycle_received(bid);
+    }
+    // Armed again, it takes the byte that waited; cancelled, it ends.
+    let id = engine.recv_multishot(4, ours.as_raw_fd()).expect("armed");
+    let c = next_completion(&mut engine);
+    assert_eq!((c.tag, c.result.unwrap(), c.more), (4, 1, true));
+    engine.recycle_received(c.received.unwrap());
+    engine.cancel_net_op(id).unwrap();
+    let c = next_completion(&mut engine);
+    assert_eq!((c.tag, c.more), (4, false));
+    assert_eq!(c.result.unwrap_err().raw_os_error(), Some(libc::ECANCELED));
 }
 
 #[test]
@@ -101,7 +136,7 @@ fn a_send_gathers_bytes_and_pool_data_and_holds_the_buffer_until_done() {
 fn an_engine_dropped_with_a_receive_waiting_cancels_it() {
     let Some(mut engine) = engine() else { return };
     let (ours, _peer) = UnixStream::pair().unwrap();
-    engine.recv(1, ours.as_raw_fd(), vec![0; 64], 0).expect("queued");
+    engine.recv_multishot(1, ours.as_raw_fd()).expect("armed");
     engine.submit().unwrap();
     // The peer stays silent: only the cancellation at drop ends the receive (a hang here fails the test run).
     drop(engine);
