@@ -49,7 +49,7 @@ pub use engine::{DiscardCounters, EngineConfig, IoCompletion, IoEngine, IoOp};
 pub use error::BackendError;
 pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};
-pub use socket::{NetCompletion, NetKind, NetOpId, SendPiece, SocketOps, MAX_SEND_PIECES};
+pub use socket::{NetCompletion, NetKind, NetOpId, ReceivedChunk, SendPiece, SocketOps, MAX_SEND_PIECES};
 pub use storage::{Storage, StorageSpec};
 
 #[cfg(test)]

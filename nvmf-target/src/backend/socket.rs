@@ -16,6 +16,8 @@
 
 mod provided;
 
+pub use provided::ReceivedChunk;
+
 use std::io;
 use std::os::fd::RawFd;
 
@@ -56,9 +58,9 @@ pub struct NetCompletion {
     pub kind: NetKind,
     /// Bytes received (0: the peer closed) or sent, or the error (a receive's ENOBUFS: the receive buffers ran out).
     pub result: io::Result<u32>,
-    /// The receive buffer holding the bytes received ([`crate::backend::IoEngine::received`]); the receiver gives
-    /// it back with [`crate::backend::IoEngine::recycle_received`].
-    pub received: Option<u16>,
+    /// The bytes received, in a receive buffer the receiver gives back with
+    /// [`crate::backend::IoEngine::recycle_received`].
+    pub received: Option<ReceivedChunk>,
     /// A multishot receive goes on (more completions follow); otherwise the op has ended.
     pub more: bool,
 }
@@ -244,15 +246,10 @@ impl NetOps {
         unsafe { ring.push_entry(&entry) }.map_err(|()| io::ErrorKind::WouldBlock.into())
     }
 
-    /// The first `len` bytes of receive buffer `bid`.
-    pub(crate) fn received(&self, bid: u16, len: usize) -> &[u8] {
-        self.receive.as_ref().and_then(|r| r.bytes(bid, len)).unwrap_or_default()
-    }
-
-    /// Give receive buffer `bid` back to the kernel.
-    pub(crate) fn recycle(&mut self, bid: u16) {
+    /// Give a received chunk's buffer back to the kernel.
+    pub(crate) fn recycle(&mut self, chunk: ReceivedChunk) {
         if let Some(r) = &mut self.receive {
-            r.recycle(bid);
+            r.recycle(chunk);
         }
     }
 
@@ -376,7 +373,10 @@ impl NetOps {
         };
         let result = u32::try_from(res).map_err(|_| io::Error::from_raw_os_error(res.saturating_neg()));
         let more = cqueue::more(flags);
-        let received = if slot.kind == NetKind::Recv { cqueue::buffer_select(flags) } else { None };
+        let received = match (slot.kind, cqueue::buffer_select(flags), &self.receive) {
+            (NetKind::Recv, Some(bid), Some(buffers)) => buffers.take(bid, result.as_ref().map_or(0, |&n| n as usize)),
+            _ => None,
+        };
         self.done.push(NetCompletion { tag: slot.tag, kind: slot.kind, result, received, more });
         if more {
             return;

@@ -335,10 +335,9 @@ impl TcpConnection {
             NetKind::Recv => {}
             NetKind::Send => self.ring.send_in_flight = false,
         }
-        if let Some(bid) = c.received {
-            let n = c.result.as_ref().map_or(0, |&n| n as usize);
-            let taken = if self.is_closed() { Ok(()) } else { self.take_received(engine.received(bid, n)) };
-            engine.recycle_received(bid);
+        if let Some(chunk) = c.received {
+            let taken = self.take_chunk(engine, &chunk);
+            engine.recycle_received(chunk);
             if let Err(e) = taken {
                 self.close(engine);
                 return Err(e);
@@ -381,8 +380,24 @@ impl TcpConnection {
         self.on_writable(engine)
     }
 
-    /// Append bytes a receive brought to what waits undecoded.
-    fn take_received(&mut self, bytes: &[u8]) -> Result<(), ConnectionError> {
+    /// Handle what a receive brought: decoded in place when nothing waits before it and reading is not paused; what
+    /// is left (reading paused) is kept in the receive buffer.
+    fn take_chunk(&mut self, engine: &mut IoEngine, chunk: &[u8]) -> Result<(), ConnectionError> {
+        if self.is_closed() {
+            return Ok(());
+        }
+        let consumed = if self.rstart == self.rend && !self.read_paused { self.decode(engine, chunk)? } else { 0 };
+        if self.is_closed() {
+            return Ok(());
+        }
+        self.keep_undecoded(&chunk[consumed..])
+    }
+
+    /// Append received bytes to what waits undecoded.
+    fn keep_undecoded(&mut self, bytes: &[u8]) -> Result<(), ConnectionError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
@@ -568,13 +583,24 @@ impl TcpConnection {
     /// Decode and handle the PDUs in `rbuf[rstart..rend]`, stopping early when the send backlog is over
     /// its limit (the rest stays buffered).
     fn decode_buffered(&mut self, engine: &mut IoEngine) -> Result<(), ConnectionError> {
-        while self.rstart < self.rend {
+        let rbuf = std::mem::take(&mut self.rbuf);
+        let decoded = self.decode(engine, &rbuf[self.rstart..self.rend]);
+        self.rbuf = rbuf;
+        self.rstart += decoded?;
+        Ok(())
+    }
+
+    /// Decode and handle the PDUs in `input`, stopping early (reading paused) when the send backlog is over its
+    /// limit; how many bytes were used.
+    fn decode(&mut self, engine: &mut IoEngine, input: &[u8]) -> Result<usize, ConnectionError> {
+        let mut at = 0;
+        while at < input.len() {
             if self.session.backlogged() {
                 self.read_paused = true;
-                return Ok(());
+                return Ok(at);
             }
-            let feed = self.decoder.feed(&self.rbuf[self.rstart..self.rend]);
-            self.rstart += feed.consumed;
+            let feed = self.decoder.feed(&input[at..]);
+            at += feed.consumed;
             let handled = match feed.result {
                 Ok(None) => continue,
                 Ok(Some(received)) => self.session.handle(engine, received.pdu, received.data),
@@ -599,10 +625,10 @@ impl TcpConnection {
                     let c = &self.session.config;
                     self.decoder.set_max_data_len(c.in_capsule_data_size.max(c.maxh2cdata));
                 }
-                Err(fatal) => return self.fail(engine, fatal),
+                Err(fatal) => return self.fail(engine, fatal).map(|()| at),
             }
         }
-        Ok(())
+        Ok(at)
     }
 
     /// Write queued output (on the ring: queue its send) and release the commands whose bytes are all written.

@@ -275,8 +275,8 @@ impl PollGroup for TcpPollGroup {
         let Ok(slot) = usize::try_from(completion.tag) else { return };
         let Some(Some(conn)) = self.connections.get_mut(slot) else {
             tracing::error!(reactor = self.index, slot, "socket completion for no connection");
-            if let Some(bid) = completion.received {
-                cx.engine.recycle_received(bid);
+            if let Some(chunk) = completion.received {
+                cx.engine.recycle_received(chunk);
             }
             return;
         };

@@ -41,7 +41,7 @@ pub use discard::DiscardCounters;
 use super::nvme;
 use super::pool::{BufferPool, StartIoError};
 use super::ring::Ring;
-use super::socket::{NetCompletion, NetOpId, NetOps, SendPiece, SocketOps, NET_USER_DATA};
+use super::socket::{NetCompletion, NetOpId, NetOps, ReceivedChunk, SendPiece, SocketOps, NET_USER_DATA};
 use super::storage::Kind;
 #[cfg(doc)]
 use super::DriveStatus;
@@ -518,14 +518,9 @@ impl IoEngine {
         self.net.cancel(&mut self.ring, id)
     }
 
-    /// The first `len` bytes of receive buffer `bid` (a receive's [`NetCompletion::received`]).
-    pub fn received(&self, bid: u16, len: usize) -> &[u8] {
-        self.net.received(bid, len)
-    }
-
-    /// Give receive buffer `bid` back to the kernel once its bytes were taken.
-    pub fn recycle_received(&mut self, bid: u16) {
-        self.net.recycle(bid);
+    /// Give a receive's buffer ([`NetCompletion::received`]) back to the kernel once its bytes were taken.
+    pub fn recycle_received(&mut self, chunk: ReceivedChunk) {
+        self.net.recycle(chunk);
     }
 
     /// Wait in the ring instead of on an eventfd: the ring stops signalling its eventfd, and `epoll_fd` (the
