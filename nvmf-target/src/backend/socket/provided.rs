@@ -50,8 +50,9 @@ impl Drop for Region {
     }
 }
 
-/// The bytes a receive brought, in a buffer lent by the kernel until [`ReceiveBuffers::recycle`] takes the chunk
-/// back (dropping it instead only loses the buffer for the engine's life).
+/// The bytes a receive brought, in a buffer lent by the kernel until
+/// [`IoEngine::recycle_received`](crate::backend::IoEngine::recycle_received) takes the chunk back (dropping it
+/// instead only loses the buffer for the engine's life).
 pub struct ReceivedChunk {
     region: Arc<Region>,
     bid: u16,
