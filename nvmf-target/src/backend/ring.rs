@@ -202,10 +202,31 @@ impl std::fmt::Debug for Ring {
 impl Ring {
     /// Sets up a ring of `entries` SQEs (CQ twice that), registers `pool` as fixed buffers (plain Read/Write if the
     /// kernel refuses, e.g. RLIMIT_MEMLOCK), a sparse table of `file_slots` fixed files (0 if refused) and an
-    /// eventfd.
-    pub(crate) fn new(entries: u32, pool: &BufferPool, file_slots: u32) -> Result<Self, BackendError> {
+    /// eventfd. With `defer_task_work` the kernel runs completion work only when this thread enters the ring
+    /// (`IORING_SETUP_DEFER_TASKRUN`, single issuer, the pending work flagged in the SQ ring), if it can.
+    pub(crate) fn new(
+        entries: u32,
+        pool: &BufferPool,
+        file_slots: u32,
+        defer_task_work: bool,
+    ) -> Result<Self, BackendError> {
         let ring_err = |action| move |source| BackendError::Ring { action, source };
-        let ring: BigRing = IoUring::builder().setup_clamp().build(entries).map_err(ring_err("setup"))?;
+        let deferred = defer_task_work
+            .then(|| {
+                IoUring::builder()
+                    .setup_clamp()
+                    .setup_single_issuer()
+                    .setup_defer_taskrun()
+                    .setup_taskrun_flag()
+                    .build(entries)
+            })
+            .and_then(|built| {
+                built.map_err(|e| tracing::info!(error = %e, "io_uring without deferred task work (Linux 6.1)")).ok()
+            });
+        let ring: BigRing = match deferred {
+            Some(ring) => ring,
+            None => IoUring::builder().setup_clamp().build(entries).map_err(ring_err("setup"))?,
+        };
         // SAFETY: eventfd(2) with valid flags; the returned descriptor is owned by nobody else.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -320,9 +341,10 @@ impl Ring {
         self.ring.submitter().register_probe(probe)
     }
 
-    /// Submits every pushed SQE with one `io_uring_enter` (none if nothing is pending). Retries on EINTR.
+    /// Submits every pushed SQE with one `io_uring_enter` (none if nothing is pending and no deferred completion
+    /// work waits to run). Retries on EINTR.
     pub(crate) fn submit(&mut self) -> io::Result<usize> {
-        if self.sq_pending() == 0 {
+        if self.sq_pending() == 0 && !self.ring.submission().taskrun() {
             return Ok(0);
         }
         loop {

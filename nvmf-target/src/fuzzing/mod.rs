@@ -93,6 +93,7 @@ fn new_engine() -> IoEngine {
         small_buffer_count: 8,
         max_files: 1,
         discard_queue_depth: 1,
+        defer_task_work: false,
     })
     .expect("an io_uring engine (io_uring must be available)")
 }

@@ -50,6 +50,12 @@ impl Rig {
 
     /// A rig whose namespace 1 is `storage`.
     fn with_storage(config: TcpTransportConfig, storage: Arc<Storage>) -> Rig {
+        Rig::with_engine(config, storage, false)
+    }
+
+    /// A rig whose engine defers completion work to its thread's entries when `defer_task_work` (as a reactor's
+    /// with sockets on the ring).
+    fn with_engine(config: TcpTransportConfig, storage: Arc<Storage>, defer_task_work: bool) -> Rig {
         let engine = IoEngine::new(&EngineConfig {
             ring_entries: 64,
             buffer_size: 1 << 20,
@@ -57,6 +63,7 @@ impl Rig {
             small_buffer_size: 64 << 10,
             small_buffer_count: 16,
             max_files: 4,
+            defer_task_work,
             ..EngineConfig::default()
         })
         .expect("io engine");
@@ -69,7 +76,9 @@ impl Rig {
     /// A rig whose connections use the socket path `ring` says; `None` (the test says it skipped) when this
     /// kernel's io_uring cannot carry sockets.
     fn on_path(config: TcpTransportConfig, ring: bool) -> Option<Rig> {
-        let mut rig = Rig::new(config);
+        let storage =
+            Storage::open(&StorageSpec::Memory { size: 16 << 20, block_size: BLOCK }).expect("memory storage");
+        let mut rig = Rig::with_engine(config, Arc::new(storage), ring);
         if ring && rig.engine.start_socket_io() != crate::backend::SocketOps::Supported {
             eprintln!("skipped the io_uring socket path: this kernel lacks the ops");
             return None;

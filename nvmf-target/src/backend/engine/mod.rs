@@ -128,6 +128,11 @@ pub struct EngineConfig {
     /// Block discards the `BLKDISCARD` fallback's worker may have queued (kernels without io_uring discard); a
     /// discard beyond them waits like one on a full ring. Default 64.
     pub discard_queue_depth: usize,
+    /// Run the kernel's completion work only when the reactor enters the ring (`IORING_SETUP_DEFER_TASKRUN`,
+    /// Linux 6.1; without it the ring is set up as usual): a socket completion then costs no interrupt of a reactor
+    /// that is polling. For reactors whose sockets are on the ring (`[reactors] socket_io = "io_uring"`). Default
+    /// false.
+    pub defer_task_work: bool,
 }
 
 impl Default for EngineConfig {
@@ -140,6 +145,7 @@ impl Default for EngineConfig {
             small_buffer_count: 512,
             max_files: 64,
             discard_queue_depth: 64,
+            defer_task_work: false,
         }
     }
 }
@@ -275,7 +281,7 @@ impl IoEngine {
             return Err(BackendError::InvalidEngineConfig("discard_queue_depth must be > 0"));
         }
         let pool = BufferPool::new(&config.buffer_classes())?;
-        let ring = Ring::new(config.ring_entries, &pool, config.max_files)?;
+        let ring = Ring::new(config.ring_entries, &pool, config.max_files, config.defer_task_work)?;
         let in_flight = InFlightTable::new(ring.cq_entries());
         // Every group has at least two commands in flight.
         let groups = Groups::new(ring.cq_entries() / 2 + 1);

@@ -19,6 +19,7 @@ fn engine() -> Option<IoEngine> {
         small_buffer_size: 4096,
         small_buffer_count: 2,
         max_files: 1,
+        defer_task_work: true,
         ..EngineConfig::default()
     })
     .expect("engine");
