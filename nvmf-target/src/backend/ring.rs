@@ -211,21 +211,20 @@ impl Ring {
         defer_task_work: bool,
     ) -> Result<Self, BackendError> {
         let ring_err = |action| move |source| BackendError::Ring { action, source };
-        let deferred = defer_task_work
-            .then(|| {
-                IoUring::builder()
-                    .setup_clamp()
-                    .setup_single_issuer()
-                    .setup_defer_taskrun()
-                    .setup_taskrun_flag()
-                    .build(entries)
-            })
-            .and_then(|built| {
-                built.map_err(|e| tracing::info!(error = %e, "io_uring without deferred task work (Linux 6.1)")).ok()
-            });
+        let mut plain = IoUring::builder();
+        plain.setup_clamp();
+        let deferred = defer_task_work.then(|| {
+            let mut builder = plain.clone();
+            builder.setup_single_issuer().setup_defer_taskrun().setup_taskrun_flag();
+            builder.build(entries)
+        });
         let ring: BigRing = match deferred {
-            Some(ring) => ring,
-            None => IoUring::builder().setup_clamp().build(entries).map_err(ring_err("setup"))?,
+            Some(Ok(ring)) => ring,
+            Some(Err(e)) => {
+                tracing::info!(error = %e, "io_uring without deferred task work (Linux 6.1)");
+                plain.build(entries).map_err(ring_err("setup"))?
+            }
+            None => plain.build(entries).map_err(ring_err("setup"))?,
         };
         // SAFETY: eventfd(2) with valid flags; the returned descriptor is owned by nobody else.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };

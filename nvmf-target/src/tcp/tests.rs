@@ -41,11 +41,14 @@ struct Rig {
     ring: bool,
 }
 
+/// The rigs' usual namespace 1: 16 MiB of memory.
+fn memory_storage() -> Arc<Storage> {
+    Arc::new(Storage::open(&StorageSpec::Memory { size: 16 << 20, block_size: BLOCK }).expect("memory storage"))
+}
+
 impl Rig {
     fn new(config: TcpTransportConfig) -> Rig {
-        let storage =
-            Storage::open(&StorageSpec::Memory { size: 16 << 20, block_size: BLOCK }).expect("memory storage");
-        Rig::with_storage(config, Arc::new(storage))
+        Rig::with_storage(config, memory_storage())
     }
 
     /// A rig whose namespace 1 is `storage`.
@@ -76,9 +79,7 @@ impl Rig {
     /// A rig whose connections use the socket path `ring` says; `None` (the test says it skipped) when this
     /// kernel's io_uring cannot carry sockets.
     fn on_path(config: TcpTransportConfig, ring: bool) -> Option<Rig> {
-        let storage =
-            Storage::open(&StorageSpec::Memory { size: 16 << 20, block_size: BLOCK }).expect("memory storage");
-        let mut rig = Rig::with_engine(config, Arc::new(storage), ring);
+        let mut rig = Rig::with_engine(config, memory_storage(), ring);
         if ring && rig.engine.start_socket_io() != crate::backend::SocketOps::Supported {
             eprintln!("skipped the io_uring socket path: this kernel lacks the ops");
             return None;
