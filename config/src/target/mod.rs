@@ -129,6 +129,10 @@ pub struct ControllerLimits {
     /// NVMe/TCP keepalive: a connection whose peer has been silent this long (ms) is probed, and closed after three
     /// unanswered probes a tenth of it apart; 0 turns probes off. 0 or 10000..=86400000. Default 60000.
     pub tcp_keepalive_ms: u32,
+    /// NVMe/TCP: the most bytes of PDUs (responses, read data, R2Ts) one connection may have waiting for its host
+    /// to read before the target stops reading new PDUs from it, until the host catches up; 64KiB..=1GiB.
+    /// Default 8MiB.
+    pub tcp_send_backlog: u32,
     /// Where the target keeps state across restarts: the reservations of namespaces whose hosts enabled Persist
     /// Through Power Loss (`reservations/`). An absolute path; created (0700) at start if missing, and if unusable
     /// the target warns and runs without it (no PTPL). Default

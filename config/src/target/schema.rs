@@ -62,6 +62,8 @@ pub(crate) struct RawLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_send_backlog: Option<RawSize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
 }
 

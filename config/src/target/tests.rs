@@ -90,6 +90,8 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:2:31: target.max_connections_per_address: connection count 2000000 is out of range; allowed: 1..=1048576"),
     ("tcp_keepalive", "[target]\ntcp_keepalive_ms = 5000\n@@",
         "t.toml:2:20: target.tcp_keepalive_ms: keepalive 5000 is out of range; allowed: 0 (off) or 10000..=86400000"),
+    ("tcp_send_backlog", "[target]\ntcp_send_backlog = \"4KiB\"\n@@",
+        "t.toml:2:20: target.tcp_send_backlog: send backlog 4KiB is out of range; allowed: 64KiB..=1GiB"),
     ("in_capsule", "@[[listener]]@in_capsule_data_size = 100\n",
         "t.toml:3:24: listener[0].in_capsule_data_size: in-capsule data size 100 is not allowed; allowed: a multiple of 16 from 0 to 1MiB ([target] mdts)"),
     ("in_capsule_too_big", "@[[listener]]@in_capsule_data_size = \"2MiB\"\n",
@@ -266,6 +268,7 @@ fn defaults_are_filled_in() {
             anonymous_buffer_percent: 25,
             max_connections_per_address: 1024,
             tcp_keepalive_ms: 60_000,
+            tcp_send_backlog: 8 << 20,
             state_dir: "/var/lib/nvmf-target".into(),
         }
     );

@@ -44,6 +44,8 @@ pub(crate) const DEFAULT_ANONYMOUS_BUFFER_PERCENT: u8 = 25;
 pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: u32 = 1024;
 /// Default `[target] tcp_keepalive_ms`.
 pub(crate) const DEFAULT_TCP_KEEPALIVE_MS: u32 = 60_000;
+/// Default `[target] tcp_send_backlog`.
+pub(crate) const DEFAULT_TCP_SEND_BACKLOG: u32 = 8 << 20;
 /// Default `[[listener]] max_connections`.
 pub(crate) const DEFAULT_LISTENER_MAX_CONNECTIONS: u32 = 4096;
 pub(crate) const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
@@ -243,6 +245,18 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
             "0 (off) or 10000..=86400000",
         )?,
     };
+    let tcp_send_backlog = match &raw.tcp_send_backlog {
+        None => DEFAULT_TCP_SEND_BACKLOG,
+        Some(size) => {
+            let key = key.key("tcp_send_backlog");
+            let bytes = size_of(size, &key)?;
+            let allowed = "64KiB..=1GiB";
+            if !(64 << 10..=1 << 30).contains(&bytes) {
+                return Err(Problem::new(key, format!("send backlog {} is out of range", format_size(bytes)), allowed));
+            }
+            u32::try_from(bytes).map_err(|_| Problem::new(key, "send backlog too large", allowed))?
+        }
+    };
     let state_dir = match &raw.state_dir {
         None => PathBuf::from(DEFAULT_STATE_DIR),
         Some(dir) if Path::new(dir).is_absolute() => PathBuf::from(dir),
@@ -268,6 +282,7 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         anonymous_buffer_percent,
         max_connections_per_address,
         tcp_keepalive_ms,
+        tcp_send_backlog,
     })
 }
 
@@ -784,6 +799,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             anonymous_buffer_percent: Some(i64::from(limits.anonymous_buffer_percent)),
             max_connections_per_address: Some(i64::from(limits.max_connections_per_address)),
             tcp_keepalive_ms: Some(i64::from(limits.tcp_keepalive_ms)),
+            tcp_send_backlog: Some(RawSize::Text(format_size(u64::from(limits.tcp_send_backlog)))),
             state_dir: Some(limits.state_dir.to_string_lossy().into_owned()),
         }),
         discovery: Some(RawDiscovery {

@@ -266,6 +266,8 @@ pub struct Target {
     /// Connections ended because their peer stalled, by [`Stalled`] state.
     timeouts: [AtomicU64; Stalled::ALL.len()],
     budget_waits: [AtomicU64; BudgetLimit::ALL.len()],
+    /// NVMe/TCP connections that stopped reading because their send backlog passed its limit.
+    send_backlog_pauses: AtomicU64,
     /// Commands failed with Reservation Conflict.
     reservation_conflicts: AtomicU64,
     /// Host KATOs below `kato_min_ms`, by [`KatoMinimum`] outcome.
@@ -309,6 +311,7 @@ impl Target {
             genctr: AtomicU64::new(1),
             timeouts: Default::default(),
             budget_waits: Default::default(),
+            send_backlog_pauses: AtomicU64::new(0),
             reservation_conflicts: AtomicU64::new(0),
             kato_minimum: Default::default(),
             discards: Arc::default(),
@@ -397,6 +400,16 @@ impl Target {
     /// A connection ended because its peer stalled in `state`.
     pub fn count_timeout(&self, state: Stalled) {
         self.timeouts[state as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An NVMe/TCP connection stopped reading new PDUs: its host has more than `[target] tcp_send_backlog` to read.
+    pub fn count_send_backlog_pause(&self) {
+        self.send_backlog_pauses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// NVMe/TCP connections so far that stopped reading because their send backlog passed its limit.
+    pub fn send_backlog_pauses(&self) -> u64 {
+        self.send_backlog_pauses.load(Ordering::Relaxed)
     }
 
     /// Commands so far that waited for a buffer the pool had because `limit` refused it.

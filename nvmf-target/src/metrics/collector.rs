@@ -377,6 +377,16 @@ impl Collector for TargetCollector {
         }
         {
             let mut m = encoder.encode_descriptor(
+                "nvmf_target_tcp_send_backlog_pauses",
+                "NVMe/TCP connections that stopped reading new PDUs because more than [target] tcp_send_backlog \
+                 waited for their host to read (once per pause; reading resumes as the host catches up).",
+                None,
+                MetricType::Counter,
+            )?;
+            counter(&mut m, &[], self.target.send_backlog_pauses())?;
+        }
+        {
+            let mut m = encoder.encode_descriptor(
                 "nvmf_target_keep_alive_minimum",
                 "Host KATOs (Connect or Set Features) below [target] keep_alive_min_ms: raised to it, or refused (KATO 0).",
                 None,

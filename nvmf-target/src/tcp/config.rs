@@ -35,8 +35,8 @@ pub struct TcpTransportConfig {
     pub c2h_success: bool,
     /// Size of the per-connection receive buffer (one `read` fills at most this much).
     pub receive_buffer_size: usize,
-    /// Stop reading new PDUs while this many bytes wait in the send queue (backpressure against a host
-    /// that sends commands faster than it reads responses).
+    /// Stop reading new PDUs while this many bytes wait in the send queue (`[target] tcp_send_backlog`:
+    /// backpressure against a host that sends commands faster than it reads responses).
     pub max_send_backlog: usize,
     /// TCP keepalive: probe a peer silent this long (ms), close after three unanswered probes a tenth of it
     /// apart; 0: no probes.

@@ -596,6 +596,9 @@ impl TcpConnection {
         let mut at = 0;
         while at < input.len() {
             if self.session.backlogged() {
+                if !self.read_paused {
+                    self.session.queue.target().count_send_backlog_pause();
+                }
                 self.read_paused = true;
                 return Ok(at);
             }

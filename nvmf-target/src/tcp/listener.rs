@@ -51,6 +51,7 @@ impl TcpListenerSpec {
             header_digest: options.header_digest,
             data_digest: options.data_digest,
             keepalive_ms: limits.tcp_keepalive_ms,
+            max_send_backlog: usize::try_from(limits.tcp_send_backlog).unwrap_or(usize::MAX),
             ..TcpTransportConfig::default()
         };
         Some(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp), max_connections: l.max_connections })

@@ -783,6 +783,7 @@ fn reading_pauses_while_the_send_backlog_is_over_its_limit_and_resumes_without_l
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
+        assert_eq!(rig.target.send_backlog_pauses(), 1, "the pause is counted once (ring: {ring})");
         // More commands while paused, then the host reads again: every read comes back whole.
         for _ in 0..4 {
             cids.push(io.command(read_sqe(0, len), &[]));
