@@ -65,6 +65,10 @@ pub struct HostSection {
     /// How long an adaptive queue thread may keep polling after work before it sleeps (`poll_window_us`,
     /// 1..=100000 µs). Default 200 µs.
     pub poll_window: Duration,
+    /// CPUs the I/O queues' threads are pinned to (`cpus`), I/O queue `q` of every controller (and the thread of
+    /// its export's ublk queue) on `cpus[(q - 1) % len]`; empty: not pinned. `None` (the default): the CPUs the
+    /// daemon may run on.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// `[[controller]]`: one controller (subsystem at a transport address) to keep connected.

@@ -37,6 +37,8 @@ pub(crate) struct RawHost {
     pub poll: Option<String>,
     #[serde(default)]
     pub poll_window_us: Option<i64>,
+    #[serde(default)]
+    pub cpus: Option<Vec<i64>>,
 }
 
 /// `[[controller]]`.

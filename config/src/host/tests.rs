@@ -46,6 +46,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "h.toml:2:18: host.poll_window_us: poll window 100001 is out of range; allowed: 1..=100000 microseconds (200)"),
     ("poll_busy", "[host]\npoll = \"busy\"\npoll_window_us = 100000\n",
         "accepted"),
+    ("cpus_twice", "[host]\ncpus = [0, 0]\n",
+        "h.toml:2:12: host.cpus[1]: CPU 0 is listed twice; allowed: CPU numbers 0..=1023, each once"),
+    ("cpus_range", "[host]\ncpus = [1024]\n",
+        "h.toml:2:9: host.cpus[0]: CPU 1024 is out of range; allowed: CPU numbers 0..=1023, each once"),
+    ("cpus_unpinned", "[host]\ncpus = []\n",
+        "accepted"),
     ("metrics_listen", "[metrics]\nlisten = \"localhost\"\n",
         "h.toml:2:10: metrics.listen: \"localhost\" is not an address and port; allowed: ADDRESS:PORT such as \"127.0.0.1:9420\" or \"[::1]:9420\", port 1..=65535"),
     ("log_level", "[logging]\nlevel = \"loud\"\n",
@@ -154,6 +160,7 @@ fn defaults_are_filled_in() {
             control_socket: PathBuf::from("/run/nvmf-host/control.sock"),
             poll: PollMode::Adaptive,
             poll_window: Duration::from_micros(200),
+            cpus: None,
         }
     );
     assert!(config.controllers.is_empty() && config.metrics.listen.is_none());

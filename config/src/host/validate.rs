@@ -12,7 +12,7 @@ use super::schema::{RawController, RawExport, RawHost, RawHostConfig};
 use super::*;
 use crate::error::{KeyPath, Problem, ValueError};
 use crate::secret::secret;
-use crate::target::{check_nqn, int_in, ip_address, logging, metrics, socket_address, DEFAULT_PORT};
+use crate::target::{check_nqn, cpu_list, int_in, ip_address, logging, metrics, socket_address, DEFAULT_PORT};
 
 const NBD_ALLOWED: &str =
     "\"unix:/absolute/or/relative/path\" or a loopback \"ADDRESS:PORT\" such as \"127.0.0.1:10809\" or \"[::1]:10809\"";
@@ -113,7 +113,8 @@ fn host(raw: Option<&RawHost>, key: &KeyPath, base: Option<&Path>) -> Result<Hos
         None => DEFAULT_POLL_WINDOW_US,
     };
     let poll_window = Duration::from_micros(u64::from(window_us));
-    Ok(HostSection { hostnqn: raw.hostnqn.clone(), hostid, state_dir, control_socket, poll, poll_window })
+    let cpus = raw.cpus.as_deref().map(|list| cpu_list(list, &key.key("cpus"))).transpose()?;
+    Ok(HostSection { hostnqn: raw.hostnqn.clone(), hostid, state_dir, control_socket, poll, poll_window, cpus })
 }
 
 /// Whole seconds `0..=max` (or `-1` for "never" when `never` is allowed).

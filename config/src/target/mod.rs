@@ -34,7 +34,7 @@ pub use crate::PollMode;
 pub(crate) use schema::*;
 pub(crate) use validate::validate;
 // Shared with the host configuration's validation.
-pub(crate) use validate::{check_nqn, int_in, ip_address, logging, metrics, socket_address};
+pub(crate) use validate::{check_nqn, cpu_list, int_in, ip_address, logging, metrics, socket_address};
 
 /// Default NVMe/TCP and NVMe/RDMA port (IANA "nvme-over-fabrics" is 4420; 8009 is the discovery port).
 pub const DEFAULT_PORT: u16 = 4420;

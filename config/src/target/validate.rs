@@ -690,17 +690,23 @@ fn namespace(
     Ok(NamespaceConfig { nsid, backend, block_size, buffered_io, uuid, nguid, eui64, ana_group })
 }
 
-fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<ReactorConfig, Problem> {
+/// A `cpus` list (at `key`): CPU numbers 0..=1023, each once, in the order given.
+pub(crate) fn cpu_list(raw: &[i64], key: &KeyPath) -> Result<Vec<usize>, Problem> {
     let mut cpus = Vec::new();
     let mut seen = HashSet::new();
-    for (i, &cpu) in raw.cpus.iter().flatten().enumerate() {
-        let cpu_key = key.key("cpus").index(i);
+    for (i, &cpu) in raw.iter().enumerate() {
+        let cpu_key = key.index(i);
         let cpu: usize = int_in(cpu, 0..=1023, &cpu_key, "CPU", "CPU numbers 0..=1023, each once")?;
         if !seen.insert(cpu) {
             return Err(Problem::new(cpu_key, format!("CPU {cpu} is listed twice"), "CPU numbers 0..=1023, each once"));
         }
         cpus.push(cpu);
     }
+    Ok(cpus)
+}
+
+fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<ReactorConfig, Problem> {
+    let cpus = cpu_list(raw.cpus.as_deref().unwrap_or_default(), &key.key("cpus"))?;
     if raw.cpus.is_some() && cpus.is_empty() {
         return Err(Problem::new(key.key("cpus"), "the CPU list is empty", "one or more CPU numbers, or no cpus key"));
     }

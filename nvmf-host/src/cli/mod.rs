@@ -179,6 +179,16 @@ impl ForegroundConnection {
     }
 }
 
+/// A `--cpus LIST|none` value: the CPUs listed (as `taskset -c` writes them), `None` for `none`, and the CPUs
+/// this process may run on when left out.
+fn cpus_arg(arg: Option<&str>) -> Result<Option<Vec<usize>>, CliError> {
+    Ok(match arg {
+        Some("none") => None,
+        Some(list) => Some(nvmf_service::cpus::parse_list(list)?),
+        None => Some(nvmf_service::cpus::allowed()?),
+    })
+}
+
 fn connect_options(hostnqn: Option<&String>) -> ConnectOptions {
     let mut o = ConnectOptions::default();
     // The default identity is the system's (/etc/nvme) or a generated one; `--hostnqn` overrides the NQN.

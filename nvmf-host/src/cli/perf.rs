@@ -149,11 +149,7 @@ pub fn run(a: &PerfArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         duration: Duration::from_secs(a.time.max(1)),
         queues,
         poll: a.poll(),
-        cpus: match a.cpus.as_deref() {
-            Some("none") => None,
-            Some(list) => Some(nvmf_service::cpus::parse_list(list)?),
-            None => Some(nvmf_service::cpus::allowed()?),
-        },
+        cpus: super::cpus_arg(a.cpus.as_deref())?,
     };
     let report = crate::perf::run(&options)?;
     if a.json {

@@ -27,13 +27,19 @@ pub struct UblkArgs {
     /// Host identity, queues and digests.
     #[command(flatten)]
     pub connection: ForegroundConnection,
+    /// CPUs to pin each queue's threads to (the ublk queue's and the NVMe I/O queue's, together), as taskset -c
+    /// writes them (0,2-3): queue i's on the i-th, round robin; `none`: not pinned. Default: the CPUs this process
+    /// may run on.
+    #[arg(long = "cpus", value_name = "LIST|none")]
+    pub cpus: Option<String>,
 }
 
 /// Connect, add the device, print its path, serve until SIGINT/SIGTERM, delete it, disconnect.
 pub fn run(a: &UblkArgs, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let addr = a.endpoint.resolve()?;
     // Entries per I/O queue (`--queue-size`, default 128), and so the ublk queue depth.
-    let connect = a.connection.options(&a.endpoint)?;
+    let mut connect = a.connection.options(&a.endpoint)?;
+    connect.queue_cpus = super::cpus_arg(a.cpus.as_deref())?;
     let queue_depth = connect.queue_size;
     // Before anything starts, so a signal during the connect is not lost.
     let signals = Signals::new().map_err(|source| UblkError::Driver {

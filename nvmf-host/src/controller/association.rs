@@ -205,7 +205,7 @@ pub(super) fn open_queue(
                 command_timeout: options.io_timeout,
                 host_iface: options.host_iface.clone(),
             };
-            QueueHandle::spawn_with(TcpQueue::connect(addr, &qopts)?, options.poll.poller())
+            QueueHandle::spawn_with(TcpQueue::connect(addr, &qopts)?, options.poll.poller(), options.queue_cpu(qid))
         }
         #[cfg(feature = "rdma")]
         Transport::Rdma => {
@@ -220,7 +220,11 @@ pub(super) fn open_queue(
                 connect_timeout: options.connect_timeout,
                 command_timeout: options.io_timeout,
             };
-            QueueHandle::spawn_with(DetachedTeardown::new(RdmaQueue::connect(addr, &qopts)?), options.poll.poller())
+            QueueHandle::spawn_with(
+                DetachedTeardown::new(RdmaQueue::connect(addr, &qopts)?),
+                options.poll.poller(),
+                options.queue_cpu(qid),
+            )
         }
         #[cfg(not(feature = "rdma"))]
         Transport::Rdma => {

@@ -109,9 +109,21 @@ pub struct ConnectOptions {
     pub iopolicy: IoPolicy,
     /// How every queue's I/O thread waits for completions (the daemon's `[host]` `poll` and `poll_window_us`).
     pub poll: PollOptions,
+    /// CPUs the I/O queues' threads are pinned to, I/O queue `q` (and its export's queue thread) on
+    /// `cpus[(q - 1) % len]`, as the kernel's host keeps a queue's work on its `io_cpu` and perf pins its workers
+    /// (the `[host]` `cpus`, `--cpus`). `None`: not pinned. The admin queue is never pinned.
+    pub queue_cpus: Option<Vec<usize>>,
 }
 
 impl ConnectOptions {
+    /// The CPU I/O queue `qid`'s threads are pinned to (see [`ConnectOptions::queue_cpus`]); `None` for the admin
+    /// queue or when not pinned.
+    pub fn queue_cpu(&self, qid: u16) -> Option<usize> {
+        let cpus = self.queue_cpus.as_deref().filter(|c| !c.is_empty())?;
+        let index = usize::from(qid.checked_sub(1)?);
+        Some(cpus[index % cpus.len()])
+    }
+
     /// `host_iface` binds NVMe/TCP connections only; over RDMA it is an error, as the kernel makes it.
     pub fn check_host_iface(&self) -> Result<(), HostError> {
         match (&self.host_iface, self.transport) {
@@ -162,6 +174,7 @@ impl Default for ConnectOptions {
             dhchap_ctrl_secret: None,
             iopolicy: IoPolicy::default(),
             poll: PollOptions::default(),
+            queue_cpus: None,
         }
     }
 }
@@ -175,5 +188,16 @@ mod tests {
         let window_us = u128::from(nvmf_config::host::DEFAULT_POLL_WINDOW_US);
         assert_eq!(PollOptions::default(), PollOptions { mode: PollMode::default(), window: DEFAULT_WINDOW });
         assert_eq!(DEFAULT_WINDOW.as_micros(), window_us, "one default window, whoever fills it in");
+    }
+
+    #[test]
+    fn io_queues_take_the_listed_cpus_in_turn_and_the_admin_queue_none() {
+        let mut o = ConnectOptions { queue_cpus: Some(vec![3, 5]), ..ConnectOptions::default() };
+        let placed: Vec<_> = (0..=4).map(|q| o.queue_cpu(q)).collect();
+        assert_eq!(placed, [None, Some(3), Some(5), Some(3), Some(5)]);
+        o.queue_cpus = Some(vec![]);
+        assert_eq!(o.queue_cpu(1), None);
+        o.queue_cpus = None;
+        assert_eq!(o.queue_cpu(1), None);
     }
 }

@@ -39,7 +39,7 @@ use crate::controller::PollOptions;
 use crate::identity::{HostIdentity, IdentityError};
 use crate::metrics::HostCollector;
 use control::ControlServer;
-use params::config_params;
+use params::{config_params, HostDefaults};
 use reload::{ReloadError, ReloadSummary, Reloader};
 use requests::{handle, samples};
 use table::{end_entry, start_connectors, Entry, Shared, Table};
@@ -103,9 +103,15 @@ impl Daemon {
             }
         };
         tracing::info!(hostnqn = %identity.hostnqn, "host identity");
+        let queue_cpus = match &config.host.cpus {
+            Some(cpus) => (!cpus.is_empty()).then(|| cpus.clone()),
+            None => nvmf_service::cpus::allowed()
+                .inspect_err(|error| tracing::warn!(%error, "I/O queue threads left unpinned"))
+                .ok(),
+        };
+        let poll = PollOptions { mode: config.host.poll, window: config.host.poll_window };
         let shared = Arc::new(Shared {
-            identity,
-            poll: PollOptions { mode: config.host.poll, window: config.host.poll_window },
+            host: HostDefaults { identity, poll, queue_cpus },
             table: Mutex::new(Table::new()),
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
@@ -130,9 +136,7 @@ impl Daemon {
         let entries: Vec<u32> = config
             .controllers
             .iter()
-            .filter_map(|c| {
-                shared.reserve_unique(config_params(c, &shared.identity, shared.poll), Some(c.clone())).ok()
-            })
+            .filter_map(|c| shared.reserve_unique(config_params(c, &shared.host), Some(c.clone())).ok())
             .map(|r| r.n)
             .collect();
         let daemon = Daemon { shared, control: Some(control), metrics };

@@ -41,6 +41,16 @@ impl Params {
     }
 }
 
+/// What every controller of the daemon shares: the host's identity and how its queues' threads run (`[host]`
+/// `poll`, `poll_window_us` and `cpus`).
+#[derive(Debug, Clone)]
+pub(super) struct HostDefaults {
+    pub(super) identity: HostIdentity,
+    pub(super) poll: PollOptions,
+    /// See [`ConnectOptions::queue_cpus`].
+    pub(super) queue_cpus: Option<Vec<usize>>,
+}
+
 fn seconds_opt(v: Option<i64>, default: Option<Duration>) -> Option<Duration> {
     match v {
         Some(s) if s < 0 => None,
@@ -49,11 +59,11 @@ fn seconds_opt(v: Option<i64>, default: Option<Duration>) -> Option<Duration> {
     }
 }
 
-fn options_from_config(c: &ControllerConfig, identity: &HostIdentity, poll: PollOptions) -> ConnectOptions {
+fn options_from_config(c: &ControllerConfig, host: &HostDefaults) -> ConnectOptions {
     ConnectOptions {
         transport: transport_from_config(c.transport),
-        hostnqn: identity.hostnqn.clone(),
-        hostid: identity.hostid,
+        hostnqn: host.identity.hostnqn.clone(),
+        hostid: host.identity.hostid,
         nr_io_queues: c.nr_io_queues,
         queue_size: c.queue_size,
         keep_alive_tmo: c.keep_alive_tmo,
@@ -67,7 +77,8 @@ fn options_from_config(c: &ControllerConfig, identity: &HostIdentity, poll: Poll
         host_iface: c.host_iface.clone(),
         dhchap_secret: c.dhchap_secret.clone(),
         dhchap_ctrl_secret: c.dhchap_ctrl_secret.clone(),
-        poll,
+        poll: host.poll,
+        queue_cpus: host.queue_cpus.clone(),
         ..ConnectOptions::default()
     }
 }
@@ -79,15 +90,15 @@ fn transport_from_config(t: ConfigTransport) -> Transport {
     }
 }
 
-/// A `[[controller]]` table's parameters, as `identity`, its queues polling as `poll` (`[host]`).
-pub(super) fn config_params(c: &ControllerConfig, identity: &HostIdentity, poll: PollOptions) -> Params {
+/// A `[[controller]]` table's parameters, as `host` says for every controller.
+pub(super) fn config_params(c: &ControllerConfig, host: &HostDefaults) -> Params {
     Params {
         transport: transport_from_config(c.transport),
         addr: c.socket_addr(),
         traddr: c.address.to_string(),
         trsvcid: c.port.to_string(),
         subnqn: c.nqn.clone(),
-        options: options_from_config(c, identity, poll),
+        options: options_from_config(c, host),
         exports: c.exports.iter().map(|e| (Some(e.nsid), ExportSpec::from(&e.kind))).collect(),
     }
 }
@@ -134,12 +145,8 @@ pub(crate) fn apply_connect_params(options: &mut ConnectOptions, p: &ConnectPara
     options.check_host_iface().and_then(|()| options.check_dhchap()).map_err(|e| e.to_string())
 }
 
-/// A `connect` request's parameters, as `identity` unless it says otherwise, its queues polling as `poll` (`[host]`).
-pub(super) fn params_from_request(
-    p: &ConnectParams,
-    identity: &HostIdentity,
-    poll: PollOptions,
-) -> Result<Params, String> {
+/// A `connect` request's parameters, as `host` says for every controller unless the request says otherwise.
+pub(super) fn params_from_request(p: &ConnectParams, host: &HostDefaults) -> Result<Params, String> {
     let transport = match p.transport.as_str() {
         "tcp" => Transport::Tcp,
         "rdma" => Transport::Rdma,
@@ -149,9 +156,10 @@ pub(super) fn params_from_request(
     let addr = endpoint.resolve().map_err(|e| e.to_string())?;
     let mut options = ConnectOptions {
         transport,
-        hostnqn: identity.hostnqn.clone(),
-        hostid: identity.hostid,
-        poll,
+        hostnqn: host.identity.hostnqn.clone(),
+        hostid: host.identity.hostid,
+        poll: host.poll,
+        queue_cpus: host.queue_cpus.clone(),
         ..Default::default()
     };
     apply_connect_params(&mut options, p)?;
@@ -181,8 +189,8 @@ mod tests {
     use super::*;
     use crate::controller::IoPolicy;
 
-    fn identity() -> HostIdentity {
-        HostIdentity::generate()
+    fn host() -> HostDefaults {
+        HostDefaults { identity: HostIdentity::generate(), poll: PollOptions::default(), queue_cpus: None }
     }
 
     #[test]
@@ -191,9 +199,11 @@ mod tests {
             "[[controller]]\ntransport = \"rdma\"\naddress = \"10.77.0.1\"\nnqn = \"nqn.2024-01.io.example:a\"\n";
         let config = HostConfig::from_str(text, "<test>").unwrap();
         let busy = PollOptions { mode: crate::controller::PollMode::Busy, window: Duration::from_micros(50) };
-        let p = config_params(&config.controllers[0], &identity(), busy);
+        let p =
+            config_params(&config.controllers[0], &HostDefaults { poll: busy, queue_cpus: Some(vec![1]), ..host() });
         assert_eq!((p.transport, p.options.transport), (Transport::Rdma, Transport::Rdma));
         assert_eq!(p.options.poll, busy, "[host] poll reaches the controller's queues");
+        assert_eq!(p.options.queue_cpus, Some(vec![1]), "[host] cpus too");
         assert_eq!(p.endpoint().resolve().unwrap(), "10.77.0.1:4420".parse().unwrap());
     }
 
@@ -205,19 +215,16 @@ mod tests {
     #[test]
     fn a_connect_request_carries_its_transport_into_the_options() {
         for (name, transport) in [("rdma", Transport::Rdma), ("tcp", Transport::Tcp)] {
-            let p = params_from_request(&request(name), &identity(), PollOptions::default()).unwrap();
+            let p = params_from_request(&request(name), &host()).unwrap();
             assert_eq!((p.transport, p.options.transport), (transport, transport), "{name}");
         }
-        let err = params_from_request(&request("fc"), &identity(), PollOptions::default()).unwrap_err();
+        let err = params_from_request(&request("fc"), &host()).unwrap_err();
         assert!(err.contains("unknown transport \"fc\""), "{err}");
         let mut r = request("tcp");
         r.iopolicy = Some("queue-depth".into());
-        assert_eq!(
-            params_from_request(&r, &identity(), PollOptions::default()).unwrap().options.iopolicy,
-            IoPolicy::QueueDepth
-        );
+        assert_eq!(params_from_request(&r, &host()).unwrap().options.iopolicy, IoPolicy::QueueDepth);
         r.iopolicy = Some("numa".into());
-        let err = params_from_request(&r, &identity(), PollOptions::default()).unwrap_err();
+        let err = params_from_request(&r, &host()).unwrap_err();
         assert!(err.contains("unknown I/O policy \"numa\""), "{err}");
     }
 
@@ -227,15 +234,15 @@ mod tests {
         let mut r = request("tcp");
         r.dhchap_secret = Some(secret.into());
         assert!(!format!("{r:?}").contains("AAEC"), "{r:?}");
-        let p = params_from_request(&r, &identity(), PollOptions::default()).unwrap();
+        let p = params_from_request(&r, &host()).unwrap();
         assert_eq!(p.options.dhchap_secret.as_ref().map(|s| s.len()), Some(32));
         assert!(!format!("{:?}", p.options).contains("AAEC"));
         r.dhchap_secret = None;
         r.dhchap_ctrl_secret = Some(secret.into());
-        let e = params_from_request(&r, &identity(), PollOptions::default()).unwrap_err();
+        let e = params_from_request(&r, &host()).unwrap_err();
         assert!(e.contains("needs the host secret too"), "{e}");
         r.dhchap_secret = Some("DHHC-1:00:AAAA:".into());
-        let e = params_from_request(&r, &identity(), PollOptions::default()).unwrap_err();
+        let e = params_from_request(&r, &host()).unwrap_err();
         assert_eq!(e, "--dhchap-secret: the key field holds 3 bytes; a secret of 32, 48 or 64 bytes and its 4-byte CRC-32 are 36, 52 or 68");
     }
 }

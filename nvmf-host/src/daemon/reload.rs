@@ -170,6 +170,7 @@ fn ignored_changes(old: &HostConfig, new: &HostConfig) -> Vec<&'static str> {
         (a.control_socket != b.control_socket, "host.control_socket"),
         (a.poll != b.poll, "host.poll"),
         (a.poll_window != b.poll_window, "host.poll_window_us"),
+        (a.cpus != b.cpus, "host.cpus"),
         (old.metrics != new.metrics, "metrics"),
         (old.logging != new.logging, "logging"),
     ] {
@@ -219,7 +220,7 @@ fn apply(shared: &Arc<Shared>, old: &HostConfig, new: &HostConfig) -> Result<Rel
                 continue;
             }
             let changed = changed_options(&running, wanted);
-            let params = config_params(wanted, &shared.identity, shared.poll);
+            let params = config_params(wanted, &shared.host);
             match &entry.state {
                 State::Connected(ctrl) if changed.is_empty() => {
                     let stop_nsids: Vec<u32> =
@@ -258,8 +259,7 @@ fn apply(shared: &Arc<Shared>, old: &HostConfig, new: &HostConfig) -> Result<Rel
             if known {
                 continue;
             }
-            match shared.reserve_unique_in(&mut table, config_params(c, &shared.identity, shared.poll), Some(c.clone()))
-            {
+            match shared.reserve_unique_in(&mut table, config_params(c, &shared.host), Some(c.clone())) {
                 Ok(r) => connect.push((r.n, format!("added {}: {}", r.name, describe(c)))),
                 Err(existing) => summary.push(format!(
                     "not added: {}: already connected as {existing} by a connect request (disconnect it, then reload)",
@@ -387,7 +387,7 @@ mod tests {
             "[host]\ncontrol_socket = \"/run/x.sock\"\n[metrics]\nlisten = \"127.0.0.1:9656\"\n[logging]\nformat = \"json\"\n{ONE}"
         ));
         assert_eq!(ignored_changes(&old, &new), ["host.control_socket", "metrics", "logging"]);
-        let polling = config(&format!("[host]\npoll = \"busy\"\npoll_window_us = 50\n{ONE}"));
-        assert_eq!(ignored_changes(&old, &polling), ["host.poll", "host.poll_window_us"]);
+        let polling = config(&format!("[host]\npoll = \"busy\"\npoll_window_us = 50\ncpus = [0]\n{ONE}"));
+        assert_eq!(ignored_changes(&old, &polling), ["host.poll", "host.poll_window_us", "host.cpus"]);
     }
 }

@@ -114,7 +114,7 @@ fn list(shared: &Shared) -> Vec<ControllerView> {
 
 /// `connect`: one attempt, like `nvme connect` (the Controller reconnects by itself once it is up).
 fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
-    let params = match params_from_request(p, &shared.identity, shared.poll) {
+    let params = match params_from_request(p, &shared.host) {
         Ok(params) => params,
         Err(message) => return ControlReply::Error { message },
     };
@@ -165,7 +165,7 @@ fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
 
 /// `connect-all`: the discovery log's NVM subsystem entries over TCP that are not connected yet.
 fn connect_all(shared: &Shared, p: &ConnectParams) -> ControlReply {
-    let params = match params_from_request(p, &shared.identity, shared.poll) {
+    let params = match params_from_request(p, &shared.host) {
         Ok(params) => params,
         Err(message) => return ControlReply::Error { message },
     };

@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 use nvmf_config::host::ControllerConfig;
 
 use super::exports::{Heads, RunningExport};
-use super::params::Params;
+use super::params::{HostDefaults, Params};
 use super::reload::Reloader;
-use crate::controller::{Controller, ControllerState, PollOptions};
-use crate::identity::HostIdentity;
+use crate::controller::{Controller, ControllerState};
 
 #[derive(Debug)]
 pub(super) enum State {
@@ -62,9 +61,8 @@ pub(super) type Table = BTreeMap<u32, Entry>;
 
 #[derive(Debug)]
 pub(super) struct Shared {
-    pub(super) identity: HostIdentity,
-    /// How every controller's queue threads poll (`[host]` `poll`, `poll_window_us`).
-    pub(super) poll: PollOptions,
+    /// The host's identity and how every controller's queue threads run.
+    pub(super) host: HostDefaults,
     pub(super) table: Mutex<Table>,
     pub(super) stopping: AtomicBool,
     pub(super) next_id: AtomicU64,

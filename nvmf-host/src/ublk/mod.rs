@@ -26,7 +26,8 @@
 //! queue is the controller's, shared by every namespace's export and by library callers, and a reconnect
 //! replaces its I/O thread, while ublk_drv binds each ublk queue for the device's lifetime to the one thread
 //! that fetched its tags. The crossing is batched (one wake each way per batch), and it is a small part of what
-//! an exported request costs: most of that lies in the kernel's ublk path.
+//! an exported request costs: most of that lies in the kernel's ublk path. The queue thread is pinned to the CPU
+//! of its I/O queue's thread ([`crate::controller::ConnectOptions::queue_cpus`]), so the hand-off stays on one CPU.
 //!
 //! Lifecycle: [`UblkExport::start`] adds the device (ADD_DEV, SET_PARAMS), starts the queues (every tag
 //! fetched), then START_DEV; [`UblkExport::stop`] (or drop) STOP_DEV while the queues still serve (the
@@ -224,6 +225,7 @@ impl UblkExport {
                 cdev: Arc::clone(&cdev),
                 efd: Arc::clone(&efd),
                 stop: Arc::clone(&export.stop),
+                cpu: ctrl.options().queue_cpu(q_id + 1),
             };
             let ready = ready_tx.clone();
             let thread = std::thread::Builder::new()
@@ -387,6 +389,9 @@ struct Queue {
     cdev: Arc<File>,
     efd: Arc<File>,
     stop: Arc<Stop>,
+    /// Where I/O queue `q_id + 1`'s thread runs: this thread joins it, so a command's hop between the two stays
+    /// on one CPU.
+    cpu: Option<usize>,
 }
 
 /// A queue's [`CompletionSink`]: finished commands wait in a channel, and the eventfd the ring reads wakes
@@ -419,6 +424,11 @@ struct TagState {
 
 impl Queue {
     fn run(self, ready: &std::sync::mpsc::SyncSender<io::Result<()>>) {
+        if let Some(cpu) = self.cpu {
+            if let Err(error) = nvmf_service::cpus::pin_current_thread(cpu) {
+                tracing::warn!(q_id = self.q_id, cpu, %error, "ublk queue thread left unpinned");
+            }
+        }
         let setup = || -> io::Result<(sys::IoDescs, QueueRing)> {
             let descs = sys::IoDescs::map(&self.cdev, self.q_id, self.depth)?;
             let mut ring = QueueRing::new(&self.cdev, self.q_id, self.depth, self.buf_bytes, &self.efd)?;

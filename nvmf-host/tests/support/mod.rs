@@ -98,6 +98,7 @@ pub fn options(nr_io_queues: u16) -> ConnectOptions {
         dhchap_ctrl_secret: None,
         iopolicy: nvmf_host::multipath::IoPolicy::default(),
         poll: nvmf_host::controller::PollOptions::default(),
+        queue_cpus: None,
     }
 }
 

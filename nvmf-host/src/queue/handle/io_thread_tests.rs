@@ -266,7 +266,7 @@ fn an_idle_thread_sleeps_in_poll_and_a_submission_wakes_it() {
 #[test]
 fn a_busy_thread_never_sleeps_even_idle_and_still_completes() {
     let (q, probe) = Loopback::new(4);
-    let h = QueueHandle::spawn_with(q, Poller::new(PollMode::Busy, nvmf_service::poll::DEFAULT_WINDOW)).unwrap();
+    let h = QueueHandle::spawn_with(q, Poller::new(PollMode::Busy, nvmf_service::poll::DEFAULT_WINDOW), None).unwrap();
     while probe.idle_timeouts.lock().unwrap().len() < 100 {
         std::thread::yield_now();
     }

@@ -235,11 +235,16 @@ pub struct QueueHandle {
 impl QueueHandle {
     /// Move `queue` (either transport) onto a new I/O thread that polls adaptively with the default window.
     pub fn spawn<Q: BareQueue<InFlight> + 'static>(queue: Q) -> Result<Self, HostError> {
-        Self::spawn_with(queue, Poller::new(PollMode::Adaptive, DEFAULT_WINDOW))
+        Self::spawn_with(queue, Poller::new(PollMode::Adaptive, DEFAULT_WINDOW), None)
     }
 
-    /// Move `queue` onto a new I/O thread that waits as `poller` says (see the module docs).
-    pub fn spawn_with<Q: BareQueue<InFlight> + 'static>(mut queue: Q, poller: Poller) -> Result<Self, HostError> {
+    /// Move `queue` onto a new I/O thread that waits as `poller` says (see the module docs), pinned to `cpu` if
+    /// given (a CPU it may not run on leaves it unpinned, with a warning: placement is an optimisation).
+    pub fn spawn_with<Q: BareQueue<InFlight> + 'static>(
+        mut queue: Q,
+        poller: Poller,
+        cpu: Option<usize>,
+    ) -> Result<Self, HostError> {
         let qid = queue.qid();
         let waker = queue.waker()?;
         let depth = queue.free_slots().max(1);
@@ -248,7 +253,14 @@ impl QueueHandle {
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(format!("nvmf-q{qid}"))
-            .spawn(move || run(queue, &rx, &thread_shared, poller))
+            .spawn(move || {
+                if let Some(cpu) = cpu {
+                    if let Err(error) = nvmf_service::cpus::pin_current_thread(cpu) {
+                        tracing::warn!(qid, cpu, %error, "I/O thread left unpinned");
+                    }
+                }
+                run(queue, &rx, &thread_shared, poller)
+            })
             .map_err(|e| HostError::io(qid, "spawning the I/O thread", &e))?;
         let link = Link { submitter: Submitter { qid, tx, waker }, shared, thread: Some(thread), epoch: 0 };
         Ok(Self::with_link(qid, link, None))
