@@ -27,6 +27,9 @@
 # total and the most frequent; strace slows the run, so compare these between builds, not with the table):
 # $BENCH_LOGS/profile.md. BENCH_DISABLE_SQFLOW=1: both hosts connect with SQ flow control disabled (nvme connect
 # --disable-sqflow, perf --disable-sqflow; over TCP nvmet then ends successful reads without a response capsule).
+# BENCH_EXPORT=ublk: our host also serves the namespace as /dev/ublkbN (`nvmf-host ublk`, one I/O queue, its
+# default placement) and fio runs on it as on the kernel host's device: rows "<transport> ublk" (and "<transport>
+# ublk baseline" with BENCH_BASELINE_BIN); BENCH_UBLK_ARGS adds flags to both (e.g. `--cpus none`).
 #
 # Guest CPU: QEMU `-cpu max,-erms` unless NVMF_VM_CPU says otherwise: TCG's slow `rep movsb` would otherwise charge
 # every user-space copy ten times a kernel one (docs/benchmarks.md, "The guest CPU: no ERMS").
@@ -42,11 +45,12 @@ if [ "${1:-}" != --guest ]; then
   rm -rf "$logs"
   mkdir -p "$logs"
   env_args=(--env "NVMF_HOST_BIN=$target_dir/release/nvmf-host")
-  for v in BENCH_RUNTIME BENCH_ROUNDS BENCH_TRANSPORTS BENCH_BASELINE_BIN BENCH_PROFILE BENCH_DISABLE_SQFLOW; do
+  for v in BENCH_RUNTIME BENCH_ROUNDS BENCH_TRANSPORTS BENCH_BASELINE_BIN BENCH_PROFILE BENCH_DISABLE_SQFLOW \
+    BENCH_EXPORT BENCH_UBLK_ARGS; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
   export NVMF_VM_CPU=${NVMF_VM_CPU:-max,-erms}
-  "$target_dir/debug/nvmf-vm" --bare --rxe --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk \
+  "$target_dir/debug/nvmf-vm" --bare --rxe --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk,ublk_drv \
     --cpus "${BENCH_CPUS:-2}" --deadline 1200 --logs "$logs" "${env_args[@]}" -- bash tests/vm/host-bench.sh --guest
   # Right after the run: the 1- and 5-minute averages cover it (the guest's own vCPU threads count, about 2).
   [ "${BENCH_DISABLE_SQFLOW:-0}" = 1 ] && echo "Both hosts connected with --disable-sqflow." | tee -a "$logs/bench.md"
@@ -108,6 +112,18 @@ kernel() {
     ".jobs[0].$dir | \"\(.iops | floor) \(.bw_bytes / 104857.6 | floor / 10) \(.lat_ns.percentile[\"99.000000\"] / 1000 | floor) \((\$busy | tonumber) / .total_ios | floor)\"" "$out"
 }
 
+# ublk_export VAR NAME BIN TRTYPE ADDR: VAR := the /dev/ublkbN that `BIN ublk` (daemon NAME) serves the namespace
+# as (not echoed: the daemon must be a child of this shell, not of a command substitution, for stop_daemon).
+ublk_export() {
+  local name=$2 bin=$3 log
+  log=$(daemon_log "$name")
+  # shellcheck disable=SC2086 # BENCH_UBLK_ARGS is a list of flags
+  start_daemon "$name" "$bin" ublk -t "$4" -a "$5" -s 4420 -n "$nqn" -i 1 "${sqflow[@]}" ${BENCH_UBLK_ARGS:-}
+  wait_until 60 _ublk_ready "$log" || { cat "$log" >&2; fail "$name: no ublk device"; return 1; }
+  printf -v "$1" '%s' "$(grep -m1 '^/dev/ublkb' "$log")"
+}
+_ublk_ready() { local d; d=$(grep -m1 '^/dev/ublkb' "$1") && [ -b "$d" ]; }
+
 # row TRANSPORT LABEL WORKLOAD OURS_RUNS KERNEL_RUNS: a table row of the rounds' means ("IOPS MIBS P99 BUSY" per
 # run, one run per line) and the ratio of the mean IOPS, then the per-round ratios.
 row() {
@@ -142,7 +158,12 @@ for t in $transports; do
     fio --name=fill --filename="$kdev" --ioengine=io_uring --direct=1 --rw=write --bs=1M --iodepth=4 > /dev/null
     filled=1
   fi
-  declare -A o=() b=() k=()
+  udev='' bdev=''
+  if [ "${BENCH_EXPORT:-}" = ublk ]; then
+    ublk_export udev "ublk-$t" "$NVMF_HOST_BIN" "$t" "$addr"
+    [ -n "${BENCH_BASELINE_BIN:-}" ] && ublk_export bdev "ublk-$t-baseline" "$BENCH_BASELINE_BIN" "$t" "$addr"
+  fi
+  declare -A o=() b=() k=() u=() ub=()
   # record RUNS LABEL CMD...: run CMD (workload $w, round $r), add its result line to RUNS[$w] and log it.
   record() {
     local -n runs=$1
@@ -162,6 +183,8 @@ for t in $transports; do
       if [ -n "${BENCH_BASELINE_BIN:-}" ]; then
         record b baseline ours "$t" "$addr" 4420 "$w" "$BENCH_BASELINE_BIN" "-baseline-r$r"
       fi
+      [ -n "$udev" ] && record u ublk kernel "$t" "$udev" "$w" "-ublk-r$r"
+      [ -n "$bdev" ] && record ub ublk-baseline kernel "$t" "$bdev" "$w" "-ublk-baseline-r$r"
       if ((r % 2 == 1)); then
         record k kernel kernel "$t" "$kdev" "$w" "-r$r"
       fi
@@ -170,9 +193,13 @@ for t in $transports; do
   for w in "${workloads[@]}"; do
     row "$t" "$t" "$w" "${o[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
     [ -n "${b[$w]:-}" ] && row "$t" "$t baseline" "$w" "${b[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
+    [ -n "${u[$w]:-}" ] && row "$t" "$t ublk" "$w" "${u[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
+    [ -n "${ub[$w]:-}" ] && row "$t" "$t ublk baseline" "$w" "${ub[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
   done
+  [ -n "$udev" ] && stop_daemon "ublk-$t" 30
+  [ -n "$bdev" ] && stop_daemon "ublk-$t-baseline" 30
   host_disconnect "$nqn"
-  unset o b k
+  unset o b k u ub
 done
 
 # profile TRTYPE ADDR WORKLOAD BIN TAG -> profile.md rows: context switches and user/system CPU µs per I/O (a run
