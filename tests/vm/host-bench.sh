@@ -29,7 +29,10 @@
 # --disable-sqflow, perf --disable-sqflow; over TCP nvmet then ends successful reads without a response capsule).
 # BENCH_EXPORT=ublk: our host also serves the namespace as /dev/ublkbN (`nvmf-host ublk`, one I/O queue, its
 # default placement) and fio runs on it as on the kernel host's device: rows "<transport> ublk" (and "<transport>
-# ublk baseline" with BENCH_BASELINE_BIN); BENCH_UBLK_ARGS adds flags to both (e.g. `--cpus none`).
+# ublk baseline" with BENCH_BASELINE_BIN); BENCH_UBLK_ARGS adds flags to both (e.g. `--cpus none`). With
+# BENCH_PROFILE=1 each export then runs each workload twice more: once to sample its threads from /proc (context
+# switches and user + system CPU per I/O of the ublk queue thread and the NVMe I/O queue's thread), once under
+# `strace -c -f` (the daemon's syscalls per I/O): $BENCH_LOGS/export-profile.md.
 #
 # Guest CPU: QEMU `-cpu max,-erms` unless NVMF_VM_CPU says otherwise: TCG's slow `rep movsb` would otherwise charge
 # every user-space copy ten times a kernel one (docs/benchmarks.md, "The guest CPU: no ERMS").
@@ -124,6 +127,45 @@ ublk_export() {
 }
 _ublk_ready() { local d; d=$(grep -m1 '^/dev/ublkb' "$1") && [ -b "$d" ]; }
 
+# _threads PID: one line per thread of PID: its name, voluntary and involuntary context switches, CPU ticks (user +
+# system).
+_threads() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    echo "$(cat "$t/comm") $(awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
+      END { print v, n }' "$t/status") $(sed 's/.*) //' "$t/stat" | awk '{ print $12 + $13 }')"
+  done
+}
+
+# export_profile LABEL DAEMON DEV WORKLOAD -> export-profile.md rows: per thread of the export DAEMON serving DEV
+# (ublk queue, NVMe I/O queue) context switches and CPU per I/O over one fio run, then the daemon's syscalls per I/O
+# over a second run under strace (which slows it), the total and the four most frequent.
+export_profile() {
+  local label=$1 pid name ios st sp
+  pid=$(cat "/run/nvmf-daemons/$2.pid")
+  read -r name _ <<< "$4"
+  _threads "$pid" > "$NVMF_VM_LOGS/threads-$2-$name.before"
+  kernel "$t" "$3" "$4" "-profile-$2" > /dev/null
+  _threads "$pid" > "$NVMF_VM_LOGS/threads-$2-$name.after"
+  ios=$(jq '.jobs[0].read.total_ios + .jobs[0].write.total_ios' "$NVMF_VM_LOGS/fio-$t-$name-profile-$2.json")
+  awk -v n="$ios" -v hz="$(getconf CLK_TCK)" -v l="$label $name" '
+    NR == FNR { v[$1] = $2; i[$1] = $3; c[$1] = $4; next }
+    $1 ~ /^(ublk|nvmf-q)/ {
+      printf "| %s | %s | %.2f | %.2f | %.1f | |\n", l, $1, ($2 - v[$1]) / n, ($3 - i[$1]) / n, ($4 - c[$1]) * 1e6 / hz / n
+    }' "$NVMF_VM_LOGS/threads-$2-$name.before" "$NVMF_VM_LOGS/threads-$2-$name.after"
+  st=$NVMF_VM_LOGS/strace-$2-$name.txt
+  strace -c -f -p "$pid" -o "$st" 2> /dev/null &
+  sp=$!
+  sleep 1
+  kernel "$t" "$3" "$4" "-strace-$2" > /dev/null
+  kill -INT "$sp"
+  wait "$sp" || true
+  ios=$(jq '.jobs[0].read.total_ios + .jobs[0].write.total_ios' "$NVMF_VM_LOGS/fio-$t-$name-strace-$2.json")
+  awk -v n="$ios" -v l="$label $name" '$NF == "total" { printf "| %s | all (strace) | | | | %.2f |\n", l, $4 / n }' "$st"
+  grep -E '^ *[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+' "$st" | grep -v ' total$' | sort -k4 -nr | head -4 |
+    awk -v n="$ios" '{ printf "|   | %s | | | | %.2f |\n", $NF, $4 / n }'
+}
+
 # row TRANSPORT LABEL WORKLOAD OURS_RUNS KERNEL_RUNS: a table row of the rounds' means ("IOPS MIBS P99 BUSY" per
 # run, one run per line) and the ratio of the mean IOPS, then the per-round ratios.
 row() {
@@ -164,6 +206,12 @@ for t in $transports; do
     [ -n "${BENCH_BASELINE_BIN:-}" ] && ublk_export bdev "ublk-$t-baseline" "$BENCH_BASELINE_BIN" "$t" "$addr"
   fi
   declare -A o=() b=() k=() u=() ub=()
+  if [ "${BENCH_PROFILE:-0}" = 1 ] && [ -n "$udev" ] && [ ! -f "$NVMF_VM_LOGS/export-profile.md" ]; then
+    {
+      echo "| run | thread | voluntary ctxsw/I/O | involuntary ctxsw/I/O | CPU µs/I/O | syscalls/I/O |"
+      echo "|---|---|---:|---:|---:|---:|"
+    } > "$NVMF_VM_LOGS/export-profile.md"
+  fi
   # record RUNS LABEL CMD...: run CMD (workload $w, round $r), add its result line to RUNS[$w] and log it.
   record() {
     local -n runs=$1
@@ -196,6 +244,12 @@ for t in $transports; do
     [ -n "${u[$w]:-}" ] && row "$t" "$t ublk" "$w" "${u[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
     [ -n "${ub[$w]:-}" ] && row "$t" "$t ublk baseline" "$w" "${ub[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
   done
+  if [ "${BENCH_PROFILE:-0}" = 1 ] && [ -n "$udev" ]; then
+    for w in "${workloads[@]}"; do
+      export_profile "$t ublk" "ublk-$t" "$udev" "$w" >> "$NVMF_VM_LOGS/export-profile.md"
+      [ -n "$bdev" ] && export_profile "$t ublk baseline" "ublk-$t-baseline" "$bdev" "$w" >> "$NVMF_VM_LOGS/export-profile.md"
+    done
+  fi
   [ -n "$udev" ] && stop_daemon "ublk-$t" 30
   [ -n "$bdev" ] && stop_daemon "ublk-$t-baseline" 30
   host_disconnect "$nqn"
@@ -237,6 +291,7 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
   done
   cat "$prof"
 fi
+[ -f "$NVMF_VM_LOGS/export-profile.md" ] && cat "$NVMF_VM_LOGS/export-profile.md"
 
 {
   echo
