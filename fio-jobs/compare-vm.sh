@@ -3,6 +3,7 @@
 # device reached four ways, each through the kernel's block layer:
 #   local        the device itself (the limit)
 #   nvmf-rs      our nvmf-target (NVMF_TARGET_BIN) exporting it over NVMe/TCP, the kernel host connected
+#   nvmf-rs-ublk the same, our host (NVMF_HOST_BIN) connected and exporting the namespace as /dev/ublkbN
 #   nvmet-tcp    the kernel's nvmet-tcp exporting it, the kernel host connected
 #   nvmf-rs-rdma our nvmf-target over NVMe/RDMA (Soft-RoCE on the guest's rxe0, $NVMF_RDMA_ADDR), kernel host
 #   nvmet-rdma   the kernel's nvmet-rdma exporting it, the kernel host connected over rxe0
@@ -59,6 +60,9 @@ else
 fi
 nvmet_teardown
 
+# The ublk device `nvmf-host ublk` printed (empty until it did).
+_ublk_device() { grep -m1 '^/dev/ublkb' "$(daemon_log ublk)"; }
+
 # Ours.
 cat > /tmp/compare-target.toml <<EOF
 [logging]
@@ -78,6 +82,18 @@ EOF
 if nvmf_target_start ours /tmp/compare-target.toml && remote=$(host_connect tcp 127.0.0.1 4421 "$nqn_ours"); then
   run_jobs nvmf-rs "$remote"
   host_disconnect "$nqn_ours"
+  # Our host, as a user mounts a namespace: its ublk export with its defaults (one queue per CPU, pinned).
+  if [ -n "${NVMF_HOST_BIN:-}" ] && modprobe ublk_drv; then
+    start_daemon ublk "$NVMF_HOST_BIN" ublk -t tcp -a 127.0.0.1 -s 4421 -n "$nqn_ours"
+    if wait_until 60 _ublk_device && [ -b "$(_ublk_device)" ]; then
+      run_jobs nvmf-rs-ublk "$(_ublk_device)"
+    else
+      echo "nvmf-host ublk did not export the namespace (see ublk.log)" > "$out/nvmf-rs-ublk.skipped"
+    fi
+    stop_daemon ublk 30 || log "compare: nvmf-host ublk did not stop cleanly"
+  else
+    echo "no NVMF_HOST_BIN or no ublk_drv in the guest" > "$out/nvmf-rs-ublk.skipped"
+  fi
   if [ -n "${NVMF_RDMA_ADDR:-}" ] && remote=$(host_connect rdma "$NVMF_RDMA_ADDR" 4421 "$nqn_ours"); then
     run_jobs nvmf-rs-rdma "$remote"
     host_disconnect "$nqn_ours"
@@ -87,6 +103,7 @@ if nvmf_target_start ours /tmp/compare-target.toml && remote=$(host_connect tcp 
 else
   echo "nvmf-target setup failed (see ours.log)" > "$out/nvmf-rs.skipped"
   echo "nvmf-target setup failed (see ours.log)" > "$out/nvmf-rs-rdma.skipped"
+  echo "nvmf-target setup failed (see ours.log)" > "$out/nvmf-rs-ublk.skipped"
 fi
 stop_daemon ours
 
