@@ -133,11 +133,7 @@ impl<Q: Send + 'static> ReactorHandle<Q> {
         let thread = std::thread::Builder::new()
             .name(format!("nvmf-reactor-{index}"))
             .spawn(move || {
-                if let Some(cpu) = config.cpu {
-                    if let Err(error) = nvmf_service::cpus::pin_current_thread(cpu) {
-                        tracing::warn!(cpu, %error, "could not pin reactor thread");
-                    }
-                }
+                nvmf_service::cpus::place_current_thread(config.cpu);
                 let counters = Arc::clone(target.discard_counters());
                 let engine = match IoEngine::with_discard_counters(&config.engine, counters) {
                     Ok(engine) => engine,

@@ -1,5 +1,6 @@
 //! CPU affinity: the CPUs this process may run on, CPU lists as `taskset -c` writes them, and pinning the calling
-//! thread to one CPU (the target's reactors, the host's perf workers), through `sched_{get,set}affinity`.
+//! thread to one CPU (the target's reactors, the host's I/O queue, ublk queue and perf threads), through
+//! `sched_{get,set}affinity`.
 
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
@@ -50,6 +51,16 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), CpuError> {
     let mut set = CpuSet::new();
     set.set(cpu);
     sched_setaffinity(None, &set).map_err(|e| CpuError::Os { what: what(), source: e.into() })
+}
+
+/// Pin the calling thread to `cpu` if given; a CPU it may not run on leaves it unpinned with a warning naming the
+/// thread (placement is an optimisation, never a reason for a thread not to run).
+pub fn place_current_thread(cpu: Option<usize>) {
+    let Some(cpu) = cpu else { return };
+    if let Err(error) = pin_current_thread(cpu) {
+        let thread = std::thread::current();
+        tracing::warn!(thread = thread.name().unwrap_or("unnamed"), cpu, %error, "thread left unpinned");
+    }
 }
 
 /// Parse a CPU list as `taskset -c` and `/sys/devices/system/cpu/online` write it: numbers and inclusive ranges,

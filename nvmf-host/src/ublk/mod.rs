@@ -424,11 +424,7 @@ struct TagState {
 
 impl Queue {
     fn run(self, ready: &std::sync::mpsc::SyncSender<io::Result<()>>) {
-        if let Some(cpu) = self.cpu {
-            if let Err(error) = nvmf_service::cpus::pin_current_thread(cpu) {
-                tracing::warn!(q_id = self.q_id, cpu, %error, "ublk queue thread left unpinned");
-            }
-        }
+        nvmf_service::cpus::place_current_thread(self.cpu);
         let setup = || -> io::Result<(sys::IoDescs, QueueRing)> {
             let descs = sys::IoDescs::map(&self.cdev, self.q_id, self.depth)?;
             let mut ring = QueueRing::new(&self.cdev, self.q_id, self.depth, self.buf_bytes, &self.efd)?;

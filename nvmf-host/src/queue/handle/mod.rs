@@ -254,11 +254,7 @@ impl QueueHandle {
         let thread = std::thread::Builder::new()
             .name(format!("nvmf-q{qid}"))
             .spawn(move || {
-                if let Some(cpu) = cpu {
-                    if let Err(error) = nvmf_service::cpus::pin_current_thread(cpu) {
-                        tracing::warn!(qid, cpu, %error, "I/O thread left unpinned");
-                    }
-                }
+                nvmf_service::cpus::place_current_thread(cpu);
                 run(queue, &rx, &thread_shared, poller)
             })
             .map_err(|e| HostError::io(qid, "spawning the I/O thread", &e))?;
