@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # NVMe/TCP benchmark in the test VM: our target (nvmf-target, release build) against the kernel's nvmet-tcp,
 # both exporting the same null_blk device (/dev/nullb0, no memory backing) to the same kernel host over
-# 127.0.0.1, fio 4 KiB randread and randwrite at QD 32 (io_uring, O_DIRECT). Every target is up at once; the kernel
+# 127.0.0.1, fio 4 KiB randread and randwrite at QD 32 by default (io_uring, O_DIRECT). Every target is up at once; the kernel
 # host connects to each in turn with each I/O queue count, round after round, so a slowdown of the guest hits them
 # alike. Prints a Markdown table (IOPS, p99 completion latency, the guest's CPU use and the target process's: ours
 # only, nvmet runs in kernel threads) and the ratios of the rounds' means. Not a test: TCG makes absolute numbers
@@ -10,7 +10,7 @@
 #   tests/vm/bench-tcp.sh                        # build, boot one guest, run everything (~3-4 min)
 #   BENCH_QUEUES="2 1" BENCH_ROUNDS=3 BENCH_REACTORS="1 2" BENCH_PERF=1 tests/vm/bench-tcp.sh
 #
-# Environment: BENCH_RUNTIME (seconds per fio run, default 15), BENCH_RAMP (2), BENCH_REACTORS (our reactor
+# Environment: BENCH_RUNTIME (seconds per fio run, default 15), BENCH_RAMP (2), BENCH_IODEPTH (fio's queue depth, 32), BENCH_REACTORS (our reactor
 # counts to try, default "2"), BENCH_QUEUES (the kernel host's I/O queue counts to try, `nvme connect -i`; default
 # the guest's vCPU count, nvme-cli's own default), BENCH_ROUNDS (1), BENCH_BASELINE (another nvmf-target binary,
 # e.g. a build of an older commit: also benchmarked, as "baseline", with each reactor count, to measure a change in
@@ -35,7 +35,7 @@ if [ "${1:-}" != --guest ]; then
   rm -rf "$logs"
   mkdir -p "$logs"
   env_args=(--env "NVMF_TARGET_BIN=$target_dir/release/nvmf-target")
-  for v in BENCH_RUNTIME BENCH_RAMP BENCH_REACTORS BENCH_QUEUES BENCH_ROUNDS BENCH_BASELINE BENCH_POLL BENCH_PERF BENCH_PROFILE; do
+  for v in BENCH_RUNTIME BENCH_RAMP BENCH_IODEPTH BENCH_REACTORS BENCH_QUEUES BENCH_ROUNDS BENCH_BASELINE BENCH_POLL BENCH_PERF BENCH_PROFILE; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
   # Other work on this machine slows the guest's vCPUs unevenly: the host's load goes in the table's footer.
@@ -53,6 +53,7 @@ fi
 . "$NVMF_GUEST_LIB"
 runtime=${BENCH_RUNTIME:-15}
 ramp=${BENCH_RAMP:-2}
+qd=${BENCH_IODEPTH:-32}
 reactors=${BENCH_REACTORS:-2}
 polls=${BENCH_POLL:-adaptive}
 queues=${BENCH_QUEUES:-$(nproc)}
@@ -78,7 +79,7 @@ run_fio() {
   read -r b0 t0 <<< "$(_cpu_busy_jiffies)"
   [ -n "$pid" ] && p0=$(_proc_jiffies "$pid")
   timeout $((runtime + ramp + 60)) fio --name="$rw" --filename="$dev" --ioengine=io_uring --direct=1 \
-    --rw="$rw" --bs=4k --iodepth=32 --numjobs=1 --time_based --runtime="$runtime" --ramp_time="$ramp" \
+    --rw="$rw" --bs=4k --iodepth="$qd" --numjobs=1 --time_based --runtime="$runtime" --ramp_time="$ramp" \
     --output-format=json > "$out" 2> "$out.err" || { cat "$out.err" >&2; fail "fio $label $rw"; return 1; }
   read -r b1 t1 <<< "$(_cpu_busy_jiffies)"
   [ -n "$pid" ] && p1=$(_proc_jiffies "$pid")
@@ -88,7 +89,7 @@ run_fio() {
   # Our daemon's CPU as % of one CPU over the whole run (ramp included, like the guest figure).
   proc="–"
   [ -n "$pid" ] && proc=$(((p1 - p0) * 100 / ((t1 - t0) / $(nproc))))
-  echo "| $label | $q | 4 KiB $rw QD32 | $round | $iops | $p99 | $guest | $proc |" >> "$table"
+  echo "| $label | $q | 4 KiB $rw QD$qd | $round | $iops | $p99 | $guest | $proc |" >> "$table"
   log "$label, $q I/O queue(s), $rw ($round): $iops IOPS, p99 $p99 µs, guest CPU $guest %, target CPU $proc %"
   echo "$iops" >> "$key"
 }
@@ -145,9 +146,9 @@ for round in $(seq "$rounds"); do
   done
 done
 
-# _fio5 DEV OUT: a 5 s 4 KiB randread QD32 run; its I/O count.
+# _fio5 DEV OUT: a 5 s 4 KiB randread run at the benchmark's queue depth; its I/O count.
 _fio5() {
-  timeout 60 fio --name=profile --filename="$1" --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth=32 \
+  timeout 60 fio --name=profile --filename="$1" --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth="$qd" \
     --time_based --runtime=5 --output-format=json > "$2" 2> /dev/null || true
   jq -r '.jobs[0].read.total_ios // 0' "$2" 2> /dev/null || echo 0
 }
@@ -156,7 +157,7 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
   prof=$NVMF_VM_LOGS/profile.md
   hz=$(getconf CLK_TCK)
   {
-    echo "| target (one host I/O queue, 4 KiB randread QD32) | IOPS | guest busy µs / I/O | target process µs / I/O | syscalls / I/O (under strace) | the most frequent, per I/O |"
+    echo "| target (one host I/O queue, 4 KiB randread QD$qd) | IOPS | guest busy µs / I/O | target process µs / I/O | syscalls / I/O (under strace) | the most frequent, per I/O |"
     echo "|---|---:|---:|---:|---:|---|"
   } > "$prof"
   for t in "${targets[@]}"; do
@@ -197,7 +198,7 @@ if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf > /dev/null; then
     log "perf record of $label during a randread run"
     dev=$(host_connect tcp 127.0.0.1 "$port" "$nqn" -i "${queues%% *}")
     timeout $((runtime + 60)) fio --name=perf --filename="$dev" --ioengine=io_uring --direct=1 --rw=randread \
-      --bs=4k --iodepth=32 --time_based --runtime="$runtime" > /dev/null 2>&1 &
+      --bs=4k --iodepth="$qd" --time_based --runtime="$runtime" > /dev/null 2>&1 &
     fio_pid=$!
     sleep "$ramp"
     perf record -e cpu-clock -F 499 -g -p "$pid" -o "$NVMF_VM_LOGS/perf-$daemon.data" -- sleep $((runtime - ramp - 1)) \
