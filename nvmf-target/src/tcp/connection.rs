@@ -285,10 +285,23 @@ impl TcpConnection {
     /// C2HTermReq where the error calls for one). Once it returned anything but `Ok(true)` the connection
     /// is closed and later calls return `Ok(false)`.
     pub fn on_readable(&mut self, engine: &mut IoEngine) -> Result<bool, ConnectionError> {
+        self.read_and_flush(engine, false)
+    }
+
+    /// A readiness event for the socket: as [`TcpConnection::on_readable`], except that a read filling less than
+    /// its buffer ends the reading, since it emptied the socket's receive queue and bytes arriving later raise a
+    /// new edge (epoll reports each arrival on a TCP socket): one `read` per event at low queue depth instead of
+    /// two. Unless the event says the host hung up or the socket has an error (`hung_up`): the end of the stream
+    /// or the error waits behind the data with no edge to come, so reading goes on until a read reports it.
+    pub fn on_read_event(&mut self, engine: &mut IoEngine, hung_up: bool) -> Result<bool, ConnectionError> {
+        self.read_and_flush(engine, !hung_up)
+    }
+
+    fn read_and_flush(&mut self, engine: &mut IoEngine, stop_at_short_read: bool) -> Result<bool, ConnectionError> {
         if self.session.phase == Phase::Closed {
             return Ok(false);
         }
-        match self.receive(engine) {
+        match self.receive(engine, stop_at_short_read) {
             Ok(open) => {
                 if !open {
                     self.close(engine);
@@ -551,14 +564,16 @@ impl TcpConnection {
         }
     }
 
-    /// Read and handle PDUs until the socket is drained or reading pauses. `Ok(false)`: end of stream.
-    fn receive(&mut self, engine: &mut IoEngine) -> Result<bool, ConnectionError> {
+    /// Read and handle PDUs until the socket is drained (a read reports `WouldBlock`, or with
+    /// `stop_at_short_read` fills less than its buffer) or reading pauses. `Ok(false)`: end of stream.
+    fn receive(&mut self, engine: &mut IoEngine, stop_at_short_read: bool) -> Result<bool, ConnectionError> {
+        let mut drained = false;
         loop {
             self.decode_buffered(engine)?;
             if self.session.phase == Phase::Closed {
                 return Ok(false);
             }
-            if self.read_paused {
+            if self.read_paused || drained {
                 return Ok(true);
             }
             self.rstart = 0;
@@ -568,7 +583,10 @@ impl TcpConnection {
             }
             match self.stream.read(&mut self.rbuf) {
                 Ok(0) => return Ok(false),
-                Ok(n) => self.rend = n,
+                Ok(n) => {
+                    self.rend = n;
+                    drained = stop_at_short_read && n < self.rbuf.len();
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {

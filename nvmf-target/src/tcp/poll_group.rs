@@ -330,7 +330,8 @@ impl PollGroup for TcpPollGroup {
     fn ready(&mut self, token: u64, event: &Event, cx: &mut GroupContext<'_>) {
         let Ok(slot) = usize::try_from(token) else { return };
         if event.is_readable() || event.is_read_closed() || event.is_error() {
-            self.with_connection(slot, cx, TcpConnection::on_readable);
+            let hung_up = event.is_read_closed() || event.is_error();
+            self.with_connection(slot, cx, |c, engine| c.on_read_event(engine, hung_up));
         }
         if event.is_writable() {
             self.with_connection(slot, cx, TcpConnection::on_writable);

@@ -806,3 +806,20 @@ fn reading_pauses_while_the_send_backlog_is_over_its_limit_and_resumes_without_l
         assert_eq!(read(&mut io, &mut rig.engine, 0, 4096).0, data[..4096], "the queue goes on (ring: {ring})");
     }
 }
+
+#[test]
+fn a_read_event_stops_at_a_short_read_unless_the_host_hung_up() {
+    let mut rig = Rig::new(TcpTransportConfig::default());
+    let mut p = rig.connect();
+    p.initialize(&mut rig.engine, false, false, 0);
+    // A Keep Alive and the end of the stream, both in the socket before the target reads.
+    let mut sqe = SubmissionQueueEntry::new(0x18);
+    sqe.cid = p.cid();
+    let bytes = Pdu::CapsuleCommand(CapsuleCommand { sqe }).to_bytes(&[], &p.framing).unwrap();
+    p.host.write_all(&bytes).unwrap();
+    p.host.shutdown(std::net::Shutdown::Write).unwrap();
+    // The read of the capsule filled less than the buffer: the event's reading ends there.
+    assert!(p.conn.on_read_event(&mut rig.engine, false).unwrap(), "read past a short read");
+    // The hang-up's event reads on to the end of the stream.
+    assert!(!p.conn.on_read_event(&mut rig.engine, true).unwrap(), "the end of the stream was not seen");
+}
