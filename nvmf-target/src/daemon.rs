@@ -17,6 +17,7 @@ use crate::controller::authentication::{HostKeys, SubsystemAuth};
 use crate::controller::{NamespaceParams, SubsystemParams, Target, TargetError, TargetParams};
 use crate::metrics::{MetricsError, MetricsServer};
 use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
+use crate::tcp::placement::IncomingCpuPlacement;
 use crate::tcp::Acceptor;
 use crate::transport::{
     BoundTransportListeners, ListenError, NewQueuePair, Refusal, TransportCounters, TransportListeners, TransportSet,
@@ -59,6 +60,8 @@ pub struct RunningTarget {
     listeners: TransportListeners,
     storages: Vec<Arc<Storage>>,
     metrics: Option<MetricsServer>,
+    /// Where NVMe/TCP connections are placed at Connect (pinned reactors only).
+    placement: Option<Arc<IncomingCpuPlacement>>,
     /// `[target] state_dir` if usable at start (see [`usable_state_dir`]); namespaces added by a reload use it too.
     state_dir: Option<std::path::PathBuf>,
 }
@@ -215,6 +218,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     target.discovery_subsystem().set_auth(discovery_auth(config));
 
     let engine = engine_config(config);
+    let placement = IncomingCpuPlacement::new(&config.reactors.cpus).map(Arc::new);
     let mut reactors = Vec::with_capacity(config.reactors.threads);
     let mut counters = Vec::with_capacity(config.reactors.threads);
     let mut waits = Vec::with_capacity(config.reactors.threads);
@@ -229,7 +233,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         };
         let reactor_waits = Arc::clone(&reactor_config.waits);
         let reactor_counters = TransportCounters::default();
-        let group = TransportSet::new(index, &reactor_counters, config.reactors.socket_io);
+        let group = TransportSet::new(index, &reactor_counters, config.reactors.socket_io, placement.clone());
         match ReactorHandle::spawn(reactor_config, Arc::clone(&target), group) {
             Ok(r) => {
                 reactors.push(r);
@@ -245,6 +249,14 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         }
     }
     let reactors = Arc::new(reactors);
+    if let Some(placement) = &placement {
+        // Inlets, not the handles: the reactors' groups hold the placement, and stopping the reactors takes them
+        // back from their Arc.
+        let inlets: Vec<_> = reactors.iter().map(ReactorHandle::inlet).collect();
+        placement.set_hand_off(Box::new(move |to, connection| {
+            inlets.get(to).is_some_and(|inlet| inlet.accept(connection.into()).is_ok())
+        }));
+    }
     let listeners = match bound.start(&reactors) {
         Ok(listeners) => listeners,
         Err(e) => {
@@ -255,7 +267,10 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let metrics = match config.metrics.listen {
         None => None,
         Some(listen) => {
-            let collector = listeners.collector(Arc::clone(&target), &counters).with_reactor_waits(waits);
+            let collector = listeners
+                .collector(Arc::clone(&target), &counters)
+                .with_reactor_waits(waits)
+                .with_placement(placement.clone());
             let rnic = crate::metrics::rnic_collector(config);
             match MetricsServer::start(listen, crate::metrics::registry(collector, rnic)) {
                 Ok(server) => Some(server),
@@ -267,7 +282,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
             }
         }
     };
-    Ok(RunningTarget { target, reactors, counters, listeners, storages, metrics, state_dir })
+    Ok(RunningTarget { target, reactors, counters, listeners, storages, metrics, placement, state_dir })
 }
 
 fn stop_reactors(reactors: Arc<Vec<ReactorHandle<NewQueuePair>>>) {
@@ -336,6 +351,12 @@ impl RunningTarget {
     /// How each reactor drives its NVMe/TCP sockets (`io_uring`, `epoll`; `None` before it started).
     pub fn tcp_socket_paths(&self) -> Vec<Option<&'static str>> {
         self.counters.iter().map(|c| c.tcp_socket_path.name()).collect()
+    }
+
+    /// NVMe/TCP connections moved at Connect to the reactor on the CPU their packets arrive on; `None` unless the
+    /// reactors are pinned (two or more).
+    pub fn tcp_connections_moved(&self) -> Option<u64> {
+        self.placement.as_ref().map(|p| p.moved())
     }
 
     /// Data buffers over all reactors' pools: (free, total), as of each reactor's last turn.

@@ -167,9 +167,12 @@ impl<Q: Send + 'static> ReactorHandle<Q> {
 
     /// Hand a new queue pair to this reactor (its poll group accepts or refuses it).
     pub fn accept(&self, queue_pair: Q) {
-        if self.tx.send(Message::Accept(queue_pair)).is_ok() {
-            let _ = self.waker.wake();
-        }
+        let _ = self.inlet().accept(queue_pair);
+    }
+
+    /// A way to hand this reactor queue pairs that does not keep it running (for other reactors).
+    pub fn inlet(&self) -> ReactorInlet<Q> {
+        ReactorInlet { tx: self.tx.clone(), waker: Arc::clone(&self.waker) }
     }
 
     /// End every queue pair, wait for storage ops in flight, and end the thread.
@@ -179,6 +182,27 @@ impl<Q: Send + 'static> ReactorHandle<Q> {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// The reactor a queue pair was handed to has ended.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the reactor has ended")]
+pub struct ReactorEnded;
+
+/// Hands queue pairs to a reactor ([`ReactorHandle::inlet`]).
+#[derive(Debug)]
+pub struct ReactorInlet<Q> {
+    tx: Sender<Message<Q>>,
+    waker: Arc<Waker>,
+}
+
+impl<Q> ReactorInlet<Q> {
+    /// Hand `queue_pair` to the reactor; `Err` (the queue pair dropped) if the reactor has ended.
+    pub fn accept(&self, queue_pair: Q) -> Result<(), ReactorEnded> {
+        self.tx.send(Message::Accept(queue_pair)).map_err(|_| ReactorEnded)?;
+        let _ = self.waker.wake();
+        Ok(())
     }
 }
 

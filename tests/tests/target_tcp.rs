@@ -377,6 +377,37 @@ fn read_write_in_capsule_and_r2t_from_512_bytes_to_1_mib() {
 }
 
 #[test]
+fn a_queue_moves_at_connect_to_the_reactor_on_the_cpu_its_packets_arrive_on() {
+    let cpus = nvmf_service::cpus::allowed().expect("allowed CPUs");
+    let [a, b, ..] = cpus[..] else {
+        eprintln!("skipped: placement needs two CPUs, this process may use {cpus:?}");
+        return;
+    };
+    let t = Target::start(&memory_config("").replace("threads = 2", &format!("cpus = [{a}, {b}]")));
+    // The host sends from CPU a only, so every queue's packets arrive there (loopback is processed on the sending
+    // CPU). The listener deals connections in turn: the admin queue and I/O queue 2 to reactor 0 (on CPU a), I/O
+    // queue 1 to reactor 1, which hands it to reactor 0 when its Connect arrives.
+    let addr = t.addr;
+    let host = std::thread::spawn(move || {
+        nvmf_service::cpus::pin_current_thread(a).expect("pin the host to CPU a");
+        let mut assoc = Association::new(addr, options(), 2);
+        for (i, q) in assoc.io.iter_mut().enumerate() {
+            let data = pattern(64 << 10, u8::try_from(i).unwrap());
+            let slba = 1024 * i as u64;
+            ok(Ok(write(q, 1, 512, slba, &data, false)));
+            assert!(ok(Ok(read(q, 1, 512, slba, data.len()))).data == data, "queue {} reads back", i + 1);
+        }
+        assoc
+    });
+    let assoc = host.join().expect("host thread");
+    let live: Vec<usize> =
+        t.running().connection_counters().iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).collect();
+    assert_eq!(live, [3, 0], "every queue on the reactor of CPU {a}");
+    assert_eq!(t.running().tcp_connections_moved(), Some(1));
+    drop(assoc);
+}
+
+#[test]
 fn flush_write_zeroes_deallocate_and_compare() {
     let t = Target::start(&memory_config(""));
     let mut a = Association::new(t.addr, options(), 1);

@@ -17,6 +17,7 @@ use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY
 use crate::backend::BudgetLimit;
 use crate::controller::{KatoMinimum, Stalled, Target};
 use crate::reactor::WaitCounters;
+use crate::tcp::placement::IncomingCpuPlacement;
 use crate::tcp::TcpSocketPath;
 use crate::transport::{Admission, BufferGauge, Refusal};
 
@@ -42,6 +43,8 @@ pub struct TargetCollector {
     waits: Vec<Arc<WaitCounters>>,
     /// How each reactor drives its NVMe/TCP sockets, by reactor index.
     socket_paths: Vec<Arc<TcpSocketPath>>,
+    /// Where NVMe/TCP connections are placed at Connect (pinned reactors only).
+    placement: Option<Arc<IncomingCpuPlacement>>,
     /// Every reactor's NVMe/RDMA counters (summed at scrape).
     #[cfg(feature = "rdma")]
     rdma: Vec<Arc<crate::rdma::RdmaCounters>>,
@@ -71,6 +74,7 @@ impl TargetCollector {
             buffers: Vec::new(),
             waits: Vec::new(),
             socket_paths: Vec::new(),
+            placement: None,
             #[cfg(feature = "rdma")]
             rdma: Vec::new(),
         }
@@ -91,6 +95,12 @@ impl TargetCollector {
     /// Also export how every reactor drives its NVMe/TCP sockets (by reactor index).
     pub fn with_socket_paths(mut self, paths: Vec<Arc<TcpSocketPath>>) -> Self {
         self.socket_paths = paths;
+        self
+    }
+
+    /// Also export the NVMe/TCP connections `placement` moved to another reactor.
+    pub fn with_placement(mut self, placement: Option<Arc<IncomingCpuPlacement>>) -> Self {
+        self.placement = placement;
         self
     }
 
@@ -362,6 +372,16 @@ impl Collector for TargetCollector {
                     gauge(&mut m, &[("reactor", &reactor.to_string()), ("path", name)], 1)?;
                 }
             }
+        }
+        if let Some(placement) = &self.placement {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_tcp_connections_moved",
+                "NVMe/TCP connections handed, at their queue's Connect, to the reactor pinned to the CPU their packets \
+                 arrive on.",
+                None,
+                MetricType::Counter,
+            )?;
+            counter(&mut m, &[], placement.moved())?;
         }
         {
             let mut m = encoder.encode_descriptor(

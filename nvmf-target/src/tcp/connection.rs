@@ -39,7 +39,7 @@ use nvmf_common::nvme::sqe::SubmissionQueueEntry;
 use nvmf_common::nvme::status::Status;
 use nvmf_common::transport::tcp::pdu::MAX_ENCODED_HEADER_LEN;
 use nvmf_common::transport::tcp::{
-    DecoderConfig, Direction, FatalErrorStatus, Framing, H2cData, Pdu, PduDecoder, PduError,
+    DecoderConfig, Direction, FatalErrorStatus, Framing, H2cData, IcReq, Pdu, PduDecoder, PduError,
 };
 use nvmf_common::wire::WireError;
 
@@ -90,6 +90,25 @@ enum Phase {
     Closed,
 }
 
+/// Whether the connection waits for its reactor to decide where it is served ([`super::placement`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Served where it is.
+    Settled,
+    /// Ask when the first bytes after ICReq (the queue's Connect) arrive.
+    AtConnect,
+    /// Asked: reading holds until [`TcpConnection::place_here`] or [`TcpConnection::into_initialized`].
+    Asked,
+}
+
+/// A connection past ICReq on its way to another reactor: the ICReq it accepted and the bytes it received and did
+/// not decode (the Connect capsule). [`TcpConnection::resume`] takes it up there.
+#[derive(Debug)]
+pub struct Initialized {
+    icreq: IcReq,
+    received: Vec<u8>,
+}
+
 /// What a received PDU asks of the connection beyond the session's own state.
 enum Handled {
     /// Nothing more.
@@ -127,6 +146,8 @@ struct Session {
     last_sqhd: u16,
     /// Bytes of host data received so far (progress of a peer that was asked for data).
     h2c_received: u64,
+    /// The ICReq accepted (kept for a move to another reactor).
+    icreq: Option<IcReq>,
 }
 
 /// One NVMe/TCP connection: socket, queue, decoder, send queue and per-command transfer state (see the
@@ -140,6 +161,7 @@ pub struct TcpConnection {
     rend: usize,
     /// Reading stopped because the send backlog is over the limit.
     read_paused: bool,
+    placement: Placement,
     io: SocketIo,
     ring: RingOps,
     /// Since when the connection has waited on its peer without progress, and the progress mark then
@@ -179,6 +201,7 @@ impl TcpConnection {
             rstart: 0,
             rend: 0,
             read_paused: false,
+            placement: Placement::Settled,
             io,
             ring: RingOps::default(),
             stalled: None,
@@ -195,8 +218,62 @@ impl TcpConnection {
                 sq_flow_control_disabled: false,
                 last_sqhd: 0,
                 h2c_received: 0,
+                icreq: None,
             },
         }
+    }
+
+    /// Hold reading when the first bytes after ICReq arrive, until the reactor decided where the connection is
+    /// served ([`TcpConnection::awaits_placement`]).
+    pub fn place_at_connect(&mut self) {
+        self.placement = Placement::AtConnect;
+    }
+
+    /// Whether reading holds for the reactor to place the connection: [`TcpConnection::place_here`], or once
+    /// [`TcpConnection::in_flight`] is 0, [`TcpConnection::into_initialized`].
+    pub fn awaits_placement(&self) -> bool {
+        self.placement == Placement::Asked && self.session.phase != Phase::Closed
+    }
+
+    /// Serve the connection here: decode what arrived and read on. Same return values as
+    /// [`TcpConnection::on_readable`].
+    pub fn place_here(&mut self, engine: &mut IoEngine) -> Result<bool, ConnectionError> {
+        self.placement = Placement::Settled;
+        match self.io {
+            SocketIo::IoUring(_) => self.resume_ring_receive(engine),
+            SocketIo::Epoll => self.on_readable(engine),
+        }
+    }
+
+    /// Whether the connection can leave this reactor ([`TcpConnection::into_initialized`]): it awaits placement,
+    /// its queue is not connected and it has nothing in flight.
+    pub fn can_leave(&self) -> bool {
+        self.awaits_placement() && self.in_flight() == 0 && self.queue().qid().is_none() && self.session.icreq.is_some()
+    }
+
+    /// Leave this reactor: the socket and what another reactor needs to take the connection up
+    /// ([`TcpConnection::resume`]); its queue, never connected, ends. `None` (the connection ended) unless it
+    /// [`TcpConnection::can_leave`].
+    pub fn into_initialized(mut self, engine: &mut IoEngine) -> Option<(TcpStream, Initialized)> {
+        let icreq = self.session.icreq.filter(|_| self.can_leave());
+        self.session.queue.disconnect(engine);
+        let received = self.rbuf[self.rstart..self.rend].to_vec();
+        Some((self.stream, Initialized { icreq: icreq?, received }))
+    }
+
+    /// Take up a connection another reactor initialized (a connection made by [`TcpConnection::new`] here, on its
+    /// socket): accept its ICReq without answering it again, and handle what it received. Same return values as
+    /// [`TcpConnection::on_readable`].
+    pub fn resume(&mut self, engine: &mut IoEngine, initialized: Initialized) -> Result<bool, ConnectionError> {
+        let framing = self.session.initialize(&initialized.icreq);
+        self.negotiated(framing);
+        self.keep_undecoded(&initialized.received)?;
+        self.place_here(engine)
+    }
+
+    /// The socket.
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
     }
 
     /// The socket, to register with (or deregister from) the reactor's `mio::Poll`.
@@ -399,7 +476,7 @@ impl TcpConnection {
         if self.is_closed() {
             return Ok(());
         }
-        let consumed = if self.rstart == self.rend && !self.read_paused { self.decode(engine, chunk)? } else { 0 };
+        let consumed = if self.rstart == self.rend && !self.reading_held() { self.decode(engine, chunk)? } else { 0 };
         if self.is_closed() {
             return Ok(());
         }
@@ -453,12 +530,12 @@ impl TcpConnection {
             return;
         }
         match self.ring.recv {
-            Some(id) if self.read_paused && !self.ring.recv_cancelled => match engine.cancel_net_op(id) {
+            Some(id) if self.reading_held() && !self.ring.recv_cancelled => match engine.cancel_net_op(id) {
                 Ok(()) => self.ring.recv_cancelled = true,
                 Err(_) => self.ring.retry = true,
             },
             Some(_) => {}
-            None if self.read_paused || self.rstart < self.rend => {}
+            None if self.reading_held() || self.rstart < self.rend => {}
             None => match engine.recv_multishot(tag, self.stream.as_raw_fd()) {
                 Ok(id) => self.ring.recv = Some(id),
                 Err(_) => self.ring.retry = true,
@@ -573,7 +650,7 @@ impl TcpConnection {
             if self.session.phase == Phase::Closed {
                 return Ok(false);
             }
-            if self.read_paused || drained {
+            if self.reading_held() || drained {
                 return Ok(true);
             }
             self.rstart = 0;
@@ -613,6 +690,12 @@ impl TcpConnection {
     fn decode(&mut self, engine: &mut IoEngine, input: &[u8]) -> Result<usize, ConnectionError> {
         let mut at = 0;
         while at < input.len() {
+            if self.placement == Placement::AtConnect && self.session.phase == Phase::Live {
+                self.placement = Placement::Asked;
+            }
+            if self.placement == Placement::Asked {
+                return Ok(at);
+            }
             if self.session.backlogged() {
                 if !self.read_paused {
                     self.session.queue.target().count_send_backlog_pause();
@@ -641,15 +724,23 @@ impl TcpConnection {
             };
             match handled {
                 Ok(Handled::Done) => {}
-                Ok(Handled::Negotiated(framing)) => {
-                    self.decoder.set_framing(framing);
-                    let c = &self.session.config;
-                    self.decoder.set_max_data_len(c.in_capsule_data_size.max(c.maxh2cdata));
-                }
+                Ok(Handled::Negotiated(framing)) => self.negotiated(framing),
                 Err(fatal) => return self.fail(engine, fatal).map(|()| at),
             }
         }
         Ok(at)
+    }
+
+    /// Decode the PDUs after ICReq with the `framing` it negotiated.
+    fn negotiated(&mut self, framing: Framing) {
+        self.decoder.set_framing(framing);
+        let c = &self.session.config;
+        self.decoder.set_max_data_len(c.in_capsule_data_size.max(c.maxh2cdata));
+    }
+
+    /// Reading stops: for the send backlog, or for the reactor to place the connection.
+    fn reading_held(&self) -> bool {
+        self.read_paused || self.placement == Placement::Asked
     }
 
     /// Write queued output (on the ring: queue its send) and release the commands whose bytes are all written.
@@ -745,14 +836,10 @@ impl Session {
                 Err(Fatal::Close(ConnectionError::HostTerminated { fes: t.fes, fei: t.fei }))
             }
             (Phase::AwaitingIcReq, Pdu::IcReq(icreq)) => {
-                let n = negotiate(&icreq, &self.config);
                 // ICResp goes out without digests: they apply from the next PDU on.
-                queue_pdu(&mut self.send, &Pdu::IcResp(n.icresp), &Framing::default()).map_err(encode)?;
-                self.framing = n.framing;
-                self.transfers.set_max_r2t(n.maxr2t, self.config.max_r2t_per_command);
-                self.phase = Phase::Live;
-                tracing::debug!(framing = ?n.framing, maxr2t = n.maxr2t, "NVMe/TCP connection initialized");
-                Ok(Handled::Negotiated(n.framing))
+                let icresp = negotiate(&icreq, &self.config).icresp;
+                queue_pdu(&mut self.send, &Pdu::IcResp(icresp), &Framing::default()).map_err(encode)?;
+                Ok(Handled::Negotiated(self.initialize(&icreq)))
             }
             (Phase::AwaitingIcReq, _) => {
                 violation(FatalErrorStatus::PduSequenceError, 0, "a PDU other than ICReq before ICReq", data.len())
@@ -779,6 +866,17 @@ impl Session {
             // The decoder only lets host-to-controller PDUs through.
             (_, _) => violation(FatalErrorStatus::InvalidPduHeaderField, 0, "PDU type not sent by hosts", 0),
         }
+    }
+
+    /// Accept `icreq` (its ICResp is the caller's): commands flow with the framing returned.
+    fn initialize(&mut self, icreq: &IcReq) -> Framing {
+        let n = negotiate(icreq, &self.config);
+        self.framing = n.framing;
+        self.transfers.set_max_r2t(n.maxr2t, self.config.max_r2t_per_command);
+        self.phase = Phase::Live;
+        self.icreq = Some(*icreq);
+        tracing::debug!(framing = ?n.framing, maxr2t = n.maxr2t, "NVMe/TCP connection initialized");
+        n.framing
     }
 
     /// Remember a Connect that disables SQ flow control, so that its successful response turns the

@@ -331,7 +331,8 @@ fn accept_all(
                     tracing::warn!(traddr = %peer, error = %e, "cannot set TCP keepalive");
                 }
                 let tcp = Arc::clone(&spec.tcp);
-                let connection = AcceptedConnection { stream, peer, port_id: spec.port_id, tcp, admitted };
+                let connection =
+                    AcceptedConnection { stream, peer, port_id: spec.port_id, tcp, admitted, initialized: None };
                 if hand_over(connection).is_err() {
                     tracing::warn!(traddr = %peer, listener = %spec.address, "no reactor takes connections; closed");
                     return;

@@ -8,7 +8,9 @@
 //! PDUs and completions as CapsuleResps, and ends the connection with a C2HTermReq on a fatal transport
 //! error.
 //!
-//! Threading: the acceptor thread ([`listener`]) accepts and hands each connection over; from then on a
+//! Threading: the acceptor thread ([`listener`]) accepts and hands each connection over; with pinned reactors the
+//! connection may move once more, when its queue's Connect arrives, to the reactor on the CPU its packets arrive on
+//! ([`placement`]); from then on a
 //! connection lives on one reactor thread, in its [`TcpPollGroup`], and is driven by that reactor's readiness
 //! events, storage completions and timers (the queue's Connect and keep-alive deadlines; the transfer timeout
 //! while it waits on a host that moves no data). It never blocks: sockets are non-blocking, a full
@@ -17,6 +19,7 @@
 //!
 //! - [`listener`] — the acceptor thread: TCP listeners, accepting and handing connections over.
 //! - `poll_group` — [`TcpPollGroup`], a reactor's connection table (the transport's [`crate::transport::PollGroup`]).
+//! - [`placement`] — which reactor serves a connection once its queue's Connect arrives (by `SO_INCOMING_CPU`).
 //! - [`config`] — [`TcpTransportConfig`], the port's settings.
 //! - `connection` — [`TcpConnection`], the state machine and socket I/O.
 //! - `outgoing` — framing of ICResp, R2T, C2HData, CapsuleResp and C2HTermReq.
@@ -29,12 +32,13 @@ mod connection;
 pub mod error;
 pub mod listener;
 mod outgoing;
+pub mod placement;
 mod poll_group;
 mod send;
 mod transfer;
 
 pub use config::TcpTransportConfig;
-pub use connection::{SocketIo, TcpConnection};
+pub use connection::{Initialized, SocketIo, TcpConnection};
 pub use error::ConnectionError;
 pub use listener::{Acceptor, BoundListener, BoundListeners, ListenerError, ListenerSlot, TcpListenerSpec};
 pub use poll_group::{AcceptedConnection, TcpPollGroup, TcpSocketPath};

@@ -1,7 +1,9 @@
 //! [`TcpPollGroup`]: one reactor's NVMe/TCP connections, the TCP side of the [`PollGroup`] boundary. A connection
 //! handed over by the acceptor gets a slot of the connection table; the slot is its poll token and its queue key,
 //! so readiness and storage completions find it without a lookup. A connection that ended leaves the poll at once
-//! and the table once its storage ops (and, on the ring, its socket ops) have completed.
+//! and the table once its storage ops (and, on the ring, its socket ops) have completed. With pinned reactors a
+//! connection whose queue's Connect arrived on another reactor's CPU leaves for that reactor
+//! ([`IncomingCpuPlacement`]) once its socket ops have completed.
 //!
 //! Sockets are driven through the reactor's io_uring when the configuration allows it and the kernel has the ops
 //! (decided once, when the reactor starts, and published in [`TcpSocketPath`]); else through epoll readiness.
@@ -21,7 +23,8 @@ use mio::Interest;
 
 use nvmf_config::target::SocketIoMode;
 
-use super::{ConnectionError, SocketIo, TcpConnection, TcpTransportConfig};
+use super::placement::IncomingCpuPlacement;
+use super::{ConnectionError, Initialized, SocketIo, TcpConnection, TcpTransportConfig};
 use crate::backend::{IoEngine, NetCompletion, SocketOps};
 use crate::controller::{SlotId, TransportInfo};
 use crate::reactor::RETRY_AFTER;
@@ -40,6 +43,8 @@ pub struct AcceptedConnection {
     pub tcp: Arc<TcpTransportConfig>,
     /// Its place among the listener's and the peer address's connections.
     pub admitted: Admitted,
+    /// Past ICReq on another reactor, which placed it here ([`IncomingCpuPlacement`]); `None` from the listener.
+    pub initialized: Option<Initialized>,
 }
 
 /// Which way a reactor drives its NVMe/TCP sockets, for metrics: unknown until the reactor starts.
@@ -69,8 +74,13 @@ struct Slot {
     tcp: TcpConnection,
     /// Still registered with the poll (removed when it closes).
     registered: bool,
-    /// Given back when the slot is dropped, with the connection.
-    _admitted: Admitted,
+    /// Given back when the slot is dropped, with the connection (or handed on with it).
+    admitted: Admitted,
+    peer: SocketAddr,
+    port_id: u16,
+    config: Arc<TcpTransportConfig>,
+    /// The reactor it leaves for once its socket ops completed.
+    moving_to: Option<usize>,
     /// Tells this connection's timer entries from those of the slot's earlier occupants.
     id: u64,
     /// The timer of its live entry in the timer heap (entries for other instants are stale).
@@ -114,12 +124,20 @@ pub struct TcpPollGroup {
     /// Sockets go through the reactor's io_uring (decided in `started`).
     ring: bool,
     path: Arc<TcpSocketPath>,
+    placement: Option<Arc<IncomingCpuPlacement>>,
 }
 
 impl TcpPollGroup {
     /// The NVMe/TCP group of reactor `index`, counting its connections in `live`, driving its sockets as
-    /// `socket_io` allows (the choice published in `path` once the reactor starts).
-    pub fn new(index: usize, live: Arc<AtomicUsize>, socket_io: SocketIoMode, path: Arc<TcpSocketPath>) -> Self {
+    /// `socket_io` allows (the choice published in `path` once the reactor starts), placing connections at Connect
+    /// by `placement` if given.
+    pub fn new(
+        index: usize,
+        live: Arc<AtomicUsize>,
+        socket_io: SocketIoMode,
+        path: Arc<TcpSocketPath>,
+        placement: Option<Arc<IncomingCpuPlacement>>,
+    ) -> Self {
         TcpPollGroup {
             index,
             connections: Vec::new(),
@@ -135,6 +153,7 @@ impl TcpPollGroup {
             socket_io,
             ring: false,
             path,
+            placement,
         }
     }
 
@@ -197,6 +216,7 @@ impl TcpPollGroup {
             // What the socket does not take now waits for its writable event.
             self.run(slot, cx, TcpConnection::on_writable);
         }
+        self.place(slot, cx);
         let Some(conn) = self.connections[slot].as_mut() else { return };
         conn.touched = false;
         conn.tcp.note_turn(cx.now);
@@ -235,6 +255,43 @@ impl TcpPollGroup {
             self.timers.retain(
                 |&Reverse((t, id, s))| matches!(connections.get(s), Some(Some(c)) if c.id == id && c.timer == Some(t)),
             );
+        }
+    }
+
+    /// A connection whose Connect arrived: served here, or handed to the reactor on the CPU it arrived on once its
+    /// socket ops have completed (until then it waits, reading held; the last completion touches it again).
+    fn place(&mut self, slot: usize, cx: &mut GroupContext<'_>) {
+        let Some(conn) = self.connections[slot].as_mut() else { return };
+        if !conn.tcp.awaits_placement() {
+            return;
+        }
+        if conn.moving_to.is_none() {
+            let to = self.placement.as_ref().and_then(|p| p.reactor_for(conn.tcp.stream(), self.index));
+            match to {
+                Some(to) => conn.moving_to = Some(to),
+                None => return self.run(slot, cx, TcpConnection::place_here),
+            }
+        }
+        let Some(placement) = self.placement.clone().filter(|_| conn.tcp.can_leave()) else { return };
+        let Some(mut c) = self.connections[slot].take() else { return };
+        if c.registered {
+            let _ = cx.registry.deregister(c.tcp.stream_mut());
+        }
+        self.free.push(slot);
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        let to = c.moving_to.unwrap_or(self.index);
+        let Some((stream, initialized)) = c.tcp.into_initialized(cx.engine) else { return };
+        let moved = AcceptedConnection {
+            stream: stream.into(),
+            peer: c.peer,
+            port_id: c.port_id,
+            tcp: c.config,
+            admitted: c.admitted,
+            initialized: Some(initialized),
+        };
+        tracing::debug!(reactor = self.index, to, traddr = %moved.peer, "connection moves to the reactor on its CPU");
+        if !placement.hand_off(to, moved) {
+            tracing::debug!(reactor = self.index, to, "connection closed: the reactor on its CPU has stopped");
         }
     }
 
@@ -315,16 +372,39 @@ impl PollGroup for TcpPollGroup {
         let queue = cx.new_queue(info, key);
         tracing::debug!(reactor = self.index, traddr = %accepted.peer, slot, "connection accepted");
         let mut tcp = TcpConnection::new(stream, queue, &accepted.tcp, io);
-        tcp.start(cx.engine);
+        let resumed = match accepted.initialized {
+            Some(initialized) => tcp.resume(cx.engine, initialized),
+            None => {
+                if self.placement.is_some() {
+                    tcp.place_at_connect();
+                }
+                tcp.start(cx.engine);
+                Ok(true)
+            }
+        };
         let id = self.next_id;
         self.next_id += 1;
-        let admitted = accepted.admitted;
-        let registered = !self.ring;
-        let conn = Slot { tcp, registered, _admitted: admitted, id, timer: None, touched: true, waiting: false };
+        let conn = Slot {
+            tcp,
+            registered: !self.ring,
+            admitted: accepted.admitted,
+            peer: accepted.peer,
+            port_id: accepted.port_id,
+            config: accepted.tcp,
+            moving_to: None,
+            id,
+            timer: None,
+            touched: true,
+            waiting: false,
+        };
         self.connections[slot] = Some(conn);
         // Touched: the end of this turn schedules its Connect deadline.
         self.touched.push(slot);
         self.live.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = resumed {
+            tracing::debug!(reactor = self.index, error = %e, "connection ended");
+            self.run(slot, cx, |_, _| Ok(false));
+        }
     }
 
     fn ready(&mut self, token: u64, event: &Event, cx: &mut GroupContext<'_>) {

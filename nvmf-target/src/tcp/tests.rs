@@ -295,6 +295,14 @@ impl Peer {
 
     /// Fabrics Connect with in-capsule Connect data; returns the response.
     fn connect(&mut self, engine: &mut IoEngine, qid: u16, cntlid: u16, cattr: u8) -> CompletionQueueEntry {
+        let cid = self.send_connect(qid, cntlid, cattr);
+        let cqe = self.expect_response(engine);
+        assert_eq!(cqe.cid, cid);
+        cqe
+    }
+
+    /// Send a Fabrics Connect with in-capsule Connect data; its CID.
+    fn send_connect(&mut self, qid: u16, cntlid: u16, cattr: u8) -> u16 {
         let sgl1 = SglDescriptor::DataBlock { address: 0, length: 1024, subtype: SglSubtype::Offset };
         let sqe = Connect { qid, sqsize: 31, cattr, kato: 0, sgl1 }.to_sqe().unwrap();
         let data = ConnectData {
@@ -304,10 +312,7 @@ impl Peer {
             hostnqn: Nqn::new(HOSTNQN).unwrap(),
         }
         .to_bytes();
-        let cid = self.command(sqe, &data);
-        let cqe = self.expect_response(engine);
-        assert_eq!(cqe.cid, cid);
-        cqe
+        self.command(sqe, &data)
     }
 }
 
@@ -822,4 +827,56 @@ fn a_read_event_stops_at_a_short_read_unless_the_host_hung_up() {
     assert!(p.conn.on_read_event(&mut rig.engine, false).unwrap(), "read past a short read");
     // The hang-up's event reads on to the end of the stream.
     assert!(!p.conn.on_read_event(&mut rig.engine, true).unwrap(), "the end of the stream was not seen");
+}
+
+#[test]
+fn a_connection_held_at_connect_is_served_where_it_is_placed_on_either_socket_path() {
+    for ring in [false, true] {
+        let Some(mut rig) = Rig::on_path(TcpTransportConfig::default(), ring) else { continue };
+        // Placed where it is: the held Connect is handled then.
+        let mut p = rig.connect();
+        p.conn.place_at_connect();
+        p.initialize(&mut rig.engine, true, true, 0);
+        let cid = p.send_connect(0, CNTLID_DYNAMIC, 0);
+        hold_until_placed(&mut p, &mut rig.engine, ring);
+        assert!(p.conn.place_here(&mut rig.engine).unwrap());
+        let cqe = p.expect_response(&mut rig.engine);
+        assert_eq!((cqe.cid, cqe.status), (cid, Status::SUCCESS), "ring: {ring}");
+        assert!(!p.conn.awaits_placement());
+
+        // Moved: another connection (another reactor's, with its own queue) takes the socket up, with the digests
+        // ICReq negotiated, and answers the Connect without a second ICResp.
+        let mut q = rig.connect();
+        q.conn.place_at_connect();
+        q.initialize(&mut rig.engine, true, true, 0);
+        let cid = q.send_connect(0, CNTLID_DYNAMIC, 0);
+        hold_until_placed(&mut q, &mut rig.engine, ring);
+        let placeholder = rig.connect().conn;
+        let held = std::mem::replace(&mut q.conn, placeholder);
+        let (stream, initialized) = held.into_initialized(&mut rig.engine).expect("ready to move");
+        q.key = rig.next_key;
+        rig.next_key += 1;
+        let queue = Queue::new(Arc::clone(&rig.target), TransportInfo::tcp(1, rig.config.in_capsule_data_size, q.key));
+        let io = if ring { SocketIo::IoUring(q.key) } else { SocketIo::Epoll };
+        q.conn = TcpConnection::new(stream, queue, &rig.config, io);
+        assert!(q.conn.resume(&mut rig.engine, initialized).unwrap());
+        let cqe = q.expect_response(&mut rig.engine);
+        assert_eq!((cqe.cid, cqe.status), (cid, Status::SUCCESS), "ring: {ring}");
+        let get = PropertyGet { size: PropertySize::Eight, offset: 0 };
+        let cap = admin_sqe_ok(&mut q, &mut rig.engine, get.to_sqe());
+        assert_ne!(cap.dw0, 0, "CAP read after the move (ring: {ring})");
+    }
+}
+
+/// Pump `p` until its connection holds the Connect for placement with nothing in flight, checking nothing was
+/// answered meanwhile.
+fn hold_until_placed(p: &mut Peer, engine: &mut IoEngine, ring: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.conn.can_leave() {
+        assert!(Instant::now() < deadline, "the Connect was not held (ring: {ring})");
+        p.pump(engine);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    p.pump(engine);
+    assert!(p.inbox.is_empty() && !p.eof, "the target answered a held Connect (ring: {ring})");
 }

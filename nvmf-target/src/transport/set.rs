@@ -16,6 +16,7 @@ use crate::controller::SlotId;
 #[cfg(feature = "rdma")]
 use crate::rdma::{RdmaAccepted, RdmaCounters, RdmaPollGroup};
 use crate::reactor::ReactorHandle;
+use crate::tcp::placement::IncomingCpuPlacement;
 use crate::tcp::{AcceptedConnection, TcpPollGroup, TcpSocketPath};
 use nvmf_config::target::SocketIoMode;
 
@@ -83,8 +84,13 @@ pub struct TransportSet {
 
 impl TransportSet {
     /// The poll groups of reactor `index`, counting into `counters`; NVMe/TCP sockets on the ring when `socket_io`
-    /// says so (and the kernel has the ops).
-    pub fn new(index: usize, counters: &TransportCounters, socket_io: SocketIoMode) -> Self {
+    /// says so (and the kernel has the ops), NVMe/TCP connections placed at Connect by `placement` if given.
+    pub fn new(
+        index: usize,
+        counters: &TransportCounters,
+        socket_io: SocketIoMode,
+        placement: Option<Arc<IncomingCpuPlacement>>,
+    ) -> Self {
         TransportSet {
             buffers: Arc::clone(&counters.buffers),
             tcp: TcpPollGroup::new(
@@ -92,6 +98,7 @@ impl TransportSet {
                 Arc::clone(&counters.tcp_connections),
                 socket_io,
                 Arc::clone(&counters.tcp_socket_path),
+                placement,
             ),
             #[cfg(feature = "rdma")]
             rdma: RdmaPollGroup::new(index, Arc::clone(&counters.rdma)),
