@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvmf_config::size::format_size;
-use nvmf_config::target::{ListenerTransport, NamespaceBackend, NamespaceConfig, SubsystemConfig};
+use nvmf_config::target::{ListenerTransport, NamespaceBackend, NamespaceConfig, QueuePlacement, SubsystemConfig};
 use nvmf_config::TargetConfig;
 
 use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
@@ -218,7 +218,9 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     target.discovery_subsystem().set_auth(discovery_auth(config));
 
     let engine = engine_config(config);
-    let placement = IncomingCpuPlacement::new(&config.reactors.cpus).map(Arc::new);
+    let placement = (config.reactors.placement == QueuePlacement::IncomingCpu)
+        .then(|| IncomingCpuPlacement::new(&config.reactors.cpus).map(Arc::new))
+        .flatten();
     let mut reactors = Vec::with_capacity(config.reactors.threads);
     let mut counters = Vec::with_capacity(config.reactors.threads);
     let mut waits = Vec::with_capacity(config.reactors.threads);
@@ -353,8 +355,8 @@ impl RunningTarget {
         self.counters.iter().map(|c| c.tcp_socket_path.name()).collect()
     }
 
-    /// NVMe/TCP connections moved at Connect to the reactor on the CPU their packets arrive on; `None` unless the
-    /// reactors are pinned (two or more).
+    /// NVMe/TCP connections moved at Connect to the reactor on the CPU their packets arrive on; `None` unless
+    /// `[reactors] placement = "incoming_cpu"`.
     pub fn tcp_connections_moved(&self) -> Option<u64> {
         self.placement.as_ref().map(|p| p.moved())
     }

@@ -383,7 +383,8 @@ fn a_queue_moves_at_connect_to_the_reactor_on_the_cpu_its_packets_arrive_on() {
         eprintln!("skipped: placement needs two CPUs, this process may use {cpus:?}");
         return;
     };
-    let t = Target::start(&memory_config("").replace("threads = 2", &format!("cpus = [{a}, {b}]")));
+    let reactors = format!("cpus = [{a}, {b}]\nplacement = \"incoming_cpu\"");
+    let t = Target::start(&memory_config("").replace("threads = 2", &reactors));
     // The host sends from CPU a only, so every queue's packets arrive there (loopback is processed on the sending
     // CPU). The listener deals connections in turn: the admin queue and I/O queue 2 to reactor 0 (on CPU a), I/O
     // queue 1 to reactor 1, which hands it to reactor 0 when its Connect arrives.

@@ -16,8 +16,9 @@
 # e.g. a build of an older commit: also benchmarked, as "baseline", with each reactor count, to measure a change in
 # the same run), BENCH_PROFILE=1 (after the rounds, with one host I/O queue: each target's guest CPU per I/O over
 # a 5 s randread run, and ours under `strace -c -f`: system calls per I/O by call; in profile.md), BENCH_POLL (variants of our target to try, each its own instance: a `[reactors] poll` mode,
-# optionally with `,SOCKET_IO` for `socket_io` and `,CPUS` (`+`-separated) for `cpus`, one per reactor, e.g.
-# "adaptive sleep adaptive,io_uring adaptive,epoll,1"; default "adaptive"), BENCH_PERF=1 (perf record our daemon during one more randread run; report in the logs folder),
+# optionally with `,SOCKET_IO` for `socket_io`, `,CPUS` (`+`-separated) for `cpus`, one per reactor, and `,PLACEMENT`
+# for `placement`, e.g. "adaptive sleep adaptive,io_uring adaptive,epoll,1 adaptive,epoll,0+1,incoming_cpu"; default
+# "adaptive"), BENCH_PERF=1 (perf record our daemon during one more randread run; report in the logs folder),
 # BENCH_CPUS (guest vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/bench-tcp).
 # The table is also written to $BENCH_LOGS/bench.md. `--guest` is the half that runs in the VM.
 #
@@ -103,28 +104,30 @@ run_fio() {
 targets=("nvmet-tcp|4420|$nqn_kernel||")
 nvmet_subsys "$nqn_kernel" /dev/nullb0
 nvmet_tcp_port 1 127.0.0.1 4420 "$nqn_kernel"
-# "NAME BINARY POLL SOCKET_IO CPUS": with one variant the name is the build's; with several, each is named after it.
+# "NAME BINARY POLL SOCKET_IO CPUS PLACEMENT": with one variant the name is the build's; with several, each is named
+# after it.
 builds=()
 for p in $polls; do
   suffix=""
   [ "$polls" = "$p" ] || suffix="-${p//,/-}"
-  IFS=, read -r p sio cpus <<< "$p"
-  builds+=("nvmf-rs$suffix $NVMF_TARGET_BIN $p ${sio:-epoll} ${cpus:--}")
-  [ -n "${BENCH_BASELINE:-}" ] && builds+=("baseline$suffix $BENCH_BASELINE $p ${sio:-epoll} ${cpus:--}")
+  IFS=, read -r p sio cpus place <<< "$p"
+  builds+=("nvmf-rs$suffix $NVMF_TARGET_BIN $p ${sio:-epoll} ${cpus:--} ${place:--}")
+  [ -n "${BENCH_BASELINE:-}" ] && builds+=("baseline$suffix $BENCH_BASELINE $p ${sio:-epoll} ${cpus:--} ${place:--}")
 done
 port=4421
 for r in $reactors; do
   for build in "${builds[@]}"; do
-    read -r name bin poll sio cpus <<< "$build"
+    read -r name bin poll sio cpus place <<< "$build"
     nqn=nqn.2024-01.io.nvmf-rs:bench-$name-$r
     config=/tmp/bench-$name-$r.toml
     # A baseline older than these keys takes neither line.
     poll_line="" sio_line=""
     grep -q poll_window_us "$bin" && poll_line="poll = \"$poll\""
     grep -q socket_io "$bin" && sio_line="socket_io = \"$sio\""
-    cpus_line=""
+    cpus_line="" place_line=""
     [ "$cpus" = - ] || cpus_line="cpus = [${cpus//+/, }]"
-    printf '%s\n' "[reactors]" "threads = $r" "$poll_line" "$sio_line" "$cpus_line" "[logging]" 'level = "warn"' "[[listener]]" 'address = "127.0.0.1"' \
+    [ "$place" = - ] || ! grep -q incoming_cpu "$bin" || place_line="placement = \"$place\""
+    printf '%s\n' "[reactors]" "threads = $r" "$poll_line" "$sio_line" "$cpus_line" "$place_line" "[logging]" 'level = "warn"' "[[listener]]" 'address = "127.0.0.1"' \
       "port = $port" "[[subsystem]]" "nqn = \"$nqn\"" "[[subsystem.namespace]]" 'path = "/dev/nullb0"' > "$config"
     start_daemon "$name-$r" timeout 7200 "$bin" --config "$config"
     daemon_ready "$name-$r" 'nvmf-target: ready'

@@ -373,6 +373,28 @@ pub struct ReactorConfig {
     pub poll_window_us: u32,
     /// How NVMe/TCP sockets are read and written. Default epoll.
     pub socket_io: SocketIoMode,
+    /// Which reactor serves an NVMe/TCP queue. Default round_robin.
+    pub placement: QueuePlacement,
+}
+
+/// `[reactors] placement`: which reactor serves an NVMe/TCP queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueuePlacement {
+    /// The reactor the listener deals the connection to, in turn.
+    #[default]
+    RoundRobin,
+    /// At its Connect, the reactor pinned to the CPU its packets arrive on (`SO_INCOMING_CPU`); needs `cpus`.
+    IncomingCpu,
+}
+
+impl QueuePlacement {
+    /// The placement's name in the file: `round_robin`, `incoming_cpu`.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueuePlacement::RoundRobin => "round_robin",
+            QueuePlacement::IncomingCpu => "incoming_cpu",
+        }
+    }
 }
 
 /// `[reactors] socket_io`: how a reactor drives its NVMe/TCP sockets.

@@ -208,6 +208,8 @@ pub(crate) struct RawReactors {
     pub poll_window_us: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_io: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
 }
 
 /// `[metrics]`.

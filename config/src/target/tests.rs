@@ -42,6 +42,10 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:2:18: reactors.poll_window_us: poll window 0 is out of range; allowed: 1..=100000 µs"),
     ("socket_io", "[reactors]\nsocket_io = \"uring\"\n@@",
         "t.toml:2:13: reactors.socket_io: \"uring\" is not a socket I/O mode; allowed: epoll or io_uring"),
+    ("placement", "[reactors]\nplacement = \"napi\"\n@@",
+        "t.toml:2:13: reactors.placement: \"napi\" is not a queue placement; allowed: round_robin or incoming_cpu"),
+    ("placement_unpinned", "[reactors]\ncpus = [0]\nplacement = \"incoming_cpu\"\n@@",
+        "t.toml:3:13: reactors.placement: \"incoming_cpu\" needs the reactors pinned to two or more CPUs; allowed: round_robin, or incoming_cpu with cpus listing two or more CPUs"),
     ("array_type", "[reactors]\ncpus = 3\n@@",
         "t.toml:2:8: reactors.cpus: invalid type: integer `3`, expected an array"),
     ("no_listener", "[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n",
@@ -304,6 +308,7 @@ fn defaults_are_filled_in() {
             poll: PollMode::Adaptive,
             poll_window_us: 200,
             socket_io: SocketIoMode::Epoll,
+            placement: QueuePlacement::RoundRobin,
         }
     );
     assert_eq!(config.metrics.listen, None);
@@ -385,6 +390,7 @@ eui64 = "0123456789ABCDEF"
             poll: PollMode::Adaptive,
             poll_window_us: 200,
             socket_io: SocketIoMode::Epoll,
+            placement: QueuePlacement::RoundRobin,
         }
     );
     assert_eq!(config.metrics.listen, Some("[::1]:9420".parse().unwrap()));

@@ -750,7 +750,25 @@ fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<Reactor
             ))
         }
     };
-    Ok(ReactorConfig { threads, cpus, discard_queue_depth, poll, poll_window_us, socket_io })
+    let placement = match raw.placement.as_deref() {
+        None | Some("round_robin") => QueuePlacement::RoundRobin,
+        Some("incoming_cpu") if cpus.len() >= 2 => QueuePlacement::IncomingCpu,
+        Some("incoming_cpu") => {
+            return Err(Problem::new(
+                key.key("placement"),
+                "\"incoming_cpu\" needs the reactors pinned to two or more CPUs",
+                "round_robin, or incoming_cpu with cpus listing two or more CPUs",
+            ))
+        }
+        Some(name) => {
+            return Err(Problem::new(
+                key.key("placement"),
+                format!("{name:?} is not a queue placement"),
+                "round_robin or incoming_cpu",
+            ))
+        }
+    };
+    Ok(ReactorConfig { threads, cpus, discard_queue_depth, poll, poll_window_us, socket_io, placement })
 }
 
 /// Parse `ADDR:PORT` (IPv6 in brackets), port 1..=65535.
@@ -820,6 +838,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             poll: Some(config.reactors.poll.name().to_string()),
             poll_window_us: Some(i64::from(config.reactors.poll_window_us)),
             socket_io: Some(config.reactors.socket_io.name().to_string()),
+            placement: Some(config.reactors.placement.name().to_string()),
         }),
         metrics: config.metrics.listen.map(|listen| RawMetrics { listen: Some(listen.to_string()) }),
         logging: Some(RawLogging { level: Some(config.logging.level.clone()), format: Some(config.logging.format) }),

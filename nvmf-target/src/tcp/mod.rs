@@ -8,8 +8,8 @@
 //! PDUs and completions as CapsuleResps, and ends the connection with a C2HTermReq on a fatal transport
 //! error.
 //!
-//! Threading: the acceptor thread ([`listener`]) accepts and hands each connection over; with pinned reactors the
-//! connection may move once more, when its queue's Connect arrives, to the reactor on the CPU its packets arrive on
+//! Threading: the acceptor thread ([`listener`]) accepts and hands each connection over; with `[reactors] placement =
+//! "incoming_cpu"` the connection may move once more, when its queue's Connect arrives, to the reactor on the CPU its packets arrive on
 //! ([`placement`]); from then on a
 //! connection lives on one reactor thread, in its [`TcpPollGroup`], and is driven by that reactor's readiness
 //! events, storage completions and timers (the queue's Connect and keep-alive deadlines; the transfer timeout

@@ -6,7 +6,8 @@
 //! is the first PDU from its own CPU, so a connection is placed then, before its queue exists anywhere but in the
 //! reactor that accepted it.
 //!
-//! Only with pinned reactors (`[reactors] cpus`, two or more): an unpinned reactor has no CPU to match.
+//! Only with `[reactors] placement = "incoming_cpu"` and pinned reactors (`cpus`, two or more): an unpinned reactor
+//! has no CPU to match.
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
