@@ -241,7 +241,8 @@ echo "basics: ok"
 
 /// fio randwrite with crc32c verification, then randread verifying the same blocks, at 4 KiB and 128 KiB ×
 /// QD 1 and 32, over 2 I/O queues; then QD 32 again against a target whose sockets run on io_uring
-/// (`socket_io = "io_uring"`).
+/// (`socket_io = "io_uring"`), and against one whose reactors are pinned and take each queue at its Connect from
+/// the reactor the listener dealt it to (`placement = "incoming_cpu"`).
 #[test]
 fn fio_verify() {
     let config = config("127.0.0.1", "[[subsystem.namespace]]\nmemory = \"128MiB\"\n", "");
@@ -279,6 +280,15 @@ step fio_rw_verify $dev 4K 32 8M
 step fio_rw_verify $dev 128K 32 32M
 host_disconnect {NQN}
 stop_daemon uring
+# The same target with each queue served by the reactor on the vCPU the kernel host's queue sends from.
+sed -e 's/^port = 4420/port = 4422/' -e 's/^threads = 2/cpus = [0, 1]\nplacement = "incoming_cpu"/' $CONFIG > /tmp/placed.toml
+nvmf_target_start placed /tmp/placed.toml
+dev=$(host_connect tcp 127.0.0.1 4422 {NQN} -i 2)
+step fio_rw_verify $dev 4K 32 8M
+step fio_rw_verify $dev 128K 32 32M
+host_disconnect {NQN}
+curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_tcp_connections_moved' | sed 's/^/placement: /'
+stop_daemon placed
 echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
 echo "fio: ok"
 "#
@@ -299,8 +309,16 @@ echo "fio: ok"
     assert_stdout_has(&out, r#"socket path: nvmf_target_tcp_socket_io{reactor="0",path="io_uring"} 1"#);
     for (bs, blocks) in [("4K", 2048), ("128K", 256)] {
         let line = format!("fio bs={bs} qd=32: wrote {blocks}, verified {blocks} after writing, {blocks} on randread");
-        assert_eq!(out.stdout.matches(&line).count(), 2, "{line:?} on both socket paths\n{}", out.report());
+        assert_eq!(out.stdout.matches(&line).count(), 3, "{line:?} on both socket paths and placed\n{}", out.report());
     }
+    // The kernel host sends each of its two I/O queues from its own vCPU, and the listener deals the I/O queues to
+    // the reactors in turn after the admin queue: at least one I/O queue lands on the other vCPU's reactor.
+    let moved = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("placement: nvmf_target_tcp_connections_moved_total "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(moved.is_some_and(|n| n >= 1), "queues moved at Connect: {moved:?}\n{}", out.report());
     assert_stdout_has(&out, "host I/O errors: 0");
     assert_stdout_has(&out, "fio: ok");
 }
