@@ -123,7 +123,7 @@ def script(settings, records):
             out += bytes([r[0] | r[1] << 2]) + bytes(r[2:])
     return bytes(out)
 
-CLOSE, TOGGLE_READ, CLOCK, SHUTDOWN = 1, 2, 3, 4
+CLOSE, TOGGLE_READ, CLOCK, SHUTDOWN, PLACED = 1, 2, 3, 4, 5
 CC_EN = 0x00460001
 
 def association(h0, h1, settings_cattr=0):
@@ -164,6 +164,9 @@ def io_session(hdgst, ddgst, small_r2t=False):
 write("tcp_connection", "io", script(0x00, io_session(False, False)))
 write("tcp_connection", "io-digests", script(0x03, io_session(True, True)))
 write("tcp_connection", "io-small", script(0xF8, io_session(False, False, small_r2t=True)))
+# The same with both connections holding their Connect for placement: the admin queue (key 1) is served where it
+# is, the I/O queue (key 2) moves to a new connection on its socket.
+write("tcp_connection", "io-placed", script(0x03, [(0, PLACED), (1, PLACED)] + io_session(True, True)))
 
 # Connect data fetched by R2T (TTAG 0: the queue's first slot), then admin commands.
 h = Host()

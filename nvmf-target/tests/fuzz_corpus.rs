@@ -30,6 +30,7 @@ fn seeds_reach_io() {
         ("seed-io", 11),
         ("seed-io-digests", 11),
         ("seed-io-small", 11),
+        ("seed-io-placed", 11),
         ("seed-kernel-nodigest-association", 6),
         ("seed-kernel-digest-association", 6),
     ] {

@@ -19,6 +19,9 @@
 //! - 2: the host stops reading, or starts again (the target's output backs up);
 //! - 3: the clock moves on by (the next byte + 1) × 250 ms (Connect, keep-alive and transfer timeouts);
 //! - 4: the target ends the connection (its shutdown path);
+//! - 5: a new connection (if the record names none) that holds its queue's Connect for placement, as with
+//!   `[reactors] placement = "incoming_cpu"`: at the end of the turn it is served where it is (an odd queue key)
+//!   or moved to a new connection, with a new queue, on its socket (an even one), as a reactor hands it to another;
 //! - anything else: the host sends the next n bytes, n a little-endian u16 (fewer if the input ends first).
 //!
 //! Checked: nothing panics; every PDU the target sends decodes; once the input ends and the host closes every
@@ -125,6 +128,8 @@ struct Link {
     key: u64,
     /// Index of this connection's responses in the transcript.
     transcript: usize,
+    /// It holds its Connect for placement (action 5).
+    placed: bool,
 }
 
 /// A target, its engine and up to [`LINKS`] connections, driven as a reactor would.
@@ -181,6 +186,12 @@ impl<'e> Rig<'e> {
                         link.tcp.shutdown(self.engine);
                     }
                 }
+                5 if self.links[index].is_none() => {
+                    let link = self.link(index);
+                    link.placed = true;
+                    link.tcp.place_at_connect();
+                }
+                5 => {}
                 _ => {
                     let len = match script {
                         [a, b, rest @ ..] => {
@@ -217,9 +228,31 @@ impl<'e> Rig<'e> {
                 host: Host::new(host_end),
                 key,
                 transcript: self.transcript.len() - 1,
+                placed: false,
             });
         }
         self.links[index].as_mut().expect("a link")
+    }
+
+    /// Connection `index` held its Connect for placement: serve it here, or move it to a new connection (and queue)
+    /// on its socket, as the reactor on the CPU its packets arrive on would take it up.
+    fn place(&mut self, index: usize) {
+        let Some(link) = self.links[index].as_mut() else { return };
+        if !(link.placed && link.tcp.awaits_placement()) {
+            return;
+        }
+        if link.key % 2 == 1 || !link.tcp.can_leave() {
+            let _ = link.tcp.place_here(self.engine);
+            return;
+        }
+        let Some(Link { tcp, host, transcript, .. }) = self.links[index].take() else { return };
+        let Some((stream, initialized)) = tcp.into_initialized(self.engine) else { return };
+        let key = self.next_key;
+        self.next_key += 1;
+        let queue = Queue::new(Arc::clone(&self.target), TransportInfo::tcp(1, self.config.in_capsule_data_size, key));
+        let mut tcp = TcpConnection::new(stream, queue, &self.config, SocketIo::Epoll);
+        let _ = tcp.resume(self.engine, initialized);
+        self.links[index] = Some(Link { tcp, host, key, transcript, placed: false });
     }
 
     /// One reactor turn: the hosts' bytes arrive, every connection reads and writes, storage completes, every
@@ -234,6 +267,10 @@ impl<'e> Rig<'e> {
         self.complete_storage();
         for link in self.links.iter_mut().flatten() {
             let _ = link.tcp.poll(self.engine, self.now);
+        }
+        self.complete_storage();
+        for index in 0..LINKS {
+            self.place(index);
         }
         self.complete_storage();
         for slot in &mut self.links {
