@@ -252,6 +252,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     }
     let reactors = Arc::new(reactors);
     if let Some(placement) = &placement {
+        tracing::info!(cpus = ?config.reactors.cpus, "NVMe/TCP queues placed at Connect on the reactor of their incoming CPU");
         // Inlets, not the handles: the reactors' groups hold the placement, and stopping the reactors takes them
         // back from their Arc.
         let inlets: Vec<_> = reactors.iter().map(ReactorHandle::inlet).collect();
