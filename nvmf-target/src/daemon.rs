@@ -60,7 +60,7 @@ pub struct RunningTarget {
     listeners: TransportListeners,
     storages: Vec<Arc<Storage>>,
     metrics: Option<MetricsServer>,
-    /// Where NVMe/TCP connections are placed at Connect (pinned reactors only).
+    /// Where NVMe/TCP connections are placed at Connect (`[reactors] placement = "incoming_cpu"` only).
     placement: Option<Arc<IncomingCpuPlacement>>,
     /// `[target] state_dir` if usable at start (see [`usable_state_dir`]); namespaces added by a reload use it too.
     state_dir: Option<std::path::PathBuf>,

@@ -43,7 +43,7 @@ pub struct TargetCollector {
     waits: Vec<Arc<WaitCounters>>,
     /// How each reactor drives its NVMe/TCP sockets, by reactor index.
     socket_paths: Vec<Arc<TcpSocketPath>>,
-    /// Where NVMe/TCP connections are placed at Connect (pinned reactors only).
+    /// Where NVMe/TCP connections are placed at Connect (`[reactors] placement = "incoming_cpu"` only).
     placement: Option<Arc<IncomingCpuPlacement>>,
     /// Every reactor's NVMe/RDMA counters (summed at scrape).
     #[cfg(feature = "rdma")]

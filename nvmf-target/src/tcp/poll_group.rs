@@ -1,8 +1,8 @@
 //! [`TcpPollGroup`]: one reactor's NVMe/TCP connections, the TCP side of the [`PollGroup`] boundary. A connection
 //! handed over by the acceptor gets a slot of the connection table; the slot is its poll token and its queue key,
 //! so readiness and storage completions find it without a lookup. A connection that ended leaves the poll at once
-//! and the table once its storage ops (and, on the ring, its socket ops) have completed. With pinned reactors a
-//! connection whose queue's Connect arrived on another reactor's CPU leaves for that reactor
+//! and the table once its storage ops (and, on the ring, its socket ops) have completed. With `[reactors] placement =
+//! "incoming_cpu"` a connection whose queue's Connect arrived on another reactor's CPU leaves for that reactor
 //! ([`IncomingCpuPlacement`]) once its socket ops have completed.
 //!
 //! Sockets are driven through the reactor's io_uring when the configuration allows it and the kernel has the ops
