@@ -12,9 +12,9 @@
 //! "incoming_cpu"` the connection may move once more, when its queue's Connect arrives, to the reactor on the CPU
 //! its packets arrive on ([`placement`]); from then on a connection lives on one reactor thread, in its
 //! [`TcpPollGroup`], and is driven by that reactor's readiness events, storage completions and timers (the queue's
-//! Connect and keep-alive deadlines; the transfer timeout while it waits on a host that moves no data). It never blocks: sockets are non-blocking, a full
-//! socket leaves bytes queued until the next writable event, and reading pauses while the send backlog
-//! is large. No lock, no allocation per command once its tables are warm.
+//! Connect and keep-alive deadlines; the transfer timeout while it waits on a host that moves no data). It never
+//! blocks: sockets are non-blocking, a full socket leaves bytes queued until the next writable event, and reading
+//! pauses while the send backlog is large. No lock, no allocation per command once its tables are warm.
 //!
 //! - [`listener`] — the acceptor thread: TCP listeners, accepting and handing connections over.
 //! - `poll_group` — [`TcpPollGroup`], a reactor's connection table (the transport's [`crate::transport::PollGroup`]).
