@@ -551,12 +551,14 @@ impl IoEngine {
     }
 
     /// Submit what is queued and wait (after [`IoEngine::wait_in_ring`]) until a completion or an epoll event
-    /// arrives or `timeout` passed (`None`: no bound); does not wait when completions are ready already.
+    /// arrives or `timeout` passed (`None`: no bound); does not wait when completions are ready already, or when
+    /// the epoll poll fired since [`IoEngine::take_epoll_ready`] last looked (a reap between that look and this
+    /// wait took its completion: no other will announce those events).
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         if let (Some(fd), false) = (self.epoll.fd, self.epoll.armed) {
             self.epoll.armed = self.ring.poll_multishot(fd, EPOLL_USER_DATA).is_ok();
         }
-        if !self.ready.is_empty() || timeout == Some(Duration::ZERO) {
+        if !self.ready.is_empty() || self.epoll.ready || timeout == Some(Duration::ZERO) {
             return self.ring.submit().map(drop);
         }
         self.ring.submit_and_wait(timeout)

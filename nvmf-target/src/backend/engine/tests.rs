@@ -4,6 +4,7 @@
 use super::*;
 use crate::backend::ring;
 use crate::backend::StorageSpec;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -360,6 +361,34 @@ fn unread_event_fd_wakes_an_edge_triggered_poll_for_every_completion() {
         assert_eq!(done, [tag]);
         engine.release(id);
     }
+}
+
+/// Waiting in the ring: when a reap between the reactor's look at epoll and its next wait took the epoll poll's
+/// completion, that wait must not sleep (no further completion announces the events epoll holds).
+#[test]
+fn a_wait_in_the_ring_does_not_sleep_on_an_epoll_event_already_reaped() {
+    let mut engine = small_engine(8, 1, 4);
+    let poll = mio::Poll::new().unwrap();
+    let waker = mio::Waker::new(poll.registry(), mio::Token(9)).unwrap();
+    engine.wait_in_ring(poll.as_raw_fd()).unwrap();
+    // Arm the poll and take the initial "look at epoll".
+    engine.wait(Some(Duration::ZERO)).unwrap();
+    assert!(engine.take_epoll_ready());
+    waker.wake().unwrap();
+    // The poll's completion is reaped as the reactor's storage reaping would, without looking at epoll.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !engine.epoll.ready {
+        assert!(Instant::now() < deadline, "the epoll poll never completed");
+        engine.wait(Some(Duration::from_millis(100))).unwrap();
+        engine.reap(|_| {});
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let result = engine.wait(None).map(|()| engine.take_epoll_ready());
+        let _ = tx.send(result.unwrap());
+    });
+    let looked = rx.recv_timeout(Duration::from_secs(10)).expect("the wait slept on an event already announced");
+    assert!(looked, "the wait returned without saying epoll has events");
 }
 
 #[test]
