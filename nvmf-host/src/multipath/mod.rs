@@ -35,7 +35,7 @@ use nvmf_common::nvme::Status;
 
 use crate::controller::{Controller, ControllerState, NamespaceInfo};
 use crate::error::HostError;
-use crate::queue::handle::{transport_loss, Completed, CompletionSink, QueueHandle, Reply, SinkRefused};
+use crate::queue::handle::{transport_loss, Completed, CompletionSink, Host, QueueHandle, Reply, SinkRefused};
 use crate::queue::Request;
 
 mod select;
@@ -366,6 +366,7 @@ impl NamespaceHead {
                             return Err((HostError::NoPath { nsid: self.nsid, reason }, request.data));
                         }
                     }
+                    crate::queue::handle::release_all();
                     std::thread::sleep(WAIT_STEP);
                     refused = [false; MAX_PATHS];
                 }
@@ -379,6 +380,17 @@ impl NamespaceHead {
                     };
                     return Err((HostError::NoPath { nsid: self.nsid, reason }, request.data));
                 }
+            }
+        }
+    }
+
+    /// Ask every path's I/O queue for export queue `q` to be hosted by the calling thread (see
+    /// [`QueueHandle::host_here`]; each link is asked for once).
+    pub fn host_queues(&self, q: usize, cursor: &mut PathCursor, host: &Host) {
+        self.refresh(cursor);
+        for p in &cursor.paths {
+            if let Some(queue) = p.queue(q) {
+                queue.host_here(host);
             }
         }
     }
@@ -475,6 +487,11 @@ impl PathCursor {
         if !self.to_wake.iter().any(|p| Arc::ptr_eq(p, &path)) {
             self.to_wake.push(path);
         }
+    }
+
+    /// Whether a path was queued to since the last [`PathCursor::wake`].
+    pub fn noted(&self) -> bool {
+        !self.to_wake.is_empty()
     }
 
     /// Wake export queue `q`'s I/O queue on every path queued to since the last call.

@@ -9,6 +9,7 @@
 pub(crate) mod command_id;
 pub mod handle;
 
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,6 +111,12 @@ pub trait BareQueue<T>: Send {
     fn failure(&self) -> Option<&HostError>;
     /// The queue's own counters.
     fn stats(&self) -> QueueStats;
+    /// A descriptor that turns readable when `poll` has work (the queue's epoll instance), for a thread that
+    /// waits on it among its own (a hosting thread, see [`handle::Host`]); `None` when sleeping takes more than
+    /// waiting on a descriptor.
+    fn poll_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 /// Submit `request` on a bare `queue` and poll it until that command completes (bounded by `timeout`); the

@@ -602,4 +602,8 @@ impl<T: Send> BareQueue<T> for TcpQueue<T> {
     fn stats(&self) -> QueueStats {
         TcpQueue::stats(self)
     }
+    fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd as _;
+        Some(self.poll.as_raw_fd())
+    }
 }

@@ -9,25 +9,29 @@
 //! command by [`crate::block`].
 //!
 //! Threads, per queue: one, the queue thread. It owns the queue's io_uring (the driver requires every
-//! command of a queue to come from one thread) and waits in one `io_uring_enter` for both fetched requests
-//! and NVMe completions: it submits each request with the tag's buffer moved into the [`Request`] (no copy:
-//! the buffer the driver wrote is the one sent) through the export's [`NamespaceHead`], which picks a path (a
-//! controller; one unless the daemon grouped several, see [`crate::multipath`]) and queues it to that path's
-//! I/O queue `q` (tag = ublk tag, no per-command allocation; one wake-up of each path's I/O thread per batch of
-//! fetched requests); that thread pushes the completions into this queue's [`CompletionSink`] and writes its
-//! eventfd once per batch, which completes an eventfd read kept in the ring. The queue thread then drains the
-//! sink and commits in completion order (no head-of-line wait), all commits of a batch in one `io_uring_enter`.
-//! It blocks only in `io_uring_enter`, in submitting while the NVMe queue is full, and while no path serves I/O
-//! (a reconnect, an ANA transition): a command the lost association had in flight, or that failed on its path,
-//! goes again to a path ([`NamespaceHead::settle`]). A command the controller never answers is failed by the
-//! NVMe queue's own command timeout.
+//! command of a queue to come from one thread) and waits in one `io_uring_enter` for fetched requests, NVMe
+//! completions and the NVMe/TCP sockets of the links it hosts. It submits each request with the tag's buffer
+//! moved into the [`Request`] (no copy: the buffer the driver wrote is the one sent) through the export's
+//! [`NamespaceHead`], which picks a path (a controller; one unless the daemon grouped several, see
+//! [`crate::multipath`]) and queues it to that path's I/O queue `q` (tag = ublk tag, no per-command
+//! allocation). The thread *hosts* each path's I/O queue `q` ([`Host`]): the queue's I/O thread lends it its
+//! loop, so after handling a batch of requests this thread itself sends the commands, reads the responses
+//! (one non-blocking turn), and commits in completion order, all commits of a batch in one `io_uring_enter`;
+//! before it sleeps it polls each hosted queue's epoll descriptor through the ring. No command crosses
+//! threads and nobody is woken per batch. A link goes back to its I/O thread when it fails or stops (a
+//! reconnect, a shutdown: the I/O thread ends it) and before this thread blocks elsewhere (while no path
+//! serves I/O, in a recovery's hold): then, and for NVMe/RDMA queues (which are not lent: they arm their
+//! completion queue before sleeping), the I/O thread serves the queue, pushes completions into this queue's
+//! [`CompletionSink`] and writes its eventfd once per batch, which completes an eventfd read kept in the ring.
+//! A command the lost association had in flight, or that failed on its path, goes again to a path
+//! ([`NamespaceHead::settle`]). A command the controller never answers is failed by the NVMe queue's own
+//! command timeout (checked in the hosted turn: the ring wait is bounded while one is outstanding).
 //!
-//! Why a command crosses from the queue thread to the I/O thread instead of one thread doing both: the NVMe I/O
-//! queue is the controller's, shared by every namespace's export and by library callers, and a reconnect
-//! replaces its I/O thread, while ublk_drv binds each ublk queue for the device's lifetime to the one thread
-//! that fetched its tags. The crossing is batched (one wake each way per batch), and it is a small part of what
-//! an exported request costs: most of that lies in the kernel's ublk path. The queue thread is pinned to the CPU
-//! of its I/O queue's thread ([`crate::controller::ConnectOptions::queue_cpus`]), so the hand-off stays on one CPU.
+//! Why lent rather than owned: the NVMe I/O queue is the controller's, shared by every namespace's export and
+//! by library callers (they submit through its channel and waker, which wake the host), and a reconnect
+//! replaces it, while ublk_drv binds each ublk queue for the device's lifetime to the one thread that fetched
+//! its tags. The queue thread is pinned to the CPU of its I/O queue's thread
+//! ([`crate::controller::ConnectOptions::queue_cpus`]), so the hand-off, when there is one, stays on one CPU.
 //!
 //! Lifecycle: [`UblkExport::start`] adds the device (ADD_DEV, SET_PARAMS), starts the queues (every tag
 //! fetched), then START_DEV; [`UblkExport::stop`] (or drop) STOP_DEV while the queues still serve (the
@@ -48,7 +52,7 @@ use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
 use crate::controller::Controller;
 use crate::error::HostError;
 use crate::multipath::{caller_tag, IoPolicy, NamespaceHead, PathCursor, PathError};
-use crate::queue::handle::{Completed, CompletionSink};
+use crate::queue::handle::{Completed, CompletionSink, Host};
 use crate::queue::{DataDirection, Request};
 use sys::{io_flag, op, IoDesc, QueueRing};
 
@@ -400,6 +404,8 @@ struct Queue {
 struct Sink {
     finished: Sender<Completed>,
     efd: Arc<File>,
+    /// The queue thread.
+    owner: std::thread::ThreadId,
 }
 
 impl CompletionSink for Sink {
@@ -409,7 +415,10 @@ impl CompletionSink for Sink {
     }
 
     fn wake(&self) {
-        let _ = sys::signal(&self.efd);
+        // The queue thread itself (driving a link it hosts) takes what it pushed before it waits.
+        if std::thread::current().id() != self.owner {
+            let _ = sys::signal(&self.efd);
+        }
     }
 }
 
@@ -445,7 +454,8 @@ impl Queue {
         };
         let _ = ready.send(Ok(()));
         let (finished, finished_rx) = channel();
-        let sink: Arc<dyn CompletionSink> = Arc::new(Sink { finished, efd: Arc::clone(&self.efd) });
+        let sink: Arc<dyn CompletionSink> =
+            Arc::new(Sink { finished, efd: Arc::clone(&self.efd), owner: std::thread::current().id() });
         if let Err(e) = self.serve(&descs, &mut ring, &sink, &finished_rx) {
             tracing::error!(q_id = self.q_id, error = %e, "ublk queue failed");
         }
@@ -460,23 +470,36 @@ impl Queue {
         sink: &Arc<dyn CompletionSink>,
         finished: &Receiver<Completed>,
     ) -> io::Result<()> {
+        let q = usize::from(self.q_id);
         let mut cqes = Vec::with_capacity(usize::from(self.depth) + 1);
         let mut tags = vec![TagState::default(); usize::from(self.depth)];
-        let mut paths = PathCursor::new(usize::from(self.q_id));
+        let mut paths = PathCursor::new(q);
+        let host = Host::new(Arc::clone(sink));
+        // Hosted links whose poller descriptor the ring polls, and those hosted now.
+        let (mut polled, mut hosted) = (Vec::new(), Vec::new());
         let mut aborted = 0;
         loop {
-            ring.submit_and_wait()?;
+            self.head.host_queues(q, &mut paths, &host);
+            ring.submit_and_wait(host.wait_bound())?;
             ring.completions(&mut cqes);
             for (user_data, result) in cqes.drain(..) {
-                if user_data == sys::EVENT {
-                    while let Ok(c) = finished.try_recv() {
-                        self.finish(c, &tags, ring, &mut paths)?;
+                match user_data {
+                    sys::EVENT => {
+                        while let Ok(c) = finished.try_recv() {
+                            self.finish(c, &tags, ring, &mut paths)?;
+                        }
+                        if self.stop.requested.load(Ordering::Acquire) {
+                            return Ok(());
+                        }
+                        ring.arm_event()?;
+                        continue;
                     }
-                    if self.stop.requested.load(Ordering::Acquire) {
-                        return Ok(());
+                    sys::POLL_REMOVED => continue,
+                    d if d & sys::POLL != 0 => {
+                        polled.retain(|&id| id != d & !sys::POLL);
+                        continue;
                     }
-                    ring.arm_event()?;
-                    continue;
+                    _ => {}
                 }
                 let tag = u16::try_from(user_data).unwrap_or(u16::MAX);
                 match result {
@@ -490,7 +513,32 @@ impl Queue {
                     e => tracing::warn!(q_id = self.q_id, tag, result = e, "ublk fetch/commit failed"),
                 }
             }
-            paths.wake(usize::from(self.q_id));
+            // Send what was queued (hosted links take it in their turn), commit what finished, and again while
+            // committing sent commands again (after a reconnect or a path's failure).
+            loop {
+                paths.wake(q);
+                host.turn();
+                while let Ok(c) = finished.try_recv() {
+                    self.finish(c, &tags, ring, &mut paths)?;
+                }
+                if !paths.noted() {
+                    break;
+                }
+            }
+            hosted.clear();
+            let mut armed = Ok(());
+            host.for_each_wait(|id, fd| {
+                hosted.push(id);
+                if armed.is_ok() && !polled.contains(&id) {
+                    armed = ring.poll(fd, id);
+                    polled.push(id);
+                }
+            });
+            armed?;
+            for &id in polled.iter().filter(|id| !hosted.contains(id)) {
+                ring.cancel_poll(id)?;
+            }
+            polled.retain(|id| hosted.contains(id));
         }
     }
 

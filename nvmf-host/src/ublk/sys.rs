@@ -13,7 +13,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
 use std::mem::{offset_of, size_of};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::ptr::NonNull;
 
@@ -417,6 +417,10 @@ pub fn signal(efd: &File) -> io::Result<()> {
 
 /// `user_data` of the eventfd read (tags are below [`MAX_QUEUE_DEPTH`]).
 pub const EVENT: u64 = u64::MAX;
+/// `user_data` bit of a descriptor poll ([`QueueRing::poll`]; the low bits are the caller's identity).
+pub const POLL: u64 = 1 << 62;
+/// `user_data` of a poll's removal.
+pub const POLL_REMOVED: u64 = u64::MAX - 1;
 
 /// A queue's io_uring and its per-tag data buffers. The driver copies write data into a tag's buffer before
 /// completing its fetch and copies read data out of it while processing the commit, so a buffer stays here
@@ -442,7 +446,9 @@ impl std::fmt::Debug for QueueRing {
 impl QueueRing {
     /// A ring for queue `q_id` of `cdev` with `depth` tags of `buf_bytes` buffers, woken through `efd`.
     pub fn new(cdev: &File, q_id: u16, depth: u16, buf_bytes: usize, efd: &File) -> io::Result<QueueRing> {
-        let ring = IoUring::new(u32::from(depth) + 1)?;
+        // A slot per tag, the eventfd read, and polls of the links the queue thread hosts (a submission
+        // queue that fills up is submitted, so this only saves syscalls).
+        let ring = IoUring::new(u32::from(depth) + 1 + 8)?;
         Ok(QueueRing {
             ring,
             cdev: cdev.as_raw_fd(),
@@ -526,16 +532,36 @@ impl QueueRing {
         self.push(&sqe)
     }
 
+    /// Wait for `fd` to turn readable, once (completes with [`POLL`]` | id`).
+    pub fn poll(&mut self, fd: RawFd, id: u64) -> io::Result<()> {
+        let sqe = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build().user_data(POLL | id);
+        self.push(&sqe)
+    }
+
+    /// Cancel the poll [`QueueRing::poll`] armed with `id` (it completes with `-ECANCELED`; the removal with
+    /// [`POLL_REMOVED`]).
+    pub fn cancel_poll(&mut self, id: u64) -> io::Result<()> {
+        let sqe = opcode::PollRemove::new(POLL | id).build().user_data(POLL_REMOVED);
+        self.push(&sqe)
+    }
+
     /// Submit what is queued.
     pub fn submit(&mut self) -> io::Result<()> {
         self.ring.submit().map(|_| ())
     }
 
-    /// Submit what is queued and wait for at least one completion.
-    pub fn submit_and_wait(&mut self) -> io::Result<()> {
-        match self.ring.submit_and_wait(1) {
+    /// Submit what is queued and wait for at least one completion, at most `timeout` if given.
+    pub fn submit_and_wait(&mut self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        let waited = match timeout {
+            Some(t) => {
+                let ts = types::Timespec::from(t);
+                self.ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
+            }
+            None => self.ring.submit_and_wait(1),
+        };
+        match waited {
             Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::ETIME)) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -1,8 +1,10 @@
-//! The I/O thread of one queue link: it owns the queue and is the only thread that touches it. Callers hand it
+//! The I/O thread of one queue link: it owns the queue and is the only thread that touches it (but for a host it
+//! lends it to, below). Callers hand it
 //! requests through a bounded channel ([`Submitter`]) and wake it with a `mio::Waker` in the queue's own poller;
 //! it takes every queued request, submits them all (one doorbell or one write for the batch), polls, and posts
 //! each completion to its waiter (`ReplyTo`: a [`super::Pending`]'s channel or a completion sink), publishing
-//! counters and the failure through atomics (`Shared`).
+//! counters and the failure through atomics (`Shared`). Asked to, it lends its whole loop ([`IoLoop`]) to a
+//! thread that hosts the link and waits until it comes back (see [`super::hosting`]).
 //!
 //! What blocks: the thread blocks only in the queue's `poll` — at most `TIMEOUT_CHECK` at a time while
 //! commands that can time out are outstanding, until woken while none is. Whether a `poll` may block at all is
@@ -22,6 +24,7 @@ use nvmf_common::nvme::opcode::admin::ASYNC_EVENT_REQUEST;
 use nvmf_config::PollMode;
 use nvmf_service::poll::{Poller, Wait};
 
+use super::hosting::Lender;
 use super::metrics::{bump, Meter};
 use super::pending::{reply_port, Pending, ReplyPort};
 use super::recovery::Recovery;
@@ -75,6 +78,10 @@ pub(super) enum Message {
     Shutdown,
     /// Fail outstanding commands now ([`HostError::ShutDown`]) and stop: the connection is being replaced.
     Abort,
+    /// Hand the link to the thread behind this lender, which drives it between its own work (see
+    /// [`super::hosting`]); refused (dropped) when the link has failed or is stopping, or its queue has no
+    /// poller descriptor to wait on.
+    Lend(Lender),
 }
 
 /// State the I/O thread publishes for other threads (atomics and a set-once cell: no lock).
@@ -149,7 +156,9 @@ impl Submitter {
         let sent = match self.tx.try_send(message) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(message)) => {
-                // A sleeping I/O thread must take some before this one fits.
+                // A sleeping I/O thread must take some before this one fits; links this thread hosts go back
+                // first (this may be one of them).
+                super::hosting::release_all();
                 let _ = self.waker.wake();
                 self.tx.send(message)
             }
@@ -161,7 +170,7 @@ impl Submitter {
                     r.context.reply.disarm();
                     r.data
                 }
-                Message::Shutdown | Message::Abort => Vec::new(),
+                Message::Shutdown | Message::Abort | Message::Lend(_) => Vec::new(),
             };
             return Err((HostError::ShutDown { qid: self.qid }, data));
         }
@@ -223,77 +232,139 @@ pub(super) fn poll_timeout(wait: Wait, mode: PollMode, timed_outstanding: bool) 
     }
 }
 
-/// The I/O thread.
-pub(super) fn run<Q: BareQueue<InFlight>>(mut queue: Q, rx: &Receiver<Message>, shared: &Shared, mut poller: Poller) {
-    let qid = queue.qid();
-    let meter = &shared.meter;
-    let mut backlog: VecDeque<Request<InFlight>> = VecDeque::new();
-    let mut stopping = false;
-    // Whether the last `poll` brought completions: with requests taken and replies delivered, what the poller
-    // calls work.
-    let mut worked = false;
-    loop {
+/// What the I/O thread owns while it serves a link: the queue, the request channel, the backlog and where it
+/// publishes. It moves as a whole to a thread that hosts the link ([`super::hosting`]) and back.
+pub(super) struct IoLoop<Q> {
+    pub(super) queue: Q,
+    rx: Receiver<Message>,
+    pub(super) shared: Arc<Shared>,
+    backlog: VecDeque<Request<InFlight>>,
+    /// Told to stop (or every submitter is gone): outstanding commands finish, then the thread ends.
+    pub(super) stopping: bool,
+}
+
+impl<Q: BareQueue<InFlight>> IoLoop<Q> {
+    /// Take every queued message; returns whether it took a request, and a lend asked for (the last).
+    fn take_messages(&mut self) -> (bool, Option<Lender>) {
+        let (mut took, mut lend) = (false, None);
         loop {
-            match rx.try_recv() {
+            match self.rx.try_recv() {
                 Ok(Message::Submit(r)) => {
-                    worked = true;
-                    backlog.push_back(r);
+                    took = true;
+                    self.backlog.push_back(r);
                 }
+                Ok(Message::Lend(l)) => lend = Some(l),
                 Ok(Message::Shutdown) | Err(TryRecvError::Disconnected) => {
-                    stopping = true;
+                    self.stopping = true;
                     break;
                 }
                 Ok(Message::Abort) => {
-                    queue.close();
-                    stopping = true;
+                    self.queue.close();
+                    self.stopping = true;
                     break;
                 }
                 Err(TryRecvError::Empty) => break,
             }
         }
-        while queue.free_slots() > 0 || queue.failure().is_some() {
-            let Some(request) = backlog.pop_front() else { break };
-            if let Err(rejected) = queue.submit(request) {
-                reject(*rejected, meter);
+        (took, lend)
+    }
+
+    /// Submit from the backlog while command identifiers are free (a failed queue rejects them all).
+    fn submit_backlog(&mut self) {
+        while self.queue.free_slots() > 0 || self.queue.failure().is_some() {
+            let Some(request) = self.backlog.pop_front() else { break };
+            if let Err(rejected) = self.queue.submit(request) {
+                reject(*rejected, &self.shared.meter);
             }
         }
-        worked |= reply_all(&mut queue, shared);
-        if queue.failure().is_some() {
-            publish(&queue, shared);
-            if stopping {
+    }
+
+    /// One turn that never blocks, on a thread hosting the link: take requests, submit, move the queue along and
+    /// deliver completions. Returns whether the link goes back to its I/O thread (it was told to stop, asked
+    /// for elsewhere, or failed: its I/O thread handles all three).
+    pub(super) fn hosted_turn(&mut self) -> bool {
+        let (_, lend) = self.take_messages();
+        // Another thread asked too: the link stays where it is, and that thread submits through the channel.
+        drop(lend);
+        if self.stopping {
+            return true;
+        }
+        self.submit_backlog();
+        reply_all(&mut self.queue, &self.shared);
+        if self.queue.failure().is_none() {
+            let _ = self.queue.poll(Some(Duration::ZERO));
+            if !reply_all(&mut self.queue, &self.shared) {
+                publish(&self.queue, &self.shared);
+            }
+        }
+        self.queue.failure().is_some()
+    }
+}
+
+/// The I/O thread.
+pub(super) fn run<Q: BareQueue<InFlight> + 'static>(
+    queue: Q,
+    rx: Receiver<Message>,
+    shared: Arc<Shared>,
+    mut poller: Poller,
+) {
+    let qid = queue.qid();
+    let mut lp = Box::new(IoLoop { queue, rx, shared, backlog: VecDeque::new(), stopping: false });
+    // Whether the last `poll` brought completions: with requests taken and replies delivered, what the poller
+    // calls work.
+    let mut worked = false;
+    loop {
+        let (took, lend) = lp.take_messages();
+        worked |= took;
+        lp.submit_backlog();
+        worked |= reply_all(&mut lp.queue, &lp.shared);
+        if let Some(lender) = lend {
+            if lp.queue.failure().is_none() && !lp.stopping {
+                let Some(back) = super::hosting::lend(lp, lender) else { return };
+                lp = back;
+                worked = true;
+                continue;
+            }
+        }
+        if lp.queue.failure().is_some() {
+            publish(&lp.queue, &lp.shared);
+            if lp.stopping {
                 break;
             }
             // Nothing to poll any more: answer later requests with the failure until told to stop.
-            match rx.recv() {
-                Ok(Message::Submit(r)) => backlog.push_back(r),
+            match lp.rx.recv() {
+                Ok(Message::Submit(r)) => lp.backlog.push_back(r),
+                Ok(Message::Lend(_)) => {}
                 Ok(Message::Shutdown | Message::Abort) | Err(_) => break,
             }
             continue;
         }
-        if stopping && queue.outstanding() == 0 && backlog.is_empty() {
+        if lp.stopping && lp.queue.outstanding() == 0 && lp.backlog.is_empty() {
             break;
         }
         // Outstanding commands have timeouts to check; with none (an Asynchronous Event Request has none), only a
         // submission (the waker), the peer or a transport event has anything for this thread, and each of those
         // ends the wait.
-        let timeout = poll_timeout(poller.after_turn(worked, Instant::now()), poller.mode(), queue.timed_outstanding());
+        let wait = poller.after_turn(worked, Instant::now());
+        let timeout = poll_timeout(wait, poller.mode(), lp.queue.timed_outstanding());
         if timeout == Some(Duration::ZERO) {
             poller.yield_if_idle(worked);
         } else {
-            bump(&shared.sleeps, 1);
+            bump(&lp.shared.sleeps, 1);
         }
-        let _ = queue.poll(timeout);
-        worked = reply_all(&mut queue, shared);
+        let _ = lp.queue.poll(timeout);
+        worked = reply_all(&mut lp.queue, &lp.shared);
         // Submissions and a failure are published even when no command finished.
         if !worked {
-            publish(&queue, shared);
+            publish(&lp.queue, &lp.shared);
         }
     }
-    publish(&queue, shared);
+    let IoLoop { mut queue, shared, backlog, .. } = *lp;
+    publish(&queue, &shared);
     queue.close();
-    reply_all(&mut queue, shared);
+    reply_all(&mut queue, &shared);
     for request in backlog {
-        reject(Rejected { error: HostError::ShutDown { qid }, request }, meter);
+        reject(Rejected { error: HostError::ShutDown { qid }, request }, &shared.meter);
     }
     tracing::debug!(qid, "I/O thread stopped");
 }

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token, Waker};
 use nvmf_common::nvme::io::{Read, Write};
@@ -17,6 +17,7 @@ use nvmf_service::poll::{Poller, Wait};
 
 use super::io_thread::{poll_timeout, TIMEOUT_CHECK};
 use super::metrics::latency_bucket;
+use super::release_all;
 use super::*;
 use crate::queue::{DataDirection, QueueStats, Rejected};
 
@@ -142,6 +143,10 @@ impl BareQueue<InFlight> for Loopback {
     }
     fn stats(&self) -> QueueStats {
         self.stats
+    }
+    fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd as _;
+        Some(self.poll.as_raw_fd())
     }
 }
 
@@ -303,6 +308,126 @@ fn latency_buckets_are_log2_microseconds() {
     assert!((latency_bucket_bound(0) - 1e-6).abs() < 1e-12);
     assert!((latency_bucket_bound(3) - 8e-6).abs() < 1e-12);
     assert!(latency_bucket_bound(LATENCY_BUCKETS - 1).is_infinite());
+}
+
+/// Ask for `h`'s link and turn until it arrives (the I/O thread lends it at its next turn).
+fn host_link(h: &QueueHandle, host: &Host) {
+    h.host_here(host);
+    let deadline = Instant::now() + WAIT;
+    while host.turn() == 0 {
+        assert!(Instant::now() < deadline, "the link was never lent");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The hosted links' poller descriptors, registered in a poller of the test's own (as a host waits on them).
+fn wait_on_hosted(host: &Host) -> Poll {
+    let poll = Poll::new().unwrap();
+    let mut fds = Vec::new();
+    host.for_each_wait(|_, fd| fds.push(fd));
+    assert_eq!(fds.len(), 1, "one link hosted");
+    poll.registry().register(&mut mio::unix::SourceFd(&fds[0]), Token(1), mio::Interest::READABLE).unwrap();
+    poll
+}
+
+#[test]
+fn a_hosting_thread_drives_the_link_between_its_own_work() {
+    let (q, _) = Loopback::new(4);
+    let h = QueueHandle::spawn(q).unwrap();
+    let (test_sink, rx) = super::tests::TestSink::new();
+    let sink: Arc<dyn CompletionSink> = test_sink.clone();
+    let host = Host::new(Arc::clone(&sink));
+    host_link(&h, &host);
+    // The I/O thread waits for its loop to come back: only this thread's turns move the queue, without waking
+    // anybody.
+    for tag in 0..4u64 {
+        h.queue_to_sink(read(1, 4096), &sink, tag).unwrap();
+    }
+    h.wake();
+    let wakes = test_sink.wakes.load(Ordering::SeqCst);
+    assert_eq!(host.turn(), 1);
+    let done: Vec<_> = rx.try_iter().collect();
+    assert_eq!(done.iter().map(Completed::tag).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert_eq!(test_sink.wakes.load(Ordering::SeqCst), wakes + 1, "one wake-up for the batch");
+    let reply = done.into_iter().next().unwrap().settle().unwrap();
+    assert!(reply.data.len() == 4096 && reply.data.iter().all(|&b| b == 0xA5), "read data came back");
+    // More than the request channel holds (the depth): the host gives the link back rather than wait for
+    // itself, and the I/O thread serves them all.
+    for tag in 10..15u64 {
+        h.queue_to_sink(read(1, 512), &sink, tag).unwrap();
+    }
+    assert_eq!(host.turn(), 0, "the link went back when the channel filled up");
+    h.wake();
+    let mut tags: Vec<u64> = (0..5).map(|_| rx.recv_timeout(WAIT).unwrap().tag()).collect();
+    tags.sort_unstable();
+    assert_eq!(tags, [10, 11, 12, 13, 14]);
+    host_link(&h, &host);
+    // Another thread's command: its wake makes the poller descriptor readable, and the host's turn serves it.
+    let mut poll = wait_on_hosted(&host);
+    let mut events = Events::with_capacity(4);
+    std::thread::scope(|s| {
+        let other = s.spawn(|| h.submit(write(1, 512)).unwrap().wait(WAIT));
+        poll.poll(&mut events, Some(WAIT)).unwrap();
+        assert!(!events.is_empty(), "the submission made the hosted link's poller readable");
+        let deadline = Instant::now() + WAIT;
+        while !other.is_finished() {
+            assert!(Instant::now() < deadline, "the other thread's command never completed");
+            host.turn();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let reply = other.join().unwrap().unwrap();
+        assert!(reply.result.unwrap().status.is_success());
+        assert_eq!(reply.data, vec![1; 512]);
+    });
+    // A failed link goes back to its I/O thread, which answers later requests with the failure.
+    h.queue_to_sink(write(NSID_FAIL_QUEUE, 512), &sink, 200).unwrap();
+    assert_eq!(host.turn(), 0, "the failed link went back");
+    let c = rx.try_recv().unwrap();
+    assert_eq!(c.tag(), 200);
+    assert!(matches!(c.settle().unwrap().result, Err(HostError::Closed { .. })));
+    assert!(matches!(h.failure(), Some(HostError::Closed { .. })));
+    let reply = h.submit(read(1, 512)).unwrap().wait(WAIT).unwrap();
+    assert!(matches!(reply.result, Err(HostError::Closed { .. })), "{:?}", reply.result);
+    h.close_and_check(|m| assert_eq!((m.submitted, m.completed, m.read_bytes), (11, 11, 4 * 4096 + 5 * 512), "{m:?}"));
+}
+
+#[test]
+fn a_hosted_link_goes_back_to_be_stopped_and_before_its_host_blocks() {
+    let (q, _) = Loopback::new(4);
+    let h = QueueHandle::spawn(q).unwrap();
+    let (test_sink, rx) = super::tests::TestSink::new();
+    let sink: Arc<dyn CompletionSink> = test_sink;
+    let host = Host::new(Arc::clone(&sink));
+    host_link(&h, &host);
+    // Given back before blocking (as in a recovery's hold): the I/O thread serves again, and a new ask hosts it.
+    release_all();
+    assert_eq!(host.turn(), 0);
+    let reply = h.submit(read(1, 512)).unwrap().wait(WAIT).unwrap();
+    assert!(reply.result.unwrap().status.is_success(), "the I/O thread serves the link again");
+    host_link(&h, &host);
+    // Stopped from another thread: the stop wakes the host, whose turn gives the link back to be joined. A
+    // command queued before the stop completes first.
+    h.queue_to_sink(read(1, 512), &sink, 7).unwrap();
+    let mut poll = wait_on_hosted(&host);
+    let mut events = Events::with_capacity(4);
+    std::thread::scope(|s| {
+        let stopper = s.spawn(|| h.shutdown());
+        let deadline = Instant::now() + WAIT;
+        while !stopper.is_finished() {
+            assert!(Instant::now() < deadline, "the stop never completed");
+            poll.poll(&mut events, Some(Duration::from_millis(100))).unwrap();
+            host.turn();
+        }
+    });
+    assert_eq!(host.turn(), 0, "the stopped link went back");
+    let c = rx.try_recv().expect("the queued command completed before the link stopped");
+    assert_eq!(c.tag(), 7);
+    assert!(c.settle().unwrap().result.unwrap().status.is_success());
+    // Stopped by its own host: given back first, not waited for forever.
+    let (q, _) = Loopback::new(4);
+    let h = QueueHandle::spawn(q).unwrap();
+    host_link(&h, &host);
+    h.close_and_check(|m| assert_eq!(m.errors, 0));
 }
 
 impl QueueHandle {

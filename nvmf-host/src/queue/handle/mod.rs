@@ -46,13 +46,15 @@
 //! per batch of completions, so the caller waits for completions and its own work in one place (an
 //! eventfd in its io_uring) and handles them in completion order. [`Completed::settle`] applies the same
 //! recovery as [`Pending::wait`]: a command the lost association had in flight is held and resubmitted to
-//! the same sink under the same tag.
+//! the same sink under the same tag. Such a caller can also host the link ([`Host`]): the I/O thread lends it
+//! its loop, and the caller's thread drives the queue between its own work (see `hosting`).
 
 //!
 //! Files: this one (the handle, its link and what its [`Pending`]s share), `io_thread` (the I/O thread and
 //! [`Submitter`]), `pending` ([`Pending`]), `sink` (completion sinks), `recovery` (holding I/O across a
-//! reconnect), `metrics` ([`QueueMetrics`]).
+//! reconnect), `hosting` (a caller's thread driving the link), `metrics` ([`QueueMetrics`]).
 
+mod hosting;
 mod io_thread;
 #[cfg(test)]
 mod io_thread_tests;
@@ -74,6 +76,8 @@ use nvmf_service::poll::{Poller, DEFAULT_WINDOW};
 
 use crate::error::HostError;
 use crate::queue::{BareQueue, Completion, Request};
+pub(crate) use hosting::release_all;
+pub use hosting::Host;
 use io_thread::{run, Message, ReplyTo, Shared};
 pub use io_thread::{InFlight, Submitter};
 use metrics::Meter;
@@ -109,6 +113,8 @@ struct Link {
 
 impl Link {
     fn stop(&mut self, message: Message) {
+        // This thread may host the link (or another whose host it will wait for): joining blocks.
+        hosting::release_all();
         if let Some(thread) = self.thread.take() {
             let _ = self.submitter.tx.send(message);
             let _ = self.submitter.waker.wake();
@@ -132,6 +138,8 @@ struct Slot {
 
 impl Slot {
     pub(super) fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError> {
+        // The reconnect this waits for stops the old link, which must not wait for this thread.
+        hosting::release_all();
         match &self.recovery {
             Some(r) => r.hold(self.qid, epoch, cause),
             None => Err(cause.clone()),
@@ -255,7 +263,7 @@ impl QueueHandle {
             .name(format!("nvmf-q{qid}"))
             .spawn(move || {
                 nvmf_service::cpus::place_current_thread(cpu);
-                run(queue, &rx, &thread_shared, poller)
+                run(queue, rx, thread_shared, poller)
             })
             .map_err(|e| HostError::io(qid, "spawning the I/O thread", &e))?;
         let link = Link { submitter: Submitter { qid, tx, waker }, shared, thread: Some(thread), epoch: 0 };
@@ -353,8 +361,17 @@ impl QueueHandle {
 
     /// Wake the I/O thread to take what [`QueueHandle::queue_to_sink`] queued.
     pub fn wake(&self) {
-        // A failed wake means the I/O thread is gone; its requests complete with ShutDown.
-        let _ = self.link().submitter.waker.wake();
+        let link = self.link();
+        // A link this thread hosts takes its requests at the host's next turn.
+        if !hosting::hosted_here(&link.shared) {
+            // A failed wake means the I/O thread is gone; its requests complete with ShutDown.
+            let _ = link.submitter.waker.wake();
+        }
+    }
+
+    /// Ask for this queue's current link to be hosted by the calling thread (see [`Host`]); once per link.
+    pub fn host_here(&self, host: &Host) {
+        host.ask(self);
     }
 
     /// Submit on the current connection with the completion going to `sink` under `tag`; not held or resubmitted
@@ -417,7 +434,22 @@ impl QueueHandle {
 
     /// Fail outstanding commands now and close the connection (a controller tearing its association down).
     pub(crate) fn abort(&self) {
-        self.slot.link.write().unwrap_or_else(PoisonError::into_inner).stop(Message::Abort);
+        self.stop(Message::Abort);
+    }
+
+    /// Stop the current link's I/O thread without holding the link's lock while joining it: a thread hosting
+    /// the link gives it back at its next turn, which may first need the lock to submit.
+    fn stop(&self, message: Message) {
+        let mut stopping = {
+            let mut link = self.slot.link.write().unwrap_or_else(PoisonError::into_inner);
+            Link {
+                submitter: link.submitter.clone(),
+                shared: Arc::clone(&link.shared),
+                thread: link.thread.take(),
+                epoch: link.epoch,
+            }
+        };
+        stopping.stop(message);
     }
 
     /// Put `new`'s connection (same QID, association `epoch`) in place of this handle's, aborting the old one.
@@ -443,7 +475,7 @@ impl QueueHandle {
 
     /// [`QueueHandle::close`] for a handle that others may still refer to.
     pub(crate) fn shutdown(&self) {
-        self.slot.link.write().unwrap_or_else(PoisonError::into_inner).stop(Message::Shutdown);
+        self.stop(Message::Shutdown);
     }
 }
 
