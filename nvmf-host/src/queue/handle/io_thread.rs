@@ -1,9 +1,8 @@
 //! The I/O thread of one queue link: it owns the queue and is the only thread that touches it (but for a host it
-//! lends it to, below). Callers hand it
-//! requests through a bounded channel ([`Submitter`]) and wake it with a `mio::Waker` in the queue's own poller;
-//! it takes every queued request, submits them all (one doorbell or one write for the batch), polls, and posts
-//! each completion to its waiter (`ReplyTo`: a [`super::Pending`]'s channel or a completion sink), publishing
-//! counters and the failure through atomics (`Shared`). Asked to, it lends its whole loop ([`IoLoop`]) to a
+//! lends it to, below). Callers hand it requests through a bounded channel ([`Submitter`]) and wake it with a
+//! `mio::Waker` in the queue's own poller; it takes every queued request, submits them all (one doorbell or one
+//! write for the batch), polls, and posts each completion to its waiter (`ReplyTo`: a [`super::Pending`]'s
+//! channel or a completion sink), publishing counters and the failure through atomics (`Shared`). Asked to, it lends its whole loop ([`IoLoop`]) to a
 //! thread that hosts the link and waits until it comes back (see [`super::hosting`]).
 //!
 //! What blocks: the thread blocks only in the queue's `poll` — at most `TIMEOUT_CHECK` at a time while
@@ -280,8 +279,8 @@ impl<Q: BareQueue<InFlight>> IoLoop<Q> {
     }
 
     /// One turn that never blocks, on a thread hosting the link: take requests, submit, move the queue along and
-    /// deliver completions. Returns whether the link goes back to its I/O thread (it was told to stop, asked
-    /// for elsewhere, or failed: its I/O thread handles all three).
+    /// deliver completions. Returns whether the link goes back to its I/O thread (it was told to stop, or it
+    /// failed: its I/O thread handles both). A lend asked for by another thread meanwhile is refused.
     pub(super) fn hosted_turn(&mut self) -> bool {
         let (_, lend) = self.take_messages();
         // Another thread asked too: the link stays where it is, and that thread submits through the channel.
