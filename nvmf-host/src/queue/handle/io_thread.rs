@@ -2,8 +2,9 @@
 //! lends it to, below). Callers hand it requests through a bounded channel ([`Submitter`]) and wake it with a
 //! `mio::Waker` in the queue's own poller; it takes every queued request, submits them all (one doorbell or one
 //! write for the batch), polls, and posts each completion to its waiter (`ReplyTo`: a [`super::Pending`]'s
-//! channel or a completion sink), publishing counters and the failure through atomics (`Shared`). Asked to, it lends its whole loop ([`IoLoop`]) to a
-//! thread that hosts the link and waits until it comes back (see [`super::hosting`]).
+//! channel or a completion sink), publishing counters and the failure through atomics (`Shared`). Asked to, it
+//! lends its whole loop ([`IoLoop`]) to a thread that hosts the link and waits until it comes back (see
+//! [`super::hosting`]).
 //!
 //! What blocks: the thread blocks only in the queue's `poll` — at most `TIMEOUT_CHECK` at a time while
 //! commands that can time out are outstanding, until woken while none is. Whether a `poll` may block at all is
