@@ -25,10 +25,9 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::io_thread::{IoLoop, Shared, TIMEOUT_CHECK};
+use super::io_thread::{InFlight, IoLoop, Message, Shared, TIMEOUT_CHECK};
 use super::sink::CompletionSink;
 use super::QueueHandle;
-use crate::queue::handle::io_thread::{InFlight, Message};
 use crate::queue::BareQueue;
 
 /// Where an I/O thread sends its loop when asked to lend it, and how it wakes the host.
