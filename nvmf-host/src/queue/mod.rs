@@ -112,10 +112,17 @@ pub trait BareQueue<T>: Send {
     /// The queue's own counters.
     fn stats(&self) -> QueueStats;
     /// A descriptor that turns readable when `poll` has work (the queue's epoll instance), for a thread that
-    /// waits on it among its own (a hosting thread, see [`handle::Host`]); `None` when sleeping takes more than
-    /// waiting on a descriptor.
+    /// waits on it among its own (a hosting thread, see [`handle::Host`]) after [`BareQueue::prepare_wait`];
+    /// `None` when the queue cannot be waited on that way.
     fn poll_fd(&self) -> Option<RawFd> {
         None
+    }
+    /// Before the owner sleeps on [`BareQueue::poll_fd`]: consume the readiness already seen and arm what must be
+    /// armed, so that the descriptor turns readable on anything new. False when work arrived meanwhile (`poll`
+    /// again first). A queue whose `poll(Some(ZERO))` leaves nothing behind (NVMe/TCP: the socket read until it
+    /// would block) has nothing to do.
+    fn prepare_wait(&mut self) -> Result<bool, HostError> {
+        Ok(true)
     }
 }
 

@@ -29,7 +29,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -455,6 +455,37 @@ impl<T> RdmaQueue<T> {
         self.check_timeouts()
     }
 
+    /// Before its owner sleeps on the poller's descriptor instead of in [`poll`](Self::poll) (see
+    /// [`BareQueue::prepare_wait`]): take the events already reported (a zero poll leaves them, and the descriptor
+    /// would stay readable), then arm the completion queue as `poll` does before it sleeps. False when a completion
+    /// came first (poll again).
+    pub fn prepare_wait(&mut self) -> Result<bool, HostError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let prepared = self.prepare_wait_inner();
+        if let Err(e) = &prepared {
+            self.fail(e.clone());
+        }
+        prepared
+    }
+
+    fn prepare_wait_inner(&mut self) -> Result<bool, HostError> {
+        match self.poll.poll(&mut self.mio_events, Some(Duration::ZERO)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(HostError::io(self.qid, "polling", &e)),
+        }
+        self.memory.drain_events()?;
+        self.cm_events()?;
+        if self.reap()? > 0 {
+            return Ok(false);
+        }
+        self.memory.arm()?;
+        // A completion between the last poll and arming raised no event.
+        Ok(self.reap()? == 0)
+    }
+
     /// Handle RDMA CM events: anything after ESTABLISHED ends the queue.
     fn cm_events(&mut self) -> Result<(), HostError> {
         let qid = self.qid;
@@ -680,5 +711,11 @@ impl<T: Send> BareQueue<T> for RdmaQueue<T> {
     }
     fn stats(&self) -> QueueStats {
         RdmaQueue::stats(self)
+    }
+    fn poll_fd(&self) -> Option<RawFd> {
+        Some(self.poll.as_raw_fd())
+    }
+    fn prepare_wait(&mut self) -> Result<bool, HostError> {
+        RdmaQueue::prepare_wait(self)
     }
 }

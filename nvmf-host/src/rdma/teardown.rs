@@ -3,6 +3,7 @@
 //! CM's retransmissions (about 50 s on Soft-RoCE), and a controller aborting its lost association's queues must
 //! not wait for that before it reconnects. The teardown thread is detached: nothing waits for it.
 
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,5 +76,11 @@ impl<T: Send + 'static> BareQueue<T> for DetachedTeardown<T> {
     }
     fn stats(&self) -> QueueStats {
         self.0.as_ref().map_or_else(QueueStats::default, RdmaQueue::stats)
+    }
+    fn poll_fd(&self) -> Option<RawFd> {
+        self.0.as_ref().and_then(BareQueue::poll_fd)
+    }
+    fn prepare_wait(&mut self) -> Result<bool, HostError> {
+        self.0.as_mut().map_or_else(|| Err(gone()), RdmaQueue::prepare_wait)
     }
 }

@@ -10,19 +10,20 @@
 //!
 //! Threads, per queue: one, the queue thread. It owns the queue's io_uring (the driver requires every
 //! command of a queue to come from one thread) and waits in one `io_uring_enter` for fetched requests, NVMe
-//! completions and the NVMe/TCP sockets of the links it hosts. It submits each request with the tag's buffer
+//! completions and the sockets or completion channels of the links it hosts. It submits each request with the tag's buffer
 //! moved into the [`Request`] (no copy: the buffer the driver wrote is the one sent) through the export's
 //! [`NamespaceHead`], which picks a path (a controller; one unless the daemon grouped several, see
 //! [`crate::multipath`]) and queues it to that path's I/O queue `q` (tag = ublk tag, no per-command
 //! allocation). The thread *hosts* each path's I/O queue `q` ([`Host`]): the queue's I/O thread lends it its
 //! loop, so after handling a batch of requests this thread itself sends the commands, reads the responses
 //! (one non-blocking turn), and commits in completion order, all commits of a batch in one `io_uring_enter`;
-//! before it sleeps it polls each hosted queue's epoll descriptor through the ring. No command crosses
-//! threads and nobody is woken per batch. A link goes back to its I/O thread when it fails or stops (a
-//! reconnect, a shutdown: the I/O thread ends it) and before this thread blocks elsewhere (while no path
-//! serves I/O, in a recovery's hold): then, and for NVMe/RDMA queues (which are not lent: they arm their
-//! completion queue before sleeping), the I/O thread serves the queue, pushes completions into this queue's
-//! [`CompletionSink`] and writes its eventfd once per batch, which completes an eventfd read kept in the ring.
+//! before it sleeps it gets each hosted queue ready to wake it ([`Host::prepare_wait`]: an RDMA completion
+//! queue is armed) and polls the queue's epoll descriptor through the ring; a queue that had work meanwhile
+//! makes that `io_uring_enter` not wait. No command crosses threads and nobody is woken per batch. A link
+//! goes back to its I/O thread when it fails or stops (a reconnect, a shutdown: the I/O thread ends it) and
+//! before this thread blocks elsewhere (while no path serves I/O, in a recovery's hold): then the I/O thread
+//! serves the queue, pushes completions into this queue's [`CompletionSink`] and writes its eventfd once per
+//! batch, which completes an eventfd read kept in the ring.
 //! A command the lost association had in flight, or that failed on its path, goes again to a path
 //! ([`NamespaceHead::settle`]). A command the controller never answers is failed by the NVMe queue's own
 //! command timeout (checked in the hosted turn: the ring wait is bounded while one is outstanding).
@@ -478,9 +479,11 @@ impl Queue {
         // Hosted links whose poller descriptor the ring polls, and those hosted now.
         let (mut polled, mut hosted) = (Vec::new(), Vec::new());
         let mut aborted = 0;
+        // A hosted link had work when asked to get ready for the wait: the ring is only looked at.
+        let mut busy = false;
         loop {
             self.head.host_queues(q, &mut paths, &host);
-            ring.submit_and_wait(host.wait_bound())?;
+            ring.submit_and_wait(if busy { Some(Duration::ZERO) } else { host.wait_bound() })?;
             ring.completions(&mut cqes);
             for (user_data, result) in cqes.drain(..) {
                 match user_data {
@@ -525,6 +528,7 @@ impl Queue {
                     break;
                 }
             }
+            busy = !host.prepare_wait();
             hosted.clear();
             let mut armed = Ok(());
             host.for_each_wait(|id, fd| {

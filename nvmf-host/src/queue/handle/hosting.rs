@@ -4,17 +4,19 @@
 //! The host asks ([`QueueHandle::host_here`]); the I/O thread, at its next turn, moves its whole loop
 //! ([`IoLoop`]: the queue, the request channel, the backlog) into the host's inbox, wakes the host through a
 //! [`CompletionSink`], and blocks until the loop comes back. The host then runs a non-blocking turn of it
-//! after its own work ([`Host::turn`]) and, before it sleeps, waits on the queue's poller descriptor as well
-//! (a readable epoll descriptor: the socket or the link's waker has news; [`Host::for_each_wait`]), bounded by
-//! [`Host::wait_bound`] while commands that can time out are outstanding. Other threads still submit through
-//! the channel and the waker, which wakes the host instead.
+//! after its own work ([`Host::turn`]) and, before it sleeps, prepares each link ([`Host::prepare_wait`]: the
+//! readiness seen so far consumed, an RDMA completion queue armed, requests whose wake-up that consumed taken)
+//! and waits on the queue's poller descriptor as well (a readable epoll descriptor: the socket, the completion
+//! channel or the link's waker has news; [`Host::for_each_wait`]), bounded by [`Host::wait_bound`] while
+//! commands that can time out are outstanding. Other threads still submit through the channel and the waker,
+//! which wakes the host instead.
 //!
 //! Dropping a hosted link gives it back; its I/O thread carries on where the host left it. A link goes back
 //! when it fails or is told to stop (its I/O thread handles both, and the thread that stops it joins that
 //! thread), and every link a thread hosts goes back ([`release_all`]) before that thread blocks anywhere but
 //! its own wait: in a recovery's hold, a multipath head's wait for a path, or a full request channel. So a
 //! host never holds up a reconnect, a shutdown or another submitter. A link whose queue has no poller
-//! descriptor (NVMe/RDMA's arms its completion queue before sleeping) is not lent.
+//! descriptor is not lent.
 //!
 //! State is per thread (a thread-local set of hosted links), so the paths that give links back need no
 //! handle on the host.
@@ -48,6 +50,8 @@ trait HostedLink: Send {
     fn turn(&mut self) -> bool;
     /// The queue's poller descriptor: readable when the link has something to do.
     fn poll_fd(&self) -> RawFd;
+    /// Before the host sleeps: see [`IoLoop::prepare_wait`].
+    fn prepare_wait(&mut self) -> bool;
     /// Whether a command that can time out is outstanding (its timeout is checked in `turn`).
     fn timed_outstanding(&self) -> bool;
     fn shared(&self) -> &Arc<Shared>;
@@ -66,6 +70,9 @@ impl<Q: BareQueue<InFlight>> HostedLink for Lent<Q> {
     }
     fn poll_fd(&self) -> RawFd {
         self.fd
+    }
+    fn prepare_wait(&mut self) -> bool {
+        self.lp.as_mut().is_some_and(|lp| lp.prepare_wait())
     }
     fn timed_outstanding(&self) -> bool {
         self.lp.as_ref().is_some_and(|lp| lp.queue.timed_outstanding())
@@ -201,6 +208,16 @@ impl Host {
                 }
             }
             l.hosted.len()
+        })
+    }
+
+    /// Get every hosted link ready for this thread to sleep on their descriptors (their readiness seen so far
+    /// consumed, wake-ups armed); false when one has work first — turn again before sleeping.
+    pub fn prepare_wait(&self) -> bool {
+        LOCAL.with(|l| {
+            let Ok(mut l) = l.try_borrow_mut() else { return true };
+            // Every link is prepared, even after one that has work: each consumes its readiness here.
+            l.hosted.iter_mut().fold(true, |ready, h| h.link.prepare_wait() & ready)
         })
     }
 

@@ -299,6 +299,17 @@ impl<Q: BareQueue<InFlight>> IoLoop<Q> {
         }
         self.queue.failure().is_some()
     }
+
+    /// Before its host sleeps on the queue's poller descriptor: get the queue ready to wake it
+    /// ([`BareQueue::prepare_wait`]), then take the requests whose wake-up that (or the turn's zero poll)
+    /// consumed — each request is queued before its wake-up, so none is left behind. False when there is
+    /// something to turn first (a failure too: the next turn gives the link back).
+    pub(super) fn prepare_wait(&mut self) -> bool {
+        let ready = self.queue.failure().is_none() && self.queue.prepare_wait().unwrap_or(false);
+        let (took, lend) = self.take_messages();
+        drop(lend);
+        ready && !took && !self.stopping
+    }
 }
 
 /// The I/O thread.

@@ -45,6 +45,8 @@ struct Loopback {
     stats: QueueStats,
     failed: Option<HostError>,
     probe: Arc<Probe>,
+    /// Run at the start of every `poll` (what another thread does meanwhile).
+    during_poll: Option<Box<dyn FnMut() + Send>>,
 }
 
 impl Loopback {
@@ -60,6 +62,7 @@ impl Loopback {
             stats: QueueStats::default(),
             failed: None,
             probe: Arc::clone(&probe),
+            during_poll: None,
         };
         (q, probe)
     }
@@ -94,6 +97,9 @@ impl BareQueue<InFlight> for Loopback {
         Ok(n)
     }
     fn poll(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        if let Some(f) = &mut self.during_poll {
+            f();
+        }
         if self.outstanding.is_empty() {
             self.probe.idle_timeouts.lock().unwrap().push(timeout);
             self.poll.poll(&mut self.events, timeout).unwrap();
@@ -428,6 +434,38 @@ fn a_hosted_link_goes_back_to_be_stopped_and_before_its_host_blocks() {
     let h = QueueHandle::spawn(q).unwrap();
     host_link(&h, &host);
     h.close_and_check(|m| assert_eq!(m.errors, 0));
+}
+
+#[test]
+fn a_host_takes_what_arrived_while_it_turned_before_it_sleeps() {
+    let (mut q, _) = Loopback::new(4);
+    // Another thread submits while the host's turn polls the queue: the zero poll takes its wake-up.
+    let submitter: Arc<Mutex<Option<Submitter>>> = Arc::default();
+    let late: Arc<Mutex<Option<Pending>>> = Arc::default();
+    let (from, into) = (Arc::clone(&submitter), Arc::clone(&late));
+    q.during_poll = Some(Box::new(move || {
+        if let Some(s) = from.lock().unwrap().take() {
+            *into.lock().unwrap() = Some(s.submit(read(1, 512)).unwrap());
+        }
+    }));
+    let h = QueueHandle::spawn(q).unwrap();
+    let (test_sink, _rx) = super::tests::TestSink::new();
+    let host = Host::new(test_sink);
+    host_link(&h, &host);
+    let mut poll = wait_on_hosted(&host);
+    let mut events = Events::with_capacity(4);
+    assert!(host.prepare_wait(), "nothing to do");
+    *submitter.lock().unwrap() = Some(h.submitter());
+    assert_eq!(host.turn(), 1);
+    let pending = late.lock().unwrap().take().expect("the other thread submitted during the turn");
+    poll.poll(&mut events, Some(Duration::ZERO)).unwrap();
+    assert!(events.is_empty(), "the turn's poll took the wake-up: the descriptor would not wake a sleeping host");
+    assert!(!host.prepare_wait(), "the request waiting in the channel keeps the host from sleeping");
+    host.turn();
+    let reply = pending.wait(WAIT).unwrap();
+    assert!(reply.result.unwrap().status.is_success());
+    assert!(host.prepare_wait(), "nothing left to do");
+    h.close_and_check(|m| assert_eq!((m.submitted, m.completed), (1, 1), "{m:?}"));
 }
 
 impl QueueHandle {
