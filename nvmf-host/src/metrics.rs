@@ -19,7 +19,8 @@
 //!   in the transport.
 //! - `nvmf_host_queue_sleeps_total{controller,qid}` — waits of the queue's I/O thread that could block (the
 //!   others polled and returned at once: the `[host]` `poll` mode at work).
-//! - `nvmf_host_queue_command_latency_seconds{controller,qid}` — histogram of submission to completion, buckets
+//! - `nvmf_host_queue_command_latency_seconds{controller,qid}` — histogram of submission (the queue's thread taking
+//!   the command: its link's I/O thread, or the export thread hosting the link) to completion, buckets
 //!   at 1, 2, 4, … µs up to about 4.2 s (Asynchronous Event Requests are not counted).
 //!
 //! - `nvmf_host_rnic_counters_total{device,port,counter}`, `nvmf_host_rnic_hw_counters_total{device,port,counter}`,

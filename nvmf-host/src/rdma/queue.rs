@@ -389,7 +389,6 @@ impl<T> RdmaQueue<T> {
         slot.rkey = rkey;
         slot.sent = false;
         slot.response = None;
-        slot.submitted = Instant::now();
         slot.timed = !(self.qid == 0 && sqe.opcode == ASYNC_EVENT_REQUEST);
         Ok(sqe.cid)
     }
@@ -411,8 +410,12 @@ impl<T> RdmaQueue<T> {
             return Ok(());
         }
         self.memory.post_capsules(&self.staged)?;
+        // One clock read for the batch: the command timeout counts from here.
+        let now = Instant::now();
         for c in self.staged.drain(..) {
-            self.slots[c.index].state = RdmaCommandState::Outstanding;
+            let slot = &mut self.slots[c.index];
+            slot.state = RdmaCommandState::Outstanding;
+            slot.submitted = now;
         }
         Ok(())
     }
@@ -515,7 +518,9 @@ impl<T> RdmaQueue<T> {
         }
         self.last_timeout_check = now;
         if let Some(slot) = self.slots.iter().find(|s| {
-            s.state != RdmaCommandState::Free && s.timed && now.duration_since(s.submitted) > self.command_timeout
+            !matches!(s.state, RdmaCommandState::Free | RdmaCommandState::Staged)
+                && s.timed
+                && now.duration_since(s.submitted) > self.command_timeout
         }) {
             return Err(HostError::Timeout {
                 what: format!("command on queue {} in state {:?}", self.qid, slot.state),

@@ -33,6 +33,7 @@ pub(super) struct Slot<T> {
     pub(super) rkey: Option<u32>,
     pub(super) sent: bool,
     pub(super) response: Option<CompletionQueueEntry>,
+    /// When its capsule was posted (the command timeout counts from there).
     pub(super) submitted: Instant,
     /// Whether the command timeout applies (not to an Asynchronous Event Request).
     pub(super) timed: bool,

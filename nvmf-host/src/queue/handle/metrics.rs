@@ -63,8 +63,8 @@ impl Meter {
             },
             _ => bump(&self.errors, 1),
         }
-        if f.timed {
-            let ns = u64::try_from(now.saturating_duration_since(f.submitted).as_nanos()).unwrap_or(u64::MAX);
+        if let Some(submitted) = f.submitted.filter(|_| f.timed) {
+            let ns = u64::try_from(now.saturating_duration_since(submitted).as_nanos()).unwrap_or(u64::MAX);
             bump(&self.latency_sum_ns, ns);
             bump(&self.latency[latency_bucket(ns)], 1);
         }
@@ -106,8 +106,8 @@ pub struct QueueMetrics {
     pub errors: u64,
     /// Sum of the latencies counted in `latency`, in nanoseconds.
     pub latency_sum_ns: u64,
-    /// Commands per latency bucket, submission to completion (see [`LATENCY_BUCKETS`]; Asynchronous Event
-    /// Requests are not counted).
+    /// Commands per latency bucket, submission (taken by the queue's thread) to completion (see
+    /// [`LATENCY_BUCKETS`]; Asynchronous Event Requests are not counted).
     pub latency: [u64; LATENCY_BUCKETS],
 }
 
