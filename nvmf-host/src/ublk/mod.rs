@@ -10,8 +10,8 @@
 //!
 //! Threads, per queue: one, the queue thread. It owns the queue's io_uring (the driver requires every
 //! command of a queue to come from one thread) and waits in one `io_uring_enter` for fetched requests, NVMe
-//! completions and the sockets or completion channels of the links it hosts. It submits each request with the tag's buffer
-//! moved into the [`Request`] (no copy: the buffer the driver wrote is the one sent) through the export's
+//! completions and the sockets or completion channels of the links it hosts. It submits each request with the
+//! tag's buffer moved into the [`Request`] (no copy: the buffer the driver wrote is the one sent) through the export's
 //! [`NamespaceHead`], which picks a path (a controller; one unless the daemon grouped several, see
 //! [`crate::multipath`]) and queues it to that path's I/O queue `q` (tag = ublk tag, no per-command
 //! allocation). The thread *hosts* each path's I/O queue `q` ([`Host`]): the queue's I/O thread lends it its
