@@ -436,23 +436,15 @@ impl<T> RdmaQueue<T> {
 
     fn poll_inner(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
         self.post_staged()?;
-        if self.reap()? == 0 && timeout != Some(Duration::ZERO) {
-            self.memory.arm()?;
-            // A completion between the last poll and arming raised no event: look once more.
-            if self.reap()? == 0 {
-                let timeout = if self.timed_outstanding() {
-                    Some(timeout.map_or(self.command_timeout, |t| t.min(self.command_timeout)))
-                } else {
-                    timeout
-                };
-                match self.poll.poll(&mut self.mio_events, timeout) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(HostError::io(self.qid, "polling", &e)),
-                }
-                self.memory.drain_events()?;
-                self.reap()?;
-            }
+        if self.reap()? == 0 && timeout != Some(Duration::ZERO) && self.arm_if_idle()? {
+            let timeout = if self.timed_outstanding() {
+                Some(timeout.map_or(self.command_timeout, |t| t.min(self.command_timeout)))
+            } else {
+                timeout
+            };
+            self.wait_events(timeout)?;
+            self.memory.drain_events()?;
+            self.reap()?;
         }
         self.cm_events()?;
         self.check_timeouts()
@@ -474,19 +466,26 @@ impl<T> RdmaQueue<T> {
     }
 
     fn prepare_wait_inner(&mut self) -> Result<bool, HostError> {
-        match self.poll.poll(&mut self.mio_events, Some(Duration::ZERO)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(HostError::io(self.qid, "polling", &e)),
-        }
+        self.wait_events(Some(Duration::ZERO))?;
         self.memory.drain_events()?;
         self.cm_events()?;
-        if self.reap()? > 0 {
-            return Ok(false);
-        }
+        Ok(self.reap()? == 0 && self.arm_if_idle()?)
+    }
+
+    /// Arm the completion queue; true when nothing completed meanwhile (a completion between the last reap and
+    /// arming raised no event, so look once more), and sleeping is safe.
+    fn arm_if_idle(&mut self) -> Result<bool, HostError> {
         self.memory.arm()?;
-        // A completion between the last poll and arming raised no event.
         Ok(self.reap()? == 0)
+    }
+
+    /// Wait up to `timeout` for the poller's events (completion channel, RDMA CM, waker).
+    fn wait_events(&mut self, timeout: Option<Duration>) -> Result<(), HostError> {
+        match self.poll.poll(&mut self.mio_events, timeout) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(HostError::io(self.qid, "polling", &e)),
+        }
     }
 
     /// Handle RDMA CM events: anything after ESTABLISHED ends the queue.
