@@ -116,6 +116,9 @@ struct Hosted {
 
 #[derive(Default)]
 struct Local {
+    /// Where lent links arrive: the thread's [`Host`]'s inbox (here so that [`release_all`] gives back a link
+    /// lent and not yet taken in too: its I/O thread waits for it, and takes no more requests until then).
+    inbox: Option<Receiver<Box<dyn HostedLink>>>,
     hosted: Vec<Hosted>,
     /// Links asked for and not given back voluntarily (one ask per link; held so a new link never takes a
     /// forgotten one's address).
@@ -127,13 +130,15 @@ thread_local! {
     static LOCAL: RefCell<Local> = RefCell::default();
 }
 
-/// Give back every link this thread hosts (before it blocks elsewhere than in its own wait); it asks for them
-/// again later.
+/// Give back every link this thread hosts or was lent (before it blocks elsewhere than in its own wait); it
+/// asks for them again later.
 pub(crate) fn release_all() {
     let released = LOCAL.with(|l| {
         let Ok(mut l) = l.try_borrow_mut() else { return Vec::new() };
-        let released = std::mem::take(&mut l.hosted);
-        l.asked.retain(|s| !released.iter().any(|h| Arc::ptr_eq(h.link.shared(), s)));
+        let mut released: Vec<Box<dyn HostedLink>> =
+            std::mem::take(&mut l.hosted).into_iter().map(|h| h.link).collect();
+        released.extend(l.inbox.as_ref().map(|inbox| inbox.try_iter().collect::<Vec<_>>()).unwrap_or_default());
+        l.asked.retain(|s| !released.iter().any(|link| Arc::ptr_eq(link.shared(), s)));
         released
     });
     // Dropped outside the borrow: each drop hands a loop back to its thread.
@@ -145,10 +150,10 @@ pub(super) fn hosted_here(shared: &Arc<Shared>) -> bool {
     LOCAL.with(|l| l.try_borrow().is_ok_and(|l| l.hosted.iter().any(|h| Arc::ptr_eq(h.link.shared(), shared))))
 }
 
-/// A thread's side of hosting (see the module docs): where lent links arrive.
+/// A thread's side of hosting (see the module docs): where lent links arrive. One per thread: a new one takes
+/// over from the last.
 pub struct Host {
     inbox_tx: Sender<Box<dyn HostedLink>>,
-    inbox: Receiver<Box<dyn HostedLink>>,
     wake: Arc<dyn CompletionSink>,
 }
 
@@ -162,7 +167,10 @@ impl Host {
     /// A host woken through `wake` when a link arrives (its completion sink: the host waits for it anyway).
     pub fn new(wake: Arc<dyn CompletionSink>) -> Self {
         let (inbox_tx, inbox) = channel();
-        Host { inbox_tx, inbox, wake }
+        // A previous host's links (in its inbox) go back as it drops.
+        let previous = LOCAL.with(|l| l.try_borrow_mut().ok().and_then(|mut l| l.inbox.replace(inbox)));
+        drop(previous);
+        Host { inbox_tx, wake }
     }
 
     /// Ask for `handle`'s current link unless it was asked for already.
@@ -192,7 +200,8 @@ impl Host {
     pub fn turn(&self) -> usize {
         LOCAL.with(|l| {
             let Ok(mut l) = l.try_borrow_mut() else { return 0 };
-            while let Ok(link) = self.inbox.try_recv() {
+            let l = &mut *l;
+            for link in l.inbox.iter().flat_map(Receiver::try_iter) {
                 let id = l.next_id;
                 l.next_id += 1;
                 l.hosted.push(Hosted { id, link });
@@ -246,5 +255,8 @@ impl Host {
 impl Drop for Host {
     fn drop(&mut self) {
         release_all();
+        let inbox = LOCAL.with(|l| l.try_borrow_mut().ok().and_then(|mut l| l.inbox.take()));
+        // Links lent since go back as the inbox drops.
+        drop(inbox);
     }
 }

@@ -437,6 +437,40 @@ fn a_hosted_link_goes_back_to_be_stopped_and_before_its_host_blocks() {
 }
 
 #[test]
+fn a_link_lent_and_not_yet_taken_in_goes_back_before_its_host_blocks() {
+    let (q, _) = Loopback::new(4);
+    let h = QueueHandle::spawn(q).unwrap();
+    let (test_sink, rx) = super::tests::TestSink::new();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let sink: Arc<dyn CompletionSink> = test_sink.clone();
+    // Not scoped: were the host stuck, the test fails instead of waiting for it.
+    let host_thread = std::thread::spawn(move || {
+        let host = Host::new(Arc::clone(&sink));
+        h.host_here(&host);
+        // The lender wakes the host once the loop is in its inbox; the host has not turned since.
+        let deadline = Instant::now() + WAIT;
+        while test_sink.wakes.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the link was never lent");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // More than the request channel holds: the fifth waits for the I/O thread, which waits for its loop;
+        // the host gives it back from the inbox rather than wait for itself.
+        for tag in 0..6u64 {
+            h.queue_to_sink(read(1, 512), &sink, tag).unwrap();
+        }
+        h.wake();
+        let _ = done_tx.send(());
+        h
+    });
+    done.recv_timeout(WAIT).expect("the host blocked on a full channel with the link in its inbox");
+    let h = host_thread.join().unwrap();
+    let mut tags: Vec<u64> = (0..6).map(|_| rx.recv_timeout(WAIT).unwrap().tag()).collect();
+    tags.sort_unstable();
+    assert_eq!(tags, [0, 1, 2, 3, 4, 5]);
+    h.close_and_check(|m| assert_eq!(m.submitted, 6));
+}
+
+#[test]
 fn a_host_takes_what_arrived_while_it_turned_before_it_sleeps() {
     let (mut q, _) = Loopback::new(4);
     // Another thread submits while the host's turn polls the queue: the zero poll takes its wake-up.
