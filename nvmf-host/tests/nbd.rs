@@ -195,6 +195,17 @@ fn tcp_loopback_serves_qemu_and_fio() {
 
 struct Raw(UnixStream);
 
+fn request_bytes(flags: u16, command: u16, cookie: u64, offset: u64, length: u32, payload: &[u8]) -> Vec<u8> {
+    let mut m = REQUEST_MAGIC.to_be_bytes().to_vec();
+    m.extend_from_slice(&flags.to_be_bytes());
+    m.extend_from_slice(&command.to_be_bytes());
+    m.extend_from_slice(&cookie.to_be_bytes());
+    m.extend_from_slice(&offset.to_be_bytes());
+    m.extend_from_slice(&length.to_be_bytes());
+    m.extend_from_slice(payload);
+    m
+}
+
 impl Raw {
     fn connect(path: &Path) -> Raw {
         Raw(UnixStream::connect(path).unwrap())
@@ -271,14 +282,7 @@ impl Raw {
     }
 
     fn request(&mut self, flags: u16, command: u16, cookie: u64, offset: u64, length: u32, payload: &[u8]) {
-        let mut m = REQUEST_MAGIC.to_be_bytes().to_vec();
-        m.extend_from_slice(&flags.to_be_bytes());
-        m.extend_from_slice(&command.to_be_bytes());
-        m.extend_from_slice(&cookie.to_be_bytes());
-        m.extend_from_slice(&offset.to_be_bytes());
-        m.extend_from_slice(&length.to_be_bytes());
-        m.extend_from_slice(payload);
-        self.0.write_all(&m).unwrap();
+        self.0.write_all(&request_bytes(flags, command, cookie, offset, length, payload)).unwrap();
     }
 
     /// A simple reply: (error, cookie).
@@ -458,6 +462,81 @@ fn hostile_requests_get_errors_and_the_server_keeps_serving() {
     assert_eq!(other.read_n(4096), want);
     other.request(0, cmd::DISC, 18, 0, 0, &[]);
     other.assert_closed();
+}
+
+#[test]
+fn requests_split_across_reads_are_reassembled() {
+    let s = setup(1, false);
+    let mut c = Raw::connect(&socket(&s));
+    c.go();
+    let data: Vec<u8> = (0..8192u32).map(|i| u8::try_from(i % 241).unwrap()).collect();
+    let mut m = request_bytes(0, cmd::WRITE, 1, 4096, 8192, &data);
+    m.extend_from_slice(&request_bytes(0, cmd::READ, 2, 4096, 8192, &[]));
+    // Cut inside the first header, at its end, inside the payload, across the second header.
+    let mut at = 0;
+    for cut in [3, 27, 28, 29, 4000, 8219, 8220, 8230, m.len()] {
+        c.0.write_all(&m[at..cut]).unwrap();
+        at = cut;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(c.reply(), (0, 1));
+    assert_eq!(c.reply(), (0, 2));
+    assert_eq!(c.read_n(8192), data);
+}
+
+#[test]
+fn a_client_that_does_not_read_its_replies_is_held_back_and_cut_off_at_stop() {
+    const REQUESTS: u64 = 2048;
+    const LEN: u32 = 64 << 10;
+    let s = setup(1, false);
+    let path = socket(&s);
+    let mut c = Raw::connect(&path);
+    c.go();
+    // 128 MiB of reads asked for at once, twice the in-flight budget: the server stops reading requests
+    // until the client takes replies, and serves it all once it does.
+    let mut w = Raw(c.0.try_clone().unwrap());
+    let sender = std::thread::spawn(move || {
+        for cookie in 0..REQUESTS {
+            w.request(0, cmd::READ, cookie, (cookie % 256) * u64::from(LEN), LEN, &[]);
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Meanwhile another client is served.
+    let mut other = Raw::connect(&path);
+    other.go();
+    other.request(0, cmd::READ, 7, 0, 512, &[]);
+    assert_eq!(other.reply(), (0, 7));
+    other.read_n(512);
+    let mut seen = vec![false; usize::try_from(REQUESTS).unwrap()];
+    for _ in 0..REQUESTS {
+        let (e, cookie) = c.reply();
+        assert_eq!(e, 0, "read {cookie}");
+        c.read_n(usize::try_from(LEN).unwrap());
+        assert!(!std::mem::replace(&mut seen[usize::try_from(cookie).unwrap()], true), "cookie {cookie} twice");
+    }
+    sender.join().unwrap();
+
+    // Again without reading: the export's stop still ends the session (the client is cut off).
+    let mut w = c.0.try_clone().unwrap();
+    std::thread::spawn(move || {
+        for cookie in 0..REQUESTS {
+            // Refused once the server cut the client off.
+            if w.write_all(&request_bytes(0, cmd::READ, cookie, 0, LEN, &[])).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        s.export.stop();
+        let _ = done_tx.send(());
+    });
+    done.recv_timeout(std::time::Duration::from_secs(60)).expect("stop returns with a client that does not read");
+    // Replies already in the socket may come; then the connection ends.
+    let mut rest = Vec::new();
+    let _ = c.0.read_to_end(&mut rest);
+    assert!(rest.len() < usize::try_from(REQUESTS).unwrap() * usize::try_from(LEN).unwrap());
 }
 
 #[test]

@@ -8,34 +8,33 @@
 //! when asked for (any local user can connect to it).
 //!
 //! Threads: one acceptor thread (a [`mio::Poll`] over the listener and a waker, so [`NbdExport::stop`] never
-//! waits on a blocked `accept`), and per client two threads: the session thread runs the handshake and then
-//! reads requests and submits their commands (spread round-robin over the I/O queues) with their completions
-//! going to the session's completion sink ([`crate::queue::handle::CompletionSink`]); the reply thread takes
-//! submitted requests and completions from one channel and writes each reply as its request's last command
-//! completes (completion order: the protocol matches replies by cookie). Two threads per client because a
-//! thread blocked reading the socket cannot also take completions. While completions keep coming, replies
-//! gather in the write buffer and leave in one `write`.
+//! waits on a blocked `accept`), and one thread per client: it runs the handshake (blocking reads, each step
+//! bounded by a timeout), then the transmission phase from one poller (module `transmission`): it reads requests,
+//! submits their commands to its export queue (clients take the export's I/O queues in turn), hosts that queue's
+//! link ([`crate::queue::handle::Host`]: no hop to the queue's I/O thread and back) and writes each reply as its
+//! request's last command completes (completion order: the protocol matches replies by cookie).
 //!
-//! What each may block on: the acceptor only in `poll`; the session thread in socket reads (bounded by a
-//! timeout during the handshake only — an idle client is legitimate), in submissions while a queue is full
-//! or the controller reconnects, and while its client has the most requests or bytes in flight; the reply
-//! thread on its channel (a command the controller never answers is failed by the queue's own command
-//! timeout), in holding a command the lost association had in flight until it can be resubmitted, and in
-//! socket writes. Memory per client is bounded: at most
-//! [`MAX_IN_FLIGHT`] requests and [`IN_FLIGHT_BYTES`] of data in flight, buffers reused from a per-client
-//! pool. See [`proto`] for how each request is checked.
+//! What a session thread may block on: handshake reads and writes; in transmission only its poller (an idle
+//! client is legitimate), a submission while a queue is full or the controller reconnects, and holding a command
+//! the lost association had in flight until it can be resubmitted (a command the controller never answers is
+//! failed by the queue's own command timeout). Memory per client is bounded: at most [`MAX_IN_FLIGHT`] requests
+//! and [`IN_FLIGHT_BYTES`] of data from a request's header to the end of its reply, buffers reused from a
+//! per-client pool. See [`proto`] for how each request is checked.
 
 pub mod proto;
 mod session;
+mod transmission;
 
 use std::fmt;
+use std::io::IoSlice;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -227,6 +226,22 @@ impl Stream {
             Stream::Unix(s) => s.set_write_timeout(t),
         }
     }
+
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(on),
+            Stream::Unix(s) => s.set_nonblocking(on),
+        }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
 }
 
 impl Read for Stream {
@@ -246,6 +261,13 @@ impl Write for Stream {
         }
     }
 
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(bufs),
+            Stream::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -260,6 +282,8 @@ pub(crate) struct Export {
     name: String,
     /// Blocks per NVMe command.
     piece_blocks: u64,
+    /// The export queue the next session takes.
+    next_queue: AtomicUsize,
 }
 
 enum Listener {
@@ -368,7 +392,14 @@ impl NbdExport {
             trim: info.oncs & IdentifyController::ONCS_DATASET_MANAGEMENT != 0,
             write_zeroes: info.oncs & IdentifyController::ONCS_WRITE_ZEROES != 0,
         };
-        let export = Arc::new(Export { head, nsid, geometry, name: options.export_name.clone(), piece_blocks });
+        let export = Arc::new(Export {
+            head,
+            nsid,
+            geometry,
+            name: options.export_name.clone(),
+            piece_blocks,
+            next_queue: AtomicUsize::new(0),
+        });
 
         let (mut listener, local) = bind(&listen)?;
         let io_err = |what, source| NbdError::Io { what, listen: listen.to_string(), source };
@@ -472,8 +503,8 @@ fn accept_loop(mut poll: Poll, listener: Listener, export: &Arc<Export>, stoppin
         }
     }
     for s in &sessions {
-        // The reader sees end of stream and finishes like NBD_CMD_DISC; a writer stuck on a client that
-        // does not read gives up after the timeout.
+        // The session sees end of stream and finishes like NBD_CMD_DISC (a client that does not read its
+        // replies is cut off after STOP_WRITE_TIMEOUT); a handshake's blocked write gives up after it too.
         let _ = s.stream.set_write_timeout(Some(STOP_WRITE_TIMEOUT));
         let _ = s.stream.shutdown(Shutdown::Read);
     }
