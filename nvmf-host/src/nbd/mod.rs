@@ -21,6 +21,7 @@
 //! and [`IN_FLIGHT_BYTES`] of data from a request's header to the end of its reply, buffers reused from a
 //! per-client pool. See [`proto`] for how each request is checked.
 
+mod job;
 pub mod proto;
 mod session;
 mod transmission;
