@@ -13,10 +13,10 @@
 //!
 //! Dropping a hosted link gives it back; its I/O thread carries on where the host left it. A link goes back
 //! when it fails or is told to stop (its I/O thread handles both, and the thread that stops it joins that
-//! thread), and every link a thread hosts goes back ([`release_all`]) before that thread blocks anywhere but
-//! its own wait: in a recovery's hold, a multipath head's wait for a path, or a full request channel. So a
-//! host never holds up a reconnect, a shutdown or another submitter. A link whose queue has no poller
-//! descriptor is not lent.
+//! thread), and every link a thread hosts, or was lent and has not taken in yet, goes back ([`release_all`])
+//! before that thread blocks anywhere but its own wait: in a recovery's hold, a multipath head's wait for a
+//! path, or a full request channel. So a host never holds up a reconnect, a shutdown or another submitter. A
+//! link whose queue has no poller descriptor is not lent.
 //!
 //! State is per thread (a thread-local set of hosted links), so the paths that give links back need no
 //! handle on the host.
