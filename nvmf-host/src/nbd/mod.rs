@@ -27,8 +27,7 @@ mod session;
 mod transmission;
 
 use std::fmt;
-use std::io::IoSlice;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::DirBuilderExt;

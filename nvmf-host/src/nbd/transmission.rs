@@ -46,7 +46,7 @@ use super::{Export, Stream, IN_FLIGHT_BYTES, MAX_IN_FLIGHT, STOP_WRITE_TIMEOUT};
 use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
 use crate::multipath::{caller_tag, PathCursor};
 use crate::queue::handle::{Completed, CompletionSink, Host};
-use crate::queue::Request;
+use crate::queue::{DataDirection, Request};
 
 const CLIENT: Token = Token(0);
 const WAKE: Token = Token(1);
@@ -296,37 +296,31 @@ impl Transmission<'_> {
             match mem::replace(&mut self.reading, Reading::Ended) {
                 Reading::Ended => return moved,
                 Reading::Header => {
-                    let pending = self.rx.pending();
-                    let Some(hb) = pending.get(..proto::REQUEST_LEN) else {
+                    // Still at a header unless the client is gone or out of step.
+                    self.reading = Reading::Header;
+                    let Some(hb) = self.rx.pending().get(..proto::REQUEST_LEN) else {
                         match self.receive() {
-                            Some(true) => self.reading = Reading::Header,
-                            Some(false) => {
-                                self.reading = Reading::Header;
+                            Some(true) => continue,
+                            Some(false) => return moved,
+                            None => {
+                                self.reading = Reading::Ended;
                                 return moved;
                             }
-                            None => return moved,
                         }
-                        continue;
                     };
                     let h = match RequestHeader::parse(hb.try_into().expect("REQUEST_LEN bytes")) {
                         Ok(h) => h,
                         Err(e) => {
                             tracing::warn!(error = %e, "NBD client out of step; disconnecting it");
+                            self.reading = Reading::Ended;
                             return moved;
                         }
                     };
-                    match self.start_request(&h) {
-                        // Held back by the in-flight limits: the header stays until a reply frees room.
-                        None => {
-                            self.reading = Reading::Header;
-                            return moved;
-                        }
-                        Some(next) => {
-                            self.rx.consume(proto::REQUEST_LEN);
-                            self.reading = next;
-                            moved = true;
-                        }
-                    }
+                    // `None`: held back by the in-flight limits; the header stays until a reply frees room.
+                    let Some(next) = self.start_request(&h) else { return moved };
+                    self.rx.consume(proto::REQUEST_LEN);
+                    self.reading = next;
+                    moved = true;
                 }
                 Reading::Payload { mut job, action, mut left } => match self.read_payload(&mut job, &mut left) {
                     Ok(()) if left == 0 => {
@@ -334,18 +328,14 @@ impl Transmission<'_> {
                         self.reading = Reading::Header;
                         moved = true;
                     }
-                    Ok(()) => {
-                        tracing::debug!("NBD client gone during a write payload");
-                        self.pool.reclaim(job);
-                        return moved;
-                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         self.readable = false;
                         self.reading = Reading::Payload { job, action, left };
                         return moved;
                     }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "NBD client gone during a write payload");
+                    // End of stream (`Ok` short of the payload) or a failed read.
+                    end => {
+                        tracing::debug!(error = ?end.err(), "NBD client gone during a write payload");
                         self.pool.reclaim(job);
                         return moved;
                     }
@@ -461,13 +451,7 @@ impl Transmission<'_> {
     }
 
     /// Queue one command of `job` (its next piece); a failed submission makes the job `EIO`.
-    fn send(
-        &mut self,
-        job: &mut Job,
-        sqe: SubmissionQueueEntry,
-        data: Vec<u8>,
-        direction: crate::queue::DataDirection,
-    ) {
+    fn send(&mut self, job: &mut Job, sqe: SubmissionQueueEntry, data: Vec<u8>, direction: DataDirection) {
         if job.error != 0 {
             job.error = errno::EIO;
             return self.pool.give_back(data);
