@@ -97,6 +97,7 @@ pub(super) fn run(stream: Stream, x: &Export) -> io::Result<()> {
         read_closed: false,
         stalled_since: None,
         registered: Vec::new(),
+        hosted_now: Vec::new(),
     };
     t.serve(poll);
     // Hosted links go back to their I/O threads before the socket closes.
@@ -212,6 +213,8 @@ struct Transmission<'x> {
     stalled_since: Option<Instant>,
     /// Hosted links registered with the poller: their id and descriptor.
     registered: Vec<(u64, RawFd)>,
+    /// The links hosted now (kept to reuse its allocation on every wait).
+    hosted_now: Vec<(u64, RawFd)>,
 }
 
 impl Transmission<'_> {
@@ -617,7 +620,8 @@ impl Transmission<'_> {
 
     /// Register the descriptors of the links hosted now with `poll`, deregister those given back.
     fn register_links(&mut self, poll: &Poll) -> io::Result<()> {
-        let mut now = Vec::new();
+        let mut now = mem::take(&mut self.hosted_now);
+        now.clear();
         self.host.for_each_wait(|id, fd| now.push((id, fd)));
         // Deregistered first: a link given back may have left its descriptor number to a new one.
         for &(id, fd) in self.registered.iter().filter(|r| !now.contains(r)) {
@@ -625,13 +629,15 @@ impl Transmission<'_> {
             tracing::trace!(id, "hosted link's descriptor deregistered");
         }
         self.registered.retain(|r| now.contains(r));
-        for (id, fd) in now {
+        for &(id, fd) in &now {
             if !self.registered.contains(&(id, fd)) {
                 let token = Token(LINK + usize::try_from(id).unwrap_or(usize::MAX - LINK));
+                // A failure ends the session: the list's allocation goes with it.
                 poll.registry().register(&mut SourceFd(&fd), token, Interest::READABLE)?;
                 self.registered.push((id, fd));
             }
         }
+        self.hosted_now = now;
         Ok(())
     }
 }
