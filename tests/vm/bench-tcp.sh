@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # NVMe/TCP benchmark in the test VM: our target (nvmf-target, release build) against the kernel's nvmet-tcp,
 # both exporting the same null_blk device (/dev/nullb0, no memory backing) to the same kernel host over
-# 127.0.0.1, fio 4 KiB randread and randwrite at QD 32 by default (io_uring, O_DIRECT). Every target is up at once; the kernel
+# 127.0.0.1, fio 4 KiB randread and randwrite at QD 32 by default (io_uring, O_DIRECT). Every target is up at once
+# (ours stopped with SIGSTOP while another is measured, so a busy-polling one costs the others nothing); the kernel
 # host connects to each in turn with each I/O queue count, round after round, so a slowdown of the guest hits them
 # alike. Prints a Markdown table (IOPS, p99 completion latency, the guest's CPU use and the target process's: ours
 # only, nvmet runs in kernel threads) and the ratios of the rounds' means. Not a test: TCG makes absolute numbers
@@ -133,18 +134,26 @@ for r in $reactors; do
     daemon_ready "$name-$r" 'nvmf-target: ready'
     pid=$(nvmf_target_pid "$name-$r")
     targets+=("$name ($r reactors)|$port|$nqn|$name-$r|$pid")
+    kill -STOP "$pid"
     port=$((port + 1))
   done
 done
+
+# Each of our targets runs only while it is measured (SIGSTOP otherwise), so that an idle one, or one whose
+# reactors poll without sleeping (`busy`), takes no CPU from the target being measured.
+_wake() { [ -z "$1" ] || kill -CONT "$1"; }
+_rest() { [ -z "$1" ] || kill -STOP "$1"; }
 
 for round in $(seq "$rounds"); do
   for q in $queues; do
     for t in "${targets[@]}"; do
       IFS='|' read -r label port nqn daemon pid <<< "$t"
+      _wake "$pid"
       dev=$(host_connect tcp 127.0.0.1 "$port" "$nqn" -i "$q")
       run_fio "$label" "$q" "$round" "$dev" randread "$pid"
       run_fio "$label" "$q" "$round" "$dev" randwrite "$pid"
       host_disconnect "$nqn"
+      _rest "$pid"
     done
   done
 done
@@ -165,6 +174,7 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
   } > "$prof"
   for t in "${targets[@]}"; do
     IFS='|' read -r label port nqn daemon pid <<< "$t"
+    _wake "$pid"
     dev=$(host_connect tcp 127.0.0.1 "$port" "$nqn" -i 1)
     read -r b0 _ <<< "$(_cpu_busy_jiffies)"
     p0=0
@@ -190,6 +200,7 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
     fi
     echo "| $label | $((ios / 5)) | $(((b1 - b0) * 1000000 / hz / ios)) | $proc | $calls | $top |" >> "$prof"
     host_disconnect "$nqn"
+    _rest "$pid"
   done
   cat "$prof" >> "$table"
 fi
@@ -199,6 +210,7 @@ if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf > /dev/null; then
     IFS='|' read -r label port nqn daemon pid <<< "$t"
     case $daemon in nvmf-rs-*) ;; *) continue ;; esac
     log "perf record of $label during a randread run"
+    _wake "$pid"
     dev=$(host_connect tcp 127.0.0.1 "$port" "$nqn" -i "${queues%% *}")
     timeout $((runtime + 60)) fio --name=perf --filename="$dev" --ioengine=io_uring --direct=1 --rw=randread \
       --bs=4k --iodepth="$qd" --time_based --runtime="$runtime" > /dev/null 2>&1 &
@@ -211,10 +223,12 @@ if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf > /dev/null; then
       grep -v '^$' | head -80 > "$NVMF_VM_LOGS/perf-$daemon.txt" || true
     ps -L -o tid,comm,pcpu -p "$pid" > "$NVMF_VM_LOGS/threads-$daemon.txt" 2>&1 || true
     host_disconnect "$nqn"
+    _rest "$pid"
   done
 fi
 for t in "${targets[@]}"; do
   IFS='|' read -r label port nqn daemon pid <<< "$t"
+  _wake "$pid"
   [ -z "$daemon" ] || stop_daemon "$daemon"
 done
 nvmet_teardown
