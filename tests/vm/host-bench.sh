@@ -27,9 +27,11 @@
 # total and the most frequent; strace slows the run, so compare these between builds, not with the table):
 # $BENCH_LOGS/profile.md. BENCH_DISABLE_SQFLOW=1: both hosts connect with SQ flow control disabled (nvme connect
 # --disable-sqflow, perf --disable-sqflow; over TCP nvmet then ends successful reads without a response capsule).
-# BENCH_EXPORT=ublk: our host also serves the namespace as /dev/ublkbN (`nvmf-host ublk`, one I/O queue, its
-# default placement) and fio runs on it as on the kernel host's device: rows "<transport> ublk" (and "<transport>
-# ublk baseline" with BENCH_BASELINE_BIN); BENCH_UBLK_ARGS adds flags to both (e.g. `--cpus none`). With
+# BENCH_EXPORT (a list: ublk, nbd): our host also serves the namespace as /dev/ublkbN (`nvmf-host ublk`, one I/O
+# queue, its default placement) and/or, through the kernel's nbd driver, as /dev/nbd0 (`nvmf-host nbd` on a unix
+# socket, one I/O queue; `nbd-client` with one connection, 4 KiB blocks) and fio runs on each as on the kernel
+# host's device: rows "<transport> ublk" / "<transport> nbd" (and "... baseline" with BENCH_BASELINE_BIN);
+# BENCH_UBLK_ARGS adds flags to both ublk exports (e.g. `--cpus none`). With
 # BENCH_PROFILE=1 each export then runs each workload twice more: once to sample its threads from /proc (context
 # switches and user + system CPU per I/O of the ublk queue thread and the NVMe I/O queue's thread), once under
 # `strace -c -f` (the daemon's syscalls per I/O): $BENCH_LOGS/export-profile.md.
@@ -53,7 +55,7 @@ if [ "${1:-}" != --guest ]; then
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
   export NVMF_VM_CPU=${NVMF_VM_CPU:-max,-erms}
-  "$target_dir/debug/nvmf-vm" --bare --rxe --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk,ublk_drv \
+  "$target_dir/debug/nvmf-vm" --bare --rxe --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk,ublk_drv,nbd \
     --cpus "${BENCH_CPUS:-2}" --deadline 1200 --logs "$logs" "${env_args[@]}" -- bash tests/vm/host-bench.sh --guest
   # Right after the run: the 1- and 5-minute averages cover it (the guest's own vCPU threads count, about 2).
   [ "${BENCH_DISABLE_SQFLOW:-0}" = 1 ] && echo "Both hosts connected with --disable-sqflow." | tee -a "$logs/bench.md"
@@ -127,6 +129,17 @@ ublk_export() {
 }
 _ublk_ready() { local d; d=$(grep -m1 '^/dev/ublkb' "$1") && [ -b "$d" ]; }
 
+# nbd_export VAR NAME BIN TRTYPE ADDR DEV: VAR := DEV (/dev/nbdN), which the kernel's nbd driver serves from
+# `BIN nbd` (daemon NAME) over a unix socket, one connection.
+nbd_export() {
+  local name=$2 bin=$3 sock=/tmp/$2.sock
+  start_daemon "$name" "$bin" nbd -t "$4" -a "$5" -s 4420 -n "$nqn" -i 1 "${sqflow[@]}" --listen "unix:$sock"
+  daemon_ready "$name" 'exported at'
+  nbd-client -u "$sock" -b 4096 "$6" >&2 || { fail "$name: nbd-client"; return 1; }
+  printf -v "$1" '%s' "$6"
+}
+_nbd_stop() { nbd-client -d "$1" >&2 || true; stop_daemon "$2" 30; }
+
 # _threads PID: one line per thread of PID: its name, voluntary and involuntary context switches, CPU ticks (user +
 # system).
 _threads() {
@@ -150,7 +163,7 @@ export_profile() {
   ios=$(jq '.jobs[0].read.total_ios + .jobs[0].write.total_ios' "$NVMF_VM_LOGS/fio-$t-$name-profile-$2.json")
   awk -v n="$ios" -v hz="$(getconf CLK_TCK)" -v l="$label $name" '
     NR == FNR { v[$1] = $2; i[$1] = $3; c[$1] = $4; next }
-    $1 ~ /^(ublk|nvmf-q)/ {
+    $1 ~ /^(ublk|nvmf-q|nbd-[0-9])/ {
       printf "| %s | %s | %.2f | %.2f | %.1f | |\n", l, $1, ($2 - v[$1]) / n, ($3 - i[$1]) / n, ($4 - c[$1]) * 1e6 / hz / n
     }' "$NVMF_VM_LOGS/threads-$2-$name.before" "$NVMF_VM_LOGS/threads-$2-$name.after"
   st=$NVMF_VM_LOGS/strace-$2-$name.txt
@@ -200,13 +213,17 @@ for t in $transports; do
     fio --name=fill --filename="$kdev" --ioengine=io_uring --direct=1 --rw=write --bs=1M --iodepth=4 > /dev/null
     filled=1
   fi
-  udev='' bdev=''
-  if [ "${BENCH_EXPORT:-}" = ublk ]; then
+  udev='' bdev='' ndev='' nbdev=''
+  case " ${BENCH_EXPORT:-} " in *" ublk "*)
     ublk_export udev "ublk-$t" "$NVMF_HOST_BIN" "$t" "$addr"
     [ -n "${BENCH_BASELINE_BIN:-}" ] && ublk_export bdev "ublk-$t-baseline" "$BENCH_BASELINE_BIN" "$t" "$addr"
-  fi
-  declare -A o=() b=() k=() u=() ub=()
-  if [ "${BENCH_PROFILE:-0}" = 1 ] && [ -n "$udev" ] && [ ! -f "$NVMF_VM_LOGS/export-profile.md" ]; then
+  esac
+  case " ${BENCH_EXPORT:-} " in *" nbd "*)
+    nbd_export ndev "nbd-$t" "$NVMF_HOST_BIN" "$t" "$addr" /dev/nbd0
+    [ -n "${BENCH_BASELINE_BIN:-}" ] && nbd_export nbdev "nbd-$t-baseline" "$BENCH_BASELINE_BIN" "$t" "$addr" /dev/nbd1
+  esac
+  declare -A o=() b=() k=() u=() ub=() n=() nb=()
+  if [ "${BENCH_PROFILE:-0}" = 1 ] && [ -n "$udev$ndev" ] && [ ! -f "$NVMF_VM_LOGS/export-profile.md" ]; then
     {
       echo "| run | thread | voluntary ctxsw/I/O | involuntary ctxsw/I/O | CPU µs/I/O | syscalls/I/O |"
       echo "|---|---|---:|---:|---:|---:|"
@@ -233,6 +250,8 @@ for t in $transports; do
       fi
       [ -n "$udev" ] && record u ublk kernel "$t" "$udev" "$w" "-ublk-r$r"
       [ -n "$bdev" ] && record ub ublk-baseline kernel "$t" "$bdev" "$w" "-ublk-baseline-r$r"
+      [ -n "$ndev" ] && record n nbd kernel "$t" "$ndev" "$w" "-nbd-r$r"
+      [ -n "$nbdev" ] && record nb nbd-baseline kernel "$t" "$nbdev" "$w" "-nbd-baseline-r$r"
       if ((r % 2 == 1)); then
         record k kernel kernel "$t" "$kdev" "$w" "-r$r"
       fi
@@ -243,17 +262,22 @@ for t in $transports; do
     [ -n "${b[$w]:-}" ] && row "$t" "$t baseline" "$w" "${b[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
     [ -n "${u[$w]:-}" ] && row "$t" "$t ublk" "$w" "${u[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
     [ -n "${ub[$w]:-}" ] && row "$t" "$t ublk baseline" "$w" "${ub[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
+    [ -n "${n[$w]:-}" ] && row "$t" "$t nbd" "$w" "${n[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
+    [ -n "${nb[$w]:-}" ] && row "$t" "$t nbd baseline" "$w" "${nb[$w]%$'\n'}" "${k[$w]%$'\n'}" >> "$table"
   done
-  if [ "${BENCH_PROFILE:-0}" = 1 ] && [ -n "$udev" ]; then
+  if [ "${BENCH_PROFILE:-0}" = 1 ] && [ -n "$udev$ndev" ]; then
     for w in "${workloads[@]}"; do
-      export_profile "$t ublk" "ublk-$t" "$udev" "$w" >> "$NVMF_VM_LOGS/export-profile.md"
+      [ -n "$udev" ] && export_profile "$t ublk" "ublk-$t" "$udev" "$w" >> "$NVMF_VM_LOGS/export-profile.md"
+      [ -n "$ndev" ] && export_profile "$t nbd" "nbd-$t" "$ndev" "$w" >> "$NVMF_VM_LOGS/export-profile.md"
       [ -n "$bdev" ] && export_profile "$t ublk baseline" "ublk-$t-baseline" "$bdev" "$w" >> "$NVMF_VM_LOGS/export-profile.md"
     done
   fi
   [ -n "$udev" ] && stop_daemon "ublk-$t" 30
   [ -n "$bdev" ] && stop_daemon "ublk-$t-baseline" 30
+  [ -n "$ndev" ] && _nbd_stop "$ndev" "nbd-$t"
+  [ -n "$nbdev" ] && _nbd_stop "$nbdev" "nbd-$t-baseline"
   host_disconnect "$nqn"
-  unset o b k u ub
+  unset o b k u ub n nb
 done
 
 # profile TRTYPE ADDR WORKLOAD BIN TAG -> profile.md rows: context switches and user/system CPU µs per I/O (a run
