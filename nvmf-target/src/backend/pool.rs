@@ -365,9 +365,8 @@ impl BufferPool {
         self.slots.get(id.index()).map(|s| s.offset)
     }
 
-    /// Base address of the region, for registering it with an RDMA NIC; the caller must only let hardware touch
-    /// buffers that are in flight.
-    #[cfg_attr(not(any(test, feature = "rdma")), expect(dead_code, reason = "only the RDMA transport calls it"))]
+    /// Base address of the region, for registering it with an RDMA NIC or addressing a buffer in an io_uring send;
+    /// the caller must only let the kernel or hardware touch buffers that are in flight.
     pub(crate) fn region_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }
