@@ -14,6 +14,7 @@
 mod schema;
 #[cfg(test)]
 mod tests;
+mod to_raw;
 mod validate;
 
 use std::fmt;
@@ -518,7 +519,7 @@ pub(crate) fn place(problem: Problem, text: &str, origin: &str) -> ConfigError {
 impl fmt::Display for TargetConfig {
     /// The effective configuration as TOML, every default written out; it loads back as the same configuration.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = toml::to_string(&validate::to_raw(self)).map_err(|_| fmt::Error)?;
+        let text = toml::to_string(&to_raw::to_raw(self)).map_err(|_| fmt::Error)?;
         f.write_str(&text)
     }
 }
