@@ -9,7 +9,7 @@
 //! latest I/O command (Traffic Based Keep Alive: I/O restarts the keep-alive timer, published by each I/O queue at
 //! most every [`TRAFFIC_GRANULARITY`], so the admin queue's timer sees it without a write per command).
 //!
-//! Counters: every queue owns a [`QueueCounters`] whose fields are atomics written by that queue's reactor
+//! Counters (`counters.rs`): every queue owns a [`QueueCounters`] whose fields are atomics written by that queue's reactor
 //! alone with a plain load + store (no locked read-modify-write on the data path); the SMART log sums them on
 //! demand over the subsystem's live controllers, plus the totals of queues and associations that went away.
 
@@ -31,6 +31,8 @@ use nvmf_common::nvme::Status;
 
 use super::subsystem::Subsystem;
 use super::EventNotifier;
+
+use super::counters::{CounterSnapshot, QueueCounters};
 
 /// Version reported in VS and Identify Controller VER: NVMe 1.3.0 (everything a 1.3 fabrics controller
 /// needs is implemented; 2.0 would add mandatory Identify CNS values and log pages we do not serve).
@@ -57,97 +59,6 @@ pub const DEFAULT_KAS: u16 = 10;
 /// CAP.TO: worst-case time for CSTS.RDY to follow CC.EN, in 500 ms units (we are immediate; hosts wait
 /// at most this long).
 const CAP_TO: u8 = 15;
-
-/// SMART and metrics counters of one queue. Written only by the reactor owning the queue (load + store, so no
-/// locked instruction per I/O), read by anyone.
-#[derive(Debug, Default)]
-pub struct QueueCounters {
-    read_commands: AtomicU64,
-    write_commands: AtomicU64,
-    bytes_read: AtomicU64,
-    bytes_written: AtomicU64,
-    media_errors: AtomicU64,
-    errors: AtomicU64,
-    /// Commands the queue holds now: arrived, their response not yet released by the transport.
-    outstanding: AtomicU32,
-}
-
-/// A copy of counters, summed over queues.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CounterSnapshot {
-    /// Read and Compare commands completed successfully.
-    pub read_commands: u64,
-    /// Write and Write Zeroes commands completed successfully.
-    pub write_commands: u64,
-    /// Bytes returned by Read.
-    pub bytes_read: u64,
-    /// Bytes stored by Write.
-    pub bytes_written: u64,
-    /// Commands failed by a storage error.
-    pub media_errors: u64,
-    /// Commands completed with any error status.
-    pub errors: u64,
-}
-
-impl std::ops::AddAssign for CounterSnapshot {
-    fn add_assign(&mut self, o: Self) {
-        self.read_commands = self.read_commands.wrapping_add(o.read_commands);
-        self.write_commands = self.write_commands.wrapping_add(o.write_commands);
-        self.bytes_read = self.bytes_read.wrapping_add(o.bytes_read);
-        self.bytes_written = self.bytes_written.wrapping_add(o.bytes_written);
-        self.media_errors = self.media_errors.wrapping_add(o.media_errors);
-        self.errors = self.errors.wrapping_add(o.errors);
-    }
-}
-
-/// Single-writer increment: the owning reactor is the only writer, so load + store cannot lose updates.
-fn bump(counter: &AtomicU64, n: u64) {
-    counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
-
-impl QueueCounters {
-    pub(crate) fn read(&self, bytes: u64) {
-        bump(&self.read_commands, 1);
-        bump(&self.bytes_read, bytes);
-    }
-
-    pub(crate) fn compare(&self) {
-        bump(&self.read_commands, 1);
-    }
-
-    pub(crate) fn write(&self, bytes: u64) {
-        bump(&self.write_commands, 1);
-        bump(&self.bytes_written, bytes);
-    }
-
-    pub(crate) fn error(&self, media: bool) {
-        bump(&self.errors, 1);
-        if media {
-            bump(&self.media_errors, 1);
-        }
-    }
-
-    pub(crate) fn set_outstanding(&self, commands: usize) {
-        self.outstanding.store(u32::try_from(commands).unwrap_or(u32::MAX), Ordering::Relaxed);
-    }
-
-    /// Commands the queue holds now (arrived, response not yet released).
-    pub fn outstanding(&self) -> u32 {
-        self.outstanding.load(Ordering::Relaxed)
-    }
-
-    /// The current values.
-    pub fn snapshot(&self) -> CounterSnapshot {
-        CounterSnapshot {
-            read_commands: self.read_commands.load(Ordering::Relaxed),
-            write_commands: self.write_commands.load(Ordering::Relaxed),
-            bytes_read: self.bytes_read.load(Ordering::Relaxed),
-            bytes_written: self.bytes_written.load(Ordering::Relaxed),
-            media_errors: self.media_errors.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
-        }
-    }
-}
 
 /// Event kinds that are masked once reported until the host reads their log page (NVMe Base 2.0 §5.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use nvmf_common::fabrics::nqn::{check_nqn_format, validate_nqn, DISCOVERY_NQN};
 
 use super::ana::{valid_group, DEFAULT_ANA_GROUP};
-use super::association::{Controller, CounterSnapshot};
+use super::association::Controller;
 use super::authentication::{HostKeys, SubsystemAuth};
+use super::counters::CounterSnapshot;
 use super::reservation::Reservations;
 use super::reservation_file;
 use crate::backend::Storage;

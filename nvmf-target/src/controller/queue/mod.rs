@@ -46,7 +46,8 @@ use nvmf_common::nvme::io::DatasetManagement;
 use nvmf_common::nvme::{CompletionQueueEntry, Status, SubmissionQueueEntry};
 
 use super::ana::PortStates;
-use super::association::{Controller, Notifier, QueueCounters, AERL};
+use super::association::{Controller, Notifier, AERL};
+use super::counters::QueueCounters;
 use super::io::{storage_status, StorageOp};
 use super::subsystem::NamespaceTable;
 use super::target::{Target, TransportInfo};
