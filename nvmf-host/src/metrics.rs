@@ -8,6 +8,10 @@
 //! - `nvmf_host_exports{controller}` — NBD exports running.
 //! - `nvmf_host_path_ana_state{controller,nsid,state}` — for each export the controller is a path of, 1 for the
 //!   namespace's ANA state through it, 0 for the others ([`ANA_STATES`]).
+//! - `nvmf_host_nbd_limits_total{export,limit}` — times an NBD export's limits fired: `clients` (a client refused
+//!   over the export's client limit), `handshake_timeout` and `stop_write_timeout` (a client cut off in the
+//!   handshake, or at stop for not reading its replies), `in_flight` (a client's requests held back by its
+//!   in-flight limits).
 //! - `nvmf_host_path_failovers_total{controller,nsid}` — commands that failed on this path (lost connection, path
 //!   status) and were sent to a path again (multipath: another one when there is one).
 //! - `nvmf_host_queue_commands_total{controller,qid}` — commands completed (any status); qid 0 is the admin queue.
@@ -32,6 +36,7 @@
 //! The queues publish these through atomics their I/O threads write ([`QueueMetrics`]); a scrape only loads
 //! them (no lock on any I/O path). Runs on the metrics thread.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -42,6 +47,7 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::nbd::NbdLimitCounts;
 use crate::queue::handle::{latency_bucket_bound, QueueMetrics, LATENCY_BUCKETS};
 
 /// The states `nvmf_host_controller_state` enumerates.
@@ -66,6 +72,17 @@ pub struct ControllerSample {
     pub queues: Vec<(u16, QueueMetrics)>,
     /// The controller as a path of each export it serves.
     pub paths: Vec<PathSample>,
+    /// The NBD exports it is a path of (an export reached through several controllers appears under each).
+    pub nbd_limits: Vec<NbdLimitSample>,
+}
+
+/// An NBD export's limit counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NbdLimitSample {
+    /// The export's name (`nvmf0n1`).
+    pub export: String,
+    /// How often each limit fired.
+    pub counts: NbdLimitCounts,
 }
 
 /// A controller as a path of one export's namespace.
@@ -191,6 +208,18 @@ impl Collector for HostCollector {
             }
         }
         {
+            let help = "Times an NBD export's limits fired (clients refused, cut off at handshake or stop, requests held back).";
+            let mut m = encoder.encode_descriptor("nvmf_host_nbd_limits", help, None, MetricType::Counter)?;
+            // Once per export, however many of its paths report it.
+            let exports: BTreeMap<&str, &NbdLimitCounts> =
+                samples.iter().flat_map(|s| &s.nbd_limits).map(|x| (x.export.as_str(), &x.counts)).collect();
+            for (export, counts) in exports {
+                for (limit, n) in counts.by_name() {
+                    counter(&mut m, &[("export", export), ("limit", limit)], n)?;
+                }
+            }
+        }
+        {
             let help = "Commands that failed on this path and were sent to a path again.";
             let mut m = encoder.encode_descriptor("nvmf_host_path_failovers", help, None, MetricType::Counter)?;
             for s in &samples {
@@ -287,6 +316,10 @@ mod tests {
                     (1, io),
                 ],
                 paths: vec![PathSample { nsid: 1, ana_state: "non-optimized", failovers: 4 }],
+                nbd_limits: vec![NbdLimitSample {
+                    export: "nvmf0n1".into(),
+                    counts: NbdLimitCounts { clients: 2, in_flight: 5, ..NbdLimitCounts::default() },
+                }],
             }]
         });
         // Every RDMA device of the machine: a fake sysfs with one.
@@ -304,6 +337,9 @@ mod tests {
             "nvmf_host_path_ana_state{controller=\"nvmf0\",nsid=\"1\",state=\"non-optimized\"} 1",
             "nvmf_host_path_ana_state{controller=\"nvmf0\",nsid=\"1\",state=\"optimized\"} 0",
             "nvmf_host_path_failovers_total{controller=\"nvmf0\",nsid=\"1\"} 4",
+            "nvmf_host_nbd_limits_total{export=\"nvmf0n1\",limit=\"clients\"} 2",
+            "nvmf_host_nbd_limits_total{export=\"nvmf0n1\",limit=\"handshake_timeout\"} 0",
+            "nvmf_host_nbd_limits_total{export=\"nvmf0n1\",limit=\"in_flight\"} 5",
             "nvmf_host_queue_commands_total{controller=\"nvmf0\",qid=\"0\"} 8",
             "nvmf_host_queue_submitted_total{controller=\"nvmf0\",qid=\"1\"} 5",
             "nvmf_host_queue_r2ts_total{controller=\"nvmf0\",qid=\"1\"} 3",

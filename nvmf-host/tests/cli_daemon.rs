@@ -304,6 +304,11 @@ fn connect_list_export_metrics_disconnect_and_sigterm() {
     );
     assert_eq!(metric(&text, &live), Some(1.0), "{text}");
     assert_eq!(metric(&text, "nvmf_host_exports{controller=\"nvmf1\"}"), Some(1.0), "{text}");
+    // Its NBD export's limits, none fired.
+    for limit in ["clients", "handshake_timeout", "stop_write_timeout", "in_flight"] {
+        let series = format!("nvmf_host_nbd_limits_total{{export=\"nvmf1n2\",limit=\"{limit}\"}}");
+        assert_eq!(metric(&text, &series), Some(0.0), "{text}");
+    }
     assert!(metric(&text, "nvmf_host_queue_commands_total{controller=\"nvmf0\",qid=\"0\"}").unwrap() > 0.0, "{text}");
     support::assert_promtool_accepts(&text);
 

@@ -33,6 +33,7 @@ fn sample(ctrl: &Controller) -> ControllerSample {
         exports: 0,
         queues,
         paths: Vec::new(),
+        nbd_limits: Vec::new(),
     }
 }
 

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use nvmf_host::nbd::proto::{cmd, cmd_flag, errno, opt, rep, IHAVEOPT, OPTION_REPLY_MAGIC, REQUEST_MAGIC};
-use nvmf_host::nbd::{NbdExport, NbdListen, NbdOptions};
+use nvmf_host::nbd::{NbdExport, NbdLimitCounts, NbdListen, NbdOptions};
 use nvmf_host::Controller;
 use support::{options, Target, SUBNQN};
 
@@ -45,11 +45,15 @@ struct Setup {
 }
 
 fn setup(nsid: u32, tcp: bool) -> Setup {
+    setup_with(nsid, tcp, NbdOptions::default())
+}
+
+fn setup_with(nsid: u32, tcp: bool, nbd: NbdOptions) -> Setup {
     let target = Target::start();
     let ctrl = Arc::new(Controller::connect(target.addr, SUBNQN, options(2)).expect("connect"));
     let dir = tempfile::tempdir().unwrap();
     let listen = if tcp { "127.0.0.1:0".parse().unwrap() } else { NbdListen::Unix(dir.path().join("nbd.sock")) };
-    let export = NbdExport::start(Arc::clone(&ctrl), nsid, listen, NbdOptions::default()).expect("export starts");
+    let export = NbdExport::start(Arc::clone(&ctrl), nsid, listen, nbd).expect("export starts");
     Setup { export, ctrl, dir, _target: target }
 }
 
@@ -515,6 +519,10 @@ fn a_client_that_does_not_read_its_replies_is_held_back_and_cut_off_at_stop() {
         assert!(!std::mem::replace(&mut seen[usize::try_from(cookie).unwrap()], true), "cookie {cookie} twice");
     }
     sender.join().unwrap();
+    let limits = s.export.limits();
+    let held = limits.counts().in_flight;
+    assert!(held >= 1, "the in-flight limit held the client back: {:?}", limits.counts());
+    assert_eq!(limits.counts().stop_write_timeout, 0);
 
     // Again without reading: the export's stop still ends the session (the client is cut off).
     let mut w = c.0.try_clone().unwrap();
@@ -537,16 +545,35 @@ fn a_client_that_does_not_read_its_replies_is_held_back_and_cut_off_at_stop() {
     let mut rest = Vec::new();
     let _ = c.0.read_to_end(&mut rest);
     assert!(rest.len() < usize::try_from(REQUESTS).unwrap() * usize::try_from(LEN).unwrap());
+    let counts = limits.counts();
+    assert_eq!(counts.stop_write_timeout, 1, "cut off at stop, counted once: {counts:?}");
+    assert!(counts.in_flight > held, "held back again: {counts:?}");
+    assert_eq!((counts.clients, counts.handshake_timeout), (0, 0));
+}
+
+#[test]
+fn a_client_over_the_limit_is_refused_and_counted() {
+    let s = setup_with(1, false, NbdOptions { max_clients: 1, ..NbdOptions::default() });
+    let path = socket(&s);
+    let mut first = Raw::connect(&path);
+    first.go();
+    // The second is closed at accept: its greeting never comes.
+    let mut second = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    second.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let _ = second.read_to_end(&mut got);
+    assert!(got.is_empty(), "no greeting for a client over the limit: {got:?}");
+    // The first is still served.
+    first.request(0, cmd::READ, 3, 0, 512, &[]);
+    assert_eq!(first.reply(), (0, 3));
+    first.read_n(512);
+    assert_eq!(s.export.limits().counts(), NbdLimitCounts { clients: 1, ..NbdLimitCounts::default() });
 }
 
 #[test]
 fn read_only_export_refuses_writes() {
-    let target = Target::start();
-    let ctrl = Arc::new(Controller::connect(target.addr, SUBNQN, options(1)).expect("connect"));
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ro.sock");
-    let o = NbdOptions { read_only: true, export_name: "ns1".into(), ..NbdOptions::default() };
-    let export = NbdExport::start(ctrl, 1, NbdListen::Unix(path.clone()), o).unwrap();
+    let s = setup_with(1, false, NbdOptions { read_only: true, export_name: "ns1".into(), ..NbdOptions::default() });
+    let path = socket(&s);
     let mut c = Raw::connect(&path);
     let (_, flags, _) = c.go();
     assert_eq!(flags & 2, 2, "NBD_FLAG_READ_ONLY");
@@ -555,7 +582,6 @@ fn read_only_export_refuses_writes() {
     c.request(0, cmd::READ, 2, 0, 512, &[]);
     assert_eq!(c.reply(), (0, 2));
     c.read_n(512);
-    drop(export);
 }
 
 #[test]
@@ -569,9 +595,12 @@ fn stop_ends_sessions_and_removes_the_socket() {
     // A stale socket file is replaced, a live one refused.
     let err = NbdExport::start(Arc::clone(&s.ctrl), 1, NbdListen::Unix(path.clone()), NbdOptions::default());
     assert!(err.is_err(), "second export on a live socket");
+    let limits = s.export.limits();
     s.export.stop();
     idle.assert_closed();
     mid_handshake.assert_closed();
+    // Ended by the stop, not by a limit.
+    assert_eq!(limits.counts(), NbdLimitCounts::default());
     assert!(!path.exists(), "socket removed");
     assert!(UnixStream::connect(&path).is_err());
     let again = NbdExport::start(Arc::clone(&s.ctrl), 2, NbdListen::Unix(path.clone()), NbdOptions::default()).unwrap();

@@ -11,7 +11,7 @@ use nvmf_config::host::{ExportKind, NbdEndpoint};
 
 use super::protocol::{ExportView, PathView};
 use crate::controller::{ConnectOptions, Controller};
-use crate::metrics::PathSample;
+use crate::metrics::{NbdLimitSample, PathSample};
 use crate::multipath::{NamespaceHead, PathError};
 use crate::nbd::{NbdExport, NbdListen, NbdOptions};
 
@@ -135,6 +135,16 @@ impl RunningExport {
     pub(super) fn path_sample(&self) -> Option<PathSample> {
         let view = self.head.view().into_iter().find(|p| p.name == self.name)?;
         Some(PathSample { nsid: self.head.nsid(), ana_state: view.ana_state, failovers: view.failovers })
+    }
+
+    /// The export's limit counts, when it is an NBD export.
+    pub(super) fn nbd_limit_sample(&self) -> Option<NbdLimitSample> {
+        let list = self.heads.lock();
+        match &list.iter().find(|h| Arc::ptr_eq(&h.head, &self.head))?.server {
+            Server::Nbd(x) => Some(NbdLimitSample { export: x.name().to_owned(), counts: x.limits().counts() }),
+            #[cfg(feature = "ublk")]
+            Server::Ublk(_) => None,
+        }
     }
 
     /// What `list` shows.

@@ -43,6 +43,7 @@ pub(super) fn samples(shared: &Shared) -> Vec<ControllerSample> {
                 exports: e.exports.len(),
                 queues,
                 paths: e.exports.iter().filter_map(|(_, x)| x.path_sample()).collect(),
+                nbd_limits: e.exports.iter().filter_map(|(_, x)| x.nbd_limit_sample()).collect(),
             }
         })
         .collect()

@@ -20,6 +20,10 @@
 //! failed by the queue's own command timeout). Memory per client is bounded: at most [`MAX_IN_FLIGHT`] requests
 //! and [`IN_FLIGHT_BYTES`] of data from a request's header to the end of its reply, buffers reused from a
 //! per-client pool. See [`proto`] for how each request is checked.
+//!
+//! Limits that fire are counted ([`NbdExport::limits`], `nvmf_host_nbd_limits_total`): a client refused over
+//! `max_clients`, one cut off in the handshake by its timeout or at stop for not reading its replies, and a
+//! client's requests held back by its in-flight limits.
 
 mod job;
 pub mod proto;
@@ -34,7 +38,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -191,6 +195,66 @@ impl Default for NbdOptions {
     }
 }
 
+/// How often each of an export's limits fired since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NbdLimitCounts {
+    /// Clients closed at accept because `max_clients` were being served.
+    pub clients: u64,
+    /// Clients cut off in the handshake: a step took longer than its timeout.
+    pub handshake_timeout: u64,
+    /// Clients cut off at stop: their replies waited unread for the stop's write timeout.
+    pub stop_write_timeout: u64,
+    /// Times a client's requests were held back because its requests or bytes in flight were at the limit.
+    pub in_flight: u64,
+}
+
+impl NbdLimitCounts {
+    /// `(limit, count)` pairs, with the names `nvmf_host_nbd_limits_total` labels them with.
+    pub fn by_name(&self) -> [(&'static str, u64); 4] {
+        [
+            ("clients", self.clients),
+            ("handshake_timeout", self.handshake_timeout),
+            ("stop_write_timeout", self.stop_write_timeout),
+            ("in_flight", self.in_flight),
+        ]
+    }
+}
+
+/// The counters behind [`NbdLimitCounts`], bumped by the acceptor and session threads.
+#[derive(Debug, Default)]
+pub(crate) struct LimitCounters {
+    clients: AtomicU64,
+    handshake_timeout: AtomicU64,
+    stop_write_timeout: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl LimitCounters {
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn counts(&self) -> NbdLimitCounts {
+        NbdLimitCounts {
+            clients: self.clients.load(Ordering::Relaxed),
+            handshake_timeout: self.handshake_timeout.load(Ordering::Relaxed),
+            stop_write_timeout: self.stop_write_timeout.load(Ordering::Relaxed),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A handle on an export's limit counters that outlives the export (to read them after [`NbdExport::stop`]).
+#[derive(Debug, Clone)]
+pub struct NbdLimits(Arc<LimitCounters>);
+
+impl NbdLimits {
+    /// The counts now.
+    pub fn counts(&self) -> NbdLimitCounts {
+        self.0.counts()
+    }
+}
+
 /// A client connection (either kind).
 #[derive(Debug)]
 pub(crate) enum Stream {
@@ -284,6 +348,7 @@ pub(crate) struct Export {
     piece_blocks: u64,
     /// The export queue the next session takes.
     next_queue: AtomicUsize,
+    limits: Arc<LimitCounters>,
 }
 
 enum Listener {
@@ -346,6 +411,8 @@ fn bind(listen: &NbdListen) -> Result<(Listener, NbdListen), NbdError> {
 #[derive(Debug)]
 pub struct NbdExport {
     local: NbdListen,
+    name: String,
+    limits: NbdLimits,
     stopping: Arc<AtomicBool>,
     waker: Arc<Waker>,
     thread: Option<JoinHandle<()>>,
@@ -399,7 +466,9 @@ impl NbdExport {
             name: options.export_name.clone(),
             piece_blocks,
             next_queue: AtomicUsize::new(0),
+            limits: Arc::default(),
         });
+        let limits = NbdLimits(Arc::clone(&export.limits));
 
         let (mut listener, local) = bind(&listen)?;
         let io_err = |what, source| NbdError::Io { what, listen: listen.to_string(), source };
@@ -416,7 +485,7 @@ impl NbdExport {
             .spawn(move || accept_loop(poll, listener, &export, &flag, max_clients))
             .map_err(|e| io_err("spawning the acceptor for", e))?;
         tracing::info!(uri = local.uri(), nsid, block_size = bs, blocks, "NBD export started");
-        Ok(NbdExport { local, stopping, waker, thread: Some(thread) })
+        Ok(NbdExport { local, name: options.export_name, limits, stopping, waker, thread: Some(thread) })
     }
 
     /// Where the export listens (the bound port when started with port 0).
@@ -427,6 +496,16 @@ impl NbdExport {
     /// The URI clients connect with.
     pub fn uri(&self) -> String {
         self.local.uri()
+    }
+
+    /// The export's name (`NbdOptions::export_name`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How often the export's limits fired (see the module docs).
+    pub fn limits(&self) -> NbdLimits {
+        self.limits.clone()
     }
 
     /// Stop accepting, end every session (in-flight requests finish; a client that does not read its
@@ -485,6 +564,7 @@ fn accept_loop(mut poll: Poll, listener: Listener, export: &Arc<Export>, stoppin
             };
             if sessions.len() >= max {
                 tracing::warn!(max, "NBD client refused: too many clients");
+                LimitCounters::bump(&export.limits.clients);
                 continue;
             }
             next_id += 1;

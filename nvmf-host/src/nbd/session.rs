@@ -5,7 +5,7 @@ use std::io::{self, Read, Write};
 use std::net::Shutdown;
 
 use super::proto::{self, info, opt, rep};
-use super::{transmission, Export, Stream, HANDSHAKE_TIMEOUT};
+use super::{transmission, Export, LimitCounters, Stream, HANDSHAKE_TIMEOUT};
 
 /// Option data longer than this is refused (`NBD_OPT_GO` with a 4096-byte name is about 4 KiB).
 const MAX_OPTION_LEN: u32 = 16 << 10;
@@ -17,6 +17,14 @@ const MAX_OPTIONS: usize = 64;
 /// Serve one client until it disconnects, breaks the protocol or the export stops.
 pub(super) fn run(mut stream: Stream, x: &Export) {
     let go = handshake(&mut stream, x).unwrap_or_else(|e| {
+        if let HandshakeError::Io(io) = &e {
+            // A blocking read past its timeout fails with `WouldBlock` (or `TimedOut`).
+            if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+                tracing::warn!("NBD client cut off: a handshake step took over {HANDSHAKE_TIMEOUT:?}");
+                LimitCounters::bump(&x.limits.handshake_timeout);
+                return false;
+            }
+        }
         tracing::debug!(error = %e, "NBD handshake ended");
         false
     });

@@ -42,7 +42,7 @@ use nvmf_common::nvme::SubmissionQueueEntry;
 
 use super::job::{Job, Pool};
 use super::proto::{self, check_request, errno, Action, RequestHeader};
-use super::{Export, Stream, IN_FLIGHT_BYTES, MAX_IN_FLIGHT, STOP_WRITE_TIMEOUT};
+use super::{Export, LimitCounters, Stream, IN_FLIGHT_BYTES, MAX_IN_FLIGHT, STOP_WRITE_TIMEOUT};
 use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
 use crate::multipath::{caller_tag, PathCursor};
 use crate::queue::handle::{Completed, CompletionSink, Host};
@@ -94,6 +94,7 @@ pub(super) fn run(stream: Stream, x: &Export) -> io::Result<()> {
         readable: true,
         writable: true,
         broken: false,
+        held_back: false,
         read_closed: false,
         stalled_since: None,
         registered: Vec::new(),
@@ -207,6 +208,8 @@ struct Transmission<'x> {
     writable: bool,
     /// Writing failed: replies are dropped, the session ends once its commands are done.
     broken: bool,
+    /// The request at the head of the receive buffer waits for the in-flight limits (counted once per wait).
+    held_back: bool,
     /// The socket's read side is closed: what it holds is the last of the requests.
     read_closed: bool,
     /// Since when, with no more requests to come, replies wait for a client that does not read them.
@@ -245,7 +248,8 @@ impl Transmission<'_> {
             }
             if let Some(since) = self.stalled_since {
                 if since.elapsed() >= STOP_WRITE_TIMEOUT {
-                    tracing::debug!("NBD client does not read its replies; cutting it off");
+                    tracing::warn!("NBD client cut off at stop: its replies waited unread for {STOP_WRITE_TIMEOUT:?}");
+                    LimitCounters::bump(&self.x.limits.stop_write_timeout);
                     self.fail_writes();
                 }
             }
@@ -320,7 +324,14 @@ impl Transmission<'_> {
                         }
                     };
                     // `None`: held back by the in-flight limits; the header stays until a reply frees room.
-                    let Some(next) = self.start_request(&h) else { return moved };
+                    let Some(next) = self.start_request(&h) else {
+                        if !self.held_back {
+                            self.held_back = true;
+                            LimitCounters::bump(&self.x.limits.in_flight);
+                        }
+                        return moved;
+                    };
+                    self.held_back = false;
                     self.rx.consume(proto::REQUEST_LEN);
                     self.reading = next;
                     moved = true;
