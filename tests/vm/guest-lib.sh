@@ -21,6 +21,13 @@
 #   collect_logs [DIR]                        dmesg, nvmet configfs, nvme/rdma state -> DIR ($NVMF_VM_LOGS)
 #   step CMD...                               run CMD, log it with its status and duration
 #
+# A lab node (tests/src/vm/lab.rs; $NVMF_NODE is its name, $NVMF_LAB_NODES every node's):
+#   on_node NODE SCRIPT                       run SCRIPT on lab node NODE (its agent; guest-lib sourced there), print
+#                                             its stdout, its stderr on stderr; its exit status (ON_NODE_TIMEOUT, 3600 s)
+#   node_addr PEER                            PEER's address on the link between this node and PEER
+#   link_addr PEER                            this node's own address on that link
+#   link_if PEER                              this node's interface on that link (ethK; Soft-RoCE rxeK on it)
+#
 # Our target (nvmf-target, path in $NVMF_TARGET_BIN; tests/tests/vm_target.rs):
 #   nvmf_target_start NAME CONFIG [NETNS]     run it with CONFIG (in network namespace NETNS) until it is ready
 #   ctrl_of NQN                               the live controller (nvmeX) of the connected subsystem NQN
@@ -32,7 +39,7 @@
 #   fio_rw_verify DEV BS QD SIZE [ENGINE]     randwrite with crc32c verification of SIZE bytes, then a randread
 #                                             pass verifying the same blocks; prints the verified block counts
 #
-# Environment: NVMF_RDMA_ADDR (10.77.0.1, rxe0's address on dummy0), NVMF_VM_LOGS (a folder shared with the
+# Environment: NVMF_RDMA_ADDR (10.77.0.1, rxe0's address on dummy0; a lab node's address on its first link), NVMF_VM_LOGS (a folder shared with the
 # host when the harness was given one, else /run/nvmf-logs).
 
 NVMET=/sys/kernel/config/nvmet
@@ -60,13 +67,19 @@ step() {
   return $rc
 }
 
+# _nap SECONDS: wait without an exec (a read with a timeout on stage2's fifo that nobody writes).
+_nap() {
+  if [ -p /run/nvmf-nap ]; then read -r -t "$1" _ <> /run/nvmf-nap; else sleep "$1"; fi
+  return 0
+}
+
 # Builtins only in the loop: every exec costs 0.3-1 s under TCG.
 wait_until() {
   local end=$((SECONDS + $1))
   shift
   until "$@" 2>/dev/null; do
     ((SECONDS >= end)) && return 1
-    sleep 0.2
+    _nap 0.2
   done
 }
 
@@ -181,14 +194,23 @@ fio_verify() {
 # daemon up). `tail -F` mirrors it into $NVMF_VM_LOGS as it grows (for a run that times out); stop_daemon and
 # collect_logs copy it there whole.
 daemon_log() { echo "/run/nvmf-daemons/$1.log"; }
+# The daemon runs under a watcher subshell that records its exit status in NAME.status, so that another job of a
+# lab node (another shell) can stop it and learn how it ended; its pid (NAME.pid) is the daemon's own.
 start_daemon() {
-  local name=$1 log
+  local name=$1 log pid
   shift
   log=$(daemon_log "$name")
   _stop_mirror "$name"
-  "$@" > "$log" 2>&1 &
-  echo $! > "/run/nvmf-daemons/$name.pid"
-  log "started $name (pid $!): $*"
+  rm -f "/run/nvmf-daemons/$name.pid" "/run/nvmf-daemons/$name.status"
+  (
+    "$@" > "$log" 2>&1 &
+    echo $! > "/run/nvmf-daemons/$name.pid.tmp" && mv "/run/nvmf-daemons/$name.pid.tmp" "/run/nvmf-daemons/$name.pid"
+    wait $!
+    echo $? > "/run/nvmf-daemons/$name.status"
+  ) > /dev/null 2>&1 &
+  wait_until 10 test -s "/run/nvmf-daemons/$name.pid"
+  read -r pid < "/run/nvmf-daemons/$name.pid"
+  log "started $name (pid $pid): $*"
   tail -n +1 -F "$log" > "$NVMF_VM_LOGS/$name.log" 2>/dev/null &
   echo $! > "/run/nvmf-daemons/$name.mirror"
 }
@@ -229,7 +251,8 @@ daemon_report() {
   local pid p t rc=0
   pid=$(cat "/run/nvmf-daemons/$1.pid" 2>/dev/null) || return 0
   if _gone "$pid"; then
-    wait "$pid" 2>/dev/null || rc=$?
+    wait_until 5 test -e "/run/nvmf-daemons/$1.status" || true
+    rc=$(cat "/run/nvmf-daemons/$1.status" 2>/dev/null || echo unknown)
     echo "$1 (pid $pid) has exited: status $rc" >&2
   else
     for p in "$pid" $(awk -v p="$pid" '$4 == p { print $1 }' /proc/[0-9]*/stat 2>/dev/null); do
@@ -251,9 +274,9 @@ stop_daemon() {
     log "$name did not stop within $secs s: SIGKILL"
     kill -KILL "$pid" 2>/dev/null
   fi
-  wait "$pid" 2>/dev/null
-  rc=$?
-  rm -f "/run/nvmf-daemons/$name.pid"
+  wait_until 5 test -e "/run/nvmf-daemons/$name.status" || true
+  rc=$(cat "/run/nvmf-daemons/$name.status" 2>/dev/null || echo 255)
+  rm -f "/run/nvmf-daemons/$name.pid" "/run/nvmf-daemons/$name.status"
   _publish_log "$name"
   log "stopped $name: status $rc"
   return $rc
@@ -279,6 +302,40 @@ collect_logs() {
     done > "$dir/nvmet-configfs.txt"
   fi
 }
+
+# --- lab nodes -------------------------------------------------------------------------------------------
+
+_on_node_seq=0
+on_node() {
+  local node=$1 script=$2 d=/run/nvmf-lab/$1/jobs id rc end
+  [ -d "$d" ] || { fail "no lab node $node (this guest is ${NVMF_NODE:-not a lab node})"; return 1; }
+  _on_node_seq=$((_on_node_seq + 1))
+  id=from-${NVMF_NODE}-$$-$_on_node_seq
+  printf '%s\n' "$script" > "$d/$id.tmp" && mv "$d/$id.tmp" "$d/$id.sh" || { fail "cannot hand a job to $node"; return 1; }
+  end=$((SECONDS + ${ON_NODE_TIMEOUT:-3600}))
+  until [ -e "$d/$id.status" ]; do
+    ((SECONDS < end)) || { fail "node $node did not finish job $id in ${ON_NODE_TIMEOUT:-3600} s"; return 1; }
+    _nap 0.2
+  done
+  cat "$d/$id.out"
+  cat "$d/$id.err" >&2
+  read -r rc < "$d/$id.status"
+  rm -f "$d/$id.out" "$d/$id.err" "$d/$id.status"
+  return "$rc"
+}
+
+# _link_field PEER FIELD: a field of this node's line for PEER in /run/nvmf-vm/links
+# (1 IFNAME, 2 MAC, 3 ADDR/PREFIX, 4 PEER, 5 PEER_ADDR).
+_link_field() {
+  local f
+  while read -r -a f; do
+    [ "${f[3]}" = "$1" ] && { echo "${f[$2 - 1]}"; return 0; }
+  done < /run/nvmf-vm/links
+  fail "node ${NVMF_NODE:-?} has no link to $1"
+}
+node_addr() { _link_field "$1" 5; }
+link_addr() { local a; a=$(_link_field "$1" 3) && echo "${a%/*}"; }
+link_if() { _link_field "$1" 1; }
 
 # --- our target ------------------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 #!/bin/busybox sh
 # /init of the test VM's initramfs (built by tests/src/vm/initramfs.rs). Busybox only.
 # Mounts the host's / (9p tag "hostroot", read-only) under a tmpfs overlay at /mnt/root, the run's control
-# folder (9p tag "nvmfctl") at /run/nvmf-vm, the shared folders listed in its "shares" file (tags share0..N)
+# folder (9p tag "nvmfctl") at /run/nvmf-vm (a lab node's: its folder in the lab's, mounted at /run/nvmf-lab), the shared folders listed in its "shares" file (tags share0..N)
 # at their host paths, and the kernel's modules at /lib/modules/$(uname -r); then runs stage2.sh chrooted
 # there with its stdio on the second serial port, records the exit status and powers off.
 /bin/busybox --install -s /bin
@@ -29,7 +29,17 @@ mount -t tmpfs tmpfs $R/dev/shm
 mount -t tmpfs -o mode=755 tmpfs $R/run
 mount -t debugfs debugfs $R/sys/kernel/debug 2>/dev/null
 mkdir -p $R/run/nvmf-vm
-mount -t 9p -o $P9,cache=none nvmfctl $R/run/nvmf-vm || fail "cannot mount the control folder"
+# A lab node (kernel parameter nvmf.node=NAME) gets the whole lab folder, every node's control folder in it, at
+# /run/nvmf-lab, and its own at /run/nvmf-vm.
+NODE=
+for o in $(cat /proc/cmdline); do case $o in nvmf.node=*) NODE=${o#nvmf.node=} ;; esac; done
+if [ -n "$NODE" ]; then
+  mkdir -p $R/run/nvmf-lab
+  mount -t 9p -o $P9,cache=none nvmfctl $R/run/nvmf-lab || fail "cannot mount the lab folder"
+  mount --bind "$R/run/nvmf-lab/$NODE" $R/run/nvmf-vm || fail "no control folder for node $NODE"
+else
+  mount -t 9p -o $P9,cache=none nvmfctl $R/run/nvmf-vm || fail "cannot mount the control folder"
+fi
 . $R/run/nvmf-vm/env
 i=0
 while IFS= read -r d; do
@@ -46,4 +56,5 @@ chroot $R /bin/bash /run/nvmf-vm/stage2.sh <$T >$T 2>&1
 echo $? > $R/run/nvmf-vm/status
 sync
 umount $R/run/nvmf-vm 2>/dev/null
+umount $R/run/nvmf-lab 2>/dev/null
 poweroff -f

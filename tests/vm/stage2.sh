@@ -4,6 +4,7 @@
 #   cmd       the scenario (a bash script; absent for an interactive shell)
 #   stderr    where the scenario's stderr goes (stdout goes to the serial port)
 #   t-*       guest uptime at each stage, for the boot/run times the harness reports
+#   links     a lab node's links (IFNAME MAC ADDR/PREFIX PEER PEER_ADDR); agent.sh its job runner
 # Exit status: the scenario's, or 125 when the guest could not be set up as asked.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 TERM=${TERM:-dumb}
 read -r t _ </proc/uptime && echo "$t" > /run/nvmf-vm/t-stage2
@@ -11,10 +12,10 @@ read -r t _ </proc/uptime && echo "$t" > /run/nvmf-vm/t-stage2
 export NVMF_VM_GUEST=1 NVMF_GUEST_LIB=/run/nvmf-vm/guest-lib.sh
 ctl=/run/nvmf-vm
 stty -opost 2>/dev/null # no \n -> \r\n on the serial port
-hostname nvmf-vm
+hostname "${NVMF_NODE:-nvmf-vm}"
 ip link set lo up
 setup_failed() { echo "nvmf-vm: $*" >&2; exit 125; }
-if [ -f $ctl/cmd ]; then exec 2>>$ctl/stderr; fi
+if [ -f $ctl/cmd ] || [ "${NVMF_VM_AGENT:-}" = 1 ]; then exec 2>>$ctl/stderr; fi
 if [ "$NVMF_VM_TRACE" = 1 ]; then PS4='+ $EPOCHREALTIME '; set -x; fi
 
 # One kmod process for all modules (each exec costs ~0.3 s under TCG), then say which ones are missing.
@@ -29,9 +30,43 @@ if [ -d /sys/kernel/config ] && ! mountpoint -q /sys/kernel/config; then
   mount -t configfs configfs /sys/kernel/config 2>/dev/null
 fi
 
-# Soft-RoCE on a guest-only dummy netdev: rdma_cm does not work over loopback (ENODEV on 127.0.0.1).
+# The kernel's configuration where tools look for it (blktests, nvme-cli's checks).
+[ -n "${NVMF_VM_KCONFIG:-}" ] && cp "$NVMF_VM_KCONFIG" "/boot/config-$(uname -r)" 2>/dev/null
+# A fifo nobody writes: `read -t` on it waits without an exec (each costs 0.3-1 s under TCG); guest-lib's _nap.
+mkfifo /run/nvmf-nap 2>/dev/null
+
+# A lab node's links ($ctl/links, one a line: IFNAME MAC ADDR/PREFIX PEER PEER_ADDR): each NIC, found by its MAC,
+# renamed IFNAME (eth0, eth1, ... in the node's link order), its address, the peer's name in /etc/hosts, and
+# Soft-RoCE rxeK on ethK. NVMF_RDMA_ADDR is the address on the first link.
+_links_up() {
+  local ifname mac addr peer peer_addr d m k=0 cur
+  local -A by_mac=()
+  for d in /sys/class/net/*; do read -r m < "$d/address" && by_mac[$m]=${d##*/}; done
+  while read -r ifname mac addr peer peer_addr; do
+    [ -n "${by_mac[$mac]:-}" ] || return 1
+  done < $ctl/links
+  # Two passes, so that a NIC the kernel named eth1 can become eth0 while another holds that name.
+  while read -r ifname mac _; do
+    ip link set "${by_mac[$mac]}" name "nvmftmp$k" || return 2
+    k=$((k + 1))
+  done < $ctl/links
+  k=0
+  while read -r ifname mac addr peer peer_addr; do
+    cur=nvmftmp$k
+    ip link set "$cur" name "$ifname" && ip link set "$ifname" up && ip addr add "$addr" dev "$ifname" || return 2
+    echo "$peer_addr $peer" >> /etc/hosts
+    if [ "$NVMF_VM_RXE" = 1 ]; then rdma link add "rxe$k" type rxe netdev "$ifname" || return 3; fi
+    [ $k = 0 ] && export NVMF_RDMA_ADDR=${addr%/*}
+    k=$((k + 1))
+  done < $ctl/links
+}
 export NVMF_RDMA_ADDR=10.77.0.1
-if [ "$NVMF_VM_RXE" = 1 ]; then
+if [ -s $ctl/links ]; then
+  [ "$NVMF_VM_RXE" = 1 ] && ulimit -l unlimited
+  for _ in $(seq 50); do _links_up && break; rc=$?; [ $rc -gt 1 ] && setup_failed "cannot set up the links (step $rc)"; read -t 0.2 <> /run/nvmf-nap; done
+  [ -n "$(ip -o addr show eth0 2>/dev/null)" ] || setup_failed "the link NICs did not appear: $(ls /sys/class/net | tr '\n' ' ')"
+elif [ "$NVMF_VM_RXE" = 1 ]; then
+  # Soft-RoCE on a guest-only dummy netdev: rdma_cm does not work over loopback (ENODEV on 127.0.0.1).
   ip link add dummy0 mtu 9000 type dummy && ip addr add $NVMF_RDMA_ADDR/24 dev dummy0 && ip link set dummy0 up ||
     setup_failed "cannot create dummy0"
   rdma link add rxe0 type rxe netdev dummy0 || setup_failed "cannot create rxe0 on dummy0"
@@ -44,7 +79,11 @@ mkdir -p /etc/nvme
 cd "$NVMF_VM_CWD" 2>/dev/null || cd /
 
 read -r t _ </proc/uptime && echo "$t" > $ctl/t-command
-if [ -f $ctl/cmd ]; then
+if [ "${NVMF_VM_AGENT:-}" = 1 ]; then
+  # A lab node: run the jobs the harness and the other nodes leave in $ctl/jobs until told to power off.
+  . $ctl/agent.sh
+  status=$?
+elif [ -f $ctl/cmd ]; then
   bash $ctl/cmd
   status=$?
   if [ -n "${NVMF_VM_LOGS:-}" ]; then

@@ -29,8 +29,12 @@ pub enum VmError {
         /// The underlying error.
         source: io::Error,
     },
-    /// The kernel tree is not what the harness expects (no vmlinuz, no modules, a module missing).
+    /// The kernel tree is not what the harness expects (no vmlinuz, no modules, a module missing), or a lab or
+    /// guest was described wrongly.
     Kernel(String),
+    /// A guest did not come up (a lab node whose setup failed, whose QEMU ended or whose kernel panicked), or its
+    /// QEMU refused a command; the text has its stderr and console tail.
+    Guest(String),
 }
 
 impl VmError {
@@ -47,6 +51,7 @@ impl fmt::Display for VmError {
             Self::Tool { command, detail } => write!(f, "`{command}` failed: {detail}"),
             Self::Io { what, path, source } => write!(f, "{what} {}: {source}", path.display()),
             Self::Kernel(why) => write!(f, "guest kernel: {why}"),
+            Self::Guest(why) => write!(f, "guest: {why}"),
         }
     }
 }

@@ -1,25 +1,31 @@
-//! The test VM: a throw-away QEMU/TCG guest running Debian's Linux 6.12 with this machine's root file system.
+//! The test VM: throw-away QEMU/TCG guests running a Debian kernel (Linux 6.12, or 7.x from trixie-backports) with
+//! this machine's root file system, alone or as the nodes of a lab joined by links.
 //!
 //! This machine, the developers' and CI's run a kernel without RDMA, NVMe-oF, nbd, ublk or configfs; the guest
 //! has them all. Its root is the host's `/`, read-only over 9p under a tmpfs overlay, so binaries built here
 //! run there unchanged at the same path, as root. There is no network (`-nic none`); Soft-RoCE runs on a
 //! guest-only dummy netdev (10.77.0.1/24) because rdma_cm does not work over loopback.
 //!
-//! [`Vm`] is the builder: CPUs, memory, modules, Soft-RoCE, an emulated NVMe drive, shared writable folders,
-//! a logs folder and a deadline; [`Vm::run`] boots, runs a bash script with `tests/vm/guest-lib.sh` sourced
-//! and returns a [`VmOutput`] (stdout, stderr, exit status, the kernel console's tail, boot and run times).
-//! A script that outlives its deadline is killed with the guest, and reported with the console tail.
+//! [`Vm`] is the builder: kernel, CPUs, memory, modules, Soft-RoCE, an emulated NVMe drive, shared writable
+//! folders, a logs folder and a deadline; [`Vm::run`] boots, runs a bash script with `tests/vm/guest-lib.sh`
+//! sourced and returns a [`VmOutput`] (stdout, stderr, exit status, the kernel console's tail, boot and run
+//! times). A script that outlives its deadline is killed with the guest, and reported with the console tail.
+//! [`Lab`] boots several guests ([`Vm`]s as nodes) joined by point-to-point links, runs scripts on any of them,
+//! cuts and restores links, and stops them all ([`lab`]).
 //!
-//! Only one guest runs at a time on a machine: [`Vm::run`] holds a process-wide mutex and a cross-process
-//! lock (`$TMPDIR/nvmf-vm.lock`) while QEMU runs (TCG guests are CPU-bound; two of them time each other out).
-//! The kernel is fetched through apt once and cached ([`kernel`]); the initramfs is built per boot
-//! ([`initramfs`]). Scenarios that cannot run on this machine are skipped with a `SKIPPED:` line on stderr
+//! Only one guest or lab runs at a time on a machine: [`Vm::run`] and [`Lab::start`] hold a process-wide mutex
+//! and a cross-process lock (`$TMPDIR/nvmf-vm.lock`) while QEMU runs (TCG guests are CPU-bound; two runs time
+//! each other out). The kernel is fetched through apt once and cached ([`kernel`]: [`KernelLine::Lts`], Linux
+//! 6.12, by default; a scenario that needs a later one says so with [`Vm::kernel`]); the initramfs is built per
+//! boot ([`initramfs`]). Scenarios that cannot run on this machine are skipped with a `SKIPPED:` line on stderr
 //! unless `NVMF_REQUIRE_VM=1` ([`Vm::run_or_skip`]); they are opt-in with `NVMF_VM=1` otherwise, so that a
 //! plain `cargo test` on a developer's machine does not spend minutes booting guests.
 
+mod apt;
 mod error;
 pub mod initramfs;
 pub mod kernel;
+pub mod lab;
 mod lock;
 
 use std::collections::VecDeque;
@@ -34,13 +40,17 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub use error::VmError;
-pub use kernel::{cache_dir, Kernel};
+pub use kernel::{cache_dir, interop_lines, Kernel, KernelLine, KernelNeed, KernelVersion};
+use lab::Wiring;
+pub use lab::{Job, Lab, RunningLab};
 use lock::DirLock;
 
 /// The guest side of every run: bash helpers for scenarios.
 const GUEST_LIB: &str = include_str!("../../vm/guest-lib.sh");
-/// Runs in the guest after `init`: modules, configfs, Soft-RoCE, then the scenario.
+/// Runs in the guest after `init`: modules, configfs, Soft-RoCE, links, then the scenario or the lab agent.
 const STAGE2: &str = include_str!("../../vm/stage2.sh");
+/// A lab node's job runner (`stage2.sh` runs it instead of a scenario).
+const AGENT: &str = include_str!("../../vm/agent.sh");
 /// Modules that make `rxe0` and let user space use it (verbs and rdma_cm).
 const RXE_MODULES: [&str; 4] = ["rdma_rxe", "ib_uverbs", "rdma_ucm", "dummy"];
 /// Lines of the kernel console kept in [`VmOutput::console_tail`].
@@ -50,6 +60,7 @@ const CONSOLE_TAIL_LINES: usize = 40;
 #[derive(Debug, Clone)]
 pub struct Vm {
     name: String,
+    kernel: KernelNeed,
     cpus: u32,
     memory_mib: u32,
     modules: Vec<String>,
@@ -149,6 +160,7 @@ impl Vm {
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
+            kernel: KernelNeed::Any,
             cpus: 2,
             memory_mib: 3072,
             modules: Vec::new(),
@@ -159,6 +171,14 @@ impl Vm {
             env: Vec::new(),
             deadline: Duration::from_secs(300),
         }
+    }
+
+    /// The kernel it needs: a [`KernelLine`], or [`Kernel::at_least`] (the oldest line that meets it boots).
+    /// Default: [`KernelNeed::Any`] (Linux 6.12 unless `NVMF_VM_KERNEL` says otherwise).
+    #[must_use]
+    pub fn kernel(mut self, need: impl Into<KernelNeed>) -> Self {
+        self.kernel = need.into();
+        self
     }
 
     /// Virtual CPUs.
@@ -277,23 +297,16 @@ impl Vm {
     fn boot(&self, script: Option<&str>) -> Result<Option<VmOutput>, VmError> {
         let qemu = find_qemu()?;
         let busybox = find_static_busybox()?;
-        let kernel = Kernel::obtain()?;
+        let kernel = Kernel::obtain(self.kernel)?;
         let run = RunDir::create(&self.name)?;
-        self.write_control_files(&run.path, &kernel, script)?;
         let initrd = run.path.join("initramfs.cpio");
         initramfs::build(&kernel, &busybox, &initrd)?;
-        if let Some(bytes) = self.nvme_drive_bytes {
-            let image = run.path.join("nvme0.img");
-            let f = fs::File::create(&image).map_err(VmError::io("creating", &image))?;
-            f.set_len(bytes).map_err(VmError::io("sizing", &image))?;
-        }
-        let mut cmd = Command::new(&qemu);
-        cmd.args(self.qemu_args(&kernel, &run.path, &initrd, script.is_some())?);
+        let mode = if script.is_some() { Console::Piped } else { Console::Interactive };
+        let mut cmd = self.qemu_command(&qemu, &kernel, &run.path, &initrd, script, mode, None)?;
 
         // One guest at a time, in this process and on this machine.
-        static ONE_GUEST: Mutex<()> = Mutex::new(());
         let _in_process = ONE_GUEST.lock().unwrap_or_else(PoisonError::into_inner);
-        let _on_machine = DirLock::acquire(&env::temp_dir().join("nvmf-vm.lock"))?;
+        let _on_machine = DirLock::acquire(&machine_lock())?;
 
         let Some(_) = script else {
             let status = cmd.status().map_err(VmError::io("starting", &qemu))?;
@@ -335,24 +348,13 @@ impl Vm {
         let qemu_stderr = qemu_stderr.join().unwrap_or_default();
 
         let read = |f: &str| fs::read_to_string(run.path.join(f)).unwrap_or_default();
-        let uptime = |f: &str| read(f).trim().parse::<f64>().ok().map(Duration::from_secs_f64);
         let status = match (timed_out, read("status").trim().parse::<i32>()) {
             (true, _) => GuestStatus::TimedOut,
             (false, Ok(code)) => GuestStatus::Exited(code),
             (false, Err(_)) => GuestStatus::NoStatus,
         };
-        let mut console_tail = tail(&read("console.log"), CONSOLE_TAIL_LINES);
-        let qemu_stderr = String::from_utf8_lossy(&qemu_stderr);
-        if !qemu_stderr.trim().is_empty() {
-            console_tail.push_str("\n--- qemu stderr ---\n");
-            console_tail.push_str(qemu_stderr.trim_end());
-        }
-        let boot_time = uptime("t-command").unwrap_or_default();
-        let command_time = match (uptime("t-command"), uptime("t-end")) {
-            (Some(a), Some(b)) => b.saturating_sub(a),
-            (Some(_), None) => wall_time.saturating_sub(boot_time),
-            _ => Duration::ZERO,
-        };
+        let console_tail = console_tail(&run.path, &String::from_utf8_lossy(&qemu_stderr));
+        let (boot_time, command_time) = guest_times(&run.path, wall_time);
         if let Some(logs) = &self.logs {
             // The run's own record beside what the guest collected, for CI artifacts and post-mortems.
             let _ = fs::write(logs.join("stdout.txt"), &stdout);
@@ -372,12 +374,44 @@ impl Vm {
         }))
     }
 
-    /// `env`, `shares`, `cmd`, `stage2.sh` and `guest-lib.sh` in the control folder the guest mounts.
-    fn write_control_files(&self, run: &Path, kernel: &Kernel, script: Option<&str>) -> Result<(), VmError> {
+    /// The QEMU command line of this guest, its control folder `ctl` filled (`env`, `shares`, `cmd`, the guest
+    /// scripts); `wiring` makes it a lab node.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn qemu_command(
+        &self,
+        qemu: &Path,
+        kernel: &Kernel,
+        ctl: &Path,
+        initrd: &Path,
+        script: Option<&str>,
+        console: Console,
+        wiring: Option<&Wiring>,
+    ) -> Result<Command, VmError> {
+        self.write_control_files(ctl, kernel, script, wiring)?;
+        if let Some(bytes) = self.nvme_drive_bytes {
+            let image = ctl.join("nvme0.img");
+            let f = fs::File::create(&image).map_err(VmError::io("creating", &image))?;
+            f.set_len(bytes).map_err(VmError::io("sizing", &image))?;
+        }
+        let mut cmd = Command::new(qemu);
+        cmd.args(self.qemu_args(kernel, ctl, initrd, console, wiring)?);
+        Ok(cmd)
+    }
+
+    /// `env`, `shares`, `links`, `cmd`, `stage2.sh`, `agent.sh` and `guest-lib.sh` in the control folder the guest
+    /// mounts.
+    fn write_control_files(
+        &self,
+        run: &Path,
+        kernel: &Kernel,
+        script: Option<&str>,
+        wiring: Option<&Wiring>,
+    ) -> Result<(), VmError> {
         let mut modules: Vec<String> = Vec::new();
         let rxe: &[&str] = if self.rxe { &RXE_MODULES } else { &[] };
         let nvme: &[&str] = if self.nvme_drive_bytes.is_some() { &["nvme"] } else { &[] };
-        for m in rxe.iter().chain(nvme).map(|m| (*m).to_owned()).chain(self.modules.iter().cloned()) {
+        let net: &[&str] = if wiring.is_some_and(|w| !w.nics.is_empty()) { &["virtio_net"] } else { &[] };
+        for m in rxe.iter().chain(nvme).chain(net).map(|m| (*m).to_owned()).chain(self.modules.iter().cloned()) {
             if m.is_empty() || !m.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
                 return Err(VmError::Kernel(format!("{m:?} is not a module name")));
             }
@@ -394,7 +428,17 @@ impl Vm {
             shell_quote(&cwd.to_string_lossy()),
             shell_quote(&self.name),
         );
-        if script.is_none() {
+        if let Some(config) = &kernel.config {
+            envfile.push_str(&format!("NVMF_VM_KCONFIG={}\n", shell_quote(&config.to_string_lossy())));
+        }
+        if let Some(w) = wiring {
+            envfile.push_str(&format!(
+                "NVMF_VM_AGENT=1\nexport NVMF_NODE={}\nexport NVMF_LAB_NODES={}\n",
+                shell_quote(&w.node),
+                shell_quote(&w.nodes.join(" "))
+            ));
+        }
+        if script.is_none() && wiring.is_none() {
             // The host terminal's size and type, so that full-screen programs in the guest fit.
             let size = Command::new("stty").arg("size").stdin(Stdio::inherit()).stderr(Stdio::null()).output();
             if let Some(size) = size.ok().filter(|o| o.status.success()) {
@@ -425,10 +469,13 @@ impl Vm {
             }
             envfile.push_str(&format!("export {key}={}\n", shell_quote(value)));
         }
+        let links = wiring.map(Wiring::links_file).unwrap_or_default();
         let files = [
             ("env", envfile),
             ("shares", shares),
+            ("links", links),
             ("stage2.sh", STAGE2.to_owned()),
+            ("agent.sh", AGENT.to_owned()),
             ("guest-lib.sh", GUEST_LIB.to_owned()),
             ("stderr", String::new()),
         ];
@@ -455,12 +502,19 @@ impl Vm {
         Ok(dirs)
     }
 
-    fn qemu_args(&self, kernel: &Kernel, run: &Path, initrd: &Path, scripted: bool) -> Result<Vec<String>, VmError> {
+    fn qemu_args(
+        &self,
+        kernel: &Kernel,
+        ctl: &Path,
+        initrd: &Path,
+        console: Console,
+        wiring: Option<&Wiring>,
+    ) -> Result<Vec<String>, VmError> {
         let verbose = env_flag("NVMF_VM_VERBOSE");
         let accel =
             env::var("NVMF_VM_ACCEL").ok().filter(|a| !a.is_empty()).unwrap_or_else(|| "tcg,thread=multi".into());
         let cpu = env::var("NVMF_VM_CPU").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "max".into());
-        let console = if verbose { "console=ttyS0 loglevel=7" } else { "console=ttyS0 loglevel=4 quiet" };
+        let kconsole = if verbose { "console=ttyS0 loglevel=7" } else { "console=ttyS0 loglevel=4 quiet" };
         let mut args: Vec<String> = [
             "-nodefaults",
             "-no-user-config",
@@ -474,8 +528,6 @@ impl Vm {
             &self.cpus.to_string(),
             "-m",
             &format!("{}M", self.memory_mib),
-            "-nic",
-            "none",
             "-vga",
             "none",
             "-display",
@@ -484,38 +536,89 @@ impl Vm {
         ]
         .map(String::from)
         .to_vec();
+        let mut append = format!("{kconsole} panic=-1 mitigations=off tsc=unstable rdinit=/init");
         args.extend(["-kernel".into(), kernel.vmlinuz.to_string_lossy().into_owned()]);
         args.extend(["-initrd".into(), initrd.to_string_lossy().into_owned()]);
-        args.extend(["-append".into(), format!("{console} panic=-1 mitigations=off tsc=unstable rdinit=/init")]);
         let virtfs = |path: &Path, tag: &str, extra: &str| {
             let path = path.to_string_lossy().replace(',', ",,");
             format!("local,path={path},mount_tag={tag},security_model=none,multidevs=remap{extra}")
         };
+        let escape = |p: &Path| p.to_string_lossy().replace(',', ",,");
         args.extend(["-virtfs".into(), virtfs(Path::new("/"), "hostroot", ",readonly=on")]);
-        args.extend(["-virtfs".into(), virtfs(run, "nvmfctl", "")]);
+        match wiring {
+            // A lab node mounts the whole lab folder (every node's control folder, for `on_node`) and its own.
+            Some(w) => {
+                args.extend(["-virtfs".into(), virtfs(&w.lab_dir, "nvmfctl", "")]);
+                append.push_str(&format!(" nvmf.node={}", w.node));
+                args.extend(w.qemu_args());
+            }
+            None => args.extend(["-virtfs".into(), virtfs(ctl, "nvmfctl", ""), "-nic".into(), "none".into()]),
+        }
+        args.extend(["-append".into(), append]);
         for (i, dir) in self.shared_dirs()?.iter().enumerate() {
             args.extend(["-virtfs".into(), virtfs(dir, &format!("share{i}"), "")]);
         }
         if self.nvme_drive_bytes.is_some() {
-            let image = run.join("nvme0.img").to_string_lossy().replace(',', ",,");
+            let image = escape(&ctl.join("nvme0.img"));
             args.extend(["-drive".into(), format!("file={image},if=none,id=nvm0,format=raw,cache=unsafe")]);
             args.extend(["-device".into(), "nvme,serial=nvmfvm0,drive=nvm0".into()]);
         }
         // ttyS0: the kernel console, to a file. ttyS1: the command's stdio.
-        let console_log = run.join("console.log").to_string_lossy().replace(',', ",,");
-        args.extend(["-serial".into(), format!("file:{console_log}")]);
-        if scripted {
-            args.extend([
+        args.extend(["-serial".into(), format!("file:{}", escape(&ctl.join("console.log")))]);
+        match console {
+            Console::Piped => args.extend([
                 "-chardev".into(),
                 "stdio,id=cmdio,signal=off".into(),
                 "-serial".into(),
                 "chardev:cmdio".into(),
-            ]);
-        } else {
-            args.extend(["-serial".into(), "mon:stdio".into()]);
+            ]),
+            Console::Interactive => args.extend(["-serial".into(), "mon:stdio".into()]),
+            Console::File => args.extend(["-serial".into(), format!("file:{}", escape(&ctl.join("serial.log")))]),
         }
         Ok(args)
     }
+}
+
+/// Where a guest's command stdio (its second serial port) goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Console {
+    /// A pipe the harness reads: a scripted run.
+    Piped,
+    /// This terminal, with QEMU's monitor on Ctrl-A.
+    Interactive,
+    /// A file in the control folder: a lab node, whose jobs have their own output files.
+    File,
+}
+
+/// One guest at a time in this process (with [`machine_lock`], on this machine).
+pub(crate) static ONE_GUEST: Mutex<()> = Mutex::new(());
+
+/// The cross-process lock held while any guest runs.
+pub(crate) fn machine_lock() -> PathBuf {
+    env::temp_dir().join("nvmf-vm.lock")
+}
+
+/// The last lines of a guest's kernel console, and QEMU's own stderr if it had any.
+pub(crate) fn console_tail(ctl: &Path, qemu_stderr: &str) -> String {
+    let mut tail = tail(&fs::read_to_string(ctl.join("console.log")).unwrap_or_default(), CONSOLE_TAIL_LINES);
+    if !qemu_stderr.trim().is_empty() {
+        tail.push_str("\n--- qemu stderr ---\n");
+        tail.push_str(qemu_stderr.trim_end());
+    }
+    tail
+}
+
+/// (boot, command) times of a guest from the uptimes it recorded in its control folder.
+pub(crate) fn guest_times(ctl: &Path, wall_time: Duration) -> (Duration, Duration) {
+    let uptime =
+        |f: &str| fs::read_to_string(ctl.join(f)).ok()?.trim().parse::<f64>().ok().map(Duration::from_secs_f64);
+    let boot_time = uptime("t-command").unwrap_or_default();
+    let command_time = match (uptime("t-command"), uptime("t-end")) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        (Some(_), None) => wall_time.saturating_sub(boot_time),
+        _ => Duration::ZERO,
+    };
+    (boot_time, command_time)
 }
 
 /// Whether VM scenarios should run here: `NVMF_REQUIRE_VM=1` or `NVMF_VM=1`, and QEMU is installed.
@@ -528,7 +631,7 @@ pub fn enabled() -> Result<(), String> {
     find_qemu().map(drop).map_err(|e| e.to_string())
 }
 
-fn skip_or_panic<T>(name: &str, why: &str) -> Option<T> {
+pub(crate) fn skip_or_panic<T>(name: &str, why: &str) -> Option<T> {
     if env_flag("NVMF_REQUIRE_VM") {
         panic!("VM scenario {name} cannot run and NVMF_REQUIRE_VM=1: {why}");
     }
@@ -541,15 +644,15 @@ pub fn note(msg: &str) {
     let _ = writeln!(io::stderr(), "nvmf-vm: {msg}");
 }
 
-fn env_flag(name: &str) -> bool {
+pub(crate) fn env_flag(name: &str) -> bool {
     env::var(name).is_ok_and(|v| v == "1")
 }
 
-fn timeout_factor() -> f64 {
+pub(crate) fn timeout_factor() -> f64 {
     env::var("NVMF_VM_TIMEOUT_FACTOR").ok().and_then(|f| f.parse::<f64>().ok()).filter(|f| *f > 0.0).unwrap_or(1.0)
 }
 
-fn find_qemu() -> Result<PathBuf, VmError> {
+pub(crate) fn find_qemu() -> Result<PathBuf, VmError> {
     if let Some(q) = env::var_os("NVMF_VM_QEMU").filter(|q| !q.is_empty()) {
         return Ok(PathBuf::from(q));
     }
@@ -562,7 +665,7 @@ fn find_in_path(program: &str) -> Option<PathBuf> {
 }
 
 /// A statically linked busybox (an ELF without a PT_INTERP program header): the initramfs has no libc.
-fn find_static_busybox() -> Result<PathBuf, VmError> {
+pub(crate) fn find_static_busybox() -> Result<PathBuf, VmError> {
     let candidates = ["/bin/busybox", "/usr/bin/busybox"].map(PathBuf::from);
     let unavailable = || VmError::Unavailable("no statically linked busybox (apt-get install busybox-static)".into());
     let path = candidates.into_iter().find(|p| p.is_file()).ok_or_else(unavailable)?;
@@ -590,12 +693,12 @@ fn find_static_busybox() -> Result<PathBuf, VmError> {
 
 /// A per-run folder under the temp dir, removed afterwards unless `NVMF_VM_KEEP=1`.
 #[derive(Debug)]
-struct RunDir {
-    path: PathBuf,
+pub(crate) struct RunDir {
+    pub(crate) path: PathBuf,
 }
 
 impl RunDir {
-    fn create(name: &str) -> Result<Self, VmError> {
+    pub(crate) fn create(name: &str) -> Result<Self, VmError> {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
         let path = env::temp_dir().join(format!(
@@ -621,7 +724,7 @@ impl Drop for RunDir {
 
 /// QEMU, killed if the harness unwinds while it runs.
 #[derive(Debug)]
-struct QemuChild(Child);
+pub(crate) struct QemuChild(pub(crate) Child);
 
 impl Drop for QemuChild {
     fn drop(&mut self) {
