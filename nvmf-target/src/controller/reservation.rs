@@ -20,8 +20,9 @@
 //!   the new state (each command is checked when it is submitted).
 //! - Release by the holder naming a type other than the one held is Invalid Field in Command, as the spec's
 //!   Reservation Release says (nvmet answers Reservation Conflict).
-//! - The generation moves on every successful Register (that changed the registrants), Unregister, Replace,
-//!   Preempt and Clear; it is reported in the Reservation Status.
+//! - The generation moves on every Register, Unregister and Replace that completes successfully (a host
+//!   registering again with its own key too: Base 2.2 Figure 582, GEN, counts commands, not changes; nvmet does
+//!   the same), every successful Preempt and Clear; it is reported in the Reservation Status.
 //!
 //! Notices (Reservation Notification log, asynchronous event) are returned to the caller as [`Notice`]s for
 //! the hosts to tell; this module knows no controller. Persistence (PTPL) is [`super::reservation_file`]: while
@@ -171,8 +172,9 @@ impl ReservationState {
     ) -> Result<(), Status> {
         let current = self.registrant(hostid).copied();
         match action {
+            // The same key again changes nothing but completes successfully, so the generation moves (below).
             RegisterAction::Register => match current {
-                Some(r) if r.key == keys.second => return Ok(()),
+                Some(r) if r.key == keys.second => {}
                 Some(_) => return Err(conflict()),
                 None => self.registrants.push(Registrant { hostid: *hostid, key: keys.second }),
             },

@@ -5,7 +5,7 @@ use nvmf_common::nvme::reservation::{
 };
 use nvmf_common::nvme::Status;
 
-use super::{Access, Notice, Notices, ReservationState, Reservations};
+use super::{Access, Notice, Notices, Registrant, ReservationState, Reservations};
 
 const A: [u8; 16] = [0xa; 16];
 const B: [u8; 16] = [0xb; 16];
@@ -69,23 +69,27 @@ fn register_replace_unregister() {
     let mut n = Notices::new();
     register(&mut s, &A, 1);
     assert_eq!(s.generation, 1);
-    // Registering again with the same key succeeds without a change; another key conflicts.
+    // Registering again with the same key succeeds: the registrants stay as they were, but the generation moves
+    // (Base 2.2 Figure 582: GEN counts every Reservation Register that completes successfully). Another key
+    // conflicts and moves nothing.
     register(&mut s, &A, 1);
-    assert_eq!(s.generation, 1);
+    assert_eq!(s.registrants, vec![Registrant { hostid: A, key: 1 }]);
+    assert_eq!(s.generation, 2);
     assert_eq!(s.register(&A, RegisterAction::Register, false, keys(0, 2), &mut n), conflict());
+    assert_eq!(s.generation, 2);
     // Replace needs the current key unless IEKEY.
     assert_eq!(s.register(&A, RegisterAction::Replace, false, keys(9, 2), &mut n), conflict());
     s.register(&A, RegisterAction::Replace, false, keys(1, 2), &mut n).unwrap();
     s.register(&A, RegisterAction::Replace, true, keys(9, 3), &mut n).unwrap();
     assert_eq!(s.registrants[0].key, 3);
-    assert_eq!(s.generation, 3);
+    assert_eq!(s.generation, 4);
     // A host not registered can neither replace nor unregister, IEKEY or not.
     assert_eq!(s.register(&B, RegisterAction::Replace, true, keys(0, 1), &mut n), conflict());
     assert_eq!(s.register(&B, RegisterAction::Unregister, true, keys(0, 0), &mut n), conflict());
     assert_eq!(s.register(&A, RegisterAction::Unregister, false, keys(1, 0), &mut n), conflict());
     s.register(&A, RegisterAction::Unregister, true, keys(0, 0), &mut n).unwrap();
     assert!(s.registrants.is_empty());
-    assert_eq!(s.generation, 4);
+    assert_eq!(s.generation, 5);
     assert!(n.is_empty());
 }
 
