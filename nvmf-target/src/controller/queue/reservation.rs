@@ -9,7 +9,7 @@
 use nvmf_common::nvme::opcode::io as op;
 use nvmf_common::nvme::reservation::{
     ReservationAcquire, ReservationKeys, ReservationRegister, ReservationRelease, ReservationReport, ACQUIRE_DATA_SIZE,
-    REGISTER_DATA_SIZE, RELEASE_DATA_SIZE, STATUS_EXT_HEADER_SIZE,
+    REGISTER_DATA_SIZE, RELEASE_DATA_SIZE,
 };
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
@@ -79,8 +79,11 @@ impl Queue {
             if !report.eds {
                 return Err(Status::HOST_IDENTIFIER_INCONSISTENT_FORMAT.with_dnr());
             }
+            // NUMD shorter than the structure (its header included) gets that much of it: "only that specified
+            // portion of the data structure is transferred" (Base 2.2 Figure 580; nvmet refuses one shorter than
+            // the extended header with Invalid Field).
             let len = report.length_bytes();
-            if len < STATUS_EXT_HEADER_SIZE as u64 || len > u64::from(self.target.params().mdts) {
+            if len > u64::from(self.target.params().mdts) {
                 return Err(invalid_field());
             }
             let (_, sgl_len) = io::data_source(sqe, trtype, Direction::ToHost, in_capsule.len())?;

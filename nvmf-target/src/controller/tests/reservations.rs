@@ -79,17 +79,24 @@ fn two_hosts_register_acquire_preempt_release() {
     assert_eq!(b.io.run(&mut b.engine, Flush { nsid: 1 }.to_sqe()).status(), conflict());
     assert_eq!(target.reservation_conflicts(), 3);
     // The report shows both registrants, A holding.
-    let status = ReservationStatus::parse(&report(&mut b, 4096, true).ok().data, true).unwrap();
+    let full = report(&mut b, 4096, true).ok().data;
+    let status = ReservationStatus::parse(&full, true).unwrap();
     assert_eq!(status.rtype, 1);
     assert_eq!(status.generation, 2);
     let regs: Vec<_> = status.registrants.iter().map(|r| (r.hostid, r.rkey, r.holds, r.cntlid)).collect();
     assert_eq!(regs, vec![(HOST_A, 1, true, 0xFFFF), (HOST_B, 2, false, 0xFFFF)]);
     // The regular format cannot carry 128-bit host IDs; fewer bytes than the extended header is Invalid Field.
     assert_eq!(report(&mut b, 4096, false).status(), Status::HOST_IDENTIFIER_INCONSISTENT_FORMAT.with_dnr());
-    assert_eq!(report(&mut b, 60, true).status(), Status::INVALID_FIELD.with_dnr());
-    // A report shorter than the structure gets its start, with the full registrant count.
+    // A report shorter than the structure gets its start, with the full registrant count, however short (Base 2.2
+    // Figure 580, NUMD: "only that specified portion of the data structure is transferred"), the header too.
     let short = report(&mut b, 64, true).ok().data;
     assert_eq!(ReservationStatus::announced_registrants(&short), Some(2));
+    let header = report(&mut b, 60, true).ok().data;
+    assert_eq!(header.len(), 60);
+    assert_eq!(header[..60], full[..60]);
+    let dwords = report(&mut b, 8, true).ok().data;
+    assert_eq!((dwords.len(), dwords[4], ReservationStatus::announced_registrants(&dwords)), (8, 1, Some(2)));
+    assert_eq!(report(&mut b, 4, true).ok().data, full[..4]);
     // B cannot acquire; B preempts A with A's key and holds an Exclusive Access reservation.
     assert_eq!(acquire(&mut b, AcquireAction::Acquire, ReservationType::WriteExclusive, 2, 0).status(), conflict());
     acquire(&mut b, AcquireAction::PreemptAndAbort, ReservationType::ExclusiveAccess, 2, 1).ok();
