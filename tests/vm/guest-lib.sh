@@ -69,7 +69,7 @@ step() {
 
 # _nap SECONDS: wait without an exec (a read with a timeout on stage2's fifo that nobody writes).
 _nap() {
-  if [ -p /run/nvmf-nap ]; then read -r -t "$1" _ <> /run/nvmf-nap; else sleep "$1"; fi
+  if [ -p /run/nvmf-nap ]; then read -r -t "$1" _ <> /run/nvmf-nap || true; else sleep "$1"; fi
   return 0
 }
 

@@ -1,8 +1,9 @@
 #!/bin/busybox sh
 # /init of the test VM's initramfs (built by tests/src/vm/initramfs.rs). Busybox only.
 # Mounts the host's / (9p tag "hostroot", read-only) under a tmpfs overlay at /mnt/root, the run's control
-# folder (9p tag "nvmfctl") at /run/nvmf-vm (a lab node's: its folder in the lab's, mounted at /run/nvmf-lab), the shared folders listed in its "shares" file (tags share0..N)
-# at their host paths, and the kernel's modules at /lib/modules/$(uname -r); then runs stage2.sh chrooted
+# folder (9p tag "nvmfctl") at /run/nvmf-vm (a lab node's: its folder in the lab's, mounted at /run/nvmf-lab),
+# the shared folders listed in its "shares" file ("CACHE PATH" lines, CACHE the 9p cache mode mmap or none; tags
+# share0..N) at their host paths, and the kernel's modules at /lib/modules/$(uname -r); then runs stage2.sh chrooted
 # there with its stdio on the second serial port, records the exit status and powers off.
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -42,9 +43,9 @@ else
 fi
 . $R/run/nvmf-vm/env
 i=0
-while IFS= read -r d; do
+while read -r cache d; do
   [ -n "$d" ] || continue
-  mkdir -p "$R$d" && mount -t 9p -o $P9,cache=mmap "share$i" "$R$d" || echo "nvmf-vm init: cannot mount share $d"
+  mkdir -p "$R$d" && mount -t 9p -o $P9,cache=$cache "share$i" "$R$d" || echo "nvmf-vm init: cannot mount share $d"
   i=$((i + 1))
 done < $R/run/nvmf-vm/shares
 K=/lib/modules/$(uname -r)

@@ -66,7 +66,8 @@ pub struct Vm {
     modules: Vec<String>,
     rxe: bool,
     nvme_drive_bytes: Option<u64>,
-    shares: Vec<PathBuf>,
+    /// Shared host folders, and whether each bypasses the guest's page cache.
+    shares: Vec<(PathBuf, bool)>,
     logs: Option<PathBuf>,
     env: Vec<(String, String)>,
     deadline: Duration,
@@ -224,7 +225,16 @@ impl Vm {
     /// Mount this host folder read-write in the guest at the same path.
     #[must_use]
     pub fn share(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.shares.push(dir.into());
+        self.shares.push((dir.into(), false));
+        self
+    }
+
+    /// Mount this host folder read-write at the same path without the guest's page cache (9p `cache=none`): every
+    /// read and write goes to this machine's file, so several guests (lab nodes) see each other's writes at once,
+    /// as with shared storage. (A [`Vm::share`] caches: a write reaches the file at writeback, a read may be stale.)
+    #[must_use]
+    pub fn share_uncached(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.shares.push((dir.into(), true));
         self
     }
 
@@ -453,9 +463,9 @@ impl Vm {
             envfile.push_str("NVMF_VM_TRACE=1\n");
         }
         let mut shares = String::new();
-        for dir in self.shared_dirs()? {
-            shares.push_str(&dir.to_string_lossy());
-            shares.push('\n');
+        for (dir, uncached) in self.shared_dirs()? {
+            let cache = if uncached { "none" } else { "mmap" };
+            shares.push_str(&format!("{cache} {}\n", dir.to_string_lossy()));
         }
         if let Some(logs) = &self.logs {
             let logs = fs::canonicalize(logs).map_err(VmError::io("resolving", logs))?;
@@ -490,13 +500,13 @@ impl Vm {
     }
 
     /// The shared folders (logs first), created if missing, as absolute paths.
-    fn shared_dirs(&self) -> Result<Vec<PathBuf>, VmError> {
-        let mut dirs = Vec::new();
-        for dir in self.logs.iter().chain(&self.shares) {
+    fn shared_dirs(&self) -> Result<Vec<(PathBuf, bool)>, VmError> {
+        let mut dirs: Vec<(PathBuf, bool)> = Vec::new();
+        for (dir, uncached) in self.logs.iter().map(|l| (l, false)).chain(self.shares.iter().map(|(d, u)| (d, *u))) {
             fs::create_dir_all(dir).map_err(VmError::io("creating the shared folder", dir))?;
             let dir = fs::canonicalize(dir).map_err(VmError::io("resolving", dir))?;
-            if !dirs.contains(&dir) {
-                dirs.push(dir);
+            if !dirs.iter().any(|(d, _)| *d == dir) {
+                dirs.push((dir, uncached));
             }
         }
         Ok(dirs)
@@ -555,7 +565,7 @@ impl Vm {
             None => args.extend(["-virtfs".into(), virtfs(ctl, "nvmfctl", ""), "-nic".into(), "none".into()]),
         }
         args.extend(["-append".into(), append]);
-        for (i, dir) in self.shared_dirs()?.iter().enumerate() {
+        for (i, (dir, _)) in self.shared_dirs()?.iter().enumerate() {
             args.extend(["-virtfs".into(), virtfs(dir, &format!("share{i}"), "")]);
         }
         if self.nvme_drive_bytes.is_some() {
