@@ -68,7 +68,7 @@ impl KernelLine {
     /// Every line, oldest first.
     pub const ALL: [Self; 2] = [Self::Lts, Self::Backports];
 
-    /// `lts` / `backports`, as `NVMF_VM_KERNEL` and `NVMF_VM_KERNELS` spell them (`6.12` and `7` are taken too).
+    /// `lts` / `backports`, as `NVMF_VM_KERNEL` spells them (`6.12` and `7` are taken too).
     pub fn parse(s: &str) -> Option<Self> {
         match s.trim() {
             "lts" | "6.12" | "6" => Some(Self::Lts),
@@ -139,18 +139,6 @@ impl KernelNeed {
                 Err(VmError::Unavailable(format!("no kernel line is Linux {min} or later ({})", seen.join(", "))))
             }
         }
-    }
-}
-
-/// The kernel lines interoperability scenarios run on: `NVMF_VM_KERNELS` (e.g. `lts`, `backports`, `lts,backports`),
-/// by default both, oldest first.
-pub fn interop_lines() -> Vec<KernelLine> {
-    let chosen: Vec<KernelLine> =
-        env::var("NVMF_VM_KERNELS").unwrap_or_default().split([',', ' ']).filter_map(KernelLine::parse).collect();
-    if chosen.is_empty() {
-        KernelLine::ALL.to_vec()
-    } else {
-        KernelLine::ALL.into_iter().filter(|l| chosen.contains(l)).collect()
     }
 }
 

@@ -40,7 +40,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub use error::VmError;
-pub use kernel::{cache_dir, interop_lines, Kernel, KernelLine, KernelNeed, KernelVersion};
+pub use kernel::{cache_dir, Kernel, KernelLine, KernelNeed, KernelVersion};
 use lab::Wiring;
 pub use lab::{Job, Lab, RunningLab};
 use lock::DirLock;
