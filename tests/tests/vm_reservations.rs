@@ -296,9 +296,8 @@ nvmet_teardown
 echo "reservations via nvmf-host: done"
 "#
     );
-    let start = Instant::now();
     let Some(out) = vm.run_or_skip(&script) else { return };
-    vm::note(&format!("{name}: scenario took {:.1} s ({})", start.elapsed().as_secs_f64(), out.timing()));
+    vm::note(&format!("{name}: {}", out.timing()));
     for t in ["ours", "nvmet"] {
         if let Some(l) = out.stdout.lines().find(|l| l.starts_with(&format!("{t} sequence took"))) {
             vm::note(&format!("{name}: {l}"));
