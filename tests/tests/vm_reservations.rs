@@ -562,12 +562,9 @@ block_size = 512
              nvmf_target_start target /tmp/nvmf-target.toml"
         ),
     );
-    // Each host connects to the target's address on its own link, reconnecting a second after a loss. The guests'
-    // /etc/nvme comes from this machine's root when it has one (stage2.sh generates an identity only where there is
-    // none), the same on every node then: each host node writes its own first (the guest's overlay is writable).
+    // Each host (its own identity: each lab node has one) connects to the target's address on its own link,
+    // reconnecting a second after a loss.
     let connect = r#"
-echo "nqn.2014-08.org.nvmexpress:uuid:$(cat /proc/sys/kernel/random/uuid)" > /etc/nvme/hostnqn
-cat /proc/sys/kernel/random/uuid > /etc/nvme/hostid
 head -c 512 /dev/urandom > /tmp/block
 host_connect tcp $(node_addr target) 4420 $NQN --nr-io-queues=1 --reconnect-delay=1 > /dev/null
 c=$(ctrl_of $NQN)

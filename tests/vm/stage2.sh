@@ -74,6 +74,12 @@ elif [ "$NVMF_VM_RXE" = 1 ]; then
 fi
 
 mkdir -p /etc/nvme
+# A lone guest keeps this machine's host identity if it has one; each lab node is a machine of its own, with its own.
+if [ "${NVMF_VM_AGENT:-}" = 1 ]; then
+  read -r uuid < /proc/sys/kernel/random/uuid
+  echo "nqn.2014-08.org.nvmexpress:uuid:$uuid" > /etc/nvme/hostnqn
+  echo "$uuid" > /etc/nvme/hostid
+fi
 [ -s /etc/nvme/hostnqn ] || nvme gen-hostnqn > /etc/nvme/hostnqn 2>/dev/null
 [ -s /etc/nvme/hostid ] || cat /proc/sys/kernel/random/uuid > /etc/nvme/hostid
 cd "$NVMF_VM_CWD" 2>/dev/null || cd /
