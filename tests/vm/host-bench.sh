@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
 # Host benchmark in the test VM: our host (`nvmf-host perf`, one I/O queue) vs the kernel's host (nvme-tcp /
 # nvme-rdma connected with one I/O queue, fio io_uring direct on its /dev/nvmeXnY) against the same kernel target
-# namespace (nvmet-tcp on 127.0.0.1 and nvmet-rdma on rxe0, one memory-backed null_blk): 4 KiB randread and
-# randwrite at QD 32 and 128 KiB sequential read at QD 8, BENCH_RUNTIME seconds each, no ramp on either side;
-# BENCH_ROUNDS rounds in which each workload runs on both hosts back to back (ours first in odd rounds, the
-# kernel's in even ones), the table giving the rounds' means and each round's ratio. The namespace is written
-# whole before the first run.
+# namespace (nvmet-tcp and nvmet-rdma, one memory-backed null_blk): 4 KiB randread and randwrite at QD 32 and
+# 128 KiB sequential read at QD 8, BENCH_RUNTIME seconds each, no ramp on either side; BENCH_ROUNDS rounds in which
+# each workload runs on both hosts back to back (ours first in odd rounds, the kernel's in even ones), the table
+# giving the rounds' means and each round's ratio. The namespace is written whole before the first run.
+# By default on two lab nodes joined by a virtio-net link (tests/vm/bench-lib.sh): node target runs nvmet and the
+# null_blk, node host both hosts (and the exports), TCP and RDMA (rxe0 on each node's eth0, MTU 1500) over the
+# link; `--one-guest` (or BENCH_NODES=1) runs the old mode, all in one guest, TCP over 127.0.0.1 and RDMA over rxe0
+# on dummy0.
 # perf runs with its default placement, the worker pinned to the first CPU, as the kernel host keeps its queue's
 # work on the queue's io_cpu (docs/benchmarks.md, "Why perf pins its workers").
 # Latency is submission to completion on both sides (perf's latency_us, fio's lat_ns with --lat_percentiles).
-# Prints a Markdown table (IOPS, MiB/s, p99, the guest's busy CPU time per I/O — host and target side together —,
-# ours/kernel) and the host machine's load average after the run. Not a test: under TCG absolute numbers mean
-# little; compare ratios from one run.
+# Prints a Markdown table (IOPS, MiB/s, p99, busy CPU time per I/O: on two nodes the host node's and the target
+# node's, in one guest the guest's, both sides together; ours/kernel) and the host machine's load average after
+# the run; its footer says the mode, vCPUs, kernels and date. Not a test: under TCG absolute numbers mean little;
+# compare ratios from one run.
 #
-#   tests/vm/host-bench.sh                      # build nvmf-host (release), boot one guest, run everything (~3 min)
+#   tests/vm/host-bench.sh                      # build nvmf-host (release), boot two nodes, run everything
+#   tests/vm/host-bench.sh --one-guest          # the same in one 2-vCPU guest
 #   BENCH_RUNTIME=20 BENCH_ROUNDS=3 BENCH_TRANSPORTS=tcp tests/vm/host-bench.sh
 #   RDMA_HOST_BENCH=1 NVMF_VM=1 cargo test --release -p nvmf-tests --test vm_rdma_host -- --nocapture
-#                                               # the opt-in hook: in that scenario's guest, with the test's profile
+#                                               # the opt-in hook: in that scenario's guest (one guest), with the
+#                                               # test's profile
 #
-# Environment: BENCH_RUNTIME (seconds per run, default 10), BENCH_ROUNDS (1), BENCH_TRANSPORTS ("tcp rdma"), BENCH_CPUS (guest
-# vCPUs, 2), BENCH_LOGS (logs folder, default <target dir>/tmp/host-bench). The table is also written to
-# $BENCH_LOGS/bench.md, beside every perf and fio JSON. `--guest` is the half that runs in the VM (it needs
-# NVMF_HOST_BIN). BENCH_BASELINE_BIN (an older nvmf-host binary): its perf runs too, in the same guest, as rows
-# "<transport> baseline". BENCH_PROFILE=1: after the table, each of our runs twice more, under `/usr/bin/time`
+# Environment: BENCH_NODES (2, or 1: one guest), BENCH_KERNEL (the guests' kernel, nvmf-vm --kernel: backports
+# (the newest Linux of trixie-backports, the default), lts (6.12) or X.Y), BENCH_NODE_CPUS (vCPUs per node, 1),
+# BENCH_CPUS (the one guest's vCPUs, 2), BENCH_RUNTIME (seconds per run, default 10), BENCH_ROUNDS (1),
+# BENCH_TRANSPORTS ("tcp rdma"), BENCH_LOGS (logs folder, default <target dir>/tmp/host-bench; two nodes: a
+# folder per node in it). The table is also written to $BENCH_LOGS/bench.md, beside every perf and fio JSON.
+# `--guest` is the half that runs on node host or in the one guest (it needs NVMF_HOST_BIN); `--lib` (sourced)
+# defines the target side's functions for its on_target jobs. BENCH_BASELINE_BIN (an older nvmf-host binary): its
+# perf runs too, on the same node, as rows "<transport> baseline". BENCH_PROFILE=1: after the table, each of our
+# runs twice more, under `/usr/bin/time`
 # (voluntary/involuntary context switches, user/system CPU µs per I/O) and under `strace -c -f` (syscalls per I/O,
 # total and the most frequent; strace slows the run, so compare these between builds, not with the table):
 # $BENCH_LOGS/profile.md. BENCH_DISABLE_SQFLOW=1: both hosts connect with SQ flow control disabled (nvme connect
@@ -40,7 +50,11 @@
 # every user-space copy ten times a kernel one (docs/benchmarks.md, "The guest CPU: no ERMS").
 set -euo pipefail
 
-if [ "${1:-}" != --guest ]; then
+if [ "${1:-}" = --one-guest ]; then
+  export BENCH_NODES=1
+  shift
+fi
+if [ "${1:-}" != --guest ] && [ "${1:-}" != --lib ]; then
   cd "$(dirname "$0")/../.."
   target_dir=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
   echo "bench: building nvmf-host (release) and nvmf-vm" >&2
@@ -54,9 +68,10 @@ if [ "${1:-}" != --guest ]; then
     BENCH_EXPORT BENCH_UBLK_ARGS; do
     [ -n "${!v:-}" ] && env_args+=(--env "$v=${!v}")
   done
+  . tests/vm/bench-lib.sh
   export NVMF_VM_CPU=${NVMF_VM_CPU:-max,-erms}
-  "$target_dir/debug/nvmf-vm" --bare --rxe --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk,ublk_drv,nbd \
-    --cpus "${BENCH_CPUS:-2}" --deadline 1200 --logs "$logs" "${env_args[@]}" -- bash tests/vm/host-bench.sh --guest
+  bench_boot "$logs" tests/vm/host-bench.sh 1800 --bare --rxe \
+    --modules nvmet,nvmet_tcp,nvmet_rdma,nvme_tcp,nvme_rdma,null_blk,ublk_drv,nbd "${env_args[@]}"
   # Right after the run: the 1- and 5-minute averages cover it (the guest's own vCPU threads count, about 2).
   [ "${BENCH_DISABLE_SQFLOW:-0}" = 1 ] && echo "Both hosts connected with --disable-sqflow." | tee -a "$logs/bench.md"
   echo "QEMU \`-cpu $NVMF_VM_CPU\`. Host machine load average right after the run (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)." |
@@ -65,13 +80,39 @@ if [ "${1:-}" != --guest ]; then
   exit 0
 fi
 
-# ---- in the guest ----------------------------------------------------------------------------------------
-[ -n "${NVMF_GUEST_LIB:-}" ] && . "$NVMF_GUEST_LIB"
+# ---- in a guest ------------------------------------------------------------------------------------------
+[ "${1:-}" = --lib ] || [ -z "${NVMF_GUEST_LIB:-}" ] || . "$NVMF_GUEST_LIB"
+# No exec for this: target jobs source the file each time.
+bench_dir=.
+[[ ${BASH_SOURCE[0]} != */* ]] || bench_dir=${BASH_SOURCE[0]%/*}
+[[ $bench_dir = /* ]] || bench_dir=$PWD/$bench_dir
+. "$bench_dir/bench-lib.sh"
+transports=${BENCH_TRANSPORTS:-tcp rdma}
+nqn=nqn.2024-01.io.nvmf-rs:host-bench
+
+# --- the target side (on_target jobs) ---
+
+# target_up: nvmet exporting a 1 GiB memory-backed null_blk (written whole before the first run, below) on a port
+# per transport, on the target's address.
+target_up() {
+  local dev t
+  dev=$(nullblk_create hostbench 1024)
+  nvmet_subsys "$nqn" "$dev"
+  for t in $transports; do
+    case $t in
+      tcp) nvmet_tcp_port 1 "$(bench_addr tcp)" 4420 "$nqn" ;;
+      rdma) nvmet_rdma_port 2 "$(bench_addr rdma)" 4420 "$nqn" ;;
+      *) fail "BENCH_TRANSPORTS: unknown transport $t"; return 1 ;;
+    esac
+  done
+}
+
+[ "${1:-}" = --lib ] && return 0
+
+# --- the host side ---
 : "${NVMF_HOST_BIN:?path of the nvmf-host binary}"
 runtime=${BENCH_RUNTIME:-10}
 rounds=${BENCH_ROUNDS:-1}
-transports=${BENCH_TRANSPORTS:-tcp rdma}
-nqn=nqn.2024-01.io.nvmf-rs:host-bench
 table=$NVMF_VM_LOGS/bench.md
 # Connect flags both hosts get (nvme-cli and perf spell them alike).
 sqflow=()
@@ -80,41 +121,45 @@ sqflow=()
 # The workloads: name, fio --rw, perf -w, block size in bytes, queue depth.
 workloads=("randread randread randread 4096 32" "randwrite randwrite randwrite 4096 32" "seqread read read 131072 8")
 
-# 1 GiB, memory-backed, written whole before the first run (below).
-dev=$(nullblk_create hostbench 1024)
-nvmet_subsys "$nqn" "$dev"
+# The nodes' busy CPU jiffies between two cpu_snap snapshots, in µs: "HOST TARGET" (one guest: the guest's twice).
+_busy_us() {
+  local a b hz
+  read -r -a a <<< "$1"
+  read -r -a b <<< "$2"
+  hz=$(getconf CLK_TCK)
+  echo "$(((b[4] - a[4]) * 1000000 / hz)) $(((b[0] - a[0]) * 1000000 / hz))"
+}
 
-# The guest's busy CPU time so far, in clock ticks (every CPU; idle and iowait excluded).
-_busy_ticks() { local _c u n s i w q sq st; read -r _c u n s i w q sq st _ < /proc/stat; echo $((u + n + s + q + sq + st)); }
-
-# ours TRTYPE ADDR PORT WORKLOAD [BIN [TAG [WRAPPER...]]] -> "IOPS MIBS P99_US BUSY_US" (BUSY_US: the guest's busy
-# CPU per I/O, target side included), perf's JSON kept.
+# ours TRTYPE ADDR PORT WORKLOAD [BIN [TAG [WRAPPER...]]] -> "IOPS MIBS P99_US HOST_US TARGET_US" (the host node's
+# and the target node's busy CPU per I/O; in one guest both are the guest's, both sides together), perf's JSON kept.
 ours() {
-  local trtype=$1 addr=$2 port=$3 name pw bs qd out bin=${5:-$NVMF_HOST_BIN} tag=${6:-} b0 b1
+  local trtype=$1 addr=$2 port=$3 name pw bs qd out bin=${5:-$NVMF_HOST_BIN} tag=${6:-} s0 s1 h t
   read -r name _ pw bs qd <<< "$4"
   out=$NVMF_VM_LOGS/perf-$trtype-$name$tag.json
-  b0=$(_busy_ticks)
+  s0=$(cpu_snap)
   timeout $((runtime + 60)) "${@:7}" "$bin" perf -t "$trtype" -a "$addr" -s "$port" -n "$nqn" -c 1 -q "$qd" \
     -o "$bs" -w "$pw" -T "$runtime" "${sqflow[@]}" --json > "$out" 2> "$out.err" ||
     { cat "$out.err" >&2; fail "nvmf-host perf -t $trtype $name"; return 1; }
-  b1=$(_busy_ticks)
-  jq -r --arg busy "$(((b1 - b0) * 1000000 / $(getconf CLK_TCK)))" \
-    '"\(.iops | floor) \(.mib_per_s * 10 | floor / 10) \(.latency_us.p99 | floor) \(($busy | tonumber) / (.reads + .writes) | floor)"' "$out"
+  s1=$(cpu_snap)
+  read -r h t <<< "$(_busy_us "$s0" "$s1")"
+  jq -r --argjson h "$h" --argjson t "$t" \
+    '"\(.iops | floor) \(.mib_per_s * 10 | floor / 10) \(.latency_us.p99 | floor) \($h / (.reads + .writes) | floor) \($t / (.reads + .writes) | floor)"' "$out"
 }
 
-# kernel TRTYPE DEV WORKLOAD [TAG] -> "IOPS MIBS P99_US BUSY_US", fio's JSON kept.
+# kernel TRTYPE DEV WORKLOAD [TAG] -> "IOPS MIBS P99_US HOST_US TARGET_US", fio's JSON kept.
 kernel() {
-  local trtype=$1 dev=$2 name rw bs qd dir=read out b0 b1
+  local trtype=$1 dev=$2 name rw bs qd dir=read out s0 s1 h t
   read -r name rw _ bs qd <<< "$3"
   [ "$rw" = randwrite ] && dir=write
   out=$NVMF_VM_LOGS/fio-$trtype-$name${4:-}.json
-  b0=$(_busy_ticks)
+  s0=$(cpu_snap)
   timeout $((runtime + 60)) fio --name="$name" --filename="$dev" --ioengine=io_uring --direct=1 --rw="$rw" \
     --bs="$bs" --iodepth="$qd" --numjobs=1 --time_based --runtime="$runtime" --lat_percentiles=1 \
     --output-format=json > "$out" 2> "$out.err" || { cat "$out.err" >&2; fail "fio -t $trtype $name"; return 1; }
-  b1=$(_busy_ticks)
-  jq -r --arg busy "$(((b1 - b0) * 1000000 / $(getconf CLK_TCK)))" \
-    ".jobs[0].$dir | \"\(.iops | floor) \(.bw_bytes / 104857.6 | floor / 10) \(.lat_ns.percentile[\"99.000000\"] / 1000 | floor) \((\$busy | tonumber) / .total_ios | floor)\"" "$out"
+  s1=$(cpu_snap)
+  read -r h t <<< "$(_busy_us "$s0" "$s1")"
+  jq -r --argjson h "$h" --argjson t "$t" \
+    ".jobs[0].$dir | \"\(.iops | floor) \(.bw_bytes / 104857.6 | floor / 10) \(.lat_ns.percentile[\"99.000000\"] / 1000 | floor) \(\$h / .total_ios | floor) \(\$t / .total_ios | floor)\"" "$out"
 }
 
 # ublk_export VAR NAME BIN TRTYPE ADDR: VAR := the /dev/ublkbN that `BIN ublk` (daemon NAME) serves the namespace
@@ -179,33 +224,43 @@ export_profile() {
     awk -v n="$ios" '{ printf "|   | %s | | | | %.2f |\n", $NF, $4 / n }'
 }
 
-# row TRANSPORT LABEL WORKLOAD OURS_RUNS KERNEL_RUNS: a table row of the rounds' means ("IOPS MIBS P99 BUSY" per
-# run, one run per line) and the ratio of the mean IOPS, then the per-round ratios.
+# row TRANSPORT LABEL WORKLOAD OURS_RUNS KERNEL_RUNS: a table row of the rounds' means ("IOPS MIBS P99 HOST_US
+# TARGET_US" per run, one run per line; TARGET_US only on two nodes) and the ratio of the mean IOPS, then the
+# per-round ratios.
 row() {
-  local bs qd name
+  local bs qd name two=0
   read -r name _ _ bs qd <<< "$3"
-  paste -d' ' <(echo "$4") <(echo "$5") | awk -v t="$2" -v w="$((bs / 1024)) KiB $name QD$qd" '
-    { for (i = 1; i <= 8; i++) s[i] += $i; r = r sep sprintf("%.2f", ($5 > 0 ? $1 / $5 : 0)); sep = " · "; n++ }
+  bench_two_nodes && two=1
+  paste -d' ' <(echo "$4") <(echo "$5") | awk -v t="$2" -v w="$((bs / 1024)) KiB $name QD$qd" -v two=$two '
+    { for (i = 1; i <= 10; i++) s[i] += $i; r = r sep sprintf("%.2f", ($6 > 0 ? $1 / $6 : 0)); sep = " · "; n++ }
     END {
-      for (i = 1; i <= 8; i++) m[i] = s[i] / n
-      printf "| %s | %s | %.0f | %.0f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.2fx | %s |\n",
-        t, w, m[1], m[5], m[2], m[6], m[3], m[7], m[4], m[8], (m[5] > 0 ? m[1] / m[5] : 0), r
+      for (i = 1; i <= 10; i++) m[i] = s[i] / n
+      cpu = sprintf("%.0f | %.0f", m[4], m[9])
+      if (two) cpu = cpu sprintf(" | %.0f | %.0f", m[5], m[10])
+      printf "| %s | %s | %.0f | %.0f | %.1f | %.1f | %.0f | %.0f | %s | %.2fx | %s |\n",
+        t, w, m[1], m[6], m[2], m[7], m[3], m[8], cpu, (m[6] > 0 ? m[1] / m[6] : 0), r
     }'
 }
 
 {
-  echo "| transport | workload | ours IOPS | kernel IOPS | ours MiB/s | kernel MiB/s | ours p99 µs | kernel p99 µs | ours guest CPU µs/I/O | kernel guest CPU µs/I/O | ours/kernel IOPS | per round |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+  if bench_two_nodes; then
+    cpu="ours host node CPU µs/I/O | kernel host node CPU µs/I/O | ours target node CPU µs/I/O | kernel target node CPU µs/I/O"
+    align="---:|---:|---:|---:"
+  else
+    cpu="ours guest CPU µs/I/O | kernel guest CPU µs/I/O"
+    align="---:|---:"
+  fi
+  echo "| transport | workload | ours IOPS | kernel IOPS | ours MiB/s | kernel MiB/s | ours p99 µs | kernel p99 µs | $cpu | ours/kernel IOPS | per round |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|$align|---:|---|"
 } > "$table"
+
+bench_sampler_start
+on_target ". $bench_dir/host-bench.sh --lib; target_up"
 
 # Per transport the kernel host connects once; then, round after round, each workload runs on both hosts back to
 # back, so a slowdown of the guest (other work on this machine) hits both alike.
 for t in $transports; do
-  case $t in
-    tcp) addr=127.0.0.1; nvmet_tcp_port 1 "$addr" 4420 "$nqn" ;;
-    rdma) addr=$NVMF_RDMA_ADDR; nvmet_rdma_port 2 "$addr" 4420 "$nqn" ;;
-    *) fail "BENCH_TRANSPORTS: unknown transport $t"; exit 1 ;;
-  esac
+  addr=$(bench_addr "$t")
   kdev=$(host_connect "$t" "$addr" 4420 "$nqn" -i 1 "${sqflow[@]}")
   if [ -z "${filled:-}" ]; then
     # Every block written once, so every read costs the target alike (null_blk answers unwritten blocks with a
@@ -307,7 +362,7 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
     echo "|---|---:|---:|---:|---:|---:|"
   } > "$prof"
   for t in $transports; do
-    case $t in tcp) addr=127.0.0.1 ;; rdma) addr=$NVMF_RDMA_ADDR ;; esac
+    addr=$(bench_addr "$t")
     for w in "${workloads[@]}"; do
       profile "$t" "$addr" "$w" "$NVMF_HOST_BIN" "" >> "$prof"
       [ -n "${BENCH_BASELINE_BIN:-}" ] && profile "$t" "$addr" "$w" "$BENCH_BASELINE_BIN" -baseline >> "$prof"
@@ -317,10 +372,17 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
 fi
 [ -f "$NVMF_VM_LOGS/export-profile.md" ] && cat "$NVMF_VM_LOGS/export-profile.md"
 
+on_target nvmet_teardown
+bench_sampler_stop
 {
   echo
-  echo "One I/O queue each side, ${runtime} s per run, no ramp, $rounds round(s) alternating which host runs first (means); namespace written whole first. Guest: $(nproc) vCPUs (QEMU TCG), kernel $(uname -r);"
-  echo "nvmet on a 1 GiB memory-backed null_blk; TCP over the guest's loopback, RDMA over Soft-RoCE (rxe0)."
-  echo "The guest's copy_to_user (dd from tmpfs, 128 KiB reads): $(copy_to_user_rate)."
+  echo "One I/O queue each side, ${runtime} s per run, no ramp, $rounds round(s) alternating which host runs first (means); namespace written whole first."
+  echo "$(bench_setting)"
+  if bench_two_nodes; then
+    echo "nvmet on a 1 GiB memory-backed null_blk on the target node; TCP over the link, RDMA over Soft-RoCE (rxe0 on eth0)."
+  else
+    echo "nvmet on a 1 GiB memory-backed null_blk; TCP over the guest's loopback, RDMA over Soft-RoCE (rxe0)."
+  fi
+  echo "The host's copy_to_user (dd from tmpfs, 128 KiB reads): $(copy_to_user_rate)."
 } >> "$table"
 cat "$table"
