@@ -50,6 +50,9 @@ pub(super) fn authenticate(
         return Err(HostError::AuthenticationRequired { qid, secure_channel: true });
     }
     if !response.atr && options.dhchap_ctrl_secret.is_none() {
+        if options.dhchap_secret.is_some() {
+            tracing::debug!(subnqn, qid, "DH-HMAC-CHAP: queue not asked to authenticate (AUTHREQ clear)");
+        }
         return Ok(());
     }
     let Some(secret) = &options.dhchap_secret else {
