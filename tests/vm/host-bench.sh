@@ -383,6 +383,8 @@ bench_sampler_stop
   else
     echo "nvmet on a 1 GiB memory-backed null_blk; TCP over the guest's loopback, RDMA over Soft-RoCE (rxe0)."
   fi
-  echo "The host's copy_to_user (dd from tmpfs, 128 KiB reads): $(copy_to_user_rate)."
+  where="The guest's"
+  bench_two_nodes && where="The host node's"
+  echo "$where copy_to_user (dd from tmpfs, 128 KiB reads): $(copy_to_user_rate)."
 } >> "$table"
 cat "$table"
