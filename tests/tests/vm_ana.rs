@@ -48,21 +48,9 @@ nqn = "nqn.2024-01.io.nvmf-rs:vm-ana"
 memory = "128MiB"
 "#;
 
-/// Bash functions shared by the scenarios' scripts: fio's per-I/O completion-latency log (`--write_lat_log
-/// --log_unix_epoch=1`: one line per completed I/O, "Unix-epoch ms, latency, direction, size, offset") sorted, and
-/// `pause FROM TO LABEL`: the longest interval without any completed I/O (writes or fio's verify reads) that
-/// starts in [FROM, TO) (Unix-epoch ms), where it starts and how many I/Os completed in the window.
+/// Bash functions shared by the scenarios' scripts (the pauses come from guest-lib's `fio_completions` and
+/// `fio_pause`): whether fio wrote after a time.
 const PAUSES: &str = r#"
-now_ms() { echo $(( ${EPOCHREALTIME/./} / 1000 )); }
-pauses_log() { sort -n -t, -k1,1 "$1" > /tmp/completions.sorted; }
-pause() {
-  awk -F', *' -v from=$1 -v to=$2 -v label="$3" '
-    { t = $1 + 0 }
-    prev != "" && prev >= from && prev < to && t - prev > longest { longest = t - prev; at = prev - from }
-    t >= from && t < to { n++ }
-    { prev = t }
-    END { printf "pause %s: %d ms (from %d ms into it; %d I/Os completed in it)\n", label, longest, at, n }' /tmp/completions.sorted
-}
 writes_after() { awk -F', *' -v s=$1 '$1 > s && $3 == 1 { n++ } END { print (n > 0 ? "yes" : "no") }' /tmp/completions.sorted; }
 "#;
 
@@ -128,9 +116,9 @@ echo "fio rc=$rc"
 cat $out.log >&2 || true
 jq -r '.jobs[0] | "fio error=\(.error) writes=\(.write.total_ios) verify-reads=\(.read.total_ios)"' $out.json
 jq -r '.jobs[0] | "ana: longest write latency \(.write.lat_ns.max / 1000000 | floor) ms, longest verify-read latency \(.read.lat_ns.max / 1000000 | floor) ms"' $out.json
-pauses_log /tmp/ana_clat.1.log
-pause $t0_ms $t_a "before the switch"
-pause $t_a 99999999999999 "case (a)"
+fio_completions /tmp/ana_clat.1.log
+fio_pause $t0_ms $t_a "before the switch"
+fio_pause $t_a 99999999999999 "case (a)"
 echo "writes after the switch: $(writes_after $((t_a + 2000)))"
 echo "ana log reads: $(dmesg | grep -c 'ANA group' || true)"
 dmesg | grep -E 'ANA|nvme' | tail -n 20 >&2 || true
@@ -313,10 +301,10 @@ rc=0
 wait $fio_pid || rc=$?
 echo "fio rc=$rc"
 jq -r '.jobs[0] | "fio error=\(.error) writes=\(.write.total_ios) verify-reads=\(.read.total_ios)"' $out.json
-pauses_log /tmp/two_clat.1.log
-pause $t0 $t_loss "before the loss"
-pause $t_loss $t_back "case (b)"
-pause $t_back 99999999999999 "case (c)"
+fio_completions /tmp/two_clat.1.log
+fio_pause $t0 $t_loss "before the loss"
+fio_pause $t_loss $t_back "case (b)"
+fio_pause $t_back 99999999999999 "case (c)"
 echo "writes after the return: $(writes_after $t_switched)"
 echo "host I/O errors: $(dmesg | grep -c 'I/O error' || true)"
 TB list -o json | jq -r '"node B controllers: \([.subsystems[].controllers[]?.cntlid] | map(tostring) | join(" "))"'

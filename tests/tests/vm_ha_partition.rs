@@ -54,23 +54,15 @@ ana() { T ana-state --listener tcp://$(link_addr host):4420 --state $1; }
 "#;
 
 /// The host node's helpers (`/tmp/ha-lib.sh`), after the flavor's `connect_paths` and `path_states`: `paths` is
-/// "a STATE ANA;b STATE ANA;" (STATE live or not), `pause` the longest interval without a completed I/O.
+/// "a STATE ANA;b STATE ANA;" (STATE live or not), `pause FROM TO LABEL` guest-lib's `fio_pause` between two marks.
 const HOST_LIB: &str = r#"
-now_ms() { echo $(( ${EPOCHREALTIME/./} / 1000 )); }
 mark() { now_ms > /tmp/mark-$1; }
 paths() { path_states | sort | tr '\n' ';'; }
 _paths_are() { [ "$(paths)" = "$1" ]; }
 _path_down() { [[ $(paths) != *"$1 live "* ]]; }
 _path_live() { [[ $(paths) == *"$1 live "* ]]; }
 _optimized() { [[ $(paths) == *"$1 live optimized;"* ]]; }
-pause() {
-  awk -F', *' -v from=$(cat /tmp/mark-$1) -v to=$(cat /tmp/mark-$2 2>/dev/null || echo 99999999999999) -v label="$3" '
-    { t = $1 + 0 }
-    prev != "" && prev >= from && prev < to && t - prev > longest { longest = t - prev; at = prev - from }
-    t >= from && t < to { n++ }
-    { prev = t }
-    END { printf "pause %s: %d ms (from %d ms into it; %d I/Os completed in it)\n", label, longest, at, n }' /tmp/completions.sorted
-}
+pause() { fio_pause $(cat /tmp/mark-$1) $(cat /tmp/mark-$2) "$3"; }
 "#;
 
 /// The kernel host: `nvme connect` through both links (reconnect delay 1 s), the multipath head's device; each
@@ -311,7 +303,7 @@ echo \"paths: $(paths)\""
         "host",
         &on_host(
             "mark end
-             sort -n -t, -k1,1 /tmp/ha_clat.1.log > /tmp/completions.sorted
+             fio_completions /tmp/ha_clat.1.log
              pause start a 'before the cut'
              pause a b 'case (a)'
              pause b c 'case (b)'

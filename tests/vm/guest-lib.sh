@@ -19,6 +19,12 @@
 #   wait_until SECONDS CMD...                 retry CMD every 0.2 s until it succeeds or SECONDS pass
 #   wait_tcp_listen PORT [SECONDS]            until something listens on TCP PORT
 #   collect_logs [DIR]                        dmesg, nvmet configfs, nvme/rdma state -> DIR ($NVMF_VM_LOGS)
+#   now_ms                                    Unix-epoch milliseconds (the clock of fio's --log_unix_epoch=1)
+#   fio_completions LOG                       fio's per-I/O completion log (--write_lat_log=P --log_unix_epoch=1:
+#                                             P_clat.1.log) sorted by time into /tmp/completions.sorted
+#   fio_pause FROM_MS TO_MS LABEL             from it: "pause LABEL: N ms (from M ms into it; K I/Os completed in
+#                                             it)", the longest interval without a completed I/O (write or verify
+#                                             read) that starts in [FROM, TO), where, and how many completed there
 #   step CMD...                               run CMD, log it with its status and duration
 #
 # A lab node (tests/src/vm/lab.rs; $NVMF_NODE is its name, $NVMF_LAB_NODES every node's):
@@ -301,6 +307,20 @@ collect_logs() {
       if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"; else echo "$f = $(head -c 200 "$f" 2>/dev/null | tr '\n' ' ')"; fi
     done > "$dir/nvmet-configfs.txt"
   fi
+}
+
+# --- failover pauses, from fio's completion log ----------------------------------------------------------
+
+now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
+fio_completions() { sort -n -t, -k1,1 "$1" > /tmp/completions.sorted; }
+fio_pause() {
+  awk -F', *' -v from="$1" -v to="$2" -v label="$3" '
+    { t = $1 + 0 }
+    prev != "" && prev >= from && prev < to && t - prev > longest { longest = t - prev; at = prev - from }
+    t >= from && t < to { n++ }
+    { prev = t }
+    END { printf "pause %s: %d ms (from %d ms into it; %d I/Os completed in it)\n", label, longest, at, n }' \
+    /tmp/completions.sorted
 }
 
 # --- lab nodes -------------------------------------------------------------------------------------------
