@@ -353,7 +353,9 @@ _means() { awk '{ i += $1; m += $2; p += $3; n++ } END { if (n) printf "%d %d %d
     done
   done
   echo
-  echo "$(bench_setting) The kernel host on $queues I/O queue(s), Soft-RoCE (rxe0), null_blk irqmode=0, fio io_uring direct, ${runtime} s per run after ${ramp} s ramp, the host node's load average at the end $(cut -d' ' -f1-3 /proc/loadavg); copy_to_user $(copy_to_user_rate)."
+  whose="the guest's"
+  bench_two_nodes && whose="the host node's"
+  echo "$(bench_setting) The kernel host on $queues I/O queue(s), Soft-RoCE (rxe0), null_blk irqmode=0, fio io_uring direct, ${runtime} s per run after ${ramp} s ramp, $whose load average at the end $(cut -d' ' -f1-3 /proc/loadavg); copy_to_user $(copy_to_user_rate)."
 } >> "$table"
 cat "$table"
 if [ "$profile" = 1 ]; then
