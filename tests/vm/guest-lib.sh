@@ -211,8 +211,9 @@ start_daemon() {
   (
     "$@" > "$log" 2>&1 &
     echo $! > "/run/nvmf-daemons/$name.pid.tmp" && mv "/run/nvmf-daemons/$name.pid.tmp" "/run/nvmf-daemons/$name.pid"
-    wait $!
-    echo $? > "/run/nvmf-daemons/$name.status"
+    rc=0
+    wait $! || rc=$? # the caller's `set -e` holds in this subshell too
+    echo $rc > "/run/nvmf-daemons/$name.status"
   ) > /dev/null 2>&1 &
   wait_until 10 test -s "/run/nvmf-daemons/$name.pid"
   read -r pid < "/run/nvmf-daemons/$name.pid"

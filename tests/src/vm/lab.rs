@@ -2,8 +2,10 @@
 //! and addresses, Soft-RoCE on each link's NIC, so NVMe/TCP and NVMe/RDMA cross a link between two kernels
 //! instead of loopback inside one.
 //!
-//! A link is a QEMU socket netdev: the node declared first listens on a port of 127.0.0.1, the other connects to
-//! it (unicast TCP on loopback, no multicast, nothing leaves the machine); each end is a virtio-net NIC. Link `i`
+//! A link is a pair of QEMU socket netdevs over unicast UDP on 127.0.0.1: each end binds a port of its own and sends
+//! its frames to the other's (no multicast, nothing leaves the machine; UDP rather than QEMU's TCP mode, whose
+//! stream without TCP_NODELAY held small frames back for the peer's delayed ACK, about 40 ms a round trip); each end
+//! is a virtio-net NIC. Link `i`
 //! is the subnet `10.88.{i+1}.0/24`, where node `n` (in declaration order, from 0) has the address `.{n+1}`; on
 //! each node its links are `eth0`, `eth1`, … in the order they were declared, with `rxe0`, `rxe1`, … on them, and
 //! each peer's name resolves (`/etc/hosts`) to its address on the link. A host linked to two target nodes models
@@ -22,7 +24,7 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Read, Write};
-use std::net::TcpListener;
+use std::net::UdpSocket;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -59,7 +61,7 @@ pub struct Lab {
 pub(crate) struct Nic {
     /// QEMU's netdev id (`link0`), which `set_link` names.
     netdev: String,
-    /// `listen=127.0.0.1:PORT` or `connect=127.0.0.1:PORT`.
+    /// `udp=127.0.0.1:PEER_PORT,localaddr=127.0.0.1:OWN_PORT`.
     socket: String,
     mac: String,
     /// The guest's interface name: `eth0`, `eth1`, … in the node's link order.
@@ -201,19 +203,17 @@ impl Lab {
         initramfs::build(&kernel, &busybox, &initrd)?;
         let names: Vec<String> = self.nodes.iter().map(|(n, _)| n.clone()).collect();
 
-        // Each link: a free port on 127.0.0.1 (the lower-numbered node listens), its subnet, a MAC per end.
+        // Each link: a free UDP port on 127.0.0.1 for each end, its subnet, a MAC per end.
         let mut nics: Vec<Vec<Nic>> = vec![Vec::new(); self.nodes.len()];
-        let mut listen_ports: Vec<Vec<(usize, u16)>> = vec![Vec::new(); self.nodes.len()];
+        let ports = free_udp_ports(2 * self.links.len())?;
         for (i, &(a, b)) in self.links.iter().enumerate() {
-            let (first, second) = (a.min(b), a.max(b));
-            let port = free_port()?;
-            listen_ports[second].push((first, port));
+            let ports = [ports[2 * i], ports[2 * i + 1]];
             let addr = |n: usize| format!("10.88.{}.{}", i + 1, n + 1);
-            for (me, peer, socket) in [(first, second, "listen"), (second, first, "connect")] {
+            for (me, peer, own, other) in [(a, b, ports[0], ports[1]), (b, a, ports[1], ports[0])] {
                 let k = nics[me].len();
                 nics[me].push(Nic {
                     netdev: format!("link{k}"),
-                    socket: format!("{socket}=127.0.0.1:{port}"),
+                    socket: format!("udp=127.0.0.1:{other},localaddr=127.0.0.1:{own}"),
                     mac: format!("52:54:00:88:{:02x}:{:02x}", i + 1, me + 1),
                     ifname: format!("eth{k}"),
                     addr: format!("{}/24", addr(me)),
@@ -252,10 +252,6 @@ impl Lab {
                 vm = vm.logs(logs.join(name));
             }
             let mut cmd = vm.qemu_command(&qemu, &kernel, &ctl, &initrd, None, Console::File, Some(&wiring))?;
-            // The nodes this one connects to must listen first.
-            for &(listener, port) in &listen_ports[k] {
-                lab.wait_listening(listener, port)?;
-            }
             let child = cmd
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -516,22 +512,6 @@ impl RunningLab {
         Ok(reply.lines().skip(1).collect::<Vec<_>>().join("\n").replace(prompt, ""))
     }
 
-    /// Until node `k` listens on `port` (its link socket), or its QEMU ends.
-    fn wait_listening(&self, k: usize, port: u16) -> Result<(), VmError> {
-        let until = Instant::now() + Duration::from_secs(30);
-        while !tcp_listening(port) {
-            if !self.nodes[k].alive() || Instant::now() > until {
-                return Err(VmError::Guest(format!(
-                    "node {}: QEMU did not listen on 127.0.0.1:{port}\n{}",
-                    self.nodes[k].name,
-                    self.nodes[k].console_tail()
-                )));
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
-    }
-
     /// Until node `k`'s agent runs; its setup failure or crash is an error.
     fn wait_ready(&self, k: usize, until: Instant) -> Result<(), VmError> {
         let node = &self.nodes[k];
@@ -599,22 +579,17 @@ impl Drop for RunningLab {
     }
 }
 
-/// A port on 127.0.0.1 that nothing listens on right now.
-fn free_port() -> Result<u16, VmError> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(VmError::io("binding a port on", "127.0.0.1"))?;
-    l.local_addr().map(|a| a.port()).map_err(VmError::io("reading the port of", "127.0.0.1"))
-}
-
-/// Whether something listens on 127.0.0.1:`port` (`/proc/net/tcp`: state 0A), without connecting to it (a
-/// connection would be taken as the link's peer).
-fn tcp_listening(port: u16) -> bool {
-    let want = format!("0100007F:{port:04X}");
-    fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
-        t.lines().skip(1).any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")
-        })
-    })
+/// `n` distinct UDP ports on 127.0.0.1 that nothing has bound right now (QEMU binds them a moment later).
+fn free_udp_ports(n: usize) -> Result<Vec<u16>, VmError> {
+    let sockets = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(VmError::io("binding a UDP port on", "127.0.0.1"))?;
+    sockets
+        .iter()
+        .map(|s| s.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()
+        .map_err(VmError::io("reading the port of", "127.0.0.1"))
 }
 
 /// Read from `s` until `marker` arrives; what came before it.
