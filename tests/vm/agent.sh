@@ -3,7 +3,7 @@
 # claims it (moves it to /run/nvmf-jobs), runs it with bash in the background (guest-lib.sh sourced, the scenario's
 # environment and folder), its output in the guest's tmpfs, then copies ID.out and ID.err next to it and writes
 # ID.status last. Jobs run concurrently; a daemon one starts outlives it (guest-lib's start_daemon). The loop waits
-# on a fifo read (no exec), and ends when $ctl/poweroff appears.
+# on a fifo read (no exec), and ends when $ctl/poweroff appears or the harness's heartbeat stops.
 jobs=$ctl/jobs
 mkdir -p "$jobs" /run/nvmf-jobs
 touch $ctl/ready
@@ -17,7 +17,15 @@ _run_job() {
   echo "$rc" > "$jobs/$id.status.tmp" && mv "$jobs/$id.status.tmp" "$jobs/$id.status"
 }
 
+# The harness rewrites /run/nvmf-lab/heartbeat (its Unix time) every 2 s: two minutes without a beat, it has died
+# without stopping the lab, and this node powers itself off rather than run on.
+beats=0
 while [ ! -e $ctl/poweroff ]; do
+  beats=$((beats + 1))
+  if ((beats % 25 == 0)) && read -r beat < /run/nvmf-lab/heartbeat && ((EPOCHSECONDS - beat > 120)); then
+    echo "nvmf-vm agent: no heartbeat from the harness since $beat: powering off" >&2
+    break
+  fi
   for f in "$jobs"/*.sh; do
     [ -e "$f" ] || continue
     id=${f##*/}

@@ -26,12 +26,12 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::net::UdpSocket;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{
     console_tail, enabled, find_qemu, find_static_busybox, guest_times, initramfs, machine_lock, note, skip_or_panic,
@@ -233,6 +233,7 @@ impl Lab {
             kernel_release: kernel.release.clone(),
             logs: self.logs.clone(),
             seq: AtomicU32::new(0),
+            _heartbeat: Heartbeat::start(run.path.join("heartbeat"))?,
             _on_machine: on_machine,
             _in_process,
             run,
@@ -321,7 +322,8 @@ pub struct RunningLab {
     kernel_release: String,
     logs: Option<PathBuf>,
     seq: AtomicU32,
-    // Field order: the guests stop (Drop) before the locks and the run folder go.
+    // Field order: the guests stop (Drop) before the heartbeat, the locks and the run folder go.
+    _heartbeat: Heartbeat,
     _on_machine: DirLock,
     _in_process: MutexGuard<'static, ()>,
     run: RunDir,
@@ -575,6 +577,48 @@ impl Drop for RunningLab {
         }
         if let Some(logs) = &self.logs {
             note(&format!("lab {}: stopped; logs in {}", self.name, logs.display()));
+        }
+    }
+}
+
+/// The harness's sign of life to the nodes: `heartbeat` in the lab folder holds this machine's Unix time, rewritten
+/// every 2 s. A node's agent powers off when it is two minutes old: the test process died (the CI watchdog's
+/// SIGKILL) without stopping the lab, whose guests would otherwise run on and take the CPU from what comes next.
+#[derive(Debug)]
+struct Heartbeat {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    fn start(path: PathBuf) -> Result<Self, VmError> {
+        let beat = move |path: &Path| {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+            fs::write(path, format!("{now}\n"))
+        };
+        beat(&path).map_err(VmError::io("writing", &path))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                for _ in 0..20 {
+                    if stopped.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    thread::sleep(Duration::from_millis(100));
+                }
+                let _ = beat(&path);
+            }
+        });
+        Ok(Self { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
