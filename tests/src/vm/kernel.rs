@@ -3,7 +3,7 @@
 //! [`KernelLine::Lts`] is what Debian 12's meta package `linux-image-6.12-amd64` depends on (bookworm-security),
 //! resolved through this machine's own apt sources and preferring its `-unsigned` twin (the same kernel without
 //! the shim dependency). [`KernelLine::Backports`] is the newest `linux-image-amd64` of Debian's trixie-backports
-//! (Linux 7.x), resolved through a private apt state on this machine's mirror ([`super::apt`]); since 7.x the image
+//! (Linux 7.x), resolved through a private apt state on this machine's mirror (`apt.rs`); since 7.x the image
 //! package carries nothing itself and depends on `linux-binary-R` (vmlinuz under `usr/lib/modules/R/`),
 //! `linux-modules-R` and `linux-base-R` (`modules.builtin`, the config), which are fetched with it. Never a
 //! hard-coded mirror or version.
