@@ -20,7 +20,6 @@
 #   bench_sampler_start / _stop          (host node) the target node's CPU sampler (cpu-sampler.py), queried
 #                                        without an exec on either node: an on_node job costs that node most of a
 #                                        CPU-second, which would land in the sampled window
-#   bench_start_daemon NAME CMD...       start_daemon for a daemon that ends with a non-zero status
 #   cpu_snap [PID]                       "T_BUSY T_TOTAL T_PROC T_NCPU H_BUSY H_TOTAL": the target node's busy and
 #                                        total jiffies, PID's (on the target; 0 without) and CPU count, then the
 #                                        host node's (one guest: the same machine twice)
@@ -74,17 +73,6 @@ bench_sampler_start() {
   _bench_target_addr=$(bench_addr tcp)
 }
 bench_sampler_stop() { bench_two_nodes || return 0; on_target 'stop_daemon cpu-sampler'; }
-
-# bench_start_daemon NAME CMD...: start_daemon with errexit off, for a daemon that ends with a non-zero status (a
-# tracer stopped with SIGINT): its watcher subshell inherits errexit and would exit at that status unrecorded.
-bench_start_daemon() {
-  local e=$- rc=0
-  set +e
-  start_daemon "$@"
-  rc=$?
-  [[ $e != *e* ]] || set -e
-  return $rc
-}
 
 # Builtins only: this runs right before and after every measured run.
 _node_jiffies() { local _c u n s i w q sq st; read -r _c u n s i w q sq st _ < /proc/stat; echo "$((u + n + s + q + sq + st)) $((u + n + s + i + w + q + sq + st))"; }

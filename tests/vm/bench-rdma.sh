@@ -184,7 +184,7 @@ reactor_idle() {
 trace_start() {
   local name=$1 secs=$2
   shift 2
-  bench_start_daemon "$name" timeout "$secs" "$@"
+  start_daemon "$name" timeout "$secs" "$@"
   _nap 1 || true
 }
 trace_stop() {

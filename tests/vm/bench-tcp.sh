@@ -142,7 +142,7 @@ targets_down() {
 
 # trace_start NAME PID / trace_stop NAME: `strace -c -f` of PID, its summary in $NVMF_VM_LOGS/NAME.txt.
 trace_start() {
-  bench_start_daemon "$1" timeout 600 strace -c -f -p "$2" -o "$NVMF_VM_LOGS/$1.txt"
+  start_daemon "$1" timeout 600 strace -c -f -p "$2" -o "$NVMF_VM_LOGS/$1.txt"
   _nap 1 || true
 }
 trace_stop() {
