@@ -16,7 +16,7 @@
 //! I/O error; the longest pause of each case (an interval without a completed I/O, from fio's per-I/O completion
 //! log) is printed, not bounded: under TCG it depends on the machine's load.
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_ha_partition -- --nocapture
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_ha_partition -- --nocapture --include-ignored
 
 use std::path::PathBuf;
 use std::thread;
@@ -148,7 +148,10 @@ fn kernel_host_rides_out_a_partition_and_a_node_loss() {
     scenario("kernel_host_rides_out_a_partition", Flavor::Kernel);
 }
 
+/// Not in CI's run (`cargo test -- --ignored` runs it): CI's time goes to the kernel host's, which the lab issue
+/// asks for there; ours is the same scenario through `nvmf-host run` and a ublk export.
 #[test]
+#[ignore = "about 4.5 min; run with --ignored (CI runs the kernel host's)"]
 fn our_host_rides_out_a_partition_and_a_node_loss() {
     scenario("our_host_rides_out_a_partition", Flavor::Ours);
 }

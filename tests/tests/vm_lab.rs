@@ -1,4 +1,5 @@
-//! The lab itself (`nvmf_tests::vm::Lab`): two guests on a link carry NVMe/TCP and NVMe/RDMA between two kernels;
+//! The lab itself (`nvmf_tests::vm::Lab`): two guests on a link carry NVMe/TCP and NVMe/RDMA (discovery, and fio
+//! with crc32c verification) between two kernels;
 //! a node's script runs jobs on the other (`on_node`); a cut link stops the traffic and its restoration brings it
 //! back; a killed node is seen as dead. Kernel nvmet on node `a`, the kernel host on node `b`; on Linux 6.12, and on
 //! 7.x with `NVMF_VM_KERNEL=backports` (CI runs it both ways).
@@ -51,6 +52,8 @@ fn two_nodes_carry_nvme_over_tcp_and_rdma_and_survive_a_cut_link() {
              echo \"peer: $(node_addr a) self: $(link_addr a) a resolves to: $(getent hosts a | cut -d' ' -f1)\"
              echo \"a is: $(on_node a hostname)\"
              for t in tcp:4420 rdma:4421; do
+               nvme discover -t ${{t%:*}} -a {a} -s ${{t#*:}} | grep -q 'subnqn: *{NQN}'
+               echo \"${{t%:*}}: discovered\"
                dev=$(host_connect ${{t%:*}} {a} ${{t#*:}} {NQN} -i 1)
                fio_verify $dev 4
                echo \"${{t%:*}}: verified\"
@@ -62,7 +65,9 @@ fn two_nodes_carry_nvme_over_tcp_and_rdma_and_survive_a_cut_link() {
     host.assert_lines(&[
         "peer: 10.88.1.1 self: 10.88.1.2 a resolves to: 10.88.1.1",
         "a is: a\n",
+        "tcp: discovered",
         "tcp: verified",
+        "rdma: discovered",
         "rdma: verified",
     ]);
 

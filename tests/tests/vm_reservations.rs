@@ -288,8 +288,13 @@ block_size = 512
 EOF
 nvmf_target_start target /tmp/target.toml
 {CLI_SEQUENCE}
-sequence ours 4421 $ONQN
-sequence nvmet 4420 $KNQN
+# The two targets' sequences at once (each its own hosts' associations; the guest has two vCPUs), printed in turn.
+sequence ours 4421 $ONQN > /tmp/sequence-ours.out 2>&1 &
+ours=$!
+sequence nvmet 4420 $KNQN > /tmp/sequence-nvmet.out 2>&1 &
+wait $!
+wait $ours
+cat /tmp/sequence-ours.out /tmp/sequence-nvmet.out
 echo "kernel: $(uname -r)"
 stop_daemon target
 nvmet_teardown
