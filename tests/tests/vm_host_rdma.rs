@@ -167,7 +167,7 @@ read -r verified _ <<< "$(_fio_issued "$NVMF_VM_LOGS/reconnect-fio.log")"
 grep -E 'err=|issued rwts' "$NVMF_VM_LOGS/reconnect-fio.log" >&2 || true
 if [ $rc = 0 ] && [ "${{verified:-0}}" -gt 0 ]; then echo "fio across the restart: ok"; else echo "fio across the restart: rc=$rc verified=${{verified:-0}}"; fi
 stamp() {{ date -d "$(grep -m1 "$1" "$(daemon_log host)" | cut -c1-27)" +%s.%N; }}
-echo "association lost to reconnected: $(awk -v a="$(stamp 'reconnected addr')" -v b="$(stamp 'association lost')" 'BEGIN {{ printf "%.1f", a - b }}') s"
+echo "association lost to reconnected: $(awk -v a="$(stamp 'reconnected traddr')" -v b="$(stamp 'association lost')" 'BEGIN {{ printf "%.1f", a - b }}') s"
 echo "reconnected: $(grep -c 'reconnected' "$(daemon_log host)" || true)"
 echo "state after: $(H list -o json | jq -r '.controllers[] | select(.subnqn == "{ONQN}") | "\(.state) reconnects=\(.reconnects)"')"
 nbd-client -d /dev/nbd1 >&2

@@ -1,15 +1,15 @@
 //! The lab itself (`nvmf_tests::vm::Lab`): two guests on a link carry NVMe/TCP and NVMe/RDMA (discovery, and fio
 //! with crc32c verification) between two kernels;
 //! a node's script runs jobs on the other (`on_node`); a cut link stops the traffic and its restoration brings it
-//! back; a killed node is seen as dead. Kernel nvmet on node `a`, the kernel host on node `b`; on Linux 6.12, and on
-//! 7.x with `NVMF_VM_KERNEL=backports` (CI runs it both ways).
+//! back; a killed node is seen as dead. Kernel nvmet on node `a`, the kernel host on node `b`, on Linux 7.x (the
+//! kernel the other lab scenarios boot; the single-guest scenarios cover 6.12's nvmet and hosts).
 //!
 //!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_lab -- --nocapture
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nvmf_tests::vm::{self, GuestStatus, Lab, Vm};
+use nvmf_tests::vm::{self, GuestStatus, KernelLine, Lab, Vm};
 
 fn lab(name: &str) -> Lab {
     let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
@@ -19,6 +19,7 @@ fn lab(name: &str) -> Lab {
         .node("a", node("a").modules(["nvmet", "nvmet_tcp", "nvmet_rdma", "null_blk"]))
         .node("b", node("b").modules(["nvme_tcp", "nvme_rdma"]))
         .link("a", "b")
+        .kernel(KernelLine::Backports)
         .logs(logs)
         .deadline(Duration::from_secs(600))
 }

@@ -281,7 +281,16 @@ stop_daemon() {
     log "$name did not stop within $secs s: SIGKILL"
     kill -KILL "$pid" 2>/dev/null
   fi
-  wait_until 5 test -e "/run/nvmf-daemons/$name.status" || true
+  # Its leader shows as a zombie while the other threads still exit (RDMA and io_uring teardown can take seconds
+  # under TCG); the status comes once the whole process is reaped.
+  wait_until "$((secs > 15 ? secs : 15))" test -e "/run/nvmf-daemons/$name.status" || true
+  if [ ! -e "/run/nvmf-daemons/$name.status" ] && [ -d "/proc/$pid" ]; then
+    log "$name has not been reaped: its threads (state, kernel stack):"
+    local t
+    for t in /proc/"$pid"/task/*; do
+      log "  $(cut -d' ' -f1-3 "$t/stat" 2>/dev/null) $(tr '\n' ' ' < "$t/stack" 2>/dev/null | cut -c1-300)"
+    done
+  fi
   rc=$(cat "/run/nvmf-daemons/$name.status" 2>/dev/null || echo 255)
   rm -f "/run/nvmf-daemons/$name.pid" "/run/nvmf-daemons/$name.status"
   _publish_log "$name"
