@@ -2,10 +2,11 @@
 //! and addresses, Soft-RoCE on each link's NIC, so NVMe/TCP and NVMe/RDMA cross a link between two kernels
 //! instead of loopback inside one.
 //!
-//! A link is a pair of QEMU socket netdevs over unicast UDP on 127.0.0.1: each end binds a port of its own and sends
-//! its frames to the other's (no multicast, nothing leaves the machine; UDP rather than QEMU's TCP mode, whose
-//! stream without TCP_NODELAY held small frames back for the peer's delayed ACK, about 40 ms a round trip); each end
-//! is a virtio-net NIC. Link `i`
+//! A link is a QEMU stream netdev over a Unix socket on each end, one end listening and the other connecting
+//! (nothing leaves the machine, no multicast); each end is a virtio-net NIC. A stream holds a frame until the peer
+//! takes it, where the earlier transports lost or delayed them: UDP on 127.0.0.1 dropped bursts at the receiving
+//! QEMU's socket buffer (a 128 KiB RDMA transfer then waited for Soft-RoCE's retransmission timer), and TCP
+//! without `TCP_NODELAY` held small frames back for the peer's delayed ACK (about 40 ms a round trip). Link `i`
 //! is the subnet `10.88.{i+1}.0/24`, where node `n` (in declaration order, from 0) has the address `.{n+1}`; on
 //! each node its links are `eth0`, `eth1`, … in the order they were declared, with `rxe0`, `rxe1`, … on them, and
 //! each peer's name resolves (`/etc/hosts`) to its address on the link. A host linked to two target nodes models
@@ -24,7 +25,6 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Read, Write};
-use std::net::UdpSocket;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -41,6 +41,8 @@ use crate::vm::lock::DirLock;
 
 /// How long the nodes may take to boot and set up, scaled by `NVMF_VM_TIMEOUT_FACTOR`.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
+/// How long a node's QEMU may take to listen on its links' sockets after it starts.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long stopping waits for each node's logs, then for its power-off.
 const COLLECT_TIMEOUT: Duration = Duration::from_secs(60);
 const POWEROFF_TIMEOUT: Duration = Duration::from_secs(15);
@@ -61,8 +63,10 @@ pub struct Lab {
 pub(crate) struct Nic {
     /// QEMU's netdev id (`link0`), which `set_link` names.
     netdev: String,
-    /// `udp=127.0.0.1:PEER_PORT,localaddr=127.0.0.1:OWN_PORT`.
-    socket: String,
+    /// The stream netdev's options: `server=on|off,addr.type=unix,addr.path=PATH`.
+    stream: String,
+    /// The socket this end listens on (the other end connects to it), if this end is the listening one.
+    listens: Option<PathBuf>,
     mac: String,
     /// The guest's interface name: `eth0`, `eth1`, … in the node's link order.
     ifname: String,
@@ -95,7 +99,7 @@ impl Wiring {
     pub(crate) fn qemu_args(&self) -> Vec<String> {
         let mut args = Vec::new();
         for n in &self.nics {
-            args.extend(["-netdev".into(), format!("socket,id={},{}", n.netdev, n.socket)]);
+            args.extend(["-netdev".into(), format!("stream,id={},{}", n.netdev, n.stream)]);
             args.extend(["-device".into(), format!("virtio-net-pci,netdev={},mac={}", n.netdev, n.mac)]);
         }
         if self.nics.is_empty() {
@@ -203,17 +207,23 @@ impl Lab {
         initramfs::build(&kernel, &busybox, &initrd)?;
         let names: Vec<String> = self.nodes.iter().map(|(n, _)| n.clone()).collect();
 
-        // Each link: a free UDP port on 127.0.0.1 for each end, its subnet, a MAC per end.
+        // Each link: a Unix socket in the run folder, on which its end at the node declared first listens (that
+        // node starts first), its subnet, a MAC per end.
         let mut nics: Vec<Vec<Nic>> = vec![Vec::new(); self.nodes.len()];
-        let ports = free_udp_ports(2 * self.links.len())?;
         for (i, &(a, b)) in self.links.iter().enumerate() {
-            let ports = [ports[2 * i], ports[2 * i + 1]];
+            let path = run.path.join(format!("link{i}.sock"));
+            let opt_path = path.to_string_lossy().replace(',', ",,");
             let addr = |n: usize| format!("10.88.{}.{}", i + 1, n + 1);
-            for (me, peer, own, other) in [(a, b, ports[0], ports[1]), (b, a, ports[1], ports[0])] {
+            for (me, peer) in [(a, b), (b, a)] {
                 let k = nics[me].len();
+                let listens = me < peer;
                 nics[me].push(Nic {
                     netdev: format!("link{k}"),
-                    socket: format!("udp=127.0.0.1:{other},localaddr=127.0.0.1:{own}"),
+                    stream: format!(
+                        "server={},addr.type=unix,addr.path={opt_path}",
+                        if listens { "on" } else { "off" }
+                    ),
+                    listens: listens.then(|| path.clone()),
                     mac: format!("52:54:00:88:{:02x}:{:02x}", i + 1, me + 1),
                     ifname: format!("eth{k}"),
                     addr: format!("{}/24", addr(me)),
@@ -259,10 +269,25 @@ impl Lab {
                 .stderr(fs::File::create(ctl.join("qemu.stderr")).map_err(VmError::io("creating", &ctl))?)
                 .spawn()
                 .map_err(VmError::io("starting", &qemu))?;
+            let mut qemu_child = QemuChild(child);
+            // The nodes declared later connect to this one's sockets: QEMU must listen on them first.
+            for path in nics[k].iter().filter_map(|n| n.listens.as_ref()) {
+                let until = Instant::now() + LISTEN_TIMEOUT;
+                while !path.exists() {
+                    if Instant::now() > until || !matches!(qemu_child.0.try_wait(), Ok(None)) {
+                        return Err(VmError::Guest(format!(
+                            "node {name}: QEMU did not listen on {} (see {})",
+                            path.display(),
+                            ctl.join("qemu.stderr").display()
+                        )));
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
             lab.nodes.push(Node {
                 name: name.clone(),
                 ctl,
-                qemu: Mutex::new(Some(QemuChild(child))),
+                qemu: Mutex::new(Some(qemu_child)),
                 monitor: wiring.monitor,
                 nics: nics[k].clone(),
                 logs: vm.logs.clone(),
@@ -621,19 +646,6 @@ impl Drop for Heartbeat {
             let _ = t.join();
         }
     }
-}
-
-/// `n` distinct UDP ports on 127.0.0.1 that nothing has bound right now (QEMU binds them a moment later).
-fn free_udp_ports(n: usize) -> Result<Vec<u16>, VmError> {
-    let sockets = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(VmError::io("binding a UDP port on", "127.0.0.1"))?;
-    sockets
-        .iter()
-        .map(|s| s.local_addr().map(|a| a.port()))
-        .collect::<Result<_, _>>()
-        .map_err(VmError::io("reading the port of", "127.0.0.1"))
 }
 
 /// Read from `s` until `marker` arrives; what came before it.
