@@ -292,9 +292,10 @@ nvmf_target_start target /tmp/target.toml
 sequence ours 4421 $ONQN > /tmp/sequence-ours.out 2>&1 &
 ours=$!
 sequence nvmet 4420 $KNQN > /tmp/sequence-nvmet.out 2>&1 &
-wait $!
-wait $ours
-cat /tmp/sequence-ours.out /tmp/sequence-nvmet.out
+nvmet_rc=0; wait $! || nvmet_rc=$?
+ours_rc=0; wait $ours || ours_rc=$?
+cat /tmp/sequence-ours.out /tmp/sequence-nvmet.out # before a failure ends the script, so its report shows them
+[ "$ours_rc$nvmet_rc" = 00 ] # one test: under set -e it ends the script
 echo "kernel: $(uname -r)"
 stop_daemon target
 nvmet_teardown
