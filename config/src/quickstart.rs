@@ -10,13 +10,16 @@
 //! - `--listen URL` (repeatable): `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]`, IPv6 in brackets, port default
 //!   4420, then optionally `,ana-state=STATE` (every ANA group's state on the listener: the file's `ana_state`).
 //!   Without it: [`DEFAULT_LISTEN`].
-//! - `--namespace SPEC` (repeatable; NSIDs 1, 2, … in order): `PATH`, `memory:SIZE` or `null:SIZE` (sizes as in
-//!   [`crate::size`]), then optionally `,uuid=UUID`, `,nguid=HEX32`, `,eui64=HEX16`, `,block-size=512|4096`,
+//! - `--namespace SPEC` (repeatable; NSIDs 1, 2, … in order): `PATH`, `memory:SIZE`, `null:SIZE` (sizes as in
+//!   [`crate::size`]) or `rbd:POOL/IMAGE` (a Ceph RBD image, also `rbd:POOL/NAMESPACE/IMAGE`: the file's `rbd`),
+//!   then optionally `,uuid=UUID`, `,nguid=HEX32`, `,eui64=HEX16`, `,block-size=512|4096`,
 //!   `,buffered-io=true|false` (a path through the page cache instead of O_DIRECT: the file's `buffered_io`),
-//!   `,ana-group=1..128` (the namespace's ANA group: the file's `ana_group`).
+//!   `,ana-group=1..128` (the namespace's ANA group: the file's `ana_group`), and for `rbd:` `,ceph-conf=PATH`
+//!   (the Ceph configuration file, default `/etc/ceph/ceph.conf`: the file's `ceph_conf`) and `,ceph-id=NAME` (the
+//!   cephx user, default `admin`: the file's `ceph_id`).
 //!   Identifiers not given are derived from the NQN and NSID ([`crate::ids`]), so they survive restarts. A path
-//!   that itself starts with `memory:` or `null:` or holds a comma needs a configuration file (or `./memory:…`).
-//!   Without any: [`DEFAULT_NAMESPACE`].
+//!   that itself starts with `memory:`, `null:` or `rbd:` or holds a comma needs a configuration file (or
+//!   `./memory:…`). Without any: [`DEFAULT_NAMESPACE`].
 //! - `--nqn NQN`: the one subsystem's NQN, default [`DEFAULT_NQN`].
 //! - `--allow-host NQN[,dhchap-key=DHHC-1:…:[,dhchap-ctrl-key=DHHC-1:…:]]` (repeatable): only these hosts may
 //!   connect; without it any host may. With `dhchap-key` the host must authenticate every queue (DH-HMAC-CHAP,
@@ -38,10 +41,11 @@ use nvmf_common::nvme::log_page::AnaState;
 use crate::error::{ConfigError, KeySegment, Problem, ValueError};
 use crate::ids::{self, Eui64, Nguid, Uuid};
 use crate::secret::RawSecret;
-use crate::size::{format_size, parse_size};
+use crate::size::parse_size;
 use crate::target::{
-    available_cpus, validate, NamespaceBackend, RawHostKeys, RawListener, RawMetrics, RawNamespace, RawSize,
-    RawSubsystem, RawTargetConfig, TargetConfig, Transport, ANA_STATE_ALLOWED, DEFAULT_PORT, MAX_ANA_GROUP,
+    available_cpus, backend_to_raw, parse_ceph_id, validate, NamespaceBackend, RawHostKeys, RawListener, RawMetrics,
+    RawNamespace, RawSubsystem, RawTargetConfig, RbdImage, TargetConfig, Transport, ANA_STATE_ALLOWED, DEFAULT_PORT,
+    MAX_ANA_GROUP,
 };
 
 /// The subsystem NQN when `--nqn` is absent.
@@ -54,7 +58,9 @@ pub const DEFAULT_NAMESPACE: &str = "memory:1GiB";
 const LISTEN_ALLOWED: &str =
     "tcp://ADDRESS[:PORT] or rdma://ADDRESS[:PORT], IPv6 in brackets, e.g. tcp://0.0.0.0:4420 or tcp://[::1]:4420";
 const OPTIONS_ALLOWED: &str = "options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, \
-     buffered-io=true|false, ana-group=1..128";
+     buffered-io=true|false, ana-group=1..128, and with rbd:POOL/IMAGE ceph-conf=PATH, ceph-id=NAME";
+const BACKEND_ALLOWED: &str = "PATH, memory:SIZE, null:SIZE or rbd:POOL/IMAGE, e.g. /dev/nvme0n1, memory:1GiB, \
+     null:1TiB, rbd:rbd/disk1";
 const LISTEN_OPTIONS_ALLOWED: &str = "option ana-state=optimized|non-optimized|inaccessible|persistent-loss|change";
 const CNTLID_RANGE_ALLOWED: &str = "MIN-MAX, two controller IDs in 1..=65519, MIN <= MAX, e.g. 1-32";
 
@@ -66,8 +72,9 @@ pub struct QuickStart {
     /// [default: tcp://127.0.0.1:4420]
     #[arg(long = "listen", value_name = "URL")]
     pub listen: Vec<String>,
-    /// Export PATH, memory:SIZE or null:SIZE, optionally followed by ,uuid=UUID ,nguid=HEX ,eui64=HEX
-    /// ,block-size=512|4096 ,buffered-io=true|false ,ana-group=N (repeatable; NSIDs in order) [default: memory:1GiB]
+    /// Export PATH, memory:SIZE, null:SIZE or rbd:POOL/IMAGE (a Ceph RBD image), optionally followed by ,uuid=UUID
+    /// ,nguid=HEX ,eui64=HEX ,block-size=512|4096 ,buffered-io=true|false ,ana-group=N, and for rbd ,ceph-conf=PATH
+    /// ,ceph-id=NAME (repeatable; NSIDs in order) [default: memory:1GiB]
     #[arg(long = "namespace", value_name = "SPEC")]
     pub namespaces: Vec<String>,
     /// Subsystem NQN [default: nqn.2024-01.io.nvmf-rs:default]
@@ -364,23 +371,30 @@ pub struct NamespaceSpec {
 }
 
 impl NamespaceSpec {
-    /// Parse `PATH`, `memory:SIZE` or `null:SIZE`, then `,uuid=…`, `,nguid=…`, `,eui64=…`, `,block-size=…`.
+    /// Parse `PATH`, `memory:SIZE`, `null:SIZE` or `rbd:POOL/IMAGE` (`rbd:POOL/NAMESPACE/IMAGE`), then
+    /// `,uuid=…`, `,nguid=…`, `,eui64=…`, `,block-size=…`, `,buffered-io=…`, `,ana-group=…`, and for `rbd:`
+    /// `,ceph-conf=PATH` and `,ceph-id=NAME` (each option once).
     pub fn parse(text: &str) -> Result<Self, ValueError> {
         let mut parts = text.split(',');
         let backend_text = parts.next().unwrap_or_default();
-        let backend_allowed = "PATH, memory:SIZE or null:SIZE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB";
         let size = |text: &str| parse_size(text);
         let backend = if let Some(size_text) = backend_text.strip_prefix("memory:") {
             NamespaceBackend::Memory { size: size(size_text)? }
         } else if let Some(size_text) = backend_text.strip_prefix("null:") {
             NamespaceBackend::Null { size: size(size_text)? }
+        } else if backend_text == "rbd" || backend_text == "rbd:" {
+            return Err(ValueError::new("rbd needs POOL/IMAGE", BACKEND_ALLOWED));
+        } else if let Some(name) = backend_text.strip_prefix("rbd:") {
+            NamespaceBackend::Rbd(RbdImage::parse(name)?)
         } else if backend_text.is_empty() {
-            return Err(ValueError::new("the namespace has no backend", backend_allowed));
+            return Err(ValueError::new("the namespace has no backend", BACKEND_ALLOWED));
         } else if backend_text == "memory" || backend_text == "null" {
-            return Err(ValueError::new(format!("{backend_text} needs a size"), backend_allowed));
+            return Err(ValueError::new(format!("{backend_text} needs a size"), BACKEND_ALLOWED));
         } else {
             NamespaceBackend::Path(backend_text.into())
         };
+        // The rbd options given so far (each once).
+        let mut ceph_options = Vec::new();
         let mut spec = NamespaceSpec {
             backend,
             block_size: None,
@@ -431,6 +445,25 @@ impl NamespaceSpec {
                             .ok_or_else(|| ValueError::new(format!("ANA group {value:?} is invalid"), "1..=128"))?,
                     )
                 }
+                "ceph-conf" | "ceph-id" => {
+                    let NamespaceBackend::Rbd(image) = &mut spec.backend else {
+                        return Err(ValueError::new(
+                            format!("option {name:?} applies to rbd namespaces only"),
+                            OPTIONS_ALLOWED,
+                        ));
+                    };
+                    if ceph_options.contains(&name) {
+                        return Err(duplicate());
+                    }
+                    ceph_options.push(name);
+                    match name {
+                        "ceph-conf" if value.is_empty() => {
+                            return Err(ValueError::new("ceph-conf is empty", "a Ceph configuration file path"))
+                        }
+                        "ceph-conf" => image.ceph_conf = value.into(),
+                        _ => image.ceph_id = parse_ceph_id(value)?,
+                    }
+                }
                 _ => return Err(ValueError::new(format!("option {name:?} is unknown"), OPTIONS_ALLOWED)),
             }
         }
@@ -438,22 +471,15 @@ impl NamespaceSpec {
     }
 
     fn to_raw(&self) -> RawNamespace {
-        let (path, memory, null) = match &self.backend {
-            NamespaceBackend::Path(path) => (Some(path.to_string_lossy().into_owned()), None, None),
-            NamespaceBackend::Memory { size } => (None, Some(RawSize::Text(format_size(*size))), None),
-            NamespaceBackend::Null { size } => (None, None, Some(RawSize::Text(format_size(*size)))),
-        };
         RawNamespace {
             nsid: None,
-            path,
-            memory,
-            null,
             block_size: self.block_size.map(i64::from),
             buffered_io: self.buffered_io,
             uuid: self.uuid.map(|uuid| uuid.to_string()),
             nguid: self.nguid.map(|nguid| nguid.to_string()),
             eui64: self.eui64.map(|eui64| eui64.to_string()),
             ana_group: self.ana_group.map(i64::from),
+            ..backend_to_raw(&self.backend)
         }
     }
 }
@@ -461,7 +487,7 @@ impl NamespaceSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::{ListenerTransport, TcpOptions};
+    use crate::target::{ListenerTransport, TcpOptions, DEFAULT_CEPH_CONF, DEFAULT_CEPH_ID};
     use clap::Parser;
 
     fn flags(args: &[&str]) -> QuickStart {
@@ -617,13 +643,13 @@ mod tests {
     #[test]
     fn namespace_spec_errors() {
         let cases: &[(&str, &str)] = &[
-            ("", "the namespace has no backend; allowed: PATH, memory:SIZE or null:SIZE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB"),
-            ("memory", "memory needs a size; allowed: PATH, memory:SIZE or null:SIZE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB"),
+            ("", "the namespace has no backend; allowed: PATH, memory:SIZE, null:SIZE or rbd:POOL/IMAGE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB, rbd:rbd/disk1"),
+            ("memory", "memory needs a size; allowed: PATH, memory:SIZE, null:SIZE or rbd:POOL/IMAGE, e.g. /dev/nvme0n1, memory:1GiB, null:1TiB, rbd:rbd/disk1"),
             ("null:1X", "size \"1X\" has an unknown unit \"x\"; allowed: a whole number of bytes with an optional unit: K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"1GiB\""),
-            ("/f,size=1", "option \"size\" is unknown; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false, ana-group=1..128"),
-            ("/f,uuid", "option \"uuid\" is not NAME=VALUE; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false, ana-group=1..128"),
+            ("/f,size=1", "option \"size\" is unknown; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false, ana-group=1..128, and with rbd:POOL/IMAGE ceph-conf=PATH, ceph-id=NAME"),
+            ("/f,uuid", "option \"uuid\" is not NAME=VALUE; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false, ana-group=1..128, and with rbd:POOL/IMAGE ceph-conf=PATH, ceph-id=NAME"),
             ("/f,block-size=1024", "block size \"1024\" is not supported; allowed: 512 or 4096"),
-            ("/f,block-size=512,block-size=512", "option \"block-size\" is given twice; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false, ana-group=1..128"),
+            ("/f,block-size=512,block-size=512", "option \"block-size\" is given twice; allowed: options uuid=UUID, nguid=32 hex digits, eui64=16 hex digits, block-size=512|4096, buffered-io=true|false, ana-group=1..128, and with rbd:POOL/IMAGE ceph-conf=PATH, ceph-id=NAME"),
             ("/f,buffered-io=1", "buffered-io \"1\" is not a boolean; allowed: true or false"),
             ("/f,uuid=x", "\"x\" is not a UUID; allowed: a UUID such as \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", not all zero"),
             ("/f,nguid=1", "NGUID \"1\" is not 32 hexadecimal digits; allowed: 32 hexadecimal digits, not all zero"),
@@ -634,6 +660,103 @@ mod tests {
         }
         let spec = NamespaceSpec::parse("./memory:1G").unwrap();
         assert_eq!(spec.backend, NamespaceBackend::Path("./memory:1G".into()));
+    }
+
+    #[test]
+    fn rbd_namespaces() {
+        let config = flags(&[
+            "--namespace",
+            "rbd:rbd/disk1",
+            "--namespace",
+            "rbd:ssd/tenant-a/disk2,ceph-conf=/etc/ceph/lab.conf,ceph-id=client.nvmf,block-size=4096,ana-group=2",
+            "--namespace",
+            "rbd:rbd/disk3,ceph-id=nvmf,ceph-conf=ceph.conf",
+        ])
+        .to_config()
+        .unwrap();
+        let ns = &config.subsystems[0].namespaces;
+        let images: Vec<&RbdImage> = ns
+            .iter()
+            .map(|ns| match &ns.backend {
+                NamespaceBackend::Rbd(image) => image,
+                other => panic!("not rbd: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            *images[0],
+            RbdImage {
+                pool: "rbd".into(),
+                rados_namespace: String::new(),
+                image: "disk1".into(),
+                ceph_conf: DEFAULT_CEPH_CONF.into(),
+                ceph_id: DEFAULT_CEPH_ID.into(),
+            }
+        );
+        assert_eq!(
+            *images[1],
+            RbdImage {
+                pool: "ssd".into(),
+                rados_namespace: "tenant-a".into(),
+                image: "disk2".into(),
+                ceph_conf: "/etc/ceph/lab.conf".into(),
+                ceph_id: "nvmf".into(),
+            }
+        );
+        assert_eq!((ns[1].block_size, ns[1].ana_group), (4096, 2));
+        // A relative ceph-conf is relative to the working directory, as a namespace path is.
+        assert_eq!((images[2].ceph_conf.to_str(), images[2].ceph_id.as_str()), (Some("ceph.conf"), "nvmf"));
+        assert!(ns.iter().all(|ns| !ns.buffered_io));
+        // The printed configuration loads as the same configuration.
+        assert_eq!(TargetConfig::from_str(&config.to_string(), "printed").unwrap(), config);
+        // The same namespace written in a file.
+        let file = format!(
+            "[[listener]]\naddress = \"127.0.0.1\"\n[[subsystem]]\nnqn = \"{DEFAULT_NQN}\"\n[[subsystem.namespace]]\n\
+             rbd = \"ssd/tenant-a/disk2\"\nceph_conf = \"/etc/ceph/lab.conf\"\nceph_id = \"client.nvmf\"\n"
+        );
+        let from_file = TargetConfig::from_str(&file, "t.toml").unwrap();
+        assert_eq!(from_file.subsystems[0].namespaces[0].backend, ns[1].backend);
+    }
+
+    #[test]
+    fn rbd_namespace_errors() {
+        let cases: &[(&str, &str)] = &[
+            ("rbd", "rbd needs POOL/IMAGE"),
+            ("rbd:", "rbd needs POOL/IMAGE"),
+            ("rbd:,ceph-id=admin", "rbd needs POOL/IMAGE"),
+            ("rbd:disk1", "image name \"disk1\" has no pool"),
+            (
+                "rbd:rbd/disk1@snap",
+                "\"rbd/disk1@snap\" names a snapshot: snapshots are read-only; export the image itself",
+            ),
+            ("rbd:a/b/c/d", "image name \"a/b/c/d\" has 4 parts, at most 3"),
+            ("rbd:rbd//disk1", "the RADOS namespace of \"rbd//disk1\" is empty"),
+            ("rbd:rbd/my disk", "image name \"rbd/my disk\" contains ' '"),
+            ("rbd:rbd/disk1,ceph-id=", "cephx user \"\" is empty"),
+            ("rbd:rbd/disk1,ceph-id=client.", "cephx user \"client.\" is empty"),
+            ("rbd:rbd/disk1,ceph-id=a b", "cephx user \"a b\" contains ' '"),
+            ("rbd:rbd/disk1,ceph-conf=", "ceph-conf is empty"),
+            ("rbd:rbd/disk1,ceph-conf=/a,ceph-conf=/b", "option \"ceph-conf\" is given twice"),
+            ("rbd:rbd/disk1,ceph-id=a,ceph-id=a", "option \"ceph-id\" is given twice"),
+            ("/dev/sda,ceph-conf=/etc/ceph/ceph.conf", "option \"ceph-conf\" applies to rbd namespaces only"),
+            ("memory:1G,ceph-id=admin", "option \"ceph-id\" applies to rbd namespaces only"),
+            ("rbd:rbd/disk1,ceph_id=admin", "option \"ceph_id\" is unknown"),
+        ];
+        for &(text, problem) in cases {
+            assert_eq!(NamespaceSpec::parse(text).unwrap_err().problem, problem, "{text}");
+        }
+        assert_eq!(
+            NamespaceSpec::parse("rbd").unwrap_err().to_string(),
+            format!("rbd needs POOL/IMAGE; allowed: {BACKEND_ALLOWED}")
+        );
+        assert_eq!(NamespaceSpec::parse("rbd:x@y").unwrap_err().allowed, crate::target::RBD_IMAGE_ALLOWED);
+        assert_eq!(NamespaceSpec::parse("/f,ceph-id=a").unwrap_err().allowed, OPTIONS_ALLOWED);
+        assert_eq!(
+            error(&["--namespace", "rbd:rbd/disk1,buffered-io=true"]),
+            "--namespace \"rbd:rbd/disk1,buffered-io=true\": buffered_io applies to path namespaces only; allowed: \
+             true with path, false (the default) with memory, null or rbd"
+        );
+        // A file named `rbd` or starting with `rbd:` is a path again with `./`.
+        assert_eq!(NamespaceSpec::parse("./rbd").unwrap().backend, NamespaceBackend::Path("./rbd".into()));
     }
 
     #[test]
@@ -664,7 +787,7 @@ mod tests {
         assert_eq!(
             error(&["--namespace", "memory:1G,buffered-io=true"]),
             "--namespace \"memory:1G,buffered-io=true\": buffered_io applies to path namespaces only; allowed: true \
-             with path, false (the default) with memory or null"
+             with path, false (the default) with memory, null or rbd"
         );
         assert!(error(&["--nqn", "nqn.2014-08.org.nvmexpress.discovery"])
             .starts_with("--nqn \"nqn.2014-08.org.nvmexpress.discovery\": the discovery subsystem's NQN"));

@@ -463,6 +463,8 @@ mod tests {
             "| `cpus` | array of integers |",
             "| `header_digest` | boolean | true |",
             "### `[[subsystem.namespace]]`",
+            "| `rbd` | string | — |",
+            "| `ceph_conf` | string | \"/etc/ceph/ceph.conf\" |",
             "## nvmf-host (`/etc/nvmf/host.toml`)",
         ] {
             assert!(text.contains(row), "{row} missing from:\n{text}");

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use nvmf_config::target::{ListenerTransport, NamespaceBackend, RdmaOptions};
+use nvmf_config::target::{ListenerTransport, NamespaceBackend, RbdImage, RdmaOptions};
 use nvmf_config::TargetConfig;
 
 fn example_path() -> std::path::PathBuf {
@@ -24,8 +24,18 @@ fn example_config_loads() {
     let example = &config.subsystems[0];
     assert!(!example.allow_any_host);
     let nsids: Vec<u32> = example.namespaces.iter().map(|ns| ns.nsid).collect();
-    assert_eq!(nsids, [1, 2, 10]);
+    assert_eq!(nsids, [1, 2, 10, 11]);
     assert_eq!(example.namespaces[1].backend, NamespaceBackend::Memory { size: 1 << 30 });
+    assert_eq!(
+        example.namespaces[3].backend,
+        NamespaceBackend::Rbd(RbdImage {
+            pool: "rbd".into(),
+            rados_namespace: "nvmf".into(),
+            image: "disk1".into(),
+            ceph_conf: "/etc/ceph/ceph.conf".into(),
+            ceph_id: "nvmf".into(),
+        })
+    );
     let scratch = &config.subsystems[1];
     assert!(scratch.allow_any_host);
     // Relative paths are taken relative to the configuration file.

@@ -12,9 +12,9 @@ use nvmf_config::size::format_size;
 use nvmf_config::target::{ListenerTransport, NamespaceBackend, NamespaceConfig, QueuePlacement, SubsystemConfig};
 use nvmf_config::TargetConfig;
 
-use crate::backend::{BackendError, EngineConfig, Storage, StorageSpec};
+use crate::backend::{BackendError, ClusterTimeouts, EngineConfig, RbdSpec, Storage, StorageSpec};
 use crate::controller::authentication::{HostKeys, SubsystemAuth};
-use crate::controller::{NamespaceParams, SubsystemParams, Target, TargetError, TargetParams};
+use crate::controller::{NamespaceParams, Subsystem, SubsystemParams, Target, TargetError, TargetParams};
 use crate::metrics::{MetricsError, MetricsServer};
 use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
 use crate::tcp::placement::IncomingCpuPlacement;
@@ -158,6 +158,7 @@ pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<Namespa
         NamespaceBackend::Path(path) => StorageSpec::Path { path: path.clone(), block_size: ns.block_size },
         NamespaceBackend::Memory { size } => StorageSpec::Memory { size: *size, block_size: ns.block_size },
         NamespaceBackend::Null { size } => StorageSpec::Null { size: *size, block_size: ns.block_size },
+        NamespaceBackend::Rbd(image) => StorageSpec::Rbd { spec: rbd_spec(image), block_size: ns.block_size },
     };
     let open = if ns.buffered_io { Storage::open_buffered } else { Storage::open };
     let storage = Arc::new(open(&spec).map_err(|source| StartError::Storage {
@@ -172,6 +173,34 @@ pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<Namespa
     namespace.eui64 = Some(*ns.eui64.as_bytes());
     namespace.ana_group = ns.ana_group;
     Ok(namespace)
+}
+
+/// Have hosts told when namespace `nsid`'s storage changes size (an RBD image resized): Identify Namespace
+/// reports the new capacity and every controller of `subsystem` raises a Namespace Attribute Changed event. A
+/// watch that cannot be set is logged: the namespace serves, at its size at open.
+pub fn watch_namespace_resize(subsystem: &Arc<Subsystem>, nsid: u32, storage: &Arc<Storage>) {
+    let weak = Arc::downgrade(subsystem);
+    let watched = storage.watch_resize(move |capacity| {
+        if let Some(subsystem) = weak.upgrade() {
+            tracing::info!(subnqn = subsystem.nqn(), nsid, capacity, "namespace capacity changed");
+            subsystem.namespace_resized(nsid);
+        }
+    });
+    if let Err(e) = watched {
+        tracing::warn!(subnqn = subsystem.nqn(), nsid, error = %e, "the namespace's size is not watched");
+    }
+}
+
+/// The backend's spec of a configured RBD image.
+pub fn rbd_spec(image: &nvmf_config::target::RbdImage) -> RbdSpec {
+    RbdSpec {
+        pool: image.pool.clone(),
+        rados_namespace: image.rados_namespace.clone(),
+        image: image.image.clone(),
+        ceph_conf: image.ceph_conf.clone(),
+        ceph_id: image.ceph_id.clone(),
+        timeouts: ClusterTimeouts::default(),
+    }
 }
 
 /// Each reactor's I/O engine as `config` sizes it: large buffers hold the MDTS (at least the default 1 MiB).
@@ -215,6 +244,11 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         ..TargetParams::default()
     };
     let target = Target::new(target_params, subsystems)?;
+    for subsystem in target.subsystems() {
+        for ns in subsystem.namespaces().iter() {
+            watch_namespace_resize(&subsystem, ns.nsid(), ns.storage());
+        }
+    }
     target.discovery_subsystem().set_auth(discovery_auth(config));
 
     let engine = engine_config(config);
@@ -412,6 +446,7 @@ pub fn print_ready(config: &TargetConfig, running: &RunningTarget) {
                 NamespaceBackend::Path(path) => format!("nsid {}: {}", ns.nsid, path.display()),
                 NamespaceBackend::Memory { size } => format!("nsid {}: memory:{}", ns.nsid, format_size(*size)),
                 NamespaceBackend::Null { size } => format!("nsid {}: null:{}", ns.nsid, format_size(*size)),
+                NamespaceBackend::Rbd(image) => format!("nsid {}: rbd:{}", ns.nsid, rbd_spec(image).image_name()),
             })
             .collect();
         println!("nvmf-target: subsystem {} ({})", s.nqn, namespaces.join(", "));

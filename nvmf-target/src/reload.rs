@@ -260,6 +260,7 @@ impl Reloader {
                     let storage = Arc::clone(&params.storage);
                     match subsystem.add_namespace(params) {
                         Ok(_) => {
+                            crate::daemon::watch_namespace_resize(&subsystem, config.nsid, &storage);
                             running.keep_storage(storage);
                             if let Some(s) = self.subsystem_mut(&nqn) {
                                 let pos = s.namespaces.partition_point(|n| n.nsid < config.nsid);

@@ -11,14 +11,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::property::{ControllerConfiguration, Property};
-use nvmf_common::nvme::admin::{AsyncEvent, AsyncEventRequest, KeepAlive};
+use nvmf_common::nvme::admin::KeepAlive;
 use nvmf_common::nvme::identify::{cns, ActiveNamespaceIdList, Identify, IdentifyNamespace, IDENTIFY_DATA_SIZE};
 use nvmf_common::nvme::io::{Read, Write};
-use nvmf_common::nvme::log_page::{lid, ChangedNamespaceList, ChangedNamespaces, GetLogPage};
-use nvmf_common::nvme::{SglDescriptor, SglSubtype, Status};
-use nvmf_common::transport::tcp::{CapsuleCommand, Pdu};
+use nvmf_common::nvme::Status;
 use nvmf_tests::nvme_tcp_client::{ClientError, ClientOptions, Completion, TcpTestClient};
-use target_support::{wait_log, TargetProcess};
+use target_support::{expect_namespace_notice, hold_aer, wait_log, TargetProcess};
 
 const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:reload-one";
 const SUBNQN2: &str = "nqn.2024-01.io.nvmf-rs:reload-two";
@@ -65,31 +63,6 @@ fn associate(addr: SocketAddr, subnqn: &str) -> (TcpTestClient, TcpTestClient) {
     let mut io = TcpTestClient::connect(addr, options()).expect("TCP + ICReq");
     ok(io.fabrics_connect(subnqn, 1, 31, cntlid, 0));
     (admin, io)
-}
-
-/// Send an Asynchronous Event Request without waiting; returns its CID.
-fn hold_aer(admin: &mut TcpTestClient) -> u16 {
-    let mut sqe = AsyncEventRequest.to_sqe();
-    sqe.cid = admin.next_cid();
-    sqe.set_sgl1(&SglDescriptor::TransportDataBlock { length: 0, subtype: SglSubtype::TransportSpecific }).unwrap();
-    admin.send_pdu(&Pdu::CapsuleCommand(CapsuleCommand { sqe }), &[]).expect("capsule sent");
-    // The AER is held: a Keep Alive issued after it completes first.
-    ok(admin.command(KeepAlive.to_sqe(), None, 0));
-    sqe.cid
-}
-
-/// The held AER `cid` completes with a Namespace Attribute Changed notice; the changed namespace list (read
-/// without RAE, which re-arms the event) names exactly `nsid`.
-fn expect_namespace_notice(admin: &mut TcpTestClient, cid: u16, nsid: u32) {
-    let (pdu, _) = admin.recv_pdu().expect("the AER completes");
-    let Pdu::CapsuleResponse(resp) = pdu else { panic!("expected the AER's response, got {pdu:?}") };
-    assert_eq!(resp.cqe.cid, cid);
-    assert!(resp.cqe.status.is_success(), "{}", resp.cqe.status);
-    assert_eq!(AsyncEvent::from_dw0(resp.cqe.dw0).unwrap(), AsyncEvent::NAMESPACE_ATTRIBUTE_CHANGED);
-    let glp = GetLogPage::new(lid::CHANGED_NAMESPACE_LIST, 0, 4096).unwrap();
-    let c = ok(admin.command(glp.to_sqe(), None, 4096));
-    let ChangedNamespaces::List(l) = ChangedNamespaceList::parse(&c.data).unwrap() else { panic!("a list") };
-    assert_eq!(l.iter().collect::<Vec<_>>(), [nsid]);
 }
 
 fn identify(admin: &mut TcpTestClient, cns: u8, nsid: u32) -> Completion {

@@ -28,11 +28,12 @@ use nvmf_common::nvme::log_page::AnaState;
 use serde::{Deserialize, Serialize};
 
 use crate::document::SpanIndex;
-use crate::error::{ConfigError, Location, Problem};
+use crate::error::{ConfigError, Location, Problem, ValueError};
 use crate::ids::{Eui64, Nguid, Uuid};
 pub use crate::PollMode;
 
 pub(crate) use schema::*;
+pub(crate) use to_raw::backend_to_raw;
 pub(crate) use validate::validate;
 // Shared with the host configuration's validation.
 pub(crate) use validate::{check_nqn, cpu_list, int_in, ip_address, logging, metrics, socket_address};
@@ -45,6 +46,18 @@ pub const DISCOVERY_PORT: u16 = 8009;
 pub const MAX_ANA_GROUP: u32 = 128;
 /// What `[[listener]] ana_state` may be.
 pub const ANA_STATE_ALLOWED: &str = "optimized, non-optimized, inaccessible, persistent-loss or change";
+/// Default `[[subsystem.namespace]] ceph_conf` of an `rbd` namespace: where librados looks by default.
+pub const DEFAULT_CEPH_CONF: &str = "/etc/ceph/ceph.conf";
+/// Default `[[subsystem.namespace]] ceph_id` of an `rbd` namespace: the cephx user the `rbd` command uses by default.
+pub const DEFAULT_CEPH_ID: &str = "admin";
+/// Longest pool, RADOS namespace, image or cephx user name, in bytes.
+const MAX_CEPH_NAME: usize = 255;
+/// What an RBD image name (`rbd` in the file, `rbd:` on the command line) may be.
+pub const RBD_IMAGE_ALLOWED: &str = "POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a \
+     snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\"";
+/// What a cephx user name (`ceph_id` in the file, `ceph-id=` on the command line) may be.
+pub const CEPH_ID_ALLOWED: &str =
+    "a cephx user such as \"admin\" or \"client.admin\": 1 to 255 bytes without whitespace or control characters";
 
 /// A fabric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -325,7 +338,7 @@ pub struct NamespaceConfig {
     pub ana_group: u32,
 }
 
-/// The storage behind a namespace: exactly one of `path`, `memory`, `null` in the file.
+/// The storage behind a namespace: exactly one of `path`, `memory`, `null`, `rbd` in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NamespaceBackend {
     /// A block device or regular file (`path = "/dev/nvme0n1"`). A relative path in a file is relative to the
@@ -341,6 +354,100 @@ pub enum NamespaceBackend {
         /// Capacity in bytes.
         size: u64,
     },
+    /// A Ceph RBD image reached through librbd (`rbd = "POOL/IMAGE"`, with `ceph_conf` and `ceph_id`), which must
+    /// exist. Its capacity is the image's size rounded down to the block size, and follows the image when it is
+    /// resized.
+    Rbd(RbdImage),
+}
+
+/// A Ceph RBD image reached through librbd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RbdImage {
+    /// The pool (`rbd`).
+    pub pool: String,
+    /// The RADOS namespace inside the pool; empty for the pool's default namespace.
+    pub rados_namespace: String,
+    /// The image's name.
+    pub image: String,
+    /// The Ceph configuration file (monitors, keyring path). Default /etc/ceph/ceph.conf.
+    pub ceph_conf: PathBuf,
+    /// The cephx user without the `client.` prefix. Default `admin`.
+    pub ceph_id: String,
+}
+
+impl RbdImage {
+    /// The image named `name` (`POOL/IMAGE` or `POOL/NAMESPACE/IMAGE`, see [`parse_rbd_image_name`]), reached
+    /// with the default Ceph configuration file and user.
+    pub fn parse(name: &str) -> Result<Self, ValueError> {
+        let (pool, rados_namespace, image) = parse_rbd_image_name(name)?;
+        Ok(RbdImage {
+            pool,
+            rados_namespace,
+            image,
+            ceph_conf: PathBuf::from(DEFAULT_CEPH_CONF),
+            ceph_id: DEFAULT_CEPH_ID.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for RbdImage {
+    /// The image's name as the `rbd` command writes it: `POOL/IMAGE` or `POOL/NAMESPACE/IMAGE`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.rados_namespace.is_empty() {
+            write!(f, "{}/{}", self.pool, self.image)
+        } else {
+            write!(f, "{}/{}/{}", self.pool, self.rados_namespace, self.image)
+        }
+    }
+}
+
+/// Parse an RBD image name as the `rbd` command writes it, `POOL/IMAGE` or `POOL/NAMESPACE/IMAGE`, into (pool,
+/// RADOS namespace, image); the namespace is empty in the first form. Each part is 1..=255 bytes without whitespace
+/// or control characters; a snapshot (`@SNAP`) is refused, since snapshots are read-only.
+pub fn parse_rbd_image_name(text: &str) -> Result<(String, String, String), ValueError> {
+    let error = |problem: String| ValueError::new(problem, RBD_IMAGE_ALLOWED);
+    if text.is_empty() {
+        return Err(error("the image name is empty".to_owned()));
+    }
+    if text.contains('@') {
+        return Err(error(format!("{text:?} names a snapshot: snapshots are read-only; export the image itself")));
+    }
+    if let Some(bad) = text.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(error(format!("image name {text:?} contains {bad:?}")));
+    }
+    let parts: Vec<&str> = text.split('/').collect();
+    let (pool, rados_namespace, image) = match parts[..] {
+        [pool, image] => (pool, None, image),
+        [pool, rados_namespace, image] => (pool, Some(rados_namespace), image),
+        [_] => return Err(error(format!("image name {text:?} has no pool"))),
+        _ => return Err(error(format!("image name {text:?} has {} parts, at most 3", parts.len()))),
+    };
+    let named = [("pool", Some(pool)), ("RADOS namespace", rados_namespace), ("image", Some(image))];
+    for (what, part) in named.into_iter().filter_map(|(what, part)| Some((what, part?))) {
+        if part.is_empty() {
+            return Err(error(format!("the {what} of {text:?} is empty")));
+        }
+        if part.len() > MAX_CEPH_NAME {
+            return Err(error(format!("the {what} of {text:?} is {} bytes long", part.len())));
+        }
+    }
+    Ok((pool.to_owned(), rados_namespace.unwrap_or_default().to_owned(), image.to_owned()))
+}
+
+/// Parse a cephx user name, with or without its `client.` prefix (`client.admin` is `admin`), into the name
+/// without it: 1..=255 bytes without whitespace or control characters.
+pub fn parse_ceph_id(text: &str) -> Result<String, ValueError> {
+    let id = text.strip_prefix("client.").unwrap_or(text);
+    if id.is_empty() {
+        return Err(ValueError::new(format!("cephx user {text:?} is empty"), CEPH_ID_ALLOWED));
+    }
+    if let Some(bad) = id.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ValueError::new(format!("cephx user {text:?} contains {bad:?}"), CEPH_ID_ALLOWED));
+    }
+    if id.len() > MAX_CEPH_NAME {
+        return Err(ValueError::new(format!("cephx user {text:?} is {} bytes long", id.len()), CEPH_ID_ALLOWED));
+    }
+    Ok(id.to_owned())
 }
 
 /// `[discovery]`.

@@ -169,6 +169,12 @@ pub(crate) struct RawNamespace {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub null: Option<RawSize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceph_conf: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceph_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_size: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffered_io: Option<bool>,

@@ -27,7 +27,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("unknown_section", "[reactor]\nthreads = 1\n",
         "t.toml:1:2: reactor: unknown field `reactor`, expected one of `target`, `discovery`, `reactors`, `metrics`, `logging`, `listener`, `subsystem`"),
     ("unknown_key", "@[[subsystem.namespace]]@blocksize = 4096\n",
-        "t.toml:9:1: subsystem[0].namespace[0].blocksize: unknown field `blocksize`, expected one of `nsid`, `path`, `memory`, `null`, `block_size`, `buffered_io`, `uuid`, `nguid`, `eui64`, `ana_group`"),
+        "t.toml:9:1: subsystem[0].namespace[0].blocksize: unknown field `blocksize`, expected one of `nsid`, `path`, `memory`, `null`, `rbd`, `ceph_conf`, `ceph_id`, `block_size`, `buffered_io`, `uuid`, `nguid`, `eui64`, `ana_group`"),
     ("wrong_type", "@[[listener]]@port = \"4420\"\n",
         "t.toml:3:8: listener[0].port: invalid type: string \"4420\", expected an integer"),
     ("bad_variant", "@[[listener]]@transport = \"udp\"\n",
@@ -151,9 +151,9 @@ const CASES: &[(&str, &str, &str)] = &[
     ("nsid_duplicate_implicit", "@[[subsystem.namespace]]@nsid = 2\n[[subsystem.namespace]]\nnull = \"1G\"\nnsid = 1\n[[subsystem.namespace]]\nnull = \"1G\"\n",
         "t.toml:13:1: subsystem[0].namespace[2].nsid: NSID 2 (counted on from the previous namespace) is also namespace[0]'s; allowed: 1..=1024 (max_namespaces), unique in the subsystem"),
     ("no_backend", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n[[subsystem.namespace]]\nnsid = 1\n",
-        "t.toml:5:1: subsystem[0].namespace[0]: the namespace has no backend; allowed: exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\" or null = \"SIZE\""),
+        "t.toml:5:1: subsystem[0].namespace[0]: the namespace has no backend; allowed: exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\", null = \"SIZE\" or rbd = \"POOL/IMAGE\" (Ceph RBD image)"),
     ("two_backends", "@[[subsystem.namespace]]@path = \"/dev/null\"\n",
-        "t.toml:8:10: subsystem[0].namespace[0].memory: the namespace has both path and memory; allowed: exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\" or null = \"SIZE\""),
+        "t.toml:8:10: subsystem[0].namespace[0].memory: the namespace has both path and memory; allowed: exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\", null = \"SIZE\" or rbd = \"POOL/IMAGE\" (Ceph RBD image)"),
     ("empty_path", "[[listener]]\naddress = \"::\"\n[[subsystem]]\nnqn = \"nqn.2024-01.io.example:disk\"\n[[subsystem.namespace]]\npath = \"\"\n",
         "t.toml:6:8: subsystem[0].namespace[0].path: the path is empty; allowed: a block device or file path"),
     ("size_multiple", "@@[[subsystem.namespace]]\nblock_size = 4096\nnull = 6144\n",
@@ -165,11 +165,51 @@ const CASES: &[(&str, &str, &str)] = &[
     ("block_size", "@[[subsystem.namespace]]@block_size = 1024\n",
         "t.toml:9:14: subsystem[0].namespace[0].block_size: block size 1024 is not supported; allowed: 512 or 4096"),
     ("buffered_io_memory", "@[[subsystem.namespace]]@buffered_io = true\n",
-        "t.toml:9:15: subsystem[0].namespace[0].buffered_io: buffered_io applies to path namespaces only; allowed: true with path, false (the default) with memory or null"),
+        "t.toml:9:15: subsystem[0].namespace[0].buffered_io: buffered_io applies to path namespaces only; allowed: true with path, false (the default) with memory, null or rbd"),
     ("buffered_io_memory_false", "@[[subsystem.namespace]]@buffered_io = false\n",
         "accepted"),
     ("buffered_io_type", "@[[subsystem.namespace]]@buffered_io = 1\n",
         "t.toml:9:15: subsystem[0].namespace[0].buffered_io: invalid type: integer `1`, expected a boolean"),
+    ("rbd_and_memory", "@[[subsystem.namespace]]@rbd = \"rbd/disk1\"\n",
+        "t.toml:9:7: subsystem[0].namespace[0].rbd: the namespace has both memory and rbd; allowed: exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\", null = \"SIZE\" or rbd = \"POOL/IMAGE\" (Ceph RBD image)"),
+    ("path_and_rbd", "@@[[subsystem.namespace]]\npath = \"/dev/sda\"\nrbd = \"rbd/disk1\"\n",
+        "t.toml:11:7: subsystem[0].namespace[1].rbd: the namespace has both path and rbd; allowed: exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\", null = \"SIZE\" or rbd = \"POOL/IMAGE\" (Ceph RBD image)"),
+    ("rbd", "@@[[subsystem.namespace]]\nrbd = \"rbd/disk1\"\n", "accepted"),
+    ("rbd_namespace", "@@[[subsystem.namespace]]\nrbd = \"rbd/nvmf/disk1\"\nceph_id = \"client.nvmf\"\n", "accepted"),
+    ("rbd_type", "@@[[subsystem.namespace]]\nrbd = 1\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: invalid type: integer `1`, expected a string"),
+    ("rbd_empty", "@@[[subsystem.namespace]]\nrbd = \"\"\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: the image name is empty; allowed: POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\""),
+    ("rbd_snapshot", "@@[[subsystem.namespace]]\nrbd = \"rbd/disk1@gold\"\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: \"rbd/disk1@gold\" names a snapshot: snapshots are read-only; export the image itself; allowed: POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\""),
+    ("rbd_no_pool", "@@[[subsystem.namespace]]\nrbd = \"disk1\"\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: image name \"disk1\" has no pool; allowed: POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\""),
+    ("rbd_four_parts", "@@[[subsystem.namespace]]\nrbd = \"rbd/a/b/disk1\"\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: image name \"rbd/a/b/disk1\" has 4 parts, at most 3; allowed: POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\""),
+    ("rbd_empty_pool", "@@[[subsystem.namespace]]\nrbd = \"/disk1\"\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: the pool of \"/disk1\" is empty; allowed: POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\""),
+    ("rbd_empty_namespace", "@@[[subsystem.namespace]]\nrbd = \"rbd//disk1\"\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: the RADOS namespace of \"rbd//disk1\" is empty; allowed: POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\""),
+    ("rbd_empty_image", "@@[[subsystem.namespace]]\nrbd = \"rbd/\"\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: the image of \"rbd/\" is empty; allowed: POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\""),
+    ("rbd_whitespace", "@@[[subsystem.namespace]]\nrbd = \"rbd/my disk\"\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: image name \"rbd/my disk\" contains ' '; allowed: POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\""),
+    ("rbd_control", "@@[[subsystem.namespace]]\nrbd = \"rbd/disk\\u0001\"\n",
+        "t.toml:10:7: subsystem[0].namespace[1].rbd: image name \"rbd/disk\\u{1}\" contains '\\u{1}'; allowed: POOL/IMAGE or POOL/NAMESPACE/IMAGE as the rbd command names an image (not a snapshot), each part 1 to 255 bytes without whitespace or control characters, e.g. \"rbd/disk1\""),
+    ("ceph_conf_without_rbd", "@[[subsystem.namespace]]@ceph_conf = \"/etc/ceph/ceph.conf\"\n",
+        "t.toml:9:13: subsystem[0].namespace[0].ceph_conf: ceph_conf applies to rbd namespaces only; allowed: ceph_conf and ceph_id with rbd = \"POOL/IMAGE\" only"),
+    ("ceph_id_without_rbd", "@@[[subsystem.namespace]]\npath = \"/dev/sda\"\nceph_id = \"admin\"\n",
+        "t.toml:11:11: subsystem[0].namespace[1].ceph_id: ceph_id applies to rbd namespaces only; allowed: ceph_conf and ceph_id with rbd = \"POOL/IMAGE\" only"),
+    ("ceph_conf_empty", "@@[[subsystem.namespace]]\nrbd = \"rbd/disk1\"\nceph_conf = \"\"\n",
+        "t.toml:11:13: subsystem[0].namespace[1].ceph_conf: the path is empty; allowed: a Ceph configuration file path, e.g. \"/etc/ceph/ceph.conf\""),
+    ("ceph_id_prefix_only", "@@[[subsystem.namespace]]\nrbd = \"rbd/disk1\"\nceph_id = \"client.\"\n",
+        "t.toml:11:11: subsystem[0].namespace[1].ceph_id: cephx user \"client.\" is empty; allowed: a cephx user such as \"admin\" or \"client.admin\": 1 to 255 bytes without whitespace or control characters"),
+    ("ceph_id_empty", "@@[[subsystem.namespace]]\nrbd = \"rbd/disk1\"\nceph_id = \"\"\n",
+        "t.toml:11:11: subsystem[0].namespace[1].ceph_id: cephx user \"\" is empty; allowed: a cephx user such as \"admin\" or \"client.admin\": 1 to 255 bytes without whitespace or control characters"),
+    ("ceph_id_whitespace", "@@[[subsystem.namespace]]\nrbd = \"rbd/disk1\"\nceph_id = \"nvmf target\"\n",
+        "t.toml:11:11: subsystem[0].namespace[1].ceph_id: cephx user \"nvmf target\" contains ' '; allowed: a cephx user such as \"admin\" or \"client.admin\": 1 to 255 bytes without whitespace or control characters"),
+    ("buffered_io_rbd", "@@[[subsystem.namespace]]\nrbd = \"rbd/disk1\"\nbuffered_io = true\n",
+        "t.toml:11:15: subsystem[0].namespace[1].buffered_io: buffered_io applies to path namespaces only; allowed: true with path, false (the default) with memory, null or rbd"),
     ("uuid", "@[[subsystem.namespace]]@uuid = \"not-a-uuid\"\n",
         "t.toml:9:8: subsystem[0].namespace[0].uuid: \"not-a-uuid\" is not a UUID; allowed: a UUID such as \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\", not all zero"),
     ("nguid", "@[[subsystem.namespace]]@nguid = \"00\"\n",
@@ -640,4 +680,103 @@ fn discovery_auth_required_needs_a_host_with_a_key() {
     let config = load(&text).unwrap();
     assert!(config.discovery.auth_required);
     assert_eq!(load(&config.to_string()).unwrap(), config);
+}
+
+fn rbd_backend(config: &TargetConfig) -> &RbdImage {
+    match &config.subsystems[0].namespaces[0].backend {
+        NamespaceBackend::Rbd(image) => image,
+        other => panic!("not an rbd namespace: {other:?}"),
+    }
+}
+
+#[test]
+fn rbd_namespace_defaults_and_reads_back() {
+    let config = load(&BASE.replace("memory = \"1GiB\"", "rbd = \"rbd/disk1\"")).unwrap();
+    let image = rbd_backend(&config);
+    let expected = RbdImage {
+        pool: "rbd".to_owned(),
+        rados_namespace: String::new(),
+        image: "disk1".to_owned(),
+        ceph_conf: PathBuf::from(DEFAULT_CEPH_CONF),
+        ceph_id: DEFAULT_CEPH_ID.to_owned(),
+    };
+    assert_eq!(*image, expected);
+    assert_eq!(image.to_string(), "rbd/disk1");
+    assert!(!config.subsystems[0].namespaces[0].buffered_io);
+    // The effective configuration writes the Ceph defaults out, and no buffered_io.
+    let printed = config.to_string();
+    assert!(
+        printed.contains("rbd = \"rbd/disk1\"\nceph_conf = \"/etc/ceph/ceph.conf\"\nceph_id = \"admin\"\n"),
+        "{printed}"
+    );
+    assert!(!printed.contains("buffered_io"), "{printed}");
+    assert_eq!(load(&printed).unwrap(), config, "{printed}");
+    // Writing the defaults out is the same configuration; so is the user with its `client.` prefix.
+    let explicit = "rbd = \"rbd/disk1\"\nceph_conf = \"/etc/ceph/ceph.conf\"\nceph_id = \"client.admin\"";
+    assert_eq!(load(&BASE.replace("memory = \"1GiB\"", explicit)).unwrap(), config);
+}
+
+#[test]
+fn rbd_namespace_in_a_rados_namespace_with_its_own_user() {
+    let text = "rbd = \"ssd/tenant-a/vm.disk_1\"\nceph_conf = \"/etc/ceph/lab.conf\"\nceph_id = \"client.nvmf\"\n\
+                block_size = 4096";
+    let config = load(&BASE.replace("memory = \"1GiB\"", text)).unwrap();
+    let image = rbd_backend(&config);
+    assert_eq!(
+        (image.pool.as_str(), image.rados_namespace.as_str(), image.image.as_str()),
+        ("ssd", "tenant-a", "vm.disk_1")
+    );
+    assert_eq!((image.ceph_conf.as_path(), image.ceph_id.as_str()), (Path::new("/etc/ceph/lab.conf"), "nvmf"));
+    assert_eq!(image.to_string(), "ssd/tenant-a/vm.disk_1");
+    assert_eq!(config.subsystems[0].namespaces[0].block_size, 4096);
+    let printed = config.to_string();
+    assert!(printed.contains("rbd = \"ssd/tenant-a/vm.disk_1\"\n"), "{printed}");
+    assert!(printed.contains("ceph_id = \"nvmf\"\n"), "{printed}");
+    assert_eq!(load(&printed).unwrap(), config, "{printed}");
+}
+
+#[test]
+fn rbd_names_are_bounded() {
+    let long = "x".repeat(255);
+    for name in [format!("{long}/i"), format!("p/{long}/i"), format!("p/{long}")] {
+        assert!(parse_rbd_image_name(&name).is_ok(), "{name}");
+    }
+    for (name, what) in
+        [(format!("{long}x/i"), "pool"), (format!("p/{long}x/i"), "RADOS namespace"), (format!("p/{long}x"), "image")]
+    {
+        let error = parse_rbd_image_name(&name).unwrap_err();
+        assert_eq!(error.problem, format!("the {what} of {name:?} is 256 bytes long"));
+        assert_eq!(error.allowed, RBD_IMAGE_ALLOWED);
+    }
+    assert_eq!(parse_ceph_id(&long).unwrap(), long);
+    assert_eq!(parse_ceph_id(&format!("client.{long}")).unwrap(), long);
+    let error = parse_ceph_id(&format!("{long}x")).unwrap_err();
+    assert!(error.problem.ends_with("is 256 bytes long"), "{error}");
+    assert_eq!(error.allowed, CEPH_ID_ALLOWED);
+    // Only a leading `client.` is the type prefix.
+    assert_eq!(parse_ceph_id("nvmf.client.x").unwrap(), "nvmf.client.x");
+    assert_eq!(parse_ceph_id("client.client.x").unwrap(), "client.x");
+    let error = parse_ceph_id("nvmf\u{7f}").unwrap_err();
+    assert_eq!(error.problem, "cephx user \"nvmf\\u{7f}\" contains '\\u{7f}'");
+    // A snapshot anywhere, even where a part would be empty, is named as a snapshot.
+    let error = parse_rbd_image_name("rbd/@snap").unwrap_err();
+    assert!(error.problem.ends_with("names a snapshot: snapshots are read-only; export the image itself"));
+}
+
+#[test]
+fn rbd_ceph_conf_is_relative_to_the_configuration_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("target.toml");
+    let relative = "rbd = \"rbd/disk1\"\nceph_conf = \"ceph/ceph.conf\"";
+    std::fs::write(&path, BASE.replace("memory = \"1GiB\"", relative)).unwrap();
+    let config = TargetConfig::from_file(&path).unwrap();
+    assert_eq!(rbd_backend(&config).ceph_conf, dir.path().join("ceph/ceph.conf"));
+    // The printed configuration names the resolved file, wherever it is loaded from.
+    assert_eq!(load(&config.to_string()).unwrap(), config);
+    // An absolute one is kept; from a string a relative one stays as written.
+    std::fs::write(&path, BASE.replace("memory = \"1GiB\"", "rbd = \"rbd/disk1\"\nceph_conf = \"/etc/c.conf\""))
+        .unwrap();
+    assert_eq!(rbd_backend(&TargetConfig::from_file(&path).unwrap()).ceph_conf, Path::new("/etc/c.conf"));
+    let config = load(&BASE.replace("memory = \"1GiB\"", relative)).unwrap();
+    assert_eq!(rbd_backend(&config).ceph_conf, Path::new("ceph/ceph.conf"));
 }

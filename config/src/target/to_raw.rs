@@ -86,23 +86,38 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
 }
 
 fn namespace_to_raw(namespace: &NamespaceConfig) -> RawNamespace {
-    let (path, memory, null) = match &namespace.backend {
-        NamespaceBackend::Path(path) => (Some(path.to_string_lossy().into_owned()), None, None),
-        NamespaceBackend::Memory { size } => (None, Some(RawSize::Text(format_size(*size))), None),
-        NamespaceBackend::Null { size } => (None, None, Some(RawSize::Text(format_size(*size)))),
-    };
     RawNamespace {
         nsid: Some(i64::from(namespace.nsid)),
-        path,
-        memory,
-        null,
         block_size: Some(i64::from(namespace.block_size)),
-        // Only where it may be true: a memory or null namespace with `buffered_io = false` would read oddly.
+        // Only where it may be true: a memory, null or rbd namespace with `buffered_io = false` would read oddly.
         buffered_io: matches!(namespace.backend, NamespaceBackend::Path(_)).then_some(namespace.buffered_io),
         uuid: Some(namespace.uuid.hyphenated().to_string()),
         nguid: Some(namespace.nguid.to_string()),
         eui64: Some(namespace.eui64.to_string()),
         ana_group: Some(i64::from(namespace.ana_group)),
+        ..backend_to_raw(&namespace.backend)
+    }
+}
+
+/// The backend keys of a namespace (`path`, `memory`, `null`, or `rbd` with `ceph_conf` and `ceph_id` written
+/// out); every other key absent.
+pub(crate) fn backend_to_raw(backend: &NamespaceBackend) -> RawNamespace {
+    match backend {
+        NamespaceBackend::Path(path) => {
+            RawNamespace { path: Some(path.to_string_lossy().into_owned()), ..RawNamespace::default() }
+        }
+        NamespaceBackend::Memory { size } => {
+            RawNamespace { memory: Some(RawSize::Text(format_size(*size))), ..RawNamespace::default() }
+        }
+        NamespaceBackend::Null { size } => {
+            RawNamespace { null: Some(RawSize::Text(format_size(*size))), ..RawNamespace::default() }
+        }
+        NamespaceBackend::Rbd(image) => RawNamespace {
+            rbd: Some(image.to_string()),
+            ceph_conf: Some(image.ceph_conf.to_string_lossy().into_owned()),
+            ceph_id: Some(image.ceph_id.clone()),
+            ..RawNamespace::default()
+        },
     }
 }
 

@@ -19,8 +19,10 @@ pub(crate) const NQN_ALLOWED: &str = "a name of 1 to 223 bytes without control c
                                      \"nqn.yyyy-mm.reverse.domain[:name]\" or \"nqn.2014-08.org.nvmexpress:uuid:<UUID>\"";
 const ADDRESS_ALLOWED: &str = "an IPv4 or IPv6 address literal such as \"0.0.0.0\", \"127.0.0.1\", \"::\" or \"::1\" \
                                (no host name, brackets or port)";
-const BACKEND_ALLOWED: &str =
-    "exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\" or null = \"SIZE\"";
+const BACKEND_ALLOWED: &str = "exactly one of path = \"/dev/...\" (block device or file), memory = \"SIZE\", \
+                               null = \"SIZE\" or rbd = \"POOL/IMAGE\" (Ceph RBD image)";
+const CEPH_CONF_ALLOWED: &str = "a Ceph configuration file path, e.g. \"/etc/ceph/ceph.conf\"";
+const CEPH_OPTIONS_ALLOWED: &str = "ceph_conf and ceph_id with rbd = \"POOL/IMAGE\" only";
 const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
 
 /// Defaults of `[target]`, `[[subsystem]]` and `[[listener]]`.
@@ -612,40 +614,48 @@ fn namespace(
         }
         Ok(size)
     };
-    let backend = match (&raw.path, &raw.memory, &raw.null) {
-        (None, None, None) => return Err(Problem::new(key.clone(), "the namespace has no backend", BACKEND_ALLOWED)),
-        (Some(path), None, None) => {
-            if path.is_empty() {
-                return Err(Problem::new(key.key("path"), "the path is empty", "a block device or file path"));
-            }
-            let path = PathBuf::from(path);
-            NamespaceBackend::Path(match base {
-                Some(base) if path.is_relative() => base.join(path),
-                _ => path,
-            })
-        }
-        (None, Some(size), None) => NamespaceBackend::Memory { size: sized("memory", size)? },
-        (None, None, Some(size)) => NamespaceBackend::Null { size: sized("null", size)? },
-        (path, memory, _) => {
-            // Two or more: name the second in the order path, memory, null.
-            let (first, second) = match (path.is_some(), memory.is_some()) {
-                (true, true) => ("path", "memory"),
-                (true, false) => ("path", "null"),
-                (false, _) => ("memory", "null"),
-            };
+    let backends = [
+        ("path", raw.path.is_some()),
+        ("memory", raw.memory.is_some()),
+        ("null", raw.null.is_some()),
+        ("rbd", raw.rbd.is_some()),
+    ];
+    let mut given = backends.into_iter().filter_map(|(name, given)| given.then_some(name));
+    if let (Some(first), Some(second)) = (given.next(), given.next()) {
+        // Two or more: name the second in the order path, memory, null, rbd.
+        return Err(Problem::new(
+            key.key(second),
+            format!("the namespace has both {first} and {second}"),
+            BACKEND_ALLOWED,
+        ));
+    }
+    let backend = if let Some(path) = &raw.path {
+        NamespaceBackend::Path(resolved_path(path, base, &key.key("path"), "a block device or file path")?)
+    } else if let Some(size) = &raw.memory {
+        NamespaceBackend::Memory { size: sized("memory", size)? }
+    } else if let Some(size) = &raw.null {
+        NamespaceBackend::Null { size: sized("null", size)? }
+    } else if let Some(name) = &raw.rbd {
+        NamespaceBackend::Rbd(rbd_image(raw, name, base, key)?)
+    } else {
+        return Err(Problem::new(key.clone(), "the namespace has no backend", BACKEND_ALLOWED));
+    };
+    if !matches!(backend, NamespaceBackend::Rbd(_)) {
+        let ceph = [("ceph_conf", raw.ceph_conf.is_some()), ("ceph_id", raw.ceph_id.is_some())];
+        if let Some(name) = ceph.into_iter().find_map(|(name, given)| given.then_some(name)) {
             return Err(Problem::new(
-                key.key(second),
-                format!("the namespace has both {first} and {second}"),
-                BACKEND_ALLOWED,
+                key.key(name),
+                format!("{name} applies to rbd namespaces only"),
+                CEPH_OPTIONS_ALLOWED,
             ));
         }
-    };
+    }
     let buffered_io = raw.buffered_io.unwrap_or(false);
     if buffered_io && !matches!(backend, NamespaceBackend::Path(_)) {
         return Err(Problem::new(
             key.key("buffered_io"),
             "buffered_io applies to path namespaces only",
-            "true with path, false (the default) with memory or null",
+            "true with path, false (the default) with memory, null or rbd",
         ));
     }
     let uuid = match &raw.uuid {
@@ -665,6 +675,30 @@ fn namespace(
         Some(group) => int_in(group, 1..=i64::from(MAX_ANA_GROUP), &key.key("ana_group"), "ANA group", "1..=128")?,
     };
     Ok(NamespaceConfig { nsid, backend, block_size, buffered_io, uuid, nguid, eui64, ana_group })
+}
+
+/// A path key's value (at `key`), not empty; taken relative to `base` when relative.
+fn resolved_path(text: &str, base: Option<&Path>, key: &KeyPath, allowed: &str) -> Result<PathBuf, Problem> {
+    if text.is_empty() {
+        return Err(Problem::new(key.clone(), "the path is empty", allowed));
+    }
+    let path = PathBuf::from(text);
+    Ok(match base {
+        Some(base) if path.is_relative() => base.join(path),
+        _ => path,
+    })
+}
+
+/// The RBD image of a namespace with `rbd = name`, with its `ceph_conf` (relative to `base`) and `ceph_id`.
+fn rbd_image(raw: &RawNamespace, name: &str, base: Option<&Path>, key: &KeyPath) -> Result<RbdImage, Problem> {
+    let mut image = RbdImage::parse(name).map_err(|error| error.at(key.key("rbd")))?;
+    if let Some(conf) = &raw.ceph_conf {
+        image.ceph_conf = resolved_path(conf, base, &key.key("ceph_conf"), CEPH_CONF_ALLOWED)?;
+    }
+    if let Some(id) = &raw.ceph_id {
+        image.ceph_id = parse_ceph_id(id).map_err(|error| error.at(key.key("ceph_id")))?;
+    }
+    Ok(image)
 }
 
 /// A `cpus` list (at `key`): CPU numbers 0..=1023, each once, in the order given.

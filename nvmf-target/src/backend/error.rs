@@ -70,6 +70,9 @@ pub enum BackendError {
         #[source]
         source: io::Error,
     },
+    /// An RBD image cannot be reached.
+    #[error(transparent)]
+    Rbd(#[from] super::rbd::RbdError),
     /// An [`EngineConfig`](super::EngineConfig) value is out of range.
     #[error("engine configuration: {0}")]
     InvalidEngineConfig(&'static str),

@@ -40,6 +40,7 @@ mod error;
 mod memory;
 mod nvme;
 mod pool;
+mod rbd;
 mod ring;
 mod socket;
 mod storage;
@@ -49,6 +50,7 @@ pub use engine::{DiscardCounters, EngineConfig, IoCompletion, IoEngine, IoOp};
 pub use error::BackendError;
 pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};
+pub use rbd::{ClusterTimeouts, RbdError, RbdSpec};
 pub use socket::{NetCompletion, NetKind, NetOpId, ReceivedChunk, SendPiece, SocketOps, MAX_SEND_PIECES};
 pub use storage::{Storage, StorageSpec};
 

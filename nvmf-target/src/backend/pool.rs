@@ -384,8 +384,20 @@ impl BufferPool {
     }
 }
 
+impl BufferPool {
+    /// Never unmap the region: a device outside the engine's control (librbd, at exit) may still write to it.
+    #[cfg(feature = "rbd")]
+    pub(crate) fn leak(&mut self) {
+        // Drop unmaps `map_len` bytes; none is nothing.
+        self.map_len = 0;
+    }
+}
+
 impl Drop for BufferPool {
     fn drop(&mut self) {
+        if self.map_len == 0 {
+            return;
+        }
         // SAFETY: `base`/`map_len` are exactly what mmap returned; the owning engine drops its ring (which
         // unregisters the buffers and waits for nothing of ours: no op can be in flight once the ring is gone)
         // before the pool, see the field order of `IoEngine`.

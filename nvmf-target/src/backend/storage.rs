@@ -9,9 +9,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(feature = "rbd")]
+use std::sync::{Arc, Weak};
 
 use super::memory::MemoryStore;
 use super::nvme::{self, NvmeBacking};
+#[cfg(feature = "rbd")]
+use super::rbd;
+use super::rbd::RbdSpec;
 use super::{ring, BackendError};
 
 /// What to open: a spec from the configuration.
@@ -40,6 +45,13 @@ pub enum StorageSpec {
         /// Logical block size in bytes; at least a block device's logical block size.
         block_size: u32,
     },
+    /// A Ceph RBD image (its size rounded down to the block size is the capacity, and follows resizes).
+    Rbd {
+        /// The image and how to reach it.
+        spec: RbdSpec,
+        /// Logical block size in bytes.
+        block_size: u32,
+    },
 }
 
 impl StorageSpec {
@@ -62,7 +74,8 @@ impl StorageSpec {
         match self {
             StorageSpec::Null { block_size, .. }
             | StorageSpec::Memory { block_size, .. }
-            | StorageSpec::Path { block_size, .. } => *block_size,
+            | StorageSpec::Path { block_size, .. }
+            | StorageSpec::Rbd { block_size, .. } => *block_size,
         }
     }
 }
@@ -109,6 +122,9 @@ pub(crate) enum Kind {
     BlockDevice(FileBacking),
     /// An NVMe namespace through its generic character device.
     Nvme(NvmeBacking),
+    /// A Ceph RBD image through librbd.
+    #[cfg(feature = "rbd")]
+    Rbd(rbd::Image),
 }
 
 /// One namespace's storage, shared by all reactors (`Arc`). Opened once at start.
@@ -118,7 +134,8 @@ pub struct Storage {
     id: u64,
     kind: Kind,
     block_size: u32,
-    capacity: u64,
+    /// Bytes; changes only for an RBD image that was resized ([`Storage::refresh_capacity`]).
+    capacity: AtomicU64,
     discard: bool,
     volatile_write_cache: bool,
 }
@@ -179,12 +196,13 @@ impl Storage {
                     return Err(BackendError::UnsupportedFileType(path.clone()));
                 }
             }
+            StorageSpec::Rbd { spec, .. } => open_rbd(spec, block_size)?,
         };
         let storage = Storage {
             id: NEXT_STORAGE_ID.fetch_add(1, Ordering::Relaxed),
             kind,
             block_size,
-            capacity,
+            capacity: AtomicU64::new(capacity),
             discard,
             volatile_write_cache,
         };
@@ -207,12 +225,81 @@ impl Storage {
 
     /// Capacity in logical blocks.
     pub fn num_blocks(&self) -> u64 {
-        self.capacity / u64::from(self.block_size)
+        self.capacity() / u64::from(self.block_size)
     }
 
     /// Capacity in bytes.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// An RBD image's name (`pool/image`), the ops in librbd now and the ops that failed since open; `None` for
+    /// other kinds.
+    pub fn rbd_stats(&self) -> Option<(String, u64, u64)> {
+        #[cfg(feature = "rbd")]
+        if let Kind::Rbd(image) = &self.kind {
+            let (in_flight, errors) = image.stats();
+            return Some((image.name().to_owned(), in_flight, errors));
+        }
+        None
+    }
+
+    /// Reads the size again (an RBD image: librbd refreshes its header when it changed) and returns the new
+    /// capacity when it changed; `None` when it did not, for other kinds, or when the size cannot be read (logged).
+    pub fn refresh_capacity(&self) -> Option<u64> {
+        #[cfg(feature = "rbd")]
+        if let Kind::Rbd(image) = &self.kind {
+            let size = match image.size() {
+                Ok(size) => size,
+                Err(e) => {
+                    tracing::warn!(image = image.name(), error = %e, "cannot read the RBD image's size");
+                    return None;
+                }
+            };
+            let capacity = size - size % u64::from(self.block_size);
+            if capacity == 0 {
+                tracing::warn!(image = image.name(), size, "the RBD image shrank below one block; capacity kept");
+                return None;
+            }
+            let old = self.capacity.swap(capacity, Ordering::Relaxed);
+            return (old != capacity).then_some(capacity);
+        }
+        None
+    }
+
+    /// Call `on_resize(new capacity)` whenever the storage's size changes (an RBD image: its header is watched;
+    /// other kinds never change and `Ok(false)` says so). It runs on a thread of its own, once per change.
+    #[cfg(feature = "rbd")]
+    pub fn watch_resize(
+        self: &Arc<Self>,
+        on_resize: impl Fn(u64) + Send + Sync + 'static,
+    ) -> Result<bool, BackendError> {
+        let Kind::Rbd(image) = &self.kind else { return Ok(false) };
+        let storage = Arc::downgrade(self);
+        let on_resize = Arc::new(on_resize);
+        let on_change: rbd::OnChange = Box::new(move || {
+            // librbd calls this on its own thread, which must not wait for the header refresh the size needs.
+            let (storage, on_resize): (Weak<Storage>, _) = (storage.clone(), Arc::clone(&on_resize));
+            let spawned = std::thread::Builder::new().name("nvmf-rbd-resize".into()).spawn(move || {
+                if let Some(capacity) = storage.upgrade().and_then(|s| s.refresh_capacity()) {
+                    on_resize(capacity);
+                }
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "cannot start the thread that reads an RBD image's new size");
+            }
+        });
+        image.watch(on_change)?;
+        Ok(true)
+    }
+
+    /// See the `rbd` feature's version: without it no storage changes size.
+    #[cfg(not(feature = "rbd"))]
+    pub fn watch_resize(
+        self: &std::sync::Arc<Self>,
+        _on_resize: impl Fn(u64) + Send + Sync + 'static,
+    ) -> Result<bool, BackendError> {
+        Ok(false)
     }
 
     /// Whether writes may sit in a volatile cache until a Flush: true for files and block devices (we never open
@@ -235,6 +322,8 @@ impl Storage {
             Kind::File(f) => f.zero_mode != ZeroMode::Unsupported,
             Kind::Nvme(n) => n.write_zeroes,
             Kind::Null | Kind::Memory(_) | Kind::BlockDevice(_) => true,
+            #[cfg(feature = "rbd")]
+            Kind::Rbd(_) => true,
         }
     }
 
@@ -245,6 +334,8 @@ impl Storage {
             Kind::File(f) | Kind::BlockDevice(f) => f.direct,
             Kind::Nvme(_) => true,
             Kind::Null | Kind::Memory(_) => false,
+            #[cfg(feature = "rbd")]
+            Kind::Rbd(_) => false,
         }
     }
 
@@ -263,6 +354,8 @@ impl Storage {
             Kind::Memory(_) => "memory".to_owned(),
             Kind::File(f) | Kind::BlockDevice(f) => f.path.display().to_string(),
             Kind::Nvme(n) => format!("{} (NVMe passthrough, NSID {})", n.path.display(), n.nsid),
+            #[cfg(feature = "rbd")]
+            Kind::Rbd(image) => format!("rbd:{}", image.name()),
         }
     }
 
@@ -272,7 +365,10 @@ impl Storage {
         match &self.kind {
             Kind::File(f) | Kind::BlockDevice(f) => f.file.sync_data(),
             Kind::Nvme(n) => nvme::flush_blocking(n),
+            // librbd's cache is off: a completed write is on the OSDs.
             Kind::Null | Kind::Memory(_) => Ok(()),
+            #[cfg(feature = "rbd")]
+            Kind::Rbd(_) => Ok(()),
         }
     }
 
@@ -290,8 +386,27 @@ impl Storage {
             Kind::File(f) | Kind::BlockDevice(f) => Some(f.file.as_raw_fd()),
             Kind::Nvme(n) => Some(n.file.as_raw_fd()),
             Kind::Null | Kind::Memory(_) => None,
+            #[cfg(feature = "rbd")]
+            Kind::Rbd(_) => None,
         }
     }
+}
+
+/// An RBD image: capacity is its size rounded down to the block size; discard and write zeroes supported; no
+/// volatile write cache (librbd's cache is off).
+#[cfg(feature = "rbd")]
+fn open_rbd(spec: &RbdSpec, block_size: u32) -> Result<(Kind, u64, bool, bool), BackendError> {
+    let (image, size) = rbd::open(spec)?;
+    let capacity = size - size % u64::from(block_size);
+    if capacity == 0 {
+        return Err(BackendError::InvalidSize { what: format!("rbd:{}", image.name()), size, block_size });
+    }
+    Ok((Kind::Rbd(image), capacity, true, false))
+}
+
+#[cfg(not(feature = "rbd"))]
+fn open_rbd(_spec: &RbdSpec, _block_size: u32) -> Result<(Kind, u64, bool, bool), BackendError> {
+    Err(super::rbd::RbdError::NotBuilt.into())
 }
 
 /// Opens read-write, with O_DIRECT when `direct`; on EINVAL (the filesystem refuses O_DIRECT) retries buffered.

@@ -705,6 +705,11 @@ impl Subsystem {
         Ok(ns)
     }
 
+    /// Namespace `nsid`'s capacity changed (its storage was resized): hosts are told as for an added namespace.
+    pub fn namespace_resized(&self, nsid: u32) {
+        self.notify_namespace_changed(nsid);
+    }
+
     fn notify_namespace_changed(&self, nsid: u32) {
         for controller in self.controllers() {
             controller.namespace_changed(nsid);

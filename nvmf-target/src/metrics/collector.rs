@@ -427,6 +427,38 @@ impl Collector for TargetCollector {
             counter(&mut m, &[], self.target.reservation_conflicts())?;
         }
         {
+            // RBD images: (subsystem, namespace, image, ops in librbd, failed ops).
+            let mut images = Vec::new();
+            for s in self.target.subsystems() {
+                for ns in s.namespaces().iter() {
+                    if let Some((image, in_flight, errors)) = ns.storage().rbd_stats() {
+                        images.push((s.nqn().to_owned(), ns.nsid().to_string(), image, in_flight, errors));
+                    }
+                }
+            }
+            if !images.is_empty() {
+                let mut m = encoder.encode_descriptor(
+                    "nvmf_target_rbd_ops_in_flight",
+                    "Operations in librbd now, by subsystem, namespace and RBD image (pool/image).",
+                    None,
+                    MetricType::Gauge,
+                )?;
+                for (nqn, ns, image, in_flight, _) in &images {
+                    gauge(&mut m, &[("subsystem", nqn), ("namespace", ns), ("image", image)], *in_flight)?;
+                }
+                let mut m = encoder.encode_descriptor(
+                    "nvmf_target_rbd_errors",
+                    "Operations librbd failed (a negative return: timeout, blocklisted, I/O error) or refused, by \
+                     subsystem, namespace and RBD image, since the image was opened.",
+                    None,
+                    MetricType::Counter,
+                )?;
+                for (nqn, ns, image, _, errors) in &images {
+                    counter(&mut m, &[("subsystem", nqn), ("namespace", ns), ("image", image)], *errors)?;
+                }
+            }
+        }
+        {
             let mut m = encoder.encode_descriptor(
                 "nvmf_target_controllers",
                 "Live controllers (associations) of each subsystem.",

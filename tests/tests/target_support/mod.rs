@@ -11,10 +11,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::property::{ControllerConfiguration, ControllerStatus, Property, ShutdownNotification};
+use nvmf_common::nvme::admin::{AsyncEvent, AsyncEventRequest, KeepAlive};
 use nvmf_common::nvme::identify::{cns, Identify, IdentifyController, IDENTIFY_DATA_SIZE};
 use nvmf_common::nvme::io::{Compare, Read, Write};
-use nvmf_common::nvme::log_page::GetLogPage;
-use nvmf_common::nvme::{Status, SubmissionQueueEntry};
+use nvmf_common::nvme::log_page::{lid, ChangedNamespaceList, ChangedNamespaces, GetLogPage};
+use nvmf_common::nvme::{SglDescriptor, SglSubtype, Status, SubmissionQueueEntry};
+use nvmf_common::transport::tcp::{CapsuleCommand, Pdu};
 use nvmf_config::TargetConfig;
 use nvmf_target::daemon::RunningTarget;
 use nvmf_tests::nvme_tcp_client::{ClientError, ClientOptions, Completion, TcpTestClient};
@@ -387,4 +389,29 @@ pub fn wait_log(path: &Path, needle: &str) -> String {
         assert!(Instant::now() < deadline, "the target never logged {needle:?}; log:\n{log}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Send an Asynchronous Event Request without waiting; returns its CID.
+pub fn hold_aer(admin: &mut TcpTestClient) -> u16 {
+    let mut sqe = AsyncEventRequest.to_sqe();
+    sqe.cid = admin.next_cid();
+    sqe.set_sgl1(&SglDescriptor::TransportDataBlock { length: 0, subtype: SglSubtype::TransportSpecific }).unwrap();
+    admin.send_pdu(&Pdu::CapsuleCommand(CapsuleCommand { sqe }), &[]).expect("capsule sent");
+    // The AER is held: a Keep Alive issued after it completes first.
+    ok(admin.command(KeepAlive.to_sqe(), None, 0));
+    sqe.cid
+}
+
+/// The held AER `cid` completes with a Namespace Attribute Changed notice; the changed namespace list (read
+/// without RAE, which re-arms the event) names exactly `nsid`.
+pub fn expect_namespace_notice(admin: &mut TcpTestClient, cid: u16, nsid: u32) {
+    let (pdu, _) = admin.recv_pdu().expect("the AER completes");
+    let Pdu::CapsuleResponse(resp) = pdu else { panic!("expected the AER's response, got {pdu:?}") };
+    assert_eq!(resp.cqe.cid, cid);
+    assert!(resp.cqe.status.is_success(), "{}", resp.cqe.status);
+    assert_eq!(AsyncEvent::from_dw0(resp.cqe.dw0).unwrap(), AsyncEvent::NAMESPACE_ATTRIBUTE_CHANGED);
+    let glp = GetLogPage::new(lid::CHANGED_NAMESPACE_LIST, 0, 4096).unwrap();
+    let c = ok(admin.command(glp.to_sqe(), None, 4096));
+    let ChangedNamespaces::List(l) = ChangedNamespaceList::parse(&c.data).unwrap() else { panic!("a list") };
+    assert_eq!(l.iter().collect::<Vec<_>>(), [nsid]);
 }

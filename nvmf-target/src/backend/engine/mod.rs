@@ -55,6 +55,8 @@ mod file_ops;
 mod fixed_files;
 mod in_flight;
 mod passthrough;
+#[cfg(feature = "rbd")]
+mod rbd_ops;
 
 #[cfg(test)]
 mod tests;
@@ -189,6 +191,9 @@ pub struct IoEngine {
     discard: Option<DiscardWorker>,
     discard_queue_depth: usize,
     discard_counters: Arc<DiscardCounters>,
+    /// Ops on RBD images (set up at the first).
+    #[cfg(feature = "rbd")]
+    rbd: Option<rbd_ops::RbdOps>,
 }
 
 /// User data of the multishot poll of the reactor's epoll descriptor.
@@ -302,6 +307,8 @@ impl IoEngine {
             discard: None,
             discard_queue_depth: config.discard_queue_depth,
             discard_counters: counters,
+            #[cfg(feature = "rbd")]
+            rbd: None,
         })
     }
 
@@ -417,6 +424,8 @@ impl IoEngine {
             Kind::File(backing) => return self.push_ring(tag, storage, backing, false, op, buf),
             Kind::BlockDevice(backing) => return self.push_ring(tag, storage, backing, true, op, buf),
             Kind::Nvme(backing) => return self.push_nvme(tag, storage, backing, op, buf),
+            #[cfg(feature = "rbd")]
+            Kind::Rbd(image) => return self.push_rbd(tag, storage, image, op, buf),
         }
         Ok(())
     }
@@ -452,6 +461,10 @@ impl IoEngine {
         self.ready_signalled = false;
         if let Some(worker) = &mut self.discard {
             worker.drain(&mut f);
+        }
+        #[cfg(feature = "rbd")]
+        if let Some(rbd) = &mut self.rbd {
+            rbd.drain(&mut self.pool, &mut f);
         }
         let (pool, in_flight, groups, net) = (&mut self.pool, &mut self.in_flight, &mut self.groups, &mut self.net);
         let mut async_block_discard = self.async_block_discard;
@@ -596,6 +609,8 @@ impl IoEngine {
     pub fn in_flight(&self) -> usize {
         // An op split into several NVMe commands counts once.
         let at_worker = self.discard.as_ref().map_or(0, DiscardWorker::outstanding);
+        #[cfg(feature = "rbd")]
+        let at_worker = at_worker + self.rbd.as_ref().map_or(0, rbd_ops::RbdOps::in_flight);
         self.in_flight.len().saturating_sub(self.groups.parts) + self.groups.len() + self.ready.len() + at_worker
     }
 
@@ -611,9 +626,27 @@ impl IoEngine {
     }
 }
 
+impl IoEngine {
+    /// At drop: wait for the ops in librbd (each ends within the cluster's OSD timeout); if some never end, leak
+    /// the pool and the completion slots they still name rather than free memory librbd may write.
+    #[cfg(feature = "rbd")]
+    fn wait_for_rbd(&mut self) {
+        let Some(mut rbd) = self.rbd.take() else { return };
+        // Twice the longest OSD timeout a storage may have, and margin for librbd's own retries.
+        if rbd.wait_all(&mut self.pool, Duration::from_secs(120)) {
+            return;
+        }
+        tracing::error!(in_flight = rbd.in_flight(), "RBD ops still in librbd at exit: leaking their buffers");
+        rbd.leak();
+        self.pool.leak();
+    }
+}
+
 impl Drop for IoEngine {
     /// Waits for every op in the kernel, so no kernel worker touches the pool after it is unmapped.
     fn drop(&mut self) {
+        #[cfg(feature = "rbd")]
+        self.wait_for_rbd();
         // Socket ops wait for their peers: cancel them; their CQEs come back like any other.
         self.net.cancel_all(&mut self.ring);
         while self.in_flight.len() > 0 || self.net.in_flight() > 0 {

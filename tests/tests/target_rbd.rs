@@ -1,0 +1,167 @@
+//! Ceph RBD images as namespaces, against a one-node cluster started for each test (`tests/ceph/cluster.sh`):
+//! what a host writes through the target is in the image (read back through the target and with `rbd export`)
+//! and survives a restart; flush, write zeroes and deallocate answer as the spec says; a resize reaches hosts
+//! (Namespace Attribute Changed, the new size in Identify Namespace); an image that is not there is one clear
+//! start error.
+
+mod target_support;
+
+use nvmf_common::nvme::identify::{cns, IdentifyNamespace};
+use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, WriteZeroes};
+use nvmf_common::nvme::Status;
+use nvmf_config::TargetConfig;
+use nvmf_tests::ceph::CephCluster;
+use target_support::*;
+
+const MIB: u64 = 1 << 20;
+
+/// A target exporting `rbd/a` (512-byte blocks) as namespace 1 and `rbd/b` (4 KiB blocks) as namespace 2.
+fn config(cluster: &CephCluster) -> String {
+    let conf = cluster.conf();
+    let conf = conf.display();
+    format!(
+        r#"
+[reactors]
+threads = 2
+
+[[listener]]
+address = "127.0.0.1"
+
+[[subsystem]]
+nqn = "{SUBNQN}"
+
+[[subsystem.namespace]]
+rbd = "rbd/a"
+ceph_conf = "{conf}"
+
+[[subsystem.namespace]]
+rbd = "rbd/b"
+ceph_conf = "{conf}"
+ceph_id = "client.admin"
+block_size = 4096
+"#
+    )
+}
+
+fn namespace_blocks(admin: &mut nvmf_tests::nvme_tcp_client::TcpTestClient, nsid: u32) -> u64 {
+    let c = identify(admin, cns::NAMESPACE, nsid);
+    assert_status(&c, Status::SUCCESS);
+    let ns = IdentifyNamespace::parse(&c.data).unwrap();
+    assert_eq!(ns.nsze, ns.ncap);
+    ns.nsze
+}
+
+#[test]
+fn data_written_through_the_target_is_in_the_image() {
+    let cluster = CephCluster::start();
+    cluster.create_image("a", "64M");
+    cluster.create_image("b", "32M");
+    let toml = config(&cluster);
+    let t = Target::start(&toml);
+    let mut a = Association::new(t.addr, options(), 1);
+    assert_eq!(namespace_blocks(&mut a.admin, 1), 64 * MIB / 512);
+    assert_eq!(namespace_blocks(&mut a.admin, 2), 32 * MIB / 4096);
+
+    // 128 KiB at LBA 1000, and the last block of each namespace.
+    let data = pattern(128 << 10, 3);
+    assert_status(&write(a.io(), 1, 512, 1000, &data, false), Status::SUCCESS);
+    assert_eq!(ok(Ok(read(a.io(), 1, 512, 1000, data.len()))).data, data);
+    let last1 = 64 * MIB / 512 - 1;
+    let last2 = 32 * MIB / 4096 - 1;
+    assert_status(&write(a.io(), 1, 512, last1, &pattern(512, 4), true), Status::SUCCESS);
+    assert_status(&write(a.io(), 2, 4096, last2, &pattern(4096, 5), false), Status::SUCCESS);
+    assert_eq!(ok(Ok(read(a.io(), 2, 4096, last2, 4096))).data, pattern(4096, 5));
+    // One block past the end: LBA Out of Range, nothing sent to the cluster.
+    assert_status(&read(a.io(), 2, 4096, last2 + 1, 4096), Status::LBA_OUT_OF_RANGE);
+    ok(a.io().command(Flush { nsid: 1 }.to_sqe(), None, 0));
+
+    // Write Zeroes over part of the 128 KiB; Deallocate another part (RBD may keep partial-object data: only
+    // success is promised, as for a block device).
+    let wz = WriteZeroes { nsid: 1, slba: 1008, nlb: 15, ..WriteZeroes::default() };
+    ok(a.io().command(wz.to_sqe(), None, 0));
+    let mut want = data.clone();
+    want[8 * 512..24 * 512].fill(0);
+    assert_eq!(ok(Ok(read(a.io(), 1, 512, 1000, want.len()))).data, want);
+    let range = DsmRange { cattr: 0, length: 8, slba: 4096 };
+    let dsm = DatasetManagement { nsid: 1, nr: 0, ad: true, ..DatasetManagement::default() };
+    ok(a.io().command(dsm.to_sqe(), Some(&range.to_bytes()), 0));
+
+    // The bytes are in the image, where the LBAs say.
+    let image = cluster.export("a");
+    assert_eq!(image.len() as u64, 64 * MIB);
+    assert_eq!(&image[1000 * 512..1000 * 512 + want.len()], &want[..]);
+    assert_eq!(&image[image.len() - 512..], &pattern(512, 4)[..]);
+
+    // And they survive the target.
+    drop(a);
+    t.shutdown();
+    let t = Target::start(&toml);
+    let mut a = Association::new(t.addr, options(), 1);
+    assert_eq!(ok(Ok(read(a.io(), 1, 512, 1000, want.len()))).data, want);
+    assert_eq!(ok(Ok(read(a.io(), 2, 4096, last2, 4096))).data, pattern(4096, 5));
+}
+
+#[test]
+fn a_resized_image_reaches_hosts() {
+    let cluster = CephCluster::start();
+    cluster.create_image("a", "64M");
+    cluster.create_image("b", "32M");
+    let mut config = TargetConfig::from_str(&config(&cluster), "<test>").expect("valid configuration");
+    config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    config.listeners[0].address.set_port(0);
+    let running = nvmf_target::daemon::start(&config).expect("target starts");
+    let mut a = Association::new(running.local_addrs()[0], options(), 1);
+    assert_eq!(namespace_blocks(&mut a.admin, 2), 32 * MIB / 4096);
+    let cid = hold_aer(&mut a.admin);
+    cluster.rbd(&["resize", "--size", "48M", "rbd/b"]);
+    expect_namespace_notice(&mut a.admin, cid, 2);
+    assert_eq!(namespace_blocks(&mut a.admin, 2), 48 * MIB / 4096);
+    // The new blocks are usable at once.
+    let last = 48 * MIB / 4096 - 1;
+    assert_status(&write(a.io(), 2, 4096, last, &pattern(4096, 9), false), Status::SUCCESS);
+    assert_eq!(ok(Ok(read(a.io(), 2, 4096, last, 4096))).data, pattern(4096, 9));
+
+    // Each image's series: nothing in librbd once the commands completed, no failure.
+    let page = scrape(running.metrics_addr().expect("metrics listening"));
+    for image in ["a", "b"] {
+        let ns = if image == "a" { 1 } else { 2 };
+        let labels = format!("{{subsystem=\"{SUBNQN}\",namespace=\"{ns}\",image=\"rbd/{image}\"}}");
+        assert!(page.contains(&format!("nvmf_target_rbd_ops_in_flight{labels} 0\n")), "{page}");
+        assert!(page.contains(&format!("nvmf_target_rbd_errors_total{labels} 0\n")), "{page}");
+    }
+    drop(a);
+    running.shutdown();
+}
+
+/// An error and its sources, as the binary prints them.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+#[test]
+fn a_missing_image_is_one_clear_start_error() {
+    let cluster = CephCluster::start();
+    cluster.create_image("a", "64M");
+    let config = TargetConfig::from_str(&config(&cluster), "<test>").expect("valid configuration");
+    let error = nvmf_target::daemon::start(&config).expect_err("rbd/b does not exist");
+    let message = chain(&error);
+    assert!(message.contains("cannot open RBD image rbd/b"), "{message}");
+    assert!(message.contains("No such file or directory"), "{message}");
+
+    let mut config = config;
+    config.subsystems[0].namespaces.truncate(1);
+    let nvmf_config::target::NamespaceBackend::Rbd(image) = &mut config.subsystems[0].namespaces[0].backend else {
+        panic!("namespace 1 is an RBD image")
+    };
+    image.ceph_conf = "/nonexistent/ceph.conf".into();
+    let error = nvmf_target::daemon::start(&config).expect_err("no such configuration file");
+    let message = chain(&error);
+    assert!(message.contains("cannot read the Ceph configuration"), "{message}");
+}
