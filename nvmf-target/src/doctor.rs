@@ -1,14 +1,19 @@
 //! `nvmf-target doctor`: what a target configuration needs of this machine, for the checks of
 //! `nvmf_service::doctor`: RDMA for its RDMA listeners' addresses, locked memory and huge pages for its reactors'
 //! buffer pools (sized as the daemon sizes them, [`crate::daemon::engine_config`]), the NIC's NUMA node against
-//! `[reactors] cpus`, and io_uring for storage I/O. Runs once on the operator's command line; reads the
-//! configuration, sysfs and procfs, and creates (and drops) one io_uring.
+//! `[reactors] cpus`, io_uring for storage I/O, and each RBD image reachable through its cluster. Runs once on
+//! the operator's command line; reads the configuration, sysfs and procfs, creates (and drops) one io_uring, and
+//! opens (and closes) each RBD image.
 
 use std::path::Path;
 
+use nvmf_config::target::NamespaceBackend;
 use nvmf_config::TargetConfig;
 use nvmf_service::doctor::memory::size;
+use nvmf_service::doctor::report::{Finding, Level};
 use nvmf_service::doctor::{self, Cpus, HugePagesWanted, Needs, Pinned, RdmaUse, Report};
+
+use crate::backend::{Storage, StorageSpec};
 
 use crate::metrics::rnic::rdma_listener_addrs;
 
@@ -35,7 +40,51 @@ pub fn needs(config: &TargetConfig) -> Needs {
 
 /// Check the machine under `root` (`/`) for `config`.
 pub fn diagnose(config: &TargetConfig, root: &Path) -> Report {
-    doctor::diagnose(root, &needs(config), &doctor::io_uring::probe())
+    let mut report = doctor::diagnose(root, &needs(config), &doctor::io_uring::probe());
+    for finding in rbd_images(config) {
+        report.ok &= finding.level != Level::Fail;
+        report.findings.push(finding);
+    }
+    report
+}
+
+/// Each RBD namespace's image: opened through its cluster as the daemon will (its size), or why not.
+fn rbd_images(config: &TargetConfig) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for s in &config.subsystems {
+        for ns in &s.namespaces {
+            let NamespaceBackend::Rbd(image) = &ns.backend else { continue };
+            let check = format!("rbd {} (subsystem {}, nsid {})", image, s.nqn, ns.nsid);
+            let spec = crate::daemon::rbd_spec(image);
+            let opened = Storage::open(&StorageSpec::Rbd { spec, block_size: ns.block_size });
+            findings.push(match opened {
+                Ok(storage) => {
+                    Finding::ok(check, format!("reachable as client.{}: {}", image.ceph_id, size(storage.capacity())))
+                }
+                Err(e) => {
+                    let mut why = e.to_string();
+                    let mut source = std::error::Error::source(&e);
+                    while let Some(cause) = source {
+                        why.push_str(": ");
+                        why.push_str(&cause.to_string());
+                        source = cause.source();
+                    }
+                    Finding::fail(
+                        check,
+                        why,
+                        format!(
+                            "check the monitors and keyring {} names, and the image: rbd -c {} --id {} info {}",
+                            image.ceph_conf.display(),
+                            image.ceph_conf.display(),
+                            image.ceph_id,
+                            image
+                        ),
+                    )
+                }
+            });
+        }
+    }
+    findings
 }
 
 #[cfg(test)]

@@ -215,10 +215,14 @@ fn doctor(args: &DoctorArgs) -> ExitCode {
     }
 }
 
-/// Open every path namespace of `config` the way the daemon will, and close it again.
+/// Open every path and RBD namespace of `config` the way the daemon will (an RBD image through its cluster), and
+/// close it again.
 fn check_paths(config: &TargetConfig) -> anyhow::Result<()> {
     for s in &config.subsystems {
-        for ns in s.namespaces.iter().filter(|ns| matches!(ns.backend, NamespaceBackend::Path(_))) {
+        let opened = |ns: &&nvmf_config::target::NamespaceConfig| {
+            matches!(ns.backend, NamespaceBackend::Path(_) | NamespaceBackend::Rbd(_))
+        };
+        for ns in s.namespaces.iter().filter(opened) {
             nvmf_target::daemon::namespace_params(&s.nqn, ns)?;
         }
     }

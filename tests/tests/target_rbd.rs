@@ -165,3 +165,69 @@ fn a_missing_image_is_one_clear_start_error() {
     let message = chain(&error);
     assert!(message.contains("cannot read the Ceph configuration"), "{message}");
 }
+
+#[test]
+fn doctor_and_reload_reach_the_cluster() {
+    let cluster = CephCluster::start();
+    cluster.create_image("a", "64M");
+    cluster.create_image("b", "32M");
+    let dir = tempfile::tempdir().unwrap();
+
+    // doctor opens each image: rbd/a is there, rbd/missing is not (a failure naming it, with a fix).
+    let with_missing = config(&cluster).replace("rbd/b", "rbd/missing");
+    let report = nvmf_target::doctor::diagnose(
+        &TargetConfig::from_str(&with_missing, "<test>").unwrap(),
+        std::path::Path::new("/"),
+    );
+    let line = |image: &str| {
+        report.findings.iter().find(|f| f.check.starts_with(&format!("rbd {image} "))).expect("a finding per image")
+    };
+    assert_eq!(line("rbd/a").level, nvmf_service::doctor::report::Level::Ok);
+    assert_eq!(line("rbd/missing").level, nvmf_service::doctor::report::Level::Fail);
+    assert!(line("rbd/missing").finding.contains("cannot open RBD image rbd/missing"));
+    assert!(!report.ok);
+
+    // A reload adds an RBD namespace and removes one.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let with_port =
+        |text: String| text.replace("address = \"127.0.0.1\"", &format!("address = \"127.0.0.1\"\nport = {port}"));
+    let only_a = {
+        let full = config(&cluster);
+        let cut = full.find("[[subsystem.namespace]]\nrbd = \"rbd/b\"").expect("namespace 2's table");
+        full[..cut].to_owned()
+    };
+    let config_path = dir.path().join("target.toml");
+    std::fs::write(&config_path, with_port(only_a.clone())).unwrap();
+    let log = dir.path().join("stderr.log");
+    let control = dir.path().join("control.sock");
+    let args = [std::ffi::OsStr::new("--config"), config_path.as_os_str(), "--control".as_ref(), control.as_os_str()];
+    let mut daemon = TargetProcess::spawn(&args, None, &log);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the target never listened:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut a = Association::new(addr, options(), 1);
+    assert_status(&write(a.io(), 1, 512, 0, &pattern(4096, 1), false), Status::SUCCESS);
+    let cid = hold_aer(&mut a.admin);
+    std::fs::write(&config_path, with_port(config(&cluster))).unwrap();
+    daemon.signal("HUP");
+    expect_namespace_notice(&mut a.admin, cid, 2);
+    assert_eq!(namespace_blocks(&mut a.admin, 2), 32 * MIB / 4096);
+    assert_status(&write(a.io(), 2, 4096, 0, &pattern(4096, 2), false), Status::SUCCESS);
+    wait_log(&log, "configuration reloaded");
+    let cid = hold_aer(&mut a.admin);
+    std::fs::write(&config_path, with_port(only_a)).unwrap();
+    daemon.signal("HUP");
+    expect_namespace_notice(&mut a.admin, cid, 2);
+    assert!(!read(a.io(), 2, 4096, 0, 4096).cqe.status.is_success(), "namespace 2 is gone");
+    assert_eq!(ok(Ok(read(a.io(), 1, 512, 0, 4096))).data, pattern(4096, 1));
+    drop(a);
+    daemon.signal("TERM");
+    assert!(daemon.wait().success());
+}
