@@ -8,7 +8,9 @@
 //! ```
 //!
 //! - `--listen URL` (repeatable): `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]`, IPv6 in brackets, port default
-//!   4420, then optionally `,ana-state=STATE` (every ANA group's state on the listener: the file's `ana_state`).
+//!   4420, then optionally `,ana-state=STATE` (every ANA group's state on the listener: the file's `ana_state`)
+//!   and `,ana-group-state=GROUP:STATE` (repeatable, each group once: that group's own state, the file's
+//!   `ana_group_states`).
 //!   Without it: [`DEFAULT_LISTEN`].
 //! - `--namespace SPEC` (repeatable; NSIDs 1, 2, … in order): `PATH`, `memory:SIZE`, `null:SIZE` (sizes as in
 //!   [`crate::size`]) or `rbd:POOL/IMAGE` (a Ceph RBD image, also `rbd:POOL/NAMESPACE/IMAGE`: the file's `rbd`),
@@ -33,6 +35,7 @@
 //! namespace on `tcp://127.0.0.1:4420` as `nqn.2024-01.io.nvmf-rs:default`. Everything else (limits, discovery on,
 //! reactors = available CPUs, `info` logging) is the configuration file's default.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
@@ -43,9 +46,9 @@ use crate::ids::{self, Eui64, Nguid, Uuid};
 use crate::secret::RawSecret;
 use crate::size::parse_size;
 use crate::target::{
-    available_cpus, backend_to_raw, parse_ceph_id, validate, NamespaceBackend, RawHostKeys, RawListener, RawMetrics,
-    RawNamespace, RawSubsystem, RawTargetConfig, RbdImage, TargetConfig, Transport, ANA_STATE_ALLOWED, DEFAULT_PORT,
-    MAX_ANA_GROUP,
+    available_cpus, backend_to_raw, parse_ceph_id, validate, NamespaceBackend, RawGroupStates, RawHostKeys,
+    RawListener, RawMetrics, RawNamespace, RawSubsystem, RawTargetConfig, RbdImage, TargetConfig, Transport,
+    ANA_STATE_ALLOWED, DEFAULT_PORT, MAX_ANA_GROUP,
 };
 
 /// The subsystem NQN when `--nqn` is absent.
@@ -61,14 +64,16 @@ const OPTIONS_ALLOWED: &str = "options uuid=UUID, nguid=32 hex digits, eui64=16 
      buffered-io=true|false, ana-group=1..128, and with rbd:POOL/IMAGE ceph-conf=PATH, ceph-id=NAME";
 const BACKEND_ALLOWED: &str = "PATH, memory:SIZE, null:SIZE or rbd:POOL/IMAGE, e.g. /dev/nvme0n1, memory:1GiB, \
      null:1TiB, rbd:rbd/disk1";
-const LISTEN_OPTIONS_ALLOWED: &str = "option ana-state=optimized|non-optimized|inaccessible|persistent-loss|change";
+const LISTEN_OPTIONS_ALLOWED: &str = "options ana-state=STATE (once) and ana-group-state=GROUP:STATE (each group \
+     once), GROUP 1..=128, STATE optimized|non-optimized|inaccessible|persistent-loss|change";
 const CNTLID_RANGE_ALLOWED: &str = "MIN-MAX, two controller IDs in 1..=65519, MIN <= MAX, e.g. 1-32";
 
 /// The quick-start flags, as given (clap `Args`: flatten into the binary's command line). `Debug` shows
 /// `--allow-host` values with their keys elided.
 #[derive(Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct QuickStart {
-    /// Listen on tcp://ADDR:PORT or rdma://ADDR:PORT, optionally followed by ,ana-state=STATE (repeatable)
+    /// Listen on tcp://ADDR:PORT or rdma://ADDR:PORT, optionally followed by ,ana-state=STATE (every ANA group's
+    /// state) and ,ana-group-state=GROUP:STATE (one group's, once per group) (repeatable)
     /// [default: tcp://127.0.0.1:4420]
     #[arg(long = "listen", value_name = "URL")]
     pub listen: Vec<String>,
@@ -125,6 +130,14 @@ impl QuickStart {
                 address: spec.address.ip().to_string(),
                 port: Some(i64::from(spec.address.port())),
                 ana_state: spec.ana_state.map(|state| state.name().to_owned()),
+                ana_group_states: (!spec.ana_group_states.is_empty()).then(|| {
+                    RawGroupStates(
+                        spec.ana_group_states
+                            .iter()
+                            .map(|(group, state)| (group.to_string(), state.name().to_owned()))
+                            .collect(),
+                    )
+                }),
                 ..RawListener::default()
             });
         }
@@ -264,7 +277,7 @@ fn flag_error(flag: &'static str, value: &str, error: ValueError) -> ConfigError
 }
 
 /// A parsed `--listen` value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenSpec {
     /// The fabric (URL scheme).
     pub transport: Transport,
@@ -272,29 +285,47 @@ pub struct ListenSpec {
     pub address: SocketAddr,
     /// `ana-state=`: every ANA group's state on the listener (optimized when absent).
     pub ana_state: Option<AnaState>,
+    /// `ana-group-state=GROUP:STATE` (repeatable, each group once): groups with a state of their own.
+    pub ana_group_states: BTreeMap<u32, AnaState>,
 }
 
 impl ListenSpec {
-    /// Parse `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]` (IPv6 in brackets), then `,ana-state=STATE`.
+    /// Parse `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]` (IPv6 in brackets), then `,ana-state=STATE` and
+    /// `,ana-group-state=GROUP:STATE` (repeatable, each group once).
     pub fn parse(text: &str) -> Result<Self, ValueError> {
         let mut parts = text.split(',');
         let url = parts.next().unwrap_or_default();
         let mut ana_state = None;
+        let mut ana_group_states = BTreeMap::new();
+        let state = |name: &str| {
+            AnaState::from_name(name)
+                .ok_or_else(|| ValueError::new(format!("ANA state {name:?} is unknown"), ANA_STATE_ALLOWED))
+        };
         for option in parts {
             match option.split_once('=') {
                 Some(("ana-state", _)) if ana_state.is_some() => {
                     return Err(ValueError::new("option \"ana-state\" is given twice", LISTEN_OPTIONS_ALLOWED))
                 }
-                Some(("ana-state", name)) => {
-                    ana_state =
-                        Some(AnaState::from_name(name).ok_or_else(|| {
-                            ValueError::new(format!("ANA state {name:?} is unknown"), ANA_STATE_ALLOWED)
-                        })?)
+                Some(("ana-state", name)) => ana_state = Some(state(name)?),
+                Some(("ana-group-state", value)) => {
+                    let (group_text, name) = value.split_once(':').ok_or_else(|| {
+                        ValueError::new(format!("ana-group-state {value:?} is not GROUP:STATE"), LISTEN_OPTIONS_ALLOWED)
+                    })?;
+                    let group =
+                        group_text.parse().ok().filter(|group| (1..=MAX_ANA_GROUP).contains(group)).ok_or_else(
+                            || ValueError::new(format!("ANA group {group_text:?} is invalid"), "1..=128"),
+                        )?;
+                    if ana_group_states.insert(group, state(name)?).is_some() {
+                        return Err(ValueError::new(
+                            format!("option \"ana-group-state\" names group {group} twice"),
+                            LISTEN_OPTIONS_ALLOWED,
+                        ));
+                    }
                 }
                 _ => return Err(ValueError::new(format!("option {option:?} is unknown"), LISTEN_OPTIONS_ALLOWED)),
             }
         }
-        Ok(ListenSpec { ana_state, ..ListenSpec::parse_url(url)? })
+        Ok(ListenSpec { ana_state, ana_group_states, ..ListenSpec::parse_url(url)? })
     }
 
     /// Parse `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]` (IPv6 in brackets) alone.
@@ -340,7 +371,12 @@ impl ListenSpec {
                 .filter(|&port| port != 0)
                 .ok_or_else(|| ValueError::new(format!("port {port:?} is not 1..=65535"), LISTEN_ALLOWED))?,
         };
-        Ok(ListenSpec { transport, address: SocketAddr::new(ip, port), ana_state: None })
+        Ok(ListenSpec {
+            transport,
+            address: SocketAddr::new(ip, port),
+            ana_state: None,
+            ana_group_states: BTreeMap::new(),
+        })
     }
 }
 
@@ -590,6 +626,7 @@ mod tests {
         .unwrap();
         let states: Vec<_> = config.listeners.iter().map(|l| l.ana_state).collect();
         assert_eq!(states, [AnaState::Optimized, AnaState::NonOptimized]);
+        assert!(config.listeners.iter().all(|l| l.ana_group_states.is_empty()));
         let groups: Vec<_> = config.subsystems[0].namespaces.iter().map(|ns| ns.ana_group).collect();
         assert_eq!(groups, [1, 2]);
         assert_eq!(
@@ -602,6 +639,54 @@ mod tests {
                 format!("--cntlid-range \"{range}\": \"{range}\" is not a controller ID range; allowed: {CNTLID_RANGE_ALLOWED}")
             );
         }
+    }
+
+    #[test]
+    fn ana_group_state_flags() {
+        // A gateway group's node A: group 1 optimized, group 2 non-optimized; a second listener the reverse.
+        let config = flags(&[
+            "--listen",
+            "tcp://127.0.0.1:4420,ana-group-state=2:non-optimized",
+            "--listen",
+            "tcp://127.0.0.1:4421,ana-group-state=1:non-optimized,ana-state=optimized,ana-group-state=3:inaccessible",
+        ])
+        .to_config()
+        .unwrap();
+        let listeners = &config.listeners;
+        let states = |l: usize| (1..=4).map(|g| listeners[l].group_ana_state(g)).collect::<Vec<_>>();
+        use AnaState::*;
+        assert_eq!(states(0), [Optimized, NonOptimized, Optimized, Optimized]);
+        assert_eq!(states(1), [NonOptimized, Optimized, Inaccessible, Optimized]);
+        assert_eq!(listeners[1].ana_group_states.keys().copied().collect::<Vec<_>>(), [1, 3]);
+        // As a file says it.
+        assert_eq!(TargetConfig::from_str(&config.to_string(), "printed").unwrap(), config);
+        let spec = ListenSpec::parse("rdma://10.0.0.1,ana-state=inaccessible,ana-group-state=128:change").unwrap();
+        assert_eq!(
+            (spec.ana_state, spec.ana_group_states.into_iter().collect()),
+            (Some(Inaccessible), vec![(128, Change)])
+        );
+        for (text, problem, allowed) in [
+            ("tcp://1.2.3.4,ana-group-state=2", "ana-group-state \"2\" is not GROUP:STATE", LISTEN_OPTIONS_ALLOWED),
+            ("tcp://1.2.3.4,ana-group-state=0:optimized", "ANA group \"0\" is invalid", "1..=128"),
+            ("tcp://1.2.3.4,ana-group-state=129:optimized", "ANA group \"129\" is invalid", "1..=128"),
+            ("tcp://1.2.3.4,ana-group-state=x:optimized", "ANA group \"x\" is invalid", "1..=128"),
+            ("tcp://1.2.3.4,ana-group-state=2:standby", "ANA state \"standby\" is unknown", ANA_STATE_ALLOWED),
+            (
+                "tcp://1.2.3.4,ana-group-state=2:optimized,ana-group-state=2:optimized",
+                "option \"ana-group-state\" names group 2 twice",
+                LISTEN_OPTIONS_ALLOWED,
+            ),
+        ] {
+            let error = ListenSpec::parse(text).unwrap_err();
+            assert_eq!((error.problem.as_str(), error.allowed.as_str()), (problem, allowed), "{text}");
+        }
+        assert_eq!(
+            error(&["--listen", "tcp://10.0.0.1,ana-group-state=2:optimized,ana-group-state=2:inaccessible"]),
+            format!(
+                "--listen \"tcp://10.0.0.1,ana-group-state=2:optimized,ana-group-state=2:inaccessible\": option \
+                 \"ana-group-state\" names group 2 twice; allowed: {LISTEN_OPTIONS_ALLOWED}"
+            )
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //!   missing from the example (or a documented key the schema lacks) is an error, not a silently stale page;
 //! - each key's type: the example cut off at the key, with the value replaced by an inline table, is rejected
 //!   with the type the schema expects ("expected an integer", "a size", …), and enumerations with a probe string
-//!   list their allowed values.
+//!   list their allowed values; a key that takes the table is a table, its values' type probed the same way.
 //!
 //! Runs at test time and in tools, never in a daemon.
 
@@ -344,6 +344,15 @@ fn probe_type(schema: &FileSchema, lines: &[&str], key: &Key, path: &str) -> Res
         Some(message[at + "invalid type: table, expected ".len()..].trim().to_owned())
     };
     let message = probe("{}");
+    if message.is_empty() {
+        // `{}` is accepted: the key is a table of its own (keys chosen by the user); its values' type.
+        let value = probe("{ __probe__ = {} }");
+        return Ok(match expected(&value).as_deref() {
+            Some("a string") => "table of strings".to_owned(),
+            Some("an integer") => "table of integers".to_owned(),
+            other => format!("table ({})", other.unwrap_or("mixed")),
+        });
+    }
     let kind = match expected(&message).as_deref() {
         Some("an integer") => "integer".to_owned(),
         Some("a boolean") => "boolean".to_owned(),
@@ -462,6 +471,7 @@ mod tests {
             "| `transport` | one of `\"rdma\"`, `\"tcp\"` |",
             "| `cpus` | array of integers |",
             "| `header_digest` | boolean | true |",
+            "| `ana_group_states` | table of strings | {} (every group in ana_state) |",
             "### `[[subsystem.namespace]]`",
             "| `rbd` | string | — |",
             "| `ceph_conf` | string | \"/etc/ceph/ceph.conf\" |",

@@ -8,11 +8,15 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nvmf_common::nvme::log_page::AnaState;
 use nvmf_config::size::format_size;
-use nvmf_config::target::{ListenerTransport, NamespaceBackend, NamespaceConfig, QueuePlacement, SubsystemConfig};
+use nvmf_config::target::{
+    ListenerConfig, ListenerTransport, NamespaceBackend, NamespaceConfig, QueuePlacement, SubsystemConfig,
+};
 use nvmf_config::TargetConfig;
 
 use crate::backend::{BackendError, ClusterTimeouts, EngineConfig, RbdSpec, Storage, StorageSpec};
+use crate::controller::ana::AnaGroups;
 use crate::controller::authentication::{HostKeys, SubsystemAuth};
 use crate::controller::{NamespaceParams, Subsystem, SubsystemParams, Target, TargetError, TargetParams};
 use crate::metrics::{MetricsError, MetricsServer};
@@ -203,6 +207,13 @@ pub fn rbd_spec(image: &nvmf_config::target::RbdImage) -> RbdSpec {
     }
 }
 
+/// A listener's ANA states at start, as changes from every group optimized: `ana_state` for every group, then
+/// each of `ana_group_states`.
+pub fn listener_ana_states(listener: &ListenerConfig) -> Vec<(AnaGroups, AnaState)> {
+    let groups = listener.ana_group_states.iter().map(|(&group, &state)| (AnaGroups::One(group), state));
+    std::iter::once((AnaGroups::All, listener.ana_state)).chain(groups).collect()
+}
+
 /// Each reactor's I/O engine as `config` sizes it: large buffers hold the MDTS (at least the default 1 MiB).
 pub fn engine_config(config: &TargetConfig) -> EngineConfig {
     EngineConfig {
@@ -240,7 +251,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         discovery_enabled: config.discovery.enabled,
         listeners: bound.discovery_entries(),
         // Port IDs are the listeners' positions in the file, from 1 (as `BoundTransportListeners::bind` numbers them).
-        ana_states: (1..).zip(config.listeners.iter().map(|l| l.ana_state)).collect(),
+        ana_states: (1..).zip(config.listeners.iter().map(listener_ana_states)).collect(),
         ..TargetParams::default()
     };
     let target = Target::new(target_params, subsystems)?;

@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use nvmf_config::target::NamespaceBackend;
 use nvmf_config::{QuickStart, TargetConfig};
 use nvmf_service::control::LogLevelRequest;
-use nvmf_target::control::protocol::{AnaStateRequest, DisconnectRequest};
+use nvmf_target::control::protocol::{AnaStateRequest, DisconnectRequest, NamespaceAnaGroupRequest};
 use nvmf_target::control::{self, ReloadOutcome, TargetReply, TargetRequest, DEFAULT_CONTROL_SOCKET};
 use nvmf_target::serve::{serve, ServeOptions};
 
@@ -54,6 +54,9 @@ enum Command {
     /// Set a listener's Asymmetric Namespace Access state, of one ANA group or all; hosts connected through it
     /// are told (ANA Change event) and their multipath moves I/O to the paths that serve it.
     AnaState(AnaStateArgs),
+    /// Move a namespace to another ANA group while hosts use it (nvmet's `ana_grpid`): it follows that group's
+    /// state on each listener from its next command; hosts are told (ANA Change and Namespace Attribute Changed).
+    NsAnaGroup(NsAnaGroupArgs),
     /// Print the systemd drop-in that lets nvmf-target.service open the device nodes the configuration names,
     /// and no others (for /etc/systemd/system/nvmf-target.service.d/devices.conf).
     SystemdDevices(SystemdDevicesArgs),
@@ -149,6 +152,21 @@ struct AnaStateArgs {
 }
 
 #[derive(Debug, Args)]
+struct NsAnaGroupArgs {
+    /// The subsystem NQN.
+    #[arg(short = 'n', long, value_name = "NQN")]
+    nqn: String,
+    /// The namespace ID.
+    #[arg(long, value_name = "NSID")]
+    nsid: u32,
+    /// The ANA group to move it to, 1..=128.
+    #[arg(long, value_name = "N")]
+    group: u32,
+    #[command(flatten)]
+    control: ControlArgs,
+}
+
+#[derive(Debug, Args)]
 struct ReloadArgs {
     /// The configuration file the daemon runs from [default: the one the daemon names].
     #[arg(short, long, value_name = "FILE")]
@@ -173,6 +191,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Some(Command::Disconnect(args)) => return disconnect(args),
         Some(Command::LogLevel(args)) => return log_level(args),
         Some(Command::AnaState(args)) => return ana_state(args),
+        Some(Command::NsAnaGroup(args)) => return ns_ana_group(args),
         Some(Command::Doctor(args)) => return Ok(doctor(args)),
         Some(Command::SystemdDevices(args)) => {
             let config = TargetConfig::from_file(&args.config)?;
@@ -294,6 +313,18 @@ fn log_level(args: &LogLevelArgs) -> anyhow::Result<ExitCode> {
         bail!("unexpected reply to log-level");
     };
     println!("{filter}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `nvmf-target ns-ana-group`: prints whether the namespace moved.
+fn ns_ana_group(args: &NsAnaGroupArgs) -> anyhow::Result<ExitCode> {
+    let request = NamespaceAnaGroupRequest { subnqn: args.nqn.clone(), nsid: args.nsid, group: args.group };
+    let TargetReply::NamespaceAnaGroup { moved } = ask(&args.control, &TargetRequest::NamespaceAnaGroup(request))?
+    else {
+        bail!("unexpected reply to ns-ana-group");
+    };
+    let how = if moved { "now" } else { "already" };
+    println!("{} namespace {}: {how} in ANA group {}", args.nqn, args.nsid, args.group);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,7 +1,8 @@
 //! Live reconfiguration (SIGHUP or `nvmf-target reload`): re-read the configuration file, validate it, and apply
 //! the difference to the running target — subsystems, namespaces, host access, TCP listeners and their ANA states —
-//! without touching unaffected associations. A TCP listener's `ana_state` is applied when it differs from the file
-//! the target runs with (a state set since by `nvmf-target ana-state` stays otherwise); a namespace whose
+//! without touching unaffected associations. A TCP listener's ANA state of a group (`ana_state`, or its own in
+//! `ana_group_states`) is applied when it differs from the file the target runs with (a state set since by
+//! `nvmf-target ana-state` stays otherwise); a namespace whose
 //! `ana_group` changed is replaced, like any changed namespace. Changes that need a restart (RDMA listeners, `[target]`, `[reactors]`, …) are logged,
 //! reported in [`ReloadSummary::ignored`] and left as they run.
 //!
@@ -21,10 +22,12 @@ use nvmf_config::{ConfigError, TargetConfig};
 use nvmf_service::notify::reloading;
 
 use crate::backend::Storage;
-use crate::controller::ana::AnaGroups;
+use crate::controller::ana::{AnaGroups, ANAGRPMAX};
 use crate::controller::authentication::SubsystemAuth;
 use crate::controller::{ListenerParams, NamespaceParams, SubsystemParams};
-use crate::daemon::{discovery_auth, namespace_params, subsystem_auth, subsystem_params, RunningTarget, StartError};
+use crate::daemon::{
+    discovery_auth, listener_ana_states, namespace_params, subsystem_auth, subsystem_params, RunningTarget, StartError,
+};
 use crate::notify::ServiceNotifier;
 use crate::tcp::{ListenerSlot, TcpListenerSpec};
 use crate::transport::ListenError;
@@ -40,6 +43,8 @@ pub struct ReloadSummary {
     pub namespaces_added: usize,
     /// Namespaces removed (including replacements of changed ones).
     pub namespaces_removed: usize,
+    /// Namespaces moved to another ANA group, live (only their `ana_group` changed).
+    pub namespaces_moved: usize,
     /// Subsystems whose host access changed.
     pub host_access_changed: usize,
     /// Associations ended because their host is no longer allowed.
@@ -69,7 +74,14 @@ impl fmt::Display for ReloadSummary {
             }
         };
         count("subsystems", &[(self.subsystems_added, "added"), (self.subsystems_removed, "removed")]);
-        count("namespaces", &[(self.namespaces_added, "added"), (self.namespaces_removed, "removed")]);
+        count(
+            "namespaces",
+            &[
+                (self.namespaces_added, "added"),
+                (self.namespaces_removed, "removed"),
+                (self.namespaces_moved, "moved to another ANA group"),
+            ],
+        );
         count(
             "host access",
             &[(self.host_access_changed, "subsystem(s) changed"), (self.associations_revoked, "association(s) ended")],
@@ -125,6 +137,8 @@ enum Change {
     SetAuth(String, SubsystemAuth, Vec<HostKeysConfig>, bool),
     RemoveNamespace(String, u32),
     AddNamespace(String, NamespaceConfig, NamespaceParams),
+    /// The subsystem, the namespace, its new ANA group.
+    MoveNamespace(String, u32, u32),
 }
 
 impl Reloader {
@@ -255,6 +269,13 @@ impl Reloader {
                         Err(e) => tracing::error!(subnqn = %nqn, nsid, error = %e, "removing the namespace failed"),
                     }
                 }
+                Change::MoveNamespace(nqn, nsid, group) => match target.move_namespace_ana_group(&nqn, nsid, group) {
+                    Ok(_) => {
+                        self.namespace_moved(&nqn, nsid, group);
+                        summary.namespaces_moved += 1;
+                    }
+                    Err(e) => tracing::error!(subnqn = %nqn, nsid, group, error = %e, "moving the namespace failed"),
+                },
                 Change::AddNamespace(nqn, config, params) => {
                     let Some(subsystem) = target.subsystem(&nqn) else { continue };
                     let storage = Arc::clone(&params.storage);
@@ -306,8 +327,9 @@ impl Reloader {
                         plan.changed += 1;
                     }
                     let before = self.current.listeners.iter().find(|o| o.address == l.address);
-                    if before.is_none_or(|o| o.ana_state != l.ana_state) {
-                        plan.ana.push((spec.port_id, l.ana_state));
+                    let changes = ana_changes(before, l);
+                    if !changes.is_empty() {
+                        plan.ana.push((spec.port_id, changes));
                     }
                     plan.params.push(kept.discovery_entry(*local));
                     plan.slots.push(ListenerSlot::Keep(kept));
@@ -317,7 +339,7 @@ impl Reloader {
                     let spec =
                         TcpListenerSpec::from_config(l, last_port_id, &self.current.limits).ok_or_else(unsupported)?;
                     let bound = acceptor.bind(&spec).map_err(ListenError::from)?;
-                    plan.ana.push((last_port_id, l.ana_state));
+                    plan.ana.push((last_port_id, listener_ana_states(l)));
                     plan.params.push(spec.discovery_entry(bound.local_addr()));
                     plan.slots.push(ListenerSlot::Open(bound));
                     plan.added += 1;
@@ -351,8 +373,8 @@ impl Reloader {
         discovery.extend(params);
         discovery.sort_by_key(|l| l.port_id);
         target.set_listeners(discovery);
-        for (port_id, state) in ana {
-            match target.set_ana_state(port_id, AnaGroups::All, state) {
+        for (port_id, changes) in ana {
+            match target.set_ana_states(port_id, &changes) {
                 Ok(true) => summary.ana_states_changed += 1,
                 Ok(false) => {}
                 Err(e) => tracing::error!(port_id, error = %e, "changing the ANA state failed"),
@@ -364,6 +386,14 @@ impl Reloader {
         summary.listeners_added = added;
         summary.listeners_removed = removed;
         summary.listeners_changed = changed;
+    }
+
+    /// The file moved namespace `nsid` of `nqn` to ANA group `group`. (A move on the control socket leaves the
+    /// file's view alone: like a state set with `ana-state`, it stays until the file's `ana_group` changes.)
+    fn namespace_moved(&mut self, nqn: &str, nsid: u32, group: u32) {
+        if let Some(ns) = self.subsystem_mut(nqn).and_then(|s| s.namespaces.iter_mut().find(|n| n.nsid == nsid)) {
+            ns.ana_group = group;
+        }
     }
 
     fn subsystem_mut(&mut self, nqn: &str) -> Option<&mut SubsystemConfig> {
@@ -395,13 +425,27 @@ impl Reloader {
             if old.allow_any_host != s.allow_any_host || old.allowed_hosts() != s.allowed_hosts() {
                 additions.push(Change::SetHosts(s.nqn.clone(), s.allow_any_host, s.hosts.clone(), s.allowed_hosts()));
             }
+            // A namespace whose only change is its ANA group moves live; any other change replaces it.
+            let moved = |ns: &NamespaceConfig| {
+                old.namespaces.iter().find(|n| {
+                    n.nsid == ns.nsid && n.ana_group != ns.ana_group && {
+                        let mut same = (*n).clone();
+                        same.ana_group = ns.ana_group;
+                        same == *ns
+                    }
+                })
+            };
             for ns in &old.namespaces {
-                if s.namespaces.iter().all(|n| n != ns) {
+                let replaced = s.namespaces.iter().all(|n| n != ns)
+                    && !s.namespaces.iter().any(|n| n.nsid == ns.nsid && moved(n).is_some());
+                if replaced {
                     removals.push(Change::RemoveNamespace(s.nqn.clone(), ns.nsid));
                 }
             }
             for ns in &s.namespaces {
-                if old.namespaces.iter().all(|n| n != ns) {
+                if moved(ns).is_some() {
+                    additions.push(Change::MoveNamespace(s.nqn.clone(), ns.nsid, ns.ana_group));
+                } else if old.namespaces.iter().all(|n| n != ns) {
                     let mut params = namespace_params(&s.nqn, ns)?;
                     params.state_dir = state_dir.map(std::path::Path::to_owned);
                     additions.push(Change::AddNamespace(s.nqn.clone(), ns.clone(), params));
@@ -421,8 +465,25 @@ struct ListenerPlan {
     added: usize,
     removed: usize,
     changed: usize,
-    /// The ANA state to set on every group of these listeners (by port ID): changed in the file, or new.
-    ana: Vec<(u16, AnaState)>,
+    /// The ANA changes to make to these listeners (by port ID): what changed in the file, or all of a new
+    /// listener's states.
+    ana: Vec<(u16, Vec<(AnaGroups, AnaState)>)>,
+}
+
+/// The ANA changes a reload makes to TCP listener `l`: the groups whose state in the file differs from `before`
+/// (the listener in the file the target runs with), or all of `l`'s states when there was none. Groups whose state
+/// the file did not change keep the one they run with, a state set with `nvmf-target ana-state` since included.
+fn ana_changes(before: Option<&ListenerConfig>, l: &ListenerConfig) -> Vec<(AnaGroups, AnaState)> {
+    let Some(before) = before else { return listener_ana_states(l) };
+    let changed: Vec<(AnaGroups, AnaState)> = (1..=ANAGRPMAX)
+        .filter(|&g| before.group_ana_state(g) != l.group_ana_state(g))
+        .map(|g| (AnaGroups::One(g), l.group_ana_state(g)))
+        .collect();
+    // Every group to the same state (`ana_state` changed, no group of its own either side): one change says it.
+    if u32::try_from(changed.len()) == Ok(ANAGRPMAX) && changed.iter().all(|&(_, state)| state == l.ana_state) {
+        return vec![(AnaGroups::All, l.ana_state)];
+    }
+    changed
 }
 
 /// The TCP listeners of `config`, in file order.
@@ -591,13 +652,90 @@ mod tests {
         assert_eq!(reloader.apply(&new, &mut running).unwrap(), ReloadSummary::default());
         assert_eq!(state(2), AnaState::Inaccessible);
 
-        // A namespace's new ANA group replaces it.
+        // A namespace's new ANA group moves it, live: the same namespace, the groups' change counts moved.
+        let before = Arc::clone(target.subsystem(ONE).unwrap().namespaces().get(2).unwrap());
+        let (chgcnt, group2) = (target.ana().chgcnt(), target.ana().group_chgcnt(2));
         let mut regrouped = new.clone();
         regrouped.subsystems[0].namespaces[1].ana_group = 2;
         let summary = reloader.apply(&regrouped, &mut running).unwrap();
-        assert_eq!((summary.namespaces_removed, summary.namespaces_added), (1, 1));
-        assert_eq!(target.subsystem(ONE).unwrap().namespaces().get(2).unwrap().ana_group(), 2);
+        assert_eq!(summary, ReloadSummary { namespaces_moved: 1, ..ReloadSummary::default() });
+        assert!(summary.to_string().contains("1 moved to another ANA group"), "{summary}");
+        let after = Arc::clone(target.subsystem(ONE).unwrap().namespaces().get(2).unwrap());
+        assert!(Arc::ptr_eq(&before, &after) && after.ana_group() == 2);
+        assert!(target.ana().chgcnt() != chgcnt && target.ana().group_chgcnt(2) != group2);
+        // Moved back on the control socket: the file (group 2) then moves nothing until it changes.
+        assert!(target.move_namespace_ana_group(ONE, 2, 1).unwrap());
+        assert_eq!(reloader.apply(&regrouped, &mut running).unwrap(), ReloadSummary::default());
+        assert_eq!(after.ana_group(), 1);
+        // Any other change with it still replaces the namespace.
+        regrouped.subsystems[0].namespaces[1].ana_group = 3;
+        regrouped.subsystems[0].namespaces[1].block_size = 4096;
+        let summary = reloader.apply(&regrouped, &mut running).unwrap();
+        assert_eq!((summary.namespaces_removed, summary.namespaces_added, summary.namespaces_moved), (1, 1, 0));
         running.shutdown();
+    }
+
+    #[test]
+    fn apply_sets_the_ana_group_states_the_file_changed() {
+        use AnaState::*;
+        // Node A of a gateway group: group 1 (and every other) optimized, group 2 non-optimized.
+        let mut old = config();
+        old.listeners[0].ana_group_states.insert(2, NonOptimized);
+        let mut running = crate::daemon::start(&old).unwrap();
+        let mut reloader = Reloader::new(None, old.clone());
+        let target = Arc::clone(running.target());
+        let states =
+            |port: u16, groups: &[u32]| groups.iter().map(|&g| target.ana().port(port).get(g)).collect::<Vec<_>>();
+        assert_eq!(states(1, &[1, 2, 3, 128]), [Optimized, NonOptimized, Optimized, Optimized], "as started");
+
+        // Set on the control socket: group 2 optimized, group 3 inaccessible.
+        target.set_ana_state(1, AnaGroups::One(2), Optimized).unwrap();
+        target.set_ana_state(1, AnaGroups::One(3), Inaccessible).unwrap();
+        // The file's ana_state changes; group 2's own state does not: every group but 2 follows the file, in one
+        // change, and group 2 keeps the state set since.
+        let chgcnt = target.ana().chgcnt();
+        let mut new = old.clone();
+        new.listeners[0].ana_state = NonOptimized;
+        let summary = reloader.apply(&new, &mut running).unwrap();
+        assert_eq!(summary, ReloadSummary { listeners_changed: 1, ana_states_changed: 1, ..ReloadSummary::default() });
+        assert_eq!(states(1, &[1, 2, 3, 128]), [NonOptimized, Optimized, NonOptimized, NonOptimized]);
+        assert_eq!(target.ana().chgcnt(), chgcnt + 1, "one change");
+
+        // A group of its own added, group 2's changed to what it already runs with: only group 5 changes.
+        let mut more = new.clone();
+        more.listeners[0].ana_group_states.extend([(2, Optimized), (5, Inaccessible)]);
+        let summary = reloader.apply(&more, &mut running).unwrap();
+        assert_eq!(summary, ReloadSummary { listeners_changed: 1, ana_states_changed: 1, ..ReloadSummary::default() });
+        assert_eq!(states(1, &[1, 2, 4, 5]), [NonOptimized, Optimized, NonOptimized, Inaccessible]);
+        assert_eq!(reloader.apply(&more, &mut running).unwrap(), ReloadSummary::default(), "the same file again");
+        assert_eq!(reloader.current(), &more);
+
+        // Group 5 set on the control socket, then the file drops its groups of their own and goes back to
+        // optimized: every group optimized (group 2 was, in the file and running).
+        target.set_ana_state(1, AnaGroups::One(5), Change).unwrap();
+        let summary = reloader.apply(&without_groups(&old), &mut running).unwrap();
+        assert_eq!(summary.ana_states_changed, 1);
+        assert!((1..=ANAGRPMAX).all(|g| target.ana().port(1).get(g) == Optimized));
+
+        // A new listener starts with its own: node B's view on a second address.
+        let mut two = without_groups(&old);
+        let mut second = two.listeners[0].clone();
+        second.address = "127.0.0.2:0".parse().unwrap();
+        second.ana_state = NonOptimized;
+        second.ana_group_states.insert(2, Optimized);
+        two.listeners.push(second);
+        let summary = reloader.apply(&two, &mut running).unwrap();
+        assert_eq!((summary.listeners_added, summary.ana_states_changed), (1, 1));
+        assert_eq!(states(2, &[1, 2, 3]), [NonOptimized, Optimized, NonOptimized]);
+        assert_eq!(states(1, &[1, 2, 3]), [Optimized, Optimized, Optimized], "the first listener is untouched");
+        running.shutdown();
+    }
+
+    /// `config` with every listener's groups in its `ana_state`.
+    fn without_groups(config: &TargetConfig) -> TargetConfig {
+        let mut config = config.clone();
+        config.listeners.iter_mut().for_each(|l| l.ana_group_states.clear());
+        config
     }
 
     #[test]

@@ -140,6 +140,12 @@ fn answer(
             Ok((port_id, changed)) => TargetReply::AnaState { port_id, changed },
             Err(message) => error(message),
         },
+        TargetRequest::NamespaceAnaGroup(r) => {
+            match running.target().move_namespace_ana_group(&r.subnqn, r.nsid, r.group) {
+                Ok(moved) => TargetReply::NamespaceAnaGroup { moved },
+                Err(e) => error(e.to_string()),
+            }
+        }
     }
 }
 
@@ -248,6 +254,17 @@ mod tests {
                 "{listener}"
             );
         }
+        // A namespace moves to another ANA group, live; errors name what is wrong.
+        let move_to = |nsid: u32, group: u32| {
+            let request = control::protocol::NamespaceAnaGroupRequest { subnqn: NQN.into(), nsid, group };
+            ask(TargetRequest::NamespaceAnaGroup(request))
+        };
+        assert_eq!(move_to(2, 3), TargetReply::NamespaceAnaGroup { moved: true });
+        assert_eq!(move_to(2, 3), TargetReply::NamespaceAnaGroup { moved: false });
+        let TargetReply::List(listing) = ask(TargetRequest::List) else { panic!("list answers a listing") };
+        assert_eq!(listing.subsystems.iter().find(|s| s.nqn == NQN).unwrap().namespaces[1].ana_group, 3);
+        assert!(matches!(move_to(2, 129), TargetReply::Error { message } if message.contains("129")));
+        assert!(matches!(move_to(9, 1), TargetReply::Error { message } if message.contains('9')));
         let mut notice = [0u8; 256];
         let n = manager.recv(&mut notice).unwrap();
         assert!(String::from_utf8_lossy(&notice[..n]).contains("RELOADING=1"), "the service manager hears of it");

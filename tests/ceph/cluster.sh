@@ -9,7 +9,8 @@
 #   tests/ceph/cluster.sh status DIR         `ceph -s`
 #
 # Needs Debian's ceph-mon, ceph-mgr, ceph-osd and ceph-common (the manager keeps the placement groups' state,
-# which pool creation waits for). CEPH_MEMSTORE_BYTES sets the OSD's RAM (default 4 GiB; memory is used as written).
+# which pool creation waits for). CEPH_MEMSTORE_BYTES sets the OSD's RAM (default 4 GiB; memory is used as written);
+# CEPH_ADDR the address the daemons listen on (default 127.0.0.1; a test guest's link address serves other guests).
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop|status DIR [POOL]" >&2; exit 2; }
@@ -19,8 +20,10 @@ dir=$(realpath -m "$2")
 pool=${3:-rbd}
 conf=$dir/ceph.conf
 
+addr=${CEPH_ADDR:-127.0.0.1}
+
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$addr"
 }
 
 stop() {
@@ -58,11 +61,11 @@ start() {
     cat >"$conf" <<CONF
 [global]
 fsid = $fsid
-mon host = [v2:127.0.0.1:$mon_port]
+mon host = [v2:$addr:$mon_port]
 ms bind msgr1 = false
 ms bind port min = $osd_min
 ms bind port max = $((osd_min + 50))
-public addr = 127.0.0.1
+public addr = $addr
 auth cluster required = cephx
 auth service required = cephx
 auth client required = cephx
@@ -100,7 +103,7 @@ CONF
     ceph-authtool "$dir/keyring" --gen-key -n client.admin --cap mon 'allow *' --cap osd 'allow *' \
         --cap mgr 'allow *' >/dev/null
     chmod 600 "$dir/keyring"
-    monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$mon_port]" "$dir/monmap" >/dev/null
+    monmaptool --create --fsid "$fsid" --addv a "[v2:$addr:$mon_port]" "$dir/monmap" >/dev/null
     ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/keyring"
     ceph-mon -c "$conf" -i a </dev/null >/dev/null 2>&1
     ceph-authtool --create-keyring "$dir/mgr/keyring" --gen-key -n mgr.x >/dev/null

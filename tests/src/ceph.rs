@@ -61,6 +61,13 @@ impl CephCluster {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// Run `ceph ARGS` against the cluster; its standard output.
+    pub fn ceph(&self, args: &[&str]) -> String {
+        let command = Command::new("ceph").arg("-c").arg(self.conf()).args(args).output();
+        let output = checked(&format!("ceph {}", args.join(" ")), command);
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// Create image `name` in pool `rbd` of `size` (`rbd create --size`, e.g. `64M`).
     pub fn create_image(&self, name: &str, size: &str) {
         self.rbd(&["create", "--size", size, &format!("rbd/{name}")]);

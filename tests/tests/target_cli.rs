@@ -115,6 +115,50 @@ fn subsystem_names_linux_nvmet_accepts_are_accepted() {
 }
 
 #[test]
+fn listeners_take_a_state_per_ana_group() {
+    // Node A of a gateway group: group 1 optimized, group 2 non-optimized; --check prints it as a file says it.
+    let listen = "tcp://127.0.0.1:4420,ana-group-state=2:non-optimized,ana-group-state=3:inaccessible";
+    let out = nvmf_target(&["--listen", listen, "--check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains(
+            "ana_state = \"optimized\"\n\n[listener.ana_group_states]\n2 = \"non-optimized\"\n3 = \"inaccessible\"\n"
+        ),
+        "{stdout}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("target.toml");
+    std::fs::write(&config, stdout.as_bytes()).unwrap();
+    let again = nvmf_target(&["--config", config.to_str().unwrap(), "--check"]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), stdout, "the printed file loads as itself");
+
+    let twice = "tcp://127.0.0.1:4420,ana-group-state=2:optimized,ana-group-state=2:inaccessible";
+    fails_with(
+        &nvmf_target(&["--listen", twice, "--check"]),
+        &format!(
+            "nvmf-target: --listen \"{twice}\": option \"ana-group-state\" names group 2 twice; allowed: options \
+             ana-state=STATE (once) and ana-group-state=GROUP:STATE (each group once), GROUP 1..=128, STATE \
+             optimized|non-optimized|inaccessible|persistent-loss|change"
+        ),
+    );
+    std::fs::write(
+        &config,
+        "[[listener]]\naddress = \"127.0.0.1\"\nana_group_states = { 2 = \"non-optimized\", 200 = \"optimized\" }\n\
+         [[subsystem]]\nnqn = \"testnqn\"\n",
+    )
+    .unwrap();
+    fails_with(
+        &nvmf_target(&["--config", config.to_str().unwrap(), "--check"]),
+        &format!(
+            "nvmf-target: {}:3:49: listener[0].ana_group_states.200: ANA group 200 is out of range; allowed: ANA group \
+             IDs 1..=128 as keys, each once, e.g. ana_group_states = {{ 2 = \"non-optimized\" }}",
+            config.display()
+        ),
+    );
+}
+
+#[test]
 fn under_the_journal_lines_carry_their_priority() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();

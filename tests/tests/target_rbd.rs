@@ -133,6 +133,47 @@ fn a_resized_image_reaches_hosts() {
     running.shutdown();
 }
 
+#[test]
+fn a_fenced_gateway_reconnects_and_serves_again() {
+    let cluster = CephCluster::start();
+    cluster.create_image("a", "64M");
+    cluster.create_image("b", "32M");
+    let t = Target::start(&config(&cluster));
+    let mut a = Association::new(t.addr, options(), 1);
+    assert_status(&write(a.io(), 1, 512, 100, &pattern(4096, 1), false), Status::SUCCESS);
+
+    // The cluster fences this target's client, as when another gateway breaks its lock.
+    let status = cluster.rbd(&["status", "--format", "json", "rbd/a"]);
+    let watcher = status.split("\"address\":\"").nth(1).and_then(|s| s.split('"').next()).expect("a watcher");
+    cluster.ceph(&["osd", "blocklist", "add", watcher]);
+
+    // Writes fail with a retryable path error (a multipath host retries them elsewhere) until the image is
+    // reopened through a new client; then they succeed again and the data is all there.
+    let mut write_until_served = |nsid: u32, block: usize, slba: u64, data: &[u8]| -> usize {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut refused = 0;
+        loop {
+            let c = write(a.io(), nsid, block, slba, data, false);
+            if c.cqe.status.is_success() {
+                return refused;
+            }
+            assert_eq!(c.cqe.status, Status::INTERNAL_PATH_ERROR, "a fenced write is a path error, without DNR");
+            refused += 1;
+            assert!(std::time::Instant::now() < deadline, "namespace {nsid}'s image was never reopened");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    assert!(write_until_served(1, 512, 200, &pattern(4096, 2)) >= 1, "the blocklisted client failed no write");
+    // The other image shares the fenced client: it is reopened the same way, through the same new client.
+    write_until_served(2, 4096, 0, &pattern(4096, 3));
+    assert_eq!(ok(Ok(read(a.io(), 2, 4096, 0, 4096))).data, pattern(4096, 3));
+    assert_eq!(ok(Ok(read(a.io(), 1, 512, 100, 4096))).data, pattern(4096, 1));
+    assert_eq!(ok(Ok(read(a.io(), 1, 512, 200, 4096))).data, pattern(4096, 2));
+    let subsystem = t.running().target().subsystem(SUBNQN).expect("the subsystem");
+    let stats = subsystem.namespaces().get(1).expect("namespace 1").storage().rbd_stats().expect("an RBD image");
+    assert_eq!(stats.reopened, 1);
+}
+
 /// An error and its sources, as the binary prints them.
 fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();

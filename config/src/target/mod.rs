@@ -17,6 +17,7 @@ mod tests;
 mod to_raw;
 mod validate;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -46,6 +47,9 @@ pub const DISCOVERY_PORT: u16 = 8009;
 pub const MAX_ANA_GROUP: u32 = 128;
 /// What `[[listener]] ana_state` may be.
 pub const ANA_STATE_ALLOWED: &str = "optimized, non-optimized, inaccessible, persistent-loss or change";
+/// What the keys of `[[listener]] ana_group_states` may be.
+pub const ANA_GROUP_STATES_ALLOWED: &str =
+    "ANA group IDs 1..=128 as keys, each once, e.g. ana_group_states = { 2 = \"non-optimized\" }";
 /// Default `[[subsystem.namespace]] ceph_conf` of an `rbd` namespace: where librados looks by default.
 pub const DEFAULT_CEPH_CONF: &str = "/etc/ceph/ceph.conf";
 /// Default `[[subsystem.namespace]] ceph_id` of an `rbd` namespace: the cephx user the `rbd` command uses by default.
@@ -181,17 +185,27 @@ pub struct ListenerConfig {
     /// The most transport connections (NVMe/TCP connections, NVMe/RDMA queue pairs) the listener holds at once,
     /// 1..=1048576; more are refused. Default 4096.
     pub max_connections: u32,
-    /// Asymmetric Namespace Access: the state of every ANA group on this listener at start (`optimized`,
+    /// Asymmetric Namespace Access: the state of every ANA group on this listener at start, but those in
+    /// `ana_group_states` (`optimized`,
     /// `non-optimized`, `inaccessible`, `persistent-loss`, `change`). A host's multipath sends I/O to the
     /// optimized paths, then the non-optimized ones; I/O to a group in another state fails on this listener with
     /// an ANA status and the host uses another path. Default `optimized`. `nvmf-target ana-state` changes it while
     /// running.
     pub ana_state: AnaState,
+    /// `ana_group_states`: the state at start of the ANA groups (1..=128) that differ from `ana_state` on this
+    /// listener, as Linux nvmet's `ports/N/ana_groups/G/ana_state`; e.g. a gateway group of two targets exporting
+    /// the same subsystem, each optimized for its own groups. Default empty.
+    pub ana_group_states: BTreeMap<u32, AnaState>,
     /// The fabric and its own options.
     pub transport: ListenerTransport,
 }
 
 impl ListenerConfig {
+    /// ANA group `group`'s state on this listener at start: its own in `ana_group_states`, else `ana_state`.
+    pub fn group_ana_state(&self, group: u32) -> AnaState {
+        self.ana_group_states.get(&group).copied().unwrap_or(self.ana_state)
+    }
+
     /// The fabric.
     pub fn transport_type(&self) -> Transport {
         match self.transport {

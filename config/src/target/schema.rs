@@ -85,6 +85,8 @@ pub(crate) struct RawListener {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ana_state: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ana_group_states: Option<RawGroupStates>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<RawTcp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma: Option<RawRdma>,
@@ -234,6 +236,37 @@ pub(crate) struct RawLogging {
     pub level: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<LogFormat>,
+}
+
+/// `[[listener]] ana_group_states` as written: (ANA group ID as a key, state name) in file order, so that the
+/// first bad entry in the file is the one reported.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RawGroupStates(pub Vec<(String, String)>);
+
+impl Serialize for RawGroupStates {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(group, state)| (group, state)))
+    }
+}
+
+impl<'de> Deserialize<'de> for RawGroupStates {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct GroupStatesVisitor;
+        impl<'de> Visitor<'de> for GroupStatesVisitor {
+            type Value = RawGroupStates;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<RawGroupStates, A::Error> {
+                let mut entries = Vec::new();
+                while let Some((group, state)) = map.next_entry::<String, String>()? {
+                    entries.push((group, state));
+                }
+                Ok(RawGroupStates(entries))
+            }
+        }
+        deserializer.deserialize_map(GroupStatesVisitor)
+    }
 }
 
 /// A size as written: a string with a unit (`"1GiB"`) or a TOML integer of bytes.

@@ -238,6 +238,20 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:2:9: logging.level: log directive \"nvmf target=debug\" is not understood; allowed: comma-separated LEVEL or TARGET=LEVEL directives, LEVEL one of trace, debug, info, warn, error, off; TARGET a Rust module path such as nvmf_target::tcp"),
     ("ana_state", "@[[listener]]@ana_state = \"standby\"\n",
         "t.toml:3:13: listener[0].ana_state: ANA state \"standby\" is unknown; allowed: optimized, non-optimized, inaccessible, persistent-loss or change"),
+    ("ana_group_states_range", "@[[listener]]@ana_group_states = { 2 = \"optimized\", 129 = \"optimized\" }\n",
+        "t.toml:3:45: listener[0].ana_group_states.129: ANA group 129 is out of range; allowed: ANA group IDs 1..=128 as keys, each once, e.g. ana_group_states = { 2 = \"non-optimized\" }"),
+    ("ana_group_states_zero", "@[[listener]]@ana_group_states = { 0 = \"optimized\" }\n",
+        "t.toml:3:26: listener[0].ana_group_states.0: ANA group 0 is out of range; allowed: ANA group IDs 1..=128 as keys, each once, e.g. ana_group_states = { 2 = \"non-optimized\" }"),
+    ("ana_group_states_id", "@[[listener]]@ana_group_states = { group2 = \"optimized\" }\n",
+        "t.toml:3:31: listener[0].ana_group_states.group2: \"group2\" is not an ANA group ID; allowed: ANA group IDs 1..=128 as keys, each once, e.g. ana_group_states = { 2 = \"non-optimized\" }"),
+    ("ana_group_states_twice", "@[[listener]]@ana_group_states = { 2 = \"optimized\", \"02\" = \"inaccessible\" }\n",
+        "t.toml:3:46: listener[0].ana_group_states.02: ANA group 2 is named twice (\"2\" and \"02\"); allowed: ANA group IDs 1..=128 as keys, each once, e.g. ana_group_states = { 2 = \"non-optimized\" }"),
+    ("ana_group_states_state", "@[[listener]]@ana_group_states = { 3 = \"standby\" }\n",
+        "t.toml:3:26: listener[0].ana_group_states.3: ANA state \"standby\" is unknown; allowed: optimized, non-optimized, inaccessible, persistent-loss or change"),
+    ("ana_group_states_type", "@[[listener]]@ana_group_states = \"2:optimized\"\n",
+        "t.toml:3:20: listener[0].ana_group_states: invalid type: string \"2:optimized\", expected a table"),
+    ("ana_group_states_value_type", "@[[listener]]@ana_group_states = { 2 = 1 }\n",
+        "t.toml:3:26: listener[0].ana_group_states.2: invalid type: integer `1`, expected a string"),
     ("ana_group", "@[[subsystem.namespace]]@ana_group = 129\n",
         "t.toml:9:13: subsystem[0].namespace[0].ana_group: ANA group 129 is out of range; allowed: 1..=128"),
     ("ana_group_zero", "@[[subsystem.namespace]]@ana_group = 0\n",
@@ -582,8 +596,53 @@ fn ana_states_and_groups_load_and_read_back() {
         .replace("memory = \"1GiB\"", "memory = \"1GiB\"\nana_group = 7");
     let config = load(&text).unwrap();
     assert_eq!(config.listeners[0].ana_state, AnaState::NonOptimized);
+    assert!(config.listeners[0].ana_group_states.is_empty());
     assert_eq!(config.subsystems[0].namespaces[0].ana_group, 7);
     assert_eq!(load(&config.to_string()).unwrap(), config);
+    assert!(!config.to_string().contains("ana_group_states"), "written only when set");
+}
+
+#[test]
+fn ana_group_states_override_the_listeners_state() {
+    // A gateway group's node A: group 1 optimized (the default), groups 2 and 10 not.
+    let text = BASE.replace(
+        "address = \"127.0.0.1\"",
+        "address = \"127.0.0.1\"\nana_group_states = { \"2\" = \"non-optimized\", 10 = \"inaccessible\" }",
+    );
+    let config = load(&text).unwrap();
+    let listener = &config.listeners[0];
+    assert_eq!(listener.ana_state, AnaState::Optimized);
+    let states: Vec<_> = listener.ana_group_states.iter().map(|(&g, &s)| (g, s)).collect();
+    assert_eq!(states, [(2, AnaState::NonOptimized), (10, AnaState::Inaccessible)]);
+    let by_group: Vec<_> = [1, 2, 3, 10, 128].into_iter().map(|g| listener.group_ana_state(g)).collect();
+    use AnaState::*;
+    assert_eq!(by_group, [Optimized, NonOptimized, Optimized, Inaccessible, Optimized]);
+    // Printed (in group order) and read back as itself.
+    let printed = config.to_string();
+    assert!(
+        printed.contains("[listener.ana_group_states]\n2 = \"non-optimized\"\n10 = \"inaccessible\"\n"),
+        "{printed}"
+    );
+    assert_eq!(load(&printed).unwrap(), config);
+
+    // A sub-table says the same; every group named with ana_state as the default.
+    let table = format!(
+        "{BASE}\n[[listener]]\naddress = \"127.0.0.2\"\nana_state = \"non-optimized\"\n\
+         [listener.ana_group_states]\n1 = \"optimized\"\n128 = \"change\"\n"
+    );
+    let config = load(&table).unwrap();
+    let second = &config.listeners[1];
+    assert_eq!(second.group_ana_state(1), Optimized);
+    assert_eq!(second.group_ana_state(2), NonOptimized);
+    assert_eq!(second.group_ana_state(128), Change);
+    assert_eq!(load(&config.to_string()).unwrap(), config);
+    // Errors in the sub-table form name the line of the entry.
+    let bad = table.replace("128 = \"change\"", "128 = \"standby\"");
+    assert_eq!(
+        load(&bad).unwrap_err().to_string(),
+        "t.toml:15:7: listener[1].ana_group_states.128: ANA state \"standby\" is unknown; allowed: optimized, \
+         non-optimized, inaccessible, persistent-loss or change"
+    );
 }
 
 const KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";

@@ -51,6 +51,16 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
                 in_capsule_data_size: Some(RawSize::Text(format_size(u64::from(listener.in_capsule_data_size)))),
                 max_connections: Some(i64::from(listener.max_connections)),
                 ana_state: Some(listener.ana_state.name().to_owned()),
+                // Only where set: most listeners have every group in `ana_state`.
+                ana_group_states: (!listener.ana_group_states.is_empty()).then(|| {
+                    RawGroupStates(
+                        listener
+                            .ana_group_states
+                            .iter()
+                            .map(|(group, state)| (group.to_string(), state.name().to_owned()))
+                            .collect(),
+                    )
+                }),
                 tcp: match listener.transport {
                     ListenerTransport::Tcp(tcp) => {
                         Some(RawTcp { header_digest: Some(tcp.header_digest), data_digest: Some(tcp.data_digest) })

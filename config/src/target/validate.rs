@@ -3,7 +3,7 @@
 //! Every check returns a [`Problem`] naming the key path, what was found and what is allowed; the loader adds the
 //! line. The first problem found is reported.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Display;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -328,6 +328,10 @@ fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Resu
             Problem::new(key.key("ana_state"), format!("ANA state {name:?} is unknown"), ANA_STATE_ALLOWED)
         })?,
     };
+    let ana_group_states = match &raw.ana_group_states {
+        None => BTreeMap::new(),
+        Some(states) => ana_group_states(states, &key.key("ana_group_states"))?,
+    };
     let transport = match (raw.transport.unwrap_or(Transport::Tcp), &raw.tcp, &raw.rdma) {
         (Transport::Tcp, tcp, None) => {
             let tcp = tcp.clone().unwrap_or_default();
@@ -364,8 +368,35 @@ fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Resu
         in_capsule_data_size,
         max_connections,
         ana_state,
+        ana_group_states,
         transport,
     })
+}
+
+/// `[[listener]] ana_group_states` (at `key`): ANA group IDs 1..=128, each once, to known states.
+fn ana_group_states(raw: &RawGroupStates, key: &KeyPath) -> Result<BTreeMap<u32, AnaState>, Problem> {
+    let mut states = BTreeMap::new();
+    let mut written = HashMap::new();
+    for (text, name) in &raw.0 {
+        let entry = key.key(text);
+        let group: u32 = match text.parse::<i64>() {
+            Ok(group) if text.bytes().all(|b| b.is_ascii_digit()) => {
+                int_in(group, 1..=i64::from(MAX_ANA_GROUP), &entry, "ANA group", ANA_GROUP_STATES_ALLOWED)?
+            }
+            _ => return Err(Problem::new(entry, format!("{text:?} is not an ANA group ID"), ANA_GROUP_STATES_ALLOWED)),
+        };
+        if let Some(first) = written.insert(group, text) {
+            return Err(Problem::new(
+                entry,
+                format!("ANA group {group} is named twice ({first:?} and {text:?})"),
+                ANA_GROUP_STATES_ALLOWED,
+            ));
+        }
+        let state = AnaState::from_name(name)
+            .ok_or_else(|| Problem::new(entry.clone(), format!("ANA state {name:?} is unknown"), ANA_STATE_ALLOWED))?;
+        states.insert(group, state);
+    }
+    Ok(states)
 }
 
 /// Namespace identifiers seen so far in the target, with where, to reject duplicates.

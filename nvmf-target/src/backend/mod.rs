@@ -52,7 +52,7 @@ pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};
 pub use rbd::{ClusterTimeouts, RbdError, RbdSpec};
 pub use socket::{NetCompletion, NetKind, NetOpId, ReceivedChunk, SendPiece, SocketOps, MAX_SEND_PIECES};
-pub use storage::{Storage, StorageSpec};
+pub use storage::{RbdStats, Storage, StorageSpec};
 
 #[cfg(test)]
 pub(crate) use ring::cached_and_unwritten_pages;

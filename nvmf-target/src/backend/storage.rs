@@ -103,6 +103,19 @@ pub(crate) enum ZeroMode {
     Unsupported,
 }
 
+/// An RBD image's counters ([`Storage::rbd_stats`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RbdStats {
+    /// `pool/image`.
+    pub image: String,
+    /// Ops in librbd now.
+    pub in_flight: u64,
+    /// Ops librbd failed or refused since the image was opened.
+    pub errors: u64,
+    /// Times the image was reopened through a new client after the cluster fenced this one.
+    pub reopened: u64,
+}
+
 /// A regular file or block device.
 #[derive(Debug)]
 pub(crate) struct FileBacking {
@@ -124,7 +137,7 @@ pub(crate) enum Kind {
     Nvme(NvmeBacking),
     /// A Ceph RBD image through librbd.
     #[cfg(feature = "rbd")]
-    Rbd(rbd::Image),
+    Rbd(Arc<rbd::Image>),
 }
 
 /// One namespace's storage, shared by all reactors (`Arc`). Opened once at start.
@@ -233,13 +246,12 @@ impl Storage {
         self.capacity.load(Ordering::Relaxed)
     }
 
-    /// An RBD image's name (`pool/image`), the ops in librbd now and the ops that failed since open; `None` for
-    /// other kinds.
-    pub fn rbd_stats(&self) -> Option<(String, u64, u64)> {
+    /// An RBD image's name (`pool/image`) and counters; `None` for other kinds.
+    pub fn rbd_stats(&self) -> Option<RbdStats> {
         #[cfg(feature = "rbd")]
         if let Kind::Rbd(image) = &self.kind {
-            let (in_flight, errors) = image.stats();
-            return Some((image.name().to_owned(), in_flight, errors));
+            let (in_flight, errors, reopened) = image.stats();
+            return Some(RbdStats { image: image.name().to_owned(), in_flight, errors, reopened });
         }
         None
     }
@@ -277,7 +289,7 @@ impl Storage {
         let Kind::Rbd(image) = &self.kind else { return Ok(false) };
         let storage = Arc::downgrade(self);
         let on_resize = Arc::new(on_resize);
-        let on_change: rbd::OnChange = Box::new(move || {
+        let on_change: rbd::OnChange = Arc::new(move || {
             // librbd calls this on its own thread, which must not wait for the header refresh the size needs.
             let (storage, on_resize): (Weak<Storage>, _) = (storage.clone(), Arc::clone(&on_resize));
             let spawned = std::thread::Builder::new().name("nvmf-rbd-resize".into()).spawn(move || {
@@ -401,7 +413,7 @@ fn open_rbd(spec: &RbdSpec, block_size: u32) -> Result<(Kind, u64, bool, bool), 
     if capacity == 0 {
         return Err(BackendError::InvalidSize { what: format!("rbd:{}", image.name()), size, block_size });
     }
-    Ok((Kind::Rbd(image), capacity, true, false))
+    Ok((Kind::Rbd(Arc::new(image)), capacity, true, false))
 }
 
 #[cfg(not(feature = "rbd"))]

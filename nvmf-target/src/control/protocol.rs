@@ -45,6 +45,22 @@ pub enum TargetRequest {
     LogLevel(LogLevelRequest),
     /// Change a listener's Asymmetric Namespace Access state, of one group or all.
     AnaState(AnaStateRequest),
+    /// Move a namespace to another ANA group, live.
+    NamespaceAnaGroup(NamespaceAnaGroupRequest),
+}
+
+/// Move namespace `nsid` of `subnqn` to ANA group `group` (nvmet: writing the namespace's `ana_grpid`): its
+/// commands follow that group's states from the next one; the subsystem's controllers get an ANA Change and a
+/// Namespace Attribute Changed event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceAnaGroupRequest {
+    /// The subsystem.
+    pub subnqn: String,
+    /// The namespace.
+    pub nsid: u32,
+    /// The ANA group, 1..=128.
+    pub group: u32,
 }
 
 /// Set the ANA state of `group` (every group when `None`) on `listener`; the controllers connected through it get
@@ -108,6 +124,11 @@ pub enum TargetReply {
         port_id: u16,
         /// False when the groups already were in that state (no event raised).
         changed: bool,
+    },
+    /// `namespace_ana_group` was applied.
+    NamespaceAnaGroup {
+        /// False when the namespace already was in that group (no event raised).
+        moved: bool,
     },
     /// The request failed.
     Error {

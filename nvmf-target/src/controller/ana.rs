@@ -133,18 +133,27 @@ impl AnaTable {
     /// A table with `groups` of port `port_id` in `state`, or `None` when nothing changes. The change counts of
     /// the groups whose state changed, and the log's, are incremented.
     pub fn with_state(&self, port_id: u16, groups: AnaGroups, state: AnaState) -> Option<AnaTable> {
+        self.with_states(port_id, &[(groups, state)])
+    }
+
+    /// A table with each of `changes` made to port `port_id` in order (a state for every group, then some groups'
+    /// own, say), as one change: `None` when no group ends in another state. The change counts of the groups that
+    /// did, and the log's, are incremented once. Invalid groups are skipped.
+    pub fn with_states(&self, port_id: u16, changes: &[(AnaGroups, AnaState)]) -> Option<AnaTable> {
         let old = self.port(port_id);
         let mut new = PortStates::clone(old);
-        let range = match groups {
-            AnaGroups::All => 0..GROUPS,
-            AnaGroups::One(g) if valid_group(g) => (g as usize - 1)..(g as usize),
-            AnaGroups::One(_) => return None,
-        };
+        for &(groups, state) in changes {
+            let range = match groups {
+                AnaGroups::All => 0..GROUPS,
+                AnaGroups::One(g) if valid_group(g) => (g as usize - 1)..(g as usize),
+                AnaGroups::One(_) => continue,
+            };
+            new.states[range].fill(state);
+        }
         let mut table = self.clone();
         let mut changed = false;
-        for i in range {
-            if new.states[i] != state {
-                new.states[i] = state;
+        for (i, (before, after)) in old.states.iter().zip(&new.states).enumerate() {
+            if before != after {
                 table.group_chgcnt[i] = table.group_chgcnt[i].wrapping_add(1);
                 changed = true;
             }
@@ -159,6 +168,20 @@ impl AnaTable {
             Err(i) => table.ports.insert(i, (port_id, new)),
         }
         Some(table)
+    }
+}
+
+impl AnaTable {
+    /// A table whose change counts say `groups` changed (a namespace moved between them): each group's count
+    /// and the log's are incremented.
+    pub fn with_groups_changed(&self, groups: &[u32]) -> AnaTable {
+        let mut table = self.clone();
+        for &g in groups.iter().filter(|&&g| valid_group(g)) {
+            let i = g as usize - 1;
+            table.group_chgcnt[i] = table.group_chgcnt[i].wrapping_add(1);
+        }
+        table.chgcnt = table.chgcnt.wrapping_add(1);
+        table
     }
 }
 
@@ -190,5 +213,23 @@ mod tests {
         let t = t.with_state(2, AnaGroups::One(1), AnaState::NonOptimized).unwrap();
         assert_eq!(t.port(2).check(1), Ok(()));
         assert_eq!(t.port(2).get(0), AnaState::Inaccessible, "no group 0");
+    }
+
+    #[test]
+    fn several_changes_are_one() {
+        use AnaState::*;
+        // A port's start: every group non-optimized, then group 2 optimized.
+        let t = AnaTable::default();
+        let t = t.with_states(1, &[(AnaGroups::All, NonOptimized), (AnaGroups::One(2), Optimized)]).unwrap();
+        assert_eq!((t.port(1).get(1), t.port(1).get(2), t.port(1).get(128)), (NonOptimized, Optimized, NonOptimized));
+        assert_eq!(t.port(2).get(1), Optimized, "other ports keep their states");
+        // Group 2 ended where it was: its count did not move; the log's moved once.
+        assert_eq!((t.chgcnt(), t.group_chgcnt(1), t.group_chgcnt(2), t.group_chgcnt(128)), (1, 1, 0, 1));
+        // Changes that end where they started change nothing.
+        let same = [(AnaGroups::One(3), Inaccessible), (AnaGroups::One(3), NonOptimized), (AnaGroups::One(0), Change)];
+        assert!(t.with_states(1, &same).is_none());
+        assert!(t.with_states(1, &[]).is_none());
+        let t = t.with_states(1, &[(AnaGroups::One(2), NonOptimized), (AnaGroups::One(3), Change)]).unwrap();
+        assert_eq!((t.chgcnt(), t.group_chgcnt(1), t.group_chgcnt(2), t.group_chgcnt(3)), (2, 1, 1, 2));
     }
 }

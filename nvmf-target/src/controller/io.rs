@@ -108,7 +108,10 @@ pub(crate) enum StorageOp {
 /// The NVMe status for a failed storage op (close to Linux nvmet's `errno_to_nvme_status` /
 /// `blk_to_nvme_status`): the drive's own status for NVMe passthrough storage (passed through as nvmet's
 /// passthru does), media errors for EIO and short transfers, Capacity Exceeded for ENOSPC, Namespace Write
-/// Protected for EROFS, a retryable Internal Error for transient conditions, Internal Error otherwise.
+/// Protected for EROFS, a retryable Internal Error for transient conditions, Internal Error otherwise. Storage
+/// this node cannot reach (librbd: the cluster did not answer within its OSD timeout, `ETIMEDOUT`, or blocklisted
+/// this client after another gateway broke its lock, `ESHUTDOWN`) is a retryable Internal Path Error: a multipath
+/// host retries the command on another path, where the storage may be reachable, instead of failing it.
 pub(crate) fn storage_status(err: &io::Error, op: StorageOp) -> Status {
     if let Some(status) = crate::backend::drive_status(err) {
         return status;
@@ -124,6 +127,7 @@ pub(crate) fn storage_status(err: &io::Error, op: StorageOp) -> Status {
         Some(libc::EACCES | libc::EPERM) => return Status::ACCESS_DENIED.with_dnr(),
         Some(libc::EAGAIN | libc::EINTR | libc::ENOMEM | libc::EBUSY) => return Status::INTERNAL_ERROR,
         Some(libc::EOPNOTSUPP) => return Status::INVALID_OPCODE.with_dnr(),
+        Some(libc::ETIMEDOUT | libc::ESHUTDOWN) => return Status::INTERNAL_PATH_ERROR,
         _ => {}
     }
     match err.kind() {
@@ -200,6 +204,10 @@ mod tests {
         assert_eq!(storage_status(&nospc, StorageOp::Write), Status::CAPACITY_EXCEEDED.with_dnr());
         let again = io::Error::from_raw_os_error(libc::EAGAIN);
         assert!(!storage_status(&again, StorageOp::Write).dnr());
+        for unreachable in [libc::ETIMEDOUT, libc::ESHUTDOWN] {
+            let e = io::Error::from_raw_os_error(unreachable);
+            assert_eq!(storage_status(&e, StorageOp::Write), Status::INTERNAL_PATH_ERROR, "retried on another path");
+        }
         let refused = io::Error::new(io::ErrorKind::InvalidInput, "x");
         assert_eq!(storage_status(&refused, StorageOp::Read), Status::INTERNAL_ERROR.with_dnr());
         let drive =

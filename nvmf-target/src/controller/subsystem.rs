@@ -13,7 +13,7 @@
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 use nvmf_common::fabrics::nqn::{check_nqn_format, validate_nqn, DISCOVERY_NQN};
@@ -170,7 +170,8 @@ pub struct Namespace {
     uuid: [u8; 16],
     eui64: [u8; 8],
     block_shift: u8,
-    ana_group: u32,
+    /// Changes when the namespace moves to another ANA group ([`Subsystem::set_namespace_ana_group`]).
+    ana_group: AtomicU32,
     reservations: Reservations,
 }
 
@@ -194,7 +195,7 @@ impl Namespace {
             uuid,
             eui64: eui64.unwrap_or([0; 8]),
             block_shift,
-            ana_group,
+            ana_group: AtomicU32::new(ana_group),
             reservations,
         }
     }
@@ -243,7 +244,7 @@ impl Namespace {
     /// ANA group ID (Identify Namespace ANAGRPID).
     #[inline]
     pub fn ana_group(&self) -> u32 {
-        self.ana_group
+        self.ana_group.load(Ordering::Acquire)
     }
 
     /// IEEE EUI-64 (all zeros: none).
@@ -309,7 +310,7 @@ impl NamespaceTable {
 
     /// The ANA groups of the namespaces, ascending, without repeats.
     pub fn ana_groups(&self) -> Vec<u32> {
-        let mut groups: Vec<u32> = self.namespaces.iter().map(|ns| ns.ana_group).collect();
+        let mut groups: Vec<u32> = self.namespaces.iter().map(|ns| ns.ana_group()).collect();
         groups.sort_unstable();
         groups.dedup();
         groups
@@ -703,6 +704,25 @@ impl Subsystem {
         tracing::info!(subnqn = %self.nqn, nsid, "namespace removed");
         self.notify_namespace_changed(nsid);
         Ok(ns)
+    }
+
+    /// Move namespace `nsid` to ANA group `group`, live: its commands follow the new group's state on each listener
+    /// from the next one, Identify Namespace reports the new ANAGRPID, and controllers get a Namespace Attribute
+    /// Changed event (the caller raises the ANA Change event with the log's new change counts). Returns the group
+    /// it left, `None` when it was in `group` already.
+    pub fn set_namespace_ana_group(&self, nsid: u32, group: u32) -> Result<Option<u32>, SubsystemError> {
+        if !valid_group(group) {
+            return Err(SubsystemError::InvalidAnaGroup { subsystem: self.nqn.clone(), nsid, group });
+        }
+        let table = self.namespaces();
+        let ns = table.get(nsid).ok_or(SubsystemError::UnknownNsid { subsystem: self.nqn.clone(), nsid })?;
+        let old = ns.ana_group.swap(group, Ordering::AcqRel);
+        if old == group {
+            return Ok(None);
+        }
+        tracing::info!(subnqn = %self.nqn, nsid, from = old, to = group, "namespace moved to another ANA group");
+        self.notify_namespace_changed(nsid);
+        Ok(Some(old))
     }
 
     /// Namespace `nsid`'s capacity changed (its storage was resized): hosts are told as for an added namespace.

@@ -145,9 +145,10 @@ pub struct TargetParams {
     pub listeners: Vec<ListenerParams>,
     /// Serial number of the discovery controller.
     pub serial: String,
-    /// The ANA state of every group on a listener (by port ID) at start; listeners not named have every group
-    /// optimized. [`Target::set_ana_state`] changes them.
-    pub ana_states: Vec<(u16, AnaState)>,
+    /// The ANA states of the listeners (by port ID) at start: each listener's changes from every group optimized,
+    /// made in order as by [`Target::set_ana_states`] (typically a state for [`AnaGroups::All`], then some groups'
+    /// own); listeners not named have every group optimized. [`Target::set_ana_state`] changes them.
+    pub ana_states: Vec<(u16, Vec<(AnaGroups, AnaState)>)>,
 }
 
 impl Default for TargetParams {
@@ -191,6 +192,9 @@ impl TargetParams {
         }
         if self.serial.is_empty() || self.serial.len() > 20 || !self.serial.bytes().all(|c| (0x20..0x7f).contains(&c)) {
             return invalid("serial", 0, "1..=20 printable ASCII characters");
+        }
+        if let Some(g) = invalid_ana_group(self.ana_states.iter().flat_map(|(_, changes)| changes)) {
+            return Err(TargetError::InvalidAnaGroup(g));
         }
         Ok(())
     }
@@ -290,8 +294,8 @@ impl Target {
     pub fn new(mut params: TargetParams, subsystems: Vec<SubsystemParams>) -> Result<Arc<Self>, TargetError> {
         params.validate()?;
         let mut ana = AnaTable::default();
-        for &(port_id, state) in &params.ana_states {
-            if let Some(t) = ana.with_state(port_id, AnaGroups::All, state) {
+        for (port_id, changes) in &params.ana_states {
+            if let Some(t) = ana.with_states(*port_id, changes) {
                 ana = t;
             }
         }
@@ -496,22 +500,47 @@ impl Target {
         (Arc::clone(guard.port(port_id)), self.ana_generation.load(Ordering::Acquire))
     }
 
+    /// Move namespace `nsid` of subsystem `nqn` to ANA group `group`, live (see
+    /// [`Subsystem::set_namespace_ana_group`]): the ANA log's change counts of both groups move and every controller
+    /// of the subsystem gets an ANA Change event. Returns whether it moved (`false`: it was in `group`).
+    pub fn move_namespace_ana_group(&self, nqn: &str, nsid: u32, group: u32) -> Result<bool, TargetError> {
+        let subsystem = self.subsystem(nqn).ok_or_else(|| TargetError::UnknownSubsystem(nqn.to_owned()))?;
+        let Some(old) = subsystem.set_namespace_ana_group(nsid, group)? else { return Ok(false) };
+        {
+            let mut guard = self.ana.write().unwrap_or_else(|e| e.into_inner());
+            *guard = Arc::new(guard.with_groups_changed(&[old, group]));
+            self.ana_generation.fetch_add(1, Ordering::AcqRel);
+        }
+        for controller in subsystem.controllers() {
+            controller.ana_changed();
+        }
+        Ok(true)
+    }
+
     /// Set `groups` of listener `port_id` to `state`. When anything changed, the groups' and the log's change
     /// counts move, I/O queues see the new state at their next command, and every controller connected through
     /// the listener gets an ANA Change event (unless disabled or masked): returns whether anything changed.
     pub fn set_ana_state(&self, port_id: u16, groups: AnaGroups, state: AnaState) -> Result<bool, TargetError> {
-        if let AnaGroups::One(g) = groups {
-            if !super::ana::valid_group(g) {
-                return Err(TargetError::InvalidAnaGroup(g));
-            }
+        self.set_ana_states(port_id, &[(groups, state)])
+    }
+
+    /// Make `changes` to listener `port_id`'s ANA states in order, as one change (see [`Target::set_ana_state`]):
+    /// I/O queues never see a state between them, and controllers get one ANA Change event. Returns whether any
+    /// group ended in another state.
+    pub fn set_ana_states(&self, port_id: u16, changes: &[(AnaGroups, AnaState)]) -> Result<bool, TargetError> {
+        if let Some(g) = invalid_ana_group(changes) {
+            return Err(TargetError::InvalidAnaGroup(g));
         }
         {
             let mut guard = self.ana.write().unwrap_or_else(|e| e.into_inner());
-            let Some(table) = guard.with_state(port_id, groups, state) else { return Ok(false) };
+            let Some(table) = guard.with_states(port_id, changes) else { return Ok(false) };
             *guard = Arc::new(table);
             self.ana_generation.fetch_add(1, Ordering::AcqRel);
         }
-        tracing::info!(port_id, ?groups, state = state.name(), "ANA state changed");
+        match changes {
+            [(groups, state)] => tracing::info!(port_id, ?groups, state = state.name(), "ANA state changed"),
+            _ => tracing::info!(port_id, changes = %describe_ana_changes(changes), "ANA states changed"),
+        }
         for subsystem in self.subsystems() {
             for controller in subsystem.controllers() {
                 if controller.port_id() == port_id {
@@ -520,5 +549,54 @@ impl Target {
             }
         }
         Ok(true)
+    }
+}
+
+/// The first group of `changes` that is not a valid ANA group ID.
+fn invalid_ana_group<'a>(changes: impl IntoIterator<Item = &'a (AnaGroups, AnaState)>) -> Option<u32> {
+    changes.into_iter().find_map(|&(groups, _)| match groups {
+        AnaGroups::One(g) if !super::ana::valid_group(g) => Some(g),
+        _ => None,
+    })
+}
+
+/// `changes` for a log line, runs of consecutive groups set to one state merged: `all=non-optimized 2=optimized`,
+/// `1-127=optimized 128=inaccessible`.
+fn describe_ana_changes(changes: &[(AnaGroups, AnaState)]) -> String {
+    let mut runs: Vec<(Option<(u32, u32)>, AnaState)> = Vec::new();
+    for &(groups, state) in changes {
+        match (groups, runs.last_mut()) {
+            (AnaGroups::One(g), Some((Some((_, last)), s))) if *s == state && last.checked_add(1) == Some(g) => {
+                *last = g
+            }
+            (AnaGroups::One(g), _) => runs.push((Some((g, g)), state)),
+            (AnaGroups::All, _) => runs.push((None, state)),
+        }
+    }
+    let run = |(groups, state): &(Option<(u32, u32)>, AnaState)| match groups {
+        None => format!("all={}", state.name()),
+        Some((first, last)) if first == last => format!("{first}={}", state.name()),
+        Some((first, last)) => format!("{first}-{last}={}", state.name()),
+    };
+    runs.iter().map(run).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ana_changes_are_logged_as_runs() {
+        use AnaState::*;
+        let changes = [
+            (AnaGroups::All, NonOptimized),
+            (AnaGroups::One(2), Optimized),
+            (AnaGroups::One(3), Optimized),
+            (AnaGroups::One(4), Inaccessible),
+            (AnaGroups::One(6), Inaccessible),
+        ];
+        assert_eq!(describe_ana_changes(&changes), "all=non-optimized 2-3=optimized 4=inaccessible 6=inaccessible");
+        let reload: Vec<_> = (1..=127).map(|g| (AnaGroups::One(g), Optimized)).collect();
+        assert_eq!(describe_ana_changes(&reload), "1-127=optimized");
     }
 }

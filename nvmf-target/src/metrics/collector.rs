@@ -427,12 +427,12 @@ impl Collector for TargetCollector {
             counter(&mut m, &[], self.target.reservation_conflicts())?;
         }
         {
-            // RBD images: (subsystem, namespace, image, ops in librbd, failed ops).
+            // RBD images: (subsystem, namespace, counters).
             let mut images = Vec::new();
             for s in self.target.subsystems() {
                 for ns in s.namespaces().iter() {
-                    if let Some((image, in_flight, errors)) = ns.storage().rbd_stats() {
-                        images.push((s.nqn().to_owned(), ns.nsid().to_string(), image, in_flight, errors));
+                    if let Some(stats) = ns.storage().rbd_stats() {
+                        images.push((s.nqn().to_owned(), ns.nsid().to_string(), stats));
                     }
                 }
             }
@@ -443,8 +443,8 @@ impl Collector for TargetCollector {
                     None,
                     MetricType::Gauge,
                 )?;
-                for (nqn, ns, image, in_flight, _) in &images {
-                    gauge(&mut m, &[("subsystem", nqn), ("namespace", ns), ("image", image)], *in_flight)?;
+                for (nqn, ns, st) in &images {
+                    gauge(&mut m, &[("subsystem", nqn), ("namespace", ns), ("image", &st.image)], st.in_flight)?;
                 }
                 let mut m = encoder.encode_descriptor(
                     "nvmf_target_rbd_errors",
@@ -453,8 +453,18 @@ impl Collector for TargetCollector {
                     None,
                     MetricType::Counter,
                 )?;
-                for (nqn, ns, image, _, errors) in &images {
-                    counter(&mut m, &[("subsystem", nqn), ("namespace", ns), ("image", image)], *errors)?;
+                for (nqn, ns, st) in &images {
+                    counter(&mut m, &[("subsystem", nqn), ("namespace", ns), ("image", &st.image)], st.errors)?;
+                }
+                let mut m = encoder.encode_descriptor(
+                    "nvmf_target_rbd_reopened",
+                    "Times an RBD image was reopened through a new Ceph client after the cluster fenced (blocklisted) \
+                     this one, by subsystem, namespace and image.",
+                    None,
+                    MetricType::Counter,
+                )?;
+                for (nqn, ns, st) in &images {
+                    counter(&mut m, &[("subsystem", nqn), ("namespace", ns), ("image", &st.image)], st.reopened)?;
                 }
             }
         }

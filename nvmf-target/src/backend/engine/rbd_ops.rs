@@ -65,7 +65,7 @@ impl RbdOps {
                 pool.finish_io(id);
             }
             if let Kind::Rbd(image) = entry.storage.kind() {
-                image.count_end(rc < 0);
+                image.count_end(rc);
             }
             f(IoCompletion { tag: entry.tag, result: aio_result(rc, entry.expect) });
         });

@@ -55,6 +55,21 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// A new connection for the same configuration and user, replacing this one (which the cluster fenced) for
+    /// every image that connects or reconnects from now on; the one another image's recovery made already, if any.
+    pub(crate) fn replace(self: &Arc<Self>) -> Result<Arc<Cluster>, RbdError> {
+        let mut clusters = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+        clusters.retain(|c| c.strong_count() > 0);
+        let same = |c: &Arc<Cluster>| c.conf == self.conf && c.id == self.id && c.timeouts == self.timeouts;
+        if let Some(newer) = clusters.iter().filter_map(Weak::upgrade).find(|c| same(c) && !Arc::ptr_eq(c, self)) {
+            return Ok(newer);
+        }
+        let cluster = Arc::new(Self::connect_new(&self.conf, &self.id, self.timeouts)?);
+        clusters.retain(|c| !std::ptr::eq(c.as_ptr(), Arc::as_ptr(self)));
+        clusters.push(Arc::downgrade(&cluster));
+        Ok(cluster)
+    }
+
     fn connect_new(conf: &Path, id: &str, timeouts: ClusterTimeouts) -> Result<Cluster, RbdError> {
         let c_id = c_string("the Ceph user", id)?;
         let c_conf = c_string("the Ceph configuration path", &conf.to_string_lossy())?;

@@ -1,31 +1,56 @@
-//! One open RBD image: its librbd handle, the I/O context and connection under it, a watch that reports changes
-//! of its header (a resize), and the asynchronous calls of the data path.
+//! One RBD image as a namespace sees it: the librbd handle ops go to now, and how it is replaced when the cluster
+//! fences this client.
+//!
+//! A [`Handle`] is one `rbd_open` (with its I/O context, its header watch and the connection under it). The
+//! [`Image`] points at its current handle; ops load that pointer (one atomic load). When an op fails with
+//! `ESHUTDOWN` (librbd's `EBLOCKLISTED`: another gateway broke this client's exclusive lock and the cluster
+//! blocklisted it, so every later op of this client fails too), a recovery thread connects a new client (see
+//! `Cluster::replace`), opens the image again, watches it again and makes the new handle current. Old handles are
+//! kept until the image closes: an op may still be running on one, and fencing is rare. The recovery retries every
+//! 5 s for as long as the namespace exists.
 
 use std::ffi::{c_void, CString};
 use std::io;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::cluster::Cluster;
 use super::{ffi, RbdError};
 
 /// What a change of the image's header calls (on a librbd thread: it must not block).
-pub(crate) type OnChange = Box<dyn Fn() + Send + Sync>;
+pub(crate) type OnChange = Arc<dyn Fn() + Send + Sync>;
 
-/// An open image.
-pub(crate) struct Image {
-    handle: ffi::rbd_image_t,
+/// One open of the image.
+struct Handle {
+    image: ffi::rbd_image_t,
     ioctx: ffi::rados_ioctx_t,
-    /// The update watch's handle and its callback's state (boxed: librbd keeps the pointer).
+    /// The update watch's handle and its callback (boxed: librbd keeps the pointer).
     watch: Mutex<Option<(u64, Box<OnChange>)>>,
+    // Last: shut down after the image and its context.
+    cluster: Arc<Cluster>,
+}
+
+/// An image serving a namespace.
+pub(crate) struct Image {
+    /// The handle ops go to: a leaked `Box<Handle>`, freed by Drop with the retired ones.
+    current: AtomicPtr<Handle>,
+    /// Handles replaced after a fence, kept until Drop.
+    retired: Mutex<Vec<*mut Handle>>,
+    /// A recovery thread is running.
+    recovering: AtomicBool,
+    /// The header watch's callback, for the handles opened later.
+    on_change: Mutex<Option<OnChange>>,
+    pool: String,
+    namespace: String,
+    image: String,
     name: String,
-    /// Ops started, ended, and ended with an error (for metrics; counted by the reactors).
+    /// Ops started, ended, and ended with an error (for metrics; counted by the reactors); fences recovered.
     started: AtomicU64,
     ended: AtomicU64,
     errors: AtomicU64,
-    // Last: closed after the image and its context.
-    cluster: Arc<Cluster>,
+    reopened: AtomicU64,
 }
 
 impl std::fmt::Debug for Image {
@@ -35,7 +60,8 @@ impl std::fmt::Debug for Image {
 }
 
 // SAFETY: librbd's image handle may be used from several threads at once (ImageCtx locks inside); the ioctx is
-// only used by librbd through the handle; the watch callback is Send + Sync.
+// only used by librbd through the handle; the handles behind the pointers are only freed by Drop; the watch
+// callback is Send + Sync.
 unsafe impl Send for Image {}
 // SAFETY: as above.
 unsafe impl Sync for Image {}
@@ -50,12 +76,18 @@ pub(crate) enum Aio {
     WriteZeroes { offset: u64, len: u64 },
 }
 
-impl Image {
-    /// Opens `pool/namespace/name` through `cluster` (blocks: librbd reads the header).
-    pub(crate) fn open(cluster: Arc<Cluster>, pool: &str, namespace: &str, name: &str) -> Result<Image, RbdError> {
-        let full_name =
-            if namespace.is_empty() { format!("{pool}/{name}") } else { format!("{pool}/{namespace}/{name}") };
-        let c_name = CString::new(name).map_err(|_| RbdError::Nul("the image name"))?;
+fn full_name(pool: &str, namespace: &str, image: &str) -> String {
+    if namespace.is_empty() {
+        format!("{pool}/{image}")
+    } else {
+        format!("{pool}/{namespace}/{image}")
+    }
+}
+
+impl Handle {
+    /// Opens `pool/namespace/image` through `cluster` (blocks: librbd reads the header).
+    fn open(cluster: Arc<Cluster>, pool: &str, namespace: &str, image: &str) -> Result<Handle, RbdError> {
+        let c_name = CString::new(image).map_err(|_| RbdError::Nul("the image name"))?;
         let ioctx = cluster.create_ioctx(pool, namespace)?;
         let mut handle: ffi::rbd_image_t = ptr::null_mut();
         // SAFETY: a valid context; `handle` is written on success; a null snapshot name opens the head.
@@ -63,21 +95,82 @@ impl Image {
         if rc < 0 {
             Cluster::destroy_ioctx(ioctx);
             return Err(RbdError::Open {
-                image: full_name,
+                image: full_name(pool, namespace, image),
                 cluster: cluster.describe(),
                 source: io::Error::from_raw_os_error(-rc),
             });
         }
+        Ok(Handle { image: handle, ioctx, watch: Mutex::new(None), cluster })
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        let mut size = 0u64;
+        // SAFETY: an open handle; `size` is written on success.
+        let rc = unsafe { ffi::rbd_get_size(self.image, &mut size) };
+        if rc < 0 {
+            return Err(io::Error::from_raw_os_error(-rc));
+        }
+        Ok(size)
+    }
+
+    fn watch(&self, on_change: OnChange) -> io::Result<()> {
+        let state: Box<OnChange> = Box::new(on_change);
+        let mut handle = 0u64;
+        let arg = ptr::from_ref::<OnChange>(&*state).cast_mut().cast::<c_void>();
+        // SAFETY: an open handle; `arg` points into the box, which lives until `rbd_update_unwatch` returned
+        // (Drop), and `on_update` only reads it.
+        let rc = unsafe { ffi::rbd_update_watch(self.image, &mut handle, Some(on_update), arg) };
+        if rc < 0 {
+            return Err(io::Error::from_raw_os_error(-rc));
+        }
+        *self.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some((handle, state));
+        Ok(())
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some((handle, _state)) = self.watch.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            // SAFETY: the watch registered on this open image; after it returns librbd calls it no more, so the
+            // box may go.
+            let rc = unsafe { ffi::rbd_update_unwatch(self.image, *handle) };
+            if rc < 0 {
+                tracing::debug!(rc, "rbd_update_unwatch failed");
+            }
+        }
+        // SAFETY: the open handle; every aio of it has completed (each holds the storage, which holds the image).
+        let rc = unsafe { ffi::rbd_close(self.image) };
+        if rc < 0 {
+            tracing::debug!(rc, "rbd_close failed");
+        }
+        Cluster::destroy_ioctx(self.ioctx);
+    }
+}
+
+impl Image {
+    /// Opens `pool/namespace/image` through `cluster` (blocks: librbd reads the header).
+    pub(crate) fn open(cluster: Arc<Cluster>, pool: &str, namespace: &str, image: &str) -> Result<Image, RbdError> {
+        let handle = Handle::open(cluster, pool, namespace, image)?;
         Ok(Image {
-            handle,
-            ioctx,
-            watch: Mutex::new(None),
-            name: full_name,
+            current: AtomicPtr::new(Box::into_raw(Box::new(handle))),
+            retired: Mutex::new(Vec::new()),
+            recovering: AtomicBool::new(false),
+            on_change: Mutex::new(None),
+            pool: pool.to_owned(),
+            namespace: namespace.to_owned(),
+            image: image.to_owned(),
+            name: full_name(pool, namespace, image),
             started: AtomicU64::new(0),
             ended: AtomicU64::new(0),
             errors: AtomicU64::new(0),
-            cluster,
+            reopened: AtomicU64::new(0),
         })
+    }
+
+    /// The current handle.
+    fn handle(&self) -> &Handle {
+        // SAFETY: `current` always holds a `Box<Handle>` pointer, freed only by Drop (replaced ones are retired).
+        unsafe { &*self.current.load(Ordering::Acquire) }
     }
 
     /// `pool/image` (or `pool/namespace/image`).
@@ -85,53 +178,85 @@ impl Image {
         &self.name
     }
 
-    /// An op started with [`Image::start`] ended (`failed`: with an error librbd returned).
-    pub(crate) fn count_end(&self, failed: bool) {
+    /// An op started with [`Image::start`] ended with librbd's `rc`; a fenced client (`ESHUTDOWN`) starts the
+    /// recovery (once at a time).
+    pub(crate) fn count_end(self: &Arc<Self>, rc: i64) {
         self.ended.fetch_add(1, Ordering::Relaxed);
-        if failed {
+        if rc < 0 {
             self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if rc == -i64::from(libc::ESHUTDOWN) && !self.recovering.swap(true, Ordering::AcqRel) {
+            let image = Arc::clone(self);
+            let spawned = std::thread::Builder::new().name("nvmf-rbd-reopen".into()).spawn(move || image.recover());
+            if let Err(e) = spawned {
+                tracing::error!(image = %self.name, error = %e, "cannot start the thread that reopens a fenced RBD image");
+                self.recovering.store(false, Ordering::Release);
+            }
         }
     }
 
-    /// Ops in librbd now, and ops that ended with an error since open.
-    pub(crate) fn stats(&self) -> (u64, u64) {
+    /// The cluster blocklisted this client: connect a new one, open the image again and make it current. Retries
+    /// every 5 s until it works.
+    fn recover(self: &Arc<Self>) {
+        let fenced = Arc::clone(&self.handle().cluster);
+        tracing::warn!(image = %self.name, "the cluster fenced this client (blocklisted): reconnecting and reopening");
+        loop {
+            if Arc::strong_count(self) == 1 {
+                // The namespace is gone: nobody needs the image any more.
+                return;
+            }
+            let reopened = fenced.replace().and_then(|cluster| {
+                let handle = Handle::open(cluster, &self.pool, &self.namespace, &self.image)?;
+                let on_change = self.on_change.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(on_change) = on_change {
+                    handle.watch(on_change).map_err(|source| RbdError::Watch { image: self.name.clone(), source })?;
+                }
+                Ok(handle)
+            });
+            match reopened {
+                Ok(handle) => {
+                    let old = self.current.swap(Box::into_raw(Box::new(handle)), Ordering::AcqRel);
+                    self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old);
+                    self.reopened.fetch_add(1, Ordering::Relaxed);
+                    self.recovering.store(false, Ordering::Release);
+                    tracing::info!(image = %self.name, "RBD image reopened through a new client");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(image = %self.name, error = %e, "reopening the fenced RBD image failed; retrying in 5 s");
+                    std::thread::sleep(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Ops in librbd now, ops that ended with an error since open, and times the image was reopened after a fence.
+    pub(crate) fn stats(&self) -> (u64, u64, u64) {
         let ended = self.ended.load(Ordering::Relaxed);
         let in_flight = self.started.load(Ordering::Relaxed).saturating_sub(ended);
-        (in_flight, self.errors.load(Ordering::Relaxed))
+        (in_flight, self.errors.load(Ordering::Relaxed), self.reopened.load(Ordering::Relaxed))
     }
 
     /// The image's size in bytes, as librbd last saw it (it refreshes the header after a watch notification).
     pub(crate) fn size(&self) -> io::Result<u64> {
-        let mut size = 0u64;
-        // SAFETY: an open handle; `size` is written on success.
-        let rc = unsafe { ffi::rbd_get_size(self.handle, &mut size) };
-        if rc < 0 {
-            return Err(io::Error::from_raw_os_error(-rc));
-        }
-        Ok(size)
+        self.handle().size()
     }
 
     /// Have `on_change` called whenever the image's header changes (a resize among others). A second call
     /// replaces nothing: the first watch stays.
     pub(crate) fn watch(&self, on_change: OnChange) -> Result<(), RbdError> {
-        let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
-        if watch.is_some() {
+        let mut slot = self.on_change.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
             return Ok(());
         }
-        let state: Box<OnChange> = Box::new(on_change);
-        let mut handle = 0u64;
-        let arg = ptr::from_ref::<OnChange>(&*state).cast_mut().cast::<c_void>();
-        // SAFETY: an open handle; `arg` points into the box, which lives until `rbd_update_unwatch` returned
-        // (Drop), and `on_update` only reads it.
-        let rc = unsafe { ffi::rbd_update_watch(self.handle, &mut handle, Some(on_update), arg) };
-        if rc < 0 {
-            return Err(RbdError::Watch { image: self.name.clone(), source: io::Error::from_raw_os_error(-rc) });
-        }
-        *watch = Some((handle, state));
+        self.handle()
+            .watch(Arc::clone(&on_change))
+            .map_err(|source| RbdError::Watch { image: self.name.clone(), source })?;
+        *slot = Some(on_change);
         Ok(())
     }
 
-    /// Starts `aio`, whose end calls `callback(completion, arg)` on a librbd thread.
+    /// Starts `aio` on the current handle, whose end calls `callback(completion, arg)` on a librbd thread.
     ///
     /// # Safety
     /// The buffer of a read (written) or write (read) must stay valid and unused by anyone else until the
@@ -142,6 +267,7 @@ impl Image {
         callback: unsafe extern "C" fn(ffi::rbd_completion_t, *mut c_void),
         arg: *mut c_void,
     ) -> io::Result<()> {
+        let image = self.handle().image;
         let mut completion: ffi::rbd_completion_t = ptr::null_mut();
         // SAFETY: `completion` is written on success; `arg` is the caller's to keep valid.
         let rc = unsafe { ffi::rbd_aio_create_completion(arg, Some(callback), &mut completion) };
@@ -152,15 +278,15 @@ impl Image {
         let rc = unsafe {
             match aio {
                 Aio::Read { offset, len, buf } => {
-                    ffi::rbd_aio_read(self.handle, offset, len as usize, buf.cast(), completion)
+                    ffi::rbd_aio_read(image, offset, len as usize, buf.cast(), completion)
                 }
                 Aio::Write { offset, len, buf } => {
-                    ffi::rbd_aio_write(self.handle, offset, len as usize, buf.cast(), completion)
+                    ffi::rbd_aio_write(image, offset, len as usize, buf.cast(), completion)
                 }
-                Aio::Flush => ffi::rbd_aio_flush(self.handle, completion),
-                Aio::Discard { offset, len } => ffi::rbd_aio_discard(self.handle, offset, len, completion),
+                Aio::Flush => ffi::rbd_aio_flush(image, completion),
+                Aio::Discard { offset, len } => ffi::rbd_aio_discard(image, offset, len, completion),
                 Aio::WriteZeroes { offset, len } => match usize::try_from(len) {
-                    Ok(len) => ffi::rbd_aio_write_zeroes(self.handle, offset, len, completion, 0, 0),
+                    Ok(len) => ffi::rbd_aio_write_zeroes(image, offset, len, completion, 0, 0),
                     Err(_) => -libc::EINVAL,
                 },
             }
@@ -179,27 +305,19 @@ impl Image {
 
 /// The watch's callback: runs the image's `OnChange`.
 unsafe extern "C" fn on_update(arg: *mut c_void) {
-    // SAFETY: `arg` is the `OnChange` box `Image::watch` registered, alive until unwatched.
+    // SAFETY: `arg` is the `OnChange` box a handle's watch registered, alive until unwatched.
     let on_change = unsafe { &*arg.cast::<OnChange>() };
     on_change();
 }
 
 impl Drop for Image {
     fn drop(&mut self) {
-        if let Some((handle, _state)) = self.watch.get_mut().unwrap_or_else(|e| e.into_inner()) {
-            // SAFETY: the watch registered on this open image; after it returns librbd calls it no more, so the
-            // box may go.
-            let rc = unsafe { ffi::rbd_update_unwatch(self.handle, *handle) };
-            if rc < 0 {
-                tracing::warn!(image = %self.name, rc, "rbd_update_unwatch failed");
-            }
+        let current = *self.current.get_mut();
+        let retired = std::mem::take(self.retired.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for handle in retired.into_iter().chain([current]) {
+            // SAFETY: each pointer is a `Box<Handle>` leaked by `open` or `recover`, freed only here, once; every
+            // op on it has completed (each op holds the storage, which holds this image).
+            drop(unsafe { Box::from_raw(handle) });
         }
-        // SAFETY: the open handle; every aio of it has completed (each holds the storage, which holds the image).
-        let rc = unsafe { ffi::rbd_close(self.handle) };
-        if rc < 0 {
-            tracing::warn!(image = %self.name, rc, "rbd_close failed");
-        }
-        Cluster::destroy_ioctx(self.ioctx);
-        let _ = &self.cluster;
     }
 }

@@ -123,7 +123,8 @@ fn namespace_groups_are_validated() {
 
 #[test]
 fn listeners_start_in_their_configured_state() {
-    let params = TargetParams { ana_states: vec![(2, AnaState::NonOptimized)], ..target_params() };
+    let params =
+        TargetParams { ana_states: vec![(2, vec![(AnaGroups::All, AnaState::NonOptimized)])], ..target_params() };
     let target = Target::new(params, vec![subsystem_params()]).unwrap();
     let wakes = Arc::new(AtomicUsize::new(0));
     let mut a = associate_on(&target, 2, &wakes);
@@ -132,6 +133,59 @@ fn listeners_start_in_their_configured_state() {
     a.io.read(&mut a.engine, 1, 0, 8).ok();
     let mut b = associate_on(&target, 1, &wakes);
     assert_eq!(ana_log(&mut b, false, false).groups[0].state, AnaState::Optimized);
+}
+
+#[test]
+fn listeners_start_with_groups_of_their_own() {
+    use AnaState::*;
+    // A gateway group on one target's two listeners: port 1 optimized for group 1, port 2 for group 2.
+    let ana_states = vec![
+        (1, vec![(AnaGroups::All, Optimized), (AnaGroups::One(2), NonOptimized)]),
+        (2, vec![(AnaGroups::All, NonOptimized), (AnaGroups::One(2), Optimized)]),
+    ];
+    let mut ns2 = NamespaceParams::new(2, memory(NS_SIZE, BLOCK));
+    ns2.ana_group = 2;
+    let mut subsystem = subsystem_params();
+    subsystem.namespaces.push(ns2);
+    let target = Target::new(TargetParams { ana_states, ..target_params() }, vec![subsystem]).unwrap();
+    let wakes = Arc::new(AtomicUsize::new(0));
+    let mut a = associate_on(&target, 1, &wakes);
+    let mut b = associate_on(&target, 2, &wakes);
+    for (association, expected) in
+        [(&mut a, [(1, Optimized), (2, NonOptimized)]), (&mut b, [(1, NonOptimized), (2, Optimized)])]
+    {
+        let log = ana_log(association, false, false);
+        let groups: Vec<_> = log.groups.iter().map(|g| (g.grpid, g.state, g.nsids.clone())).collect();
+        assert_eq!(groups, [(expected[0].0, expected[0].1, vec![1]), (expected[1].0, expected[1].1, vec![2])]);
+        // Both states serve I/O.
+        for nsid in [1, 2] {
+            association.io.read(&mut association.engine, nsid, 0, 8).ok();
+        }
+    }
+    // Every group not named has the listener's state.
+    assert_eq!((target.ana().port(1).get(128), target.ana().port(2).get(128)), (Optimized, NonOptimized));
+    // Identify Namespace names each namespace's group.
+    for (nsid, group) in [(1, 1), (2, 2)] {
+        let ns = IdentifyNamespace::parse(&a.admin.identify(&mut a.engine, cns::NAMESPACE, nsid).ok().data).unwrap();
+        assert_eq!(ns.anagrpid, group);
+    }
+    // A group of its own out of range is refused at start and when set.
+    let bad =
+        TargetParams { ana_states: vec![(1, vec![(AnaGroups::One(ANAGRPMAX + 1), Optimized)])], ..target_params() };
+    assert!(matches!(Target::new(bad, vec![subsystem_params()]), Err(TargetError::InvalidAnaGroup(129))));
+    assert_eq!(
+        target.set_ana_states(1, &[(AnaGroups::All, Inaccessible), (AnaGroups::One(0), Optimized)]),
+        Err(TargetError::InvalidAnaGroup(0))
+    );
+    assert_eq!(target.ana().port(1).get(1), Optimized, "nothing changed");
+    // Several changes are one: both groups flip on port 1 with one ANA Change event.
+    let chgcnt = target.ana().chgcnt();
+    let changes = [(AnaGroups::One(1), NonOptimized), (AnaGroups::One(2), Optimized)];
+    assert_eq!(target.set_ana_states(1, &changes), Ok(true));
+    assert_eq!(target.ana().chgcnt(), chgcnt + 1);
+    assert_eq!(target.set_ana_states(1, &changes), Ok(false), "no change");
+    let states: Vec<_> = ana_log(&mut a, false, false).groups.iter().map(|g| g.state).collect();
+    assert_eq!(states, [NonOptimized, Optimized]);
 }
 
 #[test]
