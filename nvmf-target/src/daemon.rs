@@ -427,11 +427,13 @@ impl RunningTarget {
             metrics.stop();
         }
         stop_reactors(reactors);
+        tracing::info!("reactors stopped");
         for storage in storages {
             if let Err(e) = storage.flush_blocking() {
                 tracing::error!(storage = %storage.describe(), error = %e, "flush at shutdown failed");
             }
         }
+        tracing::info!("storage flushed");
     }
 }
 

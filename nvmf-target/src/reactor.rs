@@ -115,6 +115,9 @@ pub struct ReactorHandle<Q> {
     thread: Option<JoinHandle<()>>,
 }
 
+/// How long a stopping reactor waits before it says what it waits for.
+const SHUTDOWN_REPORT_AFTER: Duration = Duration::from_secs(5);
+
 impl<Q: Send + 'static> ReactorHandle<Q> {
     /// Start a reactor thread serving `target` with poll group `group`. Returns once the thread's engine is up (so a
     /// configuration error surfaces here, not later).
@@ -223,6 +226,8 @@ struct Reactor<G: PollGroup> {
     /// The channel may hold messages: the waker fired, or the last drain stopped at [`ACCEPTS_PER_TURN`].
     messages_waiting: bool,
     shutting_down: bool,
+    /// When the shutdown began, until the reactor said what it still waits for (once, after a few seconds).
+    shutdown_since: Option<Instant>,
 }
 
 impl<G: PollGroup> Reactor<G> {
@@ -258,6 +263,7 @@ impl<G: PollGroup> Reactor<G> {
             net_completions: Vec::with_capacity(1024),
             messages_waiting: false,
             shutting_down: false,
+            shutdown_since: None,
         })
     }
 
@@ -283,7 +289,19 @@ impl<G: PollGroup> Reactor<G> {
                 }
                 // Without a timer only an event has work for this thread: a file descriptor of the group, a
                 // storage completion, or the waker (a new queue pair, a queue's notifier, shutdown).
-                Wait::Sleep => next_timer.map(|t| t.saturating_duration_since(now)),
+                Wait::Sleep => {
+                    let timer = next_timer.map(|t| t.saturating_duration_since(now));
+                    // A stopping reactor wakes to say what it still waits for.
+                    let report = self.shutdown_since.map(|_| Duration::from_secs(1));
+                    let engine = match (self.engine.turn_within(), report) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    match (timer, engine) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    }
+                }
             };
             let (empty_polls, sleeps) = poller.counts();
             waits.empty_polls.store(empty_polls, Ordering::Relaxed);
@@ -341,6 +359,14 @@ impl<G: PollGroup> Reactor<G> {
             if self.shutting_down && self.group.is_empty() {
                 tracing::debug!(reactor = self.index, "reactor stopped");
                 return;
+            }
+            if self.shutdown_since.is_some_and(|t| now.duration_since(t) > SHUTDOWN_REPORT_AFTER) {
+                self.shutdown_since = None;
+                tracing::warn!(
+                    reactor = self.index,
+                    storage_ops = self.engine.in_flight(),
+                    "reactor still stopping: its queue pairs wait for their storage ops or their peers"
+                );
             }
             next_timer = self.group.next_timer(now);
         }
@@ -439,6 +465,7 @@ impl<G: PollGroup> Reactor<G> {
                     // Stop accepting, end every queue pair (their queues tear down their associations); the loop
                     // ends once every storage op in flight has completed.
                     self.shutting_down = true;
+                    self.shutdown_since = Some(now);
                     let (group, mut cx) = self.group_in_context(now);
                     group.shutdown(&mut cx);
                 }

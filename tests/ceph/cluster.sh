@@ -10,7 +10,8 @@
 #
 # Needs Debian's ceph-mon, ceph-mgr, ceph-osd and ceph-common (the manager keeps the placement groups' state,
 # which pool creation waits for). CEPH_MEMSTORE_BYTES sets the OSD's RAM (default 4 GiB; memory is used as written);
-# CEPH_ADDR the address the daemons listen on (default 127.0.0.1; a test guest's link address serves other guests).
+# CEPH_ADDR the address the daemons listen on (default 127.0.0.1; a test guest's link address serves other guests);
+# CEPH_WATCH_TIMEOUT how long a silent client keeps its watches, hence its exclusive locks (default Ceph's 30 s).
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop|status DIR [POOL]" >&2; exit 2; }
@@ -82,6 +83,7 @@ mon allow pool size one = true
 mon allow pool delete = true
 mon warn on pool no redundancy = false
 mon data avail warn = 1
+osd client watch timeout = ${CEPH_WATCH_TIMEOUT:-30}
 auth allow insecure global id reclaim = false
 [mon]
 mon data = $dir/mon

@@ -128,6 +128,7 @@ fn a_resized_image_reaches_hosts() {
         let labels = format!("{{subsystem=\"{SUBNQN}\",namespace=\"{ns}\",image=\"rbd/{image}\"}}");
         assert!(page.contains(&format!("nvmf_target_rbd_ops_in_flight{labels} 0\n")), "{page}");
         assert!(page.contains(&format!("nvmf_target_rbd_errors_total{labels} 0\n")), "{page}");
+        assert!(page.contains(&format!("nvmf_target_rbd_reopened_total{labels} 0\n")), "{page}");
     }
     drop(a);
     running.shutdown();

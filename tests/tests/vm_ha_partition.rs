@@ -12,7 +12,11 @@
 //! - (c) node `b`, the non-optimized one, is killed (its QEMU ends: a power loss): the I/O goes on through `a`.
 //!
 //! For the kernel host (`nvme connect`, native multipath) and for ours (`nvmf-host run`, two paths of one ublk
-//! export). fio must end without an error (no I/O error, every block read back verified) and the kernel must log no
+//! export). And as a gateway group on Ceph RBD (kernel host): the host node also runs a one-node Ceph cluster
+//! (`tests/ceph/cluster.sh`, on an address of its own both target nodes route to through their link, watches
+//! timing out after 10 s), and each target node exports the same RBD image instead of the shared file, with one
+//! ANA group per node (`ana_group_states`); the image's exclusive lock moves with the writes, and node `a`, fenced
+//! by the cluster while cut off (`b` broke its lock), reopens the image through a new client when it returns. fio must end without an error (no I/O error, every block read back verified) and the kernel must log no
 //! I/O error; the longest pause of each case (an interval without a completed I/O, from fio's per-I/O completion
 //! log) is printed, not bounded: under TCG it depends on the machine's load.
 //!
@@ -22,11 +26,12 @@ use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nvmf_tests::vm::{self, GuestStatus, KernelLine, Lab, RunningLab, Vm, VmOutput};
+use nvmf_tests::vm::{self, KernelLine, Lab, RunningLab, Transcript, Vm, VmOutput};
 
 const NQN: &str = "nqn.2024-01.io.nvmf-rs:vm-ha-partition";
 
-/// A target node's configuration: `{ADDR}`, `{STATE}`, `{MIN}`, `{MAX}`, `{SHARED}` are substituted.
+/// A target node's configuration: `{ADDR}`, `{STATE}` (group 1's, the namespace's), `{OTHER}` (group 2's), `{MIN}`,
+/// `{MAX}`, `{BACKING}` are substituted.
 const NODE_CONFIG: &str = r#"
 [logging]
 level = "info"
@@ -34,13 +39,14 @@ level = "info"
 address = "{ADDR}"
 port = 4420
 ana_state = "{STATE}"
+ana_group_states = { 2 = "{OTHER}" }
 [[subsystem]]
 nqn = "nqn.2024-01.io.nvmf-rs:vm-ha-partition"
 serial = "NVMFHAP001"
 cntlid_min = {MIN}
 cntlid_max = {MAX}
 [[subsystem.namespace]]
-path = "{SHARED}/shared.img"
+{BACKING}
 uuid = "7c2e5f40-ad31-4e8c-9f0f-4b3c5d6e7f80"
 nguid = "7c2e5f40ad314e8c9f0f4b3c5d6e7f80"
 "#;
@@ -143,9 +149,26 @@ enum Flavor {
     Ours,
 }
 
+/// What the namespace is on both target nodes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    /// One file shared into both.
+    SharedFile,
+    /// One RBD image, on the host node's Ceph cluster.
+    Rbd,
+}
+
+/// The Ceph cluster's address on the host node (a dummy interface); the target nodes route to it via their link.
+const CEPH_ADDR: &str = "10.99.0.1";
+
 #[test]
 fn kernel_host_rides_out_a_partition_and_a_node_loss() {
-    scenario("kernel_host_rides_out_a_partition", Flavor::Kernel);
+    scenario("kernel_host_rides_out_a_partition", Flavor::Kernel, Backing::SharedFile);
+}
+
+#[test]
+fn kernel_host_rides_out_a_partition_of_an_rbd_gateway_group() {
+    scenario("kernel_host_rides_out_a_partition_rbd", Flavor::Kernel, Backing::Rbd);
 }
 
 /// Not in CI's run (`cargo test -- --ignored` runs it): CI's time goes to the kernel host's, which the lab issue
@@ -153,10 +176,10 @@ fn kernel_host_rides_out_a_partition_and_a_node_loss() {
 #[test]
 #[ignore = "about 4.5 min; run with --ignored (CI runs the kernel host's)"]
 fn our_host_rides_out_a_partition_and_a_node_loss() {
-    scenario("our_host_rides_out_a_partition", Flavor::Ours);
+    scenario("our_host_rides_out_a_partition", Flavor::Ours, Backing::SharedFile);
 }
 
-fn scenario(name: &str, flavor: Flavor) {
+fn scenario(name: &str, flavor: Flavor, backing: Backing) {
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let logs = tmp.join("vm-logs").join(name);
     let shared = tmp.join("vm-shared").join(name);
@@ -167,7 +190,8 @@ fn scenario(name: &str, flavor: Flavor) {
         .and_then(|f| f.set_len(128 << 20))
         .expect("the shared namespace file");
     let mut target_node = Vm::new("target").cpus(1).memory_mib(1536).share_uncached(&shared);
-    let mut host_node = Vm::new("host").cpus(1).memory_mib(2048);
+    let memory = if backing == Backing::Rbd { 3072 } else { 2048 };
+    let mut host_node = Vm::new("host").cpus(1).memory_mib(memory);
     host_node = match flavor {
         Flavor::Kernel => host_node.modules(["nvme_tcp"]),
         Flavor::Ours => host_node.modules(["ublk_drv"]),
@@ -192,33 +216,55 @@ fn scenario(name: &str, flavor: Flavor) {
         .deadline(Duration::from_secs(900));
     let started = Instant::now();
     let Some(lab) = lab.start_or_skip() else { return };
-    let out = run_scenario(&lab, flavor, &shared);
+    let out = run_scenario(&lab, flavor, backing, &shared);
     vm::note(&format!(
         "{name}: kernel {}, scenario took {:.1} s",
         lab.kernel_release(),
         started.elapsed().as_secs_f64()
     ));
     check(name, &out);
+    if backing == Backing::Rbd {
+        out.assert_lines(&[
+            "fsck clean\n",
+            "file read back after a remount\n",
+            "the blocks are in the image\n",
+            "resize seen: 192 MiB\n",
+            "node a reopened the image: 1\n",
+        ]);
+        if let Some(up) = out.stdout.lines().find(|l| l.starts_with("ceph cluster up in")) {
+            vm::note(&format!("{name}: {up}"));
+        }
+    }
 }
 
 /// Every line the scenario printed, node by node and step by step, as one output to check.
-fn run_scenario(lab: &RunningLab, flavor: Flavor, shared: &std::path::Path) -> VmOutput {
+fn run_scenario(lab: &RunningLab, flavor: Flavor, backing: Backing, shared: &std::path::Path) -> VmOutput {
     let (a_addr, b_addr) = (lab.addr("a", "host"), lab.addr("b", "host"));
     let started = Instant::now();
     let mut transcript = Transcript::default();
-    for (node, state, min, max) in [("a", "optimized", "1", "99"), ("b", "non-optimized", "100", "199")] {
+    let (namespace, ceph_files) = match backing {
+        Backing::SharedFile => (format!("path = \"{}/shared.img\"", shared.display()), String::new()),
+        Backing::Rbd => {
+            let (line, files) = start_ceph(lab, &mut transcript);
+            (line, files)
+        }
+    };
+    for (node, state, other, min, max) in
+        [("a", "optimized", "non-optimized", "1", "99"), ("b", "non-optimized", "optimized", "100", "199")]
+    {
         let config = NODE_CONFIG
             .replace("{ADDR}", &lab.addr(node, "host"))
             .replace("{STATE}", state)
+            .replace("{OTHER}", other)
             .replace("{MIN}", min)
             .replace("{MAX}", max)
-            .replace("{SHARED}", &shared.to_string_lossy());
+            .replace("{BACKING}", &namespace);
         transcript.step(lab.run(
             node,
             &format!(
-                "set -eu\ncat > /tmp/node.toml <<'EOF'\n{config}\nEOF\ncat > /tmp/node-lib.sh <<'EOF'\n{NODE_LIB}\nEOF
+                "set -eu\n{ceph_files}\ncat > /tmp/node.toml <<'EOF'\n{config}\nEOF\ncat > /tmp/node-lib.sh <<'EOF'\n{NODE_LIB}\nEOF
 start_daemon node timeout 900 \"$NVMF_TARGET_BIN\" --config /tmp/node.toml --control /tmp/node.sock
-daemon_ready node 'nvmf-target: ready'"
+daemon_ready node 'nvmf-target: ready' 120"
             ),
         ));
     }
@@ -251,6 +297,10 @@ echo \"paths: $(paths)\""
         t.line(format!("{label} I/O: {}", parts.join(" ")));
     };
 
+    if backing == Backing::Rbd {
+        // As a user would first: a file system on the image, through the gateways.
+        transcript.step(lab.run("host", &on_host(RBD_FILE_SYSTEM)));
+    }
     transcript.step(lab.run("host", &on_host("mark start")));
     let fio = lab.spawn("host", FIO);
     thread::sleep(Duration::from_secs(10));
@@ -304,7 +354,7 @@ echo \"paths: $(paths)\""
     transcript.step(fio.wait());
     transcript.step(lab.run(
         "host",
-        &on_host(
+        &on_host(&format!(
             "mark end
              fio_completions /tmp/ha_clat.1.log
              pause start a 'before the cut'
@@ -312,57 +362,77 @@ echo \"paths: $(paths)\""
              pause b c 'case (b)'
              pause c end 'case (c)'
              echo \"host I/O errors: $(dmesg | grep -c 'I/O error' || true)\"
+             {resize}
              disconnect_paths",
+            resize = if backing == Backing::Rbd { RBD_RESIZE } else { "" }
+        )),
+    ));
+    if backing == Backing::Rbd {
+        // a was cut off while b broke its lock: the cluster fenced a's client, and a reopened the image.
+        transcript.step(lab.run(
+            "a",
+            "echo \"node a reopened the image: $(grep -c 'RBD image reopened through a new client' $(daemon_log node))\"",
+        ));
+    }
+    // Closing an RBD image releases its lock and tells the image's other watchers, b's among them until its
+    // watch times out (10 s here): a's shutdown may take that long.
+    transcript.step(lab.run("a", "stop_daemon node 20 && echo 'node a stopped cleanly'"));
+    transcript.into_output("ha partition", lab, started.elapsed())
+}
+
+/// The host node's Ceph cluster on [`CEPH_ADDR`] and the image; the namespace line of the target nodes'
+/// configuration, and the script that gives a target node the route, the configuration file and the keyring.
+fn start_ceph(lab: &RunningLab, transcript: &mut Transcript) -> (String, String) {
+    let cluster = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ceph/cluster.sh");
+    transcript.step(lab.run(
+        "host",
+        &format!(
+            "set -eu
+             ip link add ceph0 type dummy && ip addr add {CEPH_ADDR}/32 dev ceph0 && ip link set ceph0 up
+             start=$(now_ms)
+             CEPH_ADDR={CEPH_ADDR} CEPH_WATCH_TIMEOUT=10 CEPH_MEMSTORE_BYTES=$((768 << 20)) {} start /tmp/ceph >/dev/null
+             echo \"ceph cluster up in $(( $(now_ms) - start )) ms\"
+             rbd -c /tmp/ceph/ceph.conf create --size 128M rbd/shared",
+            cluster.display()
         ),
     ));
-    transcript.step(lab.run("a", "stop_daemon node && echo 'node a stopped cleanly'"));
-    transcript.into_output(lab, started.elapsed())
+    let files = lab.run("host", "cat /tmp/ceph/ceph.conf; echo '--- keyring'; cat /tmp/ceph/keyring");
+    let (conf, keyring) = files.stdout.split_once("--- keyring\n").unwrap_or_default();
+    let script = format!(
+        "ip route add {CEPH_ADDR}/32 via $(node_addr host)
+mkdir -p /tmp/ceph
+cat > /tmp/ceph/ceph.conf <<'CEPH'\n{conf}CEPH
+cat > /tmp/ceph/keyring <<'CEPH'\n{keyring}CEPH
+chmod 600 /tmp/ceph/keyring"
+    );
+    transcript.step(files);
+    ("rbd = \"rbd/shared\"\nceph_conf = \"/tmp/ceph/ceph.conf\"\nana_group = 1".to_owned(), script)
 }
+
+/// On the multipath device of the RBD image: a file system, a file read back after a remount, fsck clean.
+const RBD_FILE_SYSTEM: &str = r#"
+read -r dev < /tmp/dev
+mkfs.ext4 -q $dev
+mkdir -p /mnt/rbd && mount $dev /mnt/rbd
+head -c 16M /dev/urandom > /tmp/data && cp /tmp/data /mnt/rbd/data && sync
+umount /mnt/rbd
+fsck.ext4 -fn $dev > /dev/null && echo 'fsck clean'
+mount $dev /mnt/rbd
+cmp /tmp/data /mnt/rbd/data && echo 'file read back after a remount'
+umount /mnt/rbd
+used=$(rbd -c /tmp/ceph/ceph.conf du --format json rbd/shared | jq '.images[0].used_size')
+[ "$used" -ge $((16 << 20)) ] && echo 'the blocks are in the image'
+"#;
+
+/// `rbd resize` of the image reaches the kernel host as the device's new size (through node a, the one alive).
+const RBD_RESIZE: &str = r#"read -r dev < /tmp/dev
+             rbd -c /tmp/ceph/ceph.conf resize --size 192M rbd/shared > /dev/null 2>&1
+             _resized() { [ $(cat /sys/block/${dev#/dev/}/size) -eq $((192 << 11)) ]; }
+             wait_until 30 _resized && echo 'resize seen: 192 MiB'"#;
 
 /// Whether fio still runs on the host node.
 fn fio_running(lab: &RunningLab) -> bool {
     lab.run("host", "pgrep -x fio >/dev/null && echo yes || echo no").stdout.trim() == "yes"
-}
-
-/// The scenario's steps, in order: each step's stdout, and the first that failed.
-#[derive(Default)]
-struct Transcript {
-    stdout: String,
-    stderr: String,
-    failed: Option<VmOutput>,
-}
-
-impl Transcript {
-    fn step(&mut self, out: VmOutput) {
-        self.stdout.push_str(&out.stdout);
-        self.stderr.push_str(&out.stderr);
-        if !out.success() && self.failed.is_none() {
-            self.failed = Some(out);
-        }
-    }
-
-    fn line(&mut self, line: String) {
-        self.stdout.push_str(&line);
-        self.stdout.push('\n');
-    }
-
-    /// The whole scenario as one output; panics with the first failed step's report.
-    fn into_output(self, lab: &RunningLab, wall_time: Duration) -> VmOutput {
-        if let Some(failed) = self.failed {
-            panic!("a step failed:\n{}\n--- the scenario's stdout so far ---\n{}", failed.report(), self.stdout);
-        }
-        VmOutput {
-            name: "ha partition".into(),
-            stdout: self.stdout,
-            stderr: self.stderr,
-            status: GuestStatus::Exited(0),
-            console_tail: String::new(),
-            boot_time: Duration::ZERO,
-            command_time: wall_time,
-            wall_time,
-            kernel_release: lab.kernel_release().to_owned(),
-        }
-    }
 }
 
 fn check(name: &str, out: &VmOutput) {

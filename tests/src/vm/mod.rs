@@ -27,6 +27,7 @@ pub mod initramfs;
 pub mod kernel;
 pub mod lab;
 mod lock;
+mod transcript;
 
 use std::collections::VecDeque;
 use std::env;
@@ -44,6 +45,7 @@ pub use kernel::{cache_dir, Kernel, KernelLine, KernelNeed, KernelVersion};
 use lab::Wiring;
 pub use lab::{Job, Lab, RunningLab};
 use lock::DirLock;
+pub use transcript::Transcript;
 
 /// The guest side of every run: bash helpers for scenarios.
 const GUEST_LIB: &str = include_str!("../../vm/guest-lib.sh");

@@ -614,6 +614,16 @@ impl IoEngine {
         self.in_flight.len().saturating_sub(self.groups.parts) + self.groups.len() + self.ready.len() + at_worker
     }
 
+    /// How soon the reactor must reap even without an event: while RBD ops of a fenced client may never end,
+    /// `reap` looks for them (they end no other way; see `rbd_ops`). `None`: only events matter.
+    pub fn turn_within(&self) -> Option<Duration> {
+        #[cfg(feature = "rbd")]
+        if self.rbd.as_ref().is_some_and(rbd_ops::RbdOps::watches_fence) {
+            return Some(Duration::from_millis(100));
+        }
+        None
+    }
+
     /// An eventfd registered with the ring: readable when completions are ready. Register it with mio
     /// (edge-triggered: no need to read it); a level-triggered poller calls [`IoEngine::clear_event_fd`].
     pub fn event_fd(&self) -> RawFd {
@@ -627,13 +637,13 @@ impl IoEngine {
 }
 
 impl IoEngine {
-    /// At drop: wait for the ops in librbd (each ends within the cluster's OSD timeout); if some never end, leak
-    /// the pool and the completion slots they still name rather than free memory librbd may write.
+    /// At drop: wait for the ops in librbd (each ends within the cluster's OSD timeout, 30 s); if some never end
+    /// (or ran on a fenced client's handle), leak the pool and the completion slots they still name rather than
+    /// free memory librbd may write.
     #[cfg(feature = "rbd")]
     fn wait_for_rbd(&mut self) {
         let Some(mut rbd) = self.rbd.take() else { return };
-        // Twice the longest OSD timeout a storage may have, and margin for librbd's own retries.
-        if rbd.wait_all(&mut self.pool, Duration::from_secs(120)) {
+        if rbd.wait_all(&mut self.pool, Duration::from_secs(35)) {
             return;
         }
         tracing::error!(in_flight = rbd.in_flight(), "RBD ops still in librbd at exit: leaking their buffers");

@@ -4,6 +4,12 @@
 //! The engine keeps, per slot, what the op's end must report and release: its tag, its buffer (in flight in the
 //! pool until then, as for the kernel's ops) and the storage (so the image stays open). Slots are as many as the
 //! ring's completion queue; when all are taken `push` hands the op back like a full ring.
+//!
+//! A fenced client may never end some of its ops (those librbd queued behind the exclusive lock it can no longer
+//! take). Once an op ends with `ESHUTDOWN`, every `reap` looks for ops on a handle since replaced and delivers them
+//! as failed (`ESHUTDOWN`: a path error, retried elsewhere), so neither the command nor a reactor's shutdown waits
+//! for them; the slot and the buffer stay reserved (librbd may still write a read's data) until librbd calls back,
+//! or forever. The look stops when no image is recovering and no such op is left.
 
 use std::io;
 use std::sync::Arc;
@@ -28,9 +34,13 @@ enum Expect {
 #[derive(Debug)]
 struct Entry {
     tag: u64,
+    /// The image handle's generation the op ran on.
+    generation: u64,
     buffer: Option<BufferId>,
     expect: Expect,
     storage: Arc<Storage>,
+    /// Delivered as failed while still in librbd (see the module doc).
+    abandoned: bool,
 }
 
 /// An engine's RBD ops in flight.
@@ -39,22 +49,43 @@ pub(super) struct RbdOps {
     completions: Completions,
     entries: Vec<Option<Entry>>,
     free: Vec<u32>,
+    /// Entries delivered as failed but still in librbd.
+    abandoned: usize,
+    /// An op ended with `ESHUTDOWN`: look for ops on replaced handles at each drain.
+    fenced: bool,
 }
 
 impl RbdOps {
     pub(super) fn new(completions: Completions) -> RbdOps {
         let count = completions.capacity();
-        RbdOps { completions, entries: (0..count).map(|_| None).collect(), free: (0..count).rev().collect() }
+        RbdOps {
+            completions,
+            entries: (0..count).map(|_| None).collect(),
+            free: (0..count).rev().collect(),
+            abandoned: 0,
+            fenced: false,
+        }
     }
 
     /// Ops started and not yet delivered.
     pub(super) fn in_flight(&self) -> usize {
+        self.entries.len() - self.free.len() - self.abandoned
+    }
+
+    /// Whether `drain` looks for ops on replaced handles (an image's client was fenced).
+    pub(super) fn watches_fence(&self) -> bool {
+        self.fenced
+    }
+
+    /// Ops in librbd, delivered or not (slots taken).
+    fn in_librbd(&self) -> usize {
         self.entries.len() - self.free.len()
     }
 
     /// Deliver every finished op to `f`, its buffer back in the caller's hands first.
     pub(super) fn drain(&mut self, pool: &mut BufferPool, f: &mut impl FnMut(IoCompletion)) {
-        let (entries, free) = (&mut self.entries, &mut self.free);
+        let (entries, free, abandoned, fenced) =
+            (&mut self.entries, &mut self.free, &mut self.abandoned, &mut self.fenced);
         self.completions.drain(|index, rc| {
             let Some(entry) = entries.get_mut(index as usize).and_then(Option::take) else {
                 tracing::error!(index, "RBD completion for no op in flight");
@@ -65,24 +96,63 @@ impl RbdOps {
                 pool.finish_io(id);
             }
             if let Kind::Rbd(image) = entry.storage.kind() {
-                image.count_end(rc);
+                image.count_end(entry.generation, rc);
+            }
+            *fenced |= rc == -i64::from(libc::ESHUTDOWN);
+            if entry.abandoned {
+                *abandoned -= 1;
+                return;
             }
             f(IoCompletion { tag: entry.tag, result: aio_result(rc, entry.expect) });
         });
+        if self.fenced {
+            self.abandon_replaced(f);
+        }
     }
 
-    /// Wait (at most `limit`) for every op in librbd to end: their buffers are the pool's. The ops' results are
-    /// dropped. `false` when some are still in librbd.
+    /// Deliver the ops on replaced handles as failed (see the module doc); stop looking once no image is
+    /// recovering and none is left.
+    fn abandon_replaced(&mut self, f: &mut impl FnMut(IoCompletion)) {
+        let mut recovering = false;
+        for entry in self.entries.iter_mut().flatten().filter(|e| !e.abandoned) {
+            let Kind::Rbd(image) = entry.storage.kind() else { continue };
+            if image.generation() != entry.generation {
+                entry.abandoned = true;
+                self.abandoned += 1;
+                let fenced = io::Error::from_raw_os_error(libc::ESHUTDOWN);
+                f(IoCompletion { tag: entry.tag, result: Err(fenced) });
+            } else {
+                recovering |= image.is_recovering();
+            }
+        }
+        self.fenced = recovering;
+    }
+
+    /// Ops that ran on an image handle since replaced (its client fenced): librbd may never end them.
+    fn on_replaced_handles(&self) -> usize {
+        let replaced = |e: &Entry| match e.storage.kind() {
+            Kind::Rbd(image) => e.abandoned || image.generation() != e.generation,
+            _ => false,
+        };
+        self.entries.iter().flatten().filter(|e| replaced(e)).count()
+    }
+
+    /// Wait (at most `limit`) for the ops in librbd to end: their buffers are the pool's. Ops on a handle the
+    /// cluster fenced are not waited for. The ops' results are dropped. `false` when some are still in librbd.
     pub(super) fn wait_all(&mut self, pool: &mut BufferPool, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
-        while self.in_flight() > 0 {
+        if self.in_librbd() > 0 {
+            tracing::info!(in_librbd = self.in_librbd(), "waiting for the RBD ops in librbd");
+        }
+        while self.in_librbd() > self.on_replaced_handles() {
             self.drain(pool, &mut drop);
             if Instant::now() >= deadline {
-                return self.in_flight() == 0;
+                break;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        true
+        self.drain(pool, &mut drop);
+        self.in_librbd() == 0
     }
 
     /// Keep the slots alive for ops librbd never ended (the engine is going away without them).
@@ -157,11 +227,15 @@ impl IoEngine {
             (IoOp::Read { .. } | IoOp::Write { .. }, None) => unreachable!("refused above"),
         };
         let (callback, arg) = rbd.completions.callback(index);
-        rbd.entries[index as usize] = Some(Entry { tag, buffer, expect, storage: Arc::clone(storage) });
+        let storage = Arc::clone(storage);
+        rbd.entries[index as usize] = Some(Entry { tag, generation: 0, buffer, expect, storage, abandoned: false });
         // SAFETY: the buffer is in flight in the pool (nobody else reads or writes it, and the engine's drop waits
         // for it or leaks the pool) until the slot's completion is drained; the slot lives as long as the
         // completions (kept or leaked by the engine).
         let started = unsafe { image.start(aio, callback, arg) };
+        if let (Ok(generation), Some(entry)) = (&started, rbd.entries[index as usize].as_mut()) {
+            entry.generation = *generation;
+        }
         if let Err(e) = started {
             if let Some(entry) = rbd.entries[index as usize].take() {
                 if let Some(id) = entry.buffer {

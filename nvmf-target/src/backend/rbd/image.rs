@@ -6,8 +6,8 @@
 //! `ESHUTDOWN` (librbd's `EBLOCKLISTED`: another gateway broke this client's exclusive lock and the cluster
 //! blocklisted it, so every later op of this client fails too), a recovery thread connects a new client (see
 //! `Cluster::replace`), opens the image again, watches it again and makes the new handle current. Old handles are
-//! kept until the image closes: an op may still be running on one, and fencing is rare. The recovery retries every
-//! 5 s for as long as the namespace exists.
+//! never closed (an op may still be running on one, closing a fenced client's image may wait on the cluster, and
+//! fencing is rare). The recovery retries every 5 s for as long as the namespace exists.
 
 use std::ffi::{c_void, CString};
 use std::io;
@@ -36,8 +36,10 @@ struct Handle {
 pub(crate) struct Image {
     /// The handle ops go to: a leaked `Box<Handle>`, freed by Drop with the retired ones.
     current: AtomicPtr<Handle>,
-    /// Handles replaced after a fence, kept until Drop.
+    /// Handles replaced after a fence, never freed (see Drop).
     retired: Mutex<Vec<*mut Handle>>,
+    /// How many times `current` was replaced: an op's end triggers a recovery only if it ran on the current one.
+    generation: AtomicU64,
     /// A recovery thread is running.
     recovering: AtomicBool,
     /// The header watch's callback, for the handles opened later.
@@ -154,6 +156,7 @@ impl Image {
         Ok(Image {
             current: AtomicPtr::new(Box::into_raw(Box::new(handle))),
             retired: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
             recovering: AtomicBool::new(false),
             on_change: Mutex::new(None),
             pool: pool.to_owned(),
@@ -173,19 +176,32 @@ impl Image {
         unsafe { &*self.current.load(Ordering::Acquire) }
     }
 
+    /// How many times the handle was replaced (the generation of the current one).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether a recovery from a fence is under way.
+    pub(crate) fn is_recovering(&self) -> bool {
+        self.recovering.load(Ordering::Acquire)
+    }
+
     /// `pool/image` (or `pool/namespace/image`).
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
-    /// An op started with [`Image::start`] ended with librbd's `rc`; a fenced client (`ESHUTDOWN`) starts the
-    /// recovery (once at a time).
-    pub(crate) fn count_end(self: &Arc<Self>, rc: i64) {
+    /// An op [`Image::start`] started on handle `generation` ended with librbd's `rc`; a fenced current client
+    /// (`ESHUTDOWN`) starts the recovery (once at a time; the late ends of ops on a replaced handle do not).
+    pub(crate) fn count_end(self: &Arc<Self>, generation: u64, rc: i64) {
         self.ended.fetch_add(1, Ordering::Relaxed);
         if rc < 0 {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
-        if rc == -i64::from(libc::ESHUTDOWN) && !self.recovering.swap(true, Ordering::AcqRel) {
+        if rc == -i64::from(libc::ESHUTDOWN)
+            && generation == self.generation.load(Ordering::Acquire)
+            && !self.recovering.swap(true, Ordering::AcqRel)
+        {
             let image = Arc::clone(self);
             let spawned = std::thread::Builder::new().name("nvmf-rbd-reopen".into()).spawn(move || image.recover());
             if let Err(e) = spawned {
@@ -215,8 +231,11 @@ impl Image {
             });
             match reopened {
                 Ok(handle) => {
+                    let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
                     let old = self.current.swap(Box::into_raw(Box::new(handle)), Ordering::AcqRel);
-                    self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old);
+                    self.generation.fetch_add(1, Ordering::AcqRel);
+                    retired.push(old);
+                    drop(retired);
                     self.reopened.fetch_add(1, Ordering::Relaxed);
                     self.recovering.store(false, Ordering::Release);
                     tracing::info!(image = %self.name, "RBD image reopened through a new client");
@@ -257,6 +276,7 @@ impl Image {
     }
 
     /// Starts `aio` on the current handle, whose end calls `callback(completion, arg)` on a librbd thread.
+    /// Returns the handle's generation, for [`Image::count_end`].
     ///
     /// # Safety
     /// The buffer of a read (written) or write (read) must stay valid and unused by anyone else until the
@@ -266,7 +286,9 @@ impl Image {
         aio: Aio,
         callback: unsafe extern "C" fn(ffi::rbd_completion_t, *mut c_void),
         arg: *mut c_void,
-    ) -> io::Result<()> {
+    ) -> io::Result<u64> {
+        // Read before the handle: an op started on a handle being replaced ends with the older generation.
+        let generation = self.generation.load(Ordering::Acquire);
         let image = self.handle().image;
         let mut completion: ffi::rbd_completion_t = ptr::null_mut();
         // SAFETY: `completion` is written on success; `arg` is the caller's to keep valid.
@@ -299,7 +321,7 @@ impl Image {
             return Err(io::Error::from_raw_os_error(-rc));
         }
         self.started.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(generation)
     }
 }
 
@@ -311,13 +333,12 @@ unsafe extern "C" fn on_update(arg: *mut c_void) {
 }
 
 impl Drop for Image {
+    /// Closes the current handle. The replaced ones belong to clients the cluster fenced: closing them would ask
+    /// the cluster to release locks they no longer hold, and may wait for it, so they are left as they are.
     fn drop(&mut self) {
         let current = *self.current.get_mut();
-        let retired = std::mem::take(self.retired.get_mut().unwrap_or_else(|e| e.into_inner()));
-        for handle in retired.into_iter().chain([current]) {
-            // SAFETY: each pointer is a `Box<Handle>` leaked by `open` or `recover`, freed only here, once; every
-            // op on it has completed (each op holds the storage, which holds this image).
-            drop(unsafe { Box::from_raw(handle) });
-        }
+        // SAFETY: a `Box<Handle>` leaked by `open` or `recover`, freed only here, once; every op on it has
+        // completed (each op holds the storage, which holds this image).
+        drop(unsafe { Box::from_raw(current) });
     }
 }
