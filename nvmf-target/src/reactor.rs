@@ -365,6 +365,7 @@ impl<G: PollGroup> Reactor<G> {
                 tracing::warn!(
                     reactor = self.index,
                     storage_ops = self.engine.in_flight(),
+                    queue_pairs = ?self.group.remaining(),
                     "reactor still stopping: its queue pairs wait for their storage ops or their peers"
                 );
             }

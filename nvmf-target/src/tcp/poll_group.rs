@@ -501,4 +501,9 @@ impl PollGroup for TcpPollGroup {
     fn is_empty(&self) -> bool {
         self.connections.iter().all(Option::is_none)
     }
+
+    fn remaining(&self) -> Vec<String> {
+        let described = self.connections.iter().flatten().map(|c| c.tcp.describe(c.registered));
+        described.collect()
+    }
 }

@@ -94,6 +94,11 @@ pub trait PollGroup: Send + 'static {
 
     /// No queue pair left, not even one waiting for its storage operations.
     fn is_empty(&self) -> bool;
+
+    /// The queue pairs left, one short description each (a stopping reactor reports what it waits for).
+    fn remaining(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What a poll group may use during a call: the reactor's engine and poll registry, the turn's clock, and the

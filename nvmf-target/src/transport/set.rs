@@ -192,6 +192,14 @@ impl PollGroup for TransportSet {
         }
         self.tcp.is_empty()
     }
+
+    fn remaining(&self) -> Vec<String> {
+        #[cfg_attr(not(feature = "rdma"), expect(unused_mut, reason = "only RDMA adds to the list"))]
+        let mut left = self.tcp.remaining();
+        #[cfg(feature = "rdma")]
+        left.extend(self.rdma.remaining());
+        left
+    }
 }
 
 /// What a listener thread calls with each new queue pair: hands it to the next of `reactors` in turn, or gives it

@@ -301,6 +301,18 @@ impl TcpConnection {
         self.session.phase == Phase::Closed
     }
 
+    /// One line for a stopping reactor's report: phase, queue, what is in flight.
+    pub fn describe(&self, registered: bool) -> String {
+        format!(
+            "tcp {:?} qid {:?} storage ops {} recv armed {} send in flight {} registered {registered}",
+            self.session.phase,
+            self.session.queue.qid(),
+            self.session.queue.in_flight(),
+            self.ring.recv.is_some(),
+            self.ring.send_in_flight,
+        )
+    }
+
     /// Storage operations of this connection's queue, and its socket ops on the ring, still in flight.
     pub fn in_flight(&self) -> usize {
         self.session.queue.in_flight() + usize::from(self.ring.recv.is_some()) + usize::from(self.ring.send_in_flight)
