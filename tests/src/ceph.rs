@@ -61,6 +61,12 @@ impl CephCluster {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// The OSD's process ID (to stop and continue it: an OSD that does not answer).
+    pub fn osd_pid(&self) -> u32 {
+        let pid = std::fs::read_to_string(self.folder().join("run/osd.0.pid")).expect("the OSD's pid file");
+        pid.trim().parse().expect("a process ID")
+    }
+
     /// Run `ceph ARGS` against the cluster; its standard output.
     pub fn ceph(&self, args: &[&str]) -> String {
         let command = Command::new("ceph").arg("-c").arg(self.conf()).args(args).output();

@@ -8,7 +8,8 @@ mod target_support;
 
 use nvmf_common::nvme::identify::{cns, IdentifyNamespace};
 use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, WriteZeroes};
-use nvmf_common::nvme::Status;
+use nvmf_common::nvme::{SglDescriptor, SglSubtype, Status};
+use nvmf_common::transport::tcp::{CapsuleCommand, Pdu};
 use nvmf_config::TargetConfig;
 use nvmf_tests::ceph::CephCluster;
 use target_support::*;
@@ -173,6 +174,38 @@ fn a_fenced_gateway_reconnects_and_serves_again() {
     let subsystem = t.running().target().subsystem(SUBNQN).expect("the subsystem");
     let stats = subsystem.namespaces().get(1).expect("namespace 1").storage().rbd_stats().expect("an RBD image");
     assert_eq!(stats.reopened, 1);
+}
+
+#[test]
+fn a_connection_closed_with_ops_in_the_cluster_goes_once_they_end() {
+    let cluster = CephCluster::start();
+    cluster.create_image("a", "64M");
+    cluster.create_image("b", "32M");
+    let t = Target::start(&config(&cluster));
+    let mut a = Association::new(t.addr, options(), 1);
+    assert_status(&write(a.io(), 1, 512, 0, &pattern(4096, 1), false), Status::SUCCESS);
+    // The OSD stops answering: a write stays in librbd while its host goes away.
+    let osd = cluster.osd_pid().to_string();
+    let signal = |name: &str| {
+        let ok = std::process::Command::new("kill").args([name, osd.as_str()]).status().is_ok_and(|s| s.success());
+        assert!(ok, "kill {name} {osd}");
+    };
+    signal("-STOP");
+    let mut sqe = nvmf_common::nvme::io::Write { nsid: 1, slba: 8, nlb: nlb(4096, 512), ..Default::default() }.to_sqe();
+    sqe.cid = a.io().next_cid();
+    let in_capsule = SglDescriptor::DataBlock { address: 0, length: 4096, subtype: SglSubtype::Offset };
+    sqe.set_sgl1(&in_capsule).unwrap();
+    a.io().send_pdu(&Pdu::CapsuleCommand(CapsuleCommand { sqe }), &pattern(4096, 2)).expect("the write is sent");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    drop(a);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    signal("-CONT");
+    // Once the write ends, the closed connection leaves: nothing of it stays in the reactor.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while t.running().connections() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the closed connection never left the reactor");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// An error and its sources, as the binary prints them.

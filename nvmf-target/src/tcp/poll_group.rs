@@ -430,10 +430,18 @@ impl PollGroup for TcpPollGroup {
             tracing::error!(reactor = self.index, queue_key, "storage completion for no connection");
             return;
         }
-        self.with_connection(key, cx, |c, engine| {
-            c.io_completed(engine, slot, result);
-            Ok(true)
-        });
+        // Not through `run`: a connection closed while its storage ops were in flight (the peer went away, the
+        // association ended) is deregistered, and still needs their completions to free its slots and leave.
+        let Some(Some(conn)) = self.connections.get_mut(key) else { return };
+        if !conn.touched {
+            conn.touched = true;
+            self.touched.push(key);
+        }
+        conn.tcp.io_completed(cx.engine, slot, result);
+        if conn.tcp.is_closed() && conn.registered {
+            let _ = cx.registry.deregister(conn.tcp.stream_mut());
+            conn.registered = false;
+        }
     }
 
     fn poll(&mut self, cx: &mut GroupContext<'_>, notified: bool) -> bool {
