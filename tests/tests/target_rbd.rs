@@ -44,6 +44,14 @@ block_size = 4096
     )
 }
 
+/// A cluster with the two images [`config`] names: `rbd/a` of 64 MiB and `rbd/b` of 32 MiB.
+fn cluster_with_images() -> CephCluster {
+    let cluster = CephCluster::start();
+    cluster.create_image("a", "64M");
+    cluster.create_image("b", "32M");
+    cluster
+}
+
 fn namespace_blocks(admin: &mut nvmf_tests::nvme_tcp_client::TcpTestClient, nsid: u32) -> u64 {
     let c = identify(admin, cns::NAMESPACE, nsid);
     assert_status(&c, Status::SUCCESS);
@@ -54,9 +62,7 @@ fn namespace_blocks(admin: &mut nvmf_tests::nvme_tcp_client::TcpTestClient, nsid
 
 #[test]
 fn data_written_through_the_target_is_in_the_image() {
-    let cluster = CephCluster::start();
-    cluster.create_image("a", "64M");
-    cluster.create_image("b", "32M");
+    let cluster = cluster_with_images();
     let toml = config(&cluster);
     let t = Target::start(&toml);
     let mut a = Association::new(t.addr, options(), 1);
@@ -104,9 +110,7 @@ fn data_written_through_the_target_is_in_the_image() {
 
 #[test]
 fn a_resized_image_reaches_hosts() {
-    let cluster = CephCluster::start();
-    cluster.create_image("a", "64M");
-    cluster.create_image("b", "32M");
+    let cluster = cluster_with_images();
     let mut config = TargetConfig::from_str(&config(&cluster), "<test>").expect("valid configuration");
     config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
     config.listeners[0].address.set_port(0);
@@ -137,9 +141,7 @@ fn a_resized_image_reaches_hosts() {
 
 #[test]
 fn a_fenced_gateway_reconnects_and_serves_again() {
-    let cluster = CephCluster::start();
-    cluster.create_image("a", "64M");
-    cluster.create_image("b", "32M");
+    let cluster = cluster_with_images();
     let t = Target::start(&config(&cluster));
     let mut a = Association::new(t.addr, options(), 1);
     assert_status(&write(a.io(), 1, 512, 100, &pattern(4096, 1), false), Status::SUCCESS);
@@ -178,9 +180,7 @@ fn a_fenced_gateway_reconnects_and_serves_again() {
 
 #[test]
 fn a_connection_closed_with_ops_in_the_cluster_goes_once_they_end() {
-    let cluster = CephCluster::start();
-    cluster.create_image("a", "64M");
-    cluster.create_image("b", "32M");
+    let cluster = cluster_with_images();
     let t = Target::start(&config(&cluster));
     let mut a = Association::new(t.addr, options(), 1);
     assert_status(&write(a.io(), 1, 512, 0, &pattern(4096, 1), false), Status::SUCCESS);
@@ -243,9 +243,7 @@ fn a_missing_image_is_one_clear_start_error() {
 
 #[test]
 fn doctor_and_reload_reach_the_cluster() {
-    let cluster = CephCluster::start();
-    cluster.create_image("a", "64M");
-    cluster.create_image("b", "32M");
+    let cluster = cluster_with_images();
     let dir = tempfile::tempdir().unwrap();
 
     // doctor opens each image: rbd/a is there, rbd/missing is not (a failure naming it, with a fix).
