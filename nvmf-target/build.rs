@@ -22,6 +22,7 @@ mod rbd {
         "rados_ioctx_destroy",
         "rados_ioctx_set_namespace",
         "rados_shutdown",
+        "rbd_aio_compare_and_write",
         "rbd_aio_create_completion",
         "rbd_aio_discard",
         "rbd_aio_flush",

@@ -208,6 +208,18 @@ impl TcpTestClient {
     ) -> Result<Completion, ClientError> {
         sqe.cid = self.next_cid();
         let write = write.unwrap_or(&[]);
+        let in_capsule = self.set_data_sgl(&mut sqe, write, read_len)?;
+        self.command_raw(sqe, in_capsule, write, read_len)
+    }
+
+    /// Set SGL1 of `sqe` for `write` (host data) or `read_len` bytes back: an in-capsule data block for host data up to
+    /// the in-capsule limit, a transport data block otherwise. Returns the in-capsule data.
+    fn set_data_sgl<'a>(
+        &self,
+        sqe: &mut SubmissionQueueEntry,
+        write: &'a [u8],
+        read_len: usize,
+    ) -> Result<&'a [u8], ClientError> {
         let len = u32::try_from(write.len().max(read_len)).map_err(|_| ClientError::Protocol("too long".into()))?;
         let in_capsule = !write.is_empty() && write.len() <= self.in_capsule_limit;
         let sgl = if in_capsule {
@@ -216,7 +228,7 @@ impl TcpTestClient {
             SglDescriptor::TransportDataBlock { length: len, subtype: SglSubtype::TransportSpecific }
         };
         sqe.set_sgl1(&sgl)?;
-        self.command_raw(sqe, if in_capsule { write } else { &[] }, write, read_len)
+        Ok(if in_capsule { write } else { &[] })
     }
 
     /// Issue `sqe` exactly as given (SGL included), with `in_capsule` data in the capsule and `r2t_data` served to
@@ -254,33 +266,71 @@ impl TcpTestClient {
                         return Ok(Completion { cqe, data, r2ts });
                     }
                 }
-                (Pdu::R2t(R2t { cccid, ttag, r2to, r2tl }), _) => {
+                (Pdu::R2t(r2t), _) => {
                     r2ts += 1;
-                    if cccid != sqe.cid {
-                        return Err(ClientError::Protocol(format!("R2T cccid {cccid} != {}", sqe.cid)));
+                    if r2t.cccid != sqe.cid {
+                        return Err(ClientError::Protocol(format!("R2T cccid {} != {}", r2t.cccid, sqe.cid)));
                     }
-                    let start = usize::try_from(r2to).unwrap_or(usize::MAX);
-                    let end = start.saturating_add(usize::try_from(r2tl).unwrap_or(usize::MAX));
-                    let chunk = r2t_data
-                        .get(start..end)
-                        .ok_or_else(|| ClientError::Protocol(format!("R2T {r2to}+{r2tl} beyond the write")))?;
-                    let max = usize::try_from(self.maxh2cdata.max(4096)).unwrap_or(4096);
-                    let pieces = chunk.chunks(max).count();
-                    for (i, piece) in chunk.chunks(max).enumerate() {
-                        let datao = r2to + u32::try_from(i * max).unwrap_or(u32::MAX);
-                        let h2c = H2cData {
-                            cccid,
-                            ttag,
-                            datao,
-                            datal: u32::try_from(piece.len()).unwrap_or(u32::MAX),
-                            last_pdu: i + 1 == pieces,
-                        };
-                        self.send_pdu(&Pdu::H2cData(h2c), piece)?;
-                    }
+                    self.serve_r2t(&r2t, r2t_data)?;
                 }
                 (other, _) => return Err(ClientError::Protocol(format!("unexpected PDU {other:?}"))),
             }
         }
+    }
+
+    /// Send the H2CData PDUs an R2T asks for, from `data` (the command's whole host data).
+    fn serve_r2t(&mut self, r2t: &R2t, data: &[u8]) -> Result<(), ClientError> {
+        let R2t { cccid, ttag, r2to, r2tl } = *r2t;
+        let start = usize::try_from(r2to).unwrap_or(usize::MAX);
+        let end = start.saturating_add(usize::try_from(r2tl).unwrap_or(usize::MAX));
+        let chunk =
+            data.get(start..end).ok_or_else(|| ClientError::Protocol(format!("R2T {r2to}+{r2tl} beyond the write")))?;
+        let max = usize::try_from(self.maxh2cdata.max(4096)).unwrap_or(4096);
+        let pieces = chunk.chunks(max).count();
+        for (i, piece) in chunk.chunks(max).enumerate() {
+            let datao = r2to + u32::try_from(i * max).unwrap_or(u32::MAX);
+            let datal = u32::try_from(piece.len()).unwrap_or(u32::MAX);
+            let h2c = H2cData { cccid, ttag, datao, datal, last_pdu: i + 1 == pieces };
+            self.send_pdu(&Pdu::H2cData(h2c), piece)?;
+        }
+        Ok(())
+    }
+
+    /// Issue `commands` (SQE and host data each; CIDs and SGL1 set as [`TcpTestClient::command`] does) back to back,
+    /// before any answer: a fused operation's two commands, or a host keeping several in flight. Serves their R2Ts
+    /// and returns their completions in the order of `commands`. Commands that return data are not supported.
+    pub fn commands_together(
+        &mut self,
+        commands: &[(SubmissionQueueEntry, &[u8])],
+    ) -> Result<Vec<Completion>, ClientError> {
+        let mut cids = Vec::with_capacity(commands.len());
+        for (sqe, data) in commands {
+            let mut sqe = *sqe;
+            sqe.cid = self.next_cid();
+            cids.push(sqe.cid);
+            let in_capsule = self.set_data_sgl(&mut sqe, data, 0)?;
+            self.send_pdu(&Pdu::CapsuleCommand(CapsuleCommand { sqe }), in_capsule)?;
+        }
+        let index = |cid: u16| {
+            cids.iter().position(|&c| c == cid).ok_or_else(|| ClientError::Protocol(format!("unknown cid {cid}")))
+        };
+        let mut done: Vec<Option<Completion>> = vec![None; commands.len()];
+        while done.iter().any(Option::is_none) {
+            match self.recv_pdu()? {
+                (Pdu::CapsuleResponse(resp), _) => {
+                    let i = index(resp.cqe.cid)?;
+                    if done[i].replace(Completion { cqe: resp.cqe, data: Vec::new(), r2ts: 0 }).is_some() {
+                        return Err(ClientError::Protocol(format!("cid {} answered twice", resp.cqe.cid)));
+                    }
+                }
+                (Pdu::R2t(r2t), _) => {
+                    let data = commands[index(r2t.cccid)?].1;
+                    self.serve_r2t(&r2t, data)?;
+                }
+                (other, _) => return Err(ClientError::Protocol(format!("unexpected PDU {other:?}"))),
+            }
+        }
+        Ok(done.into_iter().flatten().collect())
     }
 
     /// Fabrics Connect on this queue. `cntlid` 0xFFFF for the admin queue.

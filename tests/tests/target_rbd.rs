@@ -1,8 +1,8 @@
 //! Ceph RBD images as namespaces, against a one-node cluster started for each test (`tests/ceph/cluster.sh`):
 //! what a host writes through the target is in the image (read back through the target and with `rbd export`)
-//! and survives a restart; flush, write zeroes and deallocate answer as the spec says; a resize reaches hosts
-//! (Namespace Attribute Changed, the new size in Identify Namespace); an image that is not there is one clear
-//! start error.
+//! and survives a restart; flush, write zeroes, deallocate and a fused Compare and Write (two hosts racing on it
+//! lose no update) answer as the spec says; a resize reaches hosts (Namespace Attribute Changed, the new size in
+//! Identify Namespace); an image that is not there is one clear start error.
 
 mod target_support;
 
@@ -92,6 +92,28 @@ fn data_written_through_the_target_is_in_the_image() {
     let range = DsmRange { cattr: 0, length: 8, slba: 4096 };
     let dsm = DatasetManagement { nsid: 1, nr: 0, ad: true, ..DatasetManagement::default() };
     ok(a.io().command(dsm.to_sqe(), Some(&range.to_bytes()), 0));
+
+    // Fused Compare and Write, done by the OSD: one 512-byte block (librbd 16 compares within one sector only, so
+    // two blocks are beyond the atomic unit, and a 4 KiB-block namespace has none).
+    let (old, new) = (pattern(512, 6), pattern(512, 7));
+    assert_status(&write(a.io(), 1, 512, 5000, &old, false), Status::SUCCESS);
+    let [c, w] = compare_and_write(a.io(), 1, 512, 5000, &old, &new);
+    assert_eq!((c.cqe.status, w.cqe.status), (Status::SUCCESS, Status::SUCCESS));
+    let [c, w] = compare_and_write(a.io(), 1, 512, 5000, &old, &old);
+    assert_eq!(
+        (c.cqe.status, w.cqe.status),
+        (Status::COMPARE_FAILURE.with_dnr(), Status::ABORTED_FAILED_FUSED.with_dnr())
+    );
+    assert_eq!(ok(Ok(read(a.io(), 1, 512, 5000, 512))).data, new);
+    let two = pattern(1024, 8);
+    let [c, w] = compare_and_write(a.io(), 1, 512, 5000, &two, &two);
+    let failed_fused = Status::ABORTED_FAILED_FUSED.with_dnr();
+    assert_eq!((c.cqe.status, w.cqe.status), (Status::ATOMIC_WRITE_UNIT_EXCEEDED.with_dnr(), failed_fused));
+    let block = pattern(4096, 9);
+    let [c, w] = compare_and_write(a.io(), 2, 4096, 10, &block, &block);
+    assert_eq!((c.cqe.status, w.cqe.status), (Status::INVALID_FIELD.with_dnr(), failed_fused));
+    let wins = race_compare_and_write(t.addr, 1, 512, 6000, 40);
+    eprintln!("Compare and Write successes per host: {wins:?}");
 
     // The bytes are in the image, where the LBAs say.
     let image = cluster.export("a");

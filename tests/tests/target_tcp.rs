@@ -409,6 +409,36 @@ fn a_queue_moves_at_connect_to_the_reactor_on_the_cpu_its_packets_arrive_on() {
 }
 
 #[test]
+fn fused_compare_and_write_is_atomic_between_hosts() {
+    let t = Target::start(&memory_config(""));
+    let mut a = Association::new(t.addr, options(), 1);
+    let (old, new) = (pattern(4096, 7), pattern(4096, 8));
+    ok(Ok(write(a.io(), 1, 512, 300, &old, false)));
+    // Data in the capsule (one block) and fetched with R2Ts (eight blocks, beyond the in-capsule limit).
+    let [c, w] = compare_and_write(a.io(), 1, 512, 300, &old[..512], &new[..512]);
+    assert_eq!((c.cqe.status, w.cqe.status, c.r2ts), (Status::SUCCESS, Status::SUCCESS, 0));
+    let mut want = old.clone();
+    want[..512].copy_from_slice(&new[..512]);
+    let [c, w] = compare_and_write(a.io(), 1, 512, 300, &want, &new);
+    assert_eq!((c.cqe.status, w.cqe.status), (Status::SUCCESS, Status::SUCCESS));
+    assert!(ok(Ok(read(a.io(), 1, 512, 300, 4096))).data == new, "the Write replaced the blocks");
+    // A miscompare writes nothing.
+    let [c, w] = compare_and_write(a.io(), 1, 512, 300, &old, &old);
+    assert_eq!(
+        (c.cqe.status, w.cqe.status),
+        (Status::COMPARE_FAILURE.with_dnr(), Status::ABORTED_FAILED_FUSED.with_dnr())
+    );
+    assert!(ok(Ok(read(a.io(), 1, 512, 300, 4096))).data == new, "nothing written");
+    // The controller says it does Compare and Write.
+    let id = identify(&mut a.admin, cns::CONTROLLER, 0);
+    let id = IdentifyController::parse(&id.data).unwrap();
+    assert_eq!(id.fuses, IdentifyController::FUSES_COMPARE_AND_WRITE);
+    // Two hosts racing on one counter lose no increment.
+    let wins = race_compare_and_write(t.addr, 1, 512, 900, 300);
+    eprintln!("Compare and Write successes per host: {wins:?}");
+}
+
+#[test]
 fn flush_write_zeroes_deallocate_and_compare() {
     let t = Target::start(&memory_config(""));
     let mut a = Association::new(t.addr, options(), 1);

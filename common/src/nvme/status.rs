@@ -79,6 +79,10 @@ statuses! {
     ABORT_REQUESTED = (Generic, 0x07),
     /// Command Aborted due to SQ Deletion.
     ABORTED_SQ_DELETION = (Generic, 0x08),
+    /// Command Aborted due to Failed Fused Command (the other command of a fused operation failed).
+    ABORTED_FAILED_FUSED = (Generic, 0x09),
+    /// Command Aborted due to Missing Fused Command (a fused operation's other command is not next to it).
+    ABORTED_MISSING_FUSED = (Generic, 0x0A),
     /// Invalid Namespace or Format.
     INVALID_NAMESPACE = (Generic, 0x0B),
     /// Command Sequence Error.
@@ -93,6 +97,8 @@ statuses! {
     METADATA_SGL_LENGTH_INVALID = (Generic, 0x10),
     /// SGL Descriptor Type Invalid.
     SGL_DESCRIPTOR_TYPE_INVALID = (Generic, 0x11),
+    /// Atomic Write Unit Exceeded (a Compare and Write longer than the namespace does atomically).
+    ATOMIC_WRITE_UNIT_EXCEEDED = (Generic, 0x14),
     /// SGL Offset Invalid.
     SGL_OFFSET_INVALID = (Generic, 0x16),
     /// Host Identifier Inconsistent Format.

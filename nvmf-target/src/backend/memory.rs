@@ -83,6 +83,38 @@ impl MemoryStore {
         });
     }
 
+    /// If `[offset, offset + compare.len())` holds `compare`, replaces it with `data` (as long) and returns true;
+    /// false, with nothing written, otherwise. Atomic with respect to every read and write of the store: it holds the
+    /// write locks of all the chunks it touches (taken in ascending order, the only order anything takes two in).
+    pub(crate) fn compare_and_write(&self, offset: u64, compare: &[u8], data: &[u8]) -> bool {
+        let (Ok(start), true) = (usize::try_from(offset), compare.len() == data.len()) else { return false };
+        let first = start / CHUNK;
+        let end = start.saturating_add(data.len()).div_ceil(CHUNK).min(self.chunks.len());
+        // Held for the whole operation; a Compare and Write is one or a few blocks (the host's atomic unit).
+        let mut chunks: Vec<_> = self.chunks[first.min(end)..end]
+            .iter()
+            .map(|c| c.write().unwrap_or_else(PoisonError::into_inner))
+            .collect();
+        let mut same = true;
+        Self::for_each_chunk(offset, compare.len(), |index, within, range| {
+            let expected = &compare[range];
+            same &= match chunks.get(index - first).and_then(|c| c.as_deref()) {
+                Some(bytes) => bytes[within..within + expected.len()] == *expected,
+                None => expected.iter().all(|&b| b == 0),
+            };
+        });
+        if !same {
+            return false;
+        }
+        Self::for_each_chunk(offset, data.len(), |index, within, range| {
+            let Some(chunk) = chunks.get_mut(index - first) else { return };
+            let src = &data[range];
+            let bytes = chunk.get_or_insert_with(|| vec![0u8; CHUNK].into_boxed_slice());
+            bytes[within..within + src.len()].copy_from_slice(src);
+        });
+        true
+    }
+
     /// Number of chunks currently allocated (for tests and metrics).
     #[cfg(test)]
     pub(crate) fn allocated_chunks(&self) -> usize {
@@ -109,6 +141,25 @@ mod tests {
         let mut back = vec![0u8; data.len()];
         store.read(offset, &mut back);
         assert_eq!(back, data);
+    }
+
+    #[test]
+    fn compare_and_write_writes_only_on_a_match_across_chunks() {
+        let store = MemoryStore::new(4 * CHUNK as u64).unwrap();
+        let offset = u64::try_from(CHUNK - 512).unwrap();
+        let zeros = vec![0u8; 1024];
+        let ones = vec![1u8; 1024];
+        // Never written: compares equal to zeros.
+        assert!(!store.compare_and_write(offset, &ones, &ones));
+        assert_eq!(store.allocated_chunks(), 0);
+        assert!(store.compare_and_write(offset, &zeros, &ones));
+        let mut back = vec![0u8; 1024];
+        store.read(offset, &mut back);
+        assert_eq!(back, ones);
+        // The old contents no longer match: nothing is written.
+        assert!(!store.compare_and_write(offset, &zeros, &vec![2u8; 1024]));
+        store.read(offset, &mut back);
+        assert_eq!(back, ones);
     }
 
     #[test]

@@ -339,6 +339,21 @@ impl Storage {
         }
     }
 
+    /// The longest Compare and Write (fused Compare + Write) this storage does atomically, in bytes; `None` when it
+    /// cannot do one atomically at all. Memory compares and writes under the locks of every chunk it touches, null
+    /// compares against zeros and drops the write; RBD has the OSD do the compare and the write as one operation, which
+    /// librbd before Reef (18) allows within one 512-byte sector only (Reef: one stripe unit), so the smaller is
+    /// taken. Files, block devices and NVMe drives through the kernel have no such operation: another writer (a
+    /// reactor, a process) could change the blocks between a compare and a write.
+    pub fn compare_and_write_limit(&self) -> Option<u32> {
+        match &self.kind {
+            Kind::Null | Kind::Memory(_) => Some(u32::MAX),
+            #[cfg(feature = "rbd")]
+            Kind::Rbd(_) => Some(super::rbd::COMPARE_AND_WRITE_LIMIT),
+            Kind::File(_) | Kind::BlockDevice(_) | Kind::Nvme(_) => None,
+        }
+    }
+
     /// Whether data bypasses the page cache (O_DIRECT, or NVMe passthrough). False for null/memory, for files and
     /// block devices opened with [`Storage::open_buffered`], and where the filesystem refused O_DIRECT.
     pub fn is_direct(&self) -> bool {

@@ -230,6 +230,10 @@ pub(crate) fn identify_controller<'a>(ctx: &AdminContext<'a>) -> IdentifyControl
     if table.iter().all(|ns| ns.storage().supports_write_zeroes()) {
         oncs |= IdentifyController::ONCS_WRITE_ZEROES;
     }
+    // Fused Compare and Write where a namespace does one block atomically; the others refuse it (Invalid Field).
+    let atomic_block =
+        |ns: &std::sync::Arc<super::Namespace>| ns.storage().compare_and_write_limit() >= Some(ns.block_size());
+    let fuses = if table.iter().any(atomic_block) { IdentifyController::FUSES_COMPARE_AND_WRITE } else { 0 };
     let in_capsule = ctx.transport.in_capsule_data_size / 16 * 16;
     IdentifyController {
         rab: 6,
@@ -253,6 +257,9 @@ pub(crate) fn identify_controller<'a>(ctx: &AdminContext<'a>) -> IdentifyControl
         cqes: 0x44,
         nn: subsystem.max_namespaces(),
         oncs,
+        fuses,
+        // Compare and Write: one block (0's based) is atomic on every namespace that does it.
+        acwu: 0,
         vwc,
         ioccsz: (64 + in_capsule) / 16,
         iorcsz: 1,

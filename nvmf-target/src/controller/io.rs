@@ -33,10 +33,26 @@ pub(crate) enum DataSource {
     Transport,
 }
 
-/// Fused operations are not supported and fabrics commands must use SGLs with a contiguous metadata buffer
-/// (PSDT 01b), as Linux nvmet requires: anything else is Invalid Field in Command.
+/// FUSE: a command outside a fused operation.
+pub(crate) const FUSE_NONE: u8 = 0;
+/// FUSE: the first command of a fused operation.
+pub(crate) const FUSE_FIRST: u8 = 1;
+/// FUSE: the second command of a fused operation.
+pub(crate) const FUSE_SECOND: u8 = 2;
+
+/// Commands outside the NVM command set's fused operation (Compare and Write) must not be fused, and fabrics
+/// commands must use SGLs with a contiguous metadata buffer (PSDT 01b), as Linux nvmet requires: anything else is
+/// Invalid Field in Command.
 pub(crate) fn check_flags(sqe: &SubmissionQueueEntry) -> Result<(), Status> {
-    if sqe.fuse() != 0 || sqe.psdt() != DataPointerKind::SglContiguousMetadata {
+    if sqe.fuse() != FUSE_NONE {
+        return Err(Status::INVALID_FIELD.with_dnr());
+    }
+    check_data_pointer(sqe)
+}
+
+/// The data pointer must be SGLs (PSDT 01b): Invalid Field in Command otherwise.
+pub(crate) fn check_data_pointer(sqe: &SubmissionQueueEntry) -> Result<(), Status> {
+    if sqe.psdt() != DataPointerKind::SglContiguousMetadata {
         return Err(Status::INVALID_FIELD.with_dnr());
     }
     Ok(())

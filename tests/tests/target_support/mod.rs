@@ -263,6 +263,63 @@ pub fn compare(io: &mut TcpTestClient, nsid: u32, block: usize, slba: u64, data:
     io.command(sqe, Some(data), 0).expect("Compare answered")
 }
 
+/// A fused Compare and Write at `slba` of `nsid`: `new` replaces the blocks if they hold `expected`. The Compare's
+/// and the Write's completions.
+pub fn compare_and_write(
+    io: &mut TcpTestClient,
+    nsid: u32,
+    block: usize,
+    slba: u64,
+    expected: &[u8],
+    new: &[u8],
+) -> [Completion; 2] {
+    let mut first = Compare { nsid, slba, nlb: nlb(expected.len(), block), ..Compare::default() }.to_sqe();
+    first.flags |= 1;
+    let mut second = Write { nsid, slba, nlb: nlb(new.len(), block), ..Write::default() }.to_sqe();
+    second.flags |= 2;
+    let done = io.commands_together(&[(first, expected), (second, new)]).expect("Compare and Write answered");
+    done.try_into().expect("two completions")
+}
+
+/// Two hosts (two controllers, each one I/O queue) add 1 to a counter in block `slba` of `nsid` with Compare and
+/// Write until it reaches `target`, each reading the block and trying to replace what it read. Every success must be
+/// one increment: the counter's final value is the successes of both (a compare and a write that let the other
+/// host in between would count an increment twice). Returns each host's successes.
+pub fn race_compare_and_write(addr: SocketAddr, nsid: u32, block: usize, slba: u64, target: u64) -> [u64; 2] {
+    let encode = move |v: u64| {
+        let mut b = vec![0u8; block];
+        b[..8].copy_from_slice(&v.to_le_bytes());
+        b
+    };
+    let mut a = Association::new(addr, options(), 1);
+    assert_status(&write(a.io(), nsid, block, slba, &encode(0), false), Status::SUCCESS);
+    let host = move || {
+        let mut a = Association::new(addr, options(), 1);
+        let mut wins = 0;
+        loop {
+            let now = ok(Ok(read(a.io(), nsid, block, slba, block))).data;
+            let v = u64::from_le_bytes(now[..8].try_into().expect("8 bytes"));
+            if v >= target {
+                return wins;
+            }
+            let [compare, write] = compare_and_write(a.io(), nsid, block, slba, &now, &encode(v + 1));
+            if compare.cqe.status.is_success() && write.cqe.status.is_success() {
+                wins += 1;
+            } else {
+                // The other host changed the counter since it was read.
+                assert_eq!(compare.cqe.status, Status::COMPARE_FAILURE.with_dnr(), "Compare");
+                assert_eq!(write.cqe.status, Status::ABORTED_FAILED_FUSED.with_dnr(), "Write");
+            }
+        }
+    };
+    let hosts = [std::thread::spawn(host), std::thread::spawn(host)];
+    let wins = hosts.map(|h| h.join().expect("host thread"));
+    let end = ok(Ok(read(a.io(), nsid, block, slba, block))).data;
+    assert_eq!(end, encode(target), "the counter stopped at its target");
+    assert_eq!(wins[0] + wins[1], target, "every successful Compare and Write was one increment: {wins:?}");
+    wins
+}
+
 /// Get Log Page `lid` (NSID `nsid`), `len` bytes from `offset`, with Retain Asynchronous Event `rae`.
 pub fn get_log_page(admin: &mut TcpTestClient, lid: u8, nsid: u32, offset: u64, len: usize, rae: bool) -> Completion {
     let mut glp = GetLogPage::new(lid, nsid, len as u64).expect("log page length");

@@ -231,6 +231,9 @@ impl IdentifyController<'_> {
     /// LPA bit 2: extended data for Get Log Page (NUMDU, LPOL/LPOU) supported.
     pub const LPA_EXTENDED_DATA: u8 = 1 << 2;
 
+    /// FUSES bit 0: the Compare and Write fused operation.
+    pub const FUSES_COMPARE_AND_WRITE: u16 = 1 << 0;
+
     /// ONCS bit 0: Compare.
     pub const ONCS_COMPARE: u16 = 1 << 0;
     /// ONCS bit 1: Write Uncorrectable.

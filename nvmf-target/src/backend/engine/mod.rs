@@ -50,6 +50,7 @@ use discard::DiscardWorker;
 use fixed_files::{FileSlot, IdHasher};
 use in_flight::{cqe_result, Expect, Groups, InFlightTable};
 
+mod compare_and_write;
 mod discard;
 mod file_ops;
 mod fixed_files;

@@ -19,6 +19,7 @@ use super::super::pool::BufferPool;
 use super::super::rbd::{Aio, Completions, Image};
 use super::super::storage::Kind;
 use super::super::{BufferId, Storage};
+use super::compare_and_write::EngineFull;
 use super::{buffer_error, IoCompletion, IoEngine, IoOp};
 
 /// What a slot's op must report.
@@ -36,7 +37,8 @@ struct Entry {
     tag: u64,
     /// The image handle's generation the op ran on.
     generation: u64,
-    buffer: Option<BufferId>,
+    /// The op's buffers (a Compare and Write has two), in flight in the pool until it ends.
+    buffers: [Option<BufferId>; 2],
     expect: Expect,
     storage: Arc<Storage>,
     /// Delivered as failed while still in librbd (see the module doc).
@@ -92,7 +94,7 @@ impl RbdOps {
                 return;
             };
             free.push(index);
-            if let Some(id) = entry.buffer {
+            for id in entry.buffers.into_iter().flatten() {
                 pool.finish_io(id);
             }
             if let Kind::Rbd(image) = entry.storage.kind() {
@@ -190,14 +192,9 @@ impl IoEngine {
             self.complete_now(tag, result);
             return Ok(());
         }
-        if self.rbd.is_none() {
-            match self.ring.event_fd_handle() {
-                Ok(wake) => self.rbd = Some(RbdOps::new(Completions::new(self.ring.cq_entries(), wake))),
-                Err(e) => {
-                    self.complete_now(tag, Err(e));
-                    return Ok(());
-                }
-            }
+        if let Err(e) = self.start_rbd_ops() {
+            self.complete_now(tag, Err(e));
+            return Ok(());
         }
         let Some(rbd) = self.rbd.as_mut() else { return Err(op) };
         let Some(index) = rbd.free.pop() else { return Err(op) };
@@ -226,25 +223,99 @@ impl IoEngine {
             // completes_without_kernel answered reads and writes without a buffer.
             (IoOp::Read { .. } | IoOp::Write { .. }, None) => unreachable!("refused above"),
         };
+        let entry = Entry {
+            tag,
+            generation: 0,
+            buffers: [buffer, None],
+            expect,
+            storage: Arc::clone(storage),
+            abandoned: false,
+        };
+        self.start_rbd(image, index, entry, aio);
+        Ok(())
+    }
+
+    /// Start a Compare and Write of `len` bytes at `offset` on RBD image `image`: `write`'s bytes if the image
+    /// holds `compare`'s (else it ends with `EILSEQ`). The range and the length are checked.
+    /// [`EngineFull`] when every slot is taken.
+    pub(super) fn push_rbd_compare_and_write(
+        &mut self,
+        tag: u64,
+        storage: &Arc<Storage>,
+        image: &Image,
+        (offset, len): (u64, u32),
+        compare: BufferId,
+        write: BufferId,
+    ) -> Result<(), EngineFull> {
+        if let Err(e) = self.start_rbd_ops() {
+            self.complete_now(tag, Err(e));
+            return Ok(());
+        }
+        let Some(rbd) = self.rbd.as_mut() else { return Err(EngineFull) };
+        let Some(index) = rbd.free.pop() else { return Err(EngineFull) };
+        let pool = &mut self.pool;
+        let cmp = match pool.start_io(compare, len) {
+            Ok(b) => b.ptr(),
+            Err(e) => {
+                rbd.free.push(index);
+                self.complete_now(tag, Err(buffer_error(e)));
+                return Ok(());
+            }
+        };
+        let buf = match pool.start_io(write, len) {
+            Ok(b) => b.ptr(),
+            Err(e) => {
+                pool.finish_io(compare);
+                rbd.free.push(index);
+                self.complete_now(tag, Err(buffer_error(e)));
+                return Ok(());
+            }
+        };
+        let mismatch = rbd.completions.mismatch_offset(index);
+        let aio = Aio::CompareAndWrite { offset, len, cmp, buf, mismatch };
+        let buffers = [Some(compare), Some(write)];
+        let entry = Entry {
+            tag,
+            generation: 0,
+            buffers,
+            expect: Expect::Write(len),
+            storage: Arc::clone(storage),
+            abandoned: false,
+        };
+        self.start_rbd(image, index, entry, aio);
+        Ok(())
+    }
+
+    /// Set up the engine's RBD ops at the first.
+    fn start_rbd_ops(&mut self) -> io::Result<()> {
+        if self.rbd.is_none() {
+            let wake = self.ring.event_fd_handle()?;
+            self.rbd = Some(RbdOps::new(Completions::new(self.ring.cq_entries(), wake)));
+        }
+        Ok(())
+    }
+
+    /// Hand `aio` to librbd as slot `index`'s op, described by `entry`; an op librbd refuses completes at once.
+    fn start_rbd(&mut self, image: &Image, index: u32, entry: Entry, aio: Aio) {
+        let Some(rbd) = self.rbd.as_mut() else { return };
+        let tag = entry.tag;
         let (callback, arg) = rbd.completions.callback(index);
-        let storage = Arc::clone(storage);
-        rbd.entries[index as usize] = Some(Entry { tag, generation: 0, buffer, expect, storage, abandoned: false });
-        // SAFETY: the buffer is in flight in the pool (nobody else reads or writes it, and the engine's drop waits
-        // for it or leaks the pool) until the slot's completion is drained; the slot lives as long as the
-        // completions (kept or leaked by the engine).
+        rbd.entries[index as usize] = Some(entry);
+        // SAFETY: the buffers are in flight in the pool (nobody else reads or writes them, and the engine's drop
+        // waits for them or leaks the pool) until the slot's completion is drained; the slot (and its mismatch
+        // offset) lives as long as the completions (kept or leaked by the engine).
         let started = unsafe { image.start(aio, callback, arg) };
         if let (Ok(generation), Some(entry)) = (&started, rbd.entries[index as usize].as_mut()) {
             entry.generation = *generation;
         }
         if let Err(e) = started {
             if let Some(entry) = rbd.entries[index as usize].take() {
-                if let Some(id) = entry.buffer {
-                    pool.finish_io(id);
+                for id in entry.buffers.into_iter().flatten() {
+                    self.pool.finish_io(id);
                 }
             }
             rbd.free.push(index);
             self.complete_now(tag, Err(e));
         }
-        Ok(())
     }
 }

@@ -10,7 +10,7 @@
 use std::ffi::c_void;
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use super::ffi;
@@ -26,6 +26,9 @@ struct Slot {
     next: AtomicU32,
     /// librbd's return value: bytes or 0, or a negative errno.
     result: AtomicI64,
+    /// Where a Compare and Write's first mismatching offset goes (written by librbd, never read: NVMe does not
+    /// report it).
+    mismatch: AtomicU64,
 }
 
 struct Shared {
@@ -66,6 +69,7 @@ impl Completions {
                     index,
                     next: AtomicU32::new(NONE),
                     result: AtomicI64::new(0),
+                    mismatch: AtomicU64::new(0),
                 })
                 .collect(),
             head: AtomicU32::new(NONE),
@@ -88,6 +92,11 @@ impl Completions {
     ) -> (unsafe extern "C" fn(ffi::rbd_completion_t, *mut c_void), *mut c_void) {
         let slot = &self.shared.slots[index as usize];
         (on_complete, std::ptr::from_ref(slot).cast_mut().cast())
+    }
+
+    /// Where slot `index`'s Compare and Write may store its mismatch offset (valid as long as the slot).
+    pub(crate) fn mismatch_offset(&self, index: u32) -> *mut u64 {
+        self.shared.slots[index as usize].mismatch.as_ptr()
     }
 
     /// Hands every completed slot's `(index, result)` to `f`.

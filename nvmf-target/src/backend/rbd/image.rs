@@ -71,11 +71,34 @@ unsafe impl Sync for Image {}
 /// One asynchronous operation on the image.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Aio {
-    Read { offset: u64, len: u32, buf: *mut u8 },
-    Write { offset: u64, len: u32, buf: *const u8 },
+    Read {
+        offset: u64,
+        len: u32,
+        buf: *mut u8,
+    },
+    Write {
+        offset: u64,
+        len: u32,
+        buf: *const u8,
+    },
     Flush,
-    Discard { offset: u64, len: u64 },
-    WriteZeroes { offset: u64, len: u64 },
+    Discard {
+        offset: u64,
+        len: u64,
+    },
+    WriteZeroes {
+        offset: u64,
+        len: u64,
+    },
+    /// Writes `buf` if the image holds `cmp` there (else `EILSEQ`); librbd stores the first differing byte's
+    /// offset in `mismatch`.
+    CompareAndWrite {
+        offset: u64,
+        len: u32,
+        cmp: *const u8,
+        buf: *const u8,
+        mismatch: *mut u64,
+    },
 }
 
 fn full_name(pool: &str, namespace: &str, image: &str) -> String {
@@ -307,6 +330,19 @@ impl Image {
                 }
                 Aio::Flush => ffi::rbd_aio_flush(image, completion),
                 Aio::Discard { offset, len } => ffi::rbd_aio_discard(image, offset, len, completion),
+                Aio::CompareAndWrite { offset, len, cmp, buf, mismatch } => {
+                    let rc = ffi::rbd_aio_compare_and_write(
+                        image,
+                        offset,
+                        len as usize,
+                        cmp.cast(),
+                        buf.cast(),
+                        completion,
+                        mismatch,
+                        0,
+                    );
+                    i32::try_from(rc).unwrap_or(-libc::EINVAL)
+                }
                 Aio::WriteZeroes { offset, len } => match usize::try_from(len) {
                     Ok(len) => ffi::rbd_aio_write_zeroes(image, offset, len, completion, 0, 0),
                     Err(_) => -libc::EINVAL,

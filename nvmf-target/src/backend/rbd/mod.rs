@@ -30,6 +30,10 @@ pub(crate) use completions::Completions;
 #[cfg(feature = "rbd")]
 pub(crate) use image::{Aio, Image, OnChange};
 
+/// The longest Compare and Write librbd does in one call: librbd before Reef (18) refuses one that leaves its
+/// 512-byte sector (`EINVAL`), Reef one that leaves its stripe unit.
+pub(crate) const COMPARE_AND_WRITE_LIMIT: u32 = 512;
+
 /// How long librados may wait for the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClusterTimeouts {

@@ -92,6 +92,11 @@ impl Queue {
             Plan::AuthenticationSend { len } => self.fetch_data(engine, id, len),
             Plan::AuthenticationReceive { .. } => self.authentication_output(engine, id),
             Plan::Write { len, .. } | Plan::Compare { len, .. } => self.fetch_data(engine, id, len),
+            // Its operation ended while it waited for a buffer.
+            Plan::FusedCompare { .. } | Plan::FusedWrite { .. } if !s.status.is_success() => {
+                self.respond_err(engine, id, s.status, 0)
+            }
+            Plan::FusedCompare { len, .. } | Plan::FusedWrite { len, .. } => self.fetch_data(engine, id, len),
             Plan::Dsm { list_len, .. } => self.fetch_data(engine, id, list_len),
             Plan::Reservation { len, .. } => self.fetch_data(engine, id, len),
             Plan::ReservationReport { .. } => self.reservation_report(engine, id),

@@ -7,7 +7,7 @@ use nvmf_common::nvme::opcode::FABRICS;
 use nvmf_common::nvme::reservation::is_reservation_opcode;
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::{Plan, Queue, SlotId, Step};
+use super::{Fused, Plan, Queue, SlotId, Step};
 use crate::backend::IoEngine;
 use crate::controller::io::{self, DataSource, Direction};
 use crate::controller::reservation::Access;
@@ -20,34 +20,67 @@ impl Queue {
         sqe: &SubmissionQueueEntry,
         in_capsule: &[u8],
     ) -> Step {
+        let fuse = sqe.fuse();
+        // The command after a fused operation's first must be its second: otherwise the first is aborted.
+        let fused = std::mem::take(&mut self.fused);
+        if let (Fused::First(first), false) = (fused, fuse == io::FUSE_SECOND) {
+            self.settle_fused(SlotId(first), Status::ABORTED_MISSING_FUSED.with_dnr());
+        }
         if sqe.opcode == FABRICS {
             return self.fabrics_command(engine, id, sqe, false);
         }
-        if let Err(status) = io::check_flags(sqe) {
-            return self.respond_err(engine, id, status, 0);
+        let first = match (fuse, fused) {
+            (io::FUSE_SECOND, Fused::First(first)) => Some(SlotId(first)),
+            (io::FUSE_SECOND, Fused::Refused) => {
+                return self.respond_err(engine, id, Status::ABORTED_FAILED_FUSED.with_dnr(), 0)
+            }
+            (io::FUSE_SECOND, Fused::None) => {
+                return self.respond_err(engine, id, Status::ABORTED_MISSING_FUSED.with_dnr(), 0)
+            }
+            _ => None,
+        };
+        let flags = if fuse == io::FUSE_NONE { io::check_flags(sqe) } else { io::check_data_pointer(sqe) };
+        if let Err(status) = flags {
+            return self.io_command_failed(engine, id, first, status);
         }
         self.refresh_table();
-        if is_reservation_opcode(sqe.opcode) {
+        if fuse == io::FUSE_NONE && is_reservation_opcode(sqe.opcode) {
             return self.reservation_command(engine, id, sqe, in_capsule);
         }
-        let command = match IoCommand::from_sqe(sqe) {
-            Ok(c) => c,
-            Err(e) if is_invalid_opcode(&e) => {
-                return self.respond_err(engine, id, Status::INVALID_OPCODE.with_dnr(), 0)
-            }
-            Err(_) => return self.respond_err(engine, id, Status::INVALID_FIELD.with_dnr(), 0),
+        let planned = IoCommand::from_sqe(sqe)
+            .map_err(|e| if is_invalid_opcode(&e) { Status::INVALID_OPCODE } else { Status::INVALID_FIELD }.with_dnr())
+            .and_then(|command| self.plan_io(sqe, &command, in_capsule));
+        let (plan, source) = match planned {
+            Ok(planned) => planned,
+            Err(status) => return self.io_command_failed(engine, id, first, status),
         };
-        match self.plan_io(sqe, &command, in_capsule) {
-            Err(status) => self.respond_err(engine, id, status, 0),
-            Ok((plan, source)) => {
-                self.slot(id).plan = plan;
-                self.start_io(engine, id, source, in_capsule)
+        self.slot(id).plan = plan;
+        if fuse == io::FUSE_FIRST {
+            self.fused = Fused::First(id.0);
+        }
+        if let Some(first) = first {
+            if let Err(status) = self.pair_fused(first, id) {
+                return self.respond_err(engine, id, status, 0);
             }
         }
+        self.start_io(engine, id, source, in_capsule)
+    }
+
+    /// An I/O command failed validation: answer it; a fused operation's first is then refused (its second will be
+    /// aborted), a second aborts its `first`.
+    fn io_command_failed(&mut self, engine: &mut IoEngine, id: SlotId, first: Option<SlotId>, status: Status) -> Step {
+        if self.slot(id).sqe.fuse() == io::FUSE_FIRST {
+            self.fused = Fused::Refused;
+        }
+        if let Some(first) = first {
+            self.settle_fused(first, Status::ABORTED_FAILED_FUSED.with_dnr());
+        }
+        self.respond_err(engine, id, status, 0)
     }
 
     /// Validate an I/O command (NSID, SGL against transfer length and in-capsule data, MDTS, LBA range) and
-    /// decide its plan and where its data is.
+    /// decide its plan and where its data is. A fused command (FUSE first or second) must be a Compare or a Write
+    /// within the namespace's atomic Compare and Write unit.
     fn plan_io(
         &self,
         sqe: &SubmissionQueueEntry,
@@ -74,7 +107,29 @@ impl Queue {
             Ok((offset, sgl_len, source))
         };
         let write_through = !self.controller().is_some_and(|c| c.write_cache_enabled());
+        // A fused operation's range: within what the namespace does atomically.
+        let atomic = |nsid: u32, len: u32| {
+            let ns = self.table.get(nsid).ok_or(invalid_ns)?;
+            match ns.storage().compare_and_write_limit() {
+                Some(limit) if len <= limit => Ok(()),
+                Some(limit) if limit >= ns.block_size() => Err(Status::ATOMIC_WRITE_UNIT_EXCEEDED.with_dnr()),
+                _ => Err(Status::INVALID_FIELD.with_dnr()),
+            }
+        };
+        let fuse = sqe.fuse();
         Ok(match *command {
+            IoCommand::Compare(c) if fuse == io::FUSE_FIRST => {
+                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToController, Access::Read)?;
+                atomic(c.nsid, len)?;
+                (Plan::FusedCompare { nsid: c.nsid, offset, len }, Some(source))
+            }
+            IoCommand::Write(c) if fuse == io::FUSE_SECOND => {
+                let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToController, Access::Write)?;
+                atomic(c.nsid, len)?;
+                (Plan::FusedWrite { nsid: c.nsid, offset, len }, Some(source))
+            }
+            // The NVM command set's one fused operation is Compare then Write.
+            _ if fuse != io::FUSE_NONE => return Err(Status::INVALID_FIELD.with_dnr()),
             IoCommand::Read(c) => {
                 let (offset, len, source) = rw(c.nsid, c.slba, c.blocks(), Direction::ToHost, Access::Read)?;
                 (Plan::Read { nsid: c.nsid, offset, len }, Some(source))
@@ -130,7 +185,11 @@ impl Queue {
     fn start_io(&mut self, engine: &mut IoEngine, id: SlotId, source: Option<DataSource>, in_capsule: &[u8]) -> Step {
         let plan = self.slot(id).plan;
         let data_len = match plan {
-            Plan::Write { len, .. } | Plan::Compare { len, .. } | Plan::Dsm { list_len: len, .. } => len,
+            Plan::Write { len, .. }
+            | Plan::Compare { len, .. }
+            | Plan::FusedCompare { len, .. }
+            | Plan::FusedWrite { len, .. }
+            | Plan::Dsm { list_len: len, .. } => len,
             Plan::Read { .. } => return self.start_read(engine, id),
             _ => return self.submit_ops(engine, id),
         };
@@ -142,6 +201,7 @@ impl Queue {
                 }
                 match plan {
                     Plan::Compare { .. } => self.start_compare_read(engine, id),
+                    Plan::FusedCompare { .. } | Plan::FusedWrite { .. } => self.fused_data_in(engine, id),
                     Plan::Dsm { .. } => self.dsm_ranges_ready(engine, id),
                     _ => self.submit_ops(engine, id),
                 }

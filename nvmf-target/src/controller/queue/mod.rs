@@ -28,6 +28,7 @@
 //! - `fabrics`: Property Get/Set and Disconnect on a connected queue.
 //! - `admin`: admin command dispatch and held Asynchronous Event Requests.
 //! - `io`: I/O command validation and planning, and getting host data in.
+//! - `fused`: the fused Compare and Write: pairing its two commands, its storage op, answering both.
 //! - `storage`: a plan's storage ops on the engine's ring and the command's finish.
 //! - `buffers`: pool buffers, in-capsule copies, data fetches and the retry list.
 //! - `respond`: completion queue entries, metrics and the error log.
@@ -65,6 +66,7 @@ mod authentication;
 mod buffers;
 mod connect;
 mod fabrics;
+mod fused;
 mod io;
 mod keep_alive;
 mod reservation;
@@ -247,6 +249,11 @@ enum SlotState {
     Responding,
     /// The queue died with `ops` storage ops in flight; the slot frees when they complete.
     Orphaned,
+    /// A fused command with its host data in, waiting for the other command of its operation (its data, its
+    /// arrival, or the storage op the second command carries).
+    FusedWait,
+    /// On the retry list: a fused command whose operation ended; respond with `status` at the next poll.
+    NeedRespond,
 }
 
 /// What a command does, decided once it is validated.
@@ -297,6 +304,18 @@ enum Plan {
         len: u64,
         flush_after: bool,
     },
+    /// The Compare of a fused Compare and Write: host data in `buffer`, compared by the second command's op.
+    FusedCompare {
+        nsid: u32,
+        offset: u64,
+        len: u32,
+    },
+    /// The Write of a fused Compare and Write: host data in `buffer`; carries the operation's storage op.
+    FusedWrite {
+        nsid: u32,
+        offset: u64,
+        len: u32,
+    },
     /// Range list of `list_len` bytes in `buffer` (cursor: range index).
     Dsm {
         nsid: u32,
@@ -334,6 +353,8 @@ struct Slot {
     arrival: Option<Instant>,
     /// A budget made it wait for a buffer (counted once per command).
     budget_waited: bool,
+    /// The slot of the other command of its fused operation, once both arrived.
+    partner: Option<u16>,
 }
 
 impl Slot {
@@ -365,7 +386,19 @@ impl Slot {
         status: Status::SUCCESS,
         arrival: None,
         budget_waited: false,
+        partner: None,
     };
+}
+
+/// Where the queue is in a fused operation: what the next command must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Fused {
+    #[default]
+    None,
+    /// The first command (a Compare) arrived in this slot: the next command must be its second.
+    First(u16),
+    /// The first command failed: a second command that follows is aborted (Failed Fused Command).
+    Refused,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -424,6 +457,8 @@ pub struct Queue {
     metrics: Option<QueueRecorder>,
     /// In-band authentication (DH-HMAC-CHAP) of this queue.
     auth: QueueAuth,
+    /// A fused operation under way.
+    fused: Fused,
 }
 
 fn index_of(i: usize) -> u16 {
@@ -463,6 +498,7 @@ impl Queue {
             disconnected: false,
             metrics: None,
             auth: QueueAuth::default(),
+            fused: Fused::None,
         }
     }
 
@@ -622,6 +658,7 @@ impl Queue {
             }
             Plan::Write { .. } => self.submit_ops(engine, slot),
             Plan::Compare { .. } => self.start_compare_read(engine, slot),
+            Plan::FusedCompare { .. } | Plan::FusedWrite { .. } => self.fused_data_in(engine, slot),
             Plan::Dsm { .. } => self.dsm_ranges_ready(engine, slot),
             Plan::Reservation { .. } => self.reservation_data_ready(engine, slot),
             _ => self.respond_err(engine, slot, Status::INTERNAL_ERROR.with_dnr(), 0),
@@ -642,7 +679,13 @@ impl Queue {
         s.ops -= 1;
         self.storage_ops = self.storage_ops.saturating_sub(1);
         if let Err(e) = result {
+            let miscompare = e.raw_os_error() == Some(libc::EILSEQ);
             let (op, advisory) = match s.plan {
+                // A Compare and Write's compare found other data: Compare Failure, not a storage failure to log.
+                Plan::FusedWrite { .. } if miscompare && s.status.is_success() => {
+                    s.status = Status::COMPARE_FAILURE.with_dnr();
+                    (StorageOp::Write, true)
+                }
                 Plan::Read { .. } | Plan::Compare { .. } => (StorageOp::Read, false),
                 // Deallocation is advisory: a discard the storage cannot do is not an error.
                 Plan::Dsm { .. } => (StorageOp::Write, e.kind() == std::io::ErrorKind::Unsupported),
@@ -721,6 +764,7 @@ impl Queue {
             let step = match self.slots[usize::from(index)].state {
                 SlotState::NeedBuffer => self.resume_buffer(engine, id),
                 SlotState::NeedSubmit => self.submit_ops(engine, id),
+                SlotState::NeedRespond => self.respond_fused(engine, id),
                 _ => Step::Pending,
             };
             if step != Step::Pending {
@@ -782,6 +826,7 @@ impl Queue {
         self.retry.clear();
         self.held_aers.clear();
         self.disconnect_slot = None;
+        self.fused = Fused::None;
     }
 
     fn slot(&mut self, id: SlotId) -> &mut Slot {

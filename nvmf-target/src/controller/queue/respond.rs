@@ -5,7 +5,7 @@ use nvmf_common::nvme::log_page::ErrorInformationEntry;
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{CompletionQueueEntry, Status, StatusCodeType};
 
-use super::{completion_time, Plan, Queue, QueueState, SlotId, SlotState, Step};
+use super::{completion_time, Fused, Plan, Queue, QueueState, SlotId, SlotState, Step};
 use crate::backend::{BufferId, IoEngine};
 use crate::metrics::{CommandKind, Completed};
 
@@ -31,7 +31,7 @@ impl Queue {
         let io = recorder.is_io();
         let (bytes_read, bytes_written) = match s.plan {
             Plan::Read { len, .. } if status.is_success() => (u64::from(len), 0),
-            Plan::Write { len, .. } if status.is_success() => (0, u64::from(len)),
+            Plan::Write { len, .. } | Plan::FusedWrite { len, .. } if status.is_success() => (0, u64::from(len)),
             _ => (0, 0),
         };
         let completed = Completed {
@@ -54,6 +54,13 @@ impl Queue {
     }
 
     pub(super) fn respond_err(&mut self, engine: &mut IoEngine, id: SlotId, status: Status, dw0: u32) -> Step {
+        // A fused command that fails ends its operation.
+        if let Some(partner) = self.slot(id).partner.take() {
+            self.settle_fused(SlotId(partner), Status::ABORTED_FAILED_FUSED.with_dnr());
+        }
+        if self.fused == Fused::First(id.0) {
+            self.fused = Fused::Refused;
+        }
         self.release_buffers(engine, id);
         self.count(id, status);
         let cqe = self.cqe(id, status, dw0, 0);

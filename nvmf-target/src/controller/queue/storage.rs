@@ -58,6 +58,9 @@ impl Queue {
     /// is nothing (left) to wait for.
     pub(super) fn submit_ops(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
         let index = usize::from(id.0);
+        if matches!(self.slots[index].plan, Plan::FusedWrite { .. }) {
+            return self.submit_compare_and_write(engine, id);
+        }
         self.slots[index].state = SlotState::Executing;
         while let Some((next, nsid, op, buffer)) = self.op_at(engine, &self.slots[index]) {
             let Some(ns) = self.table.get(nsid) else {
@@ -86,6 +89,9 @@ impl Queue {
     /// Every storage op of the plan completed: finish the command.
     pub(super) fn ops_done(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
         let s = *self.slot(id);
+        if let Plan::FusedWrite { .. } = s.plan {
+            return self.compare_and_write_done(engine, id);
+        }
         if !s.status.is_success() {
             if s.plan == Plan::Shutdown {
                 // The host only waits for CSTS.SHST; report the shutdown complete and the error in the log.
@@ -145,7 +151,9 @@ impl Queue {
             | Plan::AuthenticationSend { .. }
             | Plan::AuthenticationReceive { .. }
             | Plan::Reservation { .. }
-            | Plan::ReservationReport { .. } => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
+            | Plan::ReservationReport { .. }
+            | Plan::FusedCompare { .. }
+            | Plan::FusedWrite { .. } => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
         }
     }
 }

@@ -45,6 +45,7 @@ mod budgets;
 mod connect;
 mod discovery;
 mod features;
+mod fused;
 mod hostile;
 mod identify;
 mod io;
