@@ -11,7 +11,8 @@ use std::time::Duration;
 use nvmf_common::nvme::log_page::AnaState;
 use nvmf_config::size::format_size;
 use nvmf_config::target::{
-    ListenerConfig, ListenerTransport, NamespaceBackend, NamespaceConfig, QueuePlacement, SubsystemConfig,
+    ControllerLimits, ListenerConfig, ListenerTransport, NamespaceBackend, NamespaceConfig, QueuePlacement,
+    SubsystemConfig,
 };
 use nvmf_config::TargetConfig;
 
@@ -100,11 +101,13 @@ fn check_state_dir(dir: &std::path::Path) -> Result<(), String> {
 
 /// The controller model's parameters for subsystem `s`, opening every namespace's storage (each is also pushed
 /// onto `storages`, to be flushed at shutdown); reservations persist under `state_dir` (a usable `[target]
-/// state_dir`, see [`usable_state_dir`]; `None`: they never persist).
+/// state_dir`, see [`usable_state_dir`]; `None`: they never persist); RBD images are reached within `limits`' Ceph
+/// timeouts.
 pub fn subsystem_params(
     s: &SubsystemConfig,
     state_dir: Option<&std::path::Path>,
     storages: &mut Vec<Arc<Storage>>,
+    limits: &ControllerLimits,
 ) -> Result<SubsystemParams, StartError> {
     let mut params = SubsystemParams::new(s.nqn.clone());
     params.serial = s.serial.clone();
@@ -115,7 +118,7 @@ pub fn subsystem_params(
     params.cntlid_range = s.cntlid_min..=s.cntlid_max;
     params.max_namespaces = s.max_namespaces;
     for ns in &s.namespaces {
-        let mut namespace = namespace_params(&s.nqn, ns)?;
+        let mut namespace = namespace_params(&s.nqn, ns, limits)?;
         namespace.state_dir = state_dir.map(std::path::Path::to_owned);
         storages.push(Arc::clone(&namespace.storage));
         params.namespaces.push(namespace);
@@ -156,13 +159,18 @@ pub fn discovery_auth(config: &TargetConfig) -> SubsystemAuth {
     SubsystemAuth { required: true, hosts }
 }
 
-/// The controller model's parameters for namespace `ns` of subsystem `subsystem`, with its storage opened.
-pub fn namespace_params(subsystem: &str, ns: &NamespaceConfig) -> Result<NamespaceParams, StartError> {
+/// The controller model's parameters for namespace `ns` of subsystem `subsystem`, with its storage opened (an RBD
+/// image within `limits`' Ceph timeouts).
+pub fn namespace_params(
+    subsystem: &str,
+    ns: &NamespaceConfig,
+    limits: &ControllerLimits,
+) -> Result<NamespaceParams, StartError> {
     let spec = match &ns.backend {
         NamespaceBackend::Path(path) => StorageSpec::Path { path: path.clone(), block_size: ns.block_size },
         NamespaceBackend::Memory { size } => StorageSpec::Memory { size: *size, block_size: ns.block_size },
         NamespaceBackend::Null { size } => StorageSpec::Null { size: *size, block_size: ns.block_size },
-        NamespaceBackend::Rbd(image) => StorageSpec::Rbd { spec: rbd_spec(image), block_size: ns.block_size },
+        NamespaceBackend::Rbd(image) => StorageSpec::Rbd { spec: rbd_spec(image, limits), block_size: ns.block_size },
     };
     let open = if ns.buffered_io { Storage::open_buffered } else { Storage::open };
     let storage = Arc::new(open(&spec).map_err(|source| StartError::Storage {
@@ -195,15 +203,18 @@ pub fn watch_namespace_resize(subsystem: &Arc<Subsystem>, nsid: u32, storage: &A
     }
 }
 
-/// The backend's spec of a configured RBD image.
-pub fn rbd_spec(image: &nvmf_config::target::RbdImage) -> RbdSpec {
+/// The backend's spec of a configured RBD image, librados' waits as `limits` say.
+pub fn rbd_spec(image: &nvmf_config::target::RbdImage, limits: &ControllerLimits) -> RbdSpec {
     RbdSpec {
         pool: image.pool.clone(),
         rados_namespace: image.rados_namespace.clone(),
         image: image.image.clone(),
         ceph_conf: image.ceph_conf.clone(),
         ceph_id: image.ceph_id.clone(),
-        timeouts: ClusterTimeouts::default(),
+        timeouts: ClusterTimeouts {
+            mon: Duration::from_millis(u64::from(limits.ceph_mon_timeout_ms)),
+            osd: Duration::from_millis(u64::from(limits.ceph_osd_timeout_ms)),
+        },
     }
 }
 
@@ -230,7 +241,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let mut subsystems = Vec::with_capacity(config.subsystems.len());
     let state_dir = usable_state_dir(&config.limits.state_dir);
     for s in &config.subsystems {
-        subsystems.push(subsystem_params(s, state_dir.as_deref(), &mut storages)?);
+        subsystems.push(subsystem_params(s, state_dir.as_deref(), &mut storages, &config.limits)?);
     }
 
     // Bind before building the model so that the discovery log reports the ports the sockets really got.
@@ -459,7 +470,9 @@ pub fn print_ready(config: &TargetConfig, running: &RunningTarget) {
                 NamespaceBackend::Path(path) => format!("nsid {}: {}", ns.nsid, path.display()),
                 NamespaceBackend::Memory { size } => format!("nsid {}: memory:{}", ns.nsid, format_size(*size)),
                 NamespaceBackend::Null { size } => format!("nsid {}: null:{}", ns.nsid, format_size(*size)),
-                NamespaceBackend::Rbd(image) => format!("nsid {}: rbd:{}", ns.nsid, rbd_spec(image).image_name()),
+                NamespaceBackend::Rbd(image) => {
+                    format!("nsid {}: rbd:{}", ns.nsid, rbd_spec(image, &config.limits).image_name())
+                }
             })
             .collect();
         println!("nvmf-target: subsystem {} ({})", s.nqn, namespaces.join(", "));

@@ -55,7 +55,7 @@ fn rbd_images(config: &TargetConfig) -> Vec<Finding> {
         for ns in &s.namespaces {
             let NamespaceBackend::Rbd(image) = &ns.backend else { continue };
             let check = format!("rbd {} (subsystem {}, nsid {})", image, s.nqn, ns.nsid);
-            let spec = crate::daemon::rbd_spec(image);
+            let spec = crate::daemon::rbd_spec(image, &config.limits);
             let opened = Storage::open(&StorageSpec::Rbd { spec, block_size: ns.block_size });
             findings.push(match opened {
                 Ok(storage) => {

@@ -242,7 +242,7 @@ fn check_paths(config: &TargetConfig) -> anyhow::Result<()> {
             matches!(ns.backend, NamespaceBackend::Path(_) | NamespaceBackend::Rbd(_))
         };
         for ns in s.namespaces.iter().filter(opened) {
-            nvmf_target::daemon::namespace_params(&s.nqn, ns)?;
+            nvmf_target::daemon::namespace_params(&s.nqn, ns, &config.limits)?;
         }
     }
     Ok(())

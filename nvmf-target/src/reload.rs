@@ -413,7 +413,7 @@ impl Reloader {
         for s in &new.subsystems {
             let Some(old) = self.current.subsystems.iter().find(|o| o.nqn == s.nqn) else {
                 // Storage opened here is only kept by the running target once the subsystem is added.
-                let params = subsystem_params(s, state_dir, &mut Vec::new())?;
+                let params = subsystem_params(s, state_dir, &mut Vec::new(), &self.current.limits)?;
                 additions.push(Change::AddSubsystem(s.clone(), params));
                 continue;
             };
@@ -446,7 +446,7 @@ impl Reloader {
                 if moved(ns).is_some() {
                     additions.push(Change::MoveNamespace(s.nqn.clone(), ns.nsid, ns.ana_group));
                 } else if old.namespaces.iter().all(|n| n != ns) {
-                    let mut params = namespace_params(&s.nqn, ns)?;
+                    let mut params = namespace_params(&s.nqn, ns, &self.current.limits)?;
                     params.state_dir = state_dir.map(std::path::Path::to_owned);
                     additions.push(Change::AddNamespace(s.nqn.clone(), ns.clone(), params));
                 }

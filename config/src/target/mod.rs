@@ -151,6 +151,13 @@ pub struct ControllerLimits {
     /// to read before the target stops reading new PDUs from it, until the host catches up; 64KiB..=1GiB.
     /// Default 8MiB.
     pub tcp_send_backlog: u32,
+    /// RBD namespaces: how long connecting to the Ceph cluster and each monitor request may take, in milliseconds,
+    /// 1000..=600000 (librados' `client_mount_timeout`, `rados_mon_op_timeout`). Default 30000.
+    pub ceph_mon_timeout_ms: u32,
+    /// RBD namespaces: how long each OSD request may take, in milliseconds, 1000..=600000
+    /// (`rados_osd_op_timeout`); a command whose storage op outlives it is answered with a retryable path error.
+    /// Default 30000.
+    pub ceph_osd_timeout_ms: u32,
     /// Where the target keeps state across restarts: the reservations of namespaces whose hosts enabled Persist
     /// Through Power Loss (`reservations/`). An absolute path; created (0700) at start if missing, and if unusable
     /// the target warns and runs without it (no PTPL). Default

@@ -64,6 +64,10 @@ pub(crate) struct RawLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_send_backlog: Option<RawSize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceph_mon_timeout_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceph_osd_timeout_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
 }
 

@@ -94,6 +94,8 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:2:31: target.max_connections_per_address: connection count 2000000 is out of range; allowed: 1..=1048576"),
     ("tcp_keepalive", "[target]\ntcp_keepalive_ms = 5000\n@@",
         "t.toml:2:20: target.tcp_keepalive_ms: keepalive 5000 is out of range; allowed: 0 (off) or 10000..=86400000"),
+    ("ceph_osd_timeout", "[target]\nceph_osd_timeout_ms = 10\n@@",
+        "t.toml:2:23: target.ceph_osd_timeout_ms: timeout 10 is out of range; allowed: 1000..=600000"),
     ("tcp_send_backlog", "[target]\ntcp_send_backlog = \"4KiB\"\n@@",
         "t.toml:2:20: target.tcp_send_backlog: send backlog 4KiB is out of range; allowed: 64KiB..=1GiB"),
     ("in_capsule", "@[[listener]]@in_capsule_data_size = 100\n",
@@ -327,6 +329,8 @@ fn defaults_are_filled_in() {
             max_connections_per_address: 1024,
             tcp_keepalive_ms: 60_000,
             tcp_send_backlog: 8 << 20,
+            ceph_mon_timeout_ms: 30_000,
+            ceph_osd_timeout_ms: 30_000,
             state_dir: "/var/lib/nvmf-target".into(),
         }
     );

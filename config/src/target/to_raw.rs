@@ -22,6 +22,8 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
             max_connections_per_address: Some(i64::from(limits.max_connections_per_address)),
             tcp_keepalive_ms: Some(i64::from(limits.tcp_keepalive_ms)),
             tcp_send_backlog: Some(RawSize::Text(format_size(u64::from(limits.tcp_send_backlog)))),
+            ceph_mon_timeout_ms: Some(i64::from(limits.ceph_mon_timeout_ms)),
+            ceph_osd_timeout_ms: Some(i64::from(limits.ceph_osd_timeout_ms)),
             state_dir: Some(limits.state_dir.to_string_lossy().into_owned()),
         }),
         discovery: Some(RawDiscovery {

@@ -38,6 +38,8 @@ pub(crate) const DEFAULT_KEEP_ALIVE_MAX_MS: u32 = 3_600_000;
 pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u32 = 10_000;
 /// Default `[target] transfer_timeout_ms`.
 pub(crate) const DEFAULT_TRANSFER_TIMEOUT_MS: u32 = 30_000;
+/// Default `[target] ceph_mon_timeout_ms` and `ceph_osd_timeout_ms` (librados' own defaults are 300 s and none).
+pub(crate) const DEFAULT_CEPH_TIMEOUT_MS: u32 = 30_000;
 /// Default `[target] queue_buffer_percent`.
 pub(crate) const DEFAULT_QUEUE_BUFFER_PERCENT: u8 = 50;
 /// Default `[target] anonymous_buffer_percent`.
@@ -222,6 +224,12 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         None => DEFAULT_TRANSFER_TIMEOUT_MS,
         Some(value) => int_in(value, 1000..=3_600_000, &key.key("transfer_timeout_ms"), "timeout", "1000..=3600000")?,
     };
+    let ceph_timeout = |value: Option<i64>, name: &str| match value {
+        None => Ok(DEFAULT_CEPH_TIMEOUT_MS),
+        Some(value) => int_in(value, 1000..=600_000, &key.key(name), "timeout", "1000..=600000"),
+    };
+    let ceph_mon_timeout_ms = ceph_timeout(raw.ceph_mon_timeout_ms, "ceph_mon_timeout_ms")?;
+    let ceph_osd_timeout_ms = ceph_timeout(raw.ceph_osd_timeout_ms, "ceph_osd_timeout_ms")?;
     let queue_buffer_percent = match raw.queue_buffer_percent {
         None => DEFAULT_QUEUE_BUFFER_PERCENT,
         Some(value) => int_in(value, 1..=100, &key.key("queue_buffer_percent"), "percentage", "1..=100")?,
@@ -285,6 +293,8 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         max_connections_per_address,
         tcp_keepalive_ms,
         tcp_send_backlog,
+        ceph_mon_timeout_ms,
+        ceph_osd_timeout_ms,
     })
 }
 

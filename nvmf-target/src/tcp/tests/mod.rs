@@ -509,7 +509,8 @@ fn buffered_file_namespace_round_trips_and_flush_and_fua_leave_nothing_unwritten
             path.display()
         );
         let config = nvmf_config::TargetConfig::from_str(&text, "test").unwrap();
-        crate::daemon::namespace_params(SUBNQN, &config.subsystems[0].namespaces[0]).unwrap().storage
+        let ns = &config.subsystems[0].namespaces[0];
+        crate::daemon::namespace_params(SUBNQN, ns, &config.limits).unwrap().storage
     };
     assert!(open("").is_direct(), "ext4 under /var/tmp takes O_DIRECT");
     let storage = open("buffered_io = true\n");
