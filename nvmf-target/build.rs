@@ -14,6 +14,7 @@ mod rbd {
 
     /// The librados and librbd functions the rbd module calls.
     const FUNCTIONS: &[&str] = &[
+        "rados_conf_get",
         "rados_conf_read_file",
         "rados_conf_set",
         "rados_connect",

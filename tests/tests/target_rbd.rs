@@ -282,6 +282,21 @@ fn doctor_and_reload_reach_the_cluster() {
     assert!(line("rbd/missing").finding.contains("cannot open RBD image rbd/missing"));
     assert!(!report.ok);
 
+    // A keyring its group or others may read holds no secret: refused, with the fix.
+    use std::os::unix::fs::PermissionsExt;
+    let keyring = cluster.conf().with_file_name("keyring");
+    std::fs::set_permissions(&keyring, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let report = nvmf_target::doctor::diagnose(
+        &TargetConfig::from_str(&config(&cluster), "<test>").unwrap(),
+        std::path::Path::new("/"),
+    );
+    std::fs::set_permissions(&keyring, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let refused = report.findings.iter().find(|f| f.check.starts_with("rbd rbd/a ")).expect("rbd/a's finding");
+    assert_eq!(refused.level, nvmf_service::doctor::report::Level::Fail);
+    let want =
+        format!("the Ceph keyring {} is readable by its group or others (mode 0644): chmod 600 it", keyring.display());
+    assert!(refused.finding.contains(&want), "{}", refused.finding);
+
     // A reload adds an RBD namespace and removes one.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));

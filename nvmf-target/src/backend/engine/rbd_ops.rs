@@ -6,10 +6,12 @@
 //! ring's completion queue; when all are taken `push` hands the op back like a full ring.
 //!
 //! A fenced client may never end some of its ops (those librbd queued behind the exclusive lock it can no longer
-//! take). Once an op ends with `ESHUTDOWN`, every `reap` looks for ops on a handle since replaced and delivers them
-//! as failed (`ESHUTDOWN`: a path error, retried elsewhere), so neither the command nor a reactor's shutdown waits
-//! for them; the slot and the buffer stay reserved (librbd may still write a read's data) until librbd calls back,
-//! or forever. The look stops when no image is recovering and no such op is left.
+//! take), and one cut off from the cluster answers its ops only at the OSD timeout. Once an op ends with
+//! `ESHUTDOWN` or `ETIMEDOUT`, or starts while its image's client is being replaced, every `reap` looks for ops on a
+//! handle since replaced and delivers them as failed (`ESHUTDOWN`: a path error, retried elsewhere), so neither the
+//! command nor a reactor's shutdown waits for them; the slot and the buffer stay reserved (librbd may still write a
+//! read's data) until librbd calls back, or forever. The look stops when no image is recovering and no such op is
+//! left.
 
 use std::io;
 use std::sync::Arc;
@@ -53,7 +55,8 @@ pub(super) struct RbdOps {
     free: Vec<u32>,
     /// Entries delivered as failed but still in librbd.
     abandoned: usize,
-    /// An op ended with `ESHUTDOWN`: look for ops on replaced handles at each drain.
+    /// An op ended with `ESHUTDOWN` or `ETIMEDOUT` (its image's client is being replaced): look for ops on replaced
+    /// handles at each drain.
     fenced: bool,
 }
 
@@ -100,7 +103,7 @@ impl RbdOps {
             if let Kind::Rbd(image) = entry.storage.kind() {
                 image.count_end(entry.generation, rc);
             }
-            *fenced |= rc == -i64::from(libc::ESHUTDOWN);
+            *fenced |= rc == -i64::from(libc::ESHUTDOWN) || rc == -i64::from(libc::ETIMEDOUT);
             if entry.abandoned {
                 *abandoned -= 1;
                 return;
@@ -299,6 +302,9 @@ impl IoEngine {
     fn start_rbd(&mut self, image: &Image, index: u32, entry: Entry, aio: Aio) {
         let Some(rbd) = self.rbd.as_mut() else { return };
         let tag = entry.tag;
+        // An op started while its image's client is being replaced may run on the old one, which may never answer
+        // (fenced, or cut off): watch for the replacement, to deliver it as failed then.
+        rbd.fenced |= image.is_recovering();
         let (callback, arg) = rbd.completions.callback(index);
         rbd.entries[index as usize] = Some(entry);
         // SAFETY: the buffers are in flight in the pool (nobody else reads or writes them, and the engine's drop

@@ -70,6 +70,30 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// The keyring librados will read the user's key from (the first file of the configuration's `keyring` list
+    /// that exists) must be readable by its owner only, as every secret file of ours: refused otherwise.
+    fn check_keyring(&self) -> Result<(), RbdError> {
+        use std::os::unix::fs::PermissionsExt;
+        let name = c_string("a Ceph option", "keyring")?;
+        let mut value = vec![0u8; 4096];
+        // SAFETY: a configured handle; librados writes at most `value.len()` bytes, NUL included.
+        let rc = unsafe { ffi::rados_conf_get(self.handle, name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+        if rc < 0 {
+            // No keyring option: nothing of ours to check (librados reports a missing key at connect).
+            return Ok(());
+        }
+        let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+        let list = String::from_utf8_lossy(&value[..end]).into_owned();
+        let first = list.split([',', ';', ' ', '\t']).filter(|p| !p.is_empty()).find_map(|p| {
+            let meta = std::fs::metadata(p).ok()?;
+            Some((p.to_owned(), meta.permissions().mode() & 0o777))
+        });
+        match first {
+            Some((path, mode)) if mode & 0o044 != 0 => Err(RbdError::KeyringReadable { path: path.into(), mode }),
+            _ => Ok(()),
+        }
+    }
+
     fn connect_new(conf: &Path, id: &str, timeouts: ClusterTimeouts) -> Result<Cluster, RbdError> {
         let c_id = c_string("the Ceph user", id)?;
         let c_conf = c_string("the Ceph configuration path", &conf.to_string_lossy())?;
@@ -99,6 +123,20 @@ impl Cluster {
             ("rados_mon_op_timeout", mon.as_str()),
             ("rados_osd_op_timeout", osd.as_str()),
             ("rbd_cache", "false"),
+            // A gateway cut off from the cluster retries its connections at least every second (Ceph backs off to
+            // 15 s): when its link returns it learns within a second that it was fenced, rather than holding hosts'
+            // I/O in a session that is not there yet.
+            ("ms_max_backoff", "1"),
+            // Its monitor session likewise: a lost one is hunted for every second or two (Ceph backs off to 30 s), so
+            // the fence (the blocklist in the new OSD map) reaches it soon after its link returns. Until it does,
+            // its ops wait: the OSDs drop a blocklisted client's requests without an answer.
+            ("mon_client_hunt_interval", "1"),
+            ("mon_client_hunt_interval_max_multiple", "2"),
+            ("mon_client_ping_interval", "2"),
+            ("mon_client_ping_timeout", "10"),
+            // Its watches (hence its exclusive locks) are pinged every second (Ceph: 5 s), so a cluster may set
+            // `osd_client_watch_timeout` to a few seconds: the time a vanished gateway keeps its lock.
+            ("objecter_tick_interval", "1"),
             // Our log says what failed, in one line; librados' own stderr lines would interleave with it.
             ("log_to_stderr", "false"),
             ("err_to_stderr", "false"),
@@ -111,6 +149,7 @@ impl Cluster {
                 return Err(fail("set a Ceph option", rc));
             }
         }
+        cluster.check_keyring()?;
         // SAFETY: a configured handle; blocks at most client_mount_timeout.
         let rc = unsafe { ffi::rados_connect(handle) };
         if rc < 0 {

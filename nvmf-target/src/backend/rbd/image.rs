@@ -1,13 +1,14 @@
 //! One RBD image as a namespace sees it: the librbd handle ops go to now, and how it is replaced when the cluster
-//! fences this client.
+//! fences this client or the client loses the cluster.
 //!
 //! A [`Handle`] is one `rbd_open` (with its I/O context, its header watch and the connection under it). The
 //! [`Image`] points at its current handle; ops load that pointer (one atomic load). When an op fails with
 //! `ESHUTDOWN` (librbd's `EBLOCKLISTED`: another gateway broke this client's exclusive lock and the cluster
-//! blocklisted it, so every later op of this client fails too), a recovery thread connects a new client (see
+//! blocklisted it, so every later op of this client fails too) or `ETIMEDOUT` (the cluster did not answer within
+//! the OSD timeout: this node may be cut off and about to be fenced), a recovery thread connects a new client (see
 //! `Cluster::replace`), opens the image again, watches it again and makes the new handle current. Old handles are
 //! never closed (an op may still be running on one, closing a fenced client's image may wait on the cluster, and
-//! fencing is rare). The recovery retries every 5 s for as long as the namespace exists.
+//! losing the cluster is rare). The recovery retries every 5 s for as long as the namespace exists.
 
 use std::ffi::{c_void, CString};
 use std::io;
@@ -214,19 +215,25 @@ impl Image {
         &self.name
     }
 
-    /// An op [`Image::start`] started on handle `generation` ended with librbd's `rc`; a fenced current client
-    /// (`ESHUTDOWN`) starts the recovery (once at a time; the late ends of ops on a replaced handle do not).
+    /// An op [`Image::start`] started on handle `generation` ended with librbd's `rc`. A fenced current client
+    /// (`ESHUTDOWN`), or one that lost the cluster (`ETIMEDOUT`: another gateway may be fencing it now, and a fenced
+    /// client learns it only seconds after its link returns), starts the recovery (once at a time; the late ends of
+    /// ops on a replaced handle do not). Replacing a client that was not fenced is safe: the new one asks the old
+    /// one for the exclusive lock, which it gives up once its writes in flight completed.
     pub(crate) fn count_end(self: &Arc<Self>, generation: u64, rc: i64) {
         self.ended.fetch_add(1, Ordering::Relaxed);
         if rc < 0 {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
-        if rc == -i64::from(libc::ESHUTDOWN)
-            && generation == self.generation.load(Ordering::Acquire)
-            && !self.recovering.swap(true, Ordering::AcqRel)
-        {
+        let lost = [libc::ESHUTDOWN, libc::ETIMEDOUT].into_iter().find(|&e| rc == -i64::from(e));
+        if let Some(errno) = lost.filter(|_| generation == self.generation.load(Ordering::Acquire)) {
+            if self.recovering.swap(true, Ordering::AcqRel) {
+                return;
+            }
             let image = Arc::clone(self);
-            let spawned = std::thread::Builder::new().name("nvmf-rbd-reopen".into()).spawn(move || image.recover());
+            let fenced = errno == libc::ESHUTDOWN;
+            let spawned =
+                std::thread::Builder::new().name("nvmf-rbd-reopen".into()).spawn(move || image.recover(fenced));
             if let Err(e) = spawned {
                 tracing::error!(image = %self.name, error = %e, "cannot start the thread that reopens a fenced RBD image");
                 self.recovering.store(false, Ordering::Release);
@@ -234,11 +241,15 @@ impl Image {
         }
     }
 
-    /// The cluster blocklisted this client: connect a new one, open the image again and make it current. Retries
-    /// every 5 s until it works.
-    fn recover(self: &Arc<Self>) {
+    /// The cluster blocklisted this client (`fenced`) or an op timed out: connect a new one, open the image again
+    /// and make it current. Retries every 5 s until it works.
+    fn recover(self: &Arc<Self>, fenced: bool) {
+        if fenced {
+            tracing::warn!(image = %self.name, "the cluster fenced this client (blocklisted): reconnecting and reopening");
+        } else {
+            tracing::warn!(image = %self.name, "an op on the image timed out: reconnecting and reopening");
+        }
         let fenced = Arc::clone(&self.handle().cluster);
-        tracing::warn!(image = %self.name, "the cluster fenced this client (blocklisted): reconnecting and reopening");
         loop {
             if Arc::strong_count(self) == 1 {
                 // The namespace is gone: nobody needs the image any more.
@@ -265,7 +276,7 @@ impl Image {
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(image = %self.name, error = %e, "reopening the fenced RBD image failed; retrying in 5 s");
+                    tracing::warn!(image = %self.name, error = %e, "reopening the RBD image failed; retrying in 5 s");
                     std::thread::sleep(Duration::from_secs(5));
                 }
             }

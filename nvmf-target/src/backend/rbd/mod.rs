@@ -32,6 +32,7 @@ pub(crate) use image::{Aio, Image, OnChange};
 
 /// The longest Compare and Write librbd does in one call: librbd before Reef (18) refuses one that leaves its
 /// 512-byte sector (`EINVAL`), Reef one that leaves its stripe unit.
+#[cfg(feature = "rbd")]
 pub(crate) const COMPARE_AND_WRITE_LIMIT: u32 = 512;
 
 /// How long librados may wait for the cluster.
@@ -99,6 +100,14 @@ pub enum RbdError {
         /// librados' errno.
         #[source]
         source: io::Error,
+    },
+    /// The keyring holding the user's cephx key may be read by others than its owner.
+    #[error("the Ceph keyring {} is readable by its group or others (mode {mode:04o}): chmod 600 it", path.display())]
+    KeyringReadable {
+        /// The keyring file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
     },
     /// The pool cannot be opened.
     #[error("cannot open pool {pool}")]
