@@ -69,13 +69,19 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct DoctorArgs {
-    /// The configuration file the daemon runs from.
-    #[arg(short, long, value_name = "FILE", default_value = "/etc/nvmf/target.toml")]
-    config: PathBuf,
+    /// The configuration file the daemon runs from [default: /etc/nvmf/target.toml if it exists, else the
+    /// configuration the quick-start flags (or their defaults) make, as the daemon runs without --config]
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    quick: QuickStart,
     /// Output format.
     #[arg(short, long = "output-format", value_enum, default_value = "normal")]
     output_format: OutputFormat,
 }
+
+/// The configuration file of the systemd unit.
+const DEFAULT_CONFIG: &str = "/etc/nvmf/target.toml";
 
 #[derive(Debug, Args)]
 struct SystemdDevicesArgs {
@@ -228,9 +234,20 @@ fn run() -> anyhow::Result<ExitCode> {
 fn doctor(args: &DoctorArgs) -> ExitCode {
     let json = args.output_format == OutputFormat::Json;
     let finish = nvmf_service::doctor::report::finish;
-    match TargetConfig::from_file(&args.config) {
+    let service_file = Path::new(DEFAULT_CONFIG);
+    let config = match &args.config {
+        Some(_) if !args.quick.is_empty() => Err(anyhow::anyhow!(
+            "--config cannot be combined with the quick-start flags: check the file, or the flags alone"
+        )),
+        Some(path) => TargetConfig::from_file(path).map_err(anyhow::Error::from),
+        None if args.quick.is_empty() && service_file.exists() => {
+            TargetConfig::from_file(service_file).map_err(anyhow::Error::from)
+        }
+        None => args.quick.to_config().map_err(anyhow::Error::from),
+    };
+    match config {
         Ok(config) => finish("nvmf-target", Ok(nvmf_target::doctor::diagnose(&config, Path::new("/"))), json),
-        Err(e) => finish("nvmf-target", Err(&e), json),
+        Err(e) => finish("nvmf-target", Err(&*e), json),
     }
 }
 

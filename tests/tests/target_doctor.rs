@@ -1,6 +1,7 @@
 //! `nvmf-target doctor` on this machine, as an operator runs it: `-o json` parses, a TCP-only configuration fails
 //! no RDMA check, and an RDMA listener on a machine without RDMA is one failing line and exit status 1; a
-//! configuration that cannot be read is exit status 2. (With RDMA: `tests/vm_doctor.rs`.)
+//! configuration that cannot be read is exit status 2; without a file it checks the quick-start configuration, as the
+//! daemon runs without one. (With RDMA: `tests/vm_doctor.rs`.)
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -79,4 +80,22 @@ fn doctor_reports_in_json_with_its_exit_status() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("nvmf-target doctor: cannot check: ") && stderr.lines().count() == 1, "{stderr}");
     assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn doctor_without_a_file_checks_what_the_quick_start_flags_make() {
+    let bin = nvmf_tests::workspace_bin::nvmf_target().expect("nvmf-target binary");
+    let run = |args: &[&str]| Command::new(&bin).arg("doctor").args(args).output().expect("run nvmf-target doctor");
+    // An RDMA listener in the flags is checked as a file's would be (TCP-only flags: no RDMA check fails).
+    let r = report(&run(&["--listen", "tcp://127.0.0.1:4420", "--namespace", "memory:64M", "-o", "json"]));
+    assert!(fails(&r).iter().all(|c| c == "memlock"), "{r:#}");
+    if !Path::new("/sys/class/infiniband").exists() {
+        let r = report(&run(&["--listen", "rdma://10.77.0.1:4420", "-o", "json"]));
+        assert!(fails(&r).contains(&"rdma".to_owned()), "{r:#}");
+    }
+    // Flags and a file at once: which one would the daemon run? One clear line, exit status 2.
+    let out = run(&["--config", "/etc/nvmf/target.toml", "--namespace", "memory:1G"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--config cannot be combined with the quick-start flags") && stderr.lines().count() == 1);
 }
