@@ -402,8 +402,8 @@ impl RunningTarget {
         self.storages.retain(|s| !Arc::ptr_eq(s, storage));
     }
 
-    /// TCP connections served now, over all reactors.
-    pub fn connections(&self) -> usize {
+    /// NVMe/TCP connections served now, over all reactors.
+    pub fn tcp_connections(&self) -> usize {
         self.counters.iter().map(|c| c.tcp_connections.load(std::sync::atomic::Ordering::Relaxed)).sum()
     }
 
@@ -425,8 +425,8 @@ impl RunningTarget {
     }
 
     /// Every reactor's live TCP connection count (for status reports on another thread).
-    pub fn connection_counters(&self) -> Vec<Arc<AtomicUsize>> {
-        self.counters.iter().map(|c| Arc::clone(&c.tcp_connections)).collect()
+    pub fn transport_counters(&self) -> Vec<TransportCounters> {
+        self.counters.clone()
     }
 
     /// Stop: close the listeners, end every association (in-flight storage ops complete first), then flush every

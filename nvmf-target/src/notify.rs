@@ -1,8 +1,8 @@
 //! The target's service-manager notifications: `nvmf_service::notify` (sd_notify), with a status line that counts
-//! the transport connections served and the I/O commands per second since the previous line.
+//! the queue pairs served (NVMe/TCP connections, NVMe/RDMA queue pairs) and the I/O commands per second since the
+//! previous line.
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -10,6 +10,7 @@ pub use nvmf_service::notify::{watchdog_interval, ServiceNotifier};
 
 use crate::controller::Target;
 use crate::metrics::CommandKind;
+use crate::transport::TransportCounters;
 
 /// The reporter thread (`STATUS=serving, N connection(s), X IOPS`, watchdog pings); ends when dropped.
 #[derive(Debug)]
@@ -30,17 +31,17 @@ pub fn io_commands(target: &Target) -> u64 {
 }
 
 impl StatusReporter {
-    /// Start reporting through `notifier`, summing `connections` and the I/O commands of `target`'s subsystems
-    /// for the status line.
+    /// Start reporting through `notifier`, summing the reactors' queue pairs (NVMe/TCP connections and NVMe/RDMA
+    /// queue pairs) and the I/O commands of `target`'s subsystems for the status line.
     pub fn start(
         notifier: Arc<ServiceNotifier>,
-        connections: Vec<Arc<AtomicUsize>>,
+        reactors: Vec<TransportCounters>,
         target: Arc<Target>,
     ) -> io::Result<Self> {
         // The previous sample, to turn the command count into a rate (only the reporter thread touches it).
         let previous = Mutex::new((Instant::now(), io_commands(&target)));
         let status = move || {
-            let live: usize = connections.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+            let live: usize = reactors.iter().map(TransportCounters::queue_pairs).sum();
             let now = Instant::now();
             let commands = io_commands(&target);
             let mut previous = previous.lock().unwrap_or_else(PoisonError::into_inner);

@@ -67,7 +67,7 @@ pub fn serve(config: TargetConfig, options: &ServeOptions) -> Result<(), ServeEr
     crate::daemon::print_ready(&config, &running);
     notifier.notify("READY=1");
     let status =
-        StatusReporter::start(Arc::clone(&notifier), running.connection_counters(), Arc::clone(running.target()))
+        StatusReporter::start(Arc::clone(&notifier), running.transport_counters(), Arc::clone(running.target()))
             .map_err(ServeError::Status);
     let status = match status {
         Ok(status) => status,

@@ -242,8 +242,8 @@ fn keep_alive_capsule() -> Vec<u8> {
 /// Wait (bounded) until the target serves `n` connections.
 fn wait_connections(t: &Target, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while t.running().connections() != n {
-        assert!(Instant::now() < deadline, "{} connections served, expected {n}", t.running().connections());
+    while t.running().tcp_connections() != n {
+        assert!(Instant::now() < deadline, "{} connections served, expected {n}", t.running().tcp_connections());
         std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -224,7 +224,7 @@ fn a_connection_closed_with_ops_in_the_cluster_goes_once_they_end() {
     signal("-CONT");
     // Once the write ends, the closed connection leaves: nothing of it stays in the reactor.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while t.running().connections() > 0 {
+    while t.running().tcp_connections() > 0 {
         assert!(std::time::Instant::now() < deadline, "the closed connection never left the reactor");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }

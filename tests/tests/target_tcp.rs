@@ -401,8 +401,12 @@ fn a_queue_moves_at_connect_to_the_reactor_on_the_cpu_its_packets_arrive_on() {
         assoc
     });
     let assoc = host.join().expect("host thread");
-    let live: Vec<usize> =
-        t.running().connection_counters().iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).collect();
+    let live: Vec<usize> = t
+        .running()
+        .transport_counters()
+        .iter()
+        .map(|c| c.tcp_connections.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
     assert_eq!(live, [3, 0], "every queue on the reactor of CPU {a}");
     assert_eq!(t.running().tcp_connections_moved(), Some(1));
     drop(assoc);

@@ -63,6 +63,16 @@ pub struct TransportCounters {
     pub rdma: Arc<RdmaCounters>,
 }
 
+impl TransportCounters {
+    /// Queue pairs served now: NVMe/TCP connections and NVMe/RDMA queue pairs.
+    pub fn queue_pairs(&self) -> usize {
+        let tcp = self.tcp_connections.load(std::sync::atomic::Ordering::Relaxed);
+        #[cfg(feature = "rdma")]
+        let tcp = tcp.saturating_add(usize::try_from(self.rdma.queue_pairs()).unwrap_or(usize::MAX));
+        tcp
+    }
+}
+
 /// A reactor's data buffers, published once per turn (one relaxed store; never per command).
 #[derive(Debug, Default)]
 pub struct BufferGauge {
@@ -214,5 +224,24 @@ pub fn round_robin<T: Into<NewQueuePair>>(
         next = next.wrapping_add(1);
         reactor.accept(queue_pair.into());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::TransportCounters;
+
+    #[test]
+    fn queue_pairs_count_both_transports() {
+        let counters = TransportCounters::default();
+        counters.tcp_connections.store(2, Ordering::Relaxed);
+        assert_eq!(counters.queue_pairs(), 2);
+        #[cfg(feature = "rdma")]
+        {
+            counters.rdma.queue_pair_created();
+            assert_eq!(counters.queue_pairs(), 3, "an RDMA-only target's status line counts its queue pairs");
+        }
     }
 }
