@@ -36,6 +36,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use compare_and_write::EngineFull;
 pub use discard::DiscardCounters;
 
 use super::nvme;
@@ -441,9 +442,9 @@ impl IoEngine {
         self.ready.push_back(IoCompletion { tag, result });
     }
 
-    /// Hands every pushed op to the kernel with one `io_uring_enter` (none when nothing is queued) and returns how
-    /// many SQEs were submitted. If completions are ready without the kernel (null/memory), the eventfd is made
-    /// readable so a reactor about to sleep still reaps them (one waiting in the ring does not block then: [`IoEngine::wait`]).
+    /// Hands every pushed op to the kernel with one `io_uring_enter` (none when nothing is queued) and returns how many
+    /// SQEs were submitted. If completions are ready without the kernel (null/memory), the eventfd is made readable so
+    /// a reactor about to sleep still reaps them (one waiting in the ring does not block then: [`IoEngine::wait`]).
     pub fn submit(&mut self) -> io::Result<usize> {
         // A reactor waiting in the ring looks at `ready` before it waits instead.
         if !self.ready.is_empty() && !self.ready_signalled && self.epoll.fd.is_none() {
