@@ -7,8 +7,8 @@
 //!   `--metrics`; a clap `Args` the binary flattens) turned into a [`TargetConfig`] by the same validation.
 //! - [`ids`]: namespace UUID/NGUID/EUI-64 and serial numbers: parsing, and the documented stable derivation from
 //!   (subsystem NQN, NSID) used when they are not configured.
-//! - [`reference`](mod@reference): the Markdown configuration reference (`docs/config-reference.md`), generated from the
-//!   annotated examples and checked key by key against the schema.
+//! - [`reference`](mod@reference): the Markdown configuration reference (`docs/config-reference.md`), generated
+//!   from the annotated examples and checked key by key against the schema.
 //! - [`PollMode`]: how a data-path thread waits for work (`poll` in both files).
 //! - [`size`]: size strings (`"1GiB"`, `"4K"`, `"10GB"`).
 //! - [`error`]: [`ConfigError`], and the key paths and problems validation reports.

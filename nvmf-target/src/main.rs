@@ -1,8 +1,8 @@
 //! The nvmf-target daemon: parse the command line, load the configuration, start logging, then
 //! [`serve`](nvmf_target::serve::serve) until SIGTERM/SIGINT. `list`, `disconnect`, `reload`, `log-level` and
-//! `ana-state` are clients of the running daemon's control socket ([`nvmf_target::control`]); `nvmf-target systemd-devices` prints
-//! the unit's device drop-in ([`nvmf_target::systemd_devices`]); `nvmf-target doctor` checks the machine for the
-//! configuration ([`nvmf_target::doctor`]).
+//! `ana-state` are clients of the running daemon's control socket ([`nvmf_target::control`]); `nvmf-target
+//! systemd-devices` prints the unit's device drop-in ([`nvmf_target::systemd_devices`]); `nvmf-target doctor` checks
+//! the machine for the configuration ([`nvmf_target::doctor`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -1,10 +1,10 @@
-//! Live reconfiguration (SIGHUP or `nvmf-target reload`): re-read the configuration file, validate it, and apply
-//! the difference to the running target — subsystems, namespaces, host access, TCP listeners and their ANA states —
-//! without touching unaffected associations. A TCP listener's ANA state of a group (`ana_state`, or its own in
-//! `ana_group_states`) is applied when it differs from the file the target runs with (a state set since by
-//! `nvmf-target ana-state` stays otherwise); a namespace whose
-//! `ana_group` changed is replaced, like any changed namespace. Changes that need a restart (RDMA listeners, `[target]`, `[reactors]`, …) are logged,
-//! reported in [`ReloadSummary::ignored`] and left as they run.
+//! Live reconfiguration (SIGHUP or `nvmf-target reload`): re-read the configuration file, validate it, and apply the
+//! difference to the running target — subsystems, namespaces, host access, TCP listeners and their ANA states — without
+//! touching unaffected associations. A TCP listener's ANA state of a group (`ana_state`, or its own in
+//! `ana_group_states`) is applied when it differs from the file the target runs with (a state set since by `nvmf-target
+//! ana-state` stays otherwise); a namespace whose `ana_group` changed is replaced, like any changed namespace. Changes
+//! that need a restart (RDMA listeners, `[target]`, `[reactors]`, …) are logged, reported in [`ReloadSummary::ignored`]
+//! and left as they run.
 //!
 //! Runs on the main thread between requests; it may block on opening storage, binding listeners and flushing
 //! removed namespaces, never on a reactor. Everything that can fail (reading, validating, opening new storage,

@@ -1,7 +1,7 @@
 //! Cross-crate integration tests and the test VM harness.
 //!
-//! [`nvme_tcp_client`] is a small blocking NVMe/TCP host the native target tests drive our target with;
-//! [`ceph`] starts a one-node Ceph cluster for the RBD tests; [`executor`] runs the async host API's tests (here and in `nvmf-host`).
+//! [`nvme_tcp_client`] is a small blocking NVMe/TCP host the native target tests drive our target with; [`ceph`] starts
+//! a one-node Ceph cluster for the RBD tests; [`executor`] runs the async host API's tests (here and in `nvmf-host`).
 //!
 //! [`vm`] boots a throw-away Linux 6.12 guest under QEMU (TCG) whose root file system is this machine's own,
 //! read-only over 9p under a tmpfs overlay, so a binary built here runs there unchanged at the same path.

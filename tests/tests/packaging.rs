@@ -1,6 +1,6 @@
-//! Packaging checks: the systemd units (nvmf-target's with its drop-in, nvmf-host's; their sysusers.d entries) pass `systemd-analyze verify` and
-//! `systemd-sysusers --dry-run`, every fio job file in `fio-jobs/` parses with `fio --parse-only`, and
-//! `install.sh --destdir` stages every file and never overwrites an existing configuration.
+//! Packaging checks: the systemd units (nvmf-target's with its drop-in, nvmf-host's; their sysusers.d entries) pass
+//! `systemd-analyze verify` and `systemd-sysusers --dry-run`, every fio job file in `fio-jobs/` parses with `fio
+//! --parse-only`, and `install.sh --destdir` stages every file and never overwrites an existing configuration.
 //!
 //! `systemd-analyze verify` insists that the `ExecStart=` binary exists and is executable. The check therefore
 //! verifies a copy of each unit (with its `<unit>.d/` drop-ins) in a temporary folder whose

@@ -1,6 +1,6 @@
-//! Our host's in-band authentication (DH-HMAC-CHAP) against the Linux 6.12 kernel target (nvmet-tcp on 127.0.0.1 and nvmet-rdma on Soft-RoCE, a
-//! memory-backed null_blk namespace, the host allowed through a configfs host entry with `dhchap_key`,
-//! `dhchap_ctrl_key`, `dhchap_hash` and `dhchap_dhgroup`).
+//! Our host's in-band authentication (DH-HMAC-CHAP) against the Linux 6.12 kernel target (nvmet-tcp on 127.0.0.1 and
+//! nvmet-rdma on Soft-RoCE, a memory-backed null_blk namespace, the host allowed through a configfs host entry with
+//! `dhchap_key`, `dhchap_ctrl_key`, `dhchap_hash` and `dhchap_dhgroup`).
 //!
 //! | test | what it proves |
 //! |---|---|

@@ -1,4 +1,5 @@
-//! The remaining admin commands: Keep Alive, Asynchronous Event Request (with the completion dword 0 encoding of an asynchronous event) and Abort.
+//! The remaining admin commands: Keep Alive, Asynchronous Event Request (with the completion dword 0 encoding of an
+//! asynchronous event) and Abort.
 //!
 //! NVMe Base 2.0 §5.25 (Keep Alive), §5.2 (Asynchronous Event Request, Figures 145–151) and §5.1
 //! (Abort, Figures 141–143). Values were checked against Linux `include/linux/nvme.h`

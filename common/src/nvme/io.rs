@@ -1,4 +1,5 @@
-//! NVM command set I/O commands: Read, Write, Flush, Write Zeroes, Dataset Management (with its range list) and Compare.
+//! NVM command set I/O commands: Read, Write, Flush, Write Zeroes, Dataset Management (with its range list) and
+//! Compare.
 //!
 //! Layouts follow the NVM Command Set Specification 1.0 (§3.2.3 Dataset Management, §3.2.4 Read, §3.2.6
 //! Write, §3.2.8 Write Zeroes, §3.2.1 Compare) and NVMe Base 2.0 §7.1 Flush; the Linux mirror is

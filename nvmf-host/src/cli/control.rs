@@ -1,5 +1,5 @@
-//! The commands that talk to the daemon's control socket, in nvme-cli's words: `connect`, `connect-all`,
-//! `disconnect`, `disconnect-all`, `list`, `reload`, `log-level`; and `run`, which is the daemon. Each sends one request
+//! The commands that talk to the daemon's control socket, in nvme-cli's words: `connect`, `connect-all`, `disconnect`,
+//! `disconnect-all`, `list`, `reload`, `log-level`; and `run`, which is the daemon. Each sends one request
 //! ([`crate::daemon::protocol`]) and prints the reply; they run on the caller's thread.
 
 use std::path::PathBuf;

@@ -46,12 +46,12 @@
 //! takes one uncontended `RwLock` read (the queue's current connection; only a reconnect write-locks it) and no
 //! other lock.
 //!
-//! Files: `options` (how to connect), `ana` (the ANA log and the event configuration), `association` (bringing one association up: the admin queue, CC.EN, Identify,
-//! the I/O queues), `authentication` (DH-HMAC-CHAP on each queue after its Connect), `supervision` (where the controller stands, keep-alive, holding I/O, reconnect; the supervisor
+//! Files: `options` (how to connect), `ana` (the ANA log and the event configuration), `association` (bringing one
+//! association up: the admin queue, CC.EN, Identify, the I/O queues), `authentication` (DH-HMAC-CHAP on each queue
+//! after its Connect), `supervision` (where the controller stands, keep-alive, holding I/O, reconnect; the supervisor
 //! thread), `events` (Asynchronous Event Requests and the namespace table), `io` (the blocking and async I/O API),
 //! `admin` (Identify and Get Log Page for callers), `reservation` (the I/O passthrough [`Controller::io_command`] and
-//! the reservation commands), and this file: the [`Controller`] itself, its admin commands,
-//! connect and disconnect.
+//! the reservation commands), and this file: the [`Controller`] itself, its admin commands, connect and disconnect.
 
 mod admin;
 mod ana;
@@ -272,9 +272,10 @@ impl Controller {
         self.inner.admin_command(Hold::UntilReconnected, command, sqe, direction, data)
     }
 
-    /// Fabrics Connect of a fresh bare I/O queue (`TcpQueue` or `RdmaQueue`, owned by the caller) to this
-    /// association, SQSIZE `sqsize`, and its DH-HMAC-CHAP authentication when called for: polls it on the caller's
-    /// thread until the responses arrive, each bounded by the connect timeout. For callers that drive bare I/O queues themselves (perf, tests).
+    /// Fabrics Connect of a fresh bare I/O queue (`TcpQueue` or `RdmaQueue`, owned by the caller) to this association,
+    /// SQSIZE `sqsize`, and its DH-HMAC-CHAP authentication when called for: polls it on the caller's thread until the
+    /// responses arrive, each bounded by the connect timeout. For callers that drive bare I/O queues themselves (perf,
+    /// tests).
     pub fn fabrics_connect<T: Default, Q: BareQueue<T>>(&self, queue: &mut Q, sqsize: u16) -> Result<(), HostError> {
         let (qid, o) = (queue.qid(), self.options());
         let request = connect_request(qid, o, self.subnqn(), sqsize, self.cntlid(), 0, T::default())?;

@@ -10,12 +10,11 @@
 //! - [`control`]: the control socket (server and client); [`protocol`]: its JSON messages;
 //! - [`reload`]: re-reading the file (SIGHUP, `nvmf-host reload`) and applying the difference.
 //!
-//! Threads: the main thread waits for SIGTERM/SIGINT and runs SIGHUP's reloads; one connector thread per configured controller makes the
-//! first association, retrying every `reconnect_delay` until `ctrl_loss_tmo` (`-1`: forever; a target that is
-//! down never makes the daemon exit), then ends — after that the [`crate::Controller`] reconnects by itself;
-//! the control server runs one thread per CLI connection; the metrics endpoint and the sd_notify reporter have
-//! a thread each. None of them is on an I/O path. Shutdown disconnects every controller cleanly (CC.SHN), in
-//! parallel.
+//! Threads: the main thread waits for SIGTERM/SIGINT and runs SIGHUP's reloads; one connector thread per configured
+//! controller makes the first association, retrying every `reconnect_delay` until `ctrl_loss_tmo` (`-1`: forever; a
+//! target that is down never makes the daemon exit), then ends — after that the [`crate::Controller`] reconnects by
+//! itself; the control server runs one thread per CLI connection; the metrics endpoint and the sd_notify reporter have
+//! a thread each. None of them is on an I/O path. Shutdown disconnects every controller cleanly (CC.SHN), in parallel.
 
 pub mod control;
 mod exports;

@@ -9,8 +9,8 @@
 //! latest I/O command (Traffic Based Keep Alive: I/O restarts the keep-alive timer, published by each I/O queue at
 //! most every [`TRAFFIC_GRANULARITY`], so the admin queue's timer sees it without a write per command).
 //!
-//! Counters (`counters.rs`): every queue owns a [`QueueCounters`] whose fields are atomics written by that queue's reactor
-//! alone with a plain load + store (no locked read-modify-write on the data path); the SMART log sums them on
+//! Counters (`counters.rs`): every queue owns a [`QueueCounters`] whose fields are atomics written by that queue's
+//! reactor alone with a plain load + store (no locked read-modify-write on the data path); the SMART log sums them on
 //! demand over the subsystem's live controllers, plus the totals of queues and associations that went away.
 
 use std::collections::VecDeque;

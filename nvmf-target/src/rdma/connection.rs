@@ -1,11 +1,12 @@
 //! [`RdmaConnection`]: one NVMe/RDMA queue pair serving one controller [`Queue`], driven by its reactor.
 //!
-//! Receive path: `depth` receive buffers (SQE + in-capsule data) are posted at accept, or, on an `srq` listener,
-//! the queue pair receives into its reactor's shared receive queue on the device (the reactor finds the connection
-//! by the completion's queue pair number and reposts the buffer; the connection owns no receives then). A receive completion
+//! Receive path: `depth` receive buffers (SQE + in-capsule data) are posted at accept, or, on an `srq` listener, the
+//! queue pair receives into its reactor's shared receive queue on the device (the reactor finds the connection by the
+//! completion's queue pair number and reposts the buffer; the connection owns no receives then). A receive completion
 //! shorter than an SQE ends the connection; otherwise the SQE and in-capsule data go to the queue straight from the
-//! receive buffer (the queue copies in-capsule data into its engine buffer), then the buffer is queued for reposting (all reposts of a reactor turn go in one `post_recv`) and the command goes to the queue,
-//! whose [`Step`] says what to do next.
+//! receive buffer (the queue copies in-capsule data into its engine buffer), then the buffer is queued for reposting
+//! (all reposts of a reactor turn go in one `post_recv`) and the command goes to the queue, whose [`Step`] says what to
+//! do next.
 //!
 //! Send path: `FetchData` becomes an RDMA READ of the command's keyed SGL into the engine buffer (at most the
 //! negotiated initiator depth outstanding; the rest wait in a FIFO); `Respond` becomes an unsignalled RDMA WRITE of

@@ -1,5 +1,6 @@
-//! [`RdmaCounters`]: one reactor's NVMe/RDMA counters — work requests posted and completed by opcode, error
-//! completions by status, stale completions, live queue pairs. The reactor thread is the only writer; metrics read them at scrape time.
+//! [`RdmaCounters`]: one reactor's NVMe/RDMA counters — work requests posted and completed by opcode, error completions
+//! by status, stale completions, live queue pairs. The reactor thread is the only writer; metrics read them at scrape
+//! time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,7 +1,7 @@
-//! The RDMA CM thread (`nvmf-rdma-cm`): binds and listens on every NVMe/RDMA listener with one RDMA CM event
-//! channel, validates each connect request's private data and hands the request's new id over (to the reactors,
-//! round robin: the daemon decides). It sleeps in `epoll_wait` on the event channel and a waker, and blocks nowhere else. Events of an id
-//! after the hand-over arrive at the reactor (which migrates the id to its own event channel before accepting).
+//! The RDMA CM thread (`nvmf-rdma-cm`): binds and listens on every NVMe/RDMA listener with one RDMA CM event channel,
+//! validates each connect request's private data and hands the request's new id over (to the reactors, round robin: the
+//! daemon decides). It sleeps in `epoll_wait` on the event channel and a waker, and blocks nowhere else. Events of an
+//! id after the hand-over arrive at the reactor (which migrates the id to its own event channel before accepting).
 
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};

@@ -1,4 +1,5 @@
-//! Identify (admin opcode 0x06): the command view and the data structures it returns: Identify Controller, Identify Namespace, Active Namespace ID list and the Namespace Identification Descriptor list.
+//! Identify (admin opcode 0x06): the command view and the data structures it returns: Identify Controller, Identify
+//! Namespace, Active Namespace ID list and the Namespace Identification Descriptor list.
 //!
 //! NVMe Base 2.0 §5.17 (Identify command, Figures 273–275), Figure 275 (Identify Controller data
 //! structure), NVM Command Set 1.0 Figure 97 (Identify Namespace), Base 2.0 Figure 278 (Namespace
@@ -8,9 +9,9 @@
 //! Every Identify data structure is 4096 bytes ([`IDENTIFY_DATA_SIZE`]). Parsers borrow from the input
 //! and never allocate; encoders write the full 4096 bytes, zeroing everything they do not own.
 //!
-//! This module holds the Identify command view, the CNS and CSI values and the shared sizes; each data
-//! structure has its own child module (`controller` with `power_state`, `namespace`, `namespace_list`, `descriptors`), its
-//! items re-exported here.
+//! This module holds the Identify command view, the CNS and CSI values and the shared sizes; each data structure has
+//! its own child module (`controller` with `power_state`, `namespace`, `namespace_list`, `descriptors`), its items
+//! re-exported here.
 
 use super::opcode;
 use super::sqe::SubmissionQueueEntry;

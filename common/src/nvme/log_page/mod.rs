@@ -1,4 +1,5 @@
-//! Get Log Page (admin opcode 0x02): the command view and the log pages the target serves: Error Information, SMART / Health Information, Changed Namespace List and Commands Supported and Effects.
+//! Get Log Page (admin opcode 0x02): the command view and the log pages the target serves: Error Information, SMART /
+//! Health Information, Changed Namespace List and Commands Supported and Effects.
 //!
 //! NVMe Base 2.0 §5.16 (Get Log Page command, Figures 197–202) and §5.16.1 (log pages). Offsets were
 //! checked against Linux `include/linux/nvme.h` (`struct nvme_get_log_page_command`,

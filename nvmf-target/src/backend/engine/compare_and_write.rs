@@ -13,11 +13,11 @@ use super::{check_range, refused, unsupported, IoEngine};
 pub struct EngineFull;
 
 impl IoEngine {
-    /// Queues a Compare and Write of `len` bytes at `offset` of `storage` under `tag`: if the storage holds the
-    /// first `len` bytes of `compare` there, they are replaced by those of `write`, with no other op of any
-    /// reactor in between. It ends with `Ok(len)`, `EILSEQ` for a miscompare (nothing written), `Unsupported`
-    /// where the storage cannot, `InvalidInput` for a range outside the storage or beyond its limit. [`EngineFull`]: submit, reap,
-    /// and retry.
+    /// Queues a Compare and Write of `len` bytes at `offset` of `storage` under `tag`: if the storage holds the first
+    /// `len` bytes of `compare` there, they are replaced by those of `write`, with no other op of any reactor in
+    /// between. It ends with `Ok(len)`, `EILSEQ` for a miscompare (nothing written), `Unsupported` where the storage
+    /// cannot, `InvalidInput` for a range outside the storage or beyond its limit. [`EngineFull`]: submit, reap, and
+    /// retry.
     pub fn push_compare_and_write(
         &mut self,
         tag: u64,

@@ -32,9 +32,9 @@ fn invalid_parameter(p: InvalidParameter) -> (Status, u32) {
 }
 
 impl Queue {
-    /// Until a Connect completes, and then until the queue is authenticated when its host must authenticate: when
-    /// the queue ends if that has not happened (the target's connect timeout after the queue's creation). Bounds what a peer that connects and stalls holds: its transport connection, and any
-    /// Connect whose data it never sends.
+    /// Until a Connect completes, and then until the queue is authenticated when its host must authenticate: when the
+    /// queue ends if that has not happened (the target's connect timeout after the queue's creation). Bounds what a
+    /// peer that connects and stalls holds: its transport connection, and any Connect whose data it never sends.
     pub fn connect_deadline(&self) -> Option<Instant> {
         (matches!(self.state, QueueState::AwaitingConnect) || self.auth.pending())
             .then(|| self.created + Duration::from_millis(u64::from(self.target.params().connect_timeout_ms)))

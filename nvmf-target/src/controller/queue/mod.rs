@@ -12,11 +12,12 @@
 //! NeedBuffer / AwaitingData / NeedSubmit / Executing / HeldAer → Responding → Free, or Orphaned when the queue
 //! dies with storage I/O in flight.
 //!
-//! The data path (I/O commands) takes no lock and allocates nothing: the namespace table is a cached `Arc`
-//! refreshed when the subsystem's generation changes, and so are the listener's ANA states (target's generation); counters are single-writer atomics; buffers come from
-//! the reactor's [`IoEngine`] pool and storage ops go to its ring with tag `(queue_key << 16) | slot`. When the
-//! pool is exhausted a command waits on the retry list (or, holding in-capsule data it cannot keep, completes
-//! with the retryable Command Interrupted); a full ring likewise parks the command until [`Queue::poll`].
+//! The data path (I/O commands) takes no lock and allocates nothing: the namespace table is a cached `Arc` refreshed
+//! when the subsystem's generation changes, and so are the listener's ANA states (target's generation); counters are
+//! single-writer atomics; buffers come from the reactor's [`IoEngine`] pool and storage ops go to its ring with tag
+//! `(queue_key << 16) | slot`. When the pool is exhausted a command waits on the retry list (or, holding in-capsule
+//! data it cannot keep, completes with the retryable Command Interrupted); a full ring likewise parks the command until
+//! [`Queue::poll`].
 //!
 //! Nothing here blocks. Admin commands take the controller's mutex (uncontended by I/O).
 //!
@@ -89,10 +90,10 @@ pub(crate) fn set_turn_time(now: Instant) {
     new_completion_batch();
 }
 
-/// Called by a reactor before each batch of work that may complete commands (an event's, the storage
-/// completions reaped at once, the group's poll): the batch's first completion reads the clock, and the others of the batch share
-/// that reading. A command's latency thus runs from its turn's start to its batch's first completion: one clock
-/// read per batch, never 0 for a command that completes in the turn it arrived.
+/// Called by a reactor before each batch of work that may complete commands (an event's, the storage completions reaped
+/// at once, the group's poll): the batch's first completion reads the clock, and the others of the batch share that
+/// reading. A command's latency thus runs from its turn's start to its batch's first completion: one clock read per
+/// batch, never 0 for a command that completes in the turn it arrived.
 pub(crate) fn new_completion_batch() {
     COMPLETION_TIME.with(|t| t.set(None));
 }
@@ -719,11 +720,11 @@ impl Queue {
         }
     }
 
-    /// Called at [`Queue::next_deadline`], when the queue's notifier fired (asynchronous event, association ended
-    /// or reset elsewhere), and at the end of every reactor turn while [`Queue::wants_poll`]: ends the queue if
-    /// no Connect completed in time or its association ended, checks the keep-alive timer (admin queue: expiry tears the association down),
-    /// delivers asynchronous events to held AERs and retries commands waiting for a pool buffer or ring space.
-    /// Steps to carry out go to `out`.
+    /// Called at [`Queue::next_deadline`], when the queue's notifier fired (asynchronous event, association ended or
+    /// reset elsewhere), and at the end of every reactor turn while [`Queue::wants_poll`]: ends the queue if no Connect
+    /// completed in time or its association ended, checks the keep-alive timer (admin queue: expiry tears the
+    /// association down), delivers asynchronous events to held AERs and retries commands waiting for a pool buffer or
+    /// ring space. Steps to carry out go to `out`.
     pub fn poll(&mut self, engine: &mut IoEngine, now: Instant, out: &mut Vec<Step>) -> Result<(), QueueError> {
         if self.disconnected {
             let qid = self.qid().unwrap_or(0);

@@ -1,4 +1,5 @@
-//! Keep Alive: expiry (on a fake clock), KATO 0, the target's minimum KATO, and the end of an association with its admin queue.
+//! Keep Alive: expiry (on a fake clock), KATO 0, the target's minimum KATO, and the end of an association with its
+//! admin queue.
 
 use super::*;
 

@@ -146,7 +146,8 @@ impl PduError {
 
     /// The TermReq a receiver travelling in `receiving` direction sends back (a controller, receiving
     /// host-to-controller PDUs, answers with a C2HTermReq), or `None` for a non-fatal error. Send the first
-    /// [`TERM_REQ_MAX_DATA_LEN`](super::TERM_REQ_MAX_DATA_LEN) bytes of the offending PDU header as its data ([`TermReq::error_data`]).
+    /// [`TERM_REQ_MAX_DATA_LEN`](super::TERM_REQ_MAX_DATA_LEN) bytes of the offending PDU header as its data
+    /// ([`TermReq::error_data`]).
     pub fn term_req(&self, receiving: Direction) -> Option<TermReq> {
         let direction = match receiving {
             Direction::HostToController => Direction::ControllerToHost,

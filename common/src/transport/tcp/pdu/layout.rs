@@ -125,7 +125,8 @@ impl PduLayout {
         self.data_offset..self.data_offset + self.data_len
     }
 
-    /// Bytes before the data: header, header digest and padding (what [`Pdu::encode_header`](super::Pdu::encode_header) writes).
+    /// Bytes before the data: header, header digest and padding (what [`Pdu::encode_header`](super::Pdu::encode_header)
+    /// writes).
     pub fn prefix_len(&self) -> usize {
         self.data_offset
     }
