@@ -27,7 +27,7 @@ pub mod ids;
 mod poll;
 pub mod quickstart;
 pub mod reference;
-mod secret;
+pub mod secret;
 pub mod size;
 pub mod target;
 

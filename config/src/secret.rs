@@ -1,6 +1,7 @@
 //! DH-HMAC-CHAP secrets in configuration files, as both daemons take them: inline (`name = "DHHC-1:…:"`) or from
-//! a file (`name_file = "…"`, relative to the configuration file), never both; a file must be readable by its owner
-//! only (as ssh insists of its keys), and no error quotes a secret. The text read is wiped once parsed.
+//! a file (`name_file = "…"`, relative to the configuration file), never both; a file must be its owner's alone,
+//! mode 0600 or 0400 and owned by the daemon's user or root (as ssh insists of its keys: [`private_file_problem`]),
+//! and no error quotes a secret. The text read is wiped once parsed.
 
 use std::path::{Path, PathBuf};
 
@@ -69,19 +70,30 @@ pub(crate) fn secret(
     Ok(secret_with_source(inline, file, key, name, base)?.map(|(s, _)| s))
 }
 
-/// A secret file's text; refused when its group or others may read it (the secret would not be one).
+/// Why the file `meta` describes cannot hold a secret, if it cannot: its group or others may read or write it, or
+/// it is executable (anything but mode 0600, 0400 or 0200), or it belongs to neither this process's user nor root
+/// (another user could rewrite it). The text names the mode or the owner; the fix is `chmod 600` / `chown`.
+pub fn private_file_problem(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o177 != 0 {
+        return Some(format!("has mode {mode:04o}, not its owner's alone (0600 or 0400): chmod 600 it"));
+    }
+    // The owner of /proc/self is this process's effective user.
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok()?;
+    let owner = meta.uid();
+    (owner != me && owner != 0).then(|| {
+        format!("belongs to uid {owner}, neither this user (uid {me}) nor root: chown it to the daemon's user")
+    })
+}
+
+/// A secret file's text; refused when it is not its owner's alone ([`private_file_problem`]).
 fn read_secret_file(path: &Path, key: &KeyPath) -> Result<zeroize::Zeroizing<String>, Problem> {
-    use std::os::unix::fs::PermissionsExt;
     let shown = path.display();
     let meta = std::fs::metadata(path)
         .map_err(|e| Problem::new(key.clone(), format!("cannot read {shown}: {e}"), "a file holding the secret"))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o044 != 0 {
-        return Err(Problem::new(
-            key.clone(),
-            format!("{shown} is readable by its group or others (mode {mode:04o})"),
-            "a file only its owner can read: chmod 600",
-        ));
+    if let Some(problem) = private_file_problem(&meta) {
+        return Err(Problem::new(key.clone(), format!("{shown} {problem}"), "a file only its owner can read"));
     }
     std::fs::read_to_string(path)
         .map(zeroize::Zeroizing::new)

@@ -293,8 +293,10 @@ fn doctor_and_reload_reach_the_cluster() {
     std::fs::set_permissions(&keyring, std::fs::Permissions::from_mode(0o600)).unwrap();
     let refused = report.findings.iter().find(|f| f.check.starts_with("rbd rbd/a ")).expect("rbd/a's finding");
     assert_eq!(refused.level, nvmf_service::doctor::report::Level::Fail);
-    let want =
-        format!("the Ceph keyring {} is readable by its group or others (mode 0644): chmod 600 it", keyring.display());
+    let want = format!(
+        "the Ceph keyring {} has mode 0644, not its owner's alone (0600 or 0400): chmod 600 it",
+        keyring.display()
+    );
     assert!(refused.finding.contains(&want), "{}", refused.finding);
 
     // A reload adds an RBD namespace and removes one.

@@ -723,9 +723,17 @@ fn key_files_must_be_private_and_print_as_their_path() {
     .unwrap();
     let e = TargetConfig::from_file(&path).unwrap_err().to_string();
     assert!(
-        e.contains("is readable by its group or others (mode 0644); allowed: a file only its owner can read"),
+        e.contains("has mode 0644, not its owner's alone (0600 or 0400): chmod 600 it; allowed: a file only its owner"),
         "{e}"
     );
+    // Writable by others (or executable) is no better than readable.
+    for mode in [0o622, 0o700] {
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+        let e = TargetConfig::from_file(&path).unwrap_err().to_string();
+        assert!(e.contains(&format!("has mode {mode:04o}, not its owner's alone")), "{e}");
+    }
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+    TargetConfig::from_file(&path).unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let config = TargetConfig::from_file(&path).unwrap();
     assert_eq!(config.subsystems[0].host_keys[0].dhchap_key.file.as_deref(), Some(key.as_path()));

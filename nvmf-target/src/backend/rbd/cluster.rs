@@ -71,9 +71,8 @@ impl Cluster {
     }
 
     /// The keyring librados will read the user's key from (the first file of the configuration's `keyring` list
-    /// that exists) must be readable by its owner only, as every secret file of ours: refused otherwise.
+    /// that exists) must be its owner's alone, as every secret file of ours: refused otherwise.
     fn check_keyring(&self) -> Result<(), RbdError> {
-        use std::os::unix::fs::PermissionsExt;
         let name = c_string("a Ceph option", "keyring")?;
         let mut value = vec![0u8; 4096];
         // SAFETY: a configured handle; librados writes at most `value.len()` bytes, NUL included.
@@ -84,13 +83,13 @@ impl Cluster {
         }
         let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
         let list = String::from_utf8_lossy(&value[..end]).into_owned();
-        let first = list.split([',', ';', ' ', '\t']).filter(|p| !p.is_empty()).find_map(|p| {
-            let meta = std::fs::metadata(p).ok()?;
-            Some((p.to_owned(), meta.permissions().mode() & 0o777))
-        });
-        match first {
-            Some((path, mode)) if mode & 0o044 != 0 => Err(RbdError::KeyringReadable { path: path.into(), mode }),
-            _ => Ok(()),
+        let first = list
+            .split([',', ';', ' ', '\t'])
+            .filter(|p| !p.is_empty())
+            .find_map(|p| std::fs::metadata(p).ok().map(|meta| (p.to_owned(), meta)));
+        match first.and_then(|(path, meta)| Some((path, nvmf_config::secret::private_file_problem(&meta)?))) {
+            Some((path, problem)) => Err(RbdError::KeyringNotPrivate { path: path.into(), problem }),
+            None => Ok(()),
         }
     }
 

@@ -101,13 +101,13 @@ pub enum RbdError {
         #[source]
         source: io::Error,
     },
-    /// The keyring holding the user's cephx key may be read by others than its owner.
-    #[error("the Ceph keyring {} is readable by its group or others (mode {mode:04o}): chmod 600 it", path.display())]
-    KeyringReadable {
+    /// The keyring holding the user's cephx key is not its owner's alone.
+    #[error("the Ceph keyring {} {problem}", path.display())]
+    KeyringNotPrivate {
         /// The keyring file.
         path: PathBuf,
-        /// Its permission bits.
-        mode: u32,
+        /// What is wrong and the fix ([`nvmf_config::secret::private_file_problem`]).
+        problem: String,
     },
     /// The pool cannot be opened.
     #[error("cannot open pool {pool}")]
