@@ -22,6 +22,9 @@
 //! log) is printed, not bounded: under TCG it depends on the machine's load.
 //!
 //!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_ha_partition -- --nocapture --include-ignored
+//!
+//! `NVMF_HA_KATO=SECONDS` connects the kernel host with `nvme connect -k SECONDS` (nvme-cli's default is 5 s): its
+//! keep-alive timeout bounds how long it takes to give up on the cut path in case (a).
 
 use std::path::PathBuf;
 use std::thread;
@@ -77,8 +80,8 @@ pause() { fio_pause $(cat /tmp/mark-$1) $(cat /tmp/mark-$2) "$3"; }
 const KERNEL_HOST: &str = r#"
 connect_paths() {
   modprobe nvme_tcp
-  dev=$(host_connect tcp $A_ADDR 4420 {NQN} -c 1)
-  dev2=$(host_connect tcp $B_ADDR 4420 {NQN} -c 1)
+  dev=$(host_connect tcp $A_ADDR 4420 {NQN} -c 1 {KATO})
+  dev2=$(host_connect tcp $B_ADDR 4420 {NQN} -c 1 {KATO})
   echo "one device: $([ "$dev" = "$dev2" ] && echo yes || echo "no ($dev, $dev2)")"
   echo $dev > /tmp/dev
 }
@@ -286,7 +289,11 @@ daemon_ready node 'nvmf-target: ready' 120"
         Flavor::Kernel => KERNEL_HOST,
         Flavor::Ours => OUR_HOST,
     };
-    let host_lib = format!("A_ADDR={a_addr}\nB_ADDR={b_addr}\n{}{HOST_LIB}", host_lib.replace("{NQN}", NQN));
+    // NVMF_HA_KATO=SECONDS: the kernel host's keep-alive timeout (`nvme connect -k`; default nvme-cli's 5 s), which
+    // bounds how long it takes to give up on a cut path.
+    let kato = std::env::var("NVMF_HA_KATO").ok().and_then(|k| k.parse::<u32>().ok()).map(|k| format!("-k {k}"));
+    let host_lib = host_lib.replace("{NQN}", NQN).replace("{KATO}", kato.as_deref().unwrap_or(""));
+    let host_lib = format!("A_ADDR={a_addr}\nB_ADDR={b_addr}\n{host_lib}{HOST_LIB}");
     let on_host = |script: &str| format!("set -eu\n. /tmp/ha-lib.sh\n{script}");
     transcript.step(lab.run(
         "host",
