@@ -1,6 +1,7 @@
 //! The daemon's life on its main thread: start the target from a validated configuration, tell the service manager it
 //! is ready, then answer requests — from signals (SIGHUP reloads, SIGTERM/SIGINT stops) and from the control socket
-//! (`list`, `disconnect`, `reload`, `config_path`, `log_level`) — one at a time until told to stop; then shut down.
+//! (`list`, `disconnect`, `reload`, `config_path`, `log_level`, `ana_state`, `namespace_ana_group`) — one at a time
+//! until told to stop; then shut down.
 //! `main.rs` only parses the command line, loads the configuration and starts logging.
 //!
 //! Blocks only between requests and while a request (a reload: opening storage, binding listeners) runs; nothing

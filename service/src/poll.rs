@@ -91,8 +91,8 @@ impl Poller {
     /// Before polling again without blocking after a turn that found nothing, in adaptive mode: give the CPU to any
     /// other runnable thread on it (`sched_yield`). What the thread polls for is often produced on its own CPU (a
     /// loopback peer's thread, the softirq that receives), and a spin that does not yield keeps it off the CPU until
-    /// the spin ends: at QD1 over loopback a host's p99 sat at the 200 µs window without the yield, at 30–41 µs with
-    /// it. Busy mode never yields (a dedicated CPU, as SPDK's).
+    /// the spin ends (at QD1 over loopback, a host's p99 then sits at the poll window). Busy mode never yields (a
+    /// dedicated CPU, as SPDK's).
     pub fn yield_if_idle(&self, worked: bool) {
         if !worked && self.mode == PollMode::Adaptive {
             std::thread::yield_now();

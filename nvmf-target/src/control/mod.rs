@@ -1,6 +1,7 @@
-//! The control socket: where `nvmf-target list`, `disconnect`, `reload` and `log-level` reach the running daemon,
-//! like SPDK's RPC socket (default [`DEFAULT_CONTROL_SOCKET`], mode 0600: the daemon's user and root). Unlike
-//! SIGHUP, a client learns the outcome: what a reload changed, or the precise error that rejected it.
+//! The control socket: where `nvmf-target list`, `disconnect`, `reload`, `log-level`, `ana-state` and
+//! `ns-ana-group` reach the running daemon, like SPDK's RPC socket (default [`DEFAULT_CONTROL_SOCKET`], mode 0600:
+//! the daemon's user and root). Unlike SIGHUP, a client learns the outcome: what a reload changed, or the precise
+//! error that rejected it.
 //!
 //! The framing and the server are [`nvmf_service::control`]'s (JSON lines, shared with `nvmf-host`); the messages
 //! are [`protocol`]'s. A client connection's thread hands each request to the daemon's main thread as a
