@@ -12,9 +12,9 @@
 //!
 //! Socket I/O runs one of two ways, chosen per reactor ([`SocketIo`]): readiness from the reactor's epoll and
 //! `read`/`writev` calls, or ops on the reactor's io_uring: one multishot receive armed for the connection's life
-//! (each chunk it brings, in one of the engine's receive buffers, is copied to the connection's buffer and the
-//! engine's buffer given back at once) and one `sendmsg` at a time of what is queued, both submitted with the
-//! turn's storage ops and completed through [`TcpConnection::net_completed`]. Decoding, backpressure and release
+//! (each chunk it brings, in one of the engine's receive buffers, is decoded in place, or kept while reading is
+//! paused: [`ring`]) and one `sendmsg` at a time of what is queued, both submitted with the turn's storage ops and
+//! completed through [`TcpConnection::net_completed`]. Decoding, backpressure and release
 //! are the same either way; on the ring, backpressure cancels the receive (the bytes the kernel delivered before
 //! the cancel landed wait in the connection's buffer) and resuming arms it again.
 //!
