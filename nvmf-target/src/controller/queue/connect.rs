@@ -12,7 +12,7 @@ use nvmf_common::fabrics::connect::{
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::{Association, Plan, Queue, QueueError, QueueKind, QueueState, SlotId, Step};
+use super::{Association, Plan, Queue, QueueError, QueueKind, QueueState, SlotId, SlotState, Step};
 use crate::backend::IoEngine;
 use crate::controller::association::{Controller, IoQueueRefusal, QueueEntry};
 use crate::controller::io::{self, DataSource, Direction};
@@ -67,6 +67,10 @@ impl Queue {
         if sqe.opcode != FABRICS || sqe.fctype() != fctype::CONNECT {
             return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
         }
+        // One Connect per queue: a second while the first's data is still coming would connect the queue twice.
+        if self.slots.iter().any(|s| s.plan == Plan::Connect && s.state != SlotState::Free) {
+            return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+        }
         if let Err(status) = io::check_flags(sqe) {
             return self.respond_err(engine, id, status, 0);
         }
@@ -95,6 +99,9 @@ impl Queue {
         sqe: &SubmissionQueueEntry,
         data: &[u8],
     ) -> Step {
+        if !matches!(self.state, QueueState::AwaitingConnect) {
+            return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+        }
         let result = match Connect::from_sqe(sqe) {
             Ok(connect) => self.connect(&connect, data),
             Err(e) => Err(connect_error_response(&e)),

@@ -39,6 +39,39 @@ fn connect_data_fetched_through_the_transport() {
 }
 
 #[test]
+fn a_second_connect_while_the_first_fetches_its_data_is_refused() {
+    let target = target();
+    let mut engine = engine();
+    let mut host = Host::new(&target);
+    let data = ConnectData {
+        hostid: HOSTID,
+        cntlid: CNTLID_DYNAMIC,
+        subnqn: Nqn::new(SUBNQN).unwrap(),
+        hostnqn: Nqn::new(HOSTNQN).unwrap(),
+    }
+    .to_bytes();
+    // Connect A asks for its data (R2T); before it comes, Connect B arrives with its data in the capsule.
+    let mut a = Connect { qid: 0, sqsize: 31, cattr: 0, kato: 0, sgl1: transport_data(1024) }.to_sqe().unwrap();
+    a.cid = 1;
+    let Step::FetchData { slot, buffer, .. } = host.queue.command(&mut engine, &a, &[]).unwrap() else {
+        panic!("Connect A fetches its data")
+    };
+    let mut b = Connect { qid: 0, sqsize: 31, cattr: 0, kato: 0, sgl1: in_capsule(1024) }.to_sqe().unwrap();
+    b.cid = 2;
+    let Step::Respond { slot: b_slot, cqe, .. } = host.queue.command(&mut engine, &b, &data).unwrap() else {
+        panic!("Connect B is answered at once")
+    };
+    assert_eq!((cqe.cid, cqe.status), (2, Status::COMMAND_SEQUENCE_ERROR.with_dnr()));
+    host.queue.release(&mut engine, b_slot);
+    // A's data: A connects the queue, once.
+    engine.buffer_mut(buffer)[..1024].copy_from_slice(&data);
+    let step = host.queue.data_received(&mut engine, slot).unwrap();
+    let done = host.drive(&mut engine, step, &[]).unwrap().ok();
+    assert_eq!(done.cqe.cid, 1);
+    assert_eq!(target.subsystem(SUBNQN).unwrap().controllers().len(), 1, "one controller");
+}
+
+#[test]
 fn connect_refusals() {
     let mut params = subsystem_params();
     params.allow_any_host = false;
