@@ -26,7 +26,8 @@ struct Cli {
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Validate the configuration, open every path namespace as the daemon would (it exists, is readable and
-    /// writable, fits the block size), print the effective configuration and exit.
+    /// writable, fits the block size), print the effective configuration (keys written inline as "<redacted>")
+    /// and exit.
     #[arg(long)]
     check: bool,
     /// With --check: do not open the path namespaces (a configuration prepared for another machine).
@@ -222,7 +223,7 @@ fn run() -> anyhow::Result<ExitCode> {
         if !cli.no_path_check {
             check_paths(&config)?;
         }
-        print!("{config}");
+        print!("{}", config.to_string_redacted());
         return Ok(ExitCode::SUCCESS);
     }
     nvmf_target::logging::init(&config.logging);

@@ -647,7 +647,16 @@ pub(crate) fn place(problem: Problem, text: &str, origin: &str) -> ConfigError {
 impl fmt::Display for TargetConfig {
     /// The effective configuration as TOML, every default written out; it loads back as the same configuration.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = toml::to_string(&to_raw::to_raw(self)).map_err(|_| fmt::Error)?;
+        let text = toml::to_string(&to_raw::to_raw(self, false)).map_err(|_| fmt::Error)?;
         f.write_str(&text)
+    }
+}
+
+impl TargetConfig {
+    /// [`Display`](fmt::Display)'s text with every DH-HMAC-CHAP key written inline shown as `"<redacted>"` (keys read
+    /// from files show as their paths either way): what `nvmf-target --check` prints, so that no key reaches a
+    /// terminal or a log. It loads back as the same configuration when no key is inline.
+    pub fn to_string_redacted(&self) -> String {
+        toml::to_string(&to_raw::to_raw(self, true)).unwrap_or_default()
     }
 }

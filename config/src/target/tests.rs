@@ -672,6 +672,11 @@ fn subsystem_hosts_with_keys() {
     let printed = config.to_string();
     assert!(printed.contains("dhchap_hashes = [\"hmac(sha512)\", \"hmac(sha256)\"]"), "{printed}");
     assert_eq!(load(&printed).unwrap(), config);
+    // What --check prints: the same, with the inline keys redacted.
+    let redacted = config.to_string_redacted();
+    assert!(!redacted.contains("AAECAwQF") && redacted.contains("dhchap_key = \"<redacted>\""), "{redacted}");
+    assert!(redacted.contains("dhchap_ctrl_key = \"<redacted>\""), "{redacted}");
+    assert_eq!(redacted.replace("<redacted>", KEY), printed);
     // Any host may connect, and this one must authenticate; auth_required refuses hosts without keys.
     let any = load(&text.replace(":disk\"\n", ":disk\"\nallow_any_host = true\nauth_required = true\n"));
     let any = any.unwrap();

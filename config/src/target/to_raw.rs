@@ -1,11 +1,14 @@
-//! From [`TargetConfig`] back to the file schema, every value written out: the configuration's `Display`, which
-//! `nvmf-target --check` prints. The inverse of `validate`.
+//! From [`TargetConfig`] back to the file schema, every value written out: the configuration's `Display` (the
+//! inverse of `validate`), and what `nvmf-target --check` prints, the same with inline keys redacted.
 
 use super::*;
 use crate::size::format_size;
 
-/// The file schema of `config` with every value written out.
-pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
+/// What a key written inline in the file becomes in [`TargetConfig::to_string_redacted`].
+pub const REDACTED: &str = "<redacted>";
+
+/// The file schema of `config` with every value written out; keys written inline as [`REDACTED`] when `redact`.
+pub(crate) fn to_raw(config: &TargetConfig, redact: bool) -> RawTargetConfig {
     let limits = &config.limits;
     RawTargetConfig {
         target: Some(RawLimits {
@@ -90,7 +93,7 @@ pub(crate) fn to_raw(config: &TargetConfig) -> RawTargetConfig {
                 cntlid_max: Some(i64::from(subsystem.cntlid_max)),
                 max_namespaces: Some(i64::from(subsystem.max_namespaces)),
                 auth_required: Some(subsystem.auth_required),
-                host_keys: subsystem.host_keys.iter().map(host_keys_to_raw).collect(),
+                host_keys: subsystem.host_keys.iter().map(|h| host_keys_to_raw(h, redact)).collect(),
                 namespaces: subsystem.namespaces.iter().map(namespace_to_raw).collect(),
             })
             .collect(),
@@ -133,16 +136,18 @@ pub(crate) fn backend_to_raw(backend: &NamespaceBackend) -> RawNamespace {
     }
 }
 
-fn secret_to_raw(secret: &SecretConfig) -> (Option<crate::secret::RawSecret>, Option<String>) {
+fn secret_to_raw(secret: &SecretConfig, redact: bool) -> (Option<crate::secret::RawSecret>, Option<String>) {
     match &secret.file {
         Some(path) => (None, Some(path.to_string_lossy().into_owned())),
+        None if redact => (Some(crate::secret::RawSecret(REDACTED.to_owned())), None),
         None => (Some(crate::secret::RawSecret(secret.secret.representation().to_string())), None),
     }
 }
 
-fn host_keys_to_raw(h: &HostKeysConfig) -> RawHostKeys {
-    let (dhchap_key, dhchap_key_file) = secret_to_raw(&h.dhchap_key);
-    let (dhchap_ctrl_key, dhchap_ctrl_key_file) = h.dhchap_ctrl_key.as_ref().map(secret_to_raw).unwrap_or_default();
+fn host_keys_to_raw(h: &HostKeysConfig, redact: bool) -> RawHostKeys {
+    let (dhchap_key, dhchap_key_file) = secret_to_raw(&h.dhchap_key, redact);
+    let (dhchap_ctrl_key, dhchap_ctrl_key_file) =
+        h.dhchap_ctrl_key.as_ref().map(|k| secret_to_raw(k, redact)).unwrap_or_default();
     RawHostKeys {
         nqn: h.nqn.clone(),
         dhchap_key,
