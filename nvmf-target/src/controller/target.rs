@@ -287,6 +287,8 @@ pub struct Target {
     auth_counters: AuthCounters,
     /// The rate limit of authentication failure log lines.
     auth_failures: FailureLog,
+    /// The rate limit of refused Connects' log lines.
+    refused_connects: FailureLog,
 }
 
 impl Target {
@@ -324,6 +326,7 @@ impl Target {
             ana_generation: AtomicU64::new(0),
             auth_counters: AuthCounters::default(),
             auth_failures: FailureLog::default(),
+            refused_connects: FailureLog::default(),
         }))
     }
 
@@ -394,6 +397,11 @@ impl Target {
     /// The rate limit of authentication failure log lines.
     pub(crate) fn auth_failures(&self) -> &FailureLog {
         &self.auth_failures
+    }
+
+    /// The rate limit of refused Connects' log lines (per host NQN, as authentication failures').
+    pub(crate) fn refused_connects(&self) -> &FailureLog {
+        &self.refused_connects
     }
 
     /// Connections ended so far because their peer stalled in `state`.

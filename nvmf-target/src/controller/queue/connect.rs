@@ -109,7 +109,14 @@ impl Queue {
         match result {
             Ok(dw0) => self.respond_ok(id, dw0, 0, None),
             Err((status, dw0)) => {
-                tracing::info!(%status, dw0, qid = sqe.cdw10 >> 16, "Connect refused");
+                // One line per host and interval: a peer that keeps connecting cannot flood the log (the reasons
+                // are at debug level).
+                let names = ConnectData::parse(data).ok();
+                let (hostnqn, subnqn) = names.as_ref().map_or(("", ""), |d| (d.hostnqn.as_str(), d.subnqn.as_str()));
+                if let Some(suppressed) = self.target.refused_connects().admit(hostnqn, super::turn_time()) {
+                    let qid = sqe.cdw10 >> 16;
+                    tracing::info!(%status, dw0, qid, hostnqn, subnqn, suppressed, "Connect refused");
+                }
                 self.respond_err(engine, id, status, dw0)
             }
         }
@@ -119,12 +126,12 @@ impl Queue {
         let data = ConnectData::parse(data).map_err(|e| connect_error_response(&e))?;
         let hostnqn = data.hostnqn.as_str();
         let Some(subsystem) = self.target.subsystem(data.subnqn.as_str()) else {
-            tracing::info!(subnqn = data.subnqn.as_str(), hostnqn = hostnqn, "Connect to an unknown subsystem");
+            tracing::debug!(subnqn = data.subnqn.as_str(), hostnqn = hostnqn, "Connect to an unknown subsystem");
             return Err(invalid_parameter(InvalidParameter::in_data(data_offset::SUBNQN)));
         };
         let keys = subsystem.host_keys(hostnqn);
         if keys.is_none() && subsystem.auth_required() {
-            tracing::info!(
+            tracing::debug!(
                 subnqn = subsystem.nqn(),
                 hostnqn = hostnqn,
                 "Connect from a host with no key refused: \
@@ -137,7 +144,7 @@ impl Queue {
         }
         let atr = keys.is_some();
         if !subsystem.host_allowed(hostnqn) {
-            tracing::info!(subnqn = subsystem.nqn(), hostnqn = hostnqn, "Connect from a host not allowed");
+            tracing::debug!(subnqn = subsystem.nqn(), hostnqn = hostnqn, "Connect from a host not allowed");
             return Err((
                 Status::CONNECT_INVALID_HOST.with_dnr(),
                 InvalidParameter::in_data(data_offset::HOSTNQN).to_dw0(),
@@ -190,17 +197,21 @@ impl Queue {
         // does not exist: a peer cannot learn which controllers a host NQN has (Linux nvmet likewise).
         let owned = |c: &Arc<Controller>| c.hostnqn() == hostnqn && c.hostid() == data.hostid;
         let Some(controller) = subsystem.controller(data.cntlid).filter(owned) else {
-            tracing::info!(cntlid = data.cntlid, hostnqn = hostnqn, "I/O queue Connect for no controller of this host");
+            tracing::debug!(
+                cntlid = data.cntlid,
+                hostnqn = hostnqn,
+                "I/O queue Connect for no controller of this host"
+            );
             return Err(invalid_parameter(InvalidParameter::in_data(data_offset::CNTLID)));
         };
         let epoch = match controller.attach_io_queue(self.queue_entry(connect.qid, connect.sqsize)) {
             Ok(epoch) => epoch,
             Err(IoQueueRefusal::QidAboveGranted(granted)) => {
-                tracing::info!(qid = connect.qid, granted, "I/O queue beyond the queues granted");
+                tracing::debug!(qid = connect.qid, granted, "I/O queue beyond the queues granted");
                 return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::QID)));
             }
             Err(refusal) => {
-                tracing::info!(qid = connect.qid, ?refusal, "I/O queue Connect refused");
+                tracing::debug!(qid = connect.qid, ?refusal, "I/O queue Connect refused");
                 return Err((Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0));
             }
         };

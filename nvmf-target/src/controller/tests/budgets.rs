@@ -21,19 +21,23 @@ fn connects_whose_data_never_comes_hold_at_most_the_anonymous_share() {
     let target = target();
     let mut engine = engine_with(16);
     let mut stalled: Vec<Host> = (0..50).map(|_| Host::new(&target)).collect();
-    let mut fetching = 0;
+    let (mut fetching, mut refused) = (0, 0);
     for peer in &mut stalled {
         for _ in 0..4 {
-            if matches!(start(peer, &mut engine, connect_by_r2t()), Step::FetchData { .. }) {
-                fetching += 1;
+            match start(peer, &mut engine, connect_by_r2t()) {
+                Step::FetchData { .. } => fetching += 1,
+                Step::Respond { cqe, .. } if cqe.status == Status::COMMAND_SEQUENCE_ERROR.with_dnr() => refused += 1,
+                _ => {}
             }
         }
     }
-    // 25 % of 16 buffers: four peers got one each; every other Connect waits without a buffer.
+    // 25 % of 16 buffers: four peers got one each; every other first Connect waits without a buffer, and a peer's
+    // 2nd..4th Connect is refused at once (one Connect per queue), holding nothing.
     assert_eq!(fetching, 4);
+    assert_eq!(refused, 50 * 3);
     assert_eq!(engine.pool().available(), 12);
-    assert_eq!(target.budget_waits(BudgetLimit::Queue), 3 * 4, "a peer's 2nd..4th Connect waits for its 1st");
-    assert_eq!(target.budget_waits(BudgetLimit::Anonymous), 46 * 4);
+    assert_eq!(target.budget_waits(BudgetLimit::Queue), 0);
+    assert_eq!(target.budget_waits(BudgetLimit::Anonymous), 46);
 
     // A host that sends its Connect in the capsule is admitted and has the rest of the pool.
     let mut admin = Host::new(&target);

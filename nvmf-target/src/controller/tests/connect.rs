@@ -84,6 +84,8 @@ fn connect_refusals() {
     let done = Host::new(&target).connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, OTHER_HOST);
     assert_eq!(done.status(), Status::CONNECT_INVALID_HOST.with_dnr());
     assert_eq!(done.cqe.dw0, data_ipo(512));
+    // The refusal took this host's log line for the interval: a peer connecting in a loop logs once per 10 s.
+    assert_eq!(target.refused_connects().admit(OTHER_HOST, Instant::now()), None);
 
     let done = Host::new(&target).connect(&mut engine, 0, 31, CNTLID_DYNAMIC, "nqn.2024-01.io.nvmf-rs:nope", HOSTNQN);
     assert_eq!(done.status(), Status::CONNECT_INVALID_PARAMETERS.with_dnr());
