@@ -35,7 +35,7 @@ use nvmf_common::nvme::Status;
 
 use crate::controller::{Controller, ControllerState, NamespaceInfo};
 use crate::error::HostError;
-use crate::queue::handle::{transport_loss, Completed, CompletionSink, Host, QueueHandle, Reply, SinkRefused};
+use crate::queue::handle::{transport_loss, Completed, CompletionSink, LinkHost, QueueHandle, Reply, SinkRefused};
 use crate::queue::Request;
 
 mod select;
@@ -386,7 +386,7 @@ impl NamespaceHead {
 
     /// Ask every path's I/O queue for export queue `q` to be hosted by the calling thread (see
     /// [`QueueHandle::host_here`]; each link is asked for once).
-    pub fn host_queues(&self, q: usize, cursor: &mut PathCursor, host: &Host) {
+    pub fn host_queues(&self, q: usize, cursor: &mut PathCursor, host: &LinkHost) {
         self.refresh(cursor);
         for p in &cursor.paths {
             if let Some(queue) = p.queue(q) {

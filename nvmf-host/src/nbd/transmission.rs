@@ -1,5 +1,5 @@
 //! The transmission phase of one NBD client, on one thread: it reads and checks requests, submits their NVMe
-//! commands, hosts the I/O queue it submits to (see [`crate::queue::handle::Host`]) and writes the replies as
+//! commands, hosts the I/O queue it submits to (see [`crate::queue::handle::LinkHost`]) and writes the replies as
 //! the commands complete, all from one [`mio::Poll`] over the client's socket (non-blocking), a waker for
 //! completions that come from another thread, and the hosted links' poller descriptors.
 //!
@@ -45,7 +45,7 @@ use super::proto::{self, check_request, errno, Action, RequestHeader};
 use super::{Export, LimitCounters, Stream, IN_FLIGHT_BYTES, MAX_IN_FLIGHT, STOP_WRITE_TIMEOUT};
 use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
 use crate::multipath::{caller_tag, PathCursor};
-use crate::queue::handle::{Completed, CompletionSink, Host};
+use crate::queue::handle::{Completed, CompletionSink, LinkHost};
 use crate::queue::{DataDirection, Request};
 
 const CLIENT: Token = Token(0);
@@ -78,7 +78,7 @@ pub(super) fn run(stream: Stream, x: &Export) -> io::Result<()> {
     tracing::debug!(nsid = x.nsid, queue = q, "NBD client in transmission phase");
     let mut t = Transmission {
         x,
-        host: Host::new(Arc::clone(&sink)),
+        host: LinkHost::new(Arc::clone(&sink)),
         sink,
         done,
         q,
@@ -186,7 +186,7 @@ enum Reading {
 
 struct Transmission<'x> {
     x: &'x Export,
-    host: Host,
+    host: LinkHost,
     sink: Arc<dyn CompletionSink>,
     done: Receiver<Completed>,
     /// The session's export queue.

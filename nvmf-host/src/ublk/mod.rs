@@ -14,10 +14,10 @@
 //! tag's buffer moved into the [`Request`] (no copy: the buffer the driver wrote is the one sent) through the export's
 //! [`NamespaceHead`], which picks a path (a controller; one unless the daemon grouped several, see
 //! [`crate::multipath`]) and queues it to that path's I/O queue `q` (tag = ublk tag, no per-command
-//! allocation). The thread *hosts* each path's I/O queue `q` ([`Host`]): the queue's I/O thread lends it its
+//! allocation). The thread *hosts* each path's I/O queue `q` ([`LinkHost`]): the queue's I/O thread lends it its
 //! loop, so after handling a batch of requests this thread itself sends the commands, reads the responses
 //! (one non-blocking turn), and commits in completion order, all commits of a batch in one `io_uring_enter`;
-//! before it sleeps it gets each hosted queue ready to wake it ([`Host::prepare_wait`]: an RDMA completion
+//! before it sleeps it gets each hosted queue ready to wake it ([`LinkHost::prepare_wait`]: an RDMA completion
 //! queue is armed) and polls the queue's epoll descriptor through the ring; a queue that had work meanwhile
 //! makes that `io_uring_enter` not wait. No command crosses threads and nobody is woken per batch. A link
 //! goes back to its I/O thread when it fails or stops (a reconnect, a shutdown: the I/O thread ends it) and
@@ -53,7 +53,7 @@ use crate::block::{nvm_command, BlockOp, MAX_NLB_BLOCKS};
 use crate::controller::Controller;
 use crate::error::HostError;
 use crate::multipath::{caller_tag, IoPolicy, NamespaceHead, PathCursor, PathError};
-use crate::queue::handle::{Completed, CompletionSink, Host};
+use crate::queue::handle::{Completed, CompletionSink, LinkHost};
 use crate::queue::{DataDirection, Request};
 use sys::{io_flag, op, IoDesc, QueueRing};
 
@@ -475,7 +475,7 @@ impl Queue {
         let mut cqes = Vec::with_capacity(usize::from(self.depth) + 1);
         let mut tags = vec![TagState::default(); usize::from(self.depth)];
         let mut paths = PathCursor::new(q);
-        let host = Host::new(Arc::clone(sink));
+        let host = LinkHost::new(Arc::clone(sink));
         // Hosted links whose poller descriptor the ring polls, and those hosted now.
         let (mut polled, mut hosted) = (Vec::new(), Vec::new());
         let mut aborted = 0;

@@ -4,10 +4,10 @@
 //! The host asks ([`QueueHandle::host_here`]); the I/O thread, at its next turn, moves its whole loop
 //! ([`IoLoop`]: the queue, the request channel, the backlog) into the host's inbox, wakes the host through a
 //! [`CompletionSink`], and blocks until the loop comes back. The host then runs a non-blocking turn of it
-//! after its own work ([`Host::turn`]) and, before it sleeps, prepares each link ([`Host::prepare_wait`]: the
+//! after its own work ([`LinkHost::turn`]) and, before it sleeps, prepares each link ([`LinkHost::prepare_wait`]: the
 //! readiness seen so far consumed, an RDMA completion queue armed, requests whose wake-up that consumed taken)
 //! and waits on the queue's poller descriptor as well (a readable epoll descriptor: the socket, the completion
-//! channel or the link's waker has news; [`Host::for_each_wait`]), bounded by [`Host::wait_bound`] while
+//! channel or the link's waker has news; [`LinkHost::for_each_wait`]), bounded by [`LinkHost::wait_bound`] while
 //! commands that can time out are outstanding. Other threads still submit through the channel and the waker,
 //! which wakes the host instead.
 //!
@@ -116,7 +116,7 @@ struct Hosted {
 
 #[derive(Default)]
 struct Local {
-    /// Where lent links arrive: the thread's [`Host`]'s inbox (here so that [`release_all`] gives back a link
+    /// Where lent links arrive: the thread's [`LinkHost`]'s inbox (here so that [`release_all`] gives back a link
     /// lent and not yet taken in too: its I/O thread waits for it, and takes no more requests until then).
     inbox: Option<Receiver<Box<dyn HostedLink>>>,
     hosted: Vec<Hosted>,
@@ -152,25 +152,25 @@ pub(super) fn hosted_here(shared: &Arc<Shared>) -> bool {
 
 /// A thread's side of hosting (see the module docs): where lent links arrive. One per thread: a new one takes
 /// over from the last.
-pub struct Host {
+pub struct LinkHost {
     inbox_tx: Sender<Box<dyn HostedLink>>,
     wake: Arc<dyn CompletionSink>,
 }
 
-impl std::fmt::Debug for Host {
+impl std::fmt::Debug for LinkHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host").finish_non_exhaustive()
+        f.debug_struct("LinkHost").finish_non_exhaustive()
     }
 }
 
-impl Host {
+impl LinkHost {
     /// A host woken through `wake` when a link arrives (its completion sink: the host waits for it anyway).
     pub fn new(wake: Arc<dyn CompletionSink>) -> Self {
         let (inbox_tx, inbox) = channel();
         // A previous host's links (in its inbox) go back as it drops.
         let previous = LOCAL.with(|l| l.try_borrow_mut().ok().and_then(|mut l| l.inbox.replace(inbox)));
         drop(previous);
-        Host { inbox_tx, wake }
+        LinkHost { inbox_tx, wake }
     }
 
     /// Ask for `handle`'s current link unless it was asked for already.
@@ -252,7 +252,7 @@ impl Host {
     }
 }
 
-impl Drop for Host {
+impl Drop for LinkHost {
     fn drop(&mut self) {
         release_all();
         let inbox = LOCAL.with(|l| l.try_borrow_mut().ok().and_then(|mut l| l.inbox.take()));

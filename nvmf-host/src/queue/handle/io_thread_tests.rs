@@ -317,7 +317,7 @@ fn latency_buckets_are_log2_microseconds() {
 }
 
 /// Ask for `h`'s link and turn until it arrives (the I/O thread lends it at its next turn).
-fn host_link(h: &QueueHandle, host: &Host) {
+fn host_link(h: &QueueHandle, host: &LinkHost) {
     h.host_here(host);
     let deadline = Instant::now() + WAIT;
     while host.turn() == 0 {
@@ -327,7 +327,7 @@ fn host_link(h: &QueueHandle, host: &Host) {
 }
 
 /// The hosted links' poller descriptors, registered in a poller of the test's own (as a host waits on them).
-fn wait_on_hosted(host: &Host) -> Poll {
+fn wait_on_hosted(host: &LinkHost) -> Poll {
     let poll = Poll::new().unwrap();
     let mut fds = Vec::new();
     host.for_each_wait(|_, fd| fds.push(fd));
@@ -342,7 +342,7 @@ fn a_hosting_thread_drives_the_link_between_its_own_work() {
     let h = QueueHandle::spawn(q).unwrap();
     let (test_sink, rx) = super::tests::TestSink::new();
     let sink: Arc<dyn CompletionSink> = test_sink.clone();
-    let host = Host::new(Arc::clone(&sink));
+    let host = LinkHost::new(Arc::clone(&sink));
     host_link(&h, &host);
     // The I/O thread waits for its loop to come back: only this thread's turns move the queue, without waking
     // anybody.
@@ -403,7 +403,7 @@ fn a_hosted_link_goes_back_to_be_stopped_and_before_its_host_blocks() {
     let h = QueueHandle::spawn(q).unwrap();
     let (test_sink, rx) = super::tests::TestSink::new();
     let sink: Arc<dyn CompletionSink> = test_sink;
-    let host = Host::new(Arc::clone(&sink));
+    let host = LinkHost::new(Arc::clone(&sink));
     host_link(&h, &host);
     // Given back before blocking (as in a recovery's hold): the I/O thread serves again, and a new ask hosts it.
     release_all();
@@ -445,7 +445,7 @@ fn a_link_lent_and_not_yet_taken_in_goes_back_before_its_host_blocks() {
     let sink: Arc<dyn CompletionSink> = test_sink.clone();
     // Not scoped: were the host stuck, the test fails instead of waiting for it.
     let host_thread = std::thread::spawn(move || {
-        let host = Host::new(Arc::clone(&sink));
+        let host = LinkHost::new(Arc::clone(&sink));
         h.host_here(&host);
         // The lender wakes the host once the loop is in its inbox; the host has not turned since.
         let deadline = Instant::now() + WAIT;
@@ -484,7 +484,7 @@ fn a_host_takes_what_arrived_while_it_turned_before_it_sleeps() {
     }));
     let h = QueueHandle::spawn(q).unwrap();
     let (test_sink, _rx) = super::tests::TestSink::new();
-    let host = Host::new(test_sink);
+    let host = LinkHost::new(test_sink);
     host_link(&h, &host);
     let mut poll = wait_on_hosted(&host);
     let mut events = Events::with_capacity(4);

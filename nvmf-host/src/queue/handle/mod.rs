@@ -46,7 +46,7 @@
 //! per batch of completions, so the caller waits for completions and its own work in one place (an
 //! eventfd in its io_uring) and handles them in completion order. [`Completed::settle`] applies the same
 //! recovery as [`Pending::wait`]: a command the lost association had in flight is held and resubmitted to
-//! the same sink under the same tag. Such a caller can also host the link ([`Host`]): the I/O thread lends it
+//! the same sink under the same tag. Such a caller can also host the link ([`LinkHost`]): the I/O thread lends it
 //! its loop, and the caller's thread drives the queue between its own work (see `hosting`).
 
 //!
@@ -77,7 +77,7 @@ use nvmf_service::poll::{Poller, DEFAULT_WINDOW};
 use crate::error::HostError;
 use crate::queue::{BareQueue, Completion, Request};
 pub(crate) use hosting::release_all;
-pub use hosting::Host;
+pub use hosting::LinkHost;
 use io_thread::{run, Message, ReplyTo, Shared};
 pub use io_thread::{InFlight, Submitter};
 use metrics::Meter;
@@ -369,8 +369,8 @@ impl QueueHandle {
         }
     }
 
-    /// Ask for this queue's current link to be hosted by the calling thread (see [`Host`]); once per link.
-    pub fn host_here(&self, host: &Host) {
+    /// Ask for this queue's current link to be hosted by the calling thread (see [`LinkHost`]); once per link.
+    pub fn host_here(&self, host: &LinkHost) {
         host.ask(self);
     }
 
