@@ -41,7 +41,7 @@ use control::ControlServer;
 use params::{config_params, HostDefaults};
 use reload::{ReloadError, ReloadSummary, Reloader};
 use requests::{handle, samples};
-use table::{end_entry, start_connectors, Entry, Shared, Table};
+use table::{end_entry, start_connectors, DaemonState, Entry, Table};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +71,7 @@ const SYSTEM_IDENTITY_DIR: &str = "/etc/nvme";
 /// The running daemon.
 #[derive(Debug)]
 pub struct Daemon {
-    shared: Arc<Shared>,
+    shared: Arc<DaemonState>,
     control: Option<ControlServer>,
     metrics: Option<MetricsServer>,
 }
@@ -109,7 +109,7 @@ impl Daemon {
                 .ok(),
         };
         let poll = PollOptions { mode: config.host.poll, window: config.host.poll_window };
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(DaemonState {
             host: HostDefaults { identity, poll, queue_cpus },
             table: Mutex::new(Table::new()),
             stopping: AtomicBool::new(false),
@@ -188,7 +188,7 @@ impl Daemon {
     }
 }
 
-fn status_line(shared: &Shared) -> String {
+fn status_line(shared: &DaemonState) -> String {
     let (live, exports) = shared.counts();
     format!("{live} controllers live, {exports} exports")
 }

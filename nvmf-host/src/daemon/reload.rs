@@ -32,7 +32,7 @@ use nvmf_service::notify::{reloading, ServiceNotifier};
 
 use super::exports::{ExportSpec, RunningExport};
 use super::params::config_params;
-use super::table::{end_entry, start_connectors, state_name, Entry, Exports, Shared, State};
+use super::table::{end_entry, start_connectors, state_name, DaemonState, Entry, Exports, State};
 use crate::controller::{ConnectOptions, Controller};
 
 /// What a reload changed, one line per controller touched (and one for the changes left for a restart).
@@ -94,7 +94,7 @@ impl Reloader {
 
 /// Re-read the file and apply the difference, telling the service manager `RELOADING=1` … `READY=1`. An invalid
 /// file is logged with its located error, returned, and changes nothing.
-pub(super) fn reload(shared: &Arc<Shared>) -> Result<ReloadSummary, ReloadError> {
+pub(super) fn reload(shared: &Arc<DaemonState>) -> Result<ReloadSummary, ReloadError> {
     let mut reloader = shared.reloader();
     let Some(path) = reloader.path.clone() else {
         tracing::info!("reload requested, but the daemon was started without a configuration file");
@@ -194,7 +194,7 @@ struct ExportChange {
 
 /// Apply the difference between `old` (running) and `new`. Nothing here can reject the file: what fails at run
 /// time (a connect, an export) is reported in its line and left to the retry policy or the next reload.
-fn apply(shared: &Arc<Shared>, old: &HostConfig, new: &HostConfig) -> Result<ReloadSummary, ReloadError> {
+fn apply(shared: &Arc<DaemonState>, old: &HostConfig, new: &HostConfig) -> Result<ReloadSummary, ReloadError> {
     let mut summary = ReloadSummary::default();
     // Entries to end (removed, or the old association of a reconnected controller), and what to start after.
     let mut ended: Vec<Entry> = Vec::new();
@@ -311,7 +311,7 @@ fn apply(shared: &Arc<Shared>, old: &HostConfig, new: &HostConfig) -> Result<Rel
 /// Stop the exports a kept controller no longer has, start its new ones, and put them in its entry (unless it
 /// was disconnected meanwhile: then they stop again). An export that fails to start is left out of the entry's
 /// running configuration, so the next reload of the same file tries it again.
-fn apply_exports(shared: &Shared, change: ExportChange, summary: &mut ReloadSummary) {
+fn apply_exports(shared: &DaemonState, change: ExportChange, summary: &mut ReloadSummary) {
     let ExportChange { n, id, name, ctrl, options, stop, start } = change;
     for (nsid, x) in stop {
         let what = x.view(nsid).address;

@@ -13,14 +13,14 @@ use super::protocol::{
     ConnectAllEntry, ConnectParams, ControlReply, ControlRequest, ControllerView, DisconnectTarget, NamespaceView,
 };
 use super::reload::reload;
-use super::table::{connect_once, end_controller, end_entry, state_name, Entry, Reserved, Shared, State};
+use super::table::{connect_once, end_controller, end_entry, state_name, DaemonState, Entry, Reserved, State};
 use crate::controller::Controller;
 use crate::controller::Transport;
 use crate::discovery::DiscoveryRecord;
 use crate::metrics::ControllerSample;
 
 /// What the metrics collector reads (no admin command: a scrape must stay cheap).
-pub(super) fn samples(shared: &Shared) -> Vec<ControllerSample> {
+pub(super) fn samples(shared: &DaemonState) -> Vec<ControllerSample> {
     let table = shared.table();
     table
         .values()
@@ -49,7 +49,7 @@ pub(super) fn samples(shared: &Shared) -> Vec<ControllerSample> {
         .collect()
 }
 
-fn list(shared: &Shared) -> Vec<ControllerView> {
+fn list(shared: &DaemonState) -> Vec<ControllerView> {
     let snapshot: Vec<(ControllerView, Option<Arc<Controller>>)> = shared
         .table()
         .values()
@@ -114,7 +114,7 @@ fn list(shared: &Shared) -> Vec<ControllerView> {
 }
 
 /// `connect`: one attempt, like `nvme connect` (the Controller reconnects by itself once it is up).
-fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
+fn connect(shared: &DaemonState, p: &ConnectParams) -> ControlReply {
     let params = match params_from_request(p, &shared.host) {
         Ok(params) => params,
         Err(message) => return ControlReply::Error { message },
@@ -165,7 +165,7 @@ fn connect(shared: &Shared, p: &ConnectParams) -> ControlReply {
 }
 
 /// `connect-all`: the discovery log's NVM subsystem entries over TCP that are not connected yet.
-fn connect_all(shared: &Shared, p: &ConnectParams) -> ControlReply {
+fn connect_all(shared: &DaemonState, p: &ConnectParams) -> ControlReply {
     let params = match params_from_request(p, &shared.host) {
         Ok(params) => params,
         Err(message) => return ControlReply::Error { message },
@@ -223,7 +223,7 @@ fn entry_request(p: &ConnectParams, r: &DiscoveryRecord) -> ConnectParams {
     }
 }
 
-fn disconnect(shared: &Shared, which: Option<&DisconnectTarget>) -> ControlReply {
+fn disconnect(shared: &DaemonState, which: Option<&DisconnectTarget>) -> ControlReply {
     let removed: Vec<Entry> = {
         let mut table = shared.table();
         let keys: Vec<u32> = table
@@ -256,7 +256,7 @@ fn disconnect(shared: &Shared, which: Option<&DisconnectTarget>) -> ControlReply
 }
 
 /// Answer one control request (on the control connection's thread).
-pub(super) fn handle(shared: &Arc<Shared>, request: ControlRequest) -> ControlReply {
+pub(super) fn handle(shared: &Arc<DaemonState>, request: ControlRequest) -> ControlReply {
     if shared.stopping.load(Ordering::SeqCst) {
         return ControlReply::Error { message: "the daemon is stopping".into() };
     }

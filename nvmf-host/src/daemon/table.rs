@@ -1,4 +1,4 @@
-//! The controller table and what changes it: [`Shared`] (the daemon's identity and the table of [`Entry`]s behind
+//! The controller table and what changes it: [`DaemonState`] (the daemon's identity and the table of [`Entry`]s behind
 //! one mutex), [`connect_once`] (an association and its exports), the configured controllers' [`connector`]
 //! threads (retries every `reconnect_delay` until `ctrl_loss_tmo`; started by [`start_connectors`]), and
 //! [`end_entry`] (exports stopped, CC.SHN). The mutex is held for map updates and snapshots only: never across a
@@ -60,7 +60,7 @@ pub(super) type Exports = Vec<(u32, RunningExport)>;
 pub(super) type Table = BTreeMap<u32, Entry>;
 
 #[derive(Debug)]
-pub(super) struct Shared {
+pub(super) struct DaemonState {
     /// The host's identity and how every controller's queue threads run.
     pub(super) host: HostDefaults,
     pub(super) table: Mutex<Table>,
@@ -72,7 +72,7 @@ pub(super) struct Shared {
     pub(super) heads: Arc<Heads>,
 }
 
-impl Shared {
+impl DaemonState {
     pub(super) fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -94,7 +94,7 @@ impl Shared {
         self.reserve_unique_in(&mut self.table(), params, config)
     }
 
-    /// [`Shared::reserve_unique`] in a table already locked.
+    /// [`DaemonState::reserve_unique`] in a table already locked.
     pub(super) fn reserve_unique_in(
         &self,
         table: &mut Table,
@@ -177,7 +177,7 @@ pub(super) fn connect_once(
 
 /// A configured controller's first association: attempts every `reconnect_delay` until connected, stopped, or
 /// `ctrl_loss_tmo` has passed. Signals `first` after the first attempt.
-fn connector(shared: &Shared, n: u32, stopped: &Receiver<()>, first: Sender<()>) {
+fn connector(shared: &DaemonState, n: u32, stopped: &Receiver<()>, first: Sender<()>) {
     let Some((id, params, name)) = shared.table().get(&n).map(|e| (e.id, e.params.clone(), e.name.clone())) else {
         return;
     };
@@ -227,7 +227,7 @@ fn connector(shared: &Shared, n: u32, stopped: &Receiver<()>, first: Sender<()>)
 /// Start a connector thread for each configured entry in `entries` (an endpoint that cannot be used fails the
 /// entry instead), then wait until each has made its first attempt. `Err`: a thread could not be started (its
 /// entry and those after it are left without a connector).
-pub(super) fn start_connectors(shared: &Arc<Shared>, entries: &[u32]) -> std::io::Result<()> {
+pub(super) fn start_connectors(shared: &Arc<DaemonState>, entries: &[u32]) -> std::io::Result<()> {
     let (first_tx, first_rx) = channel::<()>();
     let mut result = Ok(());
     for &n in entries {

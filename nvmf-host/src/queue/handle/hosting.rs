@@ -27,7 +27,7 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::io_thread::{InFlight, IoLoop, Message, Shared, TIMEOUT_CHECK};
+use super::io_thread::{InFlight, IoLoop, Message, Published, TIMEOUT_CHECK};
 use super::sink::CompletionSink;
 use super::QueueHandle;
 use crate::queue::BareQueue;
@@ -54,7 +54,7 @@ trait HostedLink: Send {
     fn prepare_wait(&mut self) -> bool;
     /// Whether a command that can time out is outstanding (its timeout is checked in `turn`).
     fn timed_outstanding(&self) -> bool;
-    fn shared(&self) -> &Arc<Shared>;
+    fn shared(&self) -> &Arc<Published>;
 }
 
 /// A lent loop; dropped, it goes back to its I/O thread.
@@ -77,7 +77,7 @@ impl<Q: BareQueue<InFlight>> HostedLink for Lent<Q> {
     fn timed_outstanding(&self) -> bool {
         self.lp.as_ref().is_some_and(|lp| lp.queue.timed_outstanding())
     }
-    fn shared(&self) -> &Arc<Shared> {
+    fn shared(&self) -> &Arc<Published> {
         // Set from creation until drop.
         &self.lp.as_ref().expect("a lent loop is present until dropped").shared
     }
@@ -122,7 +122,7 @@ struct Local {
     hosted: Vec<Hosted>,
     /// Links asked for and not given back voluntarily (one ask per link; held so a new link never takes a
     /// forgotten one's address).
-    asked: Vec<Arc<Shared>>,
+    asked: Vec<Arc<Published>>,
     next_id: u64,
 }
 
@@ -146,7 +146,7 @@ pub(crate) fn release_all() {
 }
 
 /// Whether this thread hosts the link publishing `shared`.
-pub(super) fn hosted_here(shared: &Arc<Shared>) -> bool {
+pub(super) fn hosted_here(shared: &Arc<Published>) -> bool {
     LOCAL.with(|l| l.try_borrow().is_ok_and(|l| l.hosted.iter().any(|h| Arc::ptr_eq(h.link.shared(), shared))))
 }
 

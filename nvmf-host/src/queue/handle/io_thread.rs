@@ -2,7 +2,7 @@
 //! lends it to, below). Callers hand it requests through a bounded channel ([`Submitter`]) and wake it with a
 //! `mio::Waker` in the queue's own poller; it takes every queued request, submits them all (one doorbell or one
 //! write for the batch), polls, and posts each completion to its waiter (`ReplyTo`: a [`super::Pending`]'s
-//! channel or a completion sink), publishing counters and the failure through atomics (`Shared`). Asked to, it
+//! channel or a completion sink), publishing counters and the failure through atomics (`Published`). Asked to, it
 //! lends its whole loop ([`IoLoop`]) to a thread that hosts the link and waits until it comes back (see
 //! [`super::hosting`]).
 //!
@@ -88,7 +88,7 @@ pub(super) enum Message {
 
 /// State the I/O thread publishes for other threads (atomics and a set-once cell: no lock).
 #[derive(Debug, Default)]
-pub(super) struct Shared {
+pub(super) struct Published {
     pub(super) submitted: AtomicU64,
     pub(super) completed: AtomicU64,
     pub(super) r2ts: AtomicU64,
@@ -102,7 +102,7 @@ pub(super) struct Shared {
     pub(super) watch: Mutex<Option<Arc<dyn Recovery>>>,
 }
 
-impl Shared {
+impl Published {
     /// Record the link's failure and tell the watcher, the first time.
     fn fail(&self, e: &HostError) {
         if self.failure.set(e.clone()).is_ok() {
@@ -207,7 +207,7 @@ fn reject(rejected: Rejected<InFlight>, meter: &Meter) {
 /// queue's counters published first: a waiter holding its reply finds its command counted in
 /// [`QueueHandle::stats`] (as it finds it in the meter, recorded before each delivery). Returns whether it
 /// published (there was something to deliver).
-fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, shared: &Shared) -> bool {
+fn reply_all<Q: BareQueue<InFlight>>(queue: &mut Q, shared: &Published) -> bool {
     let Some(first) = queue.next_completion() else { return false };
     publish(queue, shared);
     let meter = &shared.meter;
@@ -239,7 +239,7 @@ pub(super) fn poll_timeout(wait: Wait, mode: PollMode, timed_outstanding: bool) 
 pub(super) struct IoLoop<Q> {
     pub(super) queue: Q,
     rx: Receiver<Message>,
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<Published>,
     backlog: VecDeque<Request<InFlight>>,
     /// Told to stop (or every submitter is gone): outstanding commands finish, then the thread ends.
     pub(super) stopping: bool,
@@ -320,7 +320,7 @@ impl<Q: BareQueue<InFlight>> IoLoop<Q> {
 pub(super) fn run<Q: BareQueue<InFlight> + 'static>(
     queue: Q,
     rx: Receiver<Message>,
-    shared: Arc<Shared>,
+    shared: Arc<Published>,
     mut poller: Poller,
 ) {
     let qid = queue.qid();
@@ -384,7 +384,7 @@ pub(super) fn run<Q: BareQueue<InFlight> + 'static>(
     tracing::debug!(qid, "I/O thread stopped");
 }
 
-fn publish<T, Q: BareQueue<T>>(queue: &Q, shared: &Shared) {
+fn publish<T, Q: BareQueue<T>>(queue: &Q, shared: &Published) {
     let stats = queue.stats();
     shared.submitted.store(stats.submitted, Ordering::Relaxed);
     shared.completed.store(stats.completed, Ordering::Relaxed);

@@ -78,7 +78,7 @@ use crate::error::HostError;
 use crate::queue::{BareQueue, Completion, Request};
 pub(crate) use hosting::release_all;
 pub use hosting::LinkHost;
-use io_thread::{run, Message, ReplyTo, Shared};
+use io_thread::{run, Message, Published, ReplyTo};
 pub use io_thread::{InFlight, Submitter};
 use metrics::Meter;
 pub use metrics::{latency_bucket_bound, QueueMetrics, LATENCY_BUCKETS};
@@ -105,7 +105,7 @@ pub type Reply = Completion<()>;
 #[derive(Debug)]
 struct Link {
     submitter: Submitter,
-    shared: Arc<Shared>,
+    shared: Arc<Published>,
     thread: Option<JoinHandle<()>>,
     /// The association this link belongs to (see [`Recovery::hold`]).
     epoch: u64,
@@ -257,7 +257,7 @@ impl QueueHandle {
         let waker = queue.waker()?;
         let depth = queue.free_slots().max(1);
         let (tx, rx) = sync_channel(depth);
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Published::default());
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(format!("nvmf-q{qid}"))
