@@ -11,7 +11,7 @@
 //! waits on a blocked `accept`), and one thread per client: it runs the handshake (blocking reads, each step
 //! bounded by a timeout), then the transmission phase from one poller (module `transmission`): it reads requests,
 //! submits their commands to its export queue (clients take the export's I/O queues in turn), hosts that queue's
-//! link ([`crate::queue::handle::Host`]: no hop to the queue's I/O thread and back) and writes each reply as its
+//! link ([`crate::queue::handle::LinkHost`]: no hop to the queue's I/O thread and back) and writes each reply as its
 //! request's last command completes (completion order: the protocol matches replies by cookie).
 //!
 //! What a session thread may block on: handshake reads and writes; in transmission only its poller (an idle

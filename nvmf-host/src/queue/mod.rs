@@ -112,7 +112,7 @@ pub trait BareQueue<T>: Send {
     /// The queue's own counters.
     fn stats(&self) -> QueueStats;
     /// A descriptor that turns readable when `poll` has work (the queue's epoll instance), for a thread that
-    /// waits on it among its own (a hosting thread, see [`handle::Host`]) after [`BareQueue::prepare_wait`];
+    /// waits on it among its own (a hosting thread, see [`handle::LinkHost`]) after [`BareQueue::prepare_wait`];
     /// `None` when the queue cannot be waited on that way.
     fn poll_fd(&self) -> Option<RawFd> {
         None
