@@ -459,7 +459,7 @@ impl Collector for TargetCollector {
                 let mut m = encoder.encode_descriptor(
                     "nvmf_target_rbd_reopened",
                     "Times an RBD image was reopened through a new Ceph client after the cluster fenced (blocklisted) \
-                     this one, by subsystem, namespace and image.",
+                     the old one or an op on it timed out, by subsystem, namespace and image.",
                     None,
                     MetricType::Counter,
                 )?;

@@ -6,7 +6,8 @@
 //! ([`TargetCollector`]); the HTTP endpoint ([`MetricsServer`], `GET /metrics`, `GET /healthz`) is
 //! `nvmf_service::metrics_http`, re-exported here.
 //!
-//! Exported families (Prometheus text 0.0.4 by default, OpenMetrics 1.0 when the scraper's `Accept` asks):
+//! Exported families (Prometheus text 0.0.4 by default, OpenMetrics 1.0 when the scraper's `Accept` asks; a test
+//! checks this list against a scrape):
 //! - `nvmf_target_build_info{version}` — 1.
 //! - `nvmf_target_connections{transport}` — transport connections served now (gauge).
 //! - `nvmf_target_controllers{subsystem}` — live controllers (gauge).
@@ -16,6 +17,25 @@
 //!   queued, buckets 10 µs .. 10 s (1-2.5-5 per decade); AERs are not observed (they wait for events).
 //! - `nvmf_target_errors_total{subsystem,status}` — completions with an error status, by `Status::name()`.
 //! - `nvmf_target_keep_alive_expiries_total{subsystem}` — associations ended by the Keep Alive Timer.
+//! - `nvmf_target_keep_alive_minimum_total{outcome="raised|refused"}` — host KATOs below `[target]
+//!   keep_alive_min_ms`.
+//! - `nvmf_target_timeouts_total{state="connect|transfer"}` — queue pairs ended because their peer stalled.
+//! - `nvmf_target_rejected_connections_total{reason="listener_limit|address_limit"}` — connections refused at accept.
+//! - `nvmf_target_buffer_budget_waits_total{budget="queue|anonymous"}` — commands that waited for a buffer a budget
+//!   refused.
+//! - `nvmf_target_tcp_send_backlog_pauses_total` — NVMe/TCP connections that stopped reading past
+//!   `tcp_send_backlog`.
+//! - `nvmf_target_tcp_connections_moved_total` — NVMe/TCP connections moved to the reactor of their CPU at Connect.
+//! - `nvmf_target_tcp_socket_io{reactor,path}` — 1 for how each reactor drives its sockets (`io_uring`, `epoll`).
+//! - `nvmf_target_data_buffers{reactor,state="free|total"}` — each reactor's buffer pool at its last turn.
+//! - `nvmf_target_reactor_waits_total{reactor,wait="poll|sleep"}` — how each reactor waited after a turn.
+//! - `nvmf_target_auth_total{result,hash,dhgroup}` — DH-HMAC-CHAP transactions.
+//! - `nvmf_target_reservation_conflicts_total` — commands failed with Reservation Conflict.
+//! - With NVMe/RDMA: `nvmf_target_rdma_work_requests_total{opcode}`, `nvmf_target_rdma_completions_total{opcode}`,
+//!   `nvmf_target_rdma_completion_errors_total{status}`, `nvmf_target_rdma_stale_completions_total`,
+//!   `nvmf_target_rdma_queue_pairs`.
+//! - With RBD namespaces, by subsystem, namespace and image: `nvmf_target_rbd_ops_in_flight`,
+//!   `nvmf_target_rbd_errors_total`, `nvmf_target_rbd_reopened_total` (new Ceph clients after a fence or a timeout).
 //! - `nvmf_target_blkdiscard_total`, `nvmf_target_blkdiscard_queue_full_total` — block discards run by the reactors'
 //!   discard workers (kernels without io_uring discard), and the times one was handed back for want of room in a
 //!   worker's queue (its command waits and retries; each retry counts).

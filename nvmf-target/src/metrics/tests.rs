@@ -551,3 +551,21 @@ fn daemon_serves_metrics_over_http() {
     running.shutdown();
     assert!(TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(), "endpoint closed at shutdown");
 }
+
+#[test]
+fn the_module_doc_lists_every_family_exported() {
+    let target = target();
+    let sysfs = tempfile::tempdir().unwrap();
+    let text = scrape_with(&target, 1, Format::OpenMetrics, rnic(sysfs.path(), "10.77.0.1"));
+    let doc: String =
+        include_str!("mod.rs").lines().filter_map(|l| l.strip_prefix("//!")).collect::<Vec<_>>().join("\n");
+    let listed =
+        |name: &str| ["`", "{", "_total", "_info", "_seconds"].iter().any(|end| doc.contains(&format!("`{name}{end}")));
+    let missing: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| !listed(name))
+        .collect();
+    assert!(missing.is_empty(), "families exported but not listed in metrics/mod.rs: {missing:?}");
+}
