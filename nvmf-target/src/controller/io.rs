@@ -119,6 +119,8 @@ pub(crate) enum StorageOp {
     Read,
     /// Writing (Write, Write Zeroes, Flush, Discard).
     Write,
+    /// A fused Compare and Write: `EILSEQ` is the compare finding other data (Compare Failure), not a media error.
+    CompareAndWrite,
 }
 
 /// The NVMe status for a failed storage op (close to Linux nvmet's `errno_to_nvme_status` /
@@ -134,9 +136,10 @@ pub(crate) fn storage_status(err: &io::Error, op: StorageOp) -> Status {
     }
     let media = match op {
         StorageOp::Read => Status::UNRECOVERED_READ_ERROR.with_dnr(),
-        StorageOp::Write => Status::WRITE_FAULT.with_dnr(),
+        StorageOp::Write | StorageOp::CompareAndWrite => Status::WRITE_FAULT.with_dnr(),
     };
     match err.raw_os_error() {
+        Some(libc::EILSEQ) if op == StorageOp::CompareAndWrite => return Status::COMPARE_FAILURE.with_dnr(),
         Some(libc::EIO | libc::ENODATA | libc::EILSEQ) => return media,
         Some(libc::ENOSPC | libc::EDQUOT) => return Status::CAPACITY_EXCEEDED.with_dnr(),
         Some(libc::EROFS) => return Status::NAMESPACE_WRITE_PROTECTED.with_dnr(),
@@ -216,6 +219,9 @@ mod tests {
         let eio = io::Error::from_raw_os_error(libc::EIO);
         assert_eq!(storage_status(&eio, StorageOp::Read), Status::UNRECOVERED_READ_ERROR.with_dnr());
         assert_eq!(storage_status(&eio, StorageOp::Write), Status::WRITE_FAULT.with_dnr());
+        let miscompare = io::Error::from_raw_os_error(libc::EILSEQ);
+        assert_eq!(storage_status(&miscompare, StorageOp::CompareAndWrite), Status::COMPARE_FAILURE.with_dnr());
+        assert_eq!(storage_status(&miscompare, StorageOp::Write), Status::WRITE_FAULT.with_dnr());
         let nospc = io::Error::from_raw_os_error(libc::ENOSPC);
         assert_eq!(storage_status(&nospc, StorageOp::Write), Status::CAPACITY_EXCEEDED.with_dnr());
         let again = io::Error::from_raw_os_error(libc::EAGAIN);

@@ -66,10 +66,10 @@ pub struct TransportCounters {
 impl TransportCounters {
     /// Queue pairs served now: NVMe/TCP connections and NVMe/RDMA queue pairs.
     pub fn queue_pairs(&self) -> usize {
-        let tcp = self.tcp_connections.load(std::sync::atomic::Ordering::Relaxed);
+        let pairs = self.tcp_connections.load(std::sync::atomic::Ordering::Relaxed);
         #[cfg(feature = "rdma")]
-        let tcp = tcp.saturating_add(usize::try_from(self.rdma.queue_pairs()).unwrap_or(usize::MAX));
-        tcp
+        let pairs = pairs.saturating_add(usize::try_from(self.rdma.queue_pairs()).unwrap_or(usize::MAX));
+        pairs
     }
 }
 

@@ -680,21 +680,19 @@ impl Queue {
         s.ops -= 1;
         self.storage_ops = self.storage_ops.saturating_sub(1);
         if let Err(e) = result {
-            let miscompare = e.raw_os_error() == Some(libc::EILSEQ);
             let (op, advisory) = match s.plan {
-                // A Compare and Write's compare found other data: Compare Failure, not a storage failure to log.
-                Plan::FusedWrite { .. } if miscompare && s.status.is_success() => {
-                    s.status = Status::COMPARE_FAILURE.with_dnr();
-                    (StorageOp::Write, true)
-                }
                 Plan::Read { .. } | Plan::Compare { .. } => (StorageOp::Read, false),
+                Plan::FusedWrite { .. } => (StorageOp::CompareAndWrite, false),
                 // Deallocation is advisory: a discard the storage cannot do is not an error.
                 Plan::Dsm { .. } => (StorageOp::Write, e.kind() == std::io::ErrorKind::Unsupported),
                 _ => (StorageOp::Write, false),
             };
             if !advisory && s.status.is_success() {
                 s.status = storage_status(&e, op);
-                tracing::warn!(error = %e, status = %s.status, opcode = s.sqe.opcode, "storage op failed");
+                // A miscompare is the answer to a Compare and Write (a lock already taken), not a failure to log.
+                if s.status != Status::COMPARE_FAILURE.with_dnr() {
+                    tracing::warn!(error = %e, status = %s.status, opcode = s.sqe.opcode, "storage op failed");
+                }
             }
         }
         match s.state {
