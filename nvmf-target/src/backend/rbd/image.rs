@@ -235,7 +235,7 @@ impl Image {
             let spawned =
                 std::thread::Builder::new().name("nvmf-rbd-reopen".into()).spawn(move || image.recover(fenced));
             if let Err(e) = spawned {
-                tracing::error!(image = %self.name, error = %e, "cannot start the thread that reopens a fenced RBD image");
+                tracing::error!(image = %self.name, error = %e, "cannot start the thread that reopens an RBD image");
                 self.recovering.store(false, Ordering::Release);
             }
         }
@@ -249,13 +249,13 @@ impl Image {
         } else {
             tracing::warn!(image = %self.name, "an op on the image timed out: reconnecting and reopening");
         }
-        let fenced = Arc::clone(&self.handle().cluster);
+        let old_client = Arc::clone(&self.handle().cluster);
         loop {
             if Arc::strong_count(self) == 1 {
                 // The namespace is gone: nobody needs the image any more.
                 return;
             }
-            let reopened = fenced.replace().and_then(|cluster| {
+            let reopened = old_client.replace().and_then(|cluster| {
                 let handle = Handle::open(cluster, &self.pool, &self.namespace, &self.image)?;
                 let on_change = self.on_change.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 if let Some(on_change) = on_change {
@@ -380,8 +380,9 @@ unsafe extern "C" fn on_update(arg: *mut c_void) {
 }
 
 impl Drop for Image {
-    /// Closes the current handle. The replaced ones belong to clients the cluster fenced: closing them would ask
-    /// the cluster to release locks they no longer hold, and may wait for it, so they are left as they are.
+    /// Closes the current handle. The replaced ones belong to clients the cluster fenced or that lost it: closing
+    /// them would ask the cluster to release locks they may no longer hold, and may wait for it, so they are left as
+    /// they are.
     fn drop(&mut self) {
         let current = *self.current.get_mut();
         // SAFETY: a `Box<Handle>` leaked by `open` or `recover`, freed only here, once; every op on it has
