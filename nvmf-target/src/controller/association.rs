@@ -515,23 +515,39 @@ impl Controller {
         tracing::debug!(cntlid = self.cntlid, "shutdown complete");
     }
 
-    /// Whether I/O queue `qid` may connect now: `Ok` or the status to answer.
-    pub(crate) fn attach_io_queue(&self, mut entry: QueueEntry) -> Result<u32, IoQueueRefusal> {
-        let qid = entry.qid;
+    /// Whether I/O queue `qid` may connect now, without taking its QID: the I/O epoch it would belong to, or why
+    /// not. A queue that must authenticate first takes its QID only once authenticated
+    /// ([`Controller::attach_io_queue`]), so a peer that cannot authenticate never holds a QID of the real host.
+    pub(crate) fn admit_io_queue(&self, qid: u16) -> Result<u32, IoQueueRefusal> {
+        let state = self.lock();
+        Self::io_queue_refusal(&state, qid).map_or_else(|| Ok(self.io_epoch()), Err)
+    }
+
+    /// Connect I/O queue `qid`: take its QID in the I/O epoch `epoch` (the current one if `None`); the epoch, or
+    /// why not (a reset since `epoch`: [`IoQueueRefusal::Reset`]).
+    pub(crate) fn attach_io_queue(&self, mut entry: QueueEntry, epoch: Option<u32>) -> Result<u32, IoQueueRefusal> {
         let mut state = self.lock();
+        if let Some(refusal) = Self::io_queue_refusal(&state, entry.qid) {
+            return Err(refusal);
+        }
+        // The epoch moves under this lock (a reset), so the check and the push are one step.
+        let current = self.io_epoch();
+        if epoch.is_some_and(|e| e != current) {
+            return Err(IoQueueRefusal::Reset);
+        }
+        entry.epoch = current;
+        state.io_queues.push(entry);
+        Ok(current)
+    }
+
+    fn io_queue_refusal(state: &ControllerState, qid: u16) -> Option<IoQueueRefusal> {
         if !state.csts.rdy {
-            return Err(IoQueueRefusal::NotReady);
+            return Some(IoQueueRefusal::NotReady);
         }
         if qid > state.granted_io_queues {
-            return Err(IoQueueRefusal::QidAboveGranted(state.granted_io_queues));
+            return Some(IoQueueRefusal::QidAboveGranted(state.granted_io_queues));
         }
-        if state.io_queues.iter().any(|q| q.qid == qid) {
-            return Err(IoQueueRefusal::AlreadyConnected);
-        }
-        entry.epoch = self.io_epoch();
-        let epoch = entry.epoch;
-        state.io_queues.push(entry);
-        Ok(epoch)
+        state.io_queues.iter().any(|q| q.qid == qid).then_some(IoQueueRefusal::AlreadyConnected)
     }
 
     /// I/O queue `qid` of `epoch` went away: keep its counters' totals, free the qid.
@@ -716,4 +732,6 @@ pub(crate) enum IoQueueRefusal {
     QidAboveGranted(u16),
     /// An I/O queue with this QID is connected.
     AlreadyConnected,
+    /// The controller was reset since the queue's Connect.
+    Reset,
 }

@@ -6,9 +6,12 @@
 //! takes Authentication Send and Receive only; anything else completes with Authentication Required (SCT 1h,
 //! SC 91h) and DNR. A queue that is not authenticated within the connect timeout ends like one that never
 //! connected. An authenticated queue that receives a new AUTH_Negotiate (the host re-authenticates, e.g. after
-//! its key was changed) runs a new transaction while its I/O continues. A failed transaction ends the queue and
-//! its association once its last message (the AUTH_Failure1, or the answer to the host's AUTH_Failure2) is sent
-//! (nvmet: `nvmet_ctrl_fatal_error`); from the failure on, the queue takes no other command. A re-authentication
+//! its key was changed) runs a new transaction while its I/O continues. A failed transaction ends its queue once
+//! its last message (the AUTH_Failure1, or the answer to the host's AUTH_Failure2) is sent, and the association only
+//! if that is the admin queue (nvmet ends the association, `nvmet_ctrl_fatal_error`, so a peer that knows a host's
+//! NQN, host ID and CNTLID could end it by failing on purpose); from the failure on, the queue takes no other command.
+//! Until its first transaction succeeds a queue is charged to the anonymous buffer share, and an I/O queue holds no
+//! QID (it takes it when authenticated), so such a peer cannot keep the real host's queue out either. A re-authentication
 //! that does not finish within the connect timeout is dropped with its key material and counted as a failure (nvmet
 //! expires its transactions likewise): the queue keeps its earlier authentication, and a later message of the
 //! stalled transaction fails it.
@@ -215,7 +218,7 @@ impl Queue {
             self.authentication_failed(&e.to_string());
         }
         match progress {
-            Progress::Authenticated(_) => self.authentication_succeeded(),
+            Progress::Authenticated(_) => self.authentication_succeeded(id),
             // The host ended the transaction (AUTH_Failure2): nothing more to send; the queue ends.
             Progress::Failed(_) => self.auth.failed_slot = Some(id.0),
             Progress::InProgress => {}
@@ -252,7 +255,7 @@ impl Queue {
         let n = message.len().min(out.len());
         out[..n].copy_from_slice(&message[..n]);
         match progress {
-            Progress::Authenticated(_) => self.authentication_succeeded(),
+            Progress::Authenticated(_) => self.authentication_succeeded(id),
             Progress::Failed(_) => {
                 self.auth.authenticated = false;
                 self.authentication_failed("a Receive with no message due");
@@ -263,7 +266,8 @@ impl Queue {
         self.respond_ok(id, 0, 0, Some((buffer, len)))
     }
 
-    fn authentication_succeeded(&mut self) {
+    /// The transaction succeeded with the message of `id`.
+    fn authentication_succeeded(&mut self, id: SlotId) {
         let Some(transaction) = self.auth.transaction.as_ref() else { return };
         let Progress::Authenticated(n) = transaction.progress() else { return };
         let again = self.auth.authenticated;
@@ -274,6 +278,13 @@ impl Queue {
         let hostnqn = self.controller().map(|c| c.hostnqn().to_owned()).unwrap_or_default();
         tracing::debug!(hostnqn, qid = ?self.qid(), hash = n.hash.name(), dhgroup = n.group.name(),
             bidirectional = n.bidirectional, reauthentication = again, "queue authenticated");
+        if let Err(refusal) = self.authenticated() {
+            // Another queue took the QID after this one's Connect, or the controller was reset: this queue ends
+            // once the message is sent, as after a Disconnect, and takes no command meanwhile.
+            tracing::debug!(hostnqn, qid = ?self.qid(), ?refusal, "authenticated I/O queue refused: queue ends");
+            self.auth.authenticated = false;
+            self.disconnect_slot = Some(id.0);
+        }
     }
 
     /// Drop a re-authentication that did not finish in time (see the module docs).

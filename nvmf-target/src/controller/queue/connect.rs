@@ -186,8 +186,9 @@ impl Queue {
                 kato_ms = kato,
                 "admin queue connected"
             );
-            self.establish(Association { controller, kind: QueueKind::Admin, sqsize: connect.sqsize, epoch: 0 });
-            self.require_authentication(atr);
+            let association =
+                Association { controller, kind: QueueKind::Admin, sqsize: connect.sqsize, epoch: 0, attached: true };
+            self.establish(association, atr);
             return Ok(ConnectResponse { cntlid, atr, ascr: false }.to_dw0());
         }
         if subsystem.is_discovery() {
@@ -204,7 +205,13 @@ impl Queue {
             );
             return Err(invalid_parameter(InvalidParameter::in_data(data_offset::CNTLID)));
         };
-        let epoch = match controller.attach_io_queue(self.queue_entry(connect.qid, connect.sqsize)) {
+        // A queue that must authenticate takes its QID once it has (`Queue::authenticated`): until then a peer that
+        // knows the host NQN, host ID and CNTLID but not the key holds nothing the real host's queue needs.
+        let admitted = match atr {
+            true => controller.admit_io_queue(connect.qid),
+            false => controller.attach_io_queue(self.queue_entry(connect.qid, connect.sqsize), None),
+        };
+        let epoch = match admitted {
             Ok(epoch) => epoch,
             Err(IoQueueRefusal::QidAboveGranted(granted)) => {
                 tracing::debug!(qid = connect.qid, granted, "I/O queue beyond the queues granted");
@@ -217,13 +224,14 @@ impl Queue {
         };
         let cntlid = controller.cntlid();
         tracing::debug!(cntlid, qid = connect.qid, sqsize = connect.sqsize, "I/O queue connected");
-        self.establish(Association { controller, kind: QueueKind::Io(connect.qid), sqsize: connect.sqsize, epoch });
-        self.require_authentication(atr);
+        let association =
+            Association { controller, kind: QueueKind::Io(connect.qid), sqsize: connect.sqsize, epoch, attached: !atr };
+        self.establish(association, atr);
         Ok(ConnectResponse { cntlid, atr, ascr: false }.to_dw0())
     }
 
     /// What the controller keeps of this queue once connected as `qid`.
-    fn queue_entry(&self, qid: u16, sqsize: u16) -> QueueEntry {
+    pub(super) fn queue_entry(&self, qid: u16, sqsize: u16) -> QueueEntry {
         QueueEntry {
             qid,
             epoch: 0,

@@ -415,6 +415,8 @@ struct Association {
     sqsize: u16,
     /// The controller's I/O epoch when this I/O queue connected.
     epoch: u32,
+    /// The controller lists this queue (holds its QID). An I/O queue that must authenticate is listed once it has.
+    attached: bool,
 }
 
 #[derive(Debug)]
@@ -734,10 +736,8 @@ impl Queue {
         }
         if self.auth.ended() {
             let qid = self.qid().unwrap_or(0);
-            // As nvmet after a failed transaction: the whole association ends.
-            if let Some(controller) = self.controller() {
-                controller.terminate();
-            }
+            // A failed transaction ends its queue only (an admin queue's end ends the association): nvmet ends the
+            // whole association, which lets a peer that fails on purpose end another host's.
             self.disconnect(engine);
             return Err(QueueError::AuthenticationFailed { qid });
         }
@@ -803,7 +803,8 @@ impl Queue {
         match mem::replace(&mut self.state, QueueState::Dead) {
             QueueState::Connected(a) => match a.kind {
                 QueueKind::Admin => a.controller.terminate(),
-                QueueKind::Io(qid) => a.controller.detach_io_queue(qid, a.epoch),
+                QueueKind::Io(qid) if a.attached => a.controller.detach_io_queue(qid, a.epoch),
+                QueueKind::Io(_) => {}
             },
             QueueState::AwaitingConnect | QueueState::Dead => {}
         }

@@ -3,6 +3,7 @@
 
 use super::{index_of, Association, Queue, QueueError, QueueKind, QueueState, Slot};
 use crate::backend::IoEngine;
+use crate::controller::association::IoQueueRefusal;
 use crate::metrics::QueueRecorder;
 
 impl Queue {
@@ -43,8 +44,9 @@ impl Queue {
         }
     }
 
-    /// Become connected: size the slab from SQSIZE (once), load the namespace table.
-    pub(super) fn establish(&mut self, association: Association) {
+    /// Become connected: size the slab from SQSIZE (once), load the namespace table; `authenticate`: the host must
+    /// authenticate the queue before anything else.
+    pub(super) fn establish(&mut self, association: Association, authenticate: bool) {
         let entries = usize::from(association.sqsize) + 1;
         let total = (entries * 2).min(usize::from(u16::MAX) + 1);
         let old = self.slots.len();
@@ -60,15 +62,44 @@ impl Queue {
         self.table = table;
         self.table_generation = generation;
         let io = association.kind != QueueKind::Admin;
-        // Admitted to an NVM subsystem, the queue leaves the anonymous share; a discovery controller, which any peer
-        // may open, stays in it with one buffer at a time (hosts read the discovery log one command at a time), so
-        // one peer cannot take the whole anonymous share.
+        self.metrics = Some(QueueRecorder::new(association.controller.subsystem().metrics(), io));
+        self.state = QueueState::Connected(association);
+        self.require_authentication(authenticate);
+        if !authenticate {
+            self.admit_budget();
+        }
+    }
+
+    /// Admitted to an NVM subsystem (connected, and authenticated if it must be), the queue leaves the anonymous
+    /// share: until then a peer that knows a keyed host NQN but not its key is charged like any anonymous peer. A
+    /// discovery controller, which any peer may open, stays in it with one buffer at a time (hosts read the discovery
+    /// log one command at a time), so one peer cannot take the whole anonymous share.
+    fn admit_budget(&mut self) {
+        let QueueState::Connected(a) = &self.state else { return };
         let params = self.target.params();
-        match association.controller.is_discovery() {
+        match a.controller.is_discovery() {
             true => self.budget.set_limits(1, params.queue_buffer_percent, Some(params.anonymous_buffer_percent)),
             false => self.budget.set_limits(u16::MAX, params.queue_buffer_percent, None),
         }
-        self.metrics = Some(QueueRecorder::new(association.controller.subsystem().metrics(), io));
-        self.state = QueueState::Connected(association);
+    }
+
+    /// The queue's first transaction succeeded: it leaves the anonymous share and an I/O queue takes its QID, in the
+    /// I/O epoch of its Connect. Err: the QID was taken meanwhile (by a queue that authenticated first) or the
+    /// controller was reset; the queue must end.
+    pub(super) fn authenticated(&mut self) -> Result<(), IoQueueRefusal> {
+        let entry = match &self.state {
+            QueueState::Connected(a) if !a.attached => match a.kind {
+                QueueKind::Io(qid) => Some((self.queue_entry(qid, a.sqsize), a.epoch)),
+                QueueKind::Admin => None,
+            },
+            _ => None,
+        };
+        if let Some((entry, epoch)) = entry {
+            let QueueState::Connected(a) = &mut self.state else { return Ok(()) };
+            a.controller.attach_io_queue(entry, Some(epoch))?;
+            a.attached = true;
+        }
+        self.admit_budget();
+        Ok(())
     }
 }

@@ -172,7 +172,7 @@ fn a_wrong_key_gets_failure1_and_the_association_ends() {
 }
 
 #[test]
-fn a_failed_io_queue_does_no_io_and_ends_the_association() {
+fn a_failed_io_queue_ends_alone_and_frees_its_qid() {
     let target = target_with(target_params(), auth(false, Some(keys(1, None))));
     let mut engine = engine();
     let (mut admin, cntlid) = Host::authenticated_admin(&target, &mut engine);
@@ -183,10 +183,65 @@ fn a_failed_io_queue_does_no_io_and_ends_the_association() {
     assert_eq!(e, AuthError::HostNotAccepted, "no controller key here: Failure1");
     let mut out = Vec::new();
     assert_eq!(io.queue.poll(&mut engine, Instant::now(), &mut out), Err(QueueError::AuthenticationFailed { qid: 1 }));
-    assert!(matches!(
-        admin.queue.poll(&mut engine, Instant::now(), &mut out),
-        Err(QueueError::AssociationEnded { .. })
-    ));
+    // The association lives on (nvmet would end it), and QID 1 connects again.
+    assert_eq!(admin.queue.poll(&mut engine, Instant::now(), &mut out), Ok(()));
+    assert!(admin.run(&mut engine, KeepAlive.to_sqe()).status().is_success());
+    let mut again = Host::new(&target);
+    again.connect(&mut engine, 1, 127, cntlid, SUBNQN, HOSTNQN).ok();
+    again.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    again.write(&mut engine, 1, 0, &pattern(512, 4)).ok();
+}
+
+/// A peer that knows the host NQN, host ID and CNTLID (sequential; the host ID is often in the NQN) but not the
+/// key: its I/O queue Connect holds no QID, its failure ends only its own queue, and the real host's queue of the
+/// same QID connects and authenticates meanwhile.
+#[test]
+fn an_impostor_io_queue_neither_holds_a_qid_nor_ends_the_association() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let (mut admin, cntlid) = Host::authenticated_admin(&target, &mut engine);
+    let mut impostor = Host::new(&target);
+    assert!(ConnectResponse::from_dw0(impostor.connect(&mut engine, 1, 127, cntlid, SUBNQN, HOSTNQN).ok().cqe.dw0).atr);
+    assert!(impostor.queue.is_anonymous(), "charged to the anonymous share until authenticated");
+
+    let mut real = Host::new(&target);
+    real.connect(&mut engine, 1, 127, cntlid, SUBNQN, HOSTNQN).ok();
+    real.authenticate(&mut engine, &secret(1), None, Carry::Fetched).unwrap();
+    assert!(!real.queue.is_anonymous());
+    let data = pattern(4096, 6);
+    real.write(&mut engine, 1, 16, &data).ok();
+
+    // The impostor fails (a Receive before any Negotiate: Failure1), then its queue goes.
+    let failure1 = impostor.auth_receive(&mut engine, 4096).ok().data;
+    assert_eq!(failure1[1], auth_id::FAILURE1);
+    let mut out = Vec::new();
+    assert_eq!(
+        impostor.queue.poll(&mut engine, Instant::now(), &mut out),
+        Err(QueueError::AuthenticationFailed { qid: 1 })
+    );
+    assert_eq!(admin.queue.poll(&mut engine, Instant::now(), &mut out), Ok(()));
+    assert_eq!(real.queue.poll(&mut engine, Instant::now(), &mut out), Ok(()));
+    assert_eq!(real.read(&mut engine, 1, 16, 8).ok().data, data, "the real queue serves on");
+    assert_eq!(target.subsystem(SUBNQN).unwrap().controller(cntlid).unwrap().io_queue_count(), 1);
+}
+
+/// Of two queues of one QID waiting to authenticate, the first to succeed takes it; the other ends after its
+/// last message.
+#[test]
+fn the_first_queue_of_a_qid_to_authenticate_takes_it() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let (_admin, cntlid) = Host::authenticated_admin(&target, &mut engine);
+    let mut first = Host::new(&target);
+    let mut second = Host::new(&target);
+    first.connect(&mut engine, 2, 127, cntlid, SUBNQN, HOSTNQN).ok();
+    second.connect(&mut engine, 2, 127, cntlid, SUBNQN, HOSTNQN).ok();
+    first.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    second.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(second.queue.poll(&mut engine, Instant::now(), &mut out), Err(QueueError::Disconnected { qid: 2 }));
+    assert_eq!(first.queue.poll(&mut engine, Instant::now(), &mut out), Ok(()));
+    first.write(&mut engine, 1, 0, &pattern(512, 1)).ok();
 }
 
 #[test]
