@@ -253,6 +253,8 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         max_queue_entries: limits.max_queue_size,
         max_io_queues: limits.max_io_queues,
         kato_max_ms: limits.keep_alive_max_ms,
+        discovery_kato_max_ms: config.discovery.keep_alive_max_ms,
+        max_controllers_per_host: limits.max_controllers_per_host,
         kato_min_ms: limits.keep_alive_min_ms,
         connect_timeout_ms: limits.connect_timeout_ms,
         transfer_timeout_ms: limits.transfer_timeout_ms,

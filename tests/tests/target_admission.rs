@@ -1,6 +1,7 @@
 //! Connection caps over NVMe/TCP on loopback: a peer address holds at most `[target] max_connections_per_address`
 //! connections and a listener at most `[[listener]] max_connections`; more are closed at accept and counted
-//! (`nvmf_target_rejected_connections_total{reason}`), and a closed connection gives its place back.
+//! (`nvmf_target_rejected_connections_total{reason}`), and a closed connection gives its place back. Addresses count
+//! as one within `[target] address_prefix_v4`.
 
 mod target_support;
 
@@ -88,4 +89,19 @@ fn connections_beyond_the_address_and_listener_caps_are_refused_and_places_come_
     enable(&mut again);
     ok(again.command(KeepAlive.to_sqe(), None, 0));
     ok(host.command(KeepAlive.to_sqe(), None, 0));
+}
+
+#[test]
+fn addresses_of_one_prefix_share_the_address_cap() {
+    let limits = "[target]\nmax_connections_per_address = 2\naddress_prefix_v4 = 24\n\n[reactors]";
+    let t = Target::start(&memory_config("").replace("[reactors]", limits));
+    // 127.0.0.2 and 127.0.0.3 are one /24: two places between them; 127.0.1.2 is another prefix.
+    let mut held = [connect_from("127.0.0.2", t.addr), connect_from("127.0.0.3", t.addr)];
+    let mut over = connect_from("127.0.0.4", t.addr);
+    assert!(closed_at_once(&mut over), "a 3rd connection from the same /24 was kept");
+    rejected_reach(&t, Refusal::Address, 1);
+    assert!(held.iter_mut().all(|s| !closed_at_once(s)), "admitted connections are kept");
+    let mut other = connect_from("127.0.1.2", t.addr);
+    assert!(!closed_at_once(&mut other), "another /24 has its own places");
+    assert_eq!(t.running().rejected_connections(Refusal::Address), 1);
 }

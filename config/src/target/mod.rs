@@ -141,9 +141,18 @@ pub struct ControllerLimits {
     /// subsystem (before their Connect completed, or on a discovery controller) may hold together, in percent,
     /// 1..=100. Default 25.
     pub anonymous_buffer_percent: u8,
-    /// The most transport connections (NVMe/TCP connections, NVMe/RDMA queue pairs) one peer address may hold at
-    /// once, 1..=1048576; more are refused. Default 1024.
+    /// The most transport connections (NVMe/TCP connections, NVMe/RDMA queue pairs) one peer address — all the
+    /// addresses of its prefix ([`address_prefix_v4`](Self::address_prefix_v4), `_v6`) — may hold at once,
+    /// 1..=1048576; more are refused. Default 1024.
     pub max_connections_per_address: u32,
+    /// The IPv4 prefix length under which peer addresses count as one for `max_connections_per_address`, 1..=32.
+    /// Default 32 (each address).
+    pub address_prefix_v4: u8,
+    /// The same for IPv6, 1..=128. Default 64: a host owns its /64, so exact addresses would not limit it.
+    pub address_prefix_v6: u8,
+    /// The most live controllers one host NQN may have in one subsystem (the discovery subsystem included), 1..=65519;
+    /// one more Connect is refused with Controller Busy. A host has one per path. Default 64.
+    pub max_controllers_per_host: u16,
     /// NVMe/TCP keepalive: a connection whose peer has been silent this long (ms) is probed, and closed after three
     /// unanswered probes a tenth of it apart; 0 turns probes off. 0 or 10000..=86400000. Default 60000.
     pub tcp_keepalive_ms: u32,
@@ -479,6 +488,10 @@ pub struct DiscoveryConfig {
     /// Hosts must authenticate to the discovery controller (DH-HMAC-CHAP) with the keys of their first
     /// `[[subsystem.host]]`; hosts with no keys anywhere are refused. Default false.
     pub auth_required: bool,
+    /// Longest keep-alive timeout (KATO) a host may ask a discovery controller for, in milliseconds,
+    /// 1000..=`[target] keep_alive_max_ms`; a longer one is refused. A discovery controller connected with KATO 0
+    /// gets this (Linux nvmet: 120 s). Any peer may open one, so a silent one must end soon. Default 120000.
+    pub keep_alive_max_ms: u32,
 }
 
 /// `[reactors]`.

@@ -60,6 +60,12 @@ pub(crate) struct RawLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections_per_address: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_prefix_v4: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_prefix_v6: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_controllers_per_host: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_send_backlog: Option<RawSize>,
@@ -202,6 +208,8 @@ pub(crate) struct RawDiscovery {
     pub enabled: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_required: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_alive_max_ms: Option<i64>,
 }
 
 /// `[reactors]`.

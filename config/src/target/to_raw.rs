@@ -23,6 +23,9 @@ pub(crate) fn to_raw(config: &TargetConfig, redact: bool) -> RawTargetConfig {
             queue_buffer_percent: Some(i64::from(limits.queue_buffer_percent)),
             anonymous_buffer_percent: Some(i64::from(limits.anonymous_buffer_percent)),
             max_connections_per_address: Some(i64::from(limits.max_connections_per_address)),
+            address_prefix_v4: Some(i64::from(limits.address_prefix_v4)),
+            address_prefix_v6: Some(i64::from(limits.address_prefix_v6)),
+            max_controllers_per_host: Some(i64::from(limits.max_controllers_per_host)),
             tcp_keepalive_ms: Some(i64::from(limits.tcp_keepalive_ms)),
             tcp_send_backlog: Some(RawSize::Text(format_size(u64::from(limits.tcp_send_backlog)))),
             ceph_mon_timeout_ms: Some(i64::from(limits.ceph_mon_timeout_ms)),
@@ -32,6 +35,7 @@ pub(crate) fn to_raw(config: &TargetConfig, redact: bool) -> RawTargetConfig {
         discovery: Some(RawDiscovery {
             enabled: Some(config.discovery.enabled),
             auth_required: Some(config.discovery.auth_required),
+            keep_alive_max_ms: Some(i64::from(config.discovery.keep_alive_max_ms)),
         }),
         reactors: Some(RawReactors {
             threads: i64::try_from(config.reactors.threads).ok(),

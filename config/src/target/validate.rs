@@ -46,6 +46,13 @@ pub(crate) const DEFAULT_QUEUE_BUFFER_PERCENT: u8 = 50;
 pub(crate) const DEFAULT_ANONYMOUS_BUFFER_PERCENT: u8 = 25;
 /// Default `[target] max_connections_per_address`.
 pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: u32 = 1024;
+/// Default `[target] address_prefix_v4`, `address_prefix_v6`.
+pub(crate) const DEFAULT_ADDRESS_PREFIX_V4: u8 = 32;
+pub(crate) const DEFAULT_ADDRESS_PREFIX_V6: u8 = 64;
+/// Default `[target] max_controllers_per_host`.
+pub(crate) const DEFAULT_MAX_CONTROLLERS_PER_HOST: u16 = 64;
+/// Default `[discovery] keep_alive_max_ms` (Linux nvmet gives a discovery controller of KATO 0 this much).
+pub(crate) const DEFAULT_DISCOVERY_KATO_MAX_MS: u32 = 120_000;
 /// Default `[target] tcp_keepalive_ms`.
 pub(crate) const DEFAULT_TCP_KEEPALIVE_MS: u32 = 60_000;
 /// Default `[target] tcp_send_backlog`.
@@ -122,9 +129,18 @@ pub(crate) fn validate(raw: &RawTargetConfig, base: Option<&Path>, cpus: usize) 
         }
         listeners.push(listener);
     }
+    let discovery_kato_max_ms = match raw.discovery.as_ref().and_then(|d| d.keep_alive_max_ms) {
+        None => DEFAULT_DISCOVERY_KATO_MAX_MS.min(limits.keep_alive_max_ms),
+        Some(value) => {
+            let allowed = format!("1000..={} ([target] keep_alive_max_ms)", limits.keep_alive_max_ms);
+            let key = root.key("discovery").key("keep_alive_max_ms");
+            int_in(value, 1000..=i64::from(limits.keep_alive_max_ms), &key, "timeout", allowed)?
+        }
+    };
     let discovery = DiscoveryConfig {
         enabled: raw.discovery.as_ref().and_then(|d| d.enabled).unwrap_or(true),
         auth_required: raw.discovery.as_ref().and_then(|d| d.auth_required).unwrap_or(false),
+        keep_alive_max_ms: discovery_kato_max_ms,
     };
     if discovery.auth_required && raw.subsystems.iter().all(|s| s.host_keys.is_empty()) {
         return Err(Problem::new(
@@ -244,6 +260,18 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
             int_in(value, 1..=1 << 20, &key.key("max_connections_per_address"), "connection count", "1..=1048576")?
         }
     };
+    let address_prefix_v4 = match raw.address_prefix_v4 {
+        None => DEFAULT_ADDRESS_PREFIX_V4,
+        Some(value) => int_in(value, 1..=32, &key.key("address_prefix_v4"), "prefix length", "1..=32")?,
+    };
+    let address_prefix_v6 = match raw.address_prefix_v6 {
+        None => DEFAULT_ADDRESS_PREFIX_V6,
+        Some(value) => int_in(value, 1..=128, &key.key("address_prefix_v6"), "prefix length", "1..=128")?,
+    };
+    let max_controllers_per_host = match raw.max_controllers_per_host {
+        None => DEFAULT_MAX_CONTROLLERS_PER_HOST,
+        Some(value) => int_in(value, 1..=65519, &key.key("max_controllers_per_host"), "controller count", "1..=65519")?,
+    };
     let tcp_keepalive_ms = match raw.tcp_keepalive_ms {
         None => DEFAULT_TCP_KEEPALIVE_MS,
         Some(0) => 0,
@@ -291,6 +319,9 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         queue_buffer_percent,
         anonymous_buffer_percent,
         max_connections_per_address,
+        address_prefix_v4,
+        address_prefix_v6,
+        max_controllers_per_host,
         tcp_keepalive_ms,
         tcp_send_backlog,
         ceph_mon_timeout_ms,

@@ -44,9 +44,12 @@ mod tests;
 
 pub use association::{Controller, QueueSnapshot};
 pub use counters::{CounterSnapshot, QueueCounters};
-pub use queue::{split_storage_tag, storage_tag, Queue, QueueError, SlotId, Step, DISCOVERY_KATO_MS};
+pub use queue::{split_storage_tag, storage_tag, Queue, QueueError, SlotId, Step};
 pub use subsystem::{Namespace, NamespaceParams, NamespaceTable, Subsystem, SubsystemError, SubsystemParams};
-pub use target::{KatoMinimum, ListenerParams, Stalled, Target, TargetError, TargetParams, TransportInfo};
+pub use target::{
+    ConnectLimit, KatoMinimum, ListenerParams, Stalled, Target, TargetError, TargetParams, TransportInfo,
+    DISCOVERY_KATO_MS,
+};
 
 /// A callback that wakes the reactor owning a queue (e.g. `mio::Waker::wake`). Called from any thread, with
 /// no controller lock held, when the queue has something to do in [`Queue::poll`]: an asynchronous event to

@@ -741,10 +741,20 @@ impl Subsystem {
     }
 
     /// Allocate a controller ID in the subsystem's range (round-robin, skipping live ones) and register the
-    /// controller `make` builds with it. `None` when every ID is taken.
-    pub(crate) fn register_controller(&self, make: impl FnOnce(u16) -> Arc<Controller>) -> Option<Arc<Controller>> {
+    /// controller `make` builds with it; refused when `hostnqn` has `per_host` live controllers here or every ID is
+    /// taken.
+    pub(crate) fn register_controller(
+        &self,
+        hostnqn: &str,
+        per_host: u16,
+        make: impl FnOnce(u16) -> Arc<Controller>,
+    ) -> Result<Arc<Controller>, RegisterRefusal> {
         let mut registry = self.registry();
         registry.controllers.retain(|_, c| c.strong_count() > 0);
+        let live = |c: &Weak<Controller>| c.upgrade().is_some_and(|c| !c.is_terminated() && c.hostnqn() == hostnqn);
+        if registry.controllers.values().filter(|c| live(c)).count() >= usize::from(per_host) {
+            return Err(RegisterRefusal::HostLimit);
+        }
         let (start, end) = (*self.cntlid_range.start(), *self.cntlid_range.end());
         let span = u32::from(end - start) + 1;
         let mut candidate = registry.next_cntlid.clamp(start, end);
@@ -753,11 +763,11 @@ impl Subsystem {
                 let controller = make(candidate);
                 slot.insert(Arc::downgrade(&controller));
                 registry.next_cntlid = if candidate == end { start } else { candidate + 1 };
-                return Some(controller);
+                return Ok(controller);
             }
             candidate = if candidate == end { start } else { candidate + 1 };
         }
-        None
+        Err(RegisterRefusal::NoCntlid)
     }
 
     /// Forget controller `cntlid` (its association ended).
@@ -774,4 +784,13 @@ impl Subsystem {
     pub fn controllers(&self) -> Vec<Arc<Controller>> {
         self.registry().controllers.values().filter_map(Weak::upgrade).filter(|c| !c.is_terminated()).collect()
     }
+}
+
+/// Why [`Subsystem::register_controller`] refused a controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RegisterRefusal {
+    /// Every controller ID of the subsystem's range is taken.
+    NoCntlid,
+    /// The host NQN has its most live controllers here.
+    HostLimit,
 }

@@ -109,6 +109,32 @@ impl Stalled {
     }
 }
 
+/// The default [`TargetParams::discovery_kato_max_ms`]: what Linux nvmet gives a discovery controller connected with
+/// KATO 0 (`NVMET_DISC_KATO_MS`).
+pub const DISCOVERY_KATO_MS: u32 = 120_000;
+
+/// Why a Connect was refused by a limit (`nvmf_target_refused_connects_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectLimit {
+    /// The host NQN has `max_controllers_per_host` live controllers in the subsystem.
+    ControllersPerHost,
+    /// A discovery controller asked for a KATO above `discovery_kato_max_ms`.
+    DiscoveryKato,
+}
+
+impl ConnectLimit {
+    /// Every limit, in label order.
+    pub const ALL: [ConnectLimit; 2] = [ConnectLimit::ControllersPerHost, ConnectLimit::DiscoveryKato];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnectLimit::ControllersPerHost => "controllers_per_host",
+            ConnectLimit::DiscoveryKato => "discovery_kato",
+        }
+    }
+}
+
 /// Target-wide limits and identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetParams {
@@ -121,6 +147,11 @@ pub struct TargetParams {
     pub max_io_queues: u16,
     /// Largest Keep Alive Timeout a host may ask for, in milliseconds (Connect or Set Features).
     pub kato_max_ms: u32,
+    /// Largest Keep Alive Timeout a host may ask a discovery controller for, and the one a discovery controller
+    /// connected with KATO 0 runs with, in milliseconds (1..=`kato_max_ms`).
+    pub discovery_kato_max_ms: u32,
+    /// The most live controllers one host NQN may have in one subsystem (at least 1).
+    pub max_controllers_per_host: u16,
     /// Smallest Keep Alive Timeout a controller runs with, in milliseconds; 0: none, KATO 0 (no keep-alive) is
     /// accepted. See [`Target::kato_with_minimum`].
     pub kato_min_ms: u32,
@@ -158,6 +189,8 @@ impl Default for TargetParams {
             max_queue_entries: 128,
             max_io_queues: 64,
             kato_max_ms: 600_000,
+            discovery_kato_max_ms: DISCOVERY_KATO_MS,
+            max_controllers_per_host: 64,
             kato_min_ms: 0,
             connect_timeout_ms: 10_000,
             transfer_timeout_ms: 30_000,
@@ -183,6 +216,12 @@ impl TargetParams {
         }
         if self.kato_min_ms > self.kato_max_ms {
             return invalid("kato_min_ms", self.kato_min_ms.into(), "at most kato_max_ms");
+        }
+        if self.discovery_kato_max_ms == 0 || self.discovery_kato_max_ms > self.kato_max_ms {
+            return invalid("discovery_kato_max_ms", self.discovery_kato_max_ms.into(), "1..=kato_max_ms");
+        }
+        if self.max_controllers_per_host == 0 {
+            return invalid("max_controllers_per_host", 0, "at least 1");
         }
         if self.kas == 0 {
             return invalid("kas", 0, "at least 1 (100 ms)");
@@ -274,6 +313,8 @@ pub struct Target {
     send_backlog_pauses: AtomicU64,
     /// Commands failed with Reservation Conflict.
     reservation_conflicts: AtomicU64,
+    /// Connects refused by a limit, by [`ConnectLimit`].
+    connect_limits: [AtomicU64; ConnectLimit::ALL.len()],
     /// Host KATOs below `kato_min_ms`, by [`KatoMinimum`] outcome.
     kato_minimum: [AtomicU64; KatoMinimum::ALL.len()],
     /// The reactors' discard workers (`BLKDISCARD` fallback).
@@ -319,6 +360,7 @@ impl Target {
             budget_waits: Default::default(),
             send_backlog_pauses: AtomicU64::new(0),
             reservation_conflicts: AtomicU64::new(0),
+            connect_limits: Default::default(),
             kato_minimum: Default::default(),
             discards: Arc::default(),
             listeners,
@@ -402,6 +444,16 @@ impl Target {
     /// The rate limit of refused Connects' log lines (per host NQN, as authentication failures').
     pub(crate) fn refused_connects(&self) -> &FailureLog {
         &self.refused_connects
+    }
+
+    /// Connects refused so far by `limit`.
+    pub fn connect_limit_refusals(&self, limit: ConnectLimit) -> u64 {
+        self.connect_limits[limit as usize].load(Ordering::Relaxed)
+    }
+
+    /// A Connect was refused by `limit`.
+    pub(crate) fn count_connect_limit(&self, limit: ConnectLimit) {
+        self.connect_limits[limit as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Connections ended so far because their peer stalled in `state`.

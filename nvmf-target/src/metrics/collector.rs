@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 
 use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
 use crate::backend::BudgetLimit;
-use crate::controller::{KatoMinimum, Stalled, Target};
+use crate::controller::{ConnectLimit, KatoMinimum, Stalled, Target};
 use crate::reactor::WaitCounters;
 use crate::tcp::placement::IncomingCpuPlacement;
 use crate::tcp::TcpSocketPath;
@@ -279,6 +279,17 @@ impl Collector for TargetCollector {
             )?;
             for state in Stalled::ALL {
                 counter(&mut m, &[("state", state.label())], self.target.timeouts(state))?;
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_refused_connects",
+                "Fabrics Connects refused by a limit: max_controllers_per_host, [discovery] keep_alive_max_ms.",
+                None,
+                MetricType::Counter,
+            )?;
+            for limit in ConnectLimit::ALL {
+                counter(&mut m, &[("reason", limit.label())], self.target.connect_limit_refusals(limit))?;
             }
         }
         {

@@ -1,5 +1,7 @@
 //! Connection admission: the most transport connections (NVMe/TCP connections, NVMe/RDMA queue pairs) one listener
 //! (`[[listener]] max_connections`) and one peer address (`[target] max_connections_per_address`) may hold at once.
+//! Peer addresses count as one within their prefix (`[target] address_prefix_v4`, `address_prefix_v6`: /32 and /64 by
+//! default), for a host that owns a /64 has more addresses than any cap.
 //!
 //! Listener threads ask before handing a new connection to a reactor; a refused one is closed (TCP) or rejected
 //! (RDMA CM) at once and counted (`nvmf_target_rejected_connections_total{reason}`). An admitted connection carries
@@ -18,7 +20,7 @@ use std::sync::{Arc, Mutex};
 pub enum Refusal {
     /// Its listener holds `[[listener]] max_connections` connections.
     Listener,
-    /// Its peer address holds `[target] max_connections_per_address` connections.
+    /// Its peer address (prefix) holds `[target] max_connections_per_address` connections.
     Address,
 }
 
@@ -45,6 +47,9 @@ struct Counts {
 #[derive(Debug)]
 pub struct Admission {
     per_address: u32,
+    /// Prefix lengths under which addresses count as one.
+    prefix_v4: u8,
+    prefix_v6: u8,
     counts: Mutex<Counts>,
     rejected: [AtomicU64; Refusal::ALL.len()],
 }
@@ -58,16 +63,37 @@ pub struct Admitted {
 }
 
 impl Admission {
-    /// Admission with at most `per_address` connections from one peer address.
-    pub fn new(per_address: u32) -> Arc<Self> {
-        Arc::new(Admission { per_address, counts: Mutex::default(), rejected: Default::default() })
+    /// Admission with at most `per_address` connections from the addresses of one IPv4 `/prefix_v4` or IPv6
+    /// `/prefix_v6`.
+    pub fn new(per_address: u32, prefix_v4: u8, prefix_v6: u8) -> Arc<Self> {
+        Arc::new(Admission {
+            per_address,
+            prefix_v4,
+            prefix_v6,
+            counts: Mutex::default(),
+            rejected: Default::default(),
+        })
+    }
+
+    /// The address `peer` counts as: its prefix's first address (an IPv4 peer on a dual-stack socket arrives as
+    /// ::ffff:a.b.c.d: one address either way).
+    fn prefix_of(&self, peer: IpAddr) -> IpAddr {
+        match peer.to_canonical() {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix_v4.min(32))).unwrap_or(0);
+                IpAddr::V4((u32::from(a) & mask).into())
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix_v6.min(128))).unwrap_or(0);
+                IpAddr::V6((u128::from(a) & mask).into())
+            }
+        }
     }
 
     /// A place for a connection from `peer` on listener `port_id`, which holds at most `listener_max`; or why not
     /// (counted; the first refusal and every power of two after it are logged, so a flood cannot flood the log).
     pub fn admit(self: &Arc<Self>, port_id: u16, listener_max: u32, peer: IpAddr) -> Result<Admitted, Refusal> {
-        // An IPv4 peer on a dual-stack socket arrives as ::ffff:a.b.c.d: one address either way.
-        let address = peer.to_canonical();
+        let address = self.prefix_of(peer);
         let refusal = {
             let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
             let on_listener = counts.listeners.get(&port_id).copied().unwrap_or(0);
@@ -128,7 +154,7 @@ mod tests {
 
     #[test]
     fn caps_per_listener_and_per_address_and_places_come_back_on_drop() {
-        let admission = Admission::new(2);
+        let admission = Admission::new(2, 32, 64);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
         let first = admission.admit(1, 3, a).unwrap();
@@ -141,5 +167,22 @@ mod tests {
         assert_eq!(admission.on_listener(1), 2);
         let _again = admission.admit(1, 3, a).unwrap();
         assert_eq!(admission.on_listener(1), 3);
+    }
+
+    #[test]
+    fn addresses_count_as_one_within_their_prefix() {
+        let admission = Admission::new(2, 24, 64);
+        let held = ["2001:db8::1", "2001:db8::ffff:2"].map(|a| admission.admit(1, 100, a.parse().unwrap()));
+        assert!(held.iter().all(Result::is_ok));
+        // Any other address of the /64 is the same peer; the next /64 is another.
+        assert_eq!(admission.admit(1, 100, "2001:db8::1:2:3:4".parse().unwrap()).unwrap_err(), Refusal::Address);
+        assert!(admission.admit(1, 100, "2001:db8:0:1::1".parse().unwrap()).is_ok());
+        let _v4 = ["198.51.100.7", "198.51.100.200"].map(|a| admission.admit(1, 100, a.parse().unwrap()).unwrap());
+        assert_eq!(admission.admit(1, 100, "198.51.100.9".parse().unwrap()).unwrap_err(), Refusal::Address);
+        assert!(admission.admit(1, 100, "198.51.101.9".parse().unwrap()).is_ok());
+        // Full-length prefixes: each address alone.
+        let exact = Admission::new(1, 32, 128);
+        let _a = exact.admit(1, 100, "2001:db8::1".parse().unwrap()).unwrap();
+        assert!(exact.admit(1, 100, "2001:db8::2".parse().unwrap()).is_ok());
     }
 }

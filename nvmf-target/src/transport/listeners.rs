@@ -73,7 +73,11 @@ impl BoundTransportListeners {
             tcp,
             #[cfg(feature = "rdma")]
             rdma,
-            admission: Admission::new(config.limits.max_connections_per_address),
+            admission: Admission::new(
+                config.limits.max_connections_per_address,
+                config.limits.address_prefix_v4,
+                config.limits.address_prefix_v6,
+            ),
         })
     }
 

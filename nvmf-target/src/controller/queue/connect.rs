@@ -16,13 +16,12 @@ use super::{Association, Plan, Queue, QueueError, QueueKind, QueueState, SlotId,
 use crate::backend::IoEngine;
 use crate::controller::association::{Controller, IoQueueRefusal, QueueEntry};
 use crate::controller::io::{self, DataSource, Direction};
+use crate::controller::subsystem::RegisterRefusal;
+use crate::controller::target::ConnectLimit;
 use crate::controller::Stalled;
 
 /// Bytes of Connect data.
 pub(super) const CONNECT_DATA_LEN: u32 = 1024;
-
-/// The keep-alive timeout of a discovery controller connected with KATO 0 (Linux nvmet's `NVMET_DISC_KATO_MS`).
-pub const DISCOVERY_KATO_MS: u32 = 120_000;
 
 /// Outcome of the Connect checks: the status and dword 0 to answer with.
 type ConnectResult = Result<u32, (Status, u32)>;
@@ -161,22 +160,40 @@ impl Queue {
             if connect.kato > params.kato_max_ms {
                 return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::KATO)));
             }
+            // Any peer may open a discovery controller: one that goes silent must not hold its place for long.
+            if subsystem.is_discovery() && connect.kato > params.discovery_kato_max_ms {
+                self.target.count_connect_limit(ConnectLimit::DiscoveryKato);
+                return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::KATO)));
+            }
             // A discovery controller whose host asked for no keep-alive still ends when its host vanishes, as
             // Linux nvmet does (`nvme discover` connects with KATO 0).
             let kato = match connect.kato {
-                0 if subsystem.is_discovery() => DISCOVERY_KATO_MS,
+                0 if subsystem.is_discovery() => params.discovery_kato_max_ms,
                 kato => self
                     .target
                     .kato_with_minimum(kato)
                     .ok_or_else(|| invalid_parameter(InvalidParameter::in_command(sqe_offset::KATO)))?,
             };
-            let controller = subsystem
-                .register_controller(|cntlid| {
-                    let controller =
-                        Controller::new(cntlid, Arc::clone(&subsystem), hostnqn, data.hostid, kato, params, true);
-                    Arc::new(controller.on_port(self.transport.port_id))
-                })
-                .ok_or((Status::CONNECT_CONTROLLER_BUSY, 0))?;
+            let registered = subsystem.register_controller(hostnqn, params.max_controllers_per_host, |cntlid| {
+                let controller =
+                    Controller::new(cntlid, Arc::clone(&subsystem), hostnqn, data.hostid, kato, params, true);
+                Arc::new(controller.on_port(self.transport.port_id))
+            });
+            let controller = match registered {
+                Ok(controller) => controller,
+                Err(RegisterRefusal::NoCntlid) => return Err((Status::CONNECT_CONTROLLER_BUSY, 0)),
+                Err(RegisterRefusal::HostLimit) => {
+                    // Without DNR: the host may retry once one of its controllers ended.
+                    tracing::debug!(
+                        subnqn = subsystem.nqn(),
+                        hostnqn,
+                        limit = params.max_controllers_per_host,
+                        "Connect refused: the host has max_controllers_per_host controllers here"
+                    );
+                    self.target.count_connect_limit(ConnectLimit::ControllersPerHost);
+                    return Err((Status::CONNECT_CONTROLLER_BUSY, 0));
+                }
+            };
             controller.attach_admin_queue(self.queue_entry(0, connect.sqsize));
             let cntlid = controller.cntlid();
             tracing::info!(

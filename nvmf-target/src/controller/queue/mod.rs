@@ -58,7 +58,6 @@ use crate::backend::{BufferBudget, BufferId, IoEngine};
 use crate::metrics::QueueRecorder;
 
 pub use authentication::MAX_RECEIVE_LEN;
-pub use connect::DISCOVERY_KATO_MS;
 
 use authentication::QueueAuth;
 

@@ -282,3 +282,44 @@ fn a_controller_lists_its_queues_and_ends_by_request() {
     assert!(a.io.queue.poll(&mut a.engine, Instant::now(), &mut out).is_err(), "the I/O queue closes");
     assert!(crate::control::listing::listing(&a.target).subsystems[1].controllers.is_empty());
 }
+
+#[test]
+fn a_host_nqn_has_at_most_max_controllers_per_host_in_a_subsystem() {
+    let params = TargetParams { max_controllers_per_host: 2, ..target_params() };
+    let target = Target::new(params, vec![subsystem_params()]).unwrap();
+    let mut engine = engine();
+    let mut first = Host::new(&target);
+    first.connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok();
+    let mut second = Host::new(&target);
+    second.connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok();
+    // Controller Busy without DNR: the host may retry once one of its controllers ended.
+    let done = Host::new(&target).connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN);
+    assert_eq!(done.status(), Status::CONNECT_CONTROLLER_BUSY);
+    assert_eq!(target.connect_limit_refusals(ConnectLimit::ControllersPerHost), 1);
+    // Other hosts and other subsystems are not charged; an ended controller gives its place back.
+    Host::new(&target).connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, OTHER_HOST).ok();
+    Host::new(&target).connect(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, HOSTNQN).ok();
+    first.queue.disconnect(&mut engine);
+    Host::new(&target).connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok();
+}
+
+#[test]
+fn a_discovery_controller_keep_alive_timeout_has_its_own_ceiling() {
+    let params = TargetParams { discovery_kato_max_ms: 30_000, ..target_params() };
+    let target = Target::new(params, vec![subsystem_params()]).unwrap();
+    let mut engine = engine();
+    let kato_ipo = InvalidParameter::in_command(nvmf_common::fabrics::connect::sqe_offset::KATO).to_dw0();
+    let mut host = Host::new(&target);
+    let done = host.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, HOSTNQN, HOSTID, 30_100);
+    assert_eq!((done.status(), done.cqe.dw0), (Status::CONNECT_INVALID_PARAMETERS.with_dnr(), kato_ipo));
+    assert_eq!(target.connect_limit_refusals(ConnectLimit::DiscoveryKato), 1);
+    // Up to the ceiling it is the host's; KATO 0 gets the ceiling. NVM subsystems keep kato_max_ms.
+    let mut host = Host::new(&target);
+    host.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, HOSTNQN, HOSTID, 30_000).ok();
+    assert_eq!(host.queue.controller().unwrap().kato_ms(), 30_000);
+    let mut host = Host::new(&target);
+    host.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, HOSTNQN, HOSTID, 0).ok();
+    assert_eq!(host.queue.controller().unwrap().kato_ms(), 30_000);
+    let mut host = Host::new(&target);
+    host.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, HOSTID, 300_000).ok();
+}
