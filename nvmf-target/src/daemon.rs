@@ -137,6 +137,7 @@ pub fn subsystem_auth(s: &SubsystemConfig) -> SubsystemAuth {
                 controller_key: h.dhchap_ctrl_key.as_ref().map(|k| k.secret.clone()),
                 hashes: h.dhchap_hashes.clone(),
                 dh_groups: h.dhchap_dhgroups.clone(),
+                hostid: h.hostid.map(|id| *id.as_bytes()),
             };
             (h.nqn.clone(), Arc::new(keys))
         })

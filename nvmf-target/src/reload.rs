@@ -753,6 +753,7 @@ mod tests {
             dhchap_ctrl_key: None,
             dhchap_hashes: Vec::new(),
             dhchap_dhgroups: Vec::new(),
+            hostid: None,
         };
         // The host gets a key: allowed (the only host now) and must authenticate.
         let mut new = old.clone();

@@ -333,6 +333,10 @@ pub struct HostKeysConfig {
     pub dhchap_hashes: Vec<HashFunction>,
     /// DH groups the host may use, in order of preference. Default: all (null first, as nvmet).
     pub dhchap_dhgroups: Vec<DhGroup>,
+    /// The only host ID (a UUID, nvme-cli's `--hostid`) this host NQN may connect with, and that no other host NQN
+    /// may use. Default none: the host ID of the host's first authenticated queue is bound to it until the target
+    /// restarts.
+    pub hostid: Option<Uuid>,
 }
 
 /// A secret of the configuration and where it came from.

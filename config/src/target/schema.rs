@@ -166,6 +166,8 @@ pub(crate) struct RawHostKeys {
     pub dhchap_hashes: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap_dhgroups: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostid: Option<String>,
 }
 
 /// `[[subsystem.namespace]]`.

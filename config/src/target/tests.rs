@@ -720,6 +720,23 @@ fn subsystem_host_key_errors() {
     .unwrap_err()
     .to_string();
     assert!(twice.contains("host \"nqn.2024-01.io.example:h1\" is also hosts[0]"), "{twice}");
+    let id = e(&format!("dhchap_key = \"{KEY}\"\nhostid = \"not-a-uuid\"\n"));
+    assert!(id.contains("subsystem[0].host[0].hostid: \"not-a-uuid\" is not a UUID"), "{id}");
+}
+
+#[test]
+fn a_host_id_belongs_to_one_host() {
+    const ID: &str = "2b3c4d5e-6f70-4812-9a3b-4c5d6e7f8091";
+    let host = |n: u8| {
+        format!(
+            "[[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h{n}\"\ndhchap_key = \"{KEY}\"\nhostid = \"{ID}\"\n"
+        )
+    };
+    let one = load(&format!("{BASE}{}", host(1))).unwrap();
+    assert_eq!(one.subsystems[0].host_keys[0].hostid.unwrap().to_string(), ID);
+    assert_eq!(load(&one.to_string()).unwrap(), one);
+    let two = load(&format!("{BASE}{}{}", host(1), host(2))).unwrap_err().to_string();
+    assert!(two.contains(&format!("subsystem[0].host[1].hostid: host ID {ID} is also host[0]'s")), "{two}");
 }
 
 #[test]

@@ -162,5 +162,6 @@ fn host_keys_to_raw(h: &HostKeysConfig, redact: bool) -> RawHostKeys {
             .then(|| h.dhchap_hashes.iter().map(|x| x.name().to_owned()).collect()),
         dhchap_dhgroups: (!h.dhchap_dhgroups.is_empty())
             .then(|| h.dhchap_dhgroups.iter().map(|x| x.name().to_owned()).collect()),
+        hostid: h.hostid.map(|id| id.hyphenated().to_string()),
     }
 }

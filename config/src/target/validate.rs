@@ -511,7 +511,15 @@ fn subsystem(
                 "one [[subsystem.host]] per host",
             ));
         }
-        host_keys.push(host_keys_entry(entry, &entry_key, base)?);
+        let entry = host_keys_entry(entry, &entry_key, base)?;
+        if let Some(first) = entry.hostid.and_then(|id| host_keys.iter().position(|h| h.hostid == Some(id))) {
+            return Err(Problem::new(
+                entry_key.key("hostid"),
+                format!("host ID {} is also host[{first}]'s", entry.hostid.unwrap_or_default()),
+                "each host ID once in a subsystem",
+            ));
+        }
+        host_keys.push(entry);
     }
     let allow_any_host = match (raw.allow_any_host, hosts.is_empty()) {
         (None, no_hosts) => no_hosts && host_keys.is_empty(),
@@ -652,7 +660,11 @@ fn host_keys_entry(raw: &RawHostKeys, key: &KeyPath, base: Option<&Path>) -> Res
         None => Vec::new(),
         Some(names) => named_list(names, &key.key("dhchap_dhgroups"), dh_group, DHGROUPS_ALLOWED)?,
     };
-    Ok(HostKeysConfig { nqn: raw.nqn.clone(), dhchap_key, dhchap_ctrl_key, dhchap_hashes, dhchap_dhgroups })
+    let hostid = match &raw.hostid {
+        None => None,
+        Some(text) => Some(ids::parse_uuid(text).map_err(|error| error.at(key.key("hostid")))?),
+    };
+    Ok(HostKeysConfig { nqn: raw.nqn.clone(), dhchap_key, dhchap_ctrl_key, dhchap_hashes, dhchap_dhgroups, hostid })
 }
 
 fn namespace(

@@ -28,6 +28,8 @@ pub struct HostKeys {
     pub hashes: Vec<HashFunction>,
     /// DH groups allowed, in order of preference (empty: null, then ffdhe2048..8192).
     pub dh_groups: Vec<DhGroup>,
+    /// The only host ID the host may connect with (`hostid`); `None`: the first one it authenticates with.
+    pub hostid: Option<[u8; 16]>,
 }
 
 impl HostKeys {

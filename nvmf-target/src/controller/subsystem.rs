@@ -11,7 +11,7 @@
 //! namespace changes only.
 
 use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
@@ -386,6 +386,17 @@ struct HostAccess {
     allow_any_host: bool,
     hosts: Vec<String>,
     auth: SubsystemAuth,
+    /// The host ID each host with keys but no configured `hostid` first authenticated with (bounded by the hosts
+    /// with keys; entries of hosts that lose their keys go with them).
+    learned_host_ids: HashMap<String, [u8; 16]>,
+}
+
+impl HostAccess {
+    /// The host ID `hostnqn` is bound to: configured, or learned from its first authentication.
+    fn bound_host_id(&self, hostnqn: &str) -> Option<[u8; 16]> {
+        let keys = self.auth.hosts.get(hostnqn)?;
+        keys.hostid.or_else(|| self.learned_host_ids.get(hostnqn).copied())
+    }
 }
 
 /// An NVM subsystem (or the discovery subsystem): identity, host access, controller IDs and namespaces.
@@ -471,7 +482,7 @@ impl Subsystem {
             serial,
             model,
             kind: SubsystemKind::Nvm,
-            access: RwLock::new(HostAccess { allow_any_host, hosts, auth }),
+            access: RwLock::new(HostAccess { allow_any_host, hosts, auth, learned_host_ids: HashMap::new() }),
             cntlid_range,
             max_namespaces,
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
@@ -502,7 +513,12 @@ impl Subsystem {
             serial,
             model: "nvmf-rs discovery".to_owned(),
             kind: SubsystemKind::Discovery,
-            access: RwLock::new(HostAccess { allow_any_host: true, hosts: Vec::new(), auth: SubsystemAuth::default() }),
+            access: RwLock::new(HostAccess {
+                allow_any_host: true,
+                hosts: Vec::new(),
+                auth: SubsystemAuth::default(),
+                learned_host_ids: HashMap::new(),
+            }),
             cntlid_range: CNTLID_RANGE,
             max_namespaces: 0,
             namespaces: RwLock::new(Arc::new(NamespaceTable::default())),
@@ -584,6 +600,39 @@ impl Subsystem {
         access.auth.hosts.get(hostnqn).cloned()
     }
 
+    /// Whether a Connect of `hostnqn` with `hostid` breaks a host ID binding: the host NQN is bound to another host
+    /// ID, or the host ID to another host NQN. Reservations know hosts by host ID, so without this an allowed host
+    /// could act as another's registrant by sending its host ID (which Reservation Report shows). Linux nvmet binds
+    /// none.
+    pub fn host_id_refused(&self, hostnqn: &str, hostid: &[u8; 16]) -> bool {
+        let access = self.access.read().unwrap_or_else(|e| e.into_inner());
+        if access.bound_host_id(hostnqn).is_some_and(|bound| bound != *hostid) {
+            return true;
+        }
+        let configured = access.auth.hosts.iter().any(|(nqn, k)| k.hostid.as_ref() == Some(hostid) && nqn != hostnqn);
+        configured || access.learned_host_ids.iter().any(|(nqn, id)| id == hostid && nqn != hostnqn)
+    }
+
+    /// `hostnqn` authenticated a queue with `hostid`: bind them, if the host has keys and no binding yet. Controllers
+    /// of other host NQNs that connected with that host ID before end.
+    pub fn bind_host_id(&self, hostnqn: &str, hostid: [u8; 16]) {
+        {
+            let mut access = self.access.write().unwrap_or_else(|e| e.into_inner());
+            if access.bound_host_id(hostnqn).is_some() || !access.auth.hosts.contains_key(hostnqn) {
+                return;
+            }
+            access.learned_host_ids.insert(hostnqn.to_owned(), hostid);
+        }
+        tracing::debug!(subnqn = %self.nqn, hostnqn, "host ID bound to the host NQN");
+        for c in self.controllers() {
+            if c.hostid() == hostid && c.hostnqn() != hostnqn {
+                tracing::info!(subnqn = %self.nqn, hostnqn = c.hostnqn(), cntlid = c.cntlid(),
+                    "association ended: its host ID is bound to another host NQN");
+                c.terminate();
+            }
+        }
+    }
+
     /// Whether a host without keys here is refused.
     pub fn auth_required(&self) -> bool {
         self.access.read().unwrap_or_else(|e| e.into_inner()).auth.required
@@ -597,6 +646,8 @@ impl Subsystem {
             tracing::info!(subnqn = %self.nqn, hosts_with_keys = auth.hosts.len(), required = auth.required,
                 "authentication settings changed");
             access.auth = auth;
+            let HostAccess { auth, learned_host_ids, .. } = &mut *access;
+            learned_host_ids.retain(|nqn, _| auth.hosts.get(nqn).is_some_and(|k| k.hostid.is_none()));
         }
     }
 

@@ -120,17 +120,21 @@ pub enum ConnectLimit {
     ControllersPerHost,
     /// A discovery controller asked for a KATO above `discovery_kato_max_ms`.
     DiscoveryKato,
+    /// The Connect's host ID breaks a binding of host ID and host NQN ([`Subsystem::host_id_refused`]).
+    HostId,
 }
 
 impl ConnectLimit {
     /// Every limit, in label order.
-    pub const ALL: [ConnectLimit; 2] = [ConnectLimit::ControllersPerHost, ConnectLimit::DiscoveryKato];
+    pub const ALL: [ConnectLimit; 3] =
+        [ConnectLimit::ControllersPerHost, ConnectLimit::DiscoveryKato, ConnectLimit::HostId];
 
     /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
             ConnectLimit::ControllersPerHost => "controllers_per_host",
             ConnectLimit::DiscoveryKato => "discovery_kato",
+            ConnectLimit::HostId => "host_id",
         }
     }
 }

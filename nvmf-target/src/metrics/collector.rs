@@ -284,7 +284,8 @@ impl Collector for TargetCollector {
         {
             let mut m = encoder.encode_descriptor(
                 "nvmf_target_refused_connects",
-                "Fabrics Connects refused by a limit: max_controllers_per_host, [discovery] keep_alive_max_ms.",
+                "Fabrics Connects refused by a limit: max_controllers_per_host, [discovery] keep_alive_max_ms, a host ID \
+                 bound to another host.",
                 None,
                 MetricType::Counter,
             )?;

@@ -272,6 +272,9 @@ impl Queue {
         let Progress::Authenticated(n) = transaction.progress() else { return };
         let again = self.auth.authenticated;
         self.auth.authenticated = true;
+        if let Some(controller) = self.controller() {
+            controller.subsystem().bind_host_id(controller.hostnqn(), controller.hostid());
+        }
         self.auth.expires = None;
         self.auth.negotiations = 0;
         self.target.auth_counters().record(true, transaction.chosen());

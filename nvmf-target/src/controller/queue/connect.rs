@@ -149,6 +149,14 @@ impl Queue {
                 InvalidParameter::in_data(data_offset::HOSTNQN).to_dw0(),
             ));
         }
+        if subsystem.host_id_refused(hostnqn, &data.hostid) {
+            tracing::debug!(subnqn = subsystem.nqn(), hostnqn, "Connect refused: the host ID is bound to another host");
+            self.target.count_connect_limit(ConnectLimit::HostId);
+            return Err((
+                Status::CONNECT_INVALID_HOST.with_dnr(),
+                InvalidParameter::in_data(data_offset::HOSTID).to_dw0(),
+            ));
+        }
         let params = self.target.params();
         if connect.queue_entries() > params.max_queue_entries {
             return Err(invalid_parameter(InvalidParameter::in_command(sqe_offset::SQSIZE)));

@@ -25,6 +25,7 @@ fn keys(host: u8, ctrl: Option<u8>) -> Arc<HostKeys> {
         controller_key: ctrl.map(secret),
         hashes: Vec::new(),
         dh_groups: vec![DhGroup::Ffdhe2048, DhGroup::Null],
+        hostid: None,
     })
 }
 
@@ -423,4 +424,49 @@ fn endless_restarts_end_the_queue() {
     for _ in 0..6 {
         admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
     }
+}
+
+/// Reservations know hosts by host ID: an authenticated host's ID is its own. Another host NQN may not connect
+/// with it (it could act as the host's registrant), nor the host NQN with another.
+#[test]
+fn the_host_id_of_the_first_authentication_is_bound_to_the_host_nqn() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let invalid_host = |done: &Done| {
+        let ipo = InvalidParameter::in_data(nvmf_common::fabrics::connect::data_offset::HOSTID).to_dw0();
+        assert_eq!((done.status(), done.cqe.dw0), (Status::CONNECT_INVALID_HOST.with_dnr(), ipo));
+    };
+    let other_id = [0x42; 16];
+    // Before any authentication nothing is bound.
+    let mut early = Host::new(&target);
+    early.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, OTHER_HOST, HOSTID, 0).ok();
+    let (_admin, _) = Host::authenticated_admin(&target, &mut engine);
+    invalid_host(&Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, other_id, 0));
+    invalid_host(&Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, OTHER_HOST, HOSTID, 0));
+    assert_eq!(target.connect_limit_refusals(ConnectLimit::HostId), 2);
+    Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, OTHER_HOST, other_id, 0).ok();
+    Host::new(&target).connect(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN).ok();
+    // The other host's association that used the host ID before the binding ended with it.
+    let mut out = Vec::new();
+    assert!(matches!(
+        early.queue.poll(&mut engine, Instant::now(), &mut out),
+        Err(QueueError::AssociationEnded { .. })
+    ));
+    // A reload that takes the host's keys away ends the binding.
+    target.subsystem(SUBNQN).unwrap().set_auth(auth(false, None));
+    Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, other_id, 0).ok();
+}
+
+#[test]
+fn a_configured_host_id_is_the_only_one_the_host_may_use() {
+    let configured = [0x17; 16];
+    let mut host_keys = keys(1, None);
+    Arc::get_mut(&mut host_keys).unwrap().hostid = Some(configured);
+    let target = target_with(target_params(), auth(false, Some(host_keys)));
+    let mut engine = engine();
+    let refused = |done: Done| assert_eq!(done.status(), Status::CONNECT_INVALID_HOST.with_dnr());
+    refused(Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, HOSTID, 0));
+    refused(Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, OTHER_HOST, configured, 0));
+    let mut admin = Host::new(&target);
+    admin.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, configured, 0).ok();
 }
