@@ -185,6 +185,7 @@ pub fn namespace_params(
     namespace.nguid = Some(*ns.nguid.as_bytes());
     namespace.eui64 = Some(*ns.eui64.as_bytes());
     namespace.ana_group = ns.ana_group;
+    namespace.max_registrants = usize::try_from(limits.max_registrants).unwrap_or(usize::MAX);
     Ok(namespace)
 }
 

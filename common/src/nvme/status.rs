@@ -138,6 +138,8 @@ statuses! {
     FEATURE_NOT_CHANGEABLE = (CommandSpecific, 0x0E),
     /// Feature Not Namespace Specific.
     FEATURE_NOT_NAMESPACE_SPECIFIC = (CommandSpecific, 0x0F),
+    /// Insufficient Capacity (a reservation registrant the namespace has no room for, among others).
+    INSUFFICIENT_CAPACITY = (CommandSpecific, 0x26),
     /// Fabrics Connect: Incompatible Format (also NVM "Conflicting Attributes" for I/O commands).
     CONNECT_INCOMPATIBLE_FORMAT = (CommandSpecific, 0x80),
     /// Fabrics Connect: Controller Busy.

@@ -153,6 +153,9 @@ pub struct ControllerLimits {
     /// The most live controllers one host NQN may have in one subsystem (the discovery subsystem included), 1..=65519;
     /// one more Connect is refused with Controller Busy. A host has one per path. Default 64.
     pub max_controllers_per_host: u16,
+    /// The most reservation registrants (hosts) of one namespace, 1..=65536; one more host's Reservation Register is
+    /// refused with Insufficient Capacity. Default 1024.
+    pub max_registrants: u32,
     /// NVMe/TCP keepalive: a connection whose peer has been silent this long (ms) is probed, and closed after three
     /// unanswered probes a tenth of it apart; 0 turns probes off. 0 or 10000..=86400000. Default 60000.
     pub tcp_keepalive_ms: u32,

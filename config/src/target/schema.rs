@@ -66,6 +66,8 @@ pub(crate) struct RawLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_controllers_per_host: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_registrants: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_send_backlog: Option<RawSize>,

@@ -336,6 +336,7 @@ fn defaults_are_filled_in() {
             address_prefix_v4: 32,
             address_prefix_v6: 64,
             max_controllers_per_host: 64,
+            max_registrants: 1024,
             tcp_keepalive_ms: 60_000,
             tcp_send_backlog: 8 << 20,
             ceph_mon_timeout_ms: 30_000,

@@ -26,6 +26,7 @@ pub(crate) fn to_raw(config: &TargetConfig, redact: bool) -> RawTargetConfig {
             address_prefix_v4: Some(i64::from(limits.address_prefix_v4)),
             address_prefix_v6: Some(i64::from(limits.address_prefix_v6)),
             max_controllers_per_host: Some(i64::from(limits.max_controllers_per_host)),
+            max_registrants: Some(i64::from(limits.max_registrants)),
             tcp_keepalive_ms: Some(i64::from(limits.tcp_keepalive_ms)),
             tcp_send_backlog: Some(RawSize::Text(format_size(u64::from(limits.tcp_send_backlog)))),
             ceph_mon_timeout_ms: Some(i64::from(limits.ceph_mon_timeout_ms)),

@@ -51,6 +51,8 @@ pub(crate) const DEFAULT_ADDRESS_PREFIX_V4: u8 = 32;
 pub(crate) const DEFAULT_ADDRESS_PREFIX_V6: u8 = 64;
 /// Default `[target] max_controllers_per_host`.
 pub(crate) const DEFAULT_MAX_CONTROLLERS_PER_HOST: u16 = 64;
+/// Default `[target] max_registrants`.
+pub(crate) const DEFAULT_MAX_REGISTRANTS: u32 = 1024;
 /// Default `[discovery] keep_alive_max_ms` (Linux nvmet gives a discovery controller of KATO 0 this much).
 pub(crate) const DEFAULT_DISCOVERY_KATO_MAX_MS: u32 = 120_000;
 /// Default `[target] tcp_keepalive_ms`.
@@ -272,6 +274,10 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         None => DEFAULT_MAX_CONTROLLERS_PER_HOST,
         Some(value) => int_in(value, 1..=65519, &key.key("max_controllers_per_host"), "controller count", "1..=65519")?,
     };
+    let max_registrants = match raw.max_registrants {
+        None => DEFAULT_MAX_REGISTRANTS,
+        Some(value) => int_in(value, 1..=65536, &key.key("max_registrants"), "registrant count", "1..=65536")?,
+    };
     let tcp_keepalive_ms = match raw.tcp_keepalive_ms {
         None => DEFAULT_TCP_KEEPALIVE_MS,
         Some(0) => 0,
@@ -322,6 +328,7 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         address_prefix_v4,
         address_prefix_v6,
         max_controllers_per_host,
+        max_registrants,
         tcp_keepalive_ms,
         tcp_send_backlog,
         ceph_mon_timeout_ms,

@@ -5,7 +5,9 @@
 //! controller of one host ID shares its registration. The state lives behind an `RwLock` taken by the
 //! reservation commands (any reactor) and, on the data path, only while a reservation is held: an `AtomicBool`
 //! mirrors "a reservation exists", so a namespace without one costs an I/O command one atomic load and nothing
-//! else (no lock, no allocation).
+//! else (no lock, no allocation); with one, a read lock and one hash lookup of the host ID ([`Registrants`]). A
+//! namespace has at most `max_registrants` registrants (`[target] max_registrants`): one more host's Register is
+//! refused with Insufficient Capacity, so hosts with fresh host IDs cannot grow the list without bound.
 //!
 //! The commands' rules follow the spec and, where it leaves room, Linux nvmet (`drivers/nvme/target/pr.c`):
 //! - Register on a host already registered succeeds when NRKEY equals its key, else Reservation Conflict;
@@ -29,6 +31,7 @@
 //! PTPL is on, a reservation command writes the file under the write lock, so the I/O commands of that namespace
 //! wait for the fsyncs when a reservation is held (they never do otherwise).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -40,6 +43,9 @@ use nvmf_common::nvme::reservation::{
 use nvmf_common::nvme::Status;
 
 use super::reservation_file::{self, ReservationFileError};
+
+/// The default most registrants of a namespace (`[target] max_registrants`).
+pub const DEFAULT_MAX_REGISTRANTS: usize = 1024;
 
 /// What an I/O command does to the media, for the reservation check (Base 2.0 Figure "Command Behavior in the
 /// Presence of a Reservation").
@@ -60,6 +66,86 @@ pub struct Registrant {
     pub key: u64,
 }
 
+/// The registrants of a namespace in registration order, indexed by host ID: the data path's "is this host
+/// registered" and a registrant's key are one hash lookup, not a scan of the list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registrants {
+    order: Vec<[u8; 16]>,
+    keys: HashMap<[u8; 16], u64>,
+}
+
+impl Registrants {
+    /// Number of registrants.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Registrant `hostid`.
+    pub fn get(&self, hostid: &[u8; 16]) -> Option<Registrant> {
+        self.keys.get(hostid).map(|&key| Registrant { hostid: *hostid, key })
+    }
+
+    /// Whether `hostid` is registered.
+    pub fn contains(&self, hostid: &[u8; 16]) -> bool {
+        self.keys.contains_key(hostid)
+    }
+
+    /// The registrants in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = Registrant> + '_ {
+        self.order.iter().map(|hostid| Registrant { hostid: *hostid, key: self.keys.get(hostid).copied().unwrap_or(0) })
+    }
+
+    /// The first registrant (the earliest registered).
+    pub fn first(&self) -> Option<[u8; 16]> {
+        self.order.first().copied()
+    }
+
+    /// Add `r` last; false (nothing changed) if its host is registered already.
+    pub fn insert(&mut self, r: Registrant) -> bool {
+        if self.keys.contains_key(&r.hostid) {
+            return false;
+        }
+        self.keys.insert(r.hostid, r.key);
+        self.order.push(r.hostid);
+        true
+    }
+
+    /// Change the key of registrant `hostid`.
+    fn set_key(&mut self, hostid: &[u8; 16], key: u64) {
+        if let Some(k) = self.keys.get_mut(hostid) {
+            *k = key;
+        }
+    }
+
+    /// Remove registrant `hostid`.
+    fn remove(&mut self, hostid: &[u8; 16]) {
+        if self.keys.remove(hostid).is_some() {
+            self.order.retain(|h| h != hostid);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.order.clear();
+        self.keys.clear();
+    }
+}
+
+impl FromIterator<Registrant> for Registrants {
+    /// Registrants in the iterator's order (a host listed again keeps its first place and key).
+    fn from_iter<I: IntoIterator<Item = Registrant>>(iter: I) -> Self {
+        let mut registrants = Registrants::default();
+        for r in iter {
+            registrants.insert(r);
+        }
+        registrants
+    }
+}
+
 /// The reservation held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Held {
@@ -76,7 +162,7 @@ pub struct ReservationState {
     /// Generation (Reservation Status GEN).
     pub generation: u32,
     /// Registrants in registration order.
-    pub registrants: Vec<Registrant>,
+    pub registrants: Registrants,
     /// The reservation, if one is held.
     pub held: Option<Held>,
     /// Persist Through Power Loss State.
@@ -105,12 +191,12 @@ fn invalid_field() -> Status {
 }
 
 impl ReservationState {
-    fn registrant(&self, hostid: &[u8; 16]) -> Option<&Registrant> {
-        self.registrants.iter().find(|r| &r.hostid == hostid)
+    fn registrant(&self, hostid: &[u8; 16]) -> Option<Registrant> {
+        self.registrants.get(hostid)
     }
 
     fn is_registered(&self, hostid: &[u8; 16]) -> bool {
-        self.registrant(hostid).is_some()
+        self.registrants.contains(hostid)
     }
 
     /// Whether `hostid` holds the reservation (every registrant does for the All Registrants types).
@@ -141,11 +227,11 @@ impl ReservationState {
     /// (All Registrants types, while any remain) or is released (with a Reservation Released notice to the other
     /// registrants for the Registrants Only types).
     fn remove(&mut self, hostid: &[u8; 16], notices: &mut Notices) {
-        self.registrants.retain(|r| &r.hostid != hostid);
+        self.registrants.remove(hostid);
         let Some(held) = self.held else { return };
         if held.rtype.all_registrants() {
             match self.registrants.first() {
-                Some(next) => self.held = Some(Held { holder: next.hostid, ..held }),
+                Some(next) => self.held = Some(Held { holder: next, ..held }),
                 None => self.held = None,
             }
         } else if &held.holder == hostid {
@@ -170,24 +256,22 @@ impl ReservationState {
         keys: ReservationKeys,
         notices: &mut Notices,
     ) -> Result<(), Status> {
-        let current = self.registrant(hostid).copied();
+        let current = self.registrant(hostid);
         match action {
             // The same key again changes nothing but completes successfully, so the generation moves (below).
             RegisterAction::Register => match current {
                 Some(r) if r.key == keys.second => {}
                 Some(_) => return Err(conflict()),
-                None => self.registrants.push(Registrant { hostid: *hostid, key: keys.second }),
+                None => {
+                    self.registrants.insert(Registrant { hostid: *hostid, key: keys.second });
+                }
             },
             RegisterAction::Unregister => match current {
                 Some(r) if iekey || r.key == keys.crkey => self.remove(hostid, notices),
                 _ => return Err(conflict()),
             },
             RegisterAction::Replace => match current {
-                Some(r) if iekey || r.key == keys.crkey => {
-                    if let Some(r) = self.registrants.iter_mut().find(|r| &r.hostid == hostid) {
-                        r.key = keys.second;
-                    }
-                }
+                Some(r) if iekey || r.key == keys.crkey => self.registrants.set_key(hostid, keys.second),
                 _ => return Err(conflict()),
             },
         }
@@ -352,14 +436,25 @@ pub struct Reservations {
     state: RwLock<ReservationState>,
     /// The file the state persists in while PTPL is on (`None`: no state directory; PTPL cannot be enabled).
     file: Option<PathBuf>,
+    /// The most registrants; one more host's Register is refused with Insufficient Capacity.
+    max_registrants: usize,
 }
 
 impl Reservations {
-    /// Reservations persisting in `file` (when PTPL is enabled), restored from it if it exists. A file that cannot
-    /// be read or is invalid is logged (naming it) and the namespace starts without reservations.
-    pub fn new(file: Option<PathBuf>) -> Self {
+    /// Reservations of at most `max_registrants` registrants persisting in `file` (when PTPL is enabled), restored
+    /// from it if it exists. A file that cannot be read or is invalid is logged (naming it) and the namespace starts
+    /// without reservations; a valid one is restored whole, even above `max_registrants` (lowered since it was
+    /// written): new hosts cannot register until enough have gone.
+    pub fn new(file: Option<PathBuf>, max_registrants: usize) -> Self {
         let state = match file.as_deref().map(reservation_file::load) {
             Some(Ok(Some(state))) => {
+                if state.registrants.len() > max_registrants {
+                    tracing::warn!(
+                        registrants = state.registrants.len(),
+                        max_registrants,
+                        "reservations restored with more registrants than max_registrants: new hosts cannot register"
+                    );
+                }
                 tracing::info!(file = %file.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
                     registrants = state.registrants.len(), held = state.held.is_some(),
                     "reservations restored (persist through power loss)");
@@ -376,12 +471,13 @@ impl Reservations {
             notify_mask: AtomicU32::new(0),
             state: RwLock::new(state),
             file,
+            max_registrants,
         }
     }
 
-    /// Reservations that never persist.
+    /// Reservations that never persist, with the default registrant limit.
     pub fn volatile() -> Self {
-        Reservations::new(None)
+        Reservations::new(None, DEFAULT_MAX_REGISTRANTS)
     }
 
     /// Whether PTPL can be enabled (a state file is configured).
@@ -452,6 +548,10 @@ impl Reservations {
     ) -> Result<Notices, Status> {
         let cptpl = if cptpl == Cptpl::Persist && !self.can_persist() { Cptpl::NoChange } else { cptpl };
         self.update(|state, notices| {
+            let new_host = action == RegisterAction::Register && !state.is_registered(hostid);
+            if new_host && state.registrants.len() >= self.max_registrants {
+                return Err(Status::INSUFFICIENT_CAPACITY.with_dnr());
+            }
             state.register(hostid, action, iekey, keys, notices)?;
             match cptpl {
                 Cptpl::NoChange => {}

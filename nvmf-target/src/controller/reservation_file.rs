@@ -17,13 +17,14 @@ use std::path::{Path, PathBuf};
 use nvmf_common::nvme::reservation::ReservationType;
 use serde::{Deserialize, Serialize};
 
-use super::reservation::{Held, Registrant, ReservationState};
+use super::reservation::{Held, Registrant, Registrants, ReservationState};
 
 /// The file format version written and accepted.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// More registrants than this in a file is an error (a namespace has at most one per host).
-pub const MAX_REGISTRANTS: usize = 4096;
+/// More registrants than this in a file is an error: above the largest `[target] max_registrants`, so a file the
+/// target wrote is never refused.
+pub const MAX_REGISTRANTS: usize = 1 << 16;
 
 /// A reservation state file could not be read, validated or written.
 #[derive(Debug, thiserror::Error)]
@@ -112,14 +113,13 @@ fn decode(path: &Path, text: &str) -> Result<ReservationState, ReservationFileEr
     if file.registrants.len() > MAX_REGISTRANTS {
         return Err(invalid(path, format!("more than {MAX_REGISTRANTS} registrants")));
     }
-    let mut registrants: Vec<Registrant> = Vec::with_capacity(file.registrants.len());
+    let mut registrants = Registrants::default();
     for r in &file.registrants {
         let hostid = parse_hex(&r.hostid)
             .ok_or_else(|| invalid(path, format!("host ID {:?} is not 32 hex digits", r.hostid)))?;
-        if registrants.iter().any(|x| x.hostid == hostid) {
+        if !registrants.insert(Registrant { hostid, key: r.key }) {
             return Err(invalid(path, format!("host {} is registered twice", r.hostid)));
         }
-        registrants.push(Registrant { hostid, key: r.key });
     }
     let held = match file.reservation {
         None => None,
@@ -128,7 +128,7 @@ fn decode(path: &Path, text: &str) -> Result<ReservationState, ReservationFileEr
                 .ok_or_else(|| invalid(path, format!("reservation type {} is not 1..=6", res.rtype)))?;
             let holder = parse_hex(&res.holder)
                 .ok_or_else(|| invalid(path, format!("holder {:?} is not 32 hex digits", res.holder)))?;
-            if !registrants.iter().any(|r| r.hostid == holder) {
+            if !registrants.contains(&holder) {
                 return Err(invalid(path, "the reservation holder is not a registrant"));
             }
             Some(Held { rtype, holder })
@@ -197,7 +197,9 @@ mod tests {
     fn state() -> ReservationState {
         ReservationState {
             generation: 3,
-            registrants: vec![Registrant { hostid: [1; 16], key: 1 }, Registrant { hostid: [2; 16], key: u64::MAX }],
+            registrants: [Registrant { hostid: [1; 16], key: 1 }, Registrant { hostid: [2; 16], key: u64::MAX }]
+                .into_iter()
+                .collect(),
             held: Some(Held { rtype: ReservationType::WriteExclusive, holder: [2; 16] }),
             ptpl: true,
         }

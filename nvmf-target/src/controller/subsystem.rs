@@ -22,7 +22,7 @@ use super::ana::{valid_group, DEFAULT_ANA_GROUP};
 use super::association::Controller;
 use super::authentication::{HostKeys, SubsystemAuth};
 use super::counters::CounterSnapshot;
-use super::reservation::Reservations;
+use super::reservation::{Reservations, DEFAULT_MAX_REGISTRANTS};
 use super::reservation_file;
 use crate::backend::Storage;
 use crate::metrics::SubsystemMetrics;
@@ -144,6 +144,8 @@ pub struct NamespaceParams {
     /// The target's state directory (`[target] state_dir`): where the namespace's reservations persist when
     /// a host enables Persist Through Power Loss. `None`: they never persist (PTPL cannot be enabled).
     pub state_dir: Option<std::path::PathBuf>,
+    /// The most reservation registrants (`[target] max_registrants`).
+    pub max_registrants: usize,
 }
 
 impl NamespaceParams {
@@ -157,6 +159,7 @@ impl NamespaceParams {
             eui64: None,
             ana_group: DEFAULT_ANA_GROUP,
             state_dir: None,
+            max_registrants: DEFAULT_MAX_REGISTRANTS,
         }
     }
 }
@@ -177,8 +180,9 @@ pub struct Namespace {
 
 impl Namespace {
     fn new(params: NamespaceParams, subnqn: &str) -> Self {
-        let NamespaceParams { nsid, storage, nguid, uuid, eui64, ana_group, state_dir } = params;
-        let reservations = Reservations::new(state_dir.map(|dir| reservation_file::path_for(&dir, subnqn, nsid)));
+        let NamespaceParams { nsid, storage, nguid, uuid, eui64, ana_group, state_dir, max_registrants } = params;
+        let file = state_dir.map(|dir| reservation_file::path_for(&dir, subnqn, nsid));
+        let reservations = Reservations::new(file, max_registrants);
         // Storage::open only accepts power-of-two block sizes (512..=4096).
         let block_shift = u8::try_from(storage.block_size().trailing_zeros()).unwrap_or(9);
         let uuid = uuid.unwrap_or_else(|| {

@@ -317,6 +317,8 @@ pub struct Target {
     send_backlog_pauses: AtomicU64,
     /// Commands failed with Reservation Conflict.
     reservation_conflicts: AtomicU64,
+    /// Reservation Registers refused by `max_registrants`.
+    registrant_limit: AtomicU64,
     /// Connects refused by a limit, by [`ConnectLimit`].
     connect_limits: [AtomicU64; ConnectLimit::ALL.len()],
     /// Host KATOs below `kato_min_ms`, by [`KatoMinimum`] outcome.
@@ -364,6 +366,7 @@ impl Target {
             budget_waits: Default::default(),
             send_backlog_pauses: AtomicU64::new(0),
             reservation_conflicts: AtomicU64::new(0),
+            registrant_limit: AtomicU64::new(0),
             connect_limits: Default::default(),
             kato_minimum: Default::default(),
             discards: Arc::default(),
@@ -493,6 +496,16 @@ impl Target {
     /// A command failed with Reservation Conflict.
     pub fn count_reservation_conflict(&self) {
         self.reservation_conflicts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reservation Registers refused because the namespace had `max_registrants` registrants.
+    pub fn registrant_limit_refusals(&self) -> u64 {
+        self.registrant_limit.load(Ordering::Relaxed)
+    }
+
+    /// A Reservation Register was refused with Insufficient Capacity.
+    pub fn count_registrant_limit(&self) {
+        self.registrant_limit.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A command waits for a buffer because `limit` refused it.

@@ -439,6 +439,15 @@ impl Collector for TargetCollector {
             counter(&mut m, &[], self.target.reservation_conflicts())?;
         }
         {
+            let mut m = encoder.encode_descriptor(
+                "nvmf_target_reservation_registrant_limit",
+                "Reservation Registers refused with Insufficient Capacity: the namespace had max_registrants registrants.",
+                None,
+                MetricType::Counter,
+            )?;
+            counter(&mut m, &[], self.target.registrant_limit_refusals())?;
+        }
+        {
             // RBD images: (subsystem, namespace, counters).
             let mut images = Vec::new();
             for s in self.target.subsystems() {

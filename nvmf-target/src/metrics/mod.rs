@@ -33,6 +33,7 @@
 //! - `nvmf_target_reactor_waits_total{reactor,wait="poll|sleep"}` — how each reactor waited after a turn.
 //! - `nvmf_target_auth_total{result,hash,dhgroup}` — DH-HMAC-CHAP transactions.
 //! - `nvmf_target_reservation_conflicts_total` — commands failed with Reservation Conflict.
+//! - `nvmf_target_reservation_registrant_limit_total` — Registers refused by `[target] max_registrants`.
 //! - With NVMe/RDMA: `nvmf_target_rdma_work_requests_total{opcode}`, `nvmf_target_rdma_completions_total{opcode}`,
 //!   `nvmf_target_rdma_completion_errors_total{status}`, `nvmf_target_rdma_stale_completions_total`,
 //!   `nvmf_target_rdma_queue_pairs`.

@@ -175,6 +175,9 @@ impl Queue {
                 if status.same_code(Status::RESERVATION_CONFLICT) {
                     self.target.count_reservation_conflict();
                 }
+                if status.same_code(Status::INSUFFICIENT_CAPACITY) {
+                    self.target.count_registrant_limit();
+                }
                 Err(status)
             }
         }

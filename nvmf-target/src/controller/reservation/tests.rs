@@ -5,7 +5,7 @@ use nvmf_common::nvme::reservation::{
 };
 use nvmf_common::nvme::Status;
 
-use super::{Access, Notice, Notices, Registrant, ReservationState, Reservations};
+use super::{Access, Notice, Notices, Registrant, ReservationState, Reservations, DEFAULT_MAX_REGISTRANTS};
 
 const A: [u8; 16] = [0xa; 16];
 const B: [u8; 16] = [0xb; 16];
@@ -73,7 +73,7 @@ fn register_replace_unregister() {
     // (Base 2.2 Figure 582: GEN counts every Reservation Register that completes successfully). Another key
     // conflicts and moves nothing.
     register(&mut s, &A, 1);
-    assert_eq!(s.registrants, vec![Registrant { hostid: A, key: 1 }]);
+    assert_eq!(s.registrants.iter().collect::<Vec<_>>(), vec![Registrant { hostid: A, key: 1 }]);
     assert_eq!(s.generation, 2);
     assert_eq!(s.register(&A, RegisterAction::Register, false, keys(0, 2), &mut n), conflict());
     assert_eq!(s.generation, 2);
@@ -81,7 +81,7 @@ fn register_replace_unregister() {
     assert_eq!(s.register(&A, RegisterAction::Replace, false, keys(9, 2), &mut n), conflict());
     s.register(&A, RegisterAction::Replace, false, keys(1, 2), &mut n).unwrap();
     s.register(&A, RegisterAction::Replace, true, keys(9, 3), &mut n).unwrap();
-    assert_eq!(s.registrants[0].key, 3);
+    assert_eq!(s.registrants.get(&A).unwrap().key, 3);
     assert_eq!(s.generation, 4);
     // A host not registered can neither replace nor unregister, IEKEY or not.
     assert_eq!(s.register(&B, RegisterAction::Replace, true, keys(0, 1), &mut n), conflict());
@@ -246,7 +246,7 @@ fn status_reports_holders() {
 fn data_path_flag_and_persistence() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("r.json");
-    let r = Reservations::new(Some(file.clone()));
+    let r = Reservations::new(Some(file.clone()), DEFAULT_MAX_REGISTRANTS);
     assert_eq!(r.check(&C, Access::Write), Ok(()));
     r.register(&A, RegisterAction::Register, false, Cptpl::Persist, keys(0, 1)).unwrap();
     assert!(r.ptpl());
@@ -255,19 +255,58 @@ fn data_path_flag_and_persistence() {
     assert_eq!(r.check(&C, Access::Write), conflict());
     assert_eq!(r.check(&A, Access::Write), Ok(()));
     // A restart restores the state.
-    let restored = Reservations::new(Some(file.clone()));
+    let restored = Reservations::new(Some(file.clone()), DEFAULT_MAX_REGISTRANTS);
     assert_eq!(*restored.read(), *r.read());
     assert_eq!(restored.check(&C, Access::Write), conflict());
     // PTPL off: the file goes; a restart starts empty.
     restored.set_ptpl(false).unwrap();
     assert!(!file.exists());
-    assert_eq!(*Reservations::new(Some(file.clone())).read(), ReservationState::default());
+    assert_eq!(*Reservations::new(Some(file.clone()), DEFAULT_MAX_REGISTRANTS).read(), ReservationState::default());
     // A bad file: no reservations, no panic.
     std::fs::write(&file, "{").unwrap();
-    assert_eq!(*Reservations::new(Some(file)).read(), ReservationState::default());
+    assert_eq!(*Reservations::new(Some(file), DEFAULT_MAX_REGISTRANTS).read(), ReservationState::default());
     // Without a state directory PTPL cannot be enabled: Set Features is refused, CPTPL 11b is ignored (as nvmet).
     let volatile = Reservations::volatile();
     volatile.register(&A, RegisterAction::Register, false, Cptpl::Persist, keys(0, 1)).unwrap();
     assert!(!volatile.ptpl());
     assert_eq!(volatile.set_ptpl(true), Err(Status::INVALID_FIELD.with_dnr()));
+}
+
+#[test]
+fn registrants_beyond_the_cap_get_insufficient_capacity_and_registered_hosts_go_on() {
+    let r = Reservations::new(None, 2);
+    let register = |host: &[u8; 16], action, crkey, nrkey| {
+        r.register(host, action, false, Cptpl::NoChange, ReservationKeys { crkey, second: nrkey })
+    };
+    register(&A, RegisterAction::Register, 0, 1).unwrap();
+    register(&B, RegisterAction::Register, 0, 2).unwrap();
+    assert_eq!(register(&C, RegisterAction::Register, 0, 3), Err(Status::INSUFFICIENT_CAPACITY.with_dnr()));
+    assert_eq!(r.read().generation, 2, "the refused Register changed nothing");
+    // Hosts already registered still register again, replace their key and unregister; then there is room.
+    register(&A, RegisterAction::Register, 0, 1).unwrap();
+    register(&B, RegisterAction::Replace, 2, 5).unwrap();
+    register(&A, RegisterAction::Unregister, 1, 0).unwrap();
+    register(&C, RegisterAction::Register, 0, 3).unwrap();
+    let hosts: Vec<_> = r.read().registrants.iter().map(|x| x.hostid).collect();
+    assert_eq!(hosts, [B, C], "registration order");
+}
+
+#[test]
+fn a_state_file_above_the_cap_is_restored_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ns.json");
+    let r = Reservations::new(Some(file.clone()), 3);
+    for (i, host) in [A, B, C].iter().enumerate() {
+        let keys = ReservationKeys { crkey: 0, second: i as u64 + 1 };
+        r.register(host, RegisterAction::Register, false, Cptpl::Persist, keys).unwrap();
+    }
+    // Restarted with a lower cap: every registrant is back, and a new host finds no room.
+    let restored = Reservations::new(Some(file), 1);
+    assert_eq!(restored.read().registrants.len(), 3);
+    let keys = ReservationKeys { crkey: 0, second: 9 };
+    let d = [0xd; 16];
+    assert_eq!(
+        restored.register(&d, RegisterAction::Register, false, Cptpl::NoChange, keys),
+        Err(Status::INSUFFICIENT_CAPACITY.with_dnr())
+    );
 }
