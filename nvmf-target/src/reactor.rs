@@ -279,8 +279,8 @@ impl<G: PollGroup> Reactor<G> {
         let mut worked = false;
         loop {
             // The clock is read once per turn, when the poll returns (a syscall where the vDSO cannot read it, as
-            // in TCG guests): the timers and the commands' arrival times (`set_turn_time`) use that reading; a
-            // command's completion time is read once per batch of completions (`new_completion_batch`).
+            // in TCG guests): the timers and the commands' arrival times (the engine's `TurnClock::start_turn`) use
+            // that reading; a command's completion time is read once per batch of completions (`new_batch`).
             let wait = if busy || self.messages_waiting { Wait::Poll } else { poller.after_turn(worked, now) };
             let timeout = match wait {
                 Wait::Poll => {
@@ -311,7 +311,7 @@ impl<G: PollGroup> Reactor<G> {
             } else {
                 let polled = self.poll.poll(&mut events, timeout);
                 now = Instant::now();
-                crate::controller::queue::set_turn_time(now);
+                self.engine.clock_mut().start_turn(now);
                 polled.map(|()| false)
             };
             match polled {
@@ -330,7 +330,7 @@ impl<G: PollGroup> Reactor<G> {
                     // whether or not the counter was read, so reading it would only cost a syscall per completion.
                     ENGINE => {}
                     Token(t) => {
-                        crate::controller::queue::new_completion_batch();
+                        self.engine.clock_mut().new_batch();
                         let token = u64::try_from(t - FIRST_GROUP_TOKEN).unwrap_or(u64::MAX);
                         let (group, mut cx) = self.group_in_context(now);
                         group.ready(token, event, &mut cx);
@@ -344,7 +344,7 @@ impl<G: PollGroup> Reactor<G> {
             // Every queue when a notifier fired; otherwise the group polls those whose timers are due and those
             // with work waiting (commands that waited for a buffer or ring space).
             let notified = self.poll_queues.swap(false, Ordering::AcqRel);
-            crate::controller::queue::new_completion_batch();
+            self.engine.clock_mut().new_batch();
             let (group, mut cx) = self.group_in_context(now);
             if group.poll(&mut cx, notified) {
                 worked = true;
@@ -392,7 +392,7 @@ impl<G: PollGroup> Reactor<G> {
     fn wait_and_poll(&mut self, events: &mut Events, timeout: Option<Duration>, now: &mut Instant) -> io::Result<bool> {
         self.engine.wait(timeout)?;
         *now = Instant::now();
-        crate::controller::queue::set_turn_time(*now);
+        self.engine.clock_mut().start_turn(*now);
         let completed = self.complete_storage(*now);
         events.clear();
         if self.engine.take_epoll_ready() {
@@ -429,7 +429,7 @@ impl<G: PollGroup> Reactor<G> {
                 return completed;
             }
             completed = true;
-            crate::controller::queue::new_completion_batch();
+            self.engine.clock_mut().new_batch();
             let (group, mut cx) = self.group_in_context(now);
             // Socket ops first: a receive's commands then join this batch's storage ops.
             for c in net_completions.drain(..) {

@@ -46,7 +46,7 @@ mod socket;
 mod storage;
 
 pub use budget::{AllocRefusal, BudgetLimit, BufferBudget};
-pub use engine::{DiscardCounters, EngineConfig, EngineFull, IoCompletion, IoEngine, IoOp};
+pub use engine::{DiscardCounters, EngineConfig, EngineFull, IoCompletion, IoEngine, IoOp, TurnClock};
 pub use error::BackendError;
 pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};

@@ -42,7 +42,6 @@ use nvmf_common::nvme::cqe::CompletionQueueEntry;
 
 use self::host::Host;
 use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
-use crate::controller::queue::set_turn_time;
 use crate::controller::{split_storage_tag, NamespaceParams, Queue, SubsystemParams, Target, TargetParams};
 use crate::controller::{SlotId, TransportInfo};
 use crate::tcp::{SocketIo, TcpConnection, TcpTransportConfig};
@@ -220,8 +219,8 @@ impl<'e> Rig<'e> {
             let key = self.next_key;
             self.next_key += 1;
             let info = TransportInfo::tcp(1, self.config.in_capsule_data_size, key);
-            set_turn_time(self.now);
-            let queue = Queue::new(Arc::clone(&self.target), info);
+            self.engine.clock_mut().start_turn(self.now);
+            let queue = Queue::new(Arc::clone(&self.target), info, self.now);
             self.transcript.push(Vec::new());
             self.links[index] = Some(Link {
                 tcp: TcpConnection::new(stream, queue, &self.config, SocketIo::Epoll),
@@ -249,7 +248,8 @@ impl<'e> Rig<'e> {
         let Some((stream, initialized)) = tcp.into_initialized(self.engine) else { return };
         let key = self.next_key;
         self.next_key += 1;
-        let queue = Queue::new(Arc::clone(&self.target), TransportInfo::tcp(1, self.config.in_capsule_data_size, key));
+        let info = TransportInfo::tcp(1, self.config.in_capsule_data_size, key);
+        let queue = Queue::new(Arc::clone(&self.target), info, self.now);
         let mut tcp = TcpConnection::new(stream, queue, &self.config, SocketIo::Epoll);
         let _ = tcp.resume(self.engine, initialized);
         self.links[index] = Some(Link { tcp, host, key, transcript, placed: false });
@@ -258,7 +258,7 @@ impl<'e> Rig<'e> {
     /// One reactor turn: the hosts' bytes arrive, every connection reads and writes, storage completes, every
     /// queue is polled, output is flushed, ended connections with nothing in flight leave; the hosts read.
     fn turn(&mut self) {
-        set_turn_time(self.now);
+        self.engine.clock_mut().start_turn(self.now);
         for link in self.links.iter_mut().flatten() {
             link.host.flush();
             let _ = link.tcp.on_readable(self.engine);

@@ -72,7 +72,7 @@ struct Host {
 impl Host {
     fn new(target: &Arc<Target>) -> Self {
         let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
-        Host { queue: Queue::new(Arc::clone(target), TransportInfo::tcp(1, 8192, key)), cid: 0 }
+        Host { queue: Queue::new(Arc::clone(target), TransportInfo::tcp(1, 8192, key), Instant::now()), cid: 0 }
     }
 
     /// Run a command to its completion; `host_data` answers a data fetch.
@@ -85,6 +85,8 @@ impl Host {
     ) -> (CompletionQueueEntry, Vec<u8>) {
         self.cid = self.cid.wrapping_add(1);
         sqe.cid = self.cid;
+        // A reactor turn per command: its latency runs from here to its completion.
+        engine.clock_mut().start_turn(Instant::now());
         let mut step = self.queue.command(engine, &sqe, in_capsule).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {

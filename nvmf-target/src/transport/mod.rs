@@ -161,7 +161,7 @@ impl<'a> GroupContext<'a> {
     /// reactor poll its queues.
     pub fn new_queue(&self, mut transport: TransportInfo, local: u32) -> Queue {
         transport.queue_key = join(self.space, local);
-        let mut queue = Queue::new(Arc::clone(self.target), transport);
+        let mut queue = Queue::new(Arc::clone(self.target), transport, self.engine.clock().turn());
         queue.set_event_notifier(Arc::clone(self.notifier));
         queue
     }

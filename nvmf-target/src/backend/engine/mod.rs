@@ -1,4 +1,4 @@
-//! The per-reactor I/O engine: one io_uring, one buffer pool, one in-flight table.
+//! The per-reactor I/O engine: one io_uring, one buffer pool, one in-flight table, and the reactor's [`TurnClock`].
 //!
 //! Runs on its reactor thread only. `push` queues SQEs (null/memory ops are done at once and their completions
 //! queued), `submit` hands everything pushed to the kernel in one `io_uring_enter`, `reap` drains completions
@@ -28,14 +28,16 @@
 //! - `discard`: the `BLKDISCARD` fallback's worker thread and its bounded queue.
 //! - `passthrough`: ops on NVMe passthrough storages.
 //! - `fixed_files`: the ring's fixed-file slots.
+//! - `clock`: the reactor's [`TurnClock`], which the queues go by.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+pub use clock::TurnClock;
 pub use compare_and_write::EngineFull;
 pub use discard::DiscardCounters;
 
@@ -51,6 +53,7 @@ use discard::DiscardWorker;
 use fixed_files::{FileSlot, IdHasher};
 use in_flight::{cqe_result, Expect, Groups, InFlightTable};
 
+mod clock;
 mod compare_and_write;
 mod discard;
 mod file_ops;
@@ -196,6 +199,8 @@ pub struct IoEngine {
     /// Ops on RBD images (set up at the first).
     #[cfg(feature = "rbd")]
     rbd: Option<rbd_ops::RbdOps>,
+    /// The reactor's turn and completion times (set by whoever drives the queues).
+    clock: TurnClock,
 }
 
 /// User data of the multishot poll of the reactor's epoll descriptor.
@@ -311,7 +316,19 @@ impl IoEngine {
             discard_counters: counters,
             #[cfg(feature = "rbd")]
             rbd: None,
+            clock: TurnClock::new(Instant::now()),
         })
+    }
+
+    /// The clock the queues go by (its turn starts at the engine's creation until the first
+    /// [`TurnClock::start_turn`]).
+    pub fn clock(&self) -> &TurnClock {
+        &self.clock
+    }
+
+    /// The clock, to start a turn or a completion batch, or to read a batch's completion time.
+    pub fn clock_mut(&mut self) -> &mut TurnClock {
+        &mut self.clock
     }
 
     /// Allocates a buffer of `len` bytes. `None` when the pool is exhausted (the caller waits for a release) or

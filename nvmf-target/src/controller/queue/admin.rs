@@ -45,10 +45,10 @@ impl Queue {
         }
         self.refresh_table();
         match sqe.opcode {
-            admin_op::KEEP_ALIVE => self.respond_ok(id, 0, 0, None),
+            admin_op::KEEP_ALIVE => self.respond_ok(engine, id, 0, 0, None),
             admin_op::ABORT if !discovery => {
                 // Commands are never aborted: the host's timeout handling resets the association instead.
-                self.respond_ok(id, AbortResult { not_aborted: true }.to_dw0(), 0, None)
+                self.respond_ok(engine, id, AbortResult { not_aborted: true }.to_dw0(), 0, None)
             }
             admin_op::ASYNC_EVENT_REQUEST => self.async_event_request(engine, id),
             admin_op::SET_FEATURES => {
@@ -102,7 +102,7 @@ impl Queue {
             None => Err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
         };
         match result {
-            Ok(dw0) => self.respond_ok(id, dw0, 0, Some((buffer, len))),
+            Ok(dw0) => self.respond_ok(engine, id, dw0, 0, Some((buffer, len))),
             Err(status) => self.respond_err(engine, id, status, 0),
         }
     }
@@ -116,7 +116,7 @@ impl Queue {
             controller.take_event_locked(&mut state)
         };
         if let Some(event) = event {
-            return self.respond_ok(id, event.to_dw0(), 0, None);
+            return self.respond_ok(engine, id, event.to_dw0(), 0, None);
         }
         if self.held_aers.len() > usize::from(AERL) {
             return self.respond_err(engine, id, Status::ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED.with_dnr(), 0);

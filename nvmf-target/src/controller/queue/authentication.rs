@@ -182,7 +182,10 @@ impl Queue {
             self.auth.negotiations = self.auth.negotiations.saturating_add(1);
             if self.auth.negotiations > MAX_NEGOTIATIONS {
                 self.auth.authenticated = false;
-                self.authentication_failed("too many AUTH_Negotiates without a transaction succeeding");
+                self.authentication_failed(
+                    engine.clock().turn(),
+                    "too many AUTH_Negotiates without a transaction succeeding",
+                );
                 self.auth.failed_slot = Some(id.0);
                 return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
             }
@@ -205,7 +208,7 @@ impl Queue {
             self.auth.transaction = Some(Box::new(ControllerTransaction::new(credentials)));
             self.auth.failure_counted = false;
             let timeout = Duration::from_millis(u64::from(self.target.params().connect_timeout_ms));
-            self.auth.expires = self.auth.authenticated.then(|| super::turn_time() + timeout);
+            self.auth.expires = self.auth.authenticated.then(|| engine.clock().turn() + timeout);
         }
         let Some(transaction) = self.auth.transaction.as_mut() else {
             return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
@@ -215,7 +218,7 @@ impl Queue {
         if let Err(e) = result {
             // From the failure on the queue does nothing but finish the transaction.
             self.auth.authenticated = false;
-            self.authentication_failed(&e.to_string());
+            self.authentication_failed(engine.clock().turn(), &e.to_string());
         }
         match progress {
             Progress::Authenticated(_) => self.authentication_succeeded(id),
@@ -223,7 +226,7 @@ impl Queue {
             Progress::Failed(_) => self.auth.failed_slot = Some(id.0),
             Progress::InProgress => {}
         }
-        self.respond_ok(id, 0, 0, None)
+        self.respond_ok(engine, id, 0, 0, None)
     }
 
     /// Answer an Authentication Receive with the transaction's next message, once a buffer is available.
@@ -258,12 +261,12 @@ impl Queue {
             Progress::Authenticated(_) => self.authentication_succeeded(id),
             Progress::Failed(_) => {
                 self.auth.authenticated = false;
-                self.authentication_failed("a Receive with no message due");
+                self.authentication_failed(engine.clock().turn(), "a Receive with no message due");
                 self.auth.failed_slot = Some(id.0);
             }
             Progress::InProgress => {}
         }
-        self.respond_ok(id, 0, 0, Some((buffer, len)))
+        self.respond_ok(engine, id, 0, 0, Some((buffer, len)))
     }
 
     /// The transaction succeeded with the message of `id`.
@@ -293,13 +296,13 @@ impl Queue {
     /// Drop a re-authentication that did not finish in time (see the module docs).
     pub(super) fn check_reauthentication_deadline(&mut self, now: Instant) {
         if self.auth.expires.is_some_and(|deadline| now >= deadline) {
-            self.authentication_failed("the re-authentication did not finish within connect_timeout_ms");
+            self.authentication_failed(now, "the re-authentication did not finish within connect_timeout_ms");
             self.auth.transaction = None;
         }
     }
 
-    /// Count and log (at most once per host and interval) the current transaction's failure, once.
-    fn authentication_failed(&mut self, reason: &str) {
+    /// Count and log (at most once per host and interval, at turn time `now`) the current transaction's failure, once.
+    fn authentication_failed(&mut self, now: Instant, reason: &str) {
         self.auth.expires = None;
         if self.auth.failure_counted {
             return;
@@ -309,7 +312,7 @@ impl Queue {
         self.target.auth_counters().record(false, chosen);
         let QueueState::Connected(a) = &self.state else { return };
         let hostnqn = a.controller.hostnqn();
-        if let Some(suppressed) = self.target.auth_failures().admit(hostnqn, super::turn_time()) {
+        if let Some(suppressed) = self.target.auth_failures().admit(hostnqn, now) {
             tracing::info!(hostnqn, subnqn = a.controller.subsystem().nqn(), cntlid = a.controller.cntlid(),
                 qid = ?self.qid(), reason, suppressed, "authentication failed");
         }

@@ -106,13 +106,13 @@ impl Queue {
             Err(e) => Err(connect_error_response(&e)),
         };
         match result {
-            Ok(dw0) => self.respond_ok(id, dw0, 0, None),
+            Ok(dw0) => self.respond_ok(engine, id, dw0, 0, None),
             Err((status, dw0)) => {
                 // One line per host and interval: a peer that keeps connecting cannot flood the log (the reasons
                 // are at debug level).
                 let names = ConnectData::parse(data).ok();
                 let (hostnqn, subnqn) = names.as_ref().map_or(("", ""), |d| (d.hostnqn.as_str(), d.subnqn.as_str()));
-                if let Some(suppressed) = self.target.refused_connects().admit(hostnqn, super::turn_time()) {
+                if let Some(suppressed) = self.target.refused_connects().admit(hostnqn, engine.clock().turn()) {
                     let qid = sqe.cdw10 >> 16;
                     tracing::info!(%status, dw0, qid, hostnqn, subnqn, suppressed, "Connect refused");
                 }

@@ -28,7 +28,7 @@ impl Queue {
             fctype::PROPERTY_GET => {
                 let result = self.property_get(sqe);
                 match result {
-                    Ok((dw0, dw1)) => self.respond_ok(id, dw0, dw1, None),
+                    Ok((dw0, dw1)) => self.respond_ok(engine, id, dw0, dw1, None),
                     Err(status) => self.respond_err(engine, id, status, 0),
                 }
             }
@@ -37,7 +37,7 @@ impl Queue {
                 Ok(_) => {
                     tracing::debug!(qid = ?self.qid(), "Disconnect");
                     self.disconnect_slot = Some(id.0);
-                    self.respond_ok(id, 0, 0, None)
+                    self.respond_ok(engine, id, 0, 0, None)
                 }
                 Err(_) => self.respond_err(engine, id, Status::CONNECT_INCOMPATIBLE_FORMAT.with_dnr(), 0),
             },
@@ -72,7 +72,7 @@ impl Queue {
         };
         match controller.set_cc(set.value32()) {
             Err(status) => self.respond_err(engine, id, status, 0),
-            Ok(CcOutcome::Done) => self.respond_ok(id, 0, 0, None),
+            Ok(CcOutcome::Done) => self.respond_ok(engine, id, 0, 0, None),
             Ok(CcOutcome::Shutdown) => {
                 self.refresh_table();
                 self.slot(id).plan = Plan::Shutdown;

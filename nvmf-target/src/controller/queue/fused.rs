@@ -84,7 +84,7 @@ impl Queue {
         match s.plan {
             Plan::FusedWrite { len, .. } if s.status.is_success() => {
                 self.counters.write(u64::from(len));
-                self.respond_ok(id, 0, 0, None)
+                self.respond_ok(engine, id, 0, 0, None)
             }
             _ => self.respond_err(engine, id, Status::ABORTED_FAILED_FUSED.with_dnr(), 0),
         }
@@ -108,7 +108,7 @@ impl Queue {
         let status = self.slot(id).status;
         if status.is_success() {
             self.counters.compare();
-            self.respond_ok(id, 0, 0, None)
+            self.respond_ok(engine, id, 0, 0, None)
         } else {
             self.respond_err(engine, id, status, 0)
         }

@@ -19,7 +19,8 @@
 //! data it cannot keep, completes with the retryable Command Interrupted); a full ring likewise parks the command until
 //! [`Queue::poll`].
 //!
-//! Nothing here blocks. Admin commands take the controller's mutex (uncontended by I/O).
+//! Nothing here blocks. Admin commands take the controller's mutex (uncontended by I/O). Arrivals and timers go by
+//! the reactor's [`TurnClock`], which the engine every call takes carries (its docs say why there).
 //!
 //! This module holds the types, the slot slab and the entry points the transport calls ([`Queue::command`],
 //! [`Queue::data_received`], [`Queue::io_completed`], [`Queue::poll`], [`Queue::release`], …); the command
@@ -37,7 +38,6 @@
 //! - `reservation`: the reservation commands, the per-I/O reservation check and the notices to hosts.
 //! - `keep_alive`: the Keep Alive timer and Traffic Based Keep Alive.
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::mem;
 use std::sync::Arc;
@@ -54,6 +54,8 @@ use super::io::{storage_status, StorageOp};
 use super::subsystem::NamespaceTable;
 use super::target::{Target, TransportInfo};
 use super::EventNotifier;
+#[cfg(doc)]
+use crate::backend::TurnClock;
 use crate::backend::{BufferBudget, BufferId, IoEngine};
 use crate::metrics::QueueRecorder;
 
@@ -73,49 +75,6 @@ mod reservation;
 mod respond;
 mod state;
 mod storage;
-
-thread_local! {
-    /// The reactor's clock reading of its current turn (`None` off a reactor thread).
-    static TURN_TIME: Cell<Option<Instant>> = const { Cell::new(None) };
-    /// The clock read at the first completion of the reactor's current batch (`None`: not read yet).
-    static COMPLETION_TIME: Cell<Option<Instant>> = const { Cell::new(None) };
-}
-
-/// Set by a reactor once per turn, right after its poll returned: the arrival time of the commands it reads in
-/// this turn, and the time its timers go by. Reading the clock per command would cost two `clock_gettime` per
-/// I/O, a system call where the vDSO cannot read the clock source (HPET, as in TCG guests).
-pub(crate) fn set_turn_time(now: Instant) {
-    TURN_TIME.with(|t| t.set(Some(now)));
-    new_completion_batch();
-}
-
-/// Called by a reactor before each batch of work that may complete commands (an event's, the storage completions reaped
-/// at once, the group's poll): the batch's first completion reads the clock, and the others of the batch share that
-/// reading. A command's latency thus runs from its turn's start to its batch's first completion: one clock read per
-/// batch, never 0 for a command that completes in the turn it arrived.
-pub(crate) fn new_completion_batch() {
-    COMPLETION_TIME.with(|t| t.set(None));
-}
-
-/// The current turn's time ([`set_turn_time`]), or the clock off a reactor thread.
-fn turn_time() -> Instant {
-    TURN_TIME.with(Cell::get).unwrap_or_else(Instant::now)
-}
-
-/// When the current batch's commands completed ([`new_completion_batch`]); the clock off a reactor thread.
-fn completion_time() -> Instant {
-    if TURN_TIME.with(Cell::get).is_none() {
-        return Instant::now();
-    }
-    COMPLETION_TIME.with(|t| match t.get() {
-        Some(at) => at,
-        None => {
-            let now = Instant::now();
-            t.set(Some(now));
-            now
-        }
-    })
-}
 
 /// Slots a queue has before Connect tells it its size.
 const PRECONNECT_SLOTS: u16 = 4;
@@ -349,7 +308,7 @@ struct Slot {
     stage: u8,
     /// First error seen by the plan's storage ops.
     status: Status,
-    /// The turn in which the command capsule arrived ([`turn_time`]; metrics: command latency).
+    /// The turn in which the command capsule arrived ([`TurnClock::turn`]; metrics: command latency).
     arrival: Option<Instant>,
     /// A budget made it wait for a buffer (counted once per command).
     budget_waited: bool,
@@ -469,8 +428,9 @@ fn index_of(i: usize) -> u16 {
 }
 
 impl Queue {
-    /// A queue for a new transport connection, before Connect.
-    pub fn new(target: Arc<Target>, transport: TransportInfo) -> Self {
+    /// A queue for a new transport connection at `now` (its reactor's turn: the connect deadline runs from it),
+    /// before Connect.
+    pub fn new(target: Arc<Target>, transport: TransportInfo, now: Instant) -> Self {
         let slots = vec![Slot::FREE; usize::from(PRECONNECT_SLOTS)];
         let params = target.params();
         // Before Connect a queue needs one buffer at most: its Connect data.
@@ -492,7 +452,7 @@ impl Queue {
             // Never a real generation before the first refresh: u64::MAX is not reached by counting.
             ana_generation: u64::MAX,
             sq_head: 0,
-            created: turn_time(),
+            created: now,
             last_activity: None,
             traffic_published: None,
             notifier: None,
@@ -597,7 +557,7 @@ impl Queue {
             return Err(QueueError::QueueOverrun { capacity: self.slots.len() });
         };
         self.counters.set_outstanding(self.slots.len() - self.free.len());
-        let arrival = turn_time();
+        let arrival = engine.clock().turn();
         self.last_activity = Some(arrival);
         self.publish_traffic(arrival);
         self.advance_sq_head();
@@ -751,7 +711,7 @@ impl Queue {
                 while let Some(&index) = self.held_aers.front() {
                     let Some(event) = controller.take_event_locked(&mut state) else { break };
                     self.held_aers.pop_front();
-                    out.push(self.respond_ok(SlotId(index), event.to_dw0(), 0, None));
+                    out.push(self.respond_ok(engine, SlotId(index), event.to_dw0(), 0, None));
                 }
             }
         }

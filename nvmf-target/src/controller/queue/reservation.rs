@@ -215,6 +215,6 @@ impl Queue {
         let out = engine.buffer_mut(buffer);
         let n = out.len().min(len as usize);
         status.encode(true, &mut out[..n]);
-        self.respond_ok(id, 0, 0, Some((buffer, len)))
+        self.respond_ok(engine, id, 0, 0, Some((buffer, len)))
     }
 }

@@ -5,8 +5,8 @@ use nvmf_common::nvme::log_page::ErrorInformationEntry;
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{CompletionQueueEntry, Status, StatusCodeType};
 
-use super::{completion_time, Fused, Plan, Queue, QueueState, SlotId, SlotState, Step};
-use crate::backend::{BufferId, IoEngine};
+use super::{Fused, Plan, Queue, QueueState, SlotId, SlotState, Step};
+use crate::backend::{BufferId, IoEngine, TurnClock};
 use crate::metrics::{CommandKind, Completed};
 
 impl Queue {
@@ -25,7 +25,7 @@ impl Queue {
 
     /// Count a completing command in the queue's metrics (after a namespace's first command: no lock, no
     /// allocation).
-    fn count(&mut self, id: SlotId, status: Status) {
+    fn count(&mut self, clock: &mut TurnClock, id: SlotId, status: Status) {
         let Some(recorder) = self.metrics.as_mut() else { return };
         let s = &self.slots[usize::from(id.0)];
         let io = recorder.is_io();
@@ -37,7 +37,7 @@ impl Queue {
         let completed = Completed {
             kind: CommandKind::of(&s.sqe, io),
             nsid: io.then_some(s.sqe.nsid),
-            latency: s.arrival.map(|t| completion_time().saturating_duration_since(t)),
+            latency: s.arrival.map(|t| clock.completion().saturating_duration_since(t)),
             bytes_read,
             bytes_written,
             status,
@@ -46,8 +46,15 @@ impl Queue {
         recorder.record(&completed, |nsid| table.get(nsid).is_some());
     }
 
-    pub(super) fn respond_ok(&mut self, id: SlotId, dw0: u32, dw1: u32, data: Option<(BufferId, u32)>) -> Step {
-        self.count(id, Status::SUCCESS);
+    pub(super) fn respond_ok(
+        &mut self,
+        engine: &mut IoEngine,
+        id: SlotId,
+        dw0: u32,
+        dw1: u32,
+        data: Option<(BufferId, u32)>,
+    ) -> Step {
+        self.count(engine.clock_mut(), id, Status::SUCCESS);
         let cqe = self.cqe(id, Status::SUCCESS, dw0, dw1);
         self.slot(id).state = SlotState::Responding;
         Step::Respond { slot: id, cqe, data }
@@ -62,7 +69,7 @@ impl Queue {
             self.fused = Fused::Refused;
         }
         self.release_buffers(engine, id);
-        self.count(id, status);
+        self.count(engine.clock_mut(), id, status);
         let cqe = self.cqe(id, status, dw0, 0);
         let sqe = self.slot(id).sqe;
         self.slot(id).state = SlotState::Responding;
@@ -86,7 +93,7 @@ impl Queue {
 
     pub(super) fn respond(&mut self, engine: &mut IoEngine, id: SlotId, result: Result<u32, Status>) -> Step {
         match result {
-            Ok(dw0) => self.respond_ok(id, dw0, 0, None),
+            Ok(dw0) => self.respond_ok(engine, id, dw0, 0, None),
             Err(status) => self.respond_err(engine, id, status, 0),
         }
     }

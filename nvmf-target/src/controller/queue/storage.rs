@@ -105,13 +105,13 @@ impl Queue {
             Plan::Read { len, .. } => {
                 self.counters.read(u64::from(len));
                 match s.buffer {
-                    Some(buffer) => self.respond_ok(id, 0, 0, Some((buffer, len))),
+                    Some(buffer) => self.respond_ok(engine, id, 0, 0, Some((buffer, len))),
                     None => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
                 }
             }
             Plan::Write { len, .. } => {
                 self.counters.write(u64::from(len));
-                self.respond_ok(id, 0, 0, None)
+                self.respond_ok(engine, id, 0, 0, None)
             }
             Plan::Compare { len, .. } => {
                 let same = match (s.buffer, s.aux) {
@@ -123,7 +123,7 @@ impl Queue {
                 };
                 if same {
                     self.counters.compare();
-                    self.respond_ok(id, 0, 0, None)
+                    self.respond_ok(engine, id, 0, 0, None)
                 } else {
                     self.respond_err(engine, id, Status::COMPARE_FAILURE.with_dnr(), 0)
                 }
@@ -136,15 +136,15 @@ impl Queue {
             }
             Plan::WriteZeroes { .. } => {
                 self.counters.write(0);
-                self.respond_ok(id, 0, 0, None)
+                self.respond_ok(engine, id, 0, 0, None)
             }
             Plan::Shutdown => {
                 if let Some(c) = self.controller() {
                     c.shutdown_complete();
                 }
-                self.respond_ok(id, 0, 0, None)
+                self.respond_ok(engine, id, 0, 0, None)
             }
-            Plan::Flush { .. } | Plan::Dsm { .. } => self.respond_ok(id, 0, 0, None),
+            Plan::Flush { .. } | Plan::Dsm { .. } => self.respond_ok(engine, id, 0, 0, None),
             Plan::None
             | Plan::Connect
             | Plan::AdminOutput { .. }

@@ -22,11 +22,7 @@ fn associate_on(target: &Arc<Target>, port_id: u16, wakes: &Arc<AtomicUsize>) ->
     let mut engine = engine();
     let key = |_: ()| u64::try_from(NEXT_KEY.fetch_add(1, Ordering::Relaxed)).unwrap();
     let admin_key = key(());
-    let mut admin = Host {
-        queue: Queue::new(Arc::clone(target), TransportInfo::tcp(port_id, IN_CAPSULE, admin_key)),
-        key: admin_key,
-        next_cid: 1,
-    };
+    let mut admin = Host::on(target, TransportInfo::tcp(port_id, IN_CAPSULE, admin_key));
     let w = Arc::clone(wakes);
     admin.queue.set_event_notifier(Arc::new(move || {
         w.fetch_add(1, Ordering::Relaxed);
@@ -35,11 +31,7 @@ fn associate_on(target: &Arc<Target>, port_id: u16, wakes: &Arc<AtomicUsize>) ->
     let cntlid = ConnectResponse::from_dw0(done.cqe.dw0).cntlid;
     admin.enable(&mut engine);
     let io_key = key(());
-    let mut io = Host {
-        queue: Queue::new(Arc::clone(target), TransportInfo::tcp(port_id, IN_CAPSULE, io_key)),
-        key: io_key,
-        next_cid: 1,
-    };
+    let mut io = Host::on(target, TransportInfo::tcp(port_id, IN_CAPSULE, io_key));
     io.connect(&mut engine, 1, 127, cntlid, SUBNQN, HOSTNQN).ok();
     Association { target: Arc::clone(target), engine, admin, io, cntlid }
 }

@@ -186,7 +186,7 @@ fn commands_before_connect_are_sequence_errors() {
 fn queue_overrun_is_fatal() {
     let target = target();
     let mut engine = engine();
-    let mut queue = Queue::new(Arc::clone(&target), TransportInfo::tcp(1, IN_CAPSULE, 99));
+    let mut queue = Queue::new(Arc::clone(&target), TransportInfo::tcp(1, IN_CAPSULE, 99), Instant::now());
     let sqe = KeepAlive.to_sqe();
     // Responses never released: the slots stay busy.
     for _ in 0..4 {

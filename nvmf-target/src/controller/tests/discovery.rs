@@ -16,6 +16,7 @@ fn discovery_controller() {
             local_address: Some("192.0.2.7".parse().unwrap()),
             ..TransportInfo::tcp(1, IN_CAPSULE, host.key)
         },
+        Instant::now(),
     );
     let done = host.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, DISCOVERY_NQN, HOSTNQN, HOSTID, 0).ok();
     let cntlid = ConnectResponse::from_dw0(done.cqe.dw0).cntlid;

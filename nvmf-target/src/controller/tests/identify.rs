@@ -55,6 +55,7 @@ fn identify_controller_over_rdma_reports_keyed_sgls() {
             peer_address: None,
             queue_key: 5,
         },
+        Instant::now(),
     );
     let controller = Controller::new(
         1,

@@ -7,41 +7,43 @@ use super::*;
 fn keep_alive_expiry_with_a_fake_clock() {
     let target = target();
     let mut engine = engine();
-    // The reactor's turn time is the clock commands arrive by.
+    // The reactor's turn time is the clock commands arrive by: this test moves the engine's clock itself.
     let t0 = Instant::now();
     let at = |ms: u64| t0 + Duration::from_millis(ms);
-    set_turn_time(at(0));
+    engine.clock_mut().start_turn(at(0));
     let mut admin = Host::new(&target);
+    admin.real_clock = false;
     let done = admin.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, HOSTID, 2000).ok();
     let cntlid = ConnectResponse::from_dw0(done.cqe.dw0).cntlid;
     admin.enable(&mut engine);
     let mut io = Host::new(&target);
+    io.real_clock = false;
     io.connect(&mut engine, 1, 31, cntlid, SUBNQN, HOSTNQN).ok();
     let mut out = Vec::new();
     // The timer runs from the last admin command, the reactor polls the queue by its deadline.
     assert_eq!(admin.queue.keep_alive_deadline(), Some(at(2000)));
     admin.queue.poll(&mut engine, at(1500), &mut out).unwrap();
     // A Keep Alive restarts the timer.
-    set_turn_time(at(1600));
+    engine.clock_mut().start_turn(at(1600));
     admin.run(&mut engine, KeepAlive.to_sqe()).ok();
     assert_eq!(admin.queue.keep_alive_deadline(), Some(at(3600)));
     admin.queue.poll(&mut engine, at(3500), &mut out).unwrap();
     // Any admin command counts too.
-    set_turn_time(at(3500));
+    engine.clock_mut().start_turn(at(3500));
     admin.property_get(&mut engine, 0x1C, PropertySize::Four).ok();
     assert_eq!(admin.queue.keep_alive_deadline(), Some(at(5500)));
     admin.queue.poll(&mut engine, at(5499), &mut out).unwrap();
     // Traffic Based Keep Alive: an I/O command restarts the timer too; the queue publishes its commands'
     // arrival at most every TRAFFIC_GRANULARITY, so the timer runs from that much later.
-    set_turn_time(at(5400));
+    engine.clock_mut().start_turn(at(5400));
     io.read(&mut engine, 1, 0, 1).ok();
     assert_eq!(admin.queue.keep_alive_deadline(), Some(at(7500)));
     admin.queue.poll(&mut engine, at(5500), &mut out).unwrap();
     // Within the granularity the queue does not publish again; after it, it does.
-    set_turn_time(at(5450));
+    engine.clock_mut().start_turn(at(5450));
     io.read(&mut engine, 1, 0, 1).ok();
     assert_eq!(admin.queue.keep_alive_deadline(), Some(at(7500)));
-    set_turn_time(at(6000));
+    engine.clock_mut().start_turn(at(6000));
     io.read(&mut engine, 1, 0, 1).ok();
     assert_eq!(admin.queue.keep_alive_deadline(), Some(at(8100)));
     admin.queue.poll(&mut engine, at(8099), &mut out).unwrap();

@@ -33,7 +33,6 @@ use nvmf_common::nvme::log_page::{
 };
 use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, Status, SubmissionQueueEntry};
 
-use super::queue::set_turn_time;
 use super::subsystem::CNTLID_RANGE;
 use super::*;
 use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
@@ -130,6 +129,8 @@ struct Host {
     queue: Queue,
     key: u64,
     next_cid: u16,
+    /// Each command starts a reactor turn at the real clock; false while the test moves the engine's clock itself.
+    real_clock: bool,
 }
 
 /// The outcome of a command.
@@ -155,7 +156,14 @@ static NEXT_KEY: AtomicUsize = AtomicUsize::new(1);
 impl Host {
     fn new(target: &Arc<Target>) -> Self {
         let key = u64::try_from(NEXT_KEY.fetch_add(1, Ordering::Relaxed)).unwrap();
-        Host { queue: Queue::new(Arc::clone(target), TransportInfo::tcp(1, IN_CAPSULE, key)), key, next_cid: 1 }
+        Host::on(target, TransportInfo::tcp(1, IN_CAPSULE, key))
+    }
+
+    /// A host whose queue `transport` describes (its queue key too).
+    fn on(target: &Arc<Target>, transport: TransportInfo) -> Self {
+        let key = transport.queue_key;
+        let queue = Queue::new(Arc::clone(target), transport, Instant::now());
+        Host { queue, key, next_cid: 1, real_clock: true }
     }
 
     /// Submit `sqe` with `in_capsule` data; `host_data` answers a FetchData. `None` if the command is held.
@@ -168,6 +176,9 @@ impl Host {
     ) -> Option<Done> {
         sqe.cid = self.next_cid;
         self.next_cid = self.next_cid.wrapping_add(1);
+        if self.real_clock {
+            engine.clock_mut().start_turn(Instant::now());
+        }
         let step = self.queue.command(engine, &sqe, in_capsule).expect("command accepted");
         let done = self.drive(engine, step, host_data);
         if let Some(d) = &done {

@@ -100,7 +100,8 @@ impl Rig {
         host.set_nodelay(true).unwrap();
         let key = self.next_key;
         self.next_key += 1;
-        let queue = Queue::new(Arc::clone(&self.target), TransportInfo::tcp(1, self.config.in_capsule_data_size, key));
+        let info = TransportInfo::tcp(1, self.config.in_capsule_data_size, key);
+        let queue = Queue::new(Arc::clone(&self.target), info, self.engine.clock().turn());
         let io = if self.ring { SocketIo::IoUring(key) } else { SocketIo::Epoll };
         let mut conn = TcpConnection::new(mio::net::TcpStream::from_std(server), queue, &self.config, io);
         conn.start(&mut self.engine);
@@ -160,6 +161,8 @@ impl Peer {
 
     /// One reactor turn for this connection, and the host's side of the socket.
     fn pump(&mut self, engine: &mut IoEngine) {
+        let now = Instant::now();
+        engine.clock_mut().start_turn(now);
         if !self.out.is_empty() {
             match self.host.write(&self.out) {
                 Ok(n) => {
@@ -178,7 +181,7 @@ impl Peer {
             let r = self.conn.on_readable(engine);
             record(r, &mut self.error);
         }
-        let r = self.conn.poll(engine, Instant::now()).map(|()| true);
+        let r = self.conn.poll(engine, now).map(|()| true);
         record(r, &mut self.error);
         engine.submit().unwrap();
         let mut completions = Vec::new();
@@ -698,7 +701,8 @@ fn a_connection_held_at_connect_is_served_where_it_is_placed_on_either_socket_pa
         let (stream, initialized) = held.into_initialized(&mut rig.engine).expect("ready to move");
         q.key = rig.next_key;
         rig.next_key += 1;
-        let queue = Queue::new(Arc::clone(&rig.target), TransportInfo::tcp(1, rig.config.in_capsule_data_size, q.key));
+        let info = TransportInfo::tcp(1, rig.config.in_capsule_data_size, q.key);
+        let queue = Queue::new(Arc::clone(&rig.target), info, rig.engine.clock().turn());
         let io = if ring { SocketIo::IoUring(q.key) } else { SocketIo::Epoll };
         q.conn = TcpConnection::new(stream, queue, &rig.config, io);
         assert!(q.conn.resume(&mut rig.engine, initialized).unwrap());
