@@ -4,7 +4,7 @@
 //! This file is the safe half: recognising a generic device, identifying the namespace at open (synchronous
 //! ioctls, done once by the control plane), building `struct nvme_uring_cmd` from `nvmf-common` SQE views,
 //! splitting an [`IoOp`] into the drive commands that carry it, and mapping a drive's completion status. The
-//! ioctls and the ring pushes are in `ring.rs`.
+//! kernel's ABI (the struct, the ioctl numbers), the ioctls and the ring pushes are in `ring.rs`.
 //!
 //! Recognition: a character device whose major is the one `/proc/devices` lists for `nvme-generic` (the class
 //! the kernel's NVMe driver allocates dynamically for its `ngXnY` nodes). Any path naming such a node (a
@@ -28,24 +28,9 @@ use nvmf_common::nvme::identify::{cns, Identify, IdentifyController, IdentifyNam
 use nvmf_common::nvme::io::{DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes, DSM_RANGE_SIZE};
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::{ring, BackendError, IoOp};
+use super::ring::{self, NvmeUringCmd};
+use super::{BackendError, IoOp};
 
-/// `_IO('N', 0x40)`: the namespace's NSID (the ioctl's return value).
-pub(crate) const NVME_IOCTL_ID: libc::c_ulong = 0x4e40;
-/// `_IOWR('N', 0x41, struct nvme_passthru_cmd)`: a synchronous admin command (allowed on a namespace node).
-pub(crate) const NVME_IOCTL_ADMIN_CMD: libc::c_ulong = 0xc048_4e41;
-/// `_IOWR('N', 0x43, struct nvme_passthru_cmd)`: a synchronous I/O command on this namespace.
-pub(crate) const NVME_IOCTL_IO_CMD: libc::c_ulong = 0xc048_4e43;
-/// `_IOWR('N', 0x80, struct nvme_uring_cmd)`: the io_uring command op of an NVMe I/O command.
-pub(crate) const NVME_URING_CMD_IO: u32 = 0xc048_4e80;
-
-/// Bytes of one Dataset Management range (the data of a one-range DSM command).
-pub(crate) const DSM_RANGE_BYTES: usize = DSM_RANGE_SIZE;
-/// [`DSM_RANGE_BYTES`] as a command's data length.
-#[expect(clippy::cast_possible_truncation, reason = "DSM_RANGE_SIZE is 16")]
-pub(crate) const DSM_RANGE_LEN: u32 = DSM_RANGE_SIZE as u32;
-/// Bytes of the command area of a 128-byte SQE (`UringCmd80`).
-pub(crate) const URING_CMD_BYTES: usize = 80;
 /// Most LBAs one Read/Write/Write Zeroes carries (NLB is 16 bits, 0's based).
 const MAX_NLB_BLOCKS: u64 = 1 << 16;
 /// Most LBAs one Dataset Management range carries (its length is 32 bits, not 0's based).
@@ -55,37 +40,7 @@ const FALLBACK_MAX_TRANSFER: u32 = 128 << 10;
 /// CRD (bits 12:11) refers to the drive's Command Retry Delay Times, which mean nothing to a fabrics host.
 const STATUS_CRD_MASK: u16 = 0b11 << 11;
 
-/// Linux `struct nvme_uring_cmd` (and, with `rsvd2` as `result`, `struct nvme_passthru_cmd`): 72 bytes,
-/// native endian, the command's fields the driver does not fill itself (CID, PSDT, data pointer and MPTR are the
-/// driver's).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct NvmeUringCmd {
-    pub(crate) opcode: u8,
-    /// Must be 0: the driver refuses fused commands and chooses PRP/SGL itself.
-    pub(crate) flags: u8,
-    pub(crate) rsvd1: u16,
-    pub(crate) nsid: u32,
-    pub(crate) cdw2: u32,
-    pub(crate) cdw3: u32,
-    /// User address of a separate metadata buffer (unused: namespaces with metadata are refused).
-    pub(crate) metadata: u64,
-    /// User address of the data.
-    pub(crate) addr: u64,
-    pub(crate) metadata_len: u32,
-    pub(crate) data_len: u32,
-    pub(crate) cdw10: u32,
-    pub(crate) cdw11: u32,
-    pub(crate) cdw12: u32,
-    pub(crate) cdw13: u32,
-    pub(crate) cdw14: u32,
-    pub(crate) cdw15: u32,
-    /// 0: the driver's default timeout.
-    pub(crate) timeout_ms: u32,
-    /// Reserved in `nvme_uring_cmd`; the ioctl's `result` (dword 0 of the CQE) in `nvme_passthru_cmd`.
-    pub(crate) rsvd2: u32,
-}
-
+// The struct is the kernel's ABI, in `ring.rs` beside the ioctls; building one from an SQE view is this file's.
 impl NvmeUringCmd {
     /// The command `sqe` encodes, without data. Only what the kernel passes on is taken: opcode, NSID, CDW2/3
     /// and CDW10..15; the flags (fuse, PSDT) are left 0 as the driver requires.
@@ -103,41 +58,6 @@ impl NvmeUringCmd {
             cdw15: sqe.cdw15,
             ..Default::default()
         }
-    }
-
-    /// With `len` bytes of data at user address `addr`.
-    pub(crate) fn with_data(self, addr: u64, len: u32) -> Self {
-        NvmeUringCmd { addr, data_len: len, ..self }
-    }
-
-    /// The SQE command area (`UringCmd80::cmd`): the struct's 72 bytes, native endian, then zeros.
-    pub(crate) fn to_bytes(self) -> [u8; URING_CMD_BYTES] {
-        let mut b = [0u8; URING_CMD_BYTES];
-        b[0] = self.opcode;
-        b[1] = self.flags;
-        b[2..4].copy_from_slice(&self.rsvd1.to_ne_bytes());
-        let dwords = [(4, self.nsid), (8, self.cdw2), (12, self.cdw3)];
-        for (at, v) in dwords {
-            b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
-        }
-        b[16..24].copy_from_slice(&self.metadata.to_ne_bytes());
-        b[24..32].copy_from_slice(&self.addr.to_ne_bytes());
-        let dwords = [
-            (32, self.metadata_len),
-            (36, self.data_len),
-            (40, self.cdw10),
-            (44, self.cdw11),
-            (48, self.cdw12),
-            (52, self.cdw13),
-            (56, self.cdw14),
-            (60, self.cdw15),
-            (64, self.timeout_ms),
-            (68, self.rsvd2),
-        ];
-        for (at, v) in dwords {
-            b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
-        }
-        b
     }
 }
 
@@ -443,38 +363,6 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::mem::{offset_of, size_of};
-
-    #[test]
-    fn struct_layout_matches_the_uapi_header() {
-        // include/uapi/linux/nvme_ioctl.h, struct nvme_uring_cmd.
-        assert_eq!(size_of::<NvmeUringCmd>(), 72);
-        let offsets = [
-            (offset_of!(NvmeUringCmd, opcode), 0),
-            (offset_of!(NvmeUringCmd, flags), 1),
-            (offset_of!(NvmeUringCmd, rsvd1), 2),
-            (offset_of!(NvmeUringCmd, nsid), 4),
-            (offset_of!(NvmeUringCmd, cdw2), 8),
-            (offset_of!(NvmeUringCmd, cdw3), 12),
-            (offset_of!(NvmeUringCmd, metadata), 16),
-            (offset_of!(NvmeUringCmd, addr), 24),
-            (offset_of!(NvmeUringCmd, metadata_len), 32),
-            (offset_of!(NvmeUringCmd, data_len), 36),
-            (offset_of!(NvmeUringCmd, cdw10), 40),
-            (offset_of!(NvmeUringCmd, cdw15), 60),
-            (offset_of!(NvmeUringCmd, timeout_ms), 64),
-            (offset_of!(NvmeUringCmd, rsvd2), 68),
-        ];
-        for (i, (got, want)) in offsets.into_iter().enumerate() {
-            assert_eq!(got, want, "field {i}");
-        }
-        // _IOWR('N', nr, 72-byte struct): dir 3 << 30 | size << 16 | 'N' << 8 | nr.
-        let iowr = |nr: u32| (3u32 << 30) | (72 << 16) | (u32::from(b'N') << 8) | nr;
-        assert_eq!(NVME_URING_CMD_IO, iowr(0x80));
-        assert_eq!(NVME_IOCTL_ADMIN_CMD, libc::c_ulong::from(iowr(0x41)));
-        assert_eq!(NVME_IOCTL_IO_CMD, libc::c_ulong::from(iowr(0x43)));
-        assert_eq!(NVME_IOCTL_ID, (libc::c_ulong::from(b'N') << 8) | 0x40);
-    }
 
     #[test]
     fn command_bytes_follow_the_struct() {

@@ -1,5 +1,6 @@
 //! The kernel interface of the backend: one io_uring per engine, its eventfd, and the few direct syscalls
-//! (fallocate/statx probes, block device ioctls).
+//! (fallocate/statx probes, block device ioctls), with the NVMe passthrough ABI they use (`struct nvme_uring_cmd`,
+//! the NVMe ioctl numbers).
 //!
 //! All `unsafe` of the I/O path is here. The ring only accepts buffers as [`IoBuffer`]s, which only the pool can
 //! make (for a buffer it has marked in flight), so every address handed to the kernel points into the pool's live
@@ -13,8 +14,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use nvmf_common::nvme::io::DSM_RANGE_SIZE;
 
-use super::nvme::{self, NvmeUringCmd};
 use super::pool::{BufferPool, IoBuffer};
 use super::BackendError;
 
@@ -30,6 +31,93 @@ const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 const BLOCK_URING_CMD_DISCARD: u32 = 0x1200;
 /// `_IO(0x12, 119)`: discard a byte range `[start, len]`.
 const BLKDISCARD: libc::c_ulong = 0x1277;
+
+// The NVMe passthrough ABI (include/uapi/linux/nvme_ioctl.h), next to the ioctls and the ring pushes that use it.
+
+/// `_IO('N', 0x40)`: the namespace's NSID (the ioctl's return value).
+pub(crate) const NVME_IOCTL_ID: libc::c_ulong = 0x4e40;
+/// `_IOWR('N', 0x41, struct nvme_passthru_cmd)`: a synchronous admin command (allowed on a namespace node).
+pub(crate) const NVME_IOCTL_ADMIN_CMD: libc::c_ulong = 0xc048_4e41;
+/// `_IOWR('N', 0x43, struct nvme_passthru_cmd)`: a synchronous I/O command on this namespace.
+pub(crate) const NVME_IOCTL_IO_CMD: libc::c_ulong = 0xc048_4e43;
+/// `_IOWR('N', 0x80, struct nvme_uring_cmd)`: the io_uring command op of an NVMe I/O command.
+pub(crate) const NVME_URING_CMD_IO: u32 = 0xc048_4e80;
+
+/// Bytes of one Dataset Management range (the data of a one-range DSM command).
+pub(crate) const DSM_RANGE_BYTES: usize = DSM_RANGE_SIZE;
+/// [`DSM_RANGE_BYTES`] as a command's data length.
+#[expect(clippy::cast_possible_truncation, reason = "DSM_RANGE_SIZE is 16")]
+pub(crate) const DSM_RANGE_LEN: u32 = DSM_RANGE_SIZE as u32;
+/// Bytes of the command area of a 128-byte SQE (`UringCmd80`).
+pub(crate) const URING_CMD_BYTES: usize = 80;
+
+/// Linux `struct nvme_uring_cmd` (and, with `rsvd2` as `result`, `struct nvme_passthru_cmd`): 72 bytes,
+/// native endian, the command's fields the driver does not fill itself (CID, PSDT, data pointer and MPTR are the
+/// driver's).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NvmeUringCmd {
+    pub(crate) opcode: u8,
+    /// Must be 0: the driver refuses fused commands and chooses PRP/SGL itself.
+    pub(crate) flags: u8,
+    pub(crate) rsvd1: u16,
+    pub(crate) nsid: u32,
+    pub(crate) cdw2: u32,
+    pub(crate) cdw3: u32,
+    /// User address of a separate metadata buffer (unused: namespaces with metadata are refused).
+    pub(crate) metadata: u64,
+    /// User address of the data.
+    pub(crate) addr: u64,
+    pub(crate) metadata_len: u32,
+    pub(crate) data_len: u32,
+    pub(crate) cdw10: u32,
+    pub(crate) cdw11: u32,
+    pub(crate) cdw12: u32,
+    pub(crate) cdw13: u32,
+    pub(crate) cdw14: u32,
+    pub(crate) cdw15: u32,
+    /// 0: the driver's default timeout.
+    pub(crate) timeout_ms: u32,
+    /// Reserved in `nvme_uring_cmd`; the ioctl's `result` (dword 0 of the CQE) in `nvme_passthru_cmd`.
+    pub(crate) rsvd2: u32,
+}
+
+impl NvmeUringCmd {
+    /// With `len` bytes of data at user address `addr`.
+    pub(crate) fn with_data(self, addr: u64, len: u32) -> Self {
+        NvmeUringCmd { addr, data_len: len, ..self }
+    }
+
+    /// The SQE command area (`UringCmd80::cmd`): the struct's 72 bytes, native endian, then zeros.
+    pub(crate) fn to_bytes(self) -> [u8; URING_CMD_BYTES] {
+        let mut b = [0u8; URING_CMD_BYTES];
+        b[0] = self.opcode;
+        b[1] = self.flags;
+        b[2..4].copy_from_slice(&self.rsvd1.to_ne_bytes());
+        let dwords = [(4, self.nsid), (8, self.cdw2), (12, self.cdw3)];
+        for (at, v) in dwords {
+            b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+        }
+        b[16..24].copy_from_slice(&self.metadata.to_ne_bytes());
+        b[24..32].copy_from_slice(&self.addr.to_ne_bytes());
+        let dwords = [
+            (32, self.metadata_len),
+            (36, self.data_len),
+            (40, self.cdw10),
+            (44, self.cdw11),
+            (48, self.cdw12),
+            (52, self.cdw13),
+            (56, self.cdw14),
+            (60, self.cdw15),
+            (64, self.timeout_ms),
+            (68, self.rsvd2),
+        ];
+        for (at, v) in dwords {
+            b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+        }
+        b
+    }
+}
 
 /// A descriptor in either form, so one builder expression serves both.
 #[derive(Clone, Copy)]
@@ -81,11 +169,11 @@ fn build_entry(fd: FdRef, op: RingOp, fixed_buffers: bool, range_addr: u64) -> s
                     let cmd = cmd.with_data(buf.ptr() as u64, buf.len());
                     (cmd, fixed_buffers.then(|| buf.fixed_index()))
                 }
-                (None, Some(_)) => (cmd.with_data(range_addr, nvme::DSM_RANGE_LEN), None),
+                (None, Some(_)) => (cmd.with_data(range_addr, DSM_RANGE_LEN), None),
                 (None, None) => (cmd, None),
             };
             let bytes = cmd.to_bytes();
-            return with_fd!(fd, |f| opcode::UringCmd80::new(f, nvme::NVME_URING_CMD_IO)
+            return with_fd!(fd, |f| opcode::UringCmd80::new(f, NVME_URING_CMD_IO)
                 .cmd(bytes)
                 .buf_index(buf_index)
                 .build());
@@ -134,14 +222,14 @@ pub(crate) enum RingOp {
     Nvme {
         cmd: NvmeUringCmd,
         buf: Option<IoBuffer>,
-        range: Option<[u8; nvme::DSM_RANGE_BYTES]>,
+        range: Option<[u8; DSM_RANGE_BYTES]>,
     },
 }
 
 /// One 16-byte Dataset Management range per in-flight op (indexed by its user data): the kernel reads it when it
 /// issues the command, which may be after `io_uring_enter` returns (io-wq), so it lives as long as the ring.
 struct RangeSlots {
-    ptr: std::ptr::NonNull<[u8; nvme::DSM_RANGE_BYTES]>,
+    ptr: std::ptr::NonNull<[u8; DSM_RANGE_BYTES]>,
     len: usize,
 }
 
@@ -151,13 +239,13 @@ unsafe impl Send for RangeSlots {}
 
 impl RangeSlots {
     fn new(len: usize) -> Self {
-        let slots: Box<[[u8; nvme::DSM_RANGE_BYTES]]> = vec![[0u8; nvme::DSM_RANGE_BYTES]; len].into_boxed_slice();
+        let slots: Box<[[u8; DSM_RANGE_BYTES]]> = vec![[0u8; DSM_RANGE_BYTES]; len].into_boxed_slice();
         let ptr = std::ptr::NonNull::from(Box::leak(slots)).cast();
         RangeSlots { ptr, len }
     }
 
     /// Stores `range` in slot `index` and returns its address, or `None` if `index` is out of bounds.
-    fn store(&mut self, index: u64, range: [u8; nvme::DSM_RANGE_BYTES]) -> Option<u64> {
+    fn store(&mut self, index: u64, range: [u8; DSM_RANGE_BYTES]) -> Option<u64> {
         let index = usize::try_from(index).ok().filter(|&i| i < self.len)?;
         // SAFETY: `index < len`, so the slot is inside the allocation. The slot belongs to the op about to be
         // pushed under user data `index`; no op in flight uses it (user data are unique in-flight keys), so the
@@ -495,7 +583,7 @@ pub(crate) fn block_device_discard(fd: RawFd, offset: u64, len: u64) -> io::Resu
 /// The NSID of the namespace an NVMe generic node (or block device) stands for (`NVME_IOCTL_ID`).
 pub(crate) fn nvme_namespace_id(fd: RawFd) -> io::Result<u32> {
     // SAFETY: NVME_IOCTL_ID takes no argument and touches no memory of ours.
-    let rc = unsafe { libc::ioctl(fd, nvme::NVME_IOCTL_ID) };
+    let rc = unsafe { libc::ioctl(fd, NVME_IOCTL_ID) };
     u32::try_from(rc).map_err(|_| io::Error::last_os_error())
 }
 
@@ -516,12 +604,12 @@ fn nvme_passthru(fd: RawFd, request: libc::c_ulong, cmd: &mut NvmeUringCmd, data
 /// An admin command (Identify at open) on `fd`, moving `len` bytes of `data`. Returns the status field.
 pub(crate) fn nvme_admin_command(fd: RawFd, cmd: &mut NvmeUringCmd, data: &mut [u8], len: u32) -> io::Result<u16> {
     let len = usize::try_from(len).unwrap_or(usize::MAX).min(data.len());
-    nvme_passthru(fd, nvme::NVME_IOCTL_ADMIN_CMD, cmd, &mut data[..len])
+    nvme_passthru(fd, NVME_IOCTL_ADMIN_CMD, cmd, &mut data[..len])
 }
 
 /// An I/O command without data (Flush at shutdown) on `fd`. Returns the status field.
 pub(crate) fn nvme_io_command(fd: RawFd, cmd: &mut NvmeUringCmd) -> io::Result<u16> {
-    nvme_passthru(fd, nvme::NVME_IOCTL_IO_CMD, cmd, &mut [])
+    nvme_passthru(fd, NVME_IOCTL_IO_CMD, cmd, &mut [])
 }
 
 /// Waits up to `timeout_ms` for `fd` to become readable (tests stand in for the reactor's poller).
@@ -549,4 +637,42 @@ pub(crate) fn cached_and_unwritten_pages(fd: RawFd) -> io::Result<(u64, u64)> {
         return Err(io::Error::last_os_error());
     }
     Ok((stat[0], stat[1] + stat[2]))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{offset_of, size_of};
+
+    use super::*;
+
+    #[test]
+    fn struct_layout_matches_the_uapi_header() {
+        // include/uapi/linux/nvme_ioctl.h, struct nvme_uring_cmd.
+        assert_eq!(size_of::<NvmeUringCmd>(), 72);
+        let offsets = [
+            (offset_of!(NvmeUringCmd, opcode), 0),
+            (offset_of!(NvmeUringCmd, flags), 1),
+            (offset_of!(NvmeUringCmd, rsvd1), 2),
+            (offset_of!(NvmeUringCmd, nsid), 4),
+            (offset_of!(NvmeUringCmd, cdw2), 8),
+            (offset_of!(NvmeUringCmd, cdw3), 12),
+            (offset_of!(NvmeUringCmd, metadata), 16),
+            (offset_of!(NvmeUringCmd, addr), 24),
+            (offset_of!(NvmeUringCmd, metadata_len), 32),
+            (offset_of!(NvmeUringCmd, data_len), 36),
+            (offset_of!(NvmeUringCmd, cdw10), 40),
+            (offset_of!(NvmeUringCmd, cdw15), 60),
+            (offset_of!(NvmeUringCmd, timeout_ms), 64),
+            (offset_of!(NvmeUringCmd, rsvd2), 68),
+        ];
+        for (i, (got, want)) in offsets.into_iter().enumerate() {
+            assert_eq!(got, want, "field {i}");
+        }
+        // _IOWR('N', nr, 72-byte struct): dir 3 << 30 | size << 16 | 'N' << 8 | nr.
+        let iowr = |nr: u32| (3u32 << 30) | (72 << 16) | (u32::from(b'N') << 8) | nr;
+        assert_eq!(NVME_URING_CMD_IO, iowr(0x80));
+        assert_eq!(NVME_IOCTL_ADMIN_CMD, libc::c_ulong::from(iowr(0x41)));
+        assert_eq!(NVME_IOCTL_IO_CMD, libc::c_ulong::from(iowr(0x43)));
+        assert_eq!(NVME_IOCTL_ID, (libc::c_ulong::from(b'N') << 8) | 0x40);
+    }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use nvmf_common::nvme::SubmissionQueueEntry;
 
-use super::super::nvme::{self, NvmeBacking, NvmeUringCmd};
-use super::super::ring::RingOp;
+use super::super::nvme::{self, NvmeBacking};
+use super::super::ring::{NvmeUringCmd, RingOp};
 use super::super::storage::Kind;
 use super::super::{BufferId, Storage};
 use super::in_flight::{Expect, Group, InFlight};
