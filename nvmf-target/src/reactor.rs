@@ -34,16 +34,13 @@ use nvmf_service::poll::{Poller, Wait};
 
 use crate::backend::{EngineConfig, IoCompletion, IoEngine, NetCompletion};
 use crate::controller::{split_storage_tag, EventNotifier, Target};
+#[cfg(doc)]
+use crate::transport::RETRY_AFTER;
 use crate::transport::{GroupContext, PollGroup, FIRST_GROUP_TOKEN};
 
 const WAKER: Token = Token(0);
 const ENGINE: Token = Token(1);
 const _: () = assert!(ENGINE.0 < FIRST_GROUP_TOKEN);
-
-/// When a queue's waiting commands are retried at the latest. They are retried at the end of every turn, but what
-/// frees their buffer or ring space may come later in the turn (a response written; on RDMA a send completion
-/// reaped) with no event after it.
-pub const RETRY_AFTER: Duration = Duration::from_millis(10);
 
 /// New queue pairs a reactor takes per turn. Setting one up costs system calls (an RDMA queue pair: its memory
 /// registered, the queue pair created, the CM accept), so a burst of connects is spread over turns that also serve

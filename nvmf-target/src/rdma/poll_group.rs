@@ -42,8 +42,7 @@ use super::listener::{reject, RdmaAccepted};
 use super::routing::{split_wr_id, ConnectionKey, ConnectionTable, WrKind};
 use crate::backend::IoEngine;
 use crate::controller::{Queue, SlotId, TransportInfo};
-use crate::reactor::RETRY_AFTER;
-use crate::transport::{Admitted, GroupContext, PollGroup};
+use crate::transport::{Admitted, GroupContext, PollGroup, RETRY_AFTER};
 
 /// The group's token of its RDMA CM event channel.
 const CM_TOKEN: u32 = 0;

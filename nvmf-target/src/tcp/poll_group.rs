@@ -27,8 +27,7 @@ use super::placement::IncomingCpuPlacement;
 use super::{ConnectionError, Initialized, SocketIo, TcpConnection, TcpTransportConfig};
 use crate::backend::{IoEngine, NetCompletion, SocketOps};
 use crate::controller::{SlotId, TransportInfo};
-use crate::reactor::RETRY_AFTER;
-use crate::transport::{Admitted, GroupContext, PollGroup};
+use crate::transport::{Admitted, GroupContext, PollGroup, RETRY_AFTER};
 
 /// A TCP connection accepted on a listener, on its way to a reactor.
 #[derive(Debug)]

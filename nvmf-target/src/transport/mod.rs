@@ -20,7 +20,7 @@ pub mod set;
 
 use std::io;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mio::event::Event;
 use mio::{Registry, Token};
@@ -39,6 +39,11 @@ pub(crate) const FIRST_GROUP_TOKEN: usize = 2;
 /// are its space.
 const LOCAL_BITS: u32 = 32;
 const LOCAL_MASK: u64 = (1 << LOCAL_BITS) - 1;
+
+/// When a queue's waiting commands are retried at the latest (by every transport's poll group). They are retried at
+/// the end of every turn, but what frees their buffer or ring space may come later in the turn (a response written;
+/// on RDMA a send completion reaped) with no event after it.
+pub const RETRY_AFTER: Duration = Duration::from_millis(10);
 
 // Tokens carry a space above 32 local bits, and storage tags a 48-bit queue key: both need 64-bit words.
 const _: () = assert!(usize::BITS >= 64);
