@@ -27,7 +27,8 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::io_thread::{InFlight, IoLoop, Message, Published, TIMEOUT_CHECK};
+use super::in_flight::InFlight;
+use super::io_thread::{IoLoop, Message, Published, TIMEOUT_CHECK};
 use super::sink::CompletionSink;
 use super::QueueHandle;
 use crate::queue::BareQueue;

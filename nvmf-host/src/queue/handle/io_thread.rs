@@ -25,50 +25,13 @@ use nvmf_config::PollMode;
 use nvmf_service::poll::{Poller, Wait};
 
 use super::hosting::Lender;
+use super::in_flight::{InFlight, ReplyTo};
 use super::metrics::{bump, Meter};
-use super::pending::{reply_port, Pending, ReplyPort};
+use super::pending::{reply_port, Pending};
 use super::recovery::Recovery;
-use super::sink::{Ticket, Wakes};
-use super::Reply;
+use super::sink::Wakes;
 use crate::error::HostError;
-use crate::queue::{BareQueue, Completion, DataDirection, Rejected, Request};
-
-/// Where the I/O thread posts a command's completion.
-#[derive(Debug)]
-pub(super) enum ReplyTo {
-    /// A [`Pending`]'s.
-    Channel(ReplyPort),
-    /// A completion sink.
-    Sink(Ticket),
-}
-
-impl ReplyTo {
-    fn deliver(self, reply: Reply, wakes: &mut Wakes) {
-        match self {
-            ReplyTo::Channel(port) => port.send(reply),
-            ReplyTo::Sink(ticket) => ticket.deliver(reply, wakes),
-        }
-    }
-
-    /// The request came back to the submitter, which reports the failure itself.
-    fn disarm(&mut self) {
-        if let ReplyTo::Sink(t) = self {
-            t.sink = None;
-        }
-    }
-}
-
-/// The I/O thread's context of one command: where its completion goes, and what its metrics need.
-#[derive(Debug)]
-pub struct InFlight {
-    pub(super) reply: ReplyTo,
-    /// When the queue's thread took the request (one clock read for the batch it came in; a clock read per
-    /// command costs a system call where the clock source has no vDSO).
-    pub(super) submitted: Option<Instant>,
-    pub(super) direction: DataDirection,
-    /// Whether the latency counts (not for an Asynchronous Event Request, outstanding until an event).
-    pub(super) timed: bool,
-}
+use crate::queue::{BareQueue, Completion, Rejected, Request};
 
 #[expect(
     clippy::large_enum_variant,
@@ -141,8 +104,8 @@ impl std::fmt::Debug for Submitter {
 impl Submitter {
     /// Submit `sqe` with `data` moving in `direction`; returns the pending completion.
     pub fn submit(&self, request: Request<()>) -> Result<Pending, HostError> {
-        let (reply, pending) = reply_port(self.qid, None);
-        self.send(request, reply, true).map_err(|(e, _)| e)?;
+        let (port, pending) = reply_port(self.qid, None);
+        self.send(request, ReplyTo::Channel(port), true).map_err(|(e, _)| e)?;
         Ok(pending)
     }
 

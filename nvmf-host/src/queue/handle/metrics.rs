@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use nvmf_common::nvme::CompletionQueueEntry;
 
-use super::io_thread::InFlight;
+use super::in_flight::InFlight;
 use crate::error::HostError;
 use crate::queue::DataDirection;
 

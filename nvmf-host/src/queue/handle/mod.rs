@@ -55,6 +55,7 @@
 //! reconnect), `hosting` (a caller's thread driving the link), `metrics` ([`QueueMetrics`]).
 
 mod hosting;
+mod in_flight;
 mod io_thread;
 #[cfg(test)]
 mod io_thread_tests;
@@ -78,8 +79,10 @@ use crate::error::HostError;
 use crate::queue::{BareQueue, Completion, Request};
 pub(crate) use hosting::release_all;
 pub use hosting::LinkHost;
-use io_thread::{run, Message, Published, ReplyTo};
-pub use io_thread::{InFlight, Submitter};
+pub use in_flight::InFlight;
+use in_flight::ReplyTo;
+pub use io_thread::Submitter;
+use io_thread::{run, Message, Published};
 use metrics::Meter;
 pub use metrics::{latency_bucket_bound, QueueMetrics, LATENCY_BUCKETS};
 pub use pending::Pending;
@@ -136,6 +139,12 @@ struct Slot {
     retired_meter: Meter,
 }
 
+/// A command's reply channel as the I/O thread posts to it, and the [`Pending`] that waits on it.
+fn pending_reply(qid: u16, retry: Option<Retry>) -> (ReplyTo, Pending) {
+    let (port, pending) = reply_port(qid, retry);
+    (ReplyTo::Channel(port), pending)
+}
+
 impl Slot {
     pub(super) fn hold(&self, epoch: u64, cause: &HostError) -> Result<(), HostError> {
         // The reconnect this waits for stops the old link, which must not wait for this thread.
@@ -157,14 +166,14 @@ impl Slot {
     /// Submit on the current link with a [`Pending`] to wait on.
     fn submit(self: &Arc<Self>, request: Request<()>) -> Result<Pending, (HostError, Vec<u8>)> {
         let qid = self.qid;
-        self.submit_via(request, true, |retry| reply_port(qid, retry))
+        self.submit_via(request, true, |retry| pending_reply(qid, retry))
     }
 
     /// [`Slot::submit`] without holding: while the link is failed the request comes back to be held.
     #[expect(clippy::result_large_err, reason = "the request goes back by value: boxing it would allocate")]
     pub(super) fn try_submit(self: &Arc<Self>, request: Request<()>) -> Result<Pending, Refused> {
         let qid = self.qid;
-        self.try_submit_via(request, true, |retry| reply_port(qid, retry))
+        self.try_submit_via(request, true, |retry| pending_reply(qid, retry))
     }
 
     /// Submit on the current link with the completion going to `sink` under `tag`.

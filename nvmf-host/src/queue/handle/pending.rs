@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use atomic_waker::AtomicWaker;
 
-use super::io_thread::ReplyTo;
 use super::recovery::{lost_cause, Refused, Retry};
 use super::{Reply, Slot};
 use crate::error::HostError;
@@ -178,9 +177,9 @@ impl Future for Pending {
 }
 
 /// A reply channel for one command and the [`Pending`] that waits on it.
-pub(super) fn reply_port(qid: u16, retry: Option<Retry>) -> (ReplyTo, Pending) {
+pub(super) fn reply_port(qid: u16, retry: Option<Retry>) -> (ReplyPort, Pending) {
     let (tx, rx) = sync_channel(1);
     let waker = Arc::new(AtomicWaker::new());
     let port = ReplyPort { tx: Some(tx), waker: Arc::clone(&waker) };
-    (ReplyTo::Channel(port), Pending { qid, stage: Stage::Waiting { rx, waker, retry } })
+    (port, Pending { qid, stage: Stage::Waiting { rx, waker, retry } })
 }

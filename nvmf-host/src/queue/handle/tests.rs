@@ -163,7 +163,6 @@ fn an_awaiting_task_is_woken_by_its_reply_and_by_a_reply_dropped_unsent() {
 
     let (port, mut pending) = reply_port(3, None);
     assert!(Pin::new(&mut pending).poll(&mut cx).is_pending());
-    let ReplyTo::Channel(port) = port else { unreachable!("a reply port") };
     port.send(Reply {
         context: (),
         result: Err(HostError::Closed { qid: 3 }),
