@@ -39,9 +39,9 @@ use crate::identity::{HostIdentity, IdentityError};
 use crate::metrics::HostCollector;
 use control::ControlServer;
 use params::{config_params, HostDefaults};
-use reload::{ReloadError, ReloadSummary, Reloader};
+use reload::{ReloadError, ReloadSummary};
 use requests::{handle, samples};
-use table::{end_entry, start_connectors, DaemonState, Entry, Table};
+use table::{end_entry, start_connectors, DaemonState, Entry, Reloader, Table};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]

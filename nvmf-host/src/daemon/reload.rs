@@ -22,13 +22,12 @@
 //! on disconnects, exports and first connect attempts, never holding the table lock across them.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nvmf_config::host::{ControllerConfig, ExportConfig, HostConfig};
 use nvmf_config::ConfigError;
-use nvmf_service::notify::{reloading, ServiceNotifier};
+use nvmf_service::notify::reloading;
 
 use super::exports::{ExportSpec, RunningExport};
 use super::params::config_params;
@@ -71,25 +70,6 @@ pub enum ReloadError {
     /// The daemon is shutting down.
     #[error("the daemon is stopping")]
     Stopping,
-}
-
-/// The configuration the daemon runs with, where to re-read it, and whom to tell.
-#[derive(Debug)]
-pub(super) struct Reloader {
-    path: Option<PathBuf>,
-    current: HostConfig,
-    notifier: Arc<ServiceNotifier>,
-}
-
-impl Reloader {
-    pub(super) fn new(path: Option<PathBuf>, current: HostConfig, notifier: Arc<ServiceNotifier>) -> Self {
-        Reloader { path, current, notifier }
-    }
-
-    /// The file a reload re-reads.
-    pub(super) fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
 }
 
 /// Re-read the file and apply the difference, telling the service manager `RELOADING=1` … `READY=1`. An invalid

@@ -1,21 +1,22 @@
-//! The controller table and what changes it: [`DaemonState`] (the daemon's identity and the table of [`Entry`]s behind
-//! one mutex), [`connect_once`] (an association and its exports), the configured controllers' [`connector`]
+//! The controller table and what changes it: [`DaemonState`] (the daemon's identity, the table of [`Entry`]s behind
+//! one mutex, and the running configuration a reload replaces: [`Reloader`]), [`connect_once`] (an association and its exports), the configured controllers' [`connector`]
 //! threads (retries every `reconnect_delay` until `ctrl_loss_tmo`; started by [`start_connectors`]), and
 //! [`end_entry`] (exports stopped, CC.SHN). The mutex is held for map updates and snapshots only: never across a
 //! connect, an admin command or a disconnect.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nvmf_config::host::ControllerConfig;
+use nvmf_config::host::{ControllerConfig, HostConfig};
+use nvmf_service::notify::ServiceNotifier;
 
 use super::exports::{Heads, RunningExport};
 use super::params::{HostDefaults, Params};
-use super::reload::Reloader;
 use crate::controller::{Controller, ControllerState};
 
 #[derive(Debug)]
@@ -58,6 +59,25 @@ pub(super) type Exports = Vec<(u32, RunningExport)>;
 
 /// The controller table, keyed by instance number (`nvmf{n}`).
 pub(super) type Table = BTreeMap<u32, Entry>;
+
+/// The configuration the daemon runs with, where to re-read it, and whom to tell ([`super::reload`] uses it).
+#[derive(Debug)]
+pub(super) struct Reloader {
+    pub(super) path: Option<PathBuf>,
+    pub(super) current: HostConfig,
+    pub(super) notifier: Arc<ServiceNotifier>,
+}
+
+impl Reloader {
+    pub(super) fn new(path: Option<PathBuf>, current: HostConfig, notifier: Arc<ServiceNotifier>) -> Self {
+        Reloader { path, current, notifier }
+    }
+
+    /// The file a reload re-reads.
+    pub(super) fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+}
 
 #[derive(Debug)]
 pub(super) struct DaemonState {
