@@ -1,7 +1,6 @@
 //! nvmf-host: the NVMe over Fabrics host library.
 //!
-//! Layers, each depending only on the ones above it (but for `rdma::BareAdmin`, a controller with bare NVMe/RDMA
-//! I/O queues for tests, which uses the controller):
+//! Layers, each depending only on the ones above it:
 //! - [`queue`] — transport-neutral: what a queue pair takes and gives back ([`queue::Request`],
 //!   [`queue::Completion`]), how its owner drives it ([`queue::BareQueue`], [`queue::execute`]), command
 //!   identifiers, and [`queue::handle`]: a queue on its own I/O thread, shared by any number of threads, with held

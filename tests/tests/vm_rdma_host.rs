@@ -23,11 +23,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use nvmf_common::fabrics::property::{Capabilities, Property};
 use nvmf_common::nvme::io::{Read, Write};
 use nvmf_common::nvme::Status;
+use nvmf_host::controller::NamespaceInfo;
 use nvmf_host::queue::execute;
 use nvmf_host::queue::{DataDirection, Request};
-use nvmf_host::rdma::{BareAdmin, RdmaQueue, RdmaQueueOptions};
+use nvmf_host::rdma::{RdmaQueue, RdmaQueueOptions};
 use nvmf_host::{ConnectOptions, Controller, HostError, Transport};
 use nvmf_tests::executor::{block_on, join_all};
 use nvmf_tests::vm::{self, Vm};
@@ -48,6 +50,79 @@ fn options() -> ConnectOptions {
         connect_timeout: Duration::from_secs(10),
         io_timeout: Duration::from_secs(20),
         ..ConnectOptions::default()
+    }
+}
+
+/// An NVMe/RDMA association that drives bare I/O queues: a [`Controller`] connected over RDMA with no I/O queues
+/// of its own, and I/O queues connected to it as bare [`RdmaQueue`]s polled by the test. Only this test uses it,
+/// so it lives here rather than in the host library (which would then use its controller from `rdma`).
+#[derive(Debug)]
+struct BareAdmin {
+    ctrl: Controller,
+    cntlid: u16,
+    cap: Capabilities,
+    /// MDTS in bytes, `None` when unlimited.
+    max_transfer: Option<u32>,
+    /// In-capsule data bytes an I/O command may carry (IOCCSZ * 16 - 64).
+    in_capsule_data: u32,
+    nn: u32,
+    /// Whether I/O queues connected from now on bind a memory window per command (when the device has them);
+    /// false gives the fallback: one region per slot and direction, keyed for the queue's life.
+    memory_windows: bool,
+}
+
+impl BareAdmin {
+    /// Connect over NVMe/RDMA with no I/O queues and enable the controller.
+    fn connect(addr: SocketAddr, subnqn: &str, options: &ConnectOptions) -> Result<Self, HostError> {
+        let options = ConnectOptions { transport: Transport::Rdma, nr_io_queues: 0, ..options.clone() };
+        let ctrl = Controller::connect(addr, subnqn, options)?;
+        let info = ctrl.info();
+        Ok(BareAdmin {
+            cntlid: info.cntlid,
+            cap: info.cap,
+            max_transfer: info.max_transfer,
+            in_capsule_data: info.in_capsule_data,
+            nn: info.nn,
+            memory_windows: true,
+            ctrl,
+        })
+    }
+
+    fn property_get(&self, p: Property) -> Result<u64, HostError> {
+        self.ctrl.property_get(p)
+    }
+
+    fn namespaces(&self) -> Result<Vec<NamespaceInfo>, HostError> {
+        self.ctrl.namespaces()
+    }
+
+    /// Set Features Number of Queues: how many of `count` I/O queue pairs are granted.
+    fn set_io_queues(&self, count: u16) -> Result<u16, HostError> {
+        self.ctrl.request_io_queues(count)
+    }
+
+    /// Connect I/O queue `qid` of this association as a bare queue of `depth` commands (SQSIZE `depth`).
+    fn connect_io_queue<T: Default + Send>(&self, qid: u16, depth: u16) -> Result<RdmaQueue<T>, HostError> {
+        let o = self.ctrl.options();
+        let qopts = RdmaQueueOptions {
+            qid,
+            depth,
+            in_capsule_limit: self.in_capsule_data,
+            cntlid: self.cntlid,
+            memory_windows: self.memory_windows,
+            connect_timeout: o.connect_timeout,
+            command_timeout: o.io_timeout,
+        };
+        let mut queue = RdmaQueue::connect(self.ctrl.addr(), &qopts)?;
+        self.ctrl.fabrics_connect(&mut queue, depth)?;
+        Ok(queue)
+    }
+
+    /// Shut the controller down (CC.SHN) and disconnect.
+    fn close(self) {
+        if let Err(e) = self.ctrl.disconnect() {
+            eprintln!("disconnecting the bare admin's controller: {e}");
+        }
     }
 }
 
@@ -116,7 +191,7 @@ fn guest_admin_and_io() {
     let mut admin = BareAdmin::connect(addr(), NQN, &options()).expect("admin queue");
     assert_ne!(admin.cntlid, 0xFFFF);
     assert!(admin.cap.max_queue_entries() >= 32, "CAP {:?}", admin.cap);
-    assert_eq!(admin.property_get(nvmf_common::fabrics::property::Property::Cap).unwrap(), admin.cap.to_u64());
+    assert_eq!(admin.property_get(Property::Cap).unwrap(), admin.cap.to_u64());
     assert!(admin.nn >= 1, "NN {}", admin.nn);
     assert_eq!(admin.max_transfer, Some(1 << 20), "nvmet-rdma's MDTS is 1 MiB");
     assert!(admin.in_capsule_data >= 512, "IOCCSZ gives {} in-capsule bytes", admin.in_capsule_data);

@@ -4,15 +4,12 @@
 //! Threading: an [`RdmaQueue`] is single-owner — whoever owns it calls `submit`, `poll` and `next_completion`
 //! from one thread, and nothing in it locks. Its registered memory and every work request post live in
 //! `memory` (the host's only `unsafe` for RDMA). [`crate::Controller`] drives RDMA queues through
-//! [`crate::queue::handle::QueueHandle`] like TCP ones (`ConnectOptions::transport`); [`BareAdmin`] is a
-//! controller with bare I/O queues, for tests of the queue itself.
+//! [`crate::queue::handle::QueueHandle`] like TCP ones (`ConnectOptions::transport`).
 
-pub mod admin;
 mod memory;
 pub mod queue;
 mod slot;
 pub mod teardown;
 
-pub use admin::BareAdmin;
 pub use queue::{RdmaCommandState, RdmaQueue, RdmaQueueOptions};
 pub use teardown::DetachedTeardown;
