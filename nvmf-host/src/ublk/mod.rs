@@ -1,42 +1,10 @@
-//! [`UblkExport`]: one namespace of a connected [`Controller`] as a Linux block device, `/dev/ublkbN`,
-//! through the kernel's ublk_drv (userspace block driver; io_uring `URING_CMD`s on `/dev/ublk-control` and
-//! `/dev/ublkcN`, see `sys`, the only `unsafe` here).
-//!
-//! Shape: one ublk queue per NVMe-oF I/O queue (ublk queue `q` submits to I/O queue `q`), as deep as the
-//! NVMe queue, requests no larger than MDTS, so every block request is exactly one NVMe command: READ,
-//! WRITE (FUA), FLUSH, DISCARD (Dataset Management, deallocate) and WRITE_ZEROES (DEAC unless NOUNMAP).
-//! Requests are decoded into a [`BlockOp`] (the vocabulary the NBD export shares) and turned into their
-//! command by [`crate::block`].
-//!
-//! Threads, per queue: one, the queue thread. It owns the queue's io_uring (the driver requires every
-//! command of a queue to come from one thread) and waits in one `io_uring_enter` for fetched requests, NVMe
-//! completions and the sockets or completion channels of the links it hosts. It submits each request with the
-//! tag's buffer moved into the [`Request`] (no copy: the buffer the driver wrote is the one sent) through the export's
-//! [`NamespaceHead`], which picks a path (a controller; one unless the daemon grouped several, see
-//! [`crate::multipath`]) and queues it to that path's I/O queue `q` (tag = ublk tag, no per-command
-//! allocation). The thread *hosts* each path's I/O queue `q` ([`LinkHost`]): the queue's I/O thread lends it its
-//! loop, so after handling a batch of requests this thread itself sends the commands, reads the responses
-//! (one non-blocking turn), and commits in completion order, all commits of a batch in one `io_uring_enter`;
-//! before it sleeps it gets each hosted queue ready to wake it ([`LinkHost::prepare_wait`]: an RDMA completion
-//! queue is armed) and polls the queue's epoll descriptor through the ring; a queue that had work meanwhile
-//! makes that `io_uring_enter` not wait. No command crosses threads and nobody is woken per batch. A link
-//! goes back to its I/O thread when it fails or stops (a reconnect, a shutdown: the I/O thread ends it) and
-//! before this thread blocks elsewhere (while no path serves I/O, in a recovery's hold): then the I/O thread
-//! serves the queue, pushes completions into this queue's [`CompletionSink`] and writes its eventfd once per
-//! batch, which completes an eventfd read kept in the ring.
-//! A command the lost association had in flight, or that failed on its path, goes again to a path
-//! ([`NamespaceHead::settle`]). A command the controller never answers is failed by the NVMe queue's own
-//! command timeout (checked in the hosted turn: the ring wait is bounded while one is outstanding).
-//!
-//! Why lent rather than owned: the NVMe I/O queue is the controller's, shared by every namespace's export and
-//! by library callers (they submit through its channel and waker, which wake the host), and a reconnect
-//! replaces it, while ublk_drv binds each ublk queue for the device's lifetime to the one thread that fetched
-//! its tags. The queue thread is pinned to the CPU of its I/O queue's thread
-//! ([`crate::controller::ConnectOptions::queue_cpus`]), so the hand-off, when there is one, stays on one CPU.
-//!
-//! Lifecycle: [`UblkExport::start`] adds the device (ADD_DEV, SET_PARAMS), starts the queues (every tag
-//! fetched), then START_DEV; [`UblkExport::stop`] (or drop) STOP_DEV while the queues still serve (the
-//! kernel flushes), stops the queue threads, closes `/dev/ublkcN` and DEL_DEV.
+//! [`UblkExport`]: one namespace of a connected [`Controller`] as a Linux block device, `/dev/ublkbN`, through the
+//! kernel's ublk_drv (io_uring `URING_CMD`s on `/dev/ublk-control` and `/dev/ublkcN`; `sys`, the only `unsafe`
+//! here): one ublk queue per NVMe-oF I/O queue, each block request one NVMe command (a [`BlockOp`] made into its
+//! command by [`crate::block`]) sent through the export's [`NamespaceHead`], by one pinned queue thread that owns
+//! the ublk queue's io_uring and hosts its paths' I/O queues ([`LinkHost`]), completing in
+//! [`CompletionSink`] order. Its shape, threads, why the NVMe queue is lent rather than owned, and the device's
+//! lifecycle ([`UblkExport::start`], [`UblkExport::stop`]): `docs/architecture.md`, "The ublk export".
 
 mod sys;
 

@@ -1,58 +1,10 @@
-//! [`QueueHandle`]: a host queue pair of either transport ([`BareQueue`]: `TcpQueue` or `RdmaQueue`) on its own
-//! I/O thread, usable from any number of threads.
-//!
-//! Threads: one I/O thread per queue owns the queue (socket or queue pair, slots) and is the only thread that
-//! touches it. Callers hand it [`Request`]s through a bounded channel and wake it with a [`mio::Waker`]
-//! registered in the queue's own poller (beside the socket on TCP, beside the completion channel and the RDMA
-//! CM event channel on RDMA); each request carries a one-shot reply channel ([`Pending`]) on which the I/O
-//! thread posts the [`Completion`]. The thread takes every queued request, submits them all (one doorbell or
-//! one write for the batch), then polls as its [`Poller`] says (the `[host]` `poll` mode,
-//! [`QueueHandle::spawn_with`]): without blocking for a while after work while commands are outstanding
-//! (adaptive; always when busy), else sleeping in the queue's `poll` (RDMA arms the completion queue, drains it
-//! once more and then sleeps); with nothing outstanding it sleeps unless busy, so an idle queue costs no CPU.
-//! No lock is taken on this path: the channel and the reply are lock-free queues, and the I/O thread publishes
-//! counters and the per-queue metrics ([`QueueMetrics`]: bytes, errors, sleeps, a latency histogram) through
-//! atomics. (A [`Pending`]'s reply
-//! channel and waker are allocated per command; a completion sink, below, needs neither.)
-//!
-//! What blocks: [`Submitter::submit`] blocks only while the request channel is full (as many requests queued as the
-//! queue is deep — backpressure); [`Pending::wait`] blocks for the completion, bounded by its timeout. A [`Pending`] is
-//! also a `Future`: the I/O thread wakes the awaiting task after posting the reply (an `AtomicWaker` beside the reply
-//! channel: no lock). The I/O thread blocks only in `poll`: at most 100 ms at a time while commands that can time out
-//! are outstanding (their timeouts are checked in between), until woken while none is. Requests beyond the free command
-//! identifiers wait in the I/O thread's backlog until a command completes.
-//!
-//! When the queue fails, every outstanding and later request completes with the failure; the handle stays
-//! valid and reports it ([`QueueHandle::failure`]). Dropping the last handle (or [`QueueHandle::close`])
-//! lets outstanding commands finish (bounded by the command timeout), closes the connection and joins the
-//! thread.
-//!
-//! Reconnecting controllers: a handle's connection (its I/O thread and queue, the *link*) can be replaced
-//! by a new one with the same QID (`QueueHandle::replace`), so the handle callers hold stays valid across
-//! associations. The link sits behind an `RwLock` that only a replacement write-locks (once per
-//! reconnect), so the read lock a submission takes is uncontended while the association is live. A handle
-//! made with a `Recovery` holds I/O instead of failing it: a submission to a failed link waits in
-//! `Recovery::hold` and goes to the replacement; a command the link lost completes in [`Pending::wait`]
-//! by being resubmitted there — the [`Pending`] keeps the command's SQE (64 bytes, no allocation) and the
-//! queue hands the owned data buffer back with the failed completion, so nothing is copied. The same code
-//! serves both transports. [`QueueHandle::submit_async`] never holds: the [`Pending`] it returns holds the
-//! command itself, blocking in [`Pending::wait`] or, awaited, as a task the `Recovery` wakes
-//! (`Recovery::poll_hold`). A recovering handle's links also tell the `Recovery` when they fail
-//! (`Recovery::link_failed`), a command in flight or not, so the controller needs no timer to notice.
-//!
-//! Completion sinks: a caller that multiplexes many commands on one thread (an export queue) submits with
-//! [`QueueHandle::submit_to_sink`] instead: no reply channel is allocated; the I/O thread pushes each
-//! [`Completed`] (the caller's tag and the reply) into the caller's [`CompletionSink`] and wakes it once
-//! per batch of completions, so the caller waits for completions and its own work in one place (an
-//! eventfd in its io_uring) and handles them in completion order. [`Completed::settle`] applies the same
-//! recovery as [`Pending::wait`]: a command the lost association had in flight is held and resubmitted to
-//! the same sink under the same tag. Such a caller can also host the link ([`LinkHost`]): the I/O thread lends it
-//! its loop, and the caller's thread drives the queue between its own work (see `hosting`).
-
-//!
-//! Files: this one (the handle, its link and what its [`Pending`]s share), `io_thread` (the I/O thread and
-//! [`Submitter`]), `pending` ([`Pending`]), `sink` (completion sinks), `recovery` (holding I/O across a
-//! reconnect), `hosting` (a caller's thread driving the link), `metrics` ([`QueueMetrics`]).
+//! [`QueueHandle`]: a host queue pair of either transport ([`BareQueue`]: `TcpQueue` or `RdmaQueue`) on its own I/O
+//! thread (`io_thread`, [`Submitter`]), usable from any number of threads: they hand it [`Request`]s through a
+//! bounded channel and wait on a [`Pending`] (`pending`: blocking, or as a `Future`), or have the completions pushed
+//! into a [`CompletionSink`] (`sink`); across a reconnect the handle's link is replaced and, with a `Recovery`, held
+//! I/O goes to the new one (`recovery`); a caller's thread can drive the link itself (`hosting`, [`LinkHost`]); and
+//! [`QueueMetrics`] counts what it completed (`metrics`). Threads, what blocks, failure, reconnects and sinks:
+//! `docs/architecture.md`, "A queue handle".
 
 mod hosting;
 mod in_flight;
