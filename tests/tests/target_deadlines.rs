@@ -3,6 +3,10 @@
 //! the target's connect timeout (`[target] connect_timeout_ms`); a connected host that never answers an R2T, and
 //! one that pipelines reads and never reads the socket, at its transfer timeout (`transfer_timeout_ms`). Each is
 //! counted, and a host that behaves keeps working meanwhile.
+//!
+//! Each scenario runs on both socket paths, `epoll::NAME` and `io_uring::NAME` (on io_uring, backpressure cancels
+//! and re-arms the receive), one at a time (`target_support::alone`): the timeouts are measured against a target
+//! that only that scenario loads.
 
 mod target_support;
 
@@ -19,18 +23,24 @@ use nvmf_target::controller::Stalled;
 use nvmf_tests::nvme_tcp_client::ClientError;
 use nvmf_tests::nvme_tcp_client::TcpTestClient;
 use target_support::{
-    connect_admin, enable, expect_closed, memory_config, nlb, ok, options, read, Association, Target, SUBNQN,
+    alone, connect_admin, enable, expect_closed, memory_config, nlb, ok, options, read, Association, SocketIoMode,
+    Target, SUBNQN,
 };
+
+target_support::on_each_socket_path!(
+    stalled_peers_are_disconnected_at_the_connect_timeout,
+    hosts_that_stall_a_transfer_are_disconnected_at_the_transfer_timeout,
+);
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a test waits for a close that must come (a bound against hangs, not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(10);
 
-fn target() -> Target {
+fn target(io: SocketIoMode) -> Target {
     let limits = "[target]\nconnect_timeout_ms = 500\ntransfer_timeout_ms = 1000\n\n[reactors]";
     let config = memory_config("").replace("[reactors]", limits);
-    Target::start(&config)
+    Target::start_on(&config, io)
 }
 
 /// Wait until the target closes `socket` (end of stream or reset); fails after [`PATIENCE`].
@@ -50,9 +60,9 @@ fn closed_by_target(mut socket: TcpStream) {
     }
 }
 
-#[test]
-fn stalled_peers_are_disconnected_at_the_connect_timeout() {
-    let t = target();
+fn stalled_peers_are_disconnected_at_the_connect_timeout(io: SocketIoMode) {
+    let _alone = alone();
+    let t = target(io);
     let target = t.running().target();
     let (mut host, _) = connect_admin(t.addr, SUBNQN, options(), 0);
     enable(&mut host);
@@ -107,9 +117,9 @@ fn transfer_timeouts_reach(t: &Target, n: u64) {
     }
 }
 
-#[test]
-fn hosts_that_stall_a_transfer_are_disconnected_at_the_transfer_timeout() {
-    let t = target();
+fn hosts_that_stall_a_transfer_are_disconnected_at_the_transfer_timeout(io: SocketIoMode) {
+    let _alone = alone();
+    let t = target(io);
     let mut good = Association::new(t.addr, options(), 1);
 
     // A Write whose data the target solicits with an R2T that is never answered.

@@ -1,6 +1,9 @@
 //! The target over 127.0.0.1 driven by the blocking NVMe/TCP test host: every admin, fabrics and I/O command the
 //! target serves, discovery, asynchronous events, keep-alive expiry and digests. Invalid input is in
 //! `target_errors.rs`, durability across `kill -9` in `target_durability.rs`.
+//!
+//! Each scenario runs on both of the reactors' socket paths (`[reactors] socket_io`): `epoll::NAME` and
+//! `io_uring::NAME` (`target_support::on_each_socket_path!`).
 
 mod target_support;
 
@@ -32,12 +35,31 @@ use nvmf_target::controller::NamespaceParams;
 use nvmf_tests::nvme_tcp_client::{ClientOptions, TcpTestClient, TEST_HOSTID};
 use target_support::*;
 
-#[test]
-fn admin_connect_properties_enable_and_shutdown() {
-    let t = Target::start(&memory_config(""));
+target_support::on_each_socket_path!(
+    admin_connect_properties_enable_and_shutdown,
+    identify_controller_namespaces_and_descriptors,
+    identifiers_survive_a_restart,
+    log_pages_error_smart_effects_with_offsets,
+    features_get_and_set,
+    keep_alive_and_abort,
+    async_event_completes_when_a_namespace_is_added,
+    read_write_in_capsule_and_r2t_from_512_bytes_to_1_mib,
+    a_queue_moves_at_connect_to_the_reactor_on_the_cpu_its_packets_arrive_on,
+    fused_compare_and_write_is_atomic_between_hosts,
+    flush_write_zeroes_deallocate_and_compare,
+    discovery_lists_the_subsystem_at_our_address,
+    keep_alive_expiry_closes_the_association,
+    digests_guard_headers_and_data,
+    disconnect_ends_an_io_queue,
+);
+
+fn admin_connect_properties_enable_and_shutdown(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let (mut admin, cntlid) = connect_admin(t.addr, SUBNQN, options(), 0);
-    // This file runs twice: on epoll and, as `target_tcp_io_uring`, on io_uring (every kernel since 5.6 has the ops).
-    let path = if socket_io_uring() { "io_uring" } else { "epoll" };
+    let path = match io {
+        SocketIoMode::Epoll => "epoll",
+        SocketIoMode::IoUring => "io_uring",
+    };
     assert_eq!(t.running().tcp_socket_paths(), [Some(path); 2], "the reactors' socket path");
     assert!((1..=0xFFEF).contains(&cntlid), "cntlid {cntlid}");
 
@@ -61,9 +83,8 @@ fn admin_connect_properties_enable_and_shutdown() {
     assert!(!csts.cfs, "no fatal status after a normal shutdown");
 }
 
-#[test]
-fn identify_controller_namespaces_and_descriptors() {
-    let t = Target::start(&memory_config(""));
+fn identify_controller_namespaces_and_descriptors(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let (mut admin, cntlid) = connect_admin(t.addr, SUBNQN, options(), 0);
     enable(&mut admin);
 
@@ -150,25 +171,23 @@ fn descriptors(admin: &mut TcpTestClient, nsid: u32) -> NamespaceIds {
     ids
 }
 
-#[test]
-fn identifiers_survive_a_restart() {
+fn identifiers_survive_a_restart(io: SocketIoMode) {
     let config = memory_config("");
     let first = {
-        let t = Target::start(&config);
+        let t = Target::start_on(&config, io);
         let (mut admin, _) = connect_admin(t.addr, SUBNQN, options(), 0);
         enable(&mut admin);
         [descriptors(&mut admin, 1), descriptors(&mut admin, 2)]
     };
-    let t = Target::start(&config);
+    let t = Target::start_on(&config, io);
     let (mut admin, _) = connect_admin(t.addr, SUBNQN, options(), 0);
     enable(&mut admin);
     assert_eq!([descriptors(&mut admin, 1), descriptors(&mut admin, 2)], first);
     assert_ne!(first[0], first[1], "namespaces have distinct identifiers");
 }
 
-#[test]
-fn log_pages_error_smart_effects_with_offsets() {
-    let t = Target::start(&memory_config(""));
+fn log_pages_error_smart_effects_with_offsets(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let mut a = Association::new(t.addr, options(), 1);
 
     // SMART of a fresh controller: nothing read or written yet.
@@ -244,9 +263,8 @@ fn set_feature<F: Feature>(admin: &mut TcpTestClient, value: &F) -> nvmf_tests::
     admin.command(SetFeatures::new(value).to_sqe(), None, 0).expect("Set Features answered")
 }
 
-#[test]
-fn features_get_and_set() {
-    let t = Target::start(&memory_config(""));
+fn features_get_and_set(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let (mut admin, _) = connect_admin(t.addr, SUBNQN, options(), 0);
     enable(&mut admin);
 
@@ -295,9 +313,8 @@ fn features_get_and_set() {
     assert_status(&admin.command(save.to_sqe(), None, 0).unwrap(), Status::FEATURE_NOT_SAVEABLE);
 }
 
-#[test]
-fn keep_alive_and_abort() {
-    let t = Target::start(&memory_config(""));
+fn keep_alive_and_abort(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let (mut admin, _) = connect_admin(t.addr, SUBNQN, options(), 0);
     enable(&mut admin);
     ok(admin.command(KeepAlive.to_sqe(), None, 0));
@@ -305,9 +322,8 @@ fn keep_alive_and_abort() {
     assert!(AbortResult::from_dw0(c.cqe.dw0).not_aborted, "Abort answers 'not aborted'");
 }
 
-#[test]
-fn async_event_completes_when_a_namespace_is_added() {
-    let t = Target::start(&memory_config(""));
+fn async_event_completes_when_a_namespace_is_added(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let mut a = Association::new(t.addr, options(), 1);
     let aer_cid = send_command(&mut a.admin, AsyncEventRequest.to_sqe());
     // The AER is held: a Keep Alive issued after it completes first.
@@ -350,9 +366,8 @@ fn async_event_completes_when_a_namespace_is_added() {
     ok(a.admin.command(KeepAlive.to_sqe(), None, 0));
 }
 
-#[test]
-fn read_write_in_capsule_and_r2t_from_512_bytes_to_1_mib() {
-    let t = Target::start(&memory_config(""));
+fn read_write_in_capsule_and_r2t_from_512_bytes_to_1_mib(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let mut a = Association::new(t.addr, options(), 2);
     let limit = a.io().in_capsule_limit;
     assert_eq!(limit, 16 * 1024);
@@ -376,15 +391,14 @@ fn read_write_in_capsule_and_r2t_from_512_bytes_to_1_mib() {
     assert!(ok(Ok(read(a.io(), 2, 4096, 1792, 1 << 20))).data == data);
 }
 
-#[test]
-fn a_queue_moves_at_connect_to_the_reactor_on_the_cpu_its_packets_arrive_on() {
+fn a_queue_moves_at_connect_to_the_reactor_on_the_cpu_its_packets_arrive_on(io: SocketIoMode) {
     let cpus = nvmf_service::cpus::allowed().expect("allowed CPUs");
     let [a, b, ..] = cpus[..] else {
         eprintln!("skipped: placement needs two CPUs, this process may use {cpus:?}");
         return;
     };
     let reactors = format!("cpus = [{a}, {b}]\nplacement = \"incoming_cpu\"");
-    let t = Target::start(&memory_config("").replace("threads = 2", &reactors));
+    let t = Target::start_on(&memory_config("").replace("threads = 2", &reactors), io);
     // The host sends from CPU a only, so every queue's packets arrive there (loopback is processed on the sending
     // CPU). The listener deals connections in turn: the admin queue and I/O queue 2 to reactor 0 (on CPU a), I/O
     // queue 1 to reactor 1, which hands it to reactor 0 when its Connect arrives.
@@ -412,9 +426,8 @@ fn a_queue_moves_at_connect_to_the_reactor_on_the_cpu_its_packets_arrive_on() {
     drop(assoc);
 }
 
-#[test]
-fn fused_compare_and_write_is_atomic_between_hosts() {
-    let t = Target::start(&memory_config(""));
+fn fused_compare_and_write_is_atomic_between_hosts(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let mut a = Association::new(t.addr, options(), 1);
     let (old, new) = (pattern(4096, 7), pattern(4096, 8));
     ok(Ok(write(a.io(), 1, 512, 300, &old, false)));
@@ -442,9 +455,8 @@ fn fused_compare_and_write_is_atomic_between_hosts() {
     eprintln!("Compare and Write successes per host: {wins:?}");
 }
 
-#[test]
-fn flush_write_zeroes_deallocate_and_compare() {
-    let t = Target::start(&memory_config(""));
+fn flush_write_zeroes_deallocate_and_compare(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let mut a = Association::new(t.addr, options(), 1);
     let data = pattern(8192, 5);
     ok(Ok(write(a.io(), 1, 512, 100, &data, false)));
@@ -475,10 +487,9 @@ fn flush_write_zeroes_deallocate_and_compare() {
     assert_eq!(ok(Ok(read(a.io(), 1, 512, 200, 1024))).data, vec![0; 1024]);
 }
 
-#[test]
-fn discovery_lists_the_subsystem_at_our_address() {
+fn discovery_lists_the_subsystem_at_our_address(io: SocketIoMode) {
     // On port 0: the discovery log must report the port the listener really got.
-    let t = Target::start(&memory_config(""));
+    let t = Target::start_on(&memory_config(""), io);
     let (mut admin, _) = connect_admin(t.addr, DISCOVERY_NQN, options(), 0);
     enable(&mut admin);
     let c = identify(&mut admin, cns::CONTROLLER, 0);
@@ -513,9 +524,8 @@ fn discovery_lists_the_subsystem_at_our_address() {
     ok(admin.command(KeepAlive.to_sqe(), None, 0));
 }
 
-#[test]
-fn keep_alive_expiry_closes_the_association() {
-    let t = Target::start(&memory_config(""));
+fn keep_alive_expiry_closes_the_association(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let (mut admin, cntlid) = connect_admin(t.addr, SUBNQN, options(), 1000);
     enable(&mut admin);
     let mut io = connect_io(t.addr, SUBNQN, options(), cntlid, 1).expect("I/O queue");
@@ -534,9 +544,8 @@ fn keep_alive_expiry_closes_the_association() {
     ok(Ok(read(a.io(), 1, 512, 0, 512)));
 }
 
-#[test]
-fn digests_guard_headers_and_data() {
-    let t = Target::start(&memory_config(""));
+fn digests_guard_headers_and_data(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let opts = ClientOptions { hdgst: true, ddgst: true, ..options() };
     let mut a = Association::new(t.addr, opts, 1);
     assert!(a.io().framing().hdgst && a.io().framing().ddgst, "both digests granted");
@@ -597,9 +606,8 @@ fn expect_response(client: &mut TcpTestClient, cid: u16) -> Status {
 }
 
 /// Disconnect on an I/O queue is answered and the queue closed; the association goes on.
-#[test]
-fn disconnect_ends_an_io_queue() {
-    let t = Target::start(&memory_config(""));
+fn disconnect_ends_an_io_queue(io: SocketIoMode) {
+    let t = Target::start_on(&memory_config(""), io);
     let mut a = Association::new(t.addr, options(), 2);
     ok(a.io[0].command(nvmf_common::fabrics::disconnect::Disconnect.to_sqe(), None, 0));
     expect_closed(&mut a.io[0], Duration::from_secs(5));

@@ -8,6 +8,9 @@
 //! The attackers come from other loopback addresses than the witness (127.0.0.2..4): one peer address may hold at
 //! most `[target] max_connections_per_address` connections, and the test is about what admitted peers can do. The
 //! IOPS ratio is measured within one run (same machine, same moment), the way the issue states the requirement.
+//!
+//! The scenario runs on both socket paths, `epoll::NAME` and `io_uring::NAME`, one after the other
+//! (`target_support::alone`): each run's IOPS are measured on a machine that only it loads.
 
 mod target_support;
 
@@ -22,7 +25,9 @@ use nvmf_common::nvme::{SglDescriptor, SglSubtype};
 use nvmf_common::transport::tcp::{CapsuleCommand, DigestTypes, Framing, IcReq, Pdu};
 use nvmf_target::controller::Stalled;
 use nvmf_tests::nvme_tcp_client::{ClientError, TcpTestClient};
-use target_support::{memory_config, ok, options, pattern, read, write, Association, Target};
+use target_support::{alone, memory_config, ok, options, pattern, read, write, Association, SocketIoMode, Target};
+
+target_support::on_each_socket_path!(a_well_behaved_host_keeps_working_while_anonymous_peers_try_to_starve_the_target,);
 
 const BLOCK: usize = 512;
 const READ_LEN: usize = 4096;
@@ -33,9 +38,9 @@ const ATTACKED_WINDOWS: usize = 3;
 /// How long a test waits for what must come (a bound against hangs, not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(30);
 
-fn target() -> Target {
+fn target(io: SocketIoMode) -> Target {
     let limits = "[target]\nconnect_timeout_ms = 15000\ntransfer_timeout_ms = 15000\n\n[reactors]";
-    Target::start(&memory_config("").replace("[reactors]", limits))
+    Target::start_on(&memory_config("").replace("[reactors]", limits), io)
 }
 
 /// A TCP connection to `to` from loopback address `from`.
@@ -127,9 +132,9 @@ fn drained_until_closed(client: &mut TcpTestClient, deadline: Instant) {
     }
 }
 
-#[test]
-fn a_well_behaved_host_keeps_working_while_anonymous_peers_try_to_starve_the_target() {
-    let t = target();
+fn a_well_behaved_host_keeps_working_while_anonymous_peers_try_to_starve_the_target(io: SocketIoMode) {
+    let _alone = alone();
+    let t = target(io);
     let mut witness = Association::new(t.addr, options(), 1);
     let data = pattern(256 << 10, 7);
     for (i, chunk) in data.chunks(64 << 10).enumerate() {

@@ -21,12 +21,41 @@ use nvmf_config::TargetConfig;
 use nvmf_target::daemon::RunningTarget;
 use nvmf_tests::nvme_tcp_client::{ClientError, ClientOptions, Completion, TcpTestClient};
 
-/// Whether this test binary runs its targets' sockets on io_uring (its name ends in `_io_uring`, before Cargo's
-/// hash).
-pub fn socket_io_uring() -> bool {
-    let exe = std::env::current_exe().unwrap_or_default();
-    let name = exe.file_name().and_then(OsStr::to_str).unwrap_or("");
-    name.rsplit_once('-').map_or(name, |(stem, _hash)| stem).ends_with("_io_uring")
+pub use nvmf_config::target::SocketIoMode;
+
+/// One `#[test]` per socket path for each scenario `fn NAME(io: SocketIoMode)` named: `epoll::NAME` and
+/// `io_uring::NAME`, each calling the scenario with [`SocketIoMode::Epoll`] or [`SocketIoMode::IoUring`] (every
+/// kernel since 5.6 has the ops). The scenario passes `io` to [`Target::start_on`].
+#[allow(unused_macros, reason = "the test binaries with socket-path variants use it")]
+macro_rules! on_each_socket_path {
+    ($($scenario:ident),+ $(,)?) => {
+        mod epoll {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::$scenario($crate::target_support::SocketIoMode::Epoll);
+                }
+            )+
+        }
+        mod io_uring {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::$scenario($crate::target_support::SocketIoMode::IoUring);
+                }
+            )+
+        }
+    };
+}
+#[allow(unused_imports, reason = "the test binaries with socket-path variants use it")]
+pub(crate) use on_each_socket_path;
+
+/// Hold this while a scenario runs to run no other scenario of this test binary that takes it at the same time:
+/// scenarios that measure the target's timing or load it on purpose (the peers that stall, flood or stop reading),
+/// whose epoll and io_uring runs share one binary, each measure a target that only they load.
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The subsystem every test configuration exports.
@@ -71,14 +100,21 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parse `toml`, bind every listener to an ephemeral port (configurations cannot say port 0) and start. In a
-    /// test binary named `*_io_uring` (a second build of a scenario file) the reactors drive their sockets through
-    /// io_uring.
+    /// Parse `toml`, bind every listener to an ephemeral port (configurations cannot say port 0) and start, with
+    /// the reactors' sockets as `toml` says (epoll unless it sets `[reactors] socket_io`).
     pub fn start(toml: &str) -> Target {
+        let config = TargetConfig::from_str(toml, "<test>").expect("test configuration is valid");
+        Target::start_config(config)
+    }
+
+    /// [`Target::start`] with the reactors driving their NVMe/TCP sockets through `io` (`[reactors] socket_io`).
+    pub fn start_on(toml: &str, io: SocketIoMode) -> Target {
         let mut config = TargetConfig::from_str(toml, "<test>").expect("test configuration is valid");
-        if socket_io_uring() {
-            config.reactors.socket_io = nvmf_config::target::SocketIoMode::IoUring;
-        }
+        config.reactors.socket_io = io;
+        Target::start_config(config)
+    }
+
+    fn start_config(mut config: TargetConfig) -> Target {
         for l in &mut config.listeners {
             l.address.set_port(0);
         }
