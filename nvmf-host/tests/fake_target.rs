@@ -19,8 +19,6 @@ use nvmf_host::queue::{Completion, DataDirection, Request};
 use nvmf_host::tcp::{TcpQueue, TcpQueueOptions};
 use nvmf_host::{Controller, HostError};
 
-mod support;
-
 /// Serve one connection: ICResp with `ddgst`/`hdgst` as asked, read one CapsuleCmd, then write what `respond`
 /// builds from its CID.
 fn fake(
@@ -519,7 +517,7 @@ fn a_target_that_requires_authentication_is_refused_at_connect() {
             pdu(Pdu::CapsuleResponse(CapsuleResponse { cqe }), &[], f)
         });
         let start = Instant::now();
-        match Controller::connect(addr, "nqn.2024-01.io.nvmf-rs:auth", support::options(1)) {
+        match Controller::connect(addr, "nqn.2024-01.io.nvmf-rs:auth", options(1)) {
             Err(e @ HostError::AuthenticationRequired { qid: 0, secure_channel }) => {
                 assert_eq!(secure_channel, ascr);
                 let want = if ascr { "requires a secure channel" } else { "requires DH-HMAC-CHAP authentication" };
@@ -529,5 +527,32 @@ fn a_target_that_requires_authentication_is_refused_at_connect() {
         }
         assert!(start.elapsed() < Duration::from_secs(3), "no later command waited for an answer");
         t.join().unwrap();
+    }
+}
+
+/// Options with timeouts short enough for tests.
+fn options(nr_io_queues: u16) -> nvmf_host::ConnectOptions {
+    let id = nvmf_host::HostIdentity::generate();
+    nvmf_host::ConnectOptions {
+        transport: nvmf_host::Transport::Tcp,
+        hostnqn: id.hostnqn,
+        hostid: id.hostid,
+        nr_io_queues,
+        queue_size: 128,
+        keep_alive_tmo: Duration::from_secs(2),
+        hdr_digest: false,
+        data_digest: false,
+        disable_sqflow: false,
+        connect_timeout: Duration::from_secs(5),
+        io_timeout: Duration::from_secs(10),
+        reconnect_delay: Duration::from_millis(500),
+        ctrl_loss_tmo: Some(Duration::from_secs(10)),
+        fast_io_fail_tmo: None,
+        host_iface: None,
+        dhchap_secret: None,
+        dhchap_ctrl_secret: None,
+        iopolicy: nvmf_host::multipath::IoPolicy::default(),
+        poll: nvmf_host::controller::PollOptions::default(),
+        queue_cpus: None,
     }
 }

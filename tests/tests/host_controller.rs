@@ -2,7 +2,7 @@
 //! (in-capsule and R2T paths, with and without digests), pipelining, flush / write zeroes / deallocate,
 //! keep-alive and disconnect; SQ flow control disabled; the async API with scatter-gather buffers.
 
-mod support;
+mod host_support;
 
 use std::io::{IoSlice, IoSliceMut, Read as _, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use host_support::{options, pattern, Target, SUBNQN};
 use nvmf_common::fabrics::connect::{Connect, ConnectData};
 use nvmf_common::fabrics::nqn::Nqn;
 use nvmf_common::fabrics::property::{Property, PropertyGet};
@@ -20,7 +21,6 @@ use nvmf_host::queue::{execute, DataDirection, Request};
 use nvmf_host::tcp::{TcpQueue, TcpQueueOptions};
 use nvmf_host::{Controller, HostError};
 use nvmf_tests::executor::{block_on, join_all};
-use support::{options, pattern, Target, SUBNQN};
 
 #[test]
 fn bring_up_and_namespaces() {

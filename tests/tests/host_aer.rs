@@ -1,18 +1,18 @@
 //! Asynchronous events against our target in-process: a namespace added by a configuration reload shows
 //! up in `namespaces()` without a reconnect, through the Namespace Attribute Changed event.
 
-mod support;
+mod host_support;
 
 use std::time::Duration;
 
+use host_support::{options, pattern, SUBNQN};
 use nvmf_config::TargetConfig;
 use nvmf_host::{Controller, ControllerState};
 use nvmf_target::reload::Reloader;
-use support::{options, pattern, SUBNQN};
 
 #[test]
 fn a_namespace_added_by_reload_appears_without_reconnecting() {
-    let mut config = TargetConfig::from_str(&support::config(), "<test>").expect("test configuration is valid");
+    let mut config = TargetConfig::from_str(&host_support::config(), "<test>").expect("test configuration is valid");
     config.listeners[0].address.set_port(0);
     // Start with namespace 1 only; the reload adds namespace 2 back.
     let full = config.clone();
@@ -54,7 +54,7 @@ fn a_namespace_added_by_reload_appears_without_reconnecting() {
 
 #[test]
 fn a_reconnect_rescans_namespaces_and_rearms_the_event() {
-    let mut full = TargetConfig::from_str(&support::config(), "<test>").expect("test configuration is valid");
+    let mut full = TargetConfig::from_str(&host_support::config(), "<test>").expect("test configuration is valid");
     full.listeners[0].address.set_port(0);
     let mut one = full.clone();
     one.subsystems[0].namespaces.truncate(1);

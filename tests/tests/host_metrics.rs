@@ -2,15 +2,15 @@
 //! daemon's collector fed from the controller's queues, the text scraped, its values checked against the I/O
 //! done and the whole page checked by `promtool check metrics`.
 
-mod support;
+mod host_support;
 
 use std::collections::HashMap;
 
+use host_support::{options, pattern, Target, SUBNQN};
 use nvmf_host::metrics::{registry, ControllerSample, HostCollector};
 use nvmf_host::Controller;
 use nvmf_service::metrics_http::{render, Format};
 use nvmf_service::rdma_sysfs::RdmaSysfs;
-use support::{options, pattern, Target, SUBNQN};
 
 /// `series value` lines of a Prometheus text page.
 fn values(text: &str) -> HashMap<String, f64> {
@@ -85,6 +85,6 @@ fn queue_bytes_errors_and_latency_after_io() {
     // The admin queue read Identify data and counts none of the I/O.
     assert!(get(r#"nvmf_host_queue_bytes_total{controller="nvmf0",qid="0",direction="read"}"#) >= 4096.0);
 
-    support::assert_promtool_accepts(&text);
+    host_support::assert_promtool_accepts(&text);
     ctrl.disconnect().expect("clean disconnect");
 }

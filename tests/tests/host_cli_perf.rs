@@ -1,15 +1,15 @@
 //! `nvmf-host perf` as a process against the in-process target.
 
-mod support;
+mod host_support;
 
 use std::process::Command;
 
+use host_support::{options, Target, SUBNQN};
 use nvmf_host::Controller;
-use support::{options, Target, SUBNQN};
 
 fn perf(target: &Target, args: &[&str]) -> std::process::Output {
     let port = target.addr.port().to_string();
-    Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    Command::new(host_support::nvmf_host())
         .args(["perf", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN])
         .args(args)
         .output()
@@ -133,7 +133,7 @@ fn workers_are_pinned_to_their_cpus() {
     assert_eq!(ran_on, [0, 1].map(|i| serde_json::Value::from(allowed[i % allowed.len()])), "{j}");
     let last = *allowed.last().unwrap();
     let port = target.addr.port().to_string();
-    let child = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    let child = Command::new(host_support::nvmf_host())
         .args(["perf", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN, "-w", "randread", "-T", "2"])
         .args(["-c", "2", "--json", "--cpus", &last.to_string()])
         .stdout(std::process::Stdio::piped())
@@ -179,7 +179,7 @@ fn bad_io_size_refused_and_rdma_fails_clearly() {
     let out = perf(&target, &["-w", "randread", "-o", "1000", "-T", "1"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("block size"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    let out = Command::new(host_support::nvmf_host())
         .args(["perf", "-t", "rdma", "-a", "127.0.0.1", "-s", "4420", "-n", SUBNQN, "-w", "randread"])
         .output()
         .expect("runs");

@@ -2,19 +2,19 @@
 //! `get-log`, `list-subsys`) as a process against the in-process target: exit status, JSON with nvme-cli's keys,
 //! values equal to what the target holds, and the controller gone afterwards (a clean disconnect).
 
-mod support;
+mod host_support;
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use host_support::{options, Target, SUBNQN};
 use nvmf_common::nvme::log_page::SmartLog;
 use nvmf_host::Controller;
 use serde_json::Value;
-use support::{options, Target, SUBNQN};
 
 fn nvmf_host(target: &Target, command: &str, args: &[&str]) -> Output {
     let port = target.addr.port().to_string();
-    Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    Command::new(host_support::nvmf_host())
         .args([command, "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN])
         .args(args)
         .output()
@@ -133,7 +133,7 @@ fn smart_log_counters_move_with_io() {
     ctrl.namespaces().expect("namespaces");
     // 8 writes of 64 KiB (512 KiB: 2 data units of 512 000 bytes, rounded up) and 3 reads of 4 KiB.
     for i in 0..8u64 {
-        ctrl.write(1, i * 128, &support::pattern(64 << 10, 1)).expect("write");
+        ctrl.write(1, i * 128, &host_support::pattern(64 << 10, 1)).expect("write");
     }
     let mut buf = vec![0u8; 4096];
     for i in 0..3u64 {
@@ -203,7 +203,7 @@ fn list_subsys_shows_the_controller_as_nvme_cli_does() {
 fn an_unknown_subsystem_fails_with_one_line() {
     let target = Target::start();
     let port = target.addr.port().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    let out = Command::new(host_support::nvmf_host())
         .args(["id-ctrl", "-a", "127.0.0.1", "-s", &port, "-n", "nqn.2024-01.io.nvmf-rs:nobody"])
         .output()
         .expect("nvmf-host runs");

@@ -3,7 +3,7 @@
 //! daemon-missing and RDMA errors and the persistent host identity; `run --check`; reloads (`nvmf-host reload`
 //! and SIGHUP) that add, remove and reconnect controllers and exports, and reject bad files whole.
 
-mod support;
+mod host_support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -12,16 +12,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use host_support::SUBNQN;
 use nvmf_config::TargetConfig;
 use nvmf_target::daemon::RunningTarget;
 use serde_json::Value;
-use support::SUBNQN;
-
-const BIN: &str = env!("CARGO_BIN_EXE_nvmf-host");
 
 /// The support target's configuration with a metrics endpoint, so the test can see its controllers.
 fn start_target() -> (RunningTarget, SocketAddr, SocketAddr) {
-    let text = format!("[metrics]\nlisten = \"127.0.0.1:{}\"\n{}", free_port(), support::config());
+    let text = format!("[metrics]\nlisten = \"127.0.0.1:{}\"\n{}", free_port(), host_support::config());
     let mut config = TargetConfig::from_str(&text, "<test>").expect("valid target configuration");
     for l in &mut config.listeners {
         l.address.set_port(0);
@@ -76,7 +74,7 @@ impl Daemon {
         let config = dir.path().join("host.toml");
         write_config(&config, metrics, extra);
         let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-        let child = Command::new(BIN)
+        let child = Command::new(host_support::nvmf_host())
             // A path relative to the daemon's directory: `reload` (run from elsewhere) must still find the file.
             .args(["run", "--config", "host.toml"])
             .current_dir(dir.path())
@@ -128,7 +126,12 @@ impl Daemon {
     }
 
     fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN).args(args).arg("--control").arg(&self.control).output().expect("nvmf-host runs")
+        Command::new(host_support::nvmf_host())
+            .args(args)
+            .arg("--control")
+            .arg(&self.control)
+            .output()
+            .expect("nvmf-host runs")
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -310,7 +313,7 @@ fn connect_list_export_metrics_disconnect_and_sigterm() {
         assert_eq!(metric(&text, &series), Some(0.0), "{text}");
     }
     assert!(metric(&text, "nvmf_host_queue_commands_total{controller=\"nvmf0\",qid=\"0\"}").unwrap() > 0.0, "{text}");
-    support::assert_promtool_accepts(&text);
+    host_support::assert_promtool_accepts(&text);
 
     // disconnect -n ends both associations; disconnect of something unknown is an error.
     let out = d.ok(&["disconnect", "-n", SUBNQN]);
@@ -404,7 +407,7 @@ fn configured_controllers_connect_at_start_and_a_down_target_does_not_stop_the_d
 fn errors_are_clear() {
     let missing = tempfile::tempdir().unwrap();
     let sock = missing.path().join("none.sock");
-    let out = Command::new(BIN).args(["list", "--control"]).arg(&sock).output().unwrap();
+    let out = Command::new(host_support::nvmf_host()).args(["list", "--control"]).arg(&sock).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -415,7 +418,7 @@ fn errors_are_clear() {
         )),
         "{err}"
     );
-    let out = Command::new(BIN)
+    let out = Command::new(host_support::nvmf_host())
         .args(["connect", "-t", "rdma", "-a", "10.0.0.1", "-n", SUBNQN, "--control"])
         .arg(&sock)
         .output()
@@ -450,7 +453,7 @@ fn errors_are_clear() {
     let bad = missing.path().join("bad.toml");
     std::fs::write(&bad, "[[controller]]\naddress = \"127.0.0.1\"\nnqn = \"nqn.2024-01.io.example:x\"\nport = 0\n")
         .unwrap();
-    let out = Command::new(BIN).args(["run", "--config"]).arg(&bad).output().unwrap();
+    let out = Command::new(host_support::nvmf_host()).args(["run", "--config"]).arg(&bad).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("{}:4:8: controller[0].port: port 0 is out of range", bad.display())), "{err}");
@@ -524,7 +527,7 @@ fn run_check_validates_and_connects_nothing() {
         controller(down, "")
     );
     std::fs::write(&file, &text).unwrap();
-    let out = Command::new(BIN).args(["run", "--check", "--config"]).arg(&file).output().unwrap();
+    let out = Command::new(host_support::nvmf_host()).args(["run", "--check", "--config"]).arg(&file).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(stdout, format!("{}: ok: 2 controllers, 2 exports (1 NBD, 1 ublk)\n", file.display()));
@@ -537,7 +540,8 @@ fn run_check_validates_and_connects_nothing() {
 
     // A bad file: the located error and exit status 1. (Line 13 is the second export's NSID.)
     std::fs::write(&file, text.replace("nsid = 2\nublk", "nsid = 1\nublk")).unwrap();
-    let out = Command::new(BIN).args(["run", "--config"]).arg(&file).arg("--check").output().unwrap();
+    let out =
+        Command::new(host_support::nvmf_host()).args(["run", "--config"]).arg(&file).arg("--check").output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);

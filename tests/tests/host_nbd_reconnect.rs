@@ -4,18 +4,18 @@
 //! reads its data back, and the namespace (a file, so it survives the restart) holds it.
 //! Skips with a printed reason when qemu-io is missing, unless `NVMF_REQUIRE_TOOLS=1`.
 
-mod support;
+mod host_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use host_support::{options, SUBNQN};
 use nvmf_config::TargetConfig;
 use nvmf_host::nbd::{NbdExport, NbdListen, NbdOptions};
 use nvmf_host::{Controller, ControllerState};
 use nvmf_target::daemon::RunningTarget;
-use support::{options, SUBNQN};
 
 const MIB: usize = 1 << 20;
 

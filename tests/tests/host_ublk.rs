@@ -2,17 +2,16 @@
 //! library refuses an unknown namespace first, then says the driver is missing and points at the NBD
 //! export; the `nvmf-host ublk` command exits non-zero with that message. The export itself runs in the test
 //! VM (`tests/tests/vm_ublk.rs`). Skips (with a note) where `/dev/ublk-control` exists.
-#![cfg(feature = "ublk")]
 
-mod support;
+mod host_support;
 
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use host_support::{options, Target, SUBNQN};
 use nvmf_host::ublk::{UblkError, UblkExport, UblkOptions};
 use nvmf_host::Controller;
-use support::{options, Target, SUBNQN};
 
 const MISSING: &str = "ublk_drv is not loaded (modprobe ublk_drv); use the NBD export (`--nbd`) instead";
 
@@ -47,7 +46,7 @@ fn the_command_fails_with_the_message() {
     }
     let target = Target::start();
     let port = target.addr.port().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    let out = Command::new(host_support::nvmf_host())
         .args(["ublk", "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN, "--nsid", "1"])
         .output()
         .expect("nvmf-host runs");

@@ -2,14 +2,14 @@
 //! against the in-process target, for two hosts (two host NQNs and host IDs): both register, one acquires, the
 //! other's write and acquire conflict, the report shows both, the release lets the other write.
 
-mod support;
+mod host_support;
 
 use std::process::{Command, Output};
 
+use host_support::{options, Target, SUBNQN};
 use nvmf_host::controller::reservation::is_reservation_conflict;
 use nvmf_host::Controller;
 use serde_json::Value;
-use support::{options, Target, SUBNQN};
 
 const HOST_A: (&str, &str) =
     ("nqn.2014-08.org.nvmexpress:uuid:0d6c1a52-5b7c-4e43-9a4e-1f0a4b6c0001", "0d6c1a52-5b7c-4e43-9a4e-1f0a4b6c0001");
@@ -18,7 +18,7 @@ const HOST_B: (&str, &str) =
 
 fn nvmf_host(target: &Target, host: (&str, &str), command: &str, args: &[&str]) -> Output {
     let port = target.addr.port().to_string();
-    Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    Command::new(host_support::nvmf_host())
         .args([command, "-t", "tcp", "-a", "127.0.0.1", "-s", &port, "-n", SUBNQN, "-q", host.0, "-I", host.1])
         .args(["-N", "1"])
         .args(args)

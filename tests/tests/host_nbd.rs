@@ -5,7 +5,7 @@
 //! Tests needing qemu-utils or fio skip with a printed reason when the tool is missing, unless
 //! `NVMF_REQUIRE_TOOLS` is set (CI sets it), in which case they fail.
 
-mod support;
+mod host_support;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -13,10 +13,10 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use host_support::{options, Target, SUBNQN};
 use nvmf_host::nbd::proto::{cmd, cmd_flag, errno, opt, rep, IHAVEOPT, OPTION_REPLY_MAGIC, REQUEST_MAGIC};
 use nvmf_host::nbd::{NbdExport, NbdLimitCounts, NbdListen, NbdOptions};
 use nvmf_host::Controller;
-use support::{options, Target, SUBNQN};
 
 /// Namespace 1 of the test target: 16 MiB of 512-byte blocks; namespace 2: 8 MiB of 4 KiB blocks.
 const NS1_SIZE: u64 = 16 << 20;
@@ -625,7 +625,7 @@ fn cli_nbd_serves_until_sigterm() {
     let target = Target::start();
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("cli.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    let mut child = Command::new(host_support::nvmf_host())
         .args(["nbd", "-t", "tcp", "-a", "127.0.0.1", "-s", &target.addr.port().to_string(), "-n", SUBNQN])
         .args(["--nsid", "2", "--listen", &format!("unix:{}", sock.display()), "-i", "2"])
         .stdout(std::process::Stdio::piped())

@@ -1,5 +1,5 @@
-//! Shared harness: our target in-process on 127.0.0.1 (ephemeral port) with memory namespaces, and
-//! connect options with short timeouts.
+//! Shared harness of our host against our target (`tests/host_*.rs`): our target in-process on 127.0.0.1
+//! (ephemeral port) with memory namespaces, connect options with short timeouts, and the `nvmf-host` binary.
 // Not `expect`: a test binary that uses all of it would leave the expectation unfulfilled.
 #![allow(dead_code, reason = "each test binary uses part of it")]
 
@@ -73,6 +73,12 @@ impl Drop for Target {
             r.shutdown();
         }
     }
+}
+
+/// The `nvmf-host` binary, built by cargo with this test's profile once per test process
+/// ([`nvmf_tests::workspace_bin`]: cargo gives `CARGO_BIN_EXE_*` only to the tests of the binary's own package).
+pub fn nvmf_host() -> std::path::PathBuf {
+    nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host").expect("nvmf-host binary")
 }
 
 /// Options with timeouts short enough for tests.

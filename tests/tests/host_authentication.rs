@@ -3,7 +3,7 @@
 //! authentication, the refusals (wrong host key, wrong controller key, no key at all), and a discovery controller
 //! that requires authentication.
 
-mod support;
+mod host_support;
 
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
 use nvmf_common::fabrics::auth::AuthError;
@@ -11,7 +11,7 @@ use nvmf_config::TargetConfig;
 use nvmf_host::{Controller, HostError};
 use nvmf_target::daemon::RunningTarget;
 
-use support::{options, pattern, SUBNQN};
+use host_support::{options, pattern, SUBNQN};
 
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:3a1f0c2e-5b6d-4e7f-8a9b-0c1d2e3f4a5b";
 const HOST_KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";

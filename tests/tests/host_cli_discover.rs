@@ -1,14 +1,14 @@
 //! `nvmf-host discover` as a process against the in-process target.
 
-mod support;
+mod host_support;
 
 use std::process::Command;
 
-use support::{Target, SUBNQN};
+use host_support::{Target, SUBNQN};
 
 fn discover(target: &Target, extra: &[&str]) -> std::process::Output {
     let port = target.addr.port().to_string();
-    Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    Command::new(host_support::nvmf_host())
         .args(["discover", "-t", "tcp", "-a", "127.0.0.1", "-s", &port])
         .args(extra)
         .output()
@@ -50,7 +50,7 @@ fn discover_json_parses() {
 
 #[test]
 fn rdma_discovery_without_a_device_fails_clearly() {
-    let out = Command::new(env!("CARGO_BIN_EXE_nvmf-host"))
+    let out = Command::new(host_support::nvmf_host())
         .args(["discover", "-t", "rdma", "-a", "127.0.0.1", "-s", "4420"])
         .output()
         .expect("runs");

@@ -5,7 +5,7 @@
 //! is a file in a temporary directory so its data survives a restart. Awaited commands (the async API) are held
 //! the same way without blocking the thread that submits them.
 
-mod support;
+mod host_support;
 
 use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use host_support::{options, pattern, SUBNQN};
 use nvmf_common::nvme::identify::{cns, Identify, IdentifyController, IDENTIFY_DATA_SIZE};
 use nvmf_common::nvme::io::{Read, Write};
 use nvmf_config::TargetConfig;
@@ -21,7 +22,6 @@ use nvmf_host::queue::{DataDirection, Request};
 use nvmf_host::{Controller, ControllerState, HostError};
 use nvmf_target::daemon::RunningTarget;
 use nvmf_tests::executor::block_on;
-use support::{options, pattern, SUBNQN};
 
 /// 16 MiB of 512-byte blocks, as a file.
 fn image(dir: &Path) -> PathBuf {
@@ -147,7 +147,7 @@ fn held_write_completes_after_the_target_restarts() {
 
 #[test]
 fn held_write_fails_after_ctrl_loss_tmo() {
-    let target = support::Target::start();
+    let target = host_support::Target::start();
     let mut o = options(1);
     o.reconnect_delay = Duration::from_millis(500);
     o.ctrl_loss_tmo = Some(Duration::from_secs(2));
@@ -197,7 +197,7 @@ fn fast_io_fail_fails_io_while_reconnecting_and_io_works_after_the_target_return
 
 #[test]
 fn keep_alive_keeps_an_idle_association_live() {
-    let target = support::Target::start();
+    let target = host_support::Target::start();
     let mut o = options(1);
     o.keep_alive_tmo = Duration::from_secs(1);
     let ctrl = Controller::connect(target.addr, SUBNQN, o).expect("connect");
@@ -289,7 +289,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, n: u64, dark_below: &AtomicU64, 
 
 #[test]
 fn a_keep_alive_timeout_on_a_dark_network_reconnects_and_held_io_completes() {
-    let target = support::Target::start();
+    let target = host_support::Target::start();
     let relay = Relay::start(target.addr);
     let mut o = options(1);
     o.keep_alive_tmo = Duration::from_secs(1);
@@ -320,7 +320,7 @@ fn a_keep_alive_timeout_on_a_dark_network_reconnects_and_held_io_completes() {
 fn an_idle_io_queue_losing_its_connection_reconnects() {
     // Nothing in flight on the I/O queue, the admin queue untouched and no keep-alive: only the I/O queue's own
     // thread can tell the supervisor.
-    let target = support::Target::start();
+    let target = host_support::Target::start();
     let relay = Relay::start(target.addr);
     let mut o = options(1);
     o.keep_alive_tmo = Duration::ZERO;
@@ -343,7 +343,7 @@ fn an_idle_io_queue_losing_its_connection_reconnects() {
 
 #[test]
 fn disconnecting_while_reconnecting_fails_held_io_and_returns_its_buffer() {
-    let target = support::Target::start();
+    let target = host_support::Target::start();
     let relay = Relay::start(target.addr);
     let mut o = options(1);
     o.keep_alive_tmo = Duration::from_secs(1);
@@ -401,7 +401,7 @@ fn an_awaited_write_is_held_across_a_target_restart_without_blocking() {
 
 #[test]
 fn an_awaited_held_command_fails_at_fast_io_fail_tmo() {
-    let target = support::Target::start();
+    let target = host_support::Target::start();
     let mut o = options(1);
     // No attempt (and so no state change) before the fast-fail deadline: only the supervisor's wake at that
     // deadline can tell the awaiting task.
