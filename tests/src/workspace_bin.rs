@@ -153,7 +153,7 @@ mod tests {
     fn layout_of_a_native_test_executable() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("CACHEDIR.TAG"), "").unwrap();
-        let exe = dir.path().join("debug/deps/vm_target-0123abcd");
+        let exe = dir.path().join("debug/deps/vm_target_tcp-0123abcd");
         let layout = Layout::of_exe(&exe).unwrap();
         assert_eq!(layout.target_dir, dir.path());
         assert_eq!(layout.triple, None);
@@ -165,7 +165,7 @@ mod tests {
     fn layout_of_a_cross_test_executable_and_a_custom_profile() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("CACHEDIR.TAG"), "").unwrap();
-        let exe = dir.path().join("x86_64-unknown-linux-gnu/bench/deps/vm_target-0123abcd");
+        let exe = dir.path().join("x86_64-unknown-linux-gnu/bench/deps/vm_target_tcp-0123abcd");
         let layout = Layout::of_exe(&exe).unwrap();
         assert_eq!(layout.target_dir, dir.path());
         assert_eq!(layout.triple.as_deref(), Some("x86_64-unknown-linux-gnu"));

@@ -1,7 +1,7 @@
 //! The ublk export where ublk_drv is not loaded (this machine, CI): against the in-process target, the
 //! library refuses an unknown namespace first, then says the driver is missing and points at the NBD
 //! export; the `nvmf-host ublk` command exits non-zero with that message. The export itself runs in the test
-//! VM (`tests/tests/vm_ublk.rs`). Skips (with a note) where `/dev/ublk-control` exists.
+//! VM (`tests/tests/vm_host_ublk.rs`). Skips (with a note) where `/dev/ublk-control` exists.
 
 mod host_support;
 

@@ -1,7 +1,7 @@
 //! `nvmf-target doctor` on this machine, as an operator runs it: `-o json` parses, a TCP-only configuration fails
 //! no RDMA check, and an RDMA listener on a machine without RDMA is one failing line and exit status 1; a
 //! configuration that cannot be read is exit status 2; without a file it checks the quick-start configuration, as the
-//! daemon runs without one. (With RDMA: `tests/vm_doctor.rs`.)
+//! daemon runs without one. (With RDMA: `tests/vm_target_doctor.rs`.)
 
 use std::path::Path;
 use std::process::{Command, Output};

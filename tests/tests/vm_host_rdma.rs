@@ -1,5 +1,6 @@
 //! Our host's `Controller` over NVMe/RDMA (Soft-RoCE `rxe0` in the test VM), driven the way a user does: the
-//! `nvmf-host run` daemon, `nvmf-host connect -t rdma … --ublk | --nbd`, the kernel's block layer, fio, mkfs.
+//! `nvmf-host run` daemon, `nvmf-host connect -t rdma … --ublk | --nbd`, the kernel's block layer, fio, mkfs. The
+//! library's RDMA queues and `Controller` themselves, run inside the guest: `vm_host_rdma_lib.rs`.
 //!
 //! One guest, three parts:
 //! - (a) our host → the Linux kernel target (nvmet-rdma, a memory-backed null_blk namespace of 256 MiB): one

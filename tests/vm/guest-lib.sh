@@ -34,7 +34,7 @@
 #   link_addr PEER                            this node's own address on that link
 #   link_if PEER                              this node's interface on that link (ethK; Soft-RoCE rxeK on it)
 #
-# Our target (nvmf-target, path in $NVMF_TARGET_BIN; tests/tests/vm_target.rs):
+# Our target (nvmf-target, path in $NVMF_TARGET_BIN; tests/tests/vm_target_tcp.rs):
 #   nvmf_target_start NAME CONFIG [NETNS]     run it with CONFIG (in network namespace NETNS) until it is ready
 #   ctrl_of NQN                               the live controller (nvmeX) of the connected subsystem NQN
 #   namespaces_of NQN                         every namespace block device (nvmeXnY) of connected NQN, one a line

@@ -20,7 +20,7 @@
 #   tests/vm/host-bench.sh                      # build nvmf-host (release), boot two nodes, run everything
 #   tests/vm/host-bench.sh --one-guest          # the same in one 2-vCPU guest
 #   BENCH_RUNTIME=20 BENCH_ROUNDS=3 BENCH_TRANSPORTS=tcp tests/vm/host-bench.sh
-#   RDMA_HOST_BENCH=1 NVMF_VM=1 cargo test --release -p nvmf-tests --test vm_rdma_host -- --nocapture
+#   RDMA_HOST_BENCH=1 NVMF_VM=1 cargo test --release -p nvmf-tests --test vm_host_rdma_lib -- --nocapture
 #                                               # the opt-in hook: in that scenario's guest (one guest), with the
 #                                               # test's profile
 #

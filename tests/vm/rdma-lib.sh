@@ -1,4 +1,4 @@
-# Helpers for the NVMe/RDMA scenarios against our target (tests/tests/vm_rdma_matrix.rs), sourced after
+# Helpers for the NVMe/RDMA scenarios against our target (tests/tests/vm_target_rdma_matrix.rs), sourced after
 # guest-lib.sh. Lines meant for the test to parse start with a fixed word ("totals", "usage", "probe", "gauge");
 # progress goes to stderr like guest-lib's.
 #

@@ -1,4 +1,4 @@
-//! What the dashboard tests share (`dashboard.rs` for the target, `host_dashboard.rs` for the host): a Prometheus
+//! What the dashboard tests share (`target_dashboard.rs` for the target, `host_dashboard.rs` for the host): a Prometheus
 //! exposition's metric and label names, the metrics and labels a Grafana dashboard's queries use, and the problems
 //! of one against the other.
 

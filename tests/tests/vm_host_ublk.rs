@@ -15,7 +15,7 @@
 //! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`). Logs (the daemons', fio's,
 //! dmesg) land in `target/tmp/vm-logs/<test>/`.
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_ublk -- --nocapture --test-threads 1
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_host_ublk -- --nocapture --test-threads 1
 //!
 //! `$NVMF_TARGET_BIN` and `$NVMF_HOST_BIN` replace the cargo-built daemons (release builds for the
 //! measurement).

@@ -1,5 +1,6 @@
 //! Our NVMe/RDMA host (`nvmf_host::rdma`) against the Linux 6.12 kernel target (nvmet-rdma, a memory-backed
-//! null_blk namespace) over Soft-RoCE in the test VM.
+//! null_blk namespace) over Soft-RoCE in the test VM, the library itself run inside the guest. The CLI and daemon over
+//! NVMe/RDMA, as a user drives them: `vm_host_rdma.rs`.
 //!
 //! | test | what it proves |
 //! |---|---|
@@ -12,7 +13,7 @@
 //! same test executable inside the guest with `--ignored`. Opt-in like every VM scenario (`NVMF_VM=1`); logs in
 //! `target/tmp/vm-logs/<test>/`.
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_rdma_host -- --nocapture
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_host_rdma_lib -- --nocapture
 //!
 //! `NVMF_HOST_BIN` picks the `nvmf-host` binary (default: built with the test's profile); `RDMA_HOST_BENCH=1`
 //! also runs `vm/host-bench.sh --guest` (`nvmf-host perf` vs the kernel host with fio over nvmet-tcp and

@@ -9,12 +9,12 @@
 //! | `kernel_nvmet_rdma_answers_the_probe` | the probe against Linux nvmet-rdma gets the answers the kernel gives (so a failure below is the target's, not the probe's); needs no transport of ours |
 //! | `rdma_bad_input_and_leaks` | each malformed connect request rejected with its NVMe/RDMA code; commands before Connect, bad keyed SGL rkeys and lengths, oversize capsules answered with the right status or that QP torn down; queue pairs that never send Connect disconnected at the connect timeout, one that never takes its response at the transfer timeout; a kernel-host connection made before the attack keeps verifying; a probe killed with SIGKILL mid-command, 1000 probe connect cycles and 50 `nvme connect`/`disconnect` cycles leave no RDMA resource, fd or memory behind |
 //!
-//! The daemon is built like `vm_target`'s ([`nvmf_tests::workspace_bin::nvmf_target`]); the probe is this package's
+//! The daemon is built like `vm_target_tcp`'s ([`nvmf_tests::workspace_bin::nvmf_target`]); the probe is this package's
 //! `nvmf-rdma-probe`. Guest helpers: `vm/guest-lib.sh` and `vm/rdma-lib.sh`. Opt-in like every VM scenario
 //! (`NVMF_VM=1`; `.ci/run`: `NVMF_REQUIRE_VM=1`); logs in `target/tmp/vm-logs/<test>/`. About 6 minutes of VM time
 //! in all, 2 of them the 1000 probe cycles.
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_rdma_matrix -- --test-threads 1
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_target_rdma_matrix -- --test-threads 1
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

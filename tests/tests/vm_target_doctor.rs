@@ -6,7 +6,7 @@
 //! `hw_counters`, and its `sent_pkts` / `rcvd_pkts` move by at least one packet per I/O of a short fio run of the
 //! kernel host (`nvme connect -t rdma`).
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_doctor -- --nocapture
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_target_doctor -- --nocapture
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -12,7 +12,7 @@
 //! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`); logs (the daemon's, dmesg, the
 //! nvmet configfs tree) in `target/tmp/vm-logs/<test>/`.
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_auth -- --nocapture --test-threads 1
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_host_auth -- --nocapture --test-threads 1
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

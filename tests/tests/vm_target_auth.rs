@@ -13,7 +13,7 @@
 //! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`); logs (the daemon's, fio's, dmesg)
 //! in `target/tmp/vm-logs/<test>/`.
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_auth_target -- --nocapture
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_target_auth -- --nocapture
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! reads back what it wrote; a listener on an address without an RDMA device fails the start with the verb's error;
 //! stopping the target under load drains every queue pair and exits cleanly.
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_rdma_target -- --nocapture
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_target_rdma -- --nocapture
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

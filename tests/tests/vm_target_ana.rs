@@ -19,7 +19,7 @@
 //! Opt-in like every VM scenario: `NVMF_VM=1` (`.ci/run`: `NVMF_REQUIRE_VM=1`). Logs (the daemon's, fio's,
 //! dmesg) land in `target/tmp/vm-logs/<test>/`.
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_ana -- --nocapture
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_target_ana -- --nocapture
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

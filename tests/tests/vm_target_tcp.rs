@@ -11,7 +11,7 @@
 //! Each test boots one guest (the harness serialises them). Opt-in like every VM scenario: `NVMF_VM=1`
 //! (`.ci/run`: `NVMF_REQUIRE_VM=1`). Logs (the daemon's, fio's, dmesg) land in `target/tmp/vm-logs/<test>/`.
 //!
-//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_target -- --test-threads 1
+//!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_target_tcp -- --test-threads 1
 //!
 //! Past 800 lines because each scenario carries its guest script inline, next to what it asserts; they share the
 //! launcher and the target configuration below, and one test binary builds the daemon once for all of them.
