@@ -1,7 +1,7 @@
 //! DH-HMAC-CHAP against hostile peers over NVMe/TCP on 127.0.0.1: a peer that knows a keyed host's NQN, host ID
 //! and CNTLID (CNTLIDs are sequential; the host ID is often the UUID in the NQN) but not its key. Its I/O queue
 //! Connect holds no QID, its failed authentication ends only its own connection, and it is charged to the
-//! anonymous buffer share meanwhile; the real host's association and I/O carry on.
+//! anonymous buffer share meanwhile; the real host's association and I/O carry on. On epoll and on io_uring sockets.
 
 mod target_support;
 
@@ -19,16 +19,19 @@ use nvmf_common::nvme::Status;
 use nvmf_tests::nvme_tcp_client::{TcpTestClient, TEST_HOSTNQN};
 
 use target_support::{
-    assert_status, connect_admin, enable, expect_closed, memory_config, ok, options, pattern, read, write, Target,
-    SUBNQN,
+    assert_status, connect_admin, enable, expect_closed, memory_config, ok, options, pattern, read, write,
+    SocketIoMode, Target, SUBNQN,
 };
+
+target_support::on_each_socket_path!(an_impostor_io_queue_holds_no_qid_and_ends_only_itself);
 
 const HOST_KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
 /// Another valid key (48 bytes, SHA-384): not the host's.
 const WRONG_KEY: &str = "DHHC-1:02:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vcSEgBQ==:";
 
-fn target() -> Target {
-    Target::start(&memory_config(&format!("[[subsystem.host]]\nnqn = \"{TEST_HOSTNQN}\"\ndhchap_key = \"{HOST_KEY}\"")))
+fn target(io: SocketIoMode) -> Target {
+    let host = format!("[[subsystem.host]]\nnqn = \"{TEST_HOSTNQN}\"\ndhchap_key = \"{HOST_KEY}\"");
+    Target::start_on(&memory_config(&host), io)
 }
 
 fn auth_send(q: &mut TcpTestClient, message: &[u8]) {
@@ -59,9 +62,8 @@ fn connect_io(addr: SocketAddr, cntlid: u16, qid: u16) -> TcpTestClient {
     q
 }
 
-#[test]
-fn an_impostor_io_queue_holds_no_qid_and_ends_only_itself() {
-    let t = target();
+fn an_impostor_io_queue_holds_no_qid_and_ends_only_itself(io: SocketIoMode) {
+    let t = target(io);
     let addr = t.addr;
     let key: DhchapSecret = HOST_KEY.parse().unwrap();
     let (mut admin, cntlid) = connect_admin(addr, SUBNQN, options(), 0);
