@@ -607,14 +607,40 @@ impl Subsystem {
     /// Whether a Connect of `hostnqn` with `hostid` breaks a host ID binding: the host NQN is bound to another host
     /// ID, or the host ID to another host NQN. Reservations know hosts by host ID, so without this an allowed host
     /// could act as another's registrant by sending its host ID (which Reservation Report shows). Linux nvmet binds
-    /// none.
+    /// none. A configured binding always holds; a learned one only while its host has a live controller here or
+    /// its host ID is a registrant of a namespace here (the kernel host itself refuses one host ID under two host
+    /// NQNs at once, but a machine may change its host NQN): a stale one is forgotten.
     pub fn host_id_refused(&self, hostnqn: &str, hostid: &[u8; 16]) -> bool {
-        let access = self.access.read().unwrap_or_else(|e| e.into_inner());
-        if access.bound_host_id(hostnqn).is_some_and(|bound| bound != *hostid) {
-            return true;
+        let learned: Vec<(String, [u8; 16])> = {
+            let access = self.access.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(keys) = access.auth.hosts.get(hostnqn) {
+                if keys.hostid.is_some_and(|bound| bound != *hostid) {
+                    return true;
+                }
+            }
+            if access.auth.hosts.iter().any(|(nqn, k)| k.hostid.as_ref() == Some(hostid) && nqn != hostnqn) {
+                return true;
+            }
+            let conflicts = |(nqn, id): (&String, &[u8; 16])| (nqn == hostnqn) != (id == hostid);
+            access.learned_host_ids.iter().filter(|&b| conflicts(b)).map(|(n, id)| (n.clone(), *id)).collect()
+        };
+        let (live, stale): (Vec<_>, Vec<_>) = learned.into_iter().partition(|(nqn, id)| self.host_active(nqn, id));
+        if !stale.is_empty() {
+            let mut access = self.access.write().unwrap_or_else(|e| e.into_inner());
+            for (nqn, id) in &stale {
+                if access.learned_host_ids.get(nqn) == Some(id) {
+                    tracing::debug!(subnqn = %self.nqn, hostnqn = nqn.as_str(), "stale host ID binding forgotten");
+                    access.learned_host_ids.remove(nqn);
+                }
+            }
         }
-        let configured = access.auth.hosts.iter().any(|(nqn, k)| k.hostid.as_ref() == Some(hostid) && nqn != hostnqn);
-        configured || access.learned_host_ids.iter().any(|(nqn, id)| id == hostid && nqn != hostnqn)
+        !live.is_empty()
+    }
+
+    /// Whether host `hostnqn` of `hostid` has a live controller here, or `hostid` is a registrant of a namespace.
+    fn host_active(&self, hostnqn: &str, hostid: &[u8; 16]) -> bool {
+        self.controllers().iter().any(|c| c.hostnqn() == hostnqn)
+            || self.namespaces().iter().any(|ns| ns.reservations().read().registrants.contains(hostid))
     }
 
     /// `hostnqn` authenticated a queue with `hostid`: bind them, if the host has keys and no binding yet. Controllers

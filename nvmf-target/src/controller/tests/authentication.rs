@@ -457,6 +457,25 @@ fn the_host_id_of_the_first_authentication_is_bound_to_the_host_nqn() {
     Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, other_id, 0).ok();
 }
 
+/// A learned binding lasts while the host has a live controller or its host ID is a registrant: a machine that
+/// changed its host NQN but kept its host ID connects once neither holds.
+#[test]
+fn a_learned_host_id_binding_lasts_while_the_host_is_connected_or_registered() {
+    use nvmf_common::nvme::reservation::{Cptpl, RegisterAction, ReservationKeys};
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let (mut admin, _) = Host::authenticated_admin(&target, &mut engine);
+    let ns = Arc::clone(target.subsystem(SUBNQN).unwrap().namespaces().get(1).unwrap());
+    let keys = ReservationKeys { crkey: 0, second: 7 };
+    ns.reservations().register(&HOSTID, RegisterAction::Register, false, Cptpl::NoChange, keys).unwrap();
+    admin.queue.disconnect(&mut engine);
+    let done = Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, OTHER_HOST, HOSTID, 0);
+    assert_eq!(done.status(), Status::CONNECT_INVALID_HOST.with_dnr(), "a registrant's host ID stays bound");
+    let keys = ReservationKeys { crkey: 7, second: 0 };
+    ns.reservations().register(&HOSTID, RegisterAction::Unregister, false, Cptpl::NoChange, keys).unwrap();
+    Host::new(&target).connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, OTHER_HOST, HOSTID, 0).ok();
+}
+
 #[test]
 fn a_configured_host_id_is_the_only_one_the_host_may_use() {
     let configured = [0x17; 16];
