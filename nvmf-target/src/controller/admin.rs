@@ -529,7 +529,7 @@ pub(crate) fn get_features(ctx: &AdminContext<'_>, sqe: &SubmissionQueueEntry) -
         }
         fid::ASYNCHRONOUS_EVENT_CONFIGURATION => controller.lock().aec,
         fid::KEEP_ALIVE_TIMER => controller.kato_ms(),
-        fid::RESERVATION_NOTIFICATION_MASK => namespace(ctx, get.nsid)?.reservations().notify_mask(),
+        fid::RESERVATION_NOTIFICATION_MASK => controller.reservation_mask(namespace(ctx, get.nsid)?.nsid()),
         fid::RESERVATION_PERSISTENCE => u32::from(namespace(ctx, get.nsid)?.reservations().ptpl()),
         _ => return Err(invalid_field()),
     })
@@ -607,17 +607,28 @@ pub(crate) fn set_features(ctx: &AdminContext<'_>, sqe: &SubmissionQueueEntry) -
             if mask & !NOTIFICATION_MASK_ALL != 0 {
                 return Err(invalid_field());
             }
-            // NSID FFFFFFFFh: every namespace (as nvmet).
+            // This controller's, of one namespace or, NSID FFFFFFFFh, of every namespace (as nvmet).
             if set.nsid == NSID_BROADCAST {
-                ctx.table.iter().for_each(|ns| ns.reservations().set_notify_mask(mask));
+                ctx.table.iter().for_each(|ns| controller.set_reservation_mask(ns.nsid(), mask));
             } else {
-                namespace(ctx, set.nsid)?.reservations().set_notify_mask(mask);
+                controller.set_reservation_mask(namespace(ctx, set.nsid)?.nsid(), mask);
             }
             Ok(mask)
         }
         fid::RESERVATION_PERSISTENCE => {
             let ptpl = set.cdw11 & 1 != 0;
-            namespace(ctx, set.nsid)?.reservations().set_ptpl(ptpl)?;
+            let reservations = namespace(ctx, set.nsid)?.reservations();
+            if ptpl && !reservations.can_persist() {
+                return Err(invalid_field());
+            }
+            // Only a registrant changes whether the namespace's reservations persist: otherwise any host the
+            // subsystem allows could turn PTPL off (its state file removed) under the hosts that rely on it. nvmet
+            // and SPDK let any host; the Linux host sets PTPL through Register's CPTPL, which is a registrant's.
+            if !reservations.read().registrants.contains(controller.hostid_ref()) {
+                ctx.target.count_reservation_conflict();
+                return Err(Status::RESERVATION_CONFLICT.with_dnr());
+            }
+            reservations.set_ptpl(ptpl)?;
             Ok(u32::from(ptpl))
         }
         _ => Err(invalid_field()),

@@ -13,7 +13,7 @@
 //! reactor alone with a plain load + store (no locked read-modify-write on the data path); the SMART log sums them on
 //! demand over the subsystem's live controllers, plus the totals of queues and associations that went away.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -182,12 +182,16 @@ pub(crate) struct ChangedNamespaces {
     pub(crate) overflow: bool,
 }
 
-/// The Reservation Notification log pages not yet read (log 80h).
+/// The Reservation Notification log pages not yet read (log 80h), and the controller's Reservation Notification
+/// Masks (feature 82h).
 #[derive(Debug, Default)]
 pub(crate) struct ReservationLog {
     /// The Log Page Count of the latest page (0: none yet; wraps to 1).
     pub(crate) count: u64,
     pub(crate) pages: VecDeque<NotificationLog>,
+    /// The mask of each namespace this controller's host set (none: 0, nothing masked). Per controller, so one host
+    /// cannot mask the notices another host's controllers get (nvmet and SPDK keep one mask per namespace).
+    pub(crate) masks: BTreeMap<u32, u32>,
 }
 
 impl ReservationLog {
@@ -643,12 +647,25 @@ impl Controller {
         }
     }
 
-    /// A reservation notice for namespace `nsid`: a Reservation Notification log page and a Reservation Log Page
-    /// Available event (masked until the host reads the log).
+    /// This controller's Reservation Notification Mask of namespace `nsid`.
+    pub(crate) fn reservation_mask(&self, nsid: u32) -> u32 {
+        self.lock().reservation_log.masks.get(&nsid).copied().unwrap_or(0)
+    }
+
+    /// Set this controller's Reservation Notification Mask of namespace `nsid`.
+    pub(crate) fn set_reservation_mask(&self, nsid: u32, mask: u32) {
+        self.lock().reservation_log.masks.insert(nsid, mask);
+    }
+
+    /// A reservation notice for namespace `nsid`, unless this controller's mask hides it: a Reservation Notification
+    /// log page and a Reservation Log Page Available event (masked until the host reads the log).
     pub(crate) fn reservation_notice(&self, kind: NotificationType, nsid: u32) {
         let notifier = {
             let mut state = self.lock();
             let log = &mut state.reservation_log;
+            if log.masks.get(&nsid).is_some_and(|mask| mask & kind.mask_bit() != 0) {
+                return;
+            }
             log.count = log.count.wrapping_add(1).max(1);
             if log.pages.len() >= RESERVATION_LOG_ENTRIES {
                 log.pages.pop_front();

@@ -33,7 +33,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use nvmf_common::nvme::reservation::{
@@ -431,8 +431,6 @@ impl ReservationState {
 pub struct Reservations {
     /// A reservation is held: the data path reads the state only then.
     held: AtomicBool,
-    /// Reservation Notification Mask (feature 82h) of the namespace.
-    notify_mask: AtomicU32,
     state: RwLock<ReservationState>,
     /// The file the state persists in while PTPL is on (`None`: no state directory; PTPL cannot be enabled).
     file: Option<PathBuf>,
@@ -466,13 +464,7 @@ impl Reservations {
                 ReservationState::default()
             }
         };
-        Reservations {
-            held: AtomicBool::new(state.held.is_some()),
-            notify_mask: AtomicU32::new(0),
-            state: RwLock::new(state),
-            file,
-            max_registrants,
-        }
+        Reservations { held: AtomicBool::new(state.held.is_some()), state: RwLock::new(state), file, max_registrants }
     }
 
     /// Reservations that never persist, with the default registrant limit.
@@ -577,16 +569,6 @@ impl Reservations {
     /// Persist Through Power Loss State.
     pub fn ptpl(&self) -> bool {
         self.read().ptpl
-    }
-
-    /// Reservation Notification Mask (82h).
-    pub fn notify_mask(&self) -> u32 {
-        self.notify_mask.load(Ordering::Relaxed)
-    }
-
-    /// Set the Reservation Notification Mask.
-    pub fn set_notify_mask(&self, mask: u32) {
-        self.notify_mask.store(mask, Ordering::Relaxed);
     }
 }
 

@@ -183,15 +183,14 @@ impl Queue {
         }
     }
 
-    /// Deliver notices to every controller of each host told, unless the namespace's mask hides them.
+    /// Deliver notices to every controller of each host told (each controller's mask may hide them).
     fn tell_hosts(&self, ns: &Namespace, notices: &Notices) {
         if notices.is_empty() {
             return;
         }
         let Some(controller) = self.controller() else { return };
-        let mask = ns.reservations().notify_mask();
         let controllers = controller.subsystem().controllers();
-        for notice in notices.iter().filter(|n| mask & n.kind.mask_bit() == 0) {
+        for notice in notices {
             for c in controllers.iter().filter(|c| c.hostid_ref() == &notice.hostid) {
                 c.reservation_notice(notice.kind, ns.nsid());
             }

@@ -229,6 +229,25 @@ fn masked_notices_are_not_sent() {
     assert!(a.admin.submit(&mut a.engine, AsyncEventRequest.to_sqe(), &[], &[]).is_none(), "no event");
 }
 
+/// The mask is the controller's: a host that masks everything hides nothing from another host.
+#[test]
+fn a_host_mask_hides_only_its_own_notices() {
+    let target = target();
+    let mut a = associate_as(&target, NQN_A, HOST_A);
+    let mut b = associate_as(&target, NQN_B, HOST_B);
+    let set =
+        SetFeatures { nsid: 0xFFFF_FFFF, fid: fid::RESERVATION_NOTIFICATION_MASK, sv: false, cdw11: 0b1110, cdw12: 0 };
+    b.admin.run(&mut b.engine, set.to_sqe()).ok();
+    let get = GetFeatures { nsid: 1, ..GetFeatures::new(fid::RESERVATION_NOTIFICATION_MASK) };
+    assert_eq!(a.admin.run(&mut a.engine, get.to_sqe()).ok().cqe.dw0, 0, "A's mask is its own");
+    register(&mut a, RegisterAction::Register, false, 0, 1, Cptpl::NoChange).ok();
+    register(&mut b, RegisterAction::Register, false, 0, 2, Cptpl::NoChange).ok();
+    acquire(&mut b, AcquireAction::Preempt, ReservationType::WriteExclusive, 2, 1).ok();
+    let event =
+        a.admin.submit(&mut a.engine, AsyncEventRequest.to_sqe(), &[], &[]).expect("A is told it was preempted");
+    assert!(event.status().is_success());
+}
+
 #[test]
 fn persist_through_power_loss() {
     let dir = tempfile::tempdir().unwrap();
@@ -258,9 +277,16 @@ fn persist_through_power_loss() {
         vec![(HOST_A, 1, true)]
     );
     assert_eq!(b.io.write(&mut b.engine, 1, 0, &pattern(512, 3)).status(), conflict());
-    // Set Features turns PTPL off: the file goes, the next restart starts empty.
+    // Only a registrant changes PTPL: B, not one, is refused and the state stays.
     let set = SetFeatures { nsid: 1, fid: fid::RESERVATION_PERSISTENCE, sv: false, cdw11: 0, cdw12: 0 };
-    b.admin.run(&mut b.engine, set.to_sqe()).ok();
+    assert_eq!(b.admin.run(&mut b.engine, set.to_sqe()).status(), conflict());
+    let target = Target::new(target_params(), vec![params()]).unwrap();
+    let mut a = associate_as(&target, NQN_A, HOST_A);
+    let get = GetFeatures { nsid: 1, ..GetFeatures::new(fid::RESERVATION_PERSISTENCE) };
+    assert_eq!(a.admin.run(&mut a.engine, get.to_sqe()).ok().cqe.dw0, 1, "still persisting");
+    // Set Features by the registrant turns PTPL off: the file goes, the next restart starts empty.
+    a.admin.run(&mut a.engine, set.to_sqe()).ok();
+    drop(a);
     let target = Target::new(target_params(), vec![params()]).unwrap();
     let mut b = associate_as(&target, NQN_B, HOST_B);
     let status = ReservationStatus::parse(&report(&mut b, 4096, true).ok().data, true).unwrap();
