@@ -552,6 +552,7 @@ fn options(nr_io_queues: u16) -> nvmf_host::ConnectOptions {
         dhchap_secret: None,
         dhchap_ctrl_secret: None,
         iopolicy: nvmf_host::multipath::IoPolicy::default(),
+        path_retries: 5,
         poll: nvmf_host::controller::PollOptions::default(),
         queue_cpus: None,
     }

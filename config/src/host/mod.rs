@@ -14,6 +14,8 @@ mod schema;
 mod tests;
 mod validate;
 
+pub use validate::DEFAULT_PATH_RETRIES;
+
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -98,6 +100,9 @@ pub struct ControllerConfig {
     /// How an export reached through several controllers spreads its commands over them (`--iopolicy`, Linux's
     /// names): `round-robin` (default) or `queue-depth`. The first controller of an export decides.
     pub iopolicy: IoPolicy,
+    /// How many times an export sends a command again after it failed on a path (its connection lost, or a
+    /// path-related status without DNR), 0..=15; then the command fails. The first controller decides. Default 5.
+    pub path_retries: u8,
     /// Header digests (`--hdr-digest`). Default false.
     pub hdr_digest: bool,
     /// Data digests (`--data-digest`). Default false.

@@ -66,6 +66,8 @@ pub(crate) struct RawController {
     #[serde(default)]
     pub iopolicy: Option<String>,
     #[serde(default)]
+    pub path_retries: Option<i64>,
+    #[serde(default)]
     pub hdr_digest: Option<bool>,
     #[serde(default)]
     pub data_digest: Option<bool>,

@@ -14,6 +14,9 @@ use crate::error::{KeyPath, Problem, ValueError};
 use crate::secret::secret;
 use crate::target::{check_nqn, cpu_list, int_in, ip_address, logging, metrics, socket_address, DEFAULT_PORT};
 
+/// Default `[[controller]] path_retries` (the Linux host retries a failed command up to 5 times, `nvme_core.max_retries`).
+pub const DEFAULT_PATH_RETRIES: u8 = 5;
+
 const NBD_ALLOWED: &str =
     "\"unix:/absolute/or/relative/path\" or a loopback \"ADDRESS:PORT\" such as \"127.0.0.1:10809\" or \"[::1]:10809\"";
 const EXPORT_ALLOWED: &str = "exactly one of nbd = \"unix:/path\" or \"ADDRESS:PORT\" (an NBD server), or ublk = true \
@@ -175,6 +178,12 @@ fn controller(
             Problem::new(key.key("iopolicy"), format!("{name:?} is not an I/O policy"), "round-robin or queue-depth")
         })?,
     };
+    let path_retries = match raw.path_retries {
+        None => DEFAULT_PATH_RETRIES,
+        Some(n) => u8::try_from(n).ok().filter(|n| *n <= 15).ok_or_else(|| {
+            Problem::new(key.key("path_retries"), format!("retry count {n} is out of range"), "0..=15")
+        })?,
+    };
     let host_iface = raw.host_iface.as_ref().map(|iface| interface_name(iface, &key.key("host_iface"))).transpose()?;
     if host_iface.is_some() && raw.transport == Some(Transport::Rdma) {
         return Err(Problem::new(
@@ -235,6 +244,7 @@ fn controller(
         ctrl_loss_tmo,
         fast_io_fail_tmo,
         iopolicy,
+        path_retries,
         hdr_digest: raw.hdr_digest.unwrap_or(false),
         data_digest: raw.data_digest.unwrap_or(false),
         disable_sqflow: raw.disable_sqflow.unwrap_or(false),

@@ -107,6 +107,9 @@ pub struct ConnectOptions {
     pub dhchap_ctrl_secret: Option<DhchapSecret>,
     /// How a multipath namespace this controller is the first path of spreads commands over its paths.
     pub iopolicy: IoPolicy,
+    /// How many times a multipath namespace this controller is the first path of sends a command again after it
+    /// failed on a path ([`NamespaceHead`](crate::multipath::NamespaceHead)), at most 15.
+    pub path_retries: u8,
     /// How every queue's I/O thread waits for completions (the daemon's `[host]` `poll` and `poll_window_us`).
     pub poll: PollOptions,
     /// CPUs the I/O queues' threads are pinned to, I/O queue `q` (and its export's queue thread) on
@@ -173,6 +176,7 @@ impl Default for ConnectOptions {
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
             iopolicy: IoPolicy::default(),
+            path_retries: nvmf_config::host::DEFAULT_PATH_RETRIES,
             poll: PollOptions::default(),
             queue_cpus: None,
         }

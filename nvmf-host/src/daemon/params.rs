@@ -74,6 +74,7 @@ fn options_from_config(c: &ControllerConfig, host: &HostDefaults) -> ConnectOpti
         ctrl_loss_tmo: c.ctrl_loss_tmo,
         fast_io_fail_tmo: c.fast_io_fail_tmo,
         iopolicy: c.iopolicy,
+        path_retries: c.path_retries,
         host_iface: c.host_iface.clone(),
         dhchap_secret: c.dhchap_secret.clone(),
         dhchap_ctrl_secret: c.dhchap_ctrl_secret.clone(),

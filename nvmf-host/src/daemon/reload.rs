@@ -131,6 +131,7 @@ fn changed_options(old: &ControllerConfig, new: &ControllerConfig) -> Vec<&'stat
     check(old.data_digest != new.data_digest, "data_digest");
     check(old.disable_sqflow != new.disable_sqflow, "disable_sqflow");
     check(old.iopolicy != new.iopolicy, "iopolicy");
+    check(old.path_retries != new.path_retries, "path_retries");
     // A key added to the schema but not to the list above still counts as a change.
     let without_exports = |c: &ControllerConfig| ControllerConfig { exports: Vec::new(), ..c.clone() };
     if changed.is_empty() && without_exports(old) != without_exports(new) {

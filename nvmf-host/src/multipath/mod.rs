@@ -11,13 +11,16 @@
 //!
 //! Failover: a command that completes with its connection lost, or with a path-related status (SCT 3h) without
 //! DNR, goes again to a usable path with the same buffer (nothing copied); an ANA status also marks its path with
-//! that state and has its controller read the ANA log again. While no path serves I/O, submitting waits (the
+//! that state and has its controller read the ANA log again. At most `path_retries` times per command (the first
+//! controller's option): the first at once, each later one [`RETRY_STEP`] per retry so far later, so a target that
+//! answers path errors forever costs a bounded time; then the command settles with its last failure, counted on
+//! the path as retries exhausted. While no path serves I/O, submitting waits (the
 //! export queue's thread, as a reconnecting controller's hold does), looking again every 10 ms, until a path does
 //! (a reconnect, an ANA change) or none can any more: every controller failed or deleted or in persistent loss,
 //! every reconnecting one past its `fast_io_fail_tmo`, or the longest `ctrl_loss_tmo` of the paths has passed.
 //!
-//! Tags: the head keeps the path a command went to in bits 63:48 of its sink tag; callers' tags stay below
-//! [`MAX_TAG`] and read them back with [`caller_tag`].
+//! Tags: the head keeps the path a command went to in bits 63:48 of its sink tag and the times it was sent again in
+//! bits 47:44; callers' tags stay below [`MAX_TAG`] and read them back with [`caller_tag`].
 //!
 //! Locks: the path list is behind an `RwLock` that only adding or removing a path write-locks. Each submitting thread
 //! (an export queue) keeps its own [`PathCursor`]: a snapshot of the list, taken again only when the head's
@@ -45,9 +48,15 @@ use select::{choose, Candidate, Choice};
 
 /// Most paths a head takes.
 pub const MAX_PATHS: usize = 16;
-/// Callers' sink tags must be below this (the head uses bits 63:48).
-pub const MAX_TAG: u64 = 1 << PATH_SHIFT;
+/// Callers' sink tags must be below this (the head uses bits 63:44).
+pub const MAX_TAG: u64 = 1 << RETRY_SHIFT;
 const PATH_SHIFT: u32 = 48;
+/// Where a command's retry count (4 bits) sits in its tag.
+const RETRY_SHIFT: u32 = 44;
+/// The most `path_retries` a tag can count.
+pub const MAX_PATH_RETRIES: u8 = 15;
+/// The wait before a command's second and later retries, per retry so far.
+pub const RETRY_STEP: Duration = Duration::from_millis(10);
 /// How often a waiting submission looks at the paths again.
 const WAIT_STEP: Duration = Duration::from_millis(10);
 
@@ -87,6 +96,8 @@ pub struct Path {
     ana: AtomicU64,
     /// Commands that failed on this path and were sent to a path again.
     failovers: AtomicU64,
+    /// Commands that failed on this path with no retry left.
+    retries_exhausted: AtomicU64,
 }
 
 impl Path {
@@ -152,6 +163,8 @@ pub struct PathView {
     pub ana_state: &'static str,
     /// Commands that failed on it and were sent to a path again.
     pub failovers: u64,
+    /// Commands that failed on it after `path_retries` retries, and failed.
+    pub retries_exhausted: u64,
 }
 
 /// One namespace over its paths (see the module docs).
@@ -163,6 +176,8 @@ pub struct NamespaceHead {
     block_size: u32,
     blocks: u64,
     policy: IoPolicy,
+    /// How many times a command that failed on a path goes again (the first controller's `path_retries`).
+    retries: u8,
     paths: RwLock<Vec<Arc<Path>>>,
     /// Moves each time a path is added or removed: a [`PathCursor`] takes a new snapshot of the paths then.
     generation: AtomicU64,
@@ -198,6 +213,7 @@ impl NamespaceHead {
             block_size: ns.block_size,
             blocks: ns.blocks,
             policy,
+            retries: ctrl.options().path_retries.min(MAX_PATH_RETRIES),
             paths: RwLock::new(Vec::new()),
             generation: AtomicU64::new(1),
             next_path_id: AtomicU16::new(0),
@@ -253,6 +269,7 @@ impl NamespaceHead {
             nsid: self.nsid,
             ana: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
+            retries_exhausted: AtomicU64::new(0),
         };
         tracing::info!(subnqn = %self.subnqn, nsid = self.nsid, path = name, paths = paths.len() + 1, "path added");
         paths.push(Arc::new(path));
@@ -311,6 +328,7 @@ impl NamespaceHead {
                 state: p.ctrl.state().name(),
                 ana_state: p.ana_state().map_or("none", AnaState::name),
                 failovers: p.failovers.load(Ordering::Relaxed),
+                retries_exhausted: p.retries_exhausted.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -327,6 +345,18 @@ impl NamespaceHead {
         cursor: &mut PathCursor,
     ) -> Result<(), (HostError, Vec<u8>)> {
         debug_assert!(tag < MAX_TAG);
+        self.send(q, request, sink, tag, cursor)
+    }
+
+    /// [`NamespaceHead::queue_to_sink`] with `tag`'s retry count (bits 47:44) set.
+    fn send(
+        &self,
+        q: usize,
+        request: Request<()>,
+        sink: &Arc<dyn CompletionSink>,
+        tag: u64,
+        cursor: &mut PathCursor,
+    ) -> Result<(), (HostError, Vec<u8>)> {
         let mut request = request;
         let mut refused = [false; MAX_PATHS];
         let mut waiting_since: Option<Instant> = None;
@@ -418,8 +448,9 @@ impl NamespaceHead {
             return completed.settle();
         }
         self.refresh(cursor);
-        if let Some(p) = cursor.paths.iter().find(|p| p.id == path_id) {
-            p.failovers.fetch_add(1, Ordering::Relaxed);
+        let retries = u8::try_from((completed.tag() >> RETRY_SHIFT) & 0xf).unwrap_or(u8::MAX);
+        let path = cursor.paths.iter().find(|p| p.id == path_id);
+        if let Some(p) = path {
             if let Ok(cqe) = &completed.reply().result {
                 if let Some(state) = ana_status(cqe.status) {
                     tracing::debug!(path = %p.name, nsid = self.nsid, state = state.name(), "ANA status");
@@ -427,16 +458,37 @@ impl NamespaceHead {
                 }
             }
         }
-        let tag = caller_tag(completed.tag());
+        let Some(delay) = retry_delay(retries, self.retries) else {
+            if let Some(p) = path {
+                p.retries_exhausted.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(path = %p.name, nsid = self.nsid, retries, "command failed on its path: no retry left");
+            }
+            return completed.settle();
+        };
+        if let Some(p) = path {
+            p.failovers.fetch_add(1, Ordering::Relaxed);
+        }
+        if !delay.is_zero() {
+            crate::queue::handle::release_all();
+            std::thread::sleep(delay);
+        }
+        let tag = caller_tag(completed.tag()) | u64::from(retries + 1) << RETRY_SHIFT;
         let (request, sink) = match completed.into_request() {
             Ok(r) => r,
             Err(c) => return c.settle(),
         };
-        match self.queue_to_sink(q, request, &sink, tag, cursor) {
+        match self.send(q, request, &sink, tag, cursor) {
             Ok(()) => None,
             Err((e, data)) => Some(Reply { context: (), result: Err(e), data, r2ts: 0, in_capsule: false }),
         }
     }
+}
+
+/// How long before a command that failed on a path `retries` times already goes again, or `None` when `max` retries
+/// are spent. The first retry is a failover and goes at once; a command that keeps failing meets a path (or a target)
+/// that keeps failing it, and waits longer each time.
+fn retry_delay(retries: u8, max: u8) -> Option<Duration> {
+    (retries < max).then(|| RETRY_STEP * u32::from(retries))
 }
 
 /// The longest `ctrl_loss_tmo` of `paths` (`None`: one waits forever).
@@ -518,6 +570,16 @@ mod tests {
         assert_eq!(ana_status(Status::ANA_TRANSITION), Some(AnaState::Change));
         assert_eq!(ana_status(Status::ANA_PERSISTENT_LOSS.with_dnr()), Some(AnaState::PersistentLoss));
         assert_eq!(ana_status(Status::HOST_PATHING_ERROR), None);
+    }
+
+    #[test]
+    fn retries_are_bounded_and_slow_down() {
+        let delays: Vec<_> = (0..=3).map(|n| retry_delay(n, 3)).collect();
+        assert_eq!(delays, [Some(Duration::ZERO), Some(RETRY_STEP), Some(RETRY_STEP * 2), None]);
+        assert_eq!(retry_delay(0, 0), None, "path_retries 0: no retry");
+        // The count rides in the tag without touching the caller's part.
+        let tag = (MAX_TAG - 1) | u64::from(MAX_PATH_RETRIES) << RETRY_SHIFT | 7 << PATH_SHIFT;
+        assert_eq!((caller_tag(tag), (tag >> RETRY_SHIFT) & 0xf), (MAX_TAG - 1, 15));
     }
 
     #[test]
