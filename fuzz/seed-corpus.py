@@ -104,10 +104,10 @@ def in_capsule(length):
 def transport(length):
     return struct.pack("<QI", 0, length) + bytes(3) + bytes([0x5A])
 
-def connect(cid, qid, cntlid=0xFFFF, sqsize=31, cattr=0, kato=0, subnqn=SUBNQN, via_r2t=False):
+def connect(cid, qid, cntlid=0xFFFF, sqsize=31, cattr=0, kato=0, subnqn=SUBNQN, via_r2t=False, hostnqn=HOSTNQN):
     sgl = transport(1024) if via_r2t else in_capsule(1024)
     cmd = sqe(0x7F, cid, 0x01, qid << 16, sqsize | cattr << 16, kato, sgl=sgl)
-    data = bytes([7] * 16) + struct.pack("<H", cntlid) + bytes(238) + subnqn.ljust(256, b"\0") + HOSTNQN.ljust(256, b"\0")
+    data = bytes([7] * 16) + struct.pack("<H", cntlid) + bytes(238) + subnqn.ljust(256, b"\0") + hostnqn.ljust(256, b"\0")
     return cmd, data.ljust(1024, b"\0")
 
 def property_set(cid, offset, value):
@@ -202,6 +202,48 @@ h = Host()
 cmd, data = connect(1, 0, subnqn=b"nqn.2014-08.org.nvmexpress.discovery")
 write("tcp_connection", "discovery", script(0x00, [(0, h.icreq()), (0, h.command(cmd, data)),
     (0, h.command(property_set(2, 0x14, CC_EN))), (0, h.command(sqe(0x02, 3, 0, 0x00FF0070, sgl=transport(4096))))]))
+
+# DH-HMAC-CHAP: KEYED has a key in the fuzzed subsystem (nvmf_target::fuzzing::KEYED_HOSTNQN), so its queues must
+# authenticate. Connection 0: AUTH_Negotiate, the Challenge, a Reply the fuzzer cannot make right (AUTH_Failure1;
+# the queue ends). Connection 1: a Receive before any Negotiate (Failure1 at once).
+# Connection 2: an I/O queue Connect to CNTLID 1 that never authenticates (it holds no QID), until the connect
+# timeout.
+KEYED = b"nqn.2014-08.org.nvmexpress:uuid:5e1f7c3a-0b2d-4c6e-8f91-a2b3c4d5e6f7"
+NEGOTIATE = (corpus / "auth_messages/seed-negotiate").read_bytes()
+REPLY = (corpus / "auth_messages/seed-reply").read_bytes()
+DHCHAP = 0xE9010100  # SECP E9h, SPSP0 and SPSP1 01h
+
+def auth_send(h, cid, message):
+    return h.command(sqe(0x7F, cid, 0x05, DHCHAP, len(message), sgl=in_capsule(len(message))), message)
+
+def auth_receive(h, cid, al=4096):
+    return h.command(sqe(0x7F, cid, 0x06, DHCHAP, al, sgl=transport(al)))
+
+h0, h1, h2 = Host(), Host(), Host()
+recs = [(0, h0.icreq()), (0, h0.command(*connect(1, 0, hostnqn=KEYED))), (0, auth_send(h0, 2, NEGOTIATE)),
+        (0, auth_receive(h0, 3)), (0, auth_send(h0, 4, REPLY)), (0, auth_receive(h0, 5))]
+recs += [(1, h1.icreq()), (1, h1.command(*connect(1, 0, hostnqn=KEYED))), (1, auth_receive(h1, 2))]
+recs += [(2, h2.icreq()), (2, h2.command(*connect(1, 1, cntlid=1, hostnqn=KEYED))), (2, auth_send(h2, 2, NEGOTIATE)),
+         (0, CLOCK, 60)]
+write("tcp_connection", "auth", script(0x00, recs))
+
+# Reservations on namespace 1: register (key 1), acquire Write Exclusive, a write, a report (extended), release,
+# replace, unregister; the notification mask and PTPL features, and the Reservation Notification log.
+h0, h1 = Host(), Host()
+recs = association(h0, h1)
+keys = lambda a, b: struct.pack("<QQ", a, b)
+recs += [(1, h1.command(sqe(0x0D, 10, 1, 0, sgl=in_capsule(16)), keys(0, 1)))]
+recs += [(1, h1.command(sqe(0x11, 11, 1, 1 << 8, sgl=in_capsule(16)), keys(1, 0)))]
+recs += [(1, h1.command(sqe(0x01, 12, 1, 0, 0, 7, sgl=in_capsule(4096)), pattern(4096, 9)))]
+recs += [(1, h1.command(sqe(0x0E, 13, 1, 1023, 1, sgl=transport(4096))))]
+recs += [(1, h1.command(sqe(0x15, 14, 1, 1 << 8, sgl=in_capsule(8)), struct.pack("<Q", 1)))]
+recs += [(1, h1.command(sqe(0x0D, 15, 1, 2, sgl=in_capsule(16)), keys(1, 5)))]
+recs += [(0, h0.command(sqe(0x09, 20, 1, 0x82, 0b1110)))]  # Set Features: Reservation Notification Mask
+recs += [(0, h0.command(sqe(0x0A, 21, 1, 0x83)))]  # Get Features: Reservation Persistence
+recs += [(0, h0.command(sqe(0x09, 22, 1, 0x83, 0)))]  # Set Features: PTPL off
+recs += [(0, h0.command(sqe(0x02, 23, 0xFFFFFFFF, 0x000F0080, sgl=transport(64))))]  # Reservation Notification log
+recs += [(1, h1.command(sqe(0x0D, 16, 1, 1, sgl=in_capsule(16)), keys(5, 0)))]
+write("tcp_connection", "reservations", script(0x00, recs))
 
 def first_cntlid(pdu):
     """An I/O queue Connect names CNTLID 1 (nvmet gave the kernel another), the first our fresh target allocates."""

@@ -41,3 +41,19 @@ fn seeds_reach_io() {
         assert_eq!(ok, io_successes, "{seed}: I/O queue responses {io:?}");
     }
 }
+
+/// The authentication and reservation seeds reach their paths: the keyed host's admin queue runs a transaction to
+/// its Failure1 (Connect, the Negotiate, the Challenge, the Reply and the Failure1 answered; then the queue takes
+/// nothing more) and a Receive before any Negotiate gets a Failure1 at once; the reservation commands on the I/O
+/// queue and the features on the admin queue succeed.
+#[test]
+fn seeds_reach_authentication_and_reservations() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/tcp_connection");
+    let responses = nvmf_target::fuzzing::run(&std::fs::read(dir.join("seed-auth")).expect("seed-auth"));
+    let ok = |c: &[nvmf_common::nvme::CompletionQueueEntry]| c.iter().filter(|c| c.status.is_success()).count();
+    assert_eq!(ok(&responses[0]), 5, "the keyed host's transaction: {:?}", responses[0]);
+    assert_eq!(ok(&responses[1]), 2, "Connect, then the Receive that fails the transaction: {:?}", responses[1]);
+    let responses = nvmf_target::fuzzing::run(&std::fs::read(dir.join("seed-reservations")).expect("seed"));
+    assert_eq!(ok(&responses[1]), 8, "Connect and the reservation commands: {:?}", responses[1]);
+    assert_eq!(ok(&responses[0]), 7, "the association and the features and log: {:?}", responses[0]);
+}

@@ -4,7 +4,9 @@
 //!
 //! [`tcp_connection`] plays a script of host actions against real [`TcpConnection`]s: the real PDU decoder, the
 //! real controller [`Queue`]s of a fresh [`Target`] (one subsystem, [`SUBNQN`], open to any host, with a memory
-//! namespace 1 and a null namespace 2; CNTLIDs from 1), and a real [`IoEngine`] (created once per thread and
+//! namespace 1 and a null namespace 2, volatile reservations; CNTLIDs from 1; host [`KEYED_HOSTNQN`] has a
+//! DH-HMAC-CHAP key, so its queues must authenticate: NULL and ffdhe2048 groups, which a fuzzer's transaction can
+//! only fail, but every message and state of one is reachable), and a real [`IoEngine`] (created once per thread and
 //! reused, so its buffer pool must come back whole after every input). Each connection's socket is one end of a
 //! Unix socket pair standing in for TCP; the harness holds the other end (`host`) and drives the connections as a
 //! reactor does: readiness, storage completions, queue polls, end of turn, on a clock the script advances.
@@ -41,13 +43,20 @@ use std::time::{Duration, Instant};
 use nvmf_common::nvme::cqe::CompletionQueueEntry;
 
 use self::host::Host;
+use nvmf_common::fabrics::auth::dh::DhGroup;
+use nvmf_common::fabrics::auth::secret::DhchapSecret;
+
 use crate::backend::{EngineConfig, IoEngine, Storage, StorageSpec};
+use crate::controller::authentication::{HostKeys, SubsystemAuth};
 use crate::controller::{split_storage_tag, NamespaceParams, Queue, SubsystemParams, Target, TargetParams};
 use crate::controller::{SlotId, TransportInfo};
 use crate::tcp::{SocketIo, TcpConnection, TcpTransportConfig};
 
 /// The fuzzed subsystem's NQN: the kernel captures' (`common/tests/fixtures/kernel-tcp/`), so they replay as seeds.
 pub const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:fixture";
+
+/// A host with a DH-HMAC-CHAP key in the fuzzed subsystem.
+pub const KEYED_HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:5e1f7c3a-0b2d-4c6e-8f91-a2b3c4d5e6f7";
 
 /// Connections alive at once.
 const LINKS: usize = 4;
@@ -150,6 +159,14 @@ impl<'e> Rig<'e> {
         let mut subsystem = SubsystemParams::new(SUBNQN);
         subsystem.namespaces.push(NamespaceParams::new(1, Arc::new(memory)));
         subsystem.namespaces.push(NamespaceParams::new(2, Arc::new(null)));
+        let keys = HostKeys {
+            host_key: DhchapSecret::new(None, &[0x5a; 32]).expect("a 32-byte key"),
+            controller_key: None,
+            hashes: Vec::new(),
+            dh_groups: vec![DhGroup::Null, DhGroup::Ffdhe2048],
+            hostid: None,
+        };
+        subsystem.auth = SubsystemAuth { required: false, hosts: [(KEYED_HOSTNQN.to_owned(), Arc::new(keys))].into() };
         let params = TargetParams { mdts: MDTS, max_io_queues: 4, ..TargetParams::default() };
         let target = Target::new(params, vec![subsystem]).expect("target");
         Rig {
