@@ -103,7 +103,11 @@ impl TcpTestClient {
 
     /// Open a TCP connection and send nothing (for tests of what a target does with PDUs before ICReq).
     pub fn connect_without_icreq(addr: SocketAddr, options: ClientOptions) -> Result<Self, ClientError> {
-        let stream = TcpStream::connect_timeout(&addr, options.timeout)?;
+        Self::from_stream(TcpStream::connect_timeout(&addr, options.timeout)?, options)
+    }
+
+    /// A client on `stream`, a connection opened elsewhere (e.g. from another source address); nothing sent yet.
+    pub fn from_stream(stream: TcpStream, options: ClientOptions) -> Result<Self, ClientError> {
         stream.set_read_timeout(Some(options.timeout))?;
         stream.set_nodelay(true)?;
         Ok(TcpTestClient {
@@ -342,6 +346,19 @@ impl TcpTestClient {
         cntlid: u16,
         kato_ms: u32,
     ) -> Result<Completion, ClientError> {
+        self.fabrics_connect_as(subnqn, qid, cntlid, TEST_HOSTNQN, TEST_HOSTID, (sqsize, kato_ms))
+    }
+
+    /// Fabrics Connect as host `hostnqn` with host ID `hostid`; `(sqsize, kato_ms)`.
+    pub fn fabrics_connect_as(
+        &mut self,
+        subnqn: &str,
+        qid: u16,
+        cntlid: u16,
+        hostnqn: &str,
+        hostid: [u8; 16],
+        (sqsize, kato_ms): (u16, u32),
+    ) -> Result<Completion, ClientError> {
         let connect = Connect {
             qid,
             sqsize,
@@ -352,8 +369,8 @@ impl TcpTestClient {
         let mut sqe = connect.to_sqe()?;
         sqe.cid = self.next_cid();
         let subnqn = Nqn::new(subnqn).map_err(|e| ClientError::Protocol(format!("subsystem NQN: {e}")))?;
-        let hostnqn = Nqn::new(TEST_HOSTNQN).map_err(|e| ClientError::Protocol(format!("host NQN: {e}")))?;
-        let data = ConnectData { hostid: TEST_HOSTID, cntlid, subnqn, hostnqn }.to_bytes();
+        let hostnqn = Nqn::new(hostnqn).map_err(|e| ClientError::Protocol(format!("host NQN: {e}")))?;
+        let data = ConnectData { hostid, cntlid, subnqn, hostnqn }.to_bytes();
         self.command_raw(sqe, &data, &[], 0)
     }
 

@@ -9,7 +9,13 @@
 //! most `[target] max_connections_per_address` connections, and the test is about what admitted peers can do. The
 //! IOPS ratio is measured within one run (same machine, same moment), the way the issue states the requirement.
 //!
-//! The scenario runs on both socket paths, `epoll::NAME` and `io_uring::NAME`, one after the other
+//! A second scenario floods a target with what a peer can do with a host's NQN but not its key, and with what an
+//! allowed host can do with fresh host IDs: connections from 32 addresses that each run a DH-HMAC-CHAP transaction
+//! as a keyed host (its most expensive group the target allows) with a wrong key, over and over; and hosts with
+//! fresh host IDs registering on the namespace until `max_registrants` refuses them (Insufficient Capacity). The
+//! witness keeps at least half of its IOPS; the failures and refusals are counted.
+//!
+//! The scenarios run on both socket paths, `epoll::NAME` and `io_uring::NAME`, one after the other
 //! (`target_support::alone`): each run's IOPS are measured on a machine that only it loads.
 
 mod target_support;
@@ -18,16 +24,27 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use nvmf_common::fabrics::auth::command::AuthenticationCommand;
+use nvmf_common::fabrics::auth::dh::DhGroup;
+use nvmf_common::fabrics::auth::hash::HashFunction;
+use nvmf_common::fabrics::auth::host::{HostCredentials, HostTransaction};
+use nvmf_common::fabrics::auth::message::{Negotiate, ProtocolDescriptor};
+use nvmf_common::fabrics::auth::secret::DhchapSecret;
+use nvmf_common::fabrics::auth::{OsRandom, SequenceNumbers};
 use nvmf_common::fabrics::connect::Connect;
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 use nvmf_common::nvme::log_page::{lid, GetLogPage};
-use nvmf_common::nvme::{SglDescriptor, SglSubtype};
+use nvmf_common::nvme::reservation::{Cptpl, RegisterAction, ReservationKeys, ReservationRegister};
+use nvmf_common::nvme::{SglDescriptor, SglSubtype, Status};
 use nvmf_common::transport::tcp::{CapsuleCommand, DigestTypes, Framing, IcReq, Pdu};
 use nvmf_target::controller::Stalled;
 use nvmf_tests::nvme_tcp_client::{ClientError, TcpTestClient};
 use target_support::{alone, memory_config, ok, options, pattern, read, write, Association, SocketIoMode, Target};
 
-target_support::on_each_socket_path!(a_well_behaved_host_keeps_working_while_anonymous_peers_try_to_starve_the_target,);
+target_support::on_each_socket_path!(
+    a_well_behaved_host_keeps_working_while_anonymous_peers_try_to_starve_the_target,
+    a_well_behaved_host_keeps_working_through_authentication_and_registrant_floods,
+);
 
 const BLOCK: usize = 512;
 const READ_LEN: usize = 4096;
@@ -198,4 +215,135 @@ fn a_well_behaved_host_keeps_working_while_anonymous_peers_try_to_starve_the_tar
         assert!(Instant::now() < deadline, "buffers not back in their pools: {free} of {total} free");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A host with a DH-HMAC-CHAP key here, whose NQN the attackers know (not its key).
+const KEYED: &str = "nqn.2014-08.org.nvmexpress:uuid:7a0c4e2f-9b1d-4e6f-8a3c-5d7e9f1b2c4d";
+const KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+/// Another valid key: not KEYED's.
+const WRONG_KEY: &str = "DHHC-1:02:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vcSEgBQ==:";
+/// Registrants the flooded namespace takes.
+const MAX_REGISTRANTS: u32 = 32;
+
+fn flooded_target(io: SocketIoMode) -> Target {
+    let hosts = format!("allow_any_host = true\n[[subsystem.host]]\nnqn = \"{KEYED}\"\ndhchap_key = \"{KEY}\"");
+    let limits = format!("[target]\nmax_registrants = {MAX_REGISTRANTS}\n\n[reactors]");
+    Target::start_on(&memory_config(&hosts).replace("[reactors]", &limits), io)
+}
+
+/// One DH-HMAC-CHAP transaction as `KEYED` from `from` with a wrong key, offering only `group`: the target makes
+/// its key pair and the shared secret before it can tell the Reply is wrong. Whatever the target refuses (the
+/// connection, the Connect, the group) ends the attempt.
+fn failed_authentication(from: &str, to: SocketAddr, group: DhGroup, wrong: &DhchapSecret) {
+    let Ok(stream) = try_connect_from(from, to) else { return };
+    let Ok(mut c) = TcpTestClient::from_stream(stream, options()) else { return };
+    if c.initialize(options()).is_err() {
+        return;
+    }
+    let hostid = *b"flood-auth-host!";
+    match c.fabrics_connect_as(target_support::SUBNQN, 0, 0xFFFF, KEYED, hostid, (31, 0)) {
+        Ok(done) if done.cqe.status.is_success() => {}
+        _ => return,
+    }
+    let creds = HostCredentials { secret: wrong, controller_secret: None, hostnqn: KEYED, subnqn: target_support::SUBNQN };
+    let mut t = HostTransaction::new(creds, 1);
+    let _ = t.negotiate();
+    let dhchap = ProtocolDescriptor { hashes: vec![HashFunction::Sha256], dh_groups: vec![group] };
+    let negotiate = Negotiate { t_id: 1, sc_c: 0, dhchap }.to_bytes();
+    let send = |c: &mut TcpTestClient, m: &[u8]| {
+        let len = u32::try_from(m.len()).unwrap();
+        c.command(AuthenticationCommand::send(len).to_sqe(), Some(m), 0)
+    };
+    let receive = |c: &mut TcpTestClient| c.command(AuthenticationCommand::receive(4096).to_sqe(), None, 4096);
+    if send(&mut c, &negotiate).is_err() {
+        return;
+    }
+    let Ok(challenge) = receive(&mut c) else { return };
+    let Ok(reply) = t.reply(&challenge.data, &SequenceNumbers::new(), &mut OsRandom) else { return };
+    if send(&mut c, &reply).is_ok() {
+        let _ = receive(&mut c);
+    }
+}
+
+/// A TCP connection from `from`, or the error (the target may refuse or reset under the flood).
+fn try_connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::new(from.parse::<IpAddr>().unwrap(), 0).into())?;
+    socket.connect_timeout(&to.into(), Duration::from_secs(5))?;
+    Ok(socket.into())
+}
+
+/// A host with host ID `n` registers key `n` on namespace 1 (its own association, from 127.0.2.x); its status.
+fn register_fresh_host(to: SocketAddr, n: u8) -> Status {
+    let hostnqn = format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000{n:02x}");
+    let hostid = [n; 16];
+    let client = |qid: u16, cntlid: u16| {
+        let stream = try_connect_from(&format!("127.0.2.{}", n % 250 + 1), to).expect("a flooding host connects");
+        let mut c = TcpTestClient::from_stream(stream, options()).unwrap();
+        c.initialize(options()).unwrap();
+        let done = ok(c.fabrics_connect_as(target_support::SUBNQN, qid, cntlid, &hostnqn, hostid, (31, 0)));
+        (c, u16::try_from(done.cqe.dw0 & 0xffff).unwrap())
+    };
+    let (mut admin, cntlid) = client(0, 0xFFFF);
+    target_support::enable(&mut admin);
+    let (mut io, _) = client(1, cntlid);
+    let register = ReservationRegister { nsid: 1, action: RegisterAction::Register, iekey: false, cptpl: Cptpl::NoChange };
+    let keys = ReservationKeys { crkey: 0, second: u64::from(n) + 1 }.to_bytes();
+    io.command(register.to_sqe(), Some(&keys), 0).expect("Register answered").cqe.status
+}
+
+fn a_well_behaved_host_keeps_working_through_authentication_and_registrant_floods(io: SocketIoMode) {
+    let _alone = alone();
+    let t = flooded_target(io);
+    let mut witness = Association::new(t.addr, options(), 1);
+    let data = pattern(256 << 10, 5);
+    for (i, chunk) in data.chunks(64 << 10).enumerate() {
+        let slba = (i * (64 << 10) / BLOCK) as u64;
+        assert!(write(witness.io(), 1, BLOCK, slba, chunk, false).cqe.status.is_success());
+    }
+    let unattacked = witness_reads(&mut witness, &data);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addr = t.addr;
+    let attackers: Vec<_> = (0..2)
+        .map(|k| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let wrong: DhchapSecret = WRONG_KEY.parse().unwrap();
+                let mut attempts = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let from = format!("127.0.1.{}", attempts % 16 * 2 + k + 1);
+                    failed_authentication(&from, addr, DhGroup::Ffdhe4096, &wrong);
+                    attempts += 1;
+                }
+                attempts
+            })
+        })
+        .collect();
+    let registrants = std::thread::spawn(move || (0..48u8).map(|n| register_fresh_host(addr, n)).collect::<Vec<_>>());
+
+    let mut attacked = Vec::new();
+    while attacked.len() < ATTACKED_WINDOWS && attacked.last().is_none_or(|&a| a * 2 < unattacked) {
+        attacked.push(witness_reads(&mut witness, &data));
+    }
+    let statuses = registrants.join().expect("the registrant flood ran");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let attempts: u32 = attackers.into_iter().map(|a| a.join().expect("an authentication attacker ran")).sum();
+    let target = t.running().target();
+    let failures: u64 = target.auth_counters().snapshot().iter().filter(|c| !c.0).map(|c| c.3).sum();
+    eprintln!(
+        "witness: {unattacked} reads/s unattacked, {attacked:?} under the floods ({attempts} authentication attempts, \
+         {failures} failed transactions counted, {} registrants refused)",
+        target.registrant_limit_refusals()
+    );
+    assert!(
+        attacked.iter().any(|&a| a * 2 >= unattacked),
+        "the witness kept {attacked:?} of {unattacked} reads per second under the floods (less than half)"
+    );
+    let accepted = statuses.iter().filter(|s| s.is_success()).count();
+    assert_eq!(accepted, MAX_REGISTRANTS as usize, "registrants accepted: {statuses:?}");
+    assert!(statuses.iter().filter(|s| !s.is_success()).all(|s| s.same_code(Status::INSUFFICIENT_CAPACITY)));
+    assert_eq!(target.registrant_limit_refusals(), 48 - u64::from(MAX_REGISTRANTS));
+    assert!(failures > 0, "the failed transactions are counted");
+    assert!(witness_reads(&mut witness, &data) > 0);
 }
