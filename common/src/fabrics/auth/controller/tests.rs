@@ -286,3 +286,66 @@ fn debug_prints_no_key() {
     let d = format!("{c:?}");
     assert!(!d.contains("171") && !d.contains("205"), "{d}");
 }
+
+#[test]
+fn the_default_groups_leave_out_ffdhe6144_and_ffdhe8192() {
+    // A host that offers only the two largest groups finds none in common by default, but may be allowed them.
+    let host = secret(1, None);
+    let seq = SequenceNumbers::new();
+    let big = vec![DhGroup::Ffdhe6144, DhGroup::Ffdhe8192];
+    let negotiate = Negotiate {
+        t_id: 3,
+        sc_c: 0,
+        dhchap: super::super::message::ProtocolDescriptor { hashes: vec![HashFunction::Sha256], dh_groups: big },
+    }
+    .to_bytes();
+    let mut c = ControllerTransaction::new(credentials(&host, None));
+    assert!(matches!(c.send(&negotiate, &seq, &mut OsRandom), Err(AuthError::NoCommonDhGroup { .. })));
+    let mut c = ControllerTransaction::new(ControllerCredentials {
+        dh_groups: vec![DhGroup::Ffdhe6144],
+        ..credentials(&host, None)
+    });
+    assert!(c.needs_dh(&negotiate));
+    c.send(&negotiate, &seq, &mut OsRandom).unwrap();
+    assert_eq!(c.chosen(), Some((HashFunction::Sha256, DhGroup::Ffdhe6144)));
+    // A host offering every group (Linux's) gets the first of the default list that it offers.
+    let mut c = ControllerTransaction::new(ControllerCredentials {
+        dh_groups: DEFAULT_DH_GROUPS[1..].to_vec(),
+        ..credentials(&host, None)
+    });
+    run(&mut c, &host, None).unwrap();
+    assert_eq!(c.chosen(), Some((HashFunction::Sha256, DhGroup::Ffdhe2048)));
+}
+
+#[test]
+fn needs_dh_says_which_sends_do_modular_exponentiation() {
+    let host = secret(1, None);
+    let seq = SequenceNumbers::new();
+    let creds = HostCredentials { secret: &host, controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    for (group, dh) in [(DhGroup::Null, false), (DhGroup::Ffdhe2048, true)] {
+        let mut c =
+            ControllerTransaction::new(ControllerCredentials { dh_groups: vec![group], ..credentials(&host, None) });
+        let mut h = HostTransaction::new(creds, 5);
+        let negotiate = h.negotiate();
+        assert_eq!(c.needs_dh(&negotiate), dh, "{group:?}");
+        c.send(&negotiate, &seq, &mut OsRandom).unwrap();
+        let reply = h.reply(&c.receive(), &seq, &mut OsRandom).unwrap();
+        assert_eq!(c.needs_dh(&reply), dh, "{group:?}");
+        c.send(&reply, &seq, &mut OsRandom).unwrap();
+        assert!(!c.needs_dh(&reply), "no Reply is due any more");
+    }
+    let c = ControllerTransaction::new(credentials(&host, None));
+    assert!(!c.needs_dh(&[]) && !c.needs_dh(&[0, 0, 0, 0, 5, 0, 0, 1]));
+}
+
+#[test]
+fn a_refused_negotiate_gets_failure1_without_a_choice() {
+    let host = secret(1, None);
+    let creds = HostCredentials { secret: &host, controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let mut c = ControllerTransaction::new(credentials(&host, None));
+    c.refuse(&HostTransaction::new(creds, 0x77).negotiate(), FailureReason::Failed);
+    assert!(c.failure_pending());
+    assert_eq!(c.chosen(), None);
+    assert_eq!(c.receive(), [0, 0xF1, 0, 0, 0x77, 0, 1, 0x01]);
+    assert_eq!(c.progress(), Progress::Failed(FailureReason::Failed));
+}
