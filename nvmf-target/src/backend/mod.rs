@@ -46,7 +46,10 @@ mod socket;
 mod storage;
 
 pub use budget::{AllocRefusal, BudgetLimit, BufferBudget};
-pub use engine::{DiscardCounters, EngineConfig, EngineFull, IoCompletion, IoEngine, IoOp, TurnClock};
+pub use engine::{
+    DiscardCounters, EngineConfig, EngineFull, IoCompletion, IoEngine, IoOp, Payload, TurnClock, Work, WorkCounters,
+    WorkPool,
+};
 pub use error::BackendError;
 pub use nvme::{drive_status, DriveStatus};
 pub use pool::{BufferId, BufferPool};

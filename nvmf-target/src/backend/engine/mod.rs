@@ -26,6 +26,7 @@
 //! - `in_flight`: the in-flight table, the NVMe command groups, and what a CQE must report.
 //! - `file_ops`: ops on regular files and block devices.
 //! - `discard`: the `BLKDISCARD` fallback's worker thread and its bounded queue.
+//! - `offload`: CPU-bound work (DH-HMAC-CHAP's exponentiations) on a pool's threads, completing like an op.
 //! - `passthrough`: ops on NVMe passthrough storages.
 //! - `fixed_files`: the ring's fixed-file slots.
 //! - `clock`: the reactor's [`TurnClock`], which the queues go by.
@@ -40,6 +41,7 @@ use std::time::{Duration, Instant};
 pub use clock::TurnClock;
 pub use compare_and_write::EngineFull;
 pub use discard::DiscardCounters;
+pub use offload::{Payload, Work, WorkCounters, WorkPool};
 
 use super::nvme;
 use super::pool::{BufferPool, StartIoError};
@@ -52,6 +54,7 @@ use super::{AllocRefusal, BackendError, BufferBudget, BufferId, Storage};
 use discard::DiscardWorker;
 use fixed_files::{FileSlot, IdHasher};
 use in_flight::{cqe_result, Expect, Groups, InFlightTable};
+use offload::Offloads;
 
 mod clock;
 mod compare_and_write;
@@ -59,6 +62,7 @@ mod discard;
 mod file_ops;
 mod fixed_files;
 mod in_flight;
+mod offload;
 mod passthrough;
 #[cfg(feature = "rbd")]
 mod rbd_ops;
@@ -196,6 +200,8 @@ pub struct IoEngine {
     discard: Option<DiscardWorker>,
     discard_queue_depth: usize,
     discard_counters: Arc<DiscardCounters>,
+    /// Where offloaded work completes (set up at the first op).
+    offloads: Option<Offloads>,
     /// Ops on RBD images (set up at the first).
     #[cfg(feature = "rbd")]
     rbd: Option<rbd_ops::RbdOps>,
@@ -314,6 +320,7 @@ impl IoEngine {
             discard: None,
             discard_queue_depth: config.discard_queue_depth,
             discard_counters: counters,
+            offloads: None,
             #[cfg(feature = "rbd")]
             rbd: None,
             clock: TurnClock::new(Instant::now()),
@@ -481,6 +488,9 @@ impl IoEngine {
         if let Some(worker) = &mut self.discard {
             worker.drain(&mut f);
         }
+        if let Some(offloads) = &mut self.offloads {
+            offloads.drain(&mut f);
+        }
         #[cfg(feature = "rbd")]
         if let Some(rbd) = &mut self.rbd {
             rbd.drain(&mut self.pool, &mut f);
@@ -627,7 +637,8 @@ impl IoEngine {
     /// Ops pushed whose completion has not been delivered by `reap` yet.
     pub fn in_flight(&self) -> usize {
         // An op split into several NVMe commands counts once.
-        let at_worker = self.discard.as_ref().map_or(0, DiscardWorker::outstanding);
+        let at_worker = self.discard.as_ref().map_or(0, DiscardWorker::outstanding)
+            + self.offloads.as_ref().map_or(0, Offloads::outstanding);
         #[cfg(feature = "rbd")]
         let at_worker = at_worker + self.rbd.as_ref().map_or(0, rbd_ops::RbdOps::in_flight);
         self.in_flight.len().saturating_sub(self.groups.parts) + self.groups.len() + self.ready.len() + at_worker

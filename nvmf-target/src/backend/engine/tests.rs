@@ -632,3 +632,60 @@ fn passthrough_nvme_round_trips() {
     storage.flush_blocking().unwrap();
     println!("synchronous flush (shutdown path): ok");
 }
+
+/// What the offload tests' work does: wait for the test's word (if any), then say which thread ran it.
+struct Probe {
+    gate: Option<std::sync::mpsc::Receiver<()>>,
+    ran_on: String,
+}
+
+fn probe(payload: &mut (dyn std::any::Any + Send)) {
+    let Some(p) = payload.downcast_mut::<Probe>() else { return };
+    if let Some(gate) = &p.gate {
+        let _ = gate.recv();
+    }
+    p.ran_on = std::thread::current().name().unwrap_or("").into();
+}
+
+fn panics(_: &mut (dyn std::any::Any + Send)) {
+    panic!("offloaded work that panics");
+}
+
+/// Offloaded work runs on the pool's threads and completes through `reap` with its payload; beyond the pool's queue
+/// it is handed back (counted); a panic in the work completes the op with an error.
+#[test]
+fn offloaded_work_runs_on_the_pool_and_completes_through_reap() {
+    let pool = WorkPool::new("nvmf-offload-t", 1, 1);
+    let mut engine = small_engine(8, 1, 0);
+    let (open, gate) = std::sync::mpsc::channel();
+    // The first op holds the only thread; the second fills the queue; the third is handed back.
+    engine.offload(&pool, 1, Box::new(Probe { gate: Some(gate), ran_on: String::new() }), probe).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut queued = false;
+    while !queued {
+        // The thread takes the first op off the queue at its own pace: until then the second is refused too.
+        match engine.offload(&pool, 2, Box::new(Probe { gate: None, ran_on: String::new() }), probe) {
+            Ok(()) => queued = true,
+            Err(_) => assert!(Instant::now() < deadline, "the thread never took the first op"),
+        }
+    }
+    let refused = engine.offload(&pool, 3, Box::new(Probe { gate: None, ran_on: String::new() }), probe);
+    assert!(refused.is_err_and(|p| p.is::<Probe>()), "queue full: the payload comes back");
+    assert!(pool.counters().queue_full() >= 1);
+    assert_eq!(engine.in_flight(), 2);
+    open.send(()).unwrap();
+    let mut done: Vec<u64> = wait_for(&mut engine, 2).into_iter().map(|c| c.result.map(|_| c.tag).unwrap()).collect();
+    done.sort_unstable();
+    assert_eq!(done, [1, 2]);
+    assert_eq!(engine.in_flight(), 0);
+    for tag in [1, 2] {
+        let p = engine.take_offloaded(tag).unwrap().downcast::<Probe>().unwrap();
+        assert_eq!(p.ran_on, "nvmf-offload-t", "not the engine's thread");
+    }
+    assert!(engine.take_offloaded(1).is_none(), "taken once");
+    engine.offload(&pool, 4, Box::new(()), panics).unwrap();
+    let c = wait_for(&mut engine, 1).pop().unwrap();
+    assert!(c.tag == 4 && c.result.is_err());
+    assert!(engine.take_offloaded(4).is_none());
+    assert_eq!(pool.counters().ran(), 3);
+}
