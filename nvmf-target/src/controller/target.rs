@@ -17,9 +17,19 @@ use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 use nvmf_common::nvme::log_page::AnaState;
 
 use super::ana::{AnaGroups, AnaTable, PortStates};
-use super::authentication::{AuthCounters, FailureLog};
+use super::authentication::{AttemptRate, AuthCounters, FailureLog};
 use super::subsystem::{Subsystem, SubsystemError, SubsystemParams};
-use crate::backend::{BudgetLimit, DiscardCounters};
+use crate::backend::{BudgetLimit, DiscardCounters, WorkPool};
+use nvmf_common::fabrics::auth::controller::DEFAULT_DH_GROUPS;
+use nvmf_common::fabrics::auth::dh::DhGroup;
+
+/// Default [`TargetParams::auth_threads`]: DH steps cost up to 8 ms each in the default groups (ffdhe4096).
+pub const DEFAULT_AUTH_THREADS: usize = 2;
+/// Default [`TargetParams::auth_queue_depth`].
+pub const DEFAULT_AUTH_QUEUE_DEPTH: usize = 64;
+/// Default [`TargetParams::auth_attempts_per_second`]: a host authenticates each queue (an admin queue and up to
+/// 128 I/O queues per controller, some controllers per host), all at its connect.
+pub const DEFAULT_AUTH_ATTEMPTS_PER_SECOND: u32 = 256;
 
 /// Smallest MDTS a target may advertise, in bytes.
 pub const MIN_MDTS: u32 = 4096;
@@ -184,6 +194,19 @@ pub struct TargetParams {
     /// made in order as by [`Target::set_ana_states`] (typically a state for [`AnaGroups::All`], then some groups'
     /// own); listeners not named have every group optimized. [`Target::set_ana_state`] changes them.
     pub ana_states: Vec<(u16, Vec<(AnaGroups, AnaState)>)>,
+    /// The DH groups a host with keys may negotiate when its own keys name none, in order of preference.
+    pub dhchap_dhgroups: Vec<DhGroup>,
+    /// Threads of the pool that runs DH-HMAC-CHAP's DH steps off the reactors (at least 1).
+    pub auth_threads: usize,
+    /// DH steps the pool may have queued; one more waits on its queue's retry list, as on a full ring.
+    pub auth_queue_depth: usize,
+    /// AUTH_Negotiates one peer address prefix may send per second (bursts of as many); one more fails its
+    /// transaction. At least 1.
+    pub auth_attempts_per_second: u32,
+    /// The prefix lengths under which peer addresses count as one (as for connection admission).
+    pub address_prefix_v4: u8,
+    /// The same for IPv6.
+    pub address_prefix_v6: u8,
 }
 
 impl Default for TargetParams {
@@ -205,6 +228,12 @@ impl Default for TargetParams {
             listeners: Vec::new(),
             serial: "nvmf-rs".to_owned(),
             ana_states: Vec::new(),
+            dhchap_dhgroups: DEFAULT_DH_GROUPS.to_vec(),
+            auth_threads: DEFAULT_AUTH_THREADS,
+            auth_queue_depth: DEFAULT_AUTH_QUEUE_DEPTH,
+            auth_attempts_per_second: DEFAULT_AUTH_ATTEMPTS_PER_SECOND,
+            address_prefix_v4: 32,
+            address_prefix_v6: 64,
         }
     }
 }
@@ -235,6 +264,12 @@ impl TargetParams {
         }
         if self.serial.is_empty() || self.serial.len() > 20 || !self.serial.bytes().all(|c| (0x20..0x7f).contains(&c)) {
             return invalid("serial", 0, "1..=20 printable ASCII characters");
+        }
+        if self.dhchap_dhgroups.is_empty() {
+            return invalid("dhchap_dhgroups", 0, "at least one group");
+        }
+        if self.auth_threads == 0 || self.auth_queue_depth == 0 || self.auth_attempts_per_second == 0 {
+            return invalid("auth_threads, auth_queue_depth, auth_attempts_per_second", 0, "at least 1");
         }
         if let Some(g) = invalid_ana_group(self.ana_states.iter().flat_map(|(_, changes)| changes)) {
             return Err(TargetError::InvalidAnaGroup(g));
@@ -336,6 +371,10 @@ pub struct Target {
     auth_failures: FailureLog,
     /// The rate limit of refused Connects' log lines.
     refused_connects: FailureLog,
+    /// Runs DH-HMAC-CHAP's DH steps off the reactors.
+    auth_pool: WorkPool,
+    /// AUTH_Negotiates by peer address prefix.
+    auth_attempts: AttemptRate,
 }
 
 impl Target {
@@ -359,7 +398,6 @@ impl Target {
         }
         Ok(Arc::new(Target {
             discovery: Subsystem::discovery(params.serial.clone()),
-            params,
             subsystems: RwLock::new(map),
             genctr: AtomicU64::new(1),
             timeouts: Default::default(),
@@ -376,6 +414,13 @@ impl Target {
             auth_counters: AuthCounters::default(),
             auth_failures: FailureLog::default(),
             refused_connects: FailureLog::default(),
+            auth_pool: WorkPool::new("nvmf-auth", params.auth_threads, params.auth_queue_depth),
+            auth_attempts: AttemptRate::new(
+                params.auth_attempts_per_second,
+                params.address_prefix_v4,
+                params.address_prefix_v6,
+            ),
+            params,
         }))
     }
 
@@ -446,6 +491,16 @@ impl Target {
     /// The rate limit of authentication failure log lines.
     pub(crate) fn auth_failures(&self) -> &FailureLog {
         &self.auth_failures
+    }
+
+    /// The pool that runs DH-HMAC-CHAP's DH steps (its counters: metrics).
+    pub fn auth_pool(&self) -> &WorkPool {
+        &self.auth_pool
+    }
+
+    /// AUTH_Negotiates by peer address prefix (its refusals: metrics).
+    pub fn auth_attempts(&self) -> &AttemptRate {
+        &self.auth_attempts
     }
 
     /// The rate limit of refused Connects' log lines (per host NQN, as authentication failures').

@@ -15,6 +15,8 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::controller::authentication::address_prefix;
+
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -75,19 +77,9 @@ impl Admission {
         })
     }
 
-    /// The address `peer` counts as: its prefix's first address (an IPv4 peer on a dual-stack socket arrives as
-    /// ::ffff:a.b.c.d: one address either way).
+    /// The address `peer` counts as (the authentication attempts' rate keys addresses the same way).
     fn prefix_of(&self, peer: IpAddr) -> IpAddr {
-        match peer.to_canonical() {
-            IpAddr::V4(a) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix_v4.min(32))).unwrap_or(0);
-                IpAddr::V4((u32::from(a) & mask).into())
-            }
-            IpAddr::V6(a) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix_v6.min(128))).unwrap_or(0);
-                IpAddr::V6((u128::from(a) & mask).into())
-            }
-        }
+        address_prefix(peer, self.prefix_v4, self.prefix_v6)
     }
 
     /// A place for a connection from `peer` on listener `port_id`, which holds at most `listener_max`; or why not

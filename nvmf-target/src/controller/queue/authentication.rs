@@ -17,21 +17,32 @@
 //! stalled transaction fails it.
 //!
 //! The transactions are [`ControllerTransaction`]s, with the host's keys read from the subsystem when each
-//! starts (a reload's new keys apply to the next). Messages are bounded: an Authentication Send carries at most
-//! [`MAX_HOST_MESSAGE_LEN`] bytes, an Authentication Receive asks for at most [`MAX_RECEIVE_LEN`]; and so are
-//! restarts, since each AUTH_Negotiate makes a DH key pair on the reactor's thread: more than [`MAX_NEGOTIATIONS`]
-//! without a transaction succeeding end the queue.
+//! starts (a reload's new keys apply to the next; a host whose keys name no DH group gets the target's,
+//! `[target] dhchap_dhgroups`). Messages are bounded: an Authentication Send carries at most
+//! [`MAX_HOST_MESSAGE_LEN`] bytes, an Authentication Receive asks for at most [`MAX_RECEIVE_LEN`].
+//!
+//! DH work never runs on the reactor: an Authentication Send whose message makes a key pair (an AUTH_Negotiate
+//! answered with an FFDHE group) or a shared secret (the Reply) hands the transaction and the message to the
+//! target's pool (`[target] auth_threads`, [`IoEngine::offload`]) and its slot waits like a storage op; the
+//! completion, routed by its storage tag, gives the transaction back and the command completes. Meanwhile the queue
+//! answers any other Authentication Send or Receive with Command Sequence Error. A full pool queue
+//! (`auth_queue_depth`) parks the command as a full ring does. What that work costs is bounded three ways: the
+//! groups allowed by default leave out ffdhe6144 and ffdhe8192; AUTH_Negotiates from one peer address prefix are
+//! limited to `[target] auth_attempts_per_second` (one more fails its transaction with AUTH_Failure1, counted in
+//! `nvmf_target_auth_rate_limited_total`); and more than [`MAX_NEGOTIATIONS`] without a transaction succeeding end
+//! the queue.
 
+use std::any::Any;
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::auth::command::{AuthenticationCommand, Direction as AuthDirection};
 use nvmf_common::fabrics::auth::controller::{ControllerTransaction, Progress, MAX_HOST_MESSAGE_LEN};
 use nvmf_common::fabrics::auth::message::{auth_id, Header, AUTH_TYPE_COMMON};
-use nvmf_common::fabrics::auth::{OsRandom, SequenceNumbers};
+use nvmf_common::fabrics::auth::{AuthError, FailureReason, OsRandom, SequenceNumbers};
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::{Plan, Queue, QueueState, SlotId, Step};
+use super::{storage_tag, Plan, Queue, QueueState, SlotId, SlotState, Step};
 use crate::backend::IoEngine;
 use crate::controller::io::{self, DataSource, Direction};
 
@@ -65,6 +76,27 @@ pub(super) struct QueueAuth {
     ended: bool,
     /// When the re-authentication under way expires (the first transaction has the connect deadline instead).
     expires: Option<Instant>,
+    /// The slot whose DH step is at the pool or parked for room there: the transaction is with the step.
+    step_slot: Option<u16>,
+    /// The step parked because the pool's queue was full.
+    parked: Option<Box<DhStep>>,
+    /// The transaction of the step under way expired meanwhile: drop it when it comes back.
+    step_expired: bool,
+}
+
+/// A transaction's step off the reactor: the message to send it, and the outcome.
+#[derive(Debug)]
+pub(super) struct DhStep {
+    transaction: Box<ControllerTransaction>,
+    message: Vec<u8>,
+    result: Result<(), AuthError>,
+}
+
+/// The work of a [`DhStep`], on a pool thread.
+fn run_step(payload: &mut (dyn Any + Send)) {
+    if let Some(step) = payload.downcast_mut::<DhStep>() {
+        step.result = step.transaction.send(&step.message, &SEQUENCE, &mut OsRandom);
+    }
 }
 
 impl QueueAuth {
@@ -125,8 +157,8 @@ impl Queue {
             Ok(c) if c.is_dhchap() => c,
             _ => return self.respond_err(engine, id, invalid, 0),
         };
-        if !self.auth.required {
-            // No keys for this host: nothing to authenticate with.
+        if !self.auth.required || self.auth.step_slot.is_some() {
+            // No keys for this host: nothing to authenticate with; or the host did not wait for its last Send.
             return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
         }
         let trtype = self.transport.trtype;
@@ -143,7 +175,7 @@ impl Queue {
                     }
                     Ok((DataSource::InCapsule { offset }, len)) => {
                         let message = in_capsule.get(offset..offset + len as usize).unwrap_or_default().to_vec();
-                        self.authentication_message(engine, id, &message)
+                        self.authentication_message(engine, id, message)
                     }
                     Ok((DataSource::Transport, len)) => {
                         self.slot(id).plan = Plan::AuthenticationSend { len };
@@ -175,17 +207,15 @@ impl Queue {
     }
 
     /// The host's message of an Authentication Send, all here.
-    pub(super) fn authentication_message(&mut self, engine: &mut IoEngine, id: SlotId, message: &[u8]) -> Step {
+    pub(super) fn authentication_message(&mut self, engine: &mut IoEngine, id: SlotId, message: Vec<u8>) -> Step {
+        let now = engine.clock().turn();
         let negotiate =
-            Header::parse(message).is_ok_and(|h| h.auth_type == AUTH_TYPE_COMMON && h.auth_id == auth_id::NEGOTIATE);
+            Header::parse(&message).is_ok_and(|h| h.auth_type == AUTH_TYPE_COMMON && h.auth_id == auth_id::NEGOTIATE);
         if negotiate {
             self.auth.negotiations = self.auth.negotiations.saturating_add(1);
             if self.auth.negotiations > MAX_NEGOTIATIONS {
                 self.auth.authenticated = false;
-                self.authentication_failed(
-                    engine.clock().turn(),
-                    "too many AUTH_Negotiates without a transaction succeeding",
-                );
+                self.authentication_failed(now, "too many AUTH_Negotiates without a transaction succeeding");
                 self.auth.failed_slot = Some(id.0);
                 return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
             }
@@ -204,17 +234,96 @@ impl Queue {
                 );
                 return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
             };
-            let credentials = keys.credentials(controller.hostnqn(), subsystem.nqn());
+            let mut credentials = keys.credentials(controller.hostnqn(), subsystem.nqn());
+            if credentials.dh_groups.is_empty() {
+                credentials.dh_groups.clone_from(&self.target.params().dhchap_dhgroups);
+            }
             self.auth.transaction = Some(Box::new(ControllerTransaction::new(credentials)));
             self.auth.failure_counted = false;
             let timeout = Duration::from_millis(u64::from(self.target.params().connect_timeout_ms));
-            self.auth.expires = self.auth.authenticated.then(|| engine.clock().turn() + timeout);
+            self.auth.expires = self.auth.authenticated.then(|| now + timeout);
         }
-        let Some(transaction) = self.auth.transaction.as_mut() else {
+        let Some(mut transaction) = self.auth.transaction.take() else {
             return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
         };
-        let result = transaction.send(message, &SEQUENCE, &mut OsRandom);
+        let peer = self.transport.peer_address.map(|a| a.ip());
+        if negotiate && !self.target.auth_attempts().admit(peer, now) {
+            transaction.refuse(&message, FailureReason::Failed);
+            self.auth.transaction = Some(transaction);
+            self.auth.authenticated = false;
+            self.authentication_failed(now, "over auth_attempts_per_second from the host's address");
+            return self.respond_ok(engine, id, 0, 0, None);
+        }
+        let needs_dh = transaction.needs_dh(&message);
+        let mut step = DhStep { transaction, message, result: Ok(()) };
+        if !needs_dh {
+            // No exponentiation: a few hashes at most, done here.
+            run_step(&mut step);
+            return self.authentication_sent(engine, id, step);
+        }
+        self.slot(id).plan = Plan::AuthenticationStep;
+        self.auth.step_slot = Some(id.0);
+        self.offload_step(engine, id, Box::new(step))
+    }
+
+    /// Hand `step` to the target's pool; parked when its queue is full.
+    fn offload_step(&mut self, engine: &mut IoEngine, id: SlotId, step: Box<DhStep>) -> Step {
+        let tag = storage_tag(self.transport.queue_key, id);
+        match engine.offload(self.target.auth_pool(), tag, step, run_step) {
+            Ok(()) => {
+                let s = self.slot(id);
+                s.state = SlotState::Executing;
+                s.ops += 1;
+                self.storage_ops += 1;
+                Step::Pending
+            }
+            Err(payload) => {
+                self.auth.parked = payload.downcast().ok();
+                self.park(id, SlotState::NeedSubmit)
+            }
+        }
+    }
+
+    /// A parked step's retry (the queue's poll).
+    pub(super) fn resubmit_authentication_step(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        let Some(step) = self.auth.parked.take() else {
+            return self.authentication_step_lost(engine, id);
+        };
+        if std::mem::take(&mut self.auth.step_expired) {
+            // Its transaction expired while it waited: the next message fails it (see the module docs).
+            self.auth.step_slot = None;
+            return self.respond_ok(engine, id, 0, 0, None);
+        }
+        self.offload_step(engine, id, step)
+    }
+
+    /// The pool finished `id`'s step (its storage tag's completion): the transaction comes back.
+    pub(super) fn authentication_step_done(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        let tag = storage_tag(self.transport.queue_key, id);
+        let Some(step) = engine.take_offloaded(tag).and_then(|p| p.downcast::<DhStep>().ok()) else {
+            return self.authentication_step_lost(engine, id);
+        };
+        self.auth.step_slot = None;
+        if std::mem::take(&mut self.auth.step_expired) {
+            return self.respond_ok(engine, id, 0, 0, None);
+        }
+        self.authentication_sent(engine, id, *step)
+    }
+
+    /// The step's work failed on its thread (or never started): the transaction is gone, and so is the queue.
+    fn authentication_step_lost(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        self.auth.step_slot = None;
+        self.auth.authenticated = false;
+        self.authentication_failed(engine.clock().turn(), "the DH step failed on its worker thread");
+        self.auth.failed_slot = Some(id.0);
+        self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0)
+    }
+
+    /// `step` was sent to its transaction: the transaction is the queue's again; answer the Send.
+    fn authentication_sent(&mut self, engine: &mut IoEngine, id: SlotId, step: DhStep) -> Step {
+        let DhStep { transaction, result, .. } = step;
         let progress = transaction.progress();
+        self.auth.transaction = Some(transaction);
         if let Err(e) = result {
             // From the failure on the queue does nothing but finish the transaction.
             self.auth.authenticated = false;
@@ -234,6 +343,10 @@ impl Queue {
         let Plan::AuthenticationReceive { len } = self.slot(id).plan else {
             return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
         };
+        if self.auth.step_slot.is_some() {
+            // It waited for a buffer while a Send's DH step started: the transaction is not here.
+            return self.respond_err(engine, id, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0);
+        }
         let buffer = match self.alloc(engine, id, len) {
             Ok(b) => b,
             Err(step) => return step,
@@ -298,6 +411,7 @@ impl Queue {
         if self.auth.expires.is_some_and(|deadline| now >= deadline) {
             self.authentication_failed(now, "the re-authentication did not finish within connect_timeout_ms");
             self.auth.transaction = None;
+            self.auth.step_expired = self.auth.step_slot.is_some();
         }
     }
 

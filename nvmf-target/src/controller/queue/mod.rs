@@ -229,6 +229,8 @@ enum Plan {
     AuthenticationReceive {
         len: u32,
     },
+    /// Authentication Send whose DH step runs on the target's pool (one op; the transaction is with it).
+    AuthenticationStep,
     /// An admin command that returns `len` bytes, executed once a buffer is available.
     AdminOutput {
         len: u32,
@@ -616,7 +618,7 @@ impl Queue {
             Plan::AuthenticationSend { len } => {
                 let message = buffer.map(|b| engine.buffer(b)[..len as usize].to_vec()).unwrap_or_default();
                 self.release_buffers(engine, slot);
-                self.authentication_message(engine, slot, &message)
+                self.authentication_message(engine, slot, message)
             }
             Plan::Write { .. } => self.submit_ops(engine, slot),
             Plan::Compare { .. } => self.start_compare_read(engine, slot),
@@ -658,6 +660,10 @@ impl Queue {
         }
         match s.state {
             SlotState::Orphaned => {
+                if s.plan == Plan::AuthenticationStep {
+                    // The queue is gone: so is the step's transaction, with its key material.
+                    drop(engine.take_offloaded(storage_tag(self.transport.queue_key, slot)));
+                }
                 if s.ops == 0 {
                     *s = Slot::FREE;
                     self.free.push(slot.0);

@@ -58,8 +58,10 @@ impl Queue {
     /// is nothing (left) to wait for.
     pub(super) fn submit_ops(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
         let index = usize::from(id.0);
-        if matches!(self.slots[index].plan, Plan::FusedWrite { .. }) {
-            return self.submit_compare_and_write(engine, id);
+        match self.slots[index].plan {
+            Plan::FusedWrite { .. } => return self.submit_compare_and_write(engine, id),
+            Plan::AuthenticationStep => return self.resubmit_authentication_step(engine, id),
+            _ => {}
         }
         self.slots[index].state = SlotState::Executing;
         while let Some((next, nsid, op, buffer)) = self.op_at(engine, &self.slots[index]) {
@@ -89,8 +91,11 @@ impl Queue {
     /// Every storage op of the plan completed: finish the command.
     pub(super) fn ops_done(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
         let s = *self.slot(id);
-        if let Plan::FusedWrite { .. } = s.plan {
-            return self.compare_and_write_done(engine, id);
+        match s.plan {
+            Plan::FusedWrite { .. } => return self.compare_and_write_done(engine, id),
+            // Before the status: a failed step ends the transaction too.
+            Plan::AuthenticationStep => return self.authentication_step_done(engine, id),
+            _ => {}
         }
         if !s.status.is_success() {
             if s.plan == Plan::Shutdown {
@@ -150,6 +155,7 @@ impl Queue {
             | Plan::AdminOutput { .. }
             | Plan::AuthenticationSend { .. }
             | Plan::AuthenticationReceive { .. }
+            | Plan::AuthenticationStep
             | Plan::Reservation { .. }
             | Plan::ReservationReport { .. }
             | Plan::FusedCompare { .. }

@@ -489,3 +489,164 @@ fn a_configured_host_id_is_the_only_one_the_host_may_use() {
     let mut admin = Host::new(&target);
     admin.connect_with(&mut engine, 0, 31, CNTLID_DYNAMIC, SUBNQN, HOSTNQN, configured, 0).ok();
 }
+
+/// A Negotiate submitted by hand: the step the queue answers its command with.
+fn negotiate_step(host: &mut Host, engine: &mut IoEngine, negotiate: &[u8]) -> Step {
+    let len = u32::try_from(negotiate.len()).unwrap();
+    let sqe = with_sgl(AuthenticationCommand::send(len).to_sqe(), in_capsule(len));
+    engine.clock_mut().start_turn(Instant::now());
+    host.queue.command(engine, &sqe, negotiate).unwrap()
+}
+
+fn linux_negotiate(t_id: u16) -> Vec<u8> {
+    let creds = HostCredentials { secret: &secret(1), controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    HostTransaction::new(creds, t_id).negotiate()
+}
+
+/// DH work (ffdhe2048 here) runs on the target's pool: the Send's command waits like a storage op and completes
+/// through the engine's completions; steps without DH (the NULL group, Success2) stay on the calling thread.
+#[test]
+fn dh_steps_run_on_the_target_pool_and_complete_through_the_engine() {
+    let target = target_with(target_params(), auth(false, Some(keys(1, Some(2)))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    assert_eq!(negotiate_step(&mut admin, &mut engine, &linux_negotiate(1)), Step::Pending, "at the pool");
+    assert_eq!((admin.queue.in_flight(), engine.in_flight()), (1, 1));
+    // Another authentication command meanwhile finds no transaction to work on.
+    assert_eq!(admin.auth_receive(&mut engine, 4096).status(), Status::COMMAND_SEQUENCE_ERROR.with_dnr());
+    let done = admin.drive(&mut engine, Step::Pending, &[]).unwrap().ok();
+    assert!(done.data.is_empty());
+    let challenge = admin.auth_receive(&mut engine, 4096).ok().data;
+    assert_eq!((challenge[1], challenge[9]), (auth_id::CHALLENGE, DhGroup::Ffdhe2048.id()), "{:?}", &challenge[..16]);
+    assert_eq!(target.auth_pool().counters().ran(), 1, "the key pair");
+    // A whole transaction, both ways: the key pair and the shared secret at the pool, nothing else.
+    admin.authenticate(&mut engine, &secret(1), Some(&secret(2)), Carry::Fetched).unwrap();
+    assert_eq!(target.auth_pool().counters().ran(), 3);
+    assert_eq!(
+        target.auth_counters().snapshot(),
+        vec![(true, Some(HashFunction::Sha256), Some(DhGroup::Ffdhe2048), 1)]
+    );
+    // The NULL group has no DH: its steps never leave the queue's thread.
+    let null_only = Arc::new(HostKeys { dh_groups: vec![DhGroup::Null], ..(*keys(1, None)).clone() });
+    let target = target_with(target_params(), auth(false, Some(null_only)));
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    assert!(matches!(negotiate_step(&mut admin, &mut engine, &linux_negotiate(2)), Step::Respond { .. }));
+    admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    assert_eq!(target.auth_pool().counters().ran(), 0);
+}
+
+/// Holds a pool thread until the test says.
+struct Gate(std::sync::mpsc::Receiver<()>);
+
+fn wait_at_gate(payload: &mut (dyn std::any::Any + Send)) {
+    if let Some(Gate(gate)) = payload.downcast_mut::<Gate>() {
+        let _ = gate.recv();
+    }
+}
+
+/// A full pool queue parks the Send as a full ring would: retried at the queue's poll, counted.
+#[test]
+fn a_full_auth_pool_parks_the_step_until_there_is_room() {
+    let params = TargetParams { auth_threads: 1, auth_queue_depth: 1, ..target_params() };
+    let target = target_with(params, auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    // The thread held, then its queue filled (once the thread took the first op).
+    let (open, gate) = std::sync::mpsc::channel();
+    let pool = target.auth_pool();
+    engine.offload(pool, u64::MAX, Box::new(Gate(gate)), wait_at_gate).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.offload(pool, u64::MAX - 1, Box::new(()), wait_at_gate).is_err() {
+        assert!(Instant::now() < deadline, "the pool thread never took its first op");
+    }
+    let full = pool.counters().queue_full();
+    assert_eq!(negotiate_step(&mut admin, &mut engine, &linux_negotiate(1)), Step::Pending, "parked");
+    assert_eq!(pool.counters().queue_full(), full + 1);
+    assert_eq!(admin.queue.in_flight(), 0, "nothing at the pool");
+    assert!(admin.queue.wants_poll());
+    let mut out = Vec::new();
+    admin.queue.poll(&mut engine, Instant::now(), &mut out).unwrap();
+    assert!(out.is_empty(), "still full");
+    open.send(()).unwrap();
+    let mut ours = 0;
+    while ours < 2 {
+        engine.reap(|c| ours += usize::from(c.tag >= u64::MAX - 1));
+        assert!(Instant::now() < deadline, "the pool never finished");
+    }
+    admin.queue.poll(&mut engine, Instant::now(), &mut out).unwrap();
+    assert_eq!((out.len(), admin.queue.in_flight()), (0, 1), "at the pool now");
+    admin.drive(&mut engine, Step::Pending, &[]).unwrap().ok();
+    let challenge = admin.auth_receive(&mut engine, 4096).ok().data;
+    assert_eq!(challenge[1], auth_id::CHALLENGE);
+}
+
+/// AUTH_Negotiates beyond `auth_attempts_per_second` from one address prefix fail their transaction with
+/// AUTH_Failure1 (counted), without DH work; another prefix has its own rate.
+#[test]
+fn authentication_attempts_over_the_rate_of_an_address_fail() {
+    let params = TargetParams { auth_attempts_per_second: 2, ..target_params() };
+    let target = target_with(params, auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let from = |target: &Arc<Target>, address: &str| {
+        let key = u64::try_from(NEXT_KEY.fetch_add(1, Ordering::Relaxed)).unwrap();
+        let peer = Some(std::net::SocketAddr::new(address.parse().unwrap(), 40000));
+        let mut host = Host::on(target, TransportInfo { peer_address: peer, ..TransportInfo::tcp(1, IN_CAPSULE, key) });
+        // One instant for the whole test: no refill.
+        host.real_clock = false;
+        host
+    };
+    engine.clock_mut().start_turn(Instant::now());
+    let mut first = from(&target, "192.0.2.1");
+    first.connect_admin(&mut engine);
+    first.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    first.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+    let ran = target.auth_pool().counters().ran();
+    let mut second = from(&target, "192.0.2.1");
+    second.connect_admin(&mut engine);
+    let refused = Err(AuthError::Refused(nvmf_common::fabrics::auth::FailureReason::Failed));
+    assert_eq!(second.authenticate(&mut engine, &secret(1), None, Carry::InCapsule), refused, "AUTH_Failure1");
+    assert_eq!(target.auth_attempts().refused(), 1);
+    assert_eq!(target.auth_pool().counters().ran(), ran, "no DH work for a refused attempt");
+    let mut out = Vec::new();
+    assert_eq!(
+        second.queue.poll(&mut engine, Instant::now(), &mut out),
+        Err(QueueError::AuthenticationFailed { qid: 0 })
+    );
+    let failures: u64 = target.auth_counters().snapshot().iter().filter(|c| !c.0).map(|c| c.3).sum();
+    assert_eq!(failures, 1);
+    let mut other = from(&target, "198.51.100.7");
+    other.connect_admin(&mut engine);
+    other.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+}
+
+/// A host whose keys name no DH group gets the target's (`[target] dhchap_dhgroups`), by default without ffdhe6144
+/// and ffdhe8192; its own list, when it has one, wins.
+#[test]
+fn dh_groups_default_to_the_targets() {
+    use nvmf_common::fabrics::auth::message::{Negotiate, ProtocolDescriptor};
+    let no_groups = || Arc::new(HostKeys { dh_groups: Vec::new(), ..(*keys(1, None)).clone() });
+    let mut engine = engine();
+    let target = target_with(target_params(), auth(false, Some(no_groups())));
+    let mut admin = Host::new(&target);
+    admin.connect_admin(&mut engine);
+    let big = ProtocolDescriptor {
+        hashes: vec![HashFunction::Sha256],
+        dh_groups: vec![DhGroup::Ffdhe6144, DhGroup::Ffdhe8192],
+    };
+    let negotiate = Negotiate { t_id: 4, sc_c: 0, dhchap: big }.to_bytes();
+    admin.auth_send(&mut engine, &negotiate, Carry::InCapsule).ok();
+    let failure1 = admin.auth_receive(&mut engine, 4096).ok().data;
+    assert_eq!((failure1[1], failure1[7]), (auth_id::FAILURE1, 0x05), "DH group unusable");
+    for (own, expected) in [(None, DhGroup::Ffdhe3072), (Some(vec![DhGroup::Ffdhe2048]), DhGroup::Ffdhe2048)] {
+        let params = TargetParams { dhchap_dhgroups: vec![DhGroup::Ffdhe3072], ..target_params() };
+        let keys = Arc::new(HostKeys { dh_groups: own.unwrap_or_default(), ..(*keys(1, None)).clone() });
+        let target = target_with(params, auth(false, Some(keys)));
+        let mut admin = Host::new(&target);
+        admin.connect_admin(&mut engine);
+        admin.authenticate(&mut engine, &secret(1), None, Carry::InCapsule).unwrap();
+        assert_eq!(target.auth_counters().snapshot(), vec![(true, Some(HashFunction::Sha256), Some(expected), 1)]);
+    }
+}
