@@ -309,6 +309,33 @@ impl Collector for TargetCollector {
             }
         }
         {
+            let pool = self.target.auth_pool().counters();
+            let families = [
+                (
+                    "nvmf_target_auth_dh_steps",
+                    "DH-HMAC-CHAP steps with Diffie-Hellman work (a key pair, a shared secret) run by the \
+                     authentication pool ([target] auth_threads), off the reactors.",
+                    pool.ran(),
+                ),
+                (
+                    "nvmf_target_auth_queue_full",
+                    "Times a DH-HMAC-CHAP step waited (its command retries) because the authentication pool had \
+                     [target] auth_queue_depth steps queued.",
+                    pool.queue_full(),
+                ),
+                (
+                    "nvmf_target_auth_rate_limited",
+                    "AUTH_Negotiates failed (AUTH_Failure1) because their peer address prefix was over [target] \
+                     auth_attempts_per_second.",
+                    self.target.auth_attempts().refused(),
+                ),
+            ];
+            for (name, help, n) in families {
+                let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+                m.encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
+        {
             let discards = self.target.discard_counters();
             let families = [
                 (

@@ -32,6 +32,9 @@
 //! - `nvmf_target_data_buffers{reactor,state="free|total"}` — each reactor's buffer pool at its last turn.
 //! - `nvmf_target_reactor_waits_total{reactor,wait="poll|sleep"}` — how each reactor waited after a turn.
 //! - `nvmf_target_auth_total{result,hash,dhgroup}` — DH-HMAC-CHAP transactions.
+//! - `nvmf_target_auth_dh_steps_total`, `nvmf_target_auth_queue_full_total`, `nvmf_target_auth_rate_limited_total` —
+//!   DH steps run by the authentication pool, the times one waited for room in its queue (each retry counts), and
+//!   AUTH_Negotiates refused by `[target] auth_attempts_per_second`.
 //! - `nvmf_target_reservation_conflicts_total` — commands failed with Reservation Conflict.
 //! - `nvmf_target_reservation_registrant_limit_total` — Registers refused by `[target] max_registrants`.
 //! - With NVMe/RDMA: `nvmf_target_rdma_work_requests_total{opcode}`, `nvmf_target_rdma_completions_total{opcode}`,
