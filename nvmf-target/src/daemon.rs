@@ -267,6 +267,12 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         listeners: bound.discovery_entries(),
         // Port IDs are the listeners' positions in the file, from 1 (as `BoundTransportListeners::bind` numbers them).
         ana_states: (1..).zip(config.listeners.iter().map(listener_ana_states)).collect(),
+        dhchap_dhgroups: limits.dhchap_dhgroups.clone(),
+        auth_threads: usize::from(limits.auth_threads),
+        auth_queue_depth: usize::try_from(limits.auth_queue_depth).unwrap_or(usize::MAX),
+        auth_attempts_per_second: limits.auth_attempts_per_second,
+        address_prefix_v4: limits.address_prefix_v4,
+        address_prefix_v6: limits.address_prefix_v6,
         ..TargetParams::default()
     };
     let target = Target::new(target_params, subsystems)?;

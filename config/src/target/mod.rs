@@ -156,6 +156,19 @@ pub struct ControllerLimits {
     /// The most reservation registrants (hosts) of one namespace, 1..=65536; one more host's Reservation Register is
     /// refused with Insufficient Capacity. Default 1024.
     pub max_registrants: u32,
+    /// The DH-HMAC-CHAP Diffie-Hellman groups a host with keys may negotiate when its `[[subsystem.host]]` names
+    /// none, in order of preference. Default null, ffdhe2048, ffdhe3072, ffdhe4096: ffdhe6144 and ffdhe8192 cost
+    /// 10 and 21 ms of a CPU per exponentiation, two per transaction, one transaction per queue.
+    pub dhchap_dhgroups: Vec<DhGroup>,
+    /// Threads that run DH-HMAC-CHAP's Diffie-Hellman steps, off the reactors, 1..=64. Default 2.
+    pub auth_threads: u16,
+    /// DH steps the authentication threads may have queued, 1..=65536; one more waits (its command retries).
+    /// Default 64.
+    pub auth_queue_depth: u32,
+    /// AUTH_Negotiates (authentication attempts, each a DH key pair and shared secret) one peer address prefix
+    /// ([`address_prefix_v4`](Self::address_prefix_v4), `_v6`) may send per second, in bursts of as many,
+    /// 1..=1000000; one more fails its transaction. Default 256.
+    pub auth_attempts_per_second: u32,
     /// NVMe/TCP keepalive: a connection whose peer has been silent this long (ms) is probed, and closed after three
     /// unanswered probes a tenth of it apart; 0 turns probes off. 0 or 10000..=86400000. Default 60000.
     pub tcp_keepalive_ms: u32,

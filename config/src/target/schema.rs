@@ -68,6 +68,14 @@ pub(crate) struct RawLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_registrants: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_dhgroups: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_threads: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_queue_depth: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_attempts_per_second: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_send_backlog: Option<RawSize>,

@@ -94,6 +94,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "t.toml:2:31: target.max_connections_per_address: connection count 2000000 is out of range; allowed: 1..=1048576"),
     ("address_prefix_v6", "[target]\naddress_prefix_v6 = 0\n@@",
         "t.toml:2:21: target.address_prefix_v6: prefix length 0 is out of range; allowed: 1..=128"),
+    ("auth_threads", "[target]\nauth_threads = 0\n@@",
+        "t.toml:2:16: target.auth_threads: thread count 0 is out of range; allowed: 1..=64"),
+    ("auth_attempts_per_second", "[target]\nauth_attempts_per_second = 0\n@@",
+        "t.toml:2:28: target.auth_attempts_per_second: attempt rate 0 is out of range; allowed: 1..=1000000"),
+    ("target_dhgroups", "[target]\ndhchap_dhgroups = [\"ffdhe1024\"]\n@@",
+        "t.toml:2:20: target.dhchap_dhgroups[0]: \"ffdhe1024\" is not known; allowed: null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192, each once"),
     ("max_controllers_per_host", "[target]\nmax_controllers_per_host = 65520\n@@",
         "t.toml:2:28: target.max_controllers_per_host: controller count 65520 is out of range; allowed: 1..=65519"),
     ("discovery_kato_max", "[target]\nkeep_alive_max_ms = 60000\n[discovery]\nkeep_alive_max_ms = 120000\n@@",
@@ -337,6 +343,10 @@ fn defaults_are_filled_in() {
             address_prefix_v6: 64,
             max_controllers_per_host: 64,
             max_registrants: 1024,
+            dhchap_dhgroups: vec![DhGroup::Null, DhGroup::Ffdhe2048, DhGroup::Ffdhe3072, DhGroup::Ffdhe4096],
+            auth_threads: 2,
+            auth_queue_depth: 64,
+            auth_attempts_per_second: 256,
             tcp_keepalive_ms: 60_000,
             tcp_send_backlog: 8 << 20,
             ceph_mon_timeout_ms: 30_000,
@@ -678,6 +688,10 @@ fn subsystem_hosts_with_keys() {
     use nvmf_common::fabrics::auth::{dh::DhGroup, hash::HashFunction};
     assert_eq!(h.dhchap_hashes, [HashFunction::Sha512, HashFunction::Sha256]);
     assert_eq!(h.dhchap_dhgroups, [DhGroup::Ffdhe2048, DhGroup::Null]);
+    // The target-wide default for hosts that name no group, printed back as it reads.
+    let wide = load(&format!("[target]\ndhchap_dhgroups = [\"ffdhe8192\"]\n{text}")).unwrap();
+    assert_eq!(wide.limits.dhchap_dhgroups, [DhGroup::Ffdhe8192]);
+    assert_eq!(load(&wide.to_string()).unwrap(), wide);
     assert!(!format!("{config:?}").contains("AAECAwQF"), "Debug prints no key");
     let printed = config.to_string();
     assert!(printed.contains("dhchap_hashes = [\"hmac(sha512)\", \"hmac(sha256)\"]"), "{printed}");

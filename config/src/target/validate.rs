@@ -51,6 +51,12 @@ pub(crate) const DEFAULT_ADDRESS_PREFIX_V4: u8 = 32;
 pub(crate) const DEFAULT_ADDRESS_PREFIX_V6: u8 = 64;
 /// Default `[target] max_controllers_per_host`.
 pub(crate) const DEFAULT_MAX_CONTROLLERS_PER_HOST: u16 = 64;
+/// Default `[target] auth_threads`.
+pub(crate) const DEFAULT_AUTH_THREADS: u16 = 2;
+/// Default `[target] auth_queue_depth`.
+pub(crate) const DEFAULT_AUTH_QUEUE_DEPTH: u32 = 64;
+/// Default `[target] auth_attempts_per_second`.
+pub(crate) const DEFAULT_AUTH_ATTEMPTS_PER_SECOND: u32 = 256;
 /// Default `[target] max_registrants`.
 pub(crate) const DEFAULT_MAX_REGISTRANTS: u32 = 1024;
 /// Default `[discovery] keep_alive_max_ms` (Linux nvmet gives a discovery controller of KATO 0 this much).
@@ -278,6 +284,24 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         None => DEFAULT_MAX_REGISTRANTS,
         Some(value) => int_in(value, 1..=65536, &key.key("max_registrants"), "registrant count", "1..=65536")?,
     };
+    let dhchap_dhgroups = match &raw.dhchap_dhgroups {
+        None => nvmf_common::fabrics::auth::controller::DEFAULT_DH_GROUPS.to_vec(),
+        Some(names) => named_list(names, &key.key("dhchap_dhgroups"), dh_group, DHGROUPS_ALLOWED)?,
+    };
+    let auth_threads = match raw.auth_threads {
+        None => DEFAULT_AUTH_THREADS,
+        Some(value) => int_in(value, 1..=64, &key.key("auth_threads"), "thread count", "1..=64")?,
+    };
+    let auth_queue_depth = match raw.auth_queue_depth {
+        None => DEFAULT_AUTH_QUEUE_DEPTH,
+        Some(value) => int_in(value, 1..=65536, &key.key("auth_queue_depth"), "queue depth", "1..=65536")?,
+    };
+    let auth_attempts_per_second = match raw.auth_attempts_per_second {
+        None => DEFAULT_AUTH_ATTEMPTS_PER_SECOND,
+        Some(value) => {
+            int_in(value, 1..=1_000_000, &key.key("auth_attempts_per_second"), "attempt rate", "1..=1000000")?
+        }
+    };
     let tcp_keepalive_ms = match raw.tcp_keepalive_ms {
         None => DEFAULT_TCP_KEEPALIVE_MS,
         Some(0) => 0,
@@ -329,6 +353,10 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         address_prefix_v6,
         max_controllers_per_host,
         max_registrants,
+        dhchap_dhgroups,
+        auth_threads,
+        auth_queue_depth,
+        auth_attempts_per_second,
         tcp_keepalive_ms,
         tcp_send_backlog,
         ceph_mon_timeout_ms,
