@@ -50,8 +50,8 @@ use crate::controller::io::{self, DataSource, Direction};
 /// 4 KiB; nvmet answers with the whole allocation length, zero padded, and so does this target).
 pub const MAX_RECEIVE_LEN: u32 = 4096;
 
-/// AUTH_Negotiates a queue may send without a transaction succeeding in between (each costs a DH key pair on the
-/// reactor): a peer that restarts more often ends the queue.
+/// AUTH_Negotiates a queue may send without a transaction succeeding in between (each costs a DH key pair at the
+/// target's pool): a peer that restarts more often ends the queue.
 pub const MAX_NEGOTIATIONS: u8 = 4;
 
 /// The S1 of this target's challenges: one counter for the process, as nvmet keeps one.
