@@ -7,13 +7,15 @@
 //! group) and the transports: [`tcp`] (NVMe/TCP: its acceptor thread and its poll group) and, with the `rdma`
 //! feature, `rdma` (NVMe/RDMA: its RDMA CM thread and its poll group); [`controller`] is the transport-agnostic
 //! NVMe-oF controller (subsystems, namespaces, queues, admin and I/O commands); [`backend`] does the storage I/O;
-//! [`metrics`] reads the counters at scrape time; [`systemd_devices`] prints the service's device drop-in;
+//! [`counters`] holds what a queue counts per command (below the controller, which writes them), and [`metrics`]
+//! reads them and the other modules' counters at scrape time; [`systemd_devices`] prints the service's device drop-in;
 //! [`doctor`] says what a configuration needs of the machine, for `nvmf-target doctor`.
 #![deny(missing_docs)]
 
 pub mod backend;
 pub mod control;
 pub mod controller;
+pub mod counters;
 pub mod daemon;
 pub mod doctor;
 #[doc(hidden)]

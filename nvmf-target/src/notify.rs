@@ -9,7 +9,7 @@ use std::time::Instant;
 pub use nvmf_service::notify::{watchdog_interval, ServiceNotifier};
 
 use crate::controller::Target;
-use crate::metrics::CommandKind;
+use crate::counters::CommandKind;
 use crate::transport::TransportCounters;
 
 /// The reporter thread (`STATUS=serving, N connection(s), X IOPS`, watchdog pings); ends when dropped.

@@ -9,7 +9,7 @@
 //! latest I/O command (Traffic Based Keep Alive: I/O restarts the keep-alive timer, published by each I/O queue at
 //! most every [`TRAFFIC_GRANULARITY`], so the admin queue's timer sees it without a write per command).
 //!
-//! Counters (`counters.rs`): every queue owns a [`QueueCounters`] whose fields are atomics written by that queue's
+//! Counters (`crate::counters`): every queue owns a [`QueueCounters`] whose fields are atomics written by that queue's
 //! reactor alone with a plain load + store (no locked read-modify-write on the data path); the SMART log sums them on
 //! demand over the subsystem's live controllers, plus the totals of queues and associations that went away.
 
@@ -32,7 +32,7 @@ use nvmf_common::nvme::Status;
 use super::subsystem::Subsystem;
 use super::EventNotifier;
 
-use super::counters::{CounterSnapshot, QueueCounters};
+use crate::counters::{CounterSnapshot, QueueCounters};
 
 /// Version reported in VS and Identify Controller VER: NVMe 1.3.0 (everything a 1.3 fabrics controller
 /// needs is implemented; 2.0 would add mandatory Identify CNS values and log pages we do not serve).

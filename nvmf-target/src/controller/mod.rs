@@ -9,8 +9,8 @@
 //! - [`ana`]: Asymmetric Namespace Access: the [`AnaTable`](ana::AnaTable) of every listener's state per ANA
 //!   group, a snapshot plus generation like the namespace table, checked per I/O command.
 //! - [`association`]: [`Controller`], the state an association's queues share (CC/CSTS, features, keep-alive
-//!   timeout, asynchronous events, changed-namespace and error logs, SMART counters); `counters`: a queue's
-//!   [`QueueCounters`] and their sum.
+//!   timeout, asynchronous events, changed-namespace and error logs, SMART counters summed from its queues'
+//!   [`QueueCounters`](crate::counters::QueueCounters)).
 //! - [`reservation`]: a namespace's reservations (registrants, the reservation held, generation, PTPL) and the
 //!   per-I/O reservation check; [`reservation_file`]: their state file for Persist Through Power Loss.
 //! - `admin`: Identify, Get Log Page and Get/Set Features, answered into byte buffers.
@@ -28,7 +28,6 @@
 pub mod ana;
 pub mod association;
 pub mod authentication;
-mod counters;
 pub mod queue;
 pub mod reservation;
 pub mod reservation_file;
@@ -43,7 +42,6 @@ mod io;
 mod tests;
 
 pub use association::{Controller, QueueSnapshot};
-pub use counters::{CounterSnapshot, QueueCounters};
 pub use queue::{split_storage_tag, storage_tag, Queue, QueueError, SlotId, Step};
 pub use subsystem::{Namespace, NamespaceParams, NamespaceTable, Subsystem, SubsystemError, SubsystemParams};
 pub use target::{

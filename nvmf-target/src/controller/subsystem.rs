@@ -21,11 +21,11 @@ use nvmf_common::fabrics::nqn::{check_nqn_format, validate_nqn, DISCOVERY_NQN};
 use super::ana::{valid_group, DEFAULT_ANA_GROUP};
 use super::association::Controller;
 use super::authentication::{HostKeys, SubsystemAuth};
-use super::counters::CounterSnapshot;
 use super::reservation::{Reservations, DEFAULT_MAX_REGISTRANTS};
 use super::reservation_file;
 use crate::backend::Storage;
-use crate::metrics::SubsystemMetrics;
+use crate::counters::CounterSnapshot;
+use crate::counters::SubsystemMetrics;
 
 /// The controller IDs a dynamic controller may get (NVMe Base 2.0 §3.1.2: 0xFFF0..=0xFFFF are reserved).
 pub const CNTLID_RANGE: RangeInclusive<u16> = 1..=0xFFEF;

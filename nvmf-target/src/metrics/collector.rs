@@ -13,9 +13,9 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
 use crate::backend::BudgetLimit;
 use crate::controller::{ConnectLimit, KatoMinimum, Stalled, Target};
+use crate::counters::{code_status, CommandKind, CommandSnapshot, Totals, LATENCY_BOUNDS_NS, OVERFLOW_CODE};
 use crate::reactor::WaitCounters;
 use crate::tcp::placement::IncomingCpuPlacement;
 use crate::tcp::TcpSocketPath;

@@ -1,10 +1,8 @@
 //! Prometheus metrics of the target.
 //!
-//! What it owns: the per-queue counters every connected [`Queue`](crate::controller::Queue) writes as its
-//! commands complete ([`QueueRecorder`]), the per-subsystem totals that keep the counts of ended queues
-//! ([`SubsystemMetrics`], one per [`Subsystem`](crate::controller::Subsystem)), the scrape-time collector
-//! ([`TargetCollector`]); the HTTP endpoint ([`MetricsServer`], `GET /metrics`, `GET /healthz`) is
-//! `nvmf_service::metrics_http`, re-exported here.
+//! What it owns: the scrape-time collector ([`TargetCollector`]); the HTTP endpoint ([`MetricsServer`], `GET
+//! /metrics`, `GET /healthz`) is `nvmf_service::metrics_http`, re-exported here. The counters it reads live below
+//! it: a queue's in [`crate::counters`] (summed per subsystem), the others beside what they count.
 //!
 //! Exported families (Prometheus text 0.0.4 by default, OpenMetrics 1.0 when the scraper's `Accept` asks; a test
 //! checks this list against a scrape):
@@ -60,17 +58,12 @@
 //! blocks a reactor.
 
 mod collector;
-mod counters;
 pub mod rnic;
 
 #[cfg(test)]
 mod tests;
 
 pub use collector::{registry, ConnectionCounter, TargetCollector};
-pub use counters::{
-    latency_bucket, CommandKind, CommandSnapshot, Completed, KindSnapshot, QueueRecorder, SubsystemMetrics, Totals,
-    ALL_KINDS, IO_KINDS, LATENCY_BOUNDS_NS, LATENCY_BUCKETS,
-};
 pub use rnic::{rnic_collector, RNIC_FAMILIES};
 // The endpoint is shared with the host daemon.
 pub use nvmf_service::metrics_http::{render, Format, MetricsError, MetricsServer, MAX_REQUEST, REQUEST_TIMEOUT};

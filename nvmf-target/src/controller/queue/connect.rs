@@ -260,7 +260,7 @@ impl Queue {
         QueueEntry {
             qid,
             epoch: 0,
-            counters: Arc::clone(&self.counters),
+            counters: Arc::clone(self.counters.counters()),
             notifier: self.notifier.clone(),
             sqsize,
             trtype: self.transport.trtype,

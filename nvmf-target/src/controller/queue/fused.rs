@@ -82,10 +82,7 @@ impl Queue {
             self.settle_fused(first, s.status);
         }
         match s.plan {
-            Plan::FusedWrite { len, .. } if s.status.is_success() => {
-                self.counters.write(u64::from(len));
-                self.respond_ok(engine, id, 0, 0, None)
-            }
+            Plan::FusedWrite { .. } if s.status.is_success() => self.respond_ok(engine, id, 0, 0, None),
             _ => self.respond_err(engine, id, Status::ABORTED_FAILED_FUSED.with_dnr(), 0),
         }
     }
@@ -107,7 +104,6 @@ impl Queue {
     pub(super) fn respond_fused(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
         let status = self.slot(id).status;
         if status.is_success() {
-            self.counters.compare();
             self.respond_ok(engine, id, 0, 0, None)
         } else {
             self.respond_err(engine, id, status, 0)

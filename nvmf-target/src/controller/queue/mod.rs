@@ -49,7 +49,6 @@ use nvmf_common::nvme::{CompletionQueueEntry, Status, SubmissionQueueEntry};
 
 use super::ana::PortStates;
 use super::association::{Controller, Notifier, AERL};
-use super::counters::QueueCounters;
 use super::io::{storage_status, StorageOp};
 use super::subsystem::NamespaceTable;
 use super::target::{Target, TransportInfo};
@@ -57,7 +56,7 @@ use super::EventNotifier;
 #[cfg(doc)]
 use crate::backend::TurnClock;
 use crate::backend::{BufferBudget, BufferId, IoEngine};
-use crate::metrics::QueueRecorder;
+use crate::counters::{QueueCounters, QueueRecorder};
 
 pub use authentication::MAX_RECEIVE_LEN;
 
@@ -396,7 +395,8 @@ pub struct Queue {
     free: Vec<u16>,
     retry: VecDeque<u16>,
     held_aers: VecDeque<u16>,
-    counters: Arc<QueueCounters>,
+    /// The queue's counters, counting from Connect; the queue's end folds them into the subsystem's totals.
+    counters: QueueRecorder,
     storage_ops: usize,
     /// The pool buffers this queue holds, and its shares.
     budget: BufferBudget,
@@ -416,8 +416,6 @@ pub struct Queue {
     /// The slot of a Disconnect command: once released, the queue ends.
     disconnect_slot: Option<u16>,
     disconnected: bool,
-    /// Metrics counters while connected; dropping them (the queue ended) folds them into the subsystem's totals.
-    metrics: Option<QueueRecorder>,
     /// In-band authentication (DH-HMAC-CHAP) of this queue.
     auth: QueueAuth,
     /// A fused operation under way.
@@ -445,7 +443,7 @@ impl Queue {
             free: (0..PRECONNECT_SLOTS).rev().collect(),
             retry: VecDeque::with_capacity(usize::from(PRECONNECT_SLOTS)),
             held_aers: VecDeque::with_capacity(usize::from(AERL) + 1),
-            counters: Arc::new(QueueCounters::default()),
+            counters: QueueRecorder::default(),
             storage_ops: 0,
             budget,
             table: Arc::new(NamespaceTable::default()),
@@ -460,7 +458,6 @@ impl Queue {
             notifier: None,
             disconnect_slot: None,
             disconnected: false,
-            metrics: None,
             auth: QueueAuth::default(),
             fused: Fused::None,
         }
@@ -512,7 +509,7 @@ impl Queue {
 
     /// This queue's counters (for metrics).
     pub fn counters(&self) -> &Arc<QueueCounters> {
-        &self.counters
+        self.counters.counters()
     }
 
     /// What the transport told the queue.
@@ -764,7 +761,7 @@ impl Queue {
     /// [`Queue::in_flight`] is 0). Idempotent.
     pub fn disconnect(&mut self, engine: &mut IoEngine) {
         // Nothing completes on a dead queue: fold its counters into the subsystem's totals now.
-        self.metrics = None;
+        self.counters.retire();
         match mem::replace(&mut self.state, QueueState::Dead) {
             QueueState::Connected(a) => match a.kind {
                 QueueKind::Admin => a.controller.terminate(),

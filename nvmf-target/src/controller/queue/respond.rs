@@ -3,11 +3,11 @@
 
 use nvmf_common::nvme::log_page::ErrorInformationEntry;
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
-use nvmf_common::nvme::{CompletionQueueEntry, Status, StatusCodeType};
+use nvmf_common::nvme::{CompletionQueueEntry, Status};
 
 use super::{Fused, Plan, Queue, QueueState, SlotId, SlotState, Step};
 use crate::backend::{BufferId, IoEngine, TurnClock};
-use crate::metrics::{CommandKind, Completed};
+use crate::counters::{CommandKind, Completed};
 
 impl Queue {
     fn cqe(&self, id: SlotId, status: Status, dw0: u32, dw1: u32) -> CompletionQueueEntry {
@@ -23,12 +23,11 @@ impl Queue {
         CompletionQueueEntry { dw0, dw1, sqhd: self.sq_head, sqid, cid: s.sqe.cid, phase: false, status }
     }
 
-    /// Count a completing command in the queue's metrics (after a namespace's first command: no lock, no
+    /// Count a completing command in the queue's counters (after a namespace's first command: no lock, no
     /// allocation).
     fn count(&mut self, clock: &mut TurnClock, id: SlotId, status: Status) {
-        let Some(recorder) = self.metrics.as_mut() else { return };
         let s = &self.slots[usize::from(id.0)];
-        let io = recorder.is_io();
+        let io = self.counters.is_io();
         let (bytes_read, bytes_written) = match s.plan {
             Plan::Read { len, .. } if status.is_success() => (u64::from(len), 0),
             Plan::Write { len, .. } | Plan::FusedWrite { len, .. } if status.is_success() => (0, u64::from(len)),
@@ -43,7 +42,7 @@ impl Queue {
             status,
         };
         let table = &self.table;
-        recorder.record(&completed, |nsid| table.get(nsid).is_some());
+        self.counters.record(&completed, |nsid| table.get(nsid).is_some());
     }
 
     pub(super) fn respond_ok(
@@ -73,7 +72,6 @@ impl Queue {
         let cqe = self.cqe(id, status, dw0, 0);
         let sqe = self.slot(id).sqe;
         self.slot(id).state = SlotState::Responding;
-        self.counters.error(status.sct() == StatusCodeType::MediaError);
         let (opcode, cid, nsid) = (sqe.opcode, sqe.cid, sqe.nsid);
         tracing::debug!(%status, opcode, cid, nsid, qid = ?self.qid(), "command failed");
         if let QueueState::Connected(a) = &self.state {

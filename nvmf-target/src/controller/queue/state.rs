@@ -4,7 +4,6 @@
 use super::{index_of, Association, Queue, QueueError, QueueKind, QueueState, Slot};
 use crate::backend::IoEngine;
 use crate::controller::association::IoQueueRefusal;
-use crate::metrics::QueueRecorder;
 
 impl Queue {
     pub(super) fn advance_sq_head(&mut self) {
@@ -62,7 +61,7 @@ impl Queue {
         self.table = table;
         self.table_generation = generation;
         let io = association.kind != QueueKind::Admin;
-        self.metrics = Some(QueueRecorder::new(association.controller.subsystem().metrics(), io));
+        self.counters.connect(association.controller.subsystem().metrics(), io);
         self.state = QueueState::Connected(association);
         self.require_authentication(authenticate);
         if !authenticate {

@@ -107,17 +107,11 @@ impl Queue {
             return self.respond_err(engine, id, s.status, 0);
         }
         match s.plan {
-            Plan::Read { len, .. } => {
-                self.counters.read(u64::from(len));
-                match s.buffer {
-                    Some(buffer) => self.respond_ok(engine, id, 0, 0, Some((buffer, len))),
-                    None => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
-                }
-            }
-            Plan::Write { len, .. } => {
-                self.counters.write(u64::from(len));
-                self.respond_ok(engine, id, 0, 0, None)
-            }
+            Plan::Read { len, .. } => match s.buffer {
+                Some(buffer) => self.respond_ok(engine, id, 0, 0, Some((buffer, len))),
+                None => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),
+            },
+            Plan::Write { .. } => self.respond_ok(engine, id, 0, 0, None),
             Plan::Compare { len, .. } => {
                 let same = match (s.buffer, s.aux) {
                     (Some(host), Some(media)) => {
@@ -127,7 +121,6 @@ impl Queue {
                     _ => false,
                 };
                 if same {
-                    self.counters.compare();
                     self.respond_ok(engine, id, 0, 0, None)
                 } else {
                     self.respond_err(engine, id, Status::COMPARE_FAILURE.with_dnr(), 0)
@@ -139,10 +132,7 @@ impl Queue {
                 slot.cursor = 0;
                 self.submit_ops(engine, id)
             }
-            Plan::WriteZeroes { .. } => {
-                self.counters.write(0);
-                self.respond_ok(engine, id, 0, 0, None)
-            }
+            Plan::WriteZeroes { .. } => self.respond_ok(engine, id, 0, 0, None),
             Plan::Shutdown => {
                 if let Some(c) = self.controller() {
                     c.shutdown_complete();
