@@ -20,7 +20,7 @@ use crate::backend::{BackendError, ClusterTimeouts, EngineConfig, RbdSpec, Stora
 use crate::controller::ana::AnaGroups;
 use crate::controller::authentication::{HostKeys, SubsystemAuth};
 use crate::controller::{NamespaceParams, Subsystem, SubsystemParams, Target, TargetError, TargetParams};
-use crate::metrics::{MetricsError, MetricsServer};
+use crate::metrics::{MetricsError, MetricsServer, TargetCollector};
 use crate::reactor::{ReactorConfig, ReactorError, ReactorHandle};
 use crate::tcp::placement::IncomingCpuPlacement;
 use crate::tcp::Acceptor;
@@ -336,8 +336,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     let metrics = match config.metrics.listen {
         None => None,
         Some(listen) => {
-            let collector = listeners
-                .collector(Arc::clone(&target), &counters)
+            let collector = TargetCollector::of_listeners(Arc::clone(&target), &listeners, &counters)
                 .with_reactor_waits(waits)
                 .with_placement(placement.clone());
             let rnic = crate::metrics::rnic_collector(config);

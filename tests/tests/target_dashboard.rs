@@ -23,9 +23,9 @@ const PREFIX: &str = "nvmf_target_";
 const DASHBOARD: &str = include_str!("../../contrib/grafana/nvmf-target.json");
 const ALERTS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../contrib/prometheus/nvmf-target-alerts.yml");
 const ALERTS: &str = include_str!("../../contrib/prometheus/nvmf-target-alerts.yml");
-/// The collector and the RNIC families' names, for the RDMA families a target without an RDMA listener does not
-/// export.
-const COLLECTOR: &str = include_str!("../../nvmf-target/src/metrics/collector.rs");
+/// The sources of the families a target without RBD namespaces or RDMA listeners does not export: their names.
+const RBD: &str = include_str!("../../nvmf-target/src/metrics/storage.rs");
+const RDMA: &str = include_str!("../../nvmf-target/src/metrics/rdma.rs");
 const RNIC: &str = include_str!("../../nvmf-target/src/metrics/rnic.rs");
 
 /// Every problem of the dashboard's queries against `exported`: unknown metrics and labels.
@@ -145,14 +145,14 @@ fn every_dashboard_metric_and_label_is_exported_by_the_target() {
     let body = scrape(metrics);
     let mut exported = exported(&body);
     // The RBD families (a target without RBD namespaces has none; tests/target_rbd.rs scrapes them live), against
-    // the collector that exports them.
+    // the code that exports them.
     let image = ["subsystem", "namespace", "image"];
     for (family, suffix) in [
         ("nvmf_target_rbd_ops_in_flight", ""),
         ("nvmf_target_rbd_errors", "_total"),
         ("nvmf_target_rbd_reopened", "_total"),
     ] {
-        assert!(COLLECTOR.contains(&format!("\"{family}\"")), "the target exports no {family}");
+        assert!(RBD.contains(&format!("\"{family}\"")), "the target exports no {family}");
         exported.entry(format!("{family}{suffix}")).or_default().extend(image.iter().map(|l| (*l).to_owned()));
     }
     let d: Value = serde_json::from_str(DASHBOARD).expect("dashboard is JSON");
@@ -214,12 +214,12 @@ fn alert_rules_pass_promtool() {
 }
 
 /// The metrics and labels of the alert rules, against a live scrape; the RDMA families (a target without an RDMA
-/// listener has none) against the collector that exports them.
+/// listener has none) against the code that exports them.
 fn alert_problems(exported: &Exported) -> Vec<String> {
     let mut exported = exported.clone();
     let rnic = ["device", "port", "counter"];
     let rdma: [(&str, &str, &str, &[&str]); 5] = [
-        (COLLECTOR, "nvmf_target_rdma_completion_errors", "_total", &["status"]),
+        (RDMA, "nvmf_target_rdma_completion_errors", "_total", &["status"]),
         (RNIC, "nvmf_target_rnic_counters", "_total", &rnic),
         (RNIC, "nvmf_target_rnic_hw_counters", "_total", &rnic),
         (RNIC, "nvmf_target_rnic_port_state_id", "", &rnic[..2]),

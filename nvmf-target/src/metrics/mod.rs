@@ -4,6 +4,14 @@
 //! /metrics`, `GET /healthz`) is `nvmf_service::metrics_http`, re-exported here. The counters it reads live below
 //! it: a queue's in [`crate::counters`] (summed per subsystem), the others beside what they count.
 //!
+//! Layering: this module is the top of the metrics and nothing below the daemon imports it; it reads the
+//! controller, the transports, the reactors and the backend, never the reverse, so the family list can grow here
+//! without a module cycle. [`TargetCollector`] only orders the families; each area's encoding is a file of its own:
+//! `transport.rs` (connections, accept refusals, stalls, NVMe/TCP sockets), `controller.rs` (Connect refusals,
+//! authentication, KATO minimum, reservations), `reactors.rs` (buffers, waits, budgets), `storage.rs` (block
+//! discards, RBD images), `subsystems.rs` (controllers, commands, bytes, latencies, errors, keep-alive expiries),
+//! `rdma.rs`, and [`rnic`] (the RDMA NICs' sysfs counters); `encode.rs` holds what they share.
+//!
 //! Exported families (Prometheus text 0.0.4 by default, OpenMetrics 1.0 when the scraper's `Accept` asks; a test
 //! checks this list against a scrape):
 //! - `nvmf_target_build_info{version}` — 1.
@@ -58,7 +66,15 @@
 //! blocks a reactor.
 
 mod collector;
+mod controller;
+mod encode;
+#[cfg(feature = "rdma")]
+mod rdma;
+mod reactors;
 pub mod rnic;
+mod storage;
+mod subsystems;
+mod transport;
 
 #[cfg(test)]
 mod tests;

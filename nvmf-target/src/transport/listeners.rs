@@ -9,9 +9,8 @@ use std::sync::Arc;
 use nvmf_config::TargetConfig;
 
 use super::admission::Admission;
-use super::set::{round_robin, NewQueuePair, TransportCounters};
-use crate::controller::{ListenerParams, Target};
-use crate::metrics::{ConnectionCounter, TargetCollector};
+use super::set::{round_robin, NewQueuePair};
+use crate::controller::ListenerParams;
 #[cfg(feature = "rdma")]
 use crate::rdma::{BoundRdmaListeners, RdmaCmThread, RdmaListenerError, RdmaListenerSpec};
 use crate::reactor::ReactorHandle;
@@ -152,23 +151,10 @@ impl TransportListeners {
         &[]
     }
 
-    /// The metrics collector over `target` and the reactors' `counters`: connections by transport, and the RDMA
-    /// families where RDMA is served.
-    pub fn collector(&self, target: Arc<Target>, counters: &[TransportCounters]) -> TargetCollector {
-        let connections = counters
-            .iter()
-            .map(|c| ConnectionCounter { transport: "tcp", count: Arc::clone(&c.tcp_connections) })
-            .collect();
-        let collector = TargetCollector::new(target, connections)
-            .with_admission(Arc::clone(&self.admission))
-            .with_buffers(counters.iter().map(|c| Arc::clone(&c.buffers)).collect())
-            .with_socket_paths(counters.iter().map(|c| Arc::clone(&c.tcp_socket_path)).collect());
-        #[cfg(feature = "rdma")]
-        let collector = match self.rdma {
-            Some(_) => collector.with_rdma(counters.iter().map(|c| Arc::clone(&c.rdma)).collect()),
-            None => collector,
-        };
-        collector
+    /// Whether NVMe/RDMA is served (RDMA listeners are configured).
+    #[cfg(feature = "rdma")]
+    pub fn serves_rdma(&self) -> bool {
+        self.rdma.is_some()
     }
 
     /// Stop accepting: close every listener (queue pairs already handed over live on in their reactors).

@@ -1,0 +1,102 @@
+//! The transports' families: connections served, refused at accept and ended for a stalled peer; how the
+//! NVMe/TCP sockets are driven, moved and paused.
+
+use std::fmt;
+use std::sync::Arc;
+
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+
+use super::encode::{count, counter, gauge};
+use crate::controller::{Stalled, Target};
+use crate::tcp::placement::IncomingCpuPlacement;
+use crate::tcp::TcpSocketPath;
+use crate::transport::{Admission, Refusal};
+
+/// `nvmf_target_connections{transport}`: `by_transport` as the collector sums it.
+pub(super) fn connections(encoder: &mut DescriptorEncoder<'_>, by_transport: &[(&'static str, usize)]) -> fmt::Result {
+    let mut m = encoder.encode_descriptor(
+        "nvmf_target_connections",
+        "Transport connections served now (one per queue, before and after Connect).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for &(transport, n) in by_transport {
+        gauge(&mut m, &[("transport", transport)], count(n))?;
+    }
+    Ok(())
+}
+
+/// `nvmf_target_timeouts{state}`.
+pub(super) fn timeouts(encoder: &mut DescriptorEncoder<'_>, target: &Target) -> fmt::Result {
+    let mut m = encoder.encode_descriptor(
+        "nvmf_target_timeouts",
+        "Transport connections (queue pairs) ended because a peer stalled, by the state it stalled in.",
+        None,
+        MetricType::Counter,
+    )?;
+    for state in Stalled::ALL {
+        counter(&mut m, &[("state", state.label())], target.timeouts(state))?;
+    }
+    Ok(())
+}
+
+/// `nvmf_target_rejected_connections{reason}` (0 before the listeners serve).
+pub(super) fn rejected_connections(encoder: &mut DescriptorEncoder<'_>, admission: Option<&Admission>) -> fmt::Result {
+    let mut m = encoder.encode_descriptor(
+        "nvmf_target_rejected_connections",
+        "Transport connections (queue pairs) refused at accept, by the cap that refused them.",
+        None,
+        MetricType::Counter,
+    )?;
+    for reason in Refusal::ALL {
+        let n = admission.map_or(0, |a| a.rejected(reason));
+        counter(&mut m, &[("reason", reason.label())], n)?;
+    }
+    Ok(())
+}
+
+/// `nvmf_target_tcp_socket_io{reactor,path}`: `paths` by reactor index (a reactor not started yet has none).
+pub(super) fn tcp_socket_io(encoder: &mut DescriptorEncoder<'_>, paths: &[Arc<TcpSocketPath>]) -> fmt::Result {
+    let mut m = encoder.encode_descriptor(
+        "nvmf_target_tcp_socket_io",
+        "How each reactor reads and writes its NVMe/TCP sockets: 1 for the path it runs ([reactors] socket_io, \
+         and whether the kernel's io_uring has the ops).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (reactor, path) in paths.iter().enumerate() {
+        if let Some(name) = path.name() {
+            gauge(&mut m, &[("reactor", &reactor.to_string()), ("path", name)], 1)?;
+        }
+    }
+    Ok(())
+}
+
+/// `nvmf_target_tcp_connections_moved`, only with `[reactors] placement = "incoming_cpu"`.
+pub(super) fn tcp_connections_moved(
+    encoder: &mut DescriptorEncoder<'_>,
+    placement: Option<&IncomingCpuPlacement>,
+) -> fmt::Result {
+    let Some(placement) = placement else { return Ok(()) };
+    let mut m = encoder.encode_descriptor(
+        "nvmf_target_tcp_connections_moved",
+        "NVMe/TCP connections handed, at their queue's Connect, to the reactor pinned to the CPU their packets \
+         arrive on.",
+        None,
+        MetricType::Counter,
+    )?;
+    counter(&mut m, &[], placement.moved())
+}
+
+/// `nvmf_target_tcp_send_backlog_pauses`.
+pub(super) fn tcp_send_backlog_pauses(encoder: &mut DescriptorEncoder<'_>, target: &Target) -> fmt::Result {
+    let mut m = encoder.encode_descriptor(
+        "nvmf_target_tcp_send_backlog_pauses",
+        "NVMe/TCP connections that stopped reading new PDUs because more than [target] tcp_send_backlog \
+         waited for their host to read (once per pause; reading resumes as the host catches up).",
+        None,
+        MetricType::Counter,
+    )?;
+    counter(&mut m, &[], target.send_backlog_pauses())
+}
