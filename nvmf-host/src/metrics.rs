@@ -34,7 +34,9 @@
 //!   without RDMA.
 //!
 //! The queues publish these through atomics their I/O threads write ([`QueueMetrics`]); a scrape only loads
-//! them (no lock on any I/O path). Runs on the metrics thread.
+//! them (no lock on any I/O path). Runs on the metrics thread. [`HostCollector`]'s `encode` only orders the parts,
+//! one function per area: the controllers, the paths and exports, the queues (the RNIC families are
+//! `nvmf_service`'s collector).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -147,138 +149,142 @@ fn gauge(m: &mut MetricEncoder<'_>, labels: &[(&str, &str)], value: u64) -> fmt:
 impl Collector for HostCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         let samples = (self.sample)();
-        {
-            let mut m = encoder.encode_descriptor(
-                "nvmf_host_build",
-                "Build information of the running nvmf-host daemon.",
-                None,
-                MetricType::Info,
-            )?;
-            m.encode_info(&[("version", env!("CARGO_PKG_VERSION"))])?;
-        }
-        {
-            let mut m = encoder.encode_descriptor(
-                "nvmf_host_controller_state",
-                "1 for the controller's current state, 0 for the others.",
-                None,
-                MetricType::Gauge,
-            )?;
-            for s in &samples {
-                for state in STATES {
-                    let labels = [
-                        ("controller", s.name.as_str()),
-                        ("subnqn", &s.subnqn),
-                        ("traddr", &s.traddr),
-                        ("state", state),
-                    ];
-                    gauge(&mut m, &labels, u64::from(s.state == state))?;
-                }
-            }
-        }
-        {
-            let mut m = encoder.encode_descriptor(
-                "nvmf_host_controller_reconnects",
-                "Associations re-established after a loss.",
-                None,
-                MetricType::Counter,
-            )?;
-            for s in &samples {
-                counter(&mut m, &[("controller", s.name.as_str()), ("subnqn", &s.subnqn)], s.reconnects)?;
-            }
-        }
-        {
-            let mut m =
-                encoder.encode_descriptor("nvmf_host_exports", "NBD exports running.", None, MetricType::Gauge)?;
-            for s in &samples {
-                gauge(&mut m, &[("controller", s.name.as_str())], u64::try_from(s.exports).unwrap_or(u64::MAX))?;
-            }
-        }
-        {
-            let help =
-                "1 for the namespace's ANA state through this controller (a path of its export), 0 for the others.";
-            let mut m = encoder.encode_descriptor("nvmf_host_path_ana_state", help, None, MetricType::Gauge)?;
-            for s in &samples {
-                for p in &s.paths {
-                    let nsid = p.nsid.to_string();
-                    for state in ANA_STATES {
-                        let labels = [("controller", s.name.as_str()), ("nsid", &nsid), ("state", state)];
-                        gauge(&mut m, &labels, u64::from(p.ana_state == state))?;
-                    }
-                }
-            }
-        }
-        {
-            let help = "Times an NBD export's limits fired (clients refused, cut off at handshake or stop, requests held back).";
-            let mut m = encoder.encode_descriptor("nvmf_host_nbd_limits", help, None, MetricType::Counter)?;
-            // Once per export, however many of its paths report it.
-            let exports: BTreeMap<&str, &NbdLimitCounts> =
-                samples.iter().flat_map(|s| &s.nbd_limits).map(|x| (x.export.as_str(), &x.counts)).collect();
-            for (export, counts) in exports {
-                for (limit, n) in counts.by_name() {
-                    counter(&mut m, &[("export", export), ("limit", limit)], n)?;
-                }
-            }
-        }
-        {
-            let help = "Commands that failed on this path and were sent to a path again.";
-            let mut m = encoder.encode_descriptor("nvmf_host_path_failovers", help, None, MetricType::Counter)?;
-            for s in &samples {
-                for p in &s.paths {
-                    counter(&mut m, &[("controller", s.name.as_str()), ("nsid", &p.nsid.to_string())], p.failovers)?;
-                }
-            }
-        }
-        type Field = fn(&QueueMetrics) -> u64;
-        let per_queue: [(&str, &str, Field); 5] = [
-            ("nvmf_host_queue_commands", "Commands completed (any status); qid 0 is the admin queue.", |q| q.completed),
-            ("nvmf_host_queue_submitted", "Commands submitted; qid 0 is the admin queue.", |q| q.submitted),
-            ("nvmf_host_queue_r2ts", "R2Ts served (NVMe/TCP writes beyond in-capsule data).", |q| q.r2ts),
-            ("nvmf_host_queue_errors", "Commands with an error status or a transport failure.", |q| q.errors),
-            ("nvmf_host_queue_sleeps", "Waits of the queue's I/O thread that could block (not polls).", |q| q.sleeps),
-        ];
-        for (name, help, field) in per_queue {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for s in &samples {
-                for (qid, stats) in &s.queues {
-                    let qid = qid.to_string();
-                    counter(&mut m, &[("controller", s.name.as_str()), ("qid", &qid)], field(stats))?;
-                }
-            }
-        }
-        {
-            let help = "Data bytes of successful commands by direction (read: controller to host).";
-            let mut m = encoder.encode_descriptor("nvmf_host_queue_bytes", help, None, MetricType::Counter)?;
-            for s in &samples {
-                for (qid, q) in &s.queues {
-                    let qid = qid.to_string();
-                    for (direction, v) in [("read", q.read_bytes), ("write", q.written_bytes)] {
-                        let labels = [("controller", s.name.as_str()), ("qid", &qid), ("direction", direction)];
-                        counter(&mut m, &labels, v)?;
-                    }
-                }
-            }
-        }
-        {
-            let mut m = encoder.encode_descriptor(
-                "nvmf_host_queue_command_latency_seconds",
-                "Command latency from submission to completion (not Asynchronous Event Requests).",
-                None,
-                MetricType::Histogram,
-            )?;
-            for s in &samples {
-                for (qid, q) in &s.queues {
-                    let qid = qid.to_string();
-                    let buckets: Vec<(f64, u64)> =
-                        (0..LATENCY_BUCKETS).map(|b| (latency_bucket_bound(b), q.latency[b])).collect();
-                    // Seconds as a float, as Prometheus has them.
-                    let sum = q.latency_sum_ns as f64 * 1e-9;
-                    m.encode_family(&[("controller", s.name.as_str()), ("qid", &qid)])?
-                        .encode_histogram::<NoLabelSet>(sum, q.latency_count(), &buckets, None)?;
-                }
-            }
-        }
-        Ok(())
+        let e = &mut encoder;
+        build_info(e)?;
+        controllers(e, &samples)?;
+        paths_and_exports(e, &samples)?;
+        queues(e, &samples)
     }
+}
+
+/// `nvmf_host_build_info{version}`.
+fn build_info(encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    let mut m = encoder.encode_descriptor(
+        "nvmf_host_build",
+        "Build information of the running nvmf-host daemon.",
+        None,
+        MetricType::Info,
+    )?;
+    m.encode_info(&[("version", env!("CARGO_PKG_VERSION"))])
+}
+
+/// The controllers' families: state, reconnects, exports running.
+fn controllers(encoder: &mut DescriptorEncoder<'_>, samples: &[ControllerSample]) -> fmt::Result {
+    let mut m = encoder.encode_descriptor(
+        "nvmf_host_controller_state",
+        "1 for the controller's current state, 0 for the others.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for s in samples {
+        for state in STATES {
+            let labels =
+                [("controller", s.name.as_str()), ("subnqn", &s.subnqn), ("traddr", &s.traddr), ("state", state)];
+            gauge(&mut m, &labels, u64::from(s.state == state))?;
+        }
+    }
+    let mut m = encoder.encode_descriptor(
+        "nvmf_host_controller_reconnects",
+        "Associations re-established after a loss.",
+        None,
+        MetricType::Counter,
+    )?;
+    for s in samples {
+        counter(&mut m, &[("controller", s.name.as_str()), ("subnqn", &s.subnqn)], s.reconnects)?;
+    }
+    let mut m = encoder.encode_descriptor("nvmf_host_exports", "NBD exports running.", None, MetricType::Gauge)?;
+    for s in samples {
+        gauge(&mut m, &[("controller", s.name.as_str())], u64::try_from(s.exports).unwrap_or(u64::MAX))?;
+    }
+    Ok(())
+}
+
+/// The exports' families: each path's ANA state, the NBD exports' limits, each path's failovers.
+fn paths_and_exports(encoder: &mut DescriptorEncoder<'_>, samples: &[ControllerSample]) -> fmt::Result {
+    let help = "1 for the namespace's ANA state through this controller (a path of its export), 0 for the others.";
+    let mut m = encoder.encode_descriptor("nvmf_host_path_ana_state", help, None, MetricType::Gauge)?;
+    for s in samples {
+        for p in &s.paths {
+            let nsid = p.nsid.to_string();
+            for state in ANA_STATES {
+                let labels = [("controller", s.name.as_str()), ("nsid", &nsid), ("state", state)];
+                gauge(&mut m, &labels, u64::from(p.ana_state == state))?;
+            }
+        }
+    }
+    let help =
+        "Times an NBD export's limits fired (clients refused, cut off at handshake or stop, requests held back).";
+    let mut m = encoder.encode_descriptor("nvmf_host_nbd_limits", help, None, MetricType::Counter)?;
+    // Once per export, however many of its paths report it.
+    let exports: BTreeMap<&str, &NbdLimitCounts> =
+        samples.iter().flat_map(|s| &s.nbd_limits).map(|x| (x.export.as_str(), &x.counts)).collect();
+    for (export, counts) in exports {
+        for (limit, n) in counts.by_name() {
+            counter(&mut m, &[("export", export), ("limit", limit)], n)?;
+        }
+    }
+    let help = "Commands that failed on this path and were sent to a path again.";
+    let mut m = encoder.encode_descriptor("nvmf_host_path_failovers", help, None, MetricType::Counter)?;
+    for s in samples {
+        for p in &s.paths {
+            counter(&mut m, &[("controller", s.name.as_str()), ("nsid", &p.nsid.to_string())], p.failovers)?;
+        }
+    }
+    Ok(())
+}
+
+/// The queues' families ([`QueueMetrics`] by controller and qid): counts, bytes, latency.
+fn queues(encoder: &mut DescriptorEncoder<'_>, samples: &[ControllerSample]) -> fmt::Result {
+    type Field = fn(&QueueMetrics) -> u64;
+    let per_queue: [(&str, &str, Field); 5] = [
+        ("nvmf_host_queue_commands", "Commands completed (any status); qid 0 is the admin queue.", |q| q.completed),
+        ("nvmf_host_queue_submitted", "Commands submitted; qid 0 is the admin queue.", |q| q.submitted),
+        ("nvmf_host_queue_r2ts", "R2Ts served (NVMe/TCP writes beyond in-capsule data).", |q| q.r2ts),
+        ("nvmf_host_queue_errors", "Commands with an error status or a transport failure.", |q| q.errors),
+        ("nvmf_host_queue_sleeps", "Waits of the queue's I/O thread that could block (not polls).", |q| q.sleeps),
+    ];
+    for (name, help, field) in per_queue {
+        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for s in samples {
+            for (qid, stats) in &s.queues {
+                let qid = qid.to_string();
+                counter(&mut m, &[("controller", s.name.as_str()), ("qid", &qid)], field(stats))?;
+            }
+        }
+    }
+    let help = "Data bytes of successful commands by direction (read: controller to host).";
+    let mut m = encoder.encode_descriptor("nvmf_host_queue_bytes", help, None, MetricType::Counter)?;
+    for s in samples {
+        for (qid, q) in &s.queues {
+            let qid = qid.to_string();
+            for (direction, v) in [("read", q.read_bytes), ("write", q.written_bytes)] {
+                let labels = [("controller", s.name.as_str()), ("qid", &qid), ("direction", direction)];
+                counter(&mut m, &labels, v)?;
+            }
+        }
+    }
+    let mut m = encoder.encode_descriptor(
+        "nvmf_host_queue_command_latency_seconds",
+        "Command latency from submission to completion (not Asynchronous Event Requests).",
+        None,
+        MetricType::Histogram,
+    )?;
+    for s in samples {
+        for (qid, q) in &s.queues {
+            let qid = qid.to_string();
+            let buckets: Vec<(f64, u64)> =
+                (0..LATENCY_BUCKETS).map(|b| (latency_bucket_bound(b), q.latency[b])).collect();
+            // Seconds as a float, as Prometheus has them.
+            let sum = q.latency_sum_ns as f64 * 1e-9;
+            m.encode_family(&[("controller", s.name.as_str()), ("qid", &qid)])?.encode_histogram::<NoLabelSet>(
+                sum,
+                q.latency_count(),
+                &buckets,
+                None,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
