@@ -6,22 +6,19 @@ use std::fmt;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use super::encode::counter;
+use super::encode::{counter, counters_by, single_counter};
 use crate::controller::{ConnectLimit, KatoMinimum, Target};
 
 /// `nvmf_target_refused_connects{reason}`.
 pub(super) fn refused_connects(encoder: &mut DescriptorEncoder<'_>, target: &Target) -> fmt::Result {
-    let mut m = encoder.encode_descriptor(
+    counters_by(
+        encoder,
         "nvmf_target_refused_connects",
         "Fabrics Connects refused by a limit: max_controllers_per_host, [discovery] keep_alive_max_ms, a host ID \
          bound to another host.",
-        None,
-        MetricType::Counter,
-    )?;
-    for limit in ConnectLimit::ALL {
-        counter(&mut m, &[("reason", limit.label())], target.connect_limit_refusals(limit))?;
-    }
-    Ok(())
+        "reason",
+        ConnectLimit::ALL.map(|limit| (limit.label(), target.connect_limit_refusals(limit))),
+    )
 }
 
 /// `nvmf_target_auth{result,hash,dhgroup}`.
@@ -74,16 +71,13 @@ pub(super) fn auth_pool(encoder: &mut DescriptorEncoder<'_>, target: &Target) ->
 
 /// `nvmf_target_keep_alive_minimum{outcome}`.
 pub(super) fn keep_alive_minimum(encoder: &mut DescriptorEncoder<'_>, target: &Target) -> fmt::Result {
-    let mut m = encoder.encode_descriptor(
+    counters_by(
+        encoder,
         "nvmf_target_keep_alive_minimum",
         "Host KATOs (Connect or Set Features) below [target] keep_alive_min_ms: raised to it, or refused (KATO 0).",
-        None,
-        MetricType::Counter,
-    )?;
-    for outcome in KatoMinimum::ALL {
-        counter(&mut m, &[("outcome", outcome.label())], target.kato_minimum(outcome))?;
-    }
-    Ok(())
+        "outcome",
+        KatoMinimum::ALL.map(|outcome| (outcome.label(), target.kato_minimum(outcome))),
+    )
 }
 
 /// `nvmf_target_reservation_conflicts` and `nvmf_target_reservation_registrant_limit`.
@@ -101,9 +95,5 @@ pub(super) fn reservations(encoder: &mut DescriptorEncoder<'_>, target: &Target)
             target.registrant_limit_refusals(),
         ),
     ];
-    for (name, help, n) in families {
-        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-        counter(&mut m, &[], n)?;
-    }
-    Ok(())
+    families.into_iter().try_for_each(|(name, help, n)| single_counter(encoder, name, help, n))
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use super::encode::{counter, gauge};
+use super::encode::{counters_by, gauge, single_counter};
 use crate::rdma::RdmaCounters;
 
 /// Every `nvmf_target_rdma_*` family over `reactors`' counters.
@@ -34,18 +34,14 @@ pub(super) fn encode(encoder: &mut DescriptorEncoder<'_>, reactors: &[Arc<RdmaCo
         ("nvmf_target_rdma_completion_errors", "RDMA work completions with an error, by status.", "status", &errors),
     ];
     for (name, help, label, values) in families {
-        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-        for (value, n) in values {
-            counter(&mut m, &[(label, value)], *n)?;
-        }
+        counters_by(encoder, name, help, label, values.iter().copied())?;
     }
-    let mut m = encoder.encode_descriptor(
+    single_counter(
+        encoder,
         "nvmf_target_rdma_stale_completions",
         "RDMA work completions for a queue pair already destroyed (dropped, never delivered).",
-        None,
-        MetricType::Counter,
+        stale,
     )?;
-    counter(&mut m, &[], stale)?;
     let mut m = encoder.encode_descriptor(
         "nvmf_target_rdma_queue_pairs",
         "NVMe/RDMA queue pairs alive now (connected or draining).",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use super::encode::{count, counter, gauge};
+use super::encode::{count, counter, counters_by, gauge};
 use crate::backend::BudgetLimit;
 use crate::controller::Target;
 use crate::reactor::WaitCounters;
@@ -50,15 +50,12 @@ pub(super) fn waits(encoder: &mut DescriptorEncoder<'_>, waits: &[Arc<WaitCounte
 
 /// `nvmf_target_buffer_budget_waits{budget}`.
 pub(super) fn buffer_budget_waits(encoder: &mut DescriptorEncoder<'_>, target: &Target) -> fmt::Result {
-    let mut m = encoder.encode_descriptor(
+    counters_by(
+        encoder,
         "nvmf_target_buffer_budget_waits",
         "Commands that waited for a data buffer the pool had because a budget refused it: the queue's own \
          share, or the share of peers not admitted to an NVM subsystem.",
-        None,
-        MetricType::Counter,
-    )?;
-    for limit in BudgetLimit::ALL {
-        counter(&mut m, &[("budget", limit.label())], target.budget_waits(limit))?;
-    }
-    Ok(())
+        "budget",
+        BudgetLimit::ALL.map(|limit| (limit.label(), target.budget_waits(limit))),
+    )
 }

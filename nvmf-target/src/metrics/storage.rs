@@ -2,10 +2,10 @@
 
 use std::fmt;
 
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use super::encode::{counter, gauge};
+use super::encode::{counter, gauge, single_counter};
 use crate::controller::Target;
 
 /// `nvmf_target_blkdiscard` and `nvmf_target_blkdiscard_queue_full`.
@@ -25,11 +25,7 @@ pub(super) fn blkdiscard(encoder: &mut DescriptorEncoder<'_>, target: &Target) -
             discards.queue_full(),
         ),
     ];
-    for (name, help, n) in families {
-        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-        m.encode_counter::<NoLabelSet, _, u64>(&n, None)?;
-    }
-    Ok(())
+    families.into_iter().try_for_each(|(name, help, n)| single_counter(encoder, name, help, n))
 }
 
 /// `nvmf_target_rbd_ops_in_flight`, `nvmf_target_rbd_errors` and `nvmf_target_rbd_reopened`, by subsystem, namespace

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use super::encode::{count, counter, gauge};
+use super::encode::{count, counters_by, gauge, single_counter};
 use crate::controller::{Stalled, Target};
 use crate::tcp::placement::IncomingCpuPlacement;
 use crate::tcp::TcpSocketPath;
@@ -29,31 +29,24 @@ pub(super) fn connections(encoder: &mut DescriptorEncoder<'_>, by_transport: &[(
 
 /// `nvmf_target_timeouts{state}`.
 pub(super) fn timeouts(encoder: &mut DescriptorEncoder<'_>, target: &Target) -> fmt::Result {
-    let mut m = encoder.encode_descriptor(
+    counters_by(
+        encoder,
         "nvmf_target_timeouts",
         "Transport connections (queue pairs) ended because a peer stalled, by the state it stalled in.",
-        None,
-        MetricType::Counter,
-    )?;
-    for state in Stalled::ALL {
-        counter(&mut m, &[("state", state.label())], target.timeouts(state))?;
-    }
-    Ok(())
+        "state",
+        Stalled::ALL.map(|state| (state.label(), target.timeouts(state))),
+    )
 }
 
 /// `nvmf_target_rejected_connections{reason}` (0 before the listeners serve).
 pub(super) fn rejected_connections(encoder: &mut DescriptorEncoder<'_>, admission: Option<&Admission>) -> fmt::Result {
-    let mut m = encoder.encode_descriptor(
+    counters_by(
+        encoder,
         "nvmf_target_rejected_connections",
         "Transport connections (queue pairs) refused at accept, by the cap that refused them.",
-        None,
-        MetricType::Counter,
-    )?;
-    for reason in Refusal::ALL {
-        let n = admission.map_or(0, |a| a.rejected(reason));
-        counter(&mut m, &[("reason", reason.label())], n)?;
-    }
-    Ok(())
+        "reason",
+        Refusal::ALL.map(|reason| (reason.label(), admission.map_or(0, |a| a.rejected(reason)))),
+    )
 }
 
 /// `nvmf_target_tcp_socket_io{reactor,path}`: `paths` by reactor index (a reactor not started yet has none).
@@ -79,24 +72,22 @@ pub(super) fn tcp_connections_moved(
     placement: Option<&IncomingCpuPlacement>,
 ) -> fmt::Result {
     let Some(placement) = placement else { return Ok(()) };
-    let mut m = encoder.encode_descriptor(
+    single_counter(
+        encoder,
         "nvmf_target_tcp_connections_moved",
         "NVMe/TCP connections handed, at their queue's Connect, to the reactor pinned to the CPU their packets \
          arrive on.",
-        None,
-        MetricType::Counter,
-    )?;
-    counter(&mut m, &[], placement.moved())
+        placement.moved(),
+    )
 }
 
 /// `nvmf_target_tcp_send_backlog_pauses`.
 pub(super) fn tcp_send_backlog_pauses(encoder: &mut DescriptorEncoder<'_>, target: &Target) -> fmt::Result {
-    let mut m = encoder.encode_descriptor(
+    single_counter(
+        encoder,
         "nvmf_target_tcp_send_backlog_pauses",
         "NVMe/TCP connections that stopped reading new PDUs because more than [target] tcp_send_backlog \
          waited for their host to read (once per pause; reading resumes as the host catches up).",
-        None,
-        MetricType::Counter,
-    )?;
-    counter(&mut m, &[], target.send_backlog_pauses())
+        target.send_backlog_pauses(),
+    )
 }
