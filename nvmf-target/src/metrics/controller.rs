@@ -62,11 +62,7 @@ pub(super) fn auth_pool(encoder: &mut DescriptorEncoder<'_>, target: &Target) ->
             target.auth_attempts().refused(),
         ),
     ];
-    for (name, help, n) in families {
-        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-        counter(&mut m, &[], n)?;
-    }
-    Ok(())
+    families.into_iter().try_for_each(|(name, help, n)| single_counter(encoder, name, help, n))
 }
 
 /// `nvmf_target_keep_alive_minimum{outcome}`.
