@@ -207,7 +207,7 @@ write("tcp_connection", "discovery", script(0x00, [(0, h.icreq()), (0, h.command
 # authenticate. Connection 0: AUTH_Negotiate, the Challenge, a Reply the fuzzer cannot make right (AUTH_Failure1;
 # the queue ends). Connection 1: a Receive before any Negotiate (Failure1 at once).
 # Connection 2: an I/O queue Connect to CNTLID 1 that never authenticates (it holds no QID), until the connect
-# timeout.
+# timeout. Connection 3: below.
 KEYED = b"nqn.2014-08.org.nvmexpress:uuid:5e1f7c3a-0b2d-4c6e-8f91-a2b3c4d5e6f7"
 NEGOTIATE = (corpus / "auth_messages/seed-negotiate").read_bytes()
 REPLY = (corpus / "auth_messages/seed-reply").read_bytes()
@@ -223,8 +223,14 @@ h0, h1, h2 = Host(), Host(), Host()
 recs = [(0, h0.icreq()), (0, h0.command(*connect(1, 0, hostnqn=KEYED))), (0, auth_send(h0, 2, NEGOTIATE)),
         (0, auth_receive(h0, 3)), (0, auth_send(h0, 4, REPLY)), (0, auth_receive(h0, 5))]
 recs += [(1, h1.icreq()), (1, h1.command(*connect(1, 0, hostnqn=KEYED))), (1, auth_receive(h1, 2))]
-recs += [(2, h2.icreq()), (2, h2.command(*connect(1, 1, cntlid=1, hostnqn=KEYED))), (2, auth_send(h2, 2, NEGOTIATE)),
-         (0, CLOCK, 60)]
+recs += [(2, h2.icreq()), (2, h2.command(*connect(1, 1, cntlid=1, hostnqn=KEYED))), (2, auth_send(h2, 2, NEGOTIATE))]
+# Connection 3 offers ffdhe2048 only: the target's key pair is made on its authentication pool.
+NEGOTIATE_2048 = bytearray(NEGOTIATE)
+NEGOTIATE_2048[8 + 3] = 1  # dhlen
+NEGOTIATE_2048[8 + 4 + 30:8 + 4 + 36] = bytes([1, 0, 0, 0, 0, 0])  # ffdhe2048
+h3 = Host()
+recs += [(3, h3.icreq()), (3, h3.command(*connect(1, 0, hostnqn=KEYED))), (3, auth_send(h3, 2, bytes(NEGOTIATE_2048))),
+         (3, auth_receive(h3, 3)), (0, CLOCK, 60)]
 write("tcp_connection", "auth", script(0x00, recs))
 
 # Reservations on namespace 1: register (key 1), acquire Write Exclusive, a write, a report (extended), release,

@@ -53,6 +53,9 @@ fn seeds_reach_authentication_and_reservations() {
     let ok = |c: &[nvmf_common::nvme::CompletionQueueEntry]| c.iter().filter(|c| c.status.is_success()).count();
     assert_eq!(ok(&responses[0]), 5, "the keyed host's transaction: {:?}", responses[0]);
     assert_eq!(ok(&responses[1]), 2, "Connect, then the Receive that fails the transaction: {:?}", responses[1]);
+    // The ffdhe2048 Negotiate's key pair, made on the authentication pool, and the Challenge that carries it.
+    let challenge = responses.get(3).map(|c| ok(c));
+    assert_eq!(challenge, Some(3), "Connect, Negotiate and the Challenge of ffdhe2048: {:?}", responses.get(3));
     let responses = nvmf_target::fuzzing::run(&std::fs::read(dir.join("seed-reservations")).expect("seed"));
     assert_eq!(ok(&responses[1]), 8, "Connect and the reservation commands: {:?}", responses[1]);
     assert_eq!(ok(&responses[0]), 7, "the association and the features and log: {:?}", responses[0]);

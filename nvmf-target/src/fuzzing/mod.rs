@@ -58,6 +58,9 @@ pub const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:fixture";
 /// A host with a DH-HMAC-CHAP key in the fuzzed subsystem.
 pub const KEYED_HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:5e1f7c3a-0b2d-4c6e-8f91-a2b3c4d5e6f7";
 
+/// How long a turn waits for work the engine handed to other threads (DH steps) to come back.
+const OFFLOAD_PATIENCE: Duration = Duration::from_secs(5);
+
 /// Connections alive at once.
 const LINKS: usize = 4;
 
@@ -308,11 +311,20 @@ impl<'e> Rig<'e> {
     /// Submit the storage ops queued and route completions to their connections until none arrive.
     fn complete_storage(&mut self) {
         let mut completions = Vec::new();
+        let mut waited = Duration::ZERO;
         loop {
             self.engine.submit().expect("io_uring submit");
             self.engine.reap(|c| completions.push(c));
             if completions.is_empty() {
-                return;
+                // DH-HMAC-CHAP steps run on the authentication pool's threads: wait for them here, so that a script
+                // plays the same every time (a bounded wait: one that never comes is caught by `finish`).
+                if self.engine.in_flight() == 0 || waited >= OFFLOAD_PATIENCE {
+                    return;
+                }
+                let step = Duration::from_millis(10);
+                self.engine.wait(Some(step)).expect("engine wait");
+                waited += step;
+                continue;
             }
             for c in completions.drain(..) {
                 let (key, slot): (u64, SlotId) = split_storage_tag(c.tag);
