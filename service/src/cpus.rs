@@ -41,6 +41,12 @@ pub fn possible() -> Result<Vec<usize>, CpuError> {
     parse_list(text.trim())
 }
 
+/// Run the calling thread at nice `nice` (Linux schedules threads, so this thread only): background work that must
+/// not take CPU time from the threads serving I/O when both want it.
+pub fn lower_current_thread_priority(nice: i32) -> std::io::Result<()> {
+    rustix::process::setpriority_process(None, nice).map_err(Into::into)
+}
+
 /// Pin the calling thread to `cpu`.
 pub fn pin_current_thread(cpu: usize) -> Result<(), CpuError> {
     let what = || format!("pinning a thread to CPU {cpu}");

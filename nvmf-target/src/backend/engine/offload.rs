@@ -20,6 +20,9 @@ use std::thread::JoinHandle;
 
 use super::{IoCompletion, IoEngine};
 
+/// The nice value of a pool's worker threads: below the reactors (nice 0) but not idle.
+const WORKER_NICE: i32 = 10;
+
 /// What an offloaded op works on; it comes back with the completion.
 pub type Payload = Box<dyn Any + Send>;
 
@@ -119,7 +122,15 @@ impl WorkPool {
         let mut threads = Vec::with_capacity(self.threads);
         for _ in 0..self.threads {
             let (jobs, counters) = (Arc::clone(&jobs), Arc::clone(&self.counters));
-            match std::thread::Builder::new().name(self.name.into()).spawn(move || run(&jobs, &counters)) {
+            let name = self.name;
+            let worker = move || {
+                // CPU-bound work a peer can ask for (DH steps) yields to the reactors when both want a CPU.
+                if let Err(e) = nvmf_service::cpus::lower_current_thread_priority(WORKER_NICE) {
+                    tracing::debug!(pool = name, error = %e, "worker thread keeps its priority");
+                }
+                run(&jobs, &counters);
+            };
+            match std::thread::Builder::new().name(self.name.into()).spawn(worker) {
                 Ok(t) => threads.push(t),
                 Err(e) => tracing::error!(pool = self.name, error = %e, "cannot start a worker thread"),
             }
