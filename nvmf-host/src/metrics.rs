@@ -14,6 +14,8 @@
 //!   in-flight limits).
 //! - `nvmf_host_path_failovers_total{controller,nsid}` — commands that failed on this path (lost connection, path
 //!   status) and were sent to a path again (multipath: another one when there is one).
+//! - `nvmf_host_path_retries_exhausted_total{controller,nsid}` — commands that failed on this path with no retry
+//!   left (`[[controller]] path_retries`), and failed.
 //! - `nvmf_host_queue_commands_total{controller,qid}` — commands completed (any status); qid 0 is the admin queue.
 //! - `nvmf_host_queue_submitted_total{controller,qid}` — commands submitted.
 //! - `nvmf_host_queue_r2ts_total{controller,qid}` — R2Ts served (NVMe/TCP writes beyond in-capsule data).
@@ -96,6 +98,8 @@ pub struct PathSample {
     pub ana_state: &'static str,
     /// Commands that failed on this path and were sent to a path again.
     pub failovers: u64,
+    /// Commands that failed on this path with no retry left.
+    pub retries_exhausted: u64,
 }
 
 /// The states `nvmf_host_path_ana_state` enumerates (`none`: the controller does not report ANA).
@@ -230,6 +234,14 @@ fn paths_and_exports(encoder: &mut DescriptorEncoder<'_>, samples: &[ControllerS
             counter(&mut m, &[("controller", s.name.as_str()), ("nsid", &p.nsid.to_string())], p.failovers)?;
         }
     }
+    let help = "Commands that failed on this path with no retry left ([[controller]] path_retries), and failed.";
+    let mut m = encoder.encode_descriptor("nvmf_host_path_retries_exhausted", help, None, MetricType::Counter)?;
+    for s in samples {
+        for p in &s.paths {
+            let labels = [("controller", s.name.as_str()), ("nsid", &p.nsid.to_string())];
+            counter(&mut m, &labels, p.retries_exhausted)?;
+        }
+    }
     Ok(())
 }
 
@@ -321,7 +333,7 @@ mod tests {
                     (0, QueueMetrics { submitted: 9, completed: 8, max_outstanding: 1, ..QueueMetrics::default() }),
                     (1, io),
                 ],
-                paths: vec![PathSample { nsid: 1, ana_state: "non-optimized", failovers: 4 }],
+                paths: vec![PathSample { nsid: 1, ana_state: "non-optimized", failovers: 4, retries_exhausted: 1 }],
                 nbd_limits: vec![NbdLimitSample {
                     export: "nvmf0n1".into(),
                     counts: NbdLimitCounts { clients: 2, in_flight: 5, ..NbdLimitCounts::default() },
@@ -343,6 +355,7 @@ mod tests {
             "nvmf_host_path_ana_state{controller=\"nvmf0\",nsid=\"1\",state=\"non-optimized\"} 1",
             "nvmf_host_path_ana_state{controller=\"nvmf0\",nsid=\"1\",state=\"optimized\"} 0",
             "nvmf_host_path_failovers_total{controller=\"nvmf0\",nsid=\"1\"} 4",
+            "nvmf_host_path_retries_exhausted_total{controller=\"nvmf0\",nsid=\"1\"} 1",
             "nvmf_host_nbd_limits_total{export=\"nvmf0n1\",limit=\"clients\"} 2",
             "nvmf_host_nbd_limits_total{export=\"nvmf0n1\",limit=\"handshake_timeout\"} 0",
             "nvmf_host_nbd_limits_total{export=\"nvmf0n1\",limit=\"in_flight\"} 5",

@@ -134,7 +134,12 @@ impl RunningExport {
     /// This controller's path as a scrape sees it.
     pub(super) fn path_sample(&self) -> Option<PathSample> {
         let view = self.head.view().into_iter().find(|p| p.name == self.name)?;
-        Some(PathSample { nsid: self.head.nsid(), ana_state: view.ana_state, failovers: view.failovers })
+        Some(PathSample {
+            nsid: self.head.nsid(),
+            ana_state: view.ana_state,
+            failovers: view.failovers,
+            retries_exhausted: view.retries_exhausted,
+        })
     }
 
     /// The export's limit counts, when it is an NBD export.
