@@ -33,8 +33,8 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use nvmf_common::nvme::reservation::{
     AcquireAction, Cptpl, NotificationType, RegisterAction, RegisteredController, ReleaseAction, ReservationKeys,
@@ -426,12 +426,24 @@ impl ReservationState {
     }
 }
 
+/// A state to write to the namespace's file (PTPL): the `seq`-th change, and the state after it.
+#[derive(Debug, Clone)]
+pub struct StateWrite {
+    seq: u64,
+    state: ReservationState,
+}
+
 /// The reservations of one namespace: the state, its data-path mirror and where it persists.
 #[derive(Debug)]
 pub struct Reservations {
     /// A reservation is held: the data path reads the state only then.
     held: AtomicBool,
     state: RwLock<ReservationState>,
+    /// Changes to persist so far (moved under the state's write lock): each [`StateWrite`]'s `seq`.
+    changes: AtomicU64,
+    /// The last state on disk (or restored from it) and its `seq`: later writes of older states are skipped, and a
+    /// write that fails puts the state back to this one.
+    durable: Mutex<(u64, ReservationState)>,
     /// The file the state persists in while PTPL is on (`None`: no state directory; PTPL cannot be enabled).
     file: Option<PathBuf>,
     /// The most registrants; one more host's Register is refused with Insufficient Capacity.
@@ -464,7 +476,14 @@ impl Reservations {
                 ReservationState::default()
             }
         };
-        Reservations { held: AtomicBool::new(state.held.is_some()), state: RwLock::new(state), file, max_registrants }
+        Reservations {
+            held: AtomicBool::new(state.held.is_some()),
+            durable: Mutex::new((0, state.clone())),
+            state: RwLock::new(state),
+            changes: AtomicU64::new(0),
+            file,
+            max_registrants,
+        }
     }
 
     /// Reservations that never persist, with the default registrant limit.
@@ -495,26 +514,69 @@ impl Reservations {
         self.state.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Run a reservation command on the state: on success publish whether a reservation is held and persist
-    /// the state (PTPL on) before the command completes; a state that cannot be persisted is undone and the
-    /// command fails with Internal Error.
-    pub fn update(
+    /// Run a reservation command on the state and publish whether a reservation is held; when the change must
+    /// reach the namespace's file (PTPL on, or just turned off), the [`StateWrite`] to hand to
+    /// [`Reservations::write_state`] before the command completes. The state lock is not held while the file is
+    /// written: the I/O commands of the namespace never wait for the fsyncs.
+    pub fn update_deferred(
         &self,
         f: impl FnOnce(&mut ReservationState, &mut Notices) -> Result<(), Status>,
-    ) -> Result<Notices, Status> {
+    ) -> Result<(Notices, Option<StateWrite>), Status> {
         let mut notices = Notices::new();
         let mut state = self.write();
         let before = state.clone();
         f(&mut state, &mut notices)?;
-        if *state != before && (state.ptpl || before.ptpl) {
-            if let Err(e) = self.persist(&state) {
+        let write = (*state != before && (state.ptpl || before.ptpl) && self.file.is_some()).then(|| {
+            let seq = self.changes.fetch_add(1, Ordering::AcqRel) + 1;
+            StateWrite { seq, state: state.clone() }
+        });
+        self.held.store(state.held.is_some(), Ordering::Release);
+        Ok((notices, write))
+    }
+
+    /// [`Reservations::update_deferred`] with the file written here, on the caller's thread, before it returns; a
+    /// state that cannot be written is undone and the command fails with Internal Error.
+    pub fn update(
+        &self,
+        f: impl FnOnce(&mut ReservationState, &mut Notices) -> Result<(), Status>,
+    ) -> Result<Notices, Status> {
+        self.write_now(self.update_deferred(f)?)
+    }
+
+    /// Write a deferred command's state here and now: its notices, or Internal Error if the state was not written.
+    fn write_now(&self, (notices, write): (Notices, Option<StateWrite>)) -> Result<Notices, Status> {
+        match write.map(|w| self.write_state(&w)) {
+            Some(Err(e)) => {
                 tracing::error!(error = %e, "reservation state not persisted; command failed");
-                *state = before;
-                return Err(Status::INTERNAL_ERROR.with_dnr());
+                Err(Status::INTERNAL_ERROR.with_dnr())
+            }
+            _ => Ok(notices),
+        }
+    }
+
+    /// Write `w` to the namespace's file (PTPL on) or remove the file (PTPL off), unless a later state is there
+    /// already (it includes this change). On failure the state goes back to the last one on disk, if no later
+    /// change came meanwhile (then that one's write decides), and the error is returned for the command to fail.
+    /// Blocks for the fsyncs: called on a worker thread, or where blocking is acceptable.
+    pub fn write_state(&self, w: &StateWrite) -> Result<(), ReservationFileError> {
+        let mut durable = self.durable.lock().unwrap_or_else(|e| e.into_inner());
+        if w.seq <= durable.0 {
+            return Ok(());
+        }
+        match self.persist(&w.state) {
+            Ok(()) => {
+                *durable = (w.seq, w.state.clone());
+                Ok(())
+            }
+            Err(e) => {
+                let mut state = self.write();
+                if self.changes.load(Ordering::Acquire) == w.seq {
+                    *state = durable.1.clone();
+                    self.held.store(state.held.is_some(), Ordering::Release);
+                }
+                Err(e)
             }
         }
-        self.held.store(state.held.is_some(), Ordering::Release);
-        Ok(notices)
     }
 
     /// Write the state (PTPL on) or remove the file (PTPL off).
@@ -538,8 +600,20 @@ impl Reservations {
         cptpl: Cptpl,
         keys: ReservationKeys,
     ) -> Result<Notices, Status> {
+        self.write_now(self.register_deferred(hostid, action, iekey, cptpl, keys)?)
+    }
+
+    /// [`Reservations::register`], the file written later ([`Reservations::update_deferred`]).
+    pub fn register_deferred(
+        &self,
+        hostid: &[u8; 16],
+        action: RegisterAction,
+        iekey: bool,
+        cptpl: Cptpl,
+        keys: ReservationKeys,
+    ) -> Result<(Notices, Option<StateWrite>), Status> {
         let cptpl = if cptpl == Cptpl::Persist && !self.can_persist() { Cptpl::NoChange } else { cptpl };
-        self.update(|state, notices| {
+        self.update_deferred(|state, notices| {
             let new_host = action == RegisterAction::Register && !state.is_registered(hostid);
             if new_host && state.registrants.len() >= self.max_registrants {
                 return Err(Status::INSUFFICIENT_CAPACITY.with_dnr());

@@ -123,6 +123,10 @@ impl Stalled {
 /// KATO 0 (`NVMET_DISC_KATO_MS`).
 pub const DISCOVERY_KATO_MS: u32 = 120_000;
 
+/// Reservation state writes queued for the state pool at most; one more parks its command until there is room
+/// (`nvmf_target_reservation_write_queue_full_total`).
+pub const STATE_WRITE_QUEUE_DEPTH: usize = 64;
+
 /// Why a Connect was refused by a limit (`nvmf_target_refused_connects_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectLimit {
@@ -373,6 +377,8 @@ pub struct Target {
     refused_connects: FailureLog,
     /// Runs DH-HMAC-CHAP's DH steps off the reactors.
     auth_pool: WorkPool,
+    /// Where reservation state files are written (PTPL), off the reactors.
+    state_pool: WorkPool,
     /// AUTH_Negotiates by peer address prefix.
     auth_attempts: AttemptRate,
 }
@@ -415,6 +421,7 @@ impl Target {
             auth_failures: FailureLog::default(),
             refused_connects: FailureLog::default(),
             auth_pool: WorkPool::new("nvmf-auth", params.auth_threads, params.auth_queue_depth),
+            state_pool: WorkPool::new("nvmf-state", 1, STATE_WRITE_QUEUE_DEPTH),
             auth_attempts: AttemptRate::new(
                 params.auth_attempts_per_second,
                 params.address_prefix_v4,
@@ -496,6 +503,12 @@ impl Target {
     /// The pool that runs DH-HMAC-CHAP's DH steps (its counters: metrics).
     pub fn auth_pool(&self) -> &WorkPool {
         &self.auth_pool
+    }
+
+    /// The pool that writes reservation state files (one thread: the writes of a namespace are cheap to order,
+    /// and a later state makes an earlier write moot).
+    pub fn state_pool(&self) -> &WorkPool {
+        &self.state_pool
     }
 
     /// AUTH_Negotiates by peer address prefix (its refusals: metrics).

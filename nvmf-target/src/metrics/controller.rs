@@ -76,8 +76,10 @@ pub(super) fn keep_alive_minimum(encoder: &mut DescriptorEncoder<'_>, target: &T
     )
 }
 
-/// `nvmf_target_reservation_conflicts` and `nvmf_target_reservation_registrant_limit`.
+/// `nvmf_target_reservation_conflicts`, `nvmf_target_reservation_registrant_limit` and the state pool's
+/// `nvmf_target_reservation_writes`, `nvmf_target_reservation_write_queue_full`.
 pub(super) fn reservations(encoder: &mut DescriptorEncoder<'_>, target: &Target) -> fmt::Result {
+    let writes = target.state_pool().counters();
     let families = [
         (
             "nvmf_target_reservation_conflicts",
@@ -89,6 +91,16 @@ pub(super) fn reservations(encoder: &mut DescriptorEncoder<'_>, target: &Target)
             "nvmf_target_reservation_registrant_limit",
             "Reservation Registers refused with Insufficient Capacity: the namespace had max_registrants registrants.",
             target.registrant_limit_refusals(),
+        ),
+        (
+            "nvmf_target_reservation_writes",
+            "Reservation state files written (Persist Through Power Loss) by the state pool, off the reactors.",
+            writes.ran(),
+        ),
+        (
+            "nvmf_target_reservation_write_queue_full",
+            "Times a reservation command waited (it retries) because the state pool had 64 writes queued.",
+            writes.queue_full(),
         ),
     ];
     families.into_iter().try_for_each(|(name, help, n)| single_counter(encoder, name, help, n))

@@ -43,6 +43,8 @@
 //!   AUTH_Negotiates refused by `[target] auth_attempts_per_second`.
 //! - `nvmf_target_reservation_conflicts_total` — commands failed with Reservation Conflict.
 //! - `nvmf_target_reservation_registrant_limit_total` — Registers refused by `[target] max_registrants`.
+//! - `nvmf_target_reservation_writes_total`, `nvmf_target_reservation_write_queue_full_total` — reservation state
+//!   files written off the reactors (PTPL), and commands that waited for room in that queue.
 //! - With NVMe/RDMA: `nvmf_target_rdma_work_requests_total{opcode}`, `nvmf_target_rdma_completions_total{opcode}`,
 //!   `nvmf_target_rdma_completion_errors_total{status}`, `nvmf_target_rdma_stale_completions_total`,
 //!   `nvmf_target_rdma_queue_pairs`.

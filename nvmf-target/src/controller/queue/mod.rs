@@ -287,6 +287,8 @@ enum Plan {
         nsid: u32,
         len: u32,
     },
+    /// Reservation Register, Acquire or Release whose new state the target's state pool writes (PTPL).
+    ReservationWrite,
     /// Reservation Report of `len` bytes, once a buffer is available.
     ReservationReport {
         nsid: u32,
@@ -420,6 +422,8 @@ pub struct Queue {
     auth: QueueAuth,
     /// A fused operation under way.
     fused: Fused,
+    /// Reservation state writes parked because the state pool's queue was full, by slot.
+    parked_writes: Vec<(u16, Box<reservation::StateWriteStep>)>,
 }
 
 fn index_of(i: usize) -> u16 {
@@ -460,6 +464,7 @@ impl Queue {
             disconnected: false,
             auth: QueueAuth::default(),
             fused: Fused::None,
+            parked_writes: Vec::new(),
         }
     }
 
@@ -657,7 +662,7 @@ impl Queue {
         }
         match s.state {
             SlotState::Orphaned => {
-                if s.plan == Plan::AuthenticationStep {
+                if matches!(s.plan, Plan::AuthenticationStep | Plan::ReservationWrite) {
                     // The queue is gone: so is the step's transaction, with its key material.
                     drop(engine.take_offloaded(storage_tag(self.transport.queue_key, slot)));
                 }
@@ -789,6 +794,7 @@ impl Queue {
         self.held_aers.clear();
         self.disconnect_slot = None;
         self.fused = Fused::None;
+        self.parked_writes.clear();
     }
 
     fn slot(&mut self, id: SlotId) -> &mut Slot {

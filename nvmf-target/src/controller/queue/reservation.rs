@@ -4,7 +4,12 @@
 //! their asynchronous events, to every controller of the host unless the namespace's mask hides them).
 //!
 //! The commands run on the reactor owning the queue; they take the namespace's reservation lock and, for the
-//! notices, the subsystem's controller registry and each controller's mutex (never taken per I/O).
+//! notices, the subsystem's controller registry and each controller's mutex (never taken per I/O). A change the
+//! namespace's state file must get (PTPL) is written by the target's state pool, off the reactor and outside the
+//! reservation lock; the command completes when it is on disk (or fails with Internal Error, the state undone).
+
+use std::any::Any;
+use std::sync::Arc;
 
 use nvmf_common::nvme::opcode::io as op;
 use nvmf_common::nvme::reservation::{
@@ -13,11 +18,26 @@ use nvmf_common::nvme::reservation::{
 };
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::{Plan, Queue, SlotId, Step};
+use super::{storage_tag, Plan, Queue, SlotId, SlotState, Step};
 use crate::backend::IoEngine;
 use crate::controller::io::{self, DataSource, Direction};
-use crate::controller::reservation::{Access, Notices};
+use crate::controller::reservation::{Access, Notices, StateWrite};
 use crate::controller::subsystem::Namespace;
+
+/// A namespace's reservation state to write, on the target's state pool.
+#[derive(Debug)]
+pub(super) struct StateWriteStep {
+    ns: Arc<Namespace>,
+    write: StateWrite,
+    result: Result<(), String>,
+}
+
+/// The state pool's work: write the state (blocks for the fsyncs, off the reactor).
+fn run_state_write(payload: &mut (dyn Any + Send)) {
+    if let Some(step) = payload.downcast_mut::<StateWriteStep>() {
+        step.result = step.ns.reservations().write_state(&step.write).map_err(|e| e.to_string());
+    }
+}
 
 fn invalid_field() -> Status {
     Status::INVALID_FIELD.with_dnr()
@@ -136,40 +156,51 @@ impl Queue {
         self.execute_reservation(engine, id, &data)
     }
 
-    /// Run Register, Acquire or Release with its data (`data`: 16 bytes, Release's key in the first 8).
+    /// Run Register, Acquire or Release with its data (`data`: 16 bytes, Release's key in the first 8). When the
+    /// namespace's state file must change (PTPL), the command completes once the target's state pool wrote it.
     fn execute_reservation(&mut self, engine: &mut IoEngine, id: SlotId, data: &[u8; 16]) -> Step {
         let sqe = self.slot(id).sqe;
-        let result = self.reservation_update(&sqe, data);
-        self.respond(engine, id, result.map(|()| 0))
+        match self.reservation_update(&sqe, data) {
+            Err(status) => self.respond_err(engine, id, status, 0),
+            Ok(None) => self.respond_ok(engine, id, 0, 0, None),
+            Ok(Some(step)) => {
+                self.slot(id).plan = Plan::ReservationWrite;
+                self.offload_state_write(engine, id, Box::new(step))
+            }
+        }
     }
 
-    fn reservation_update(&self, sqe: &SubmissionQueueEntry, data: &[u8; 16]) -> Result<(), Status> {
+    fn reservation_update(
+        &self,
+        sqe: &SubmissionQueueEntry,
+        data: &[u8; 16],
+    ) -> Result<Option<StateWriteStep>, Status> {
         let controller = self.controller().ok_or(Status::COMMAND_SEQUENCE_ERROR.with_dnr())?;
         // The namespace may have been removed while the data was fetched.
         let ns = self.table.get(sqe.nsid).ok_or(Status::INVALID_NAMESPACE.with_dnr())?;
         let hostid = controller.hostid_ref();
         let reservations = ns.reservations();
         let keys = ReservationKeys::parse(data).map_err(|_| invalid_field())?;
-        let notices = match sqe.opcode {
+        let updated = match sqe.opcode {
             op::RESERVATION_REGISTER => {
                 let c = ReservationRegister::from_sqe(sqe).map_err(|_| invalid_field())?;
-                reservations.register(hostid, c.action, c.iekey, c.cptpl, keys)
+                reservations.register_deferred(hostid, c.action, c.iekey, c.cptpl, keys)
             }
             op::RESERVATION_ACQUIRE => {
                 let c = ReservationAcquire::from_sqe(sqe).map_err(|_| invalid_field())?;
-                reservations.update(|state, notices| state.acquire(hostid, c.action, c.rtype, keys, notices))
+                reservations.update_deferred(|state, notices| state.acquire(hostid, c.action, c.rtype, keys, notices))
             }
             op::RESERVATION_RELEASE => {
                 let c = ReservationRelease::from_sqe(sqe).map_err(|_| invalid_field())?;
                 let keys = ReservationKeys { second: 0, ..keys };
-                reservations.update(|state, notices| state.release(hostid, c.action, c.rtype, keys, notices))
+                reservations.update_deferred(|state, notices| state.release(hostid, c.action, c.rtype, keys, notices))
             }
             _ => Err(Status::INVALID_OPCODE.with_dnr()),
         };
-        match notices {
-            Ok(notices) => {
+        match updated {
+            Ok((notices, write)) => {
                 self.tell_hosts(ns, &notices);
-                Ok(())
+                Ok(write.map(|write| StateWriteStep { ns: Arc::clone(ns), write, result: Ok(()) }))
             }
             Err(status) => {
                 if status.same_code(Status::RESERVATION_CONFLICT) {
@@ -179,6 +210,49 @@ impl Queue {
                     self.target.count_registrant_limit();
                 }
                 Err(status)
+            }
+        }
+    }
+
+    /// Hand `step` to the target's state pool; parked when its queue is full.
+    fn offload_state_write(&mut self, engine: &mut IoEngine, id: SlotId, step: Box<StateWriteStep>) -> Step {
+        let tag = storage_tag(self.transport.queue_key, id);
+        match engine.offload(self.target.state_pool(), tag, step, run_state_write) {
+            Ok(()) => {
+                let s = self.slot(id);
+                s.state = SlotState::Executing;
+                s.ops += 1;
+                self.storage_ops += 1;
+                Step::Pending
+            }
+            Err(payload) => {
+                if let Ok(step) = payload.downcast() {
+                    self.parked_writes.push((id.0, step));
+                }
+                self.park(id, SlotState::NeedSubmit)
+            }
+        }
+    }
+
+    /// A parked state write's retry (the queue's poll).
+    pub(super) fn resubmit_state_write(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        let Some(i) = self.parked_writes.iter().position(|(slot, _)| *slot == id.0) else {
+            return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
+        };
+        let (_, step) = self.parked_writes.swap_remove(i);
+        self.offload_state_write(engine, id, step)
+    }
+
+    /// The state pool wrote (or failed to write) `id`'s state: the command completes.
+    pub(super) fn state_write_done(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
+        let tag = storage_tag(self.transport.queue_key, id);
+        let step = engine.take_offloaded(tag).and_then(|p| p.downcast::<StateWriteStep>().ok());
+        match step.map(|s| s.result) {
+            Some(Ok(())) => self.respond_ok(engine, id, 0, 0, None),
+            failed => {
+                let error = failed.and_then(Result::err).unwrap_or_else(|| "the write's thread failed".to_owned());
+                tracing::error!(error, "reservation state not persisted; command failed");
+                self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0)
             }
         }
     }

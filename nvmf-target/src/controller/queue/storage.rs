@@ -61,6 +61,7 @@ impl Queue {
         match self.slots[index].plan {
             Plan::FusedWrite { .. } => return self.submit_compare_and_write(engine, id),
             Plan::AuthenticationStep => return self.resubmit_authentication_step(engine, id),
+            Plan::ReservationWrite => return self.resubmit_state_write(engine, id),
             _ => {}
         }
         self.slots[index].state = SlotState::Executing;
@@ -95,6 +96,7 @@ impl Queue {
             Plan::FusedWrite { .. } => return self.compare_and_write_done(engine, id),
             // Before the status: a failed step ends the transaction too.
             Plan::AuthenticationStep => return self.authentication_step_done(engine, id),
+            Plan::ReservationWrite => return self.state_write_done(engine, id),
             _ => {}
         }
         if !s.status.is_success() {
@@ -147,6 +149,7 @@ impl Queue {
             | Plan::AuthenticationReceive { .. }
             | Plan::AuthenticationStep
             | Plan::Reservation { .. }
+            | Plan::ReservationWrite
             | Plan::ReservationReport { .. }
             | Plan::FusedCompare { .. }
             | Plan::FusedWrite { .. } => self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0),

@@ -310,3 +310,37 @@ fn a_state_file_above_the_cap_is_restored_whole() {
         Err(Status::INSUFFICIENT_CAPACITY.with_dnr())
     );
 }
+
+#[test]
+fn a_state_that_cannot_be_written_is_undone_once_no_later_change_depends_on_it() {
+    // A state directory that cannot be made: a file is in its place.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("not-a-directory"), b"").unwrap();
+    let r = Reservations::new(Some(dir.path().join("not-a-directory/ns.json")), DEFAULT_MAX_REGISTRANTS);
+    let register = |host: &[u8; 16], key| {
+        let keys = ReservationKeys { crkey: 0, second: key };
+        r.register_deferred(host, RegisterAction::Register, false, Cptpl::Persist, keys).unwrap()
+    };
+    let (_, first) = register(&A, 1);
+    let (_, second) = register(&B, 2);
+    // The first write fails while the second change is pending: the state stays for the second write to decide.
+    assert!(r.write_state(&first.unwrap()).is_err());
+    assert_eq!(r.read().registrants.len(), 2);
+    // The second fails too: back to the state on disk (none).
+    assert!(r.write_state(&second.unwrap()).is_err());
+    assert_eq!(*r.read(), ReservationState::default());
+}
+
+#[test]
+fn a_later_state_on_disk_makes_an_earlier_write_moot() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ns.json");
+    let r = Reservations::new(Some(file.clone()), DEFAULT_MAX_REGISTRANTS);
+    let keys = |key| ReservationKeys { crkey: 0, second: key };
+    let (_, first) = r.register_deferred(&A, RegisterAction::Register, false, Cptpl::Persist, keys(1)).unwrap();
+    let (_, second) = r.register_deferred(&B, RegisterAction::Register, false, Cptpl::NoChange, keys(2)).unwrap();
+    // The pool ran them out of order: the later state is written, the earlier one skipped.
+    r.write_state(&second.unwrap()).unwrap();
+    r.write_state(&first.unwrap()).unwrap();
+    assert_eq!(Reservations::new(Some(file), DEFAULT_MAX_REGISTRANTS).read().registrants.len(), 2);
+}

@@ -265,6 +265,7 @@ fn persist_through_power_loss() {
         acquire(&mut a, AcquireAction::Acquire, ReservationType::WriteExclusiveRegistrantsOnly, 1, 0).ok();
         let get = GetFeatures { nsid: 1, ..GetFeatures::new(fid::RESERVATION_PERSISTENCE) };
         assert_eq!(a.admin.run(&mut a.engine, get.to_sqe()).ok().cqe.dw0, 1);
+        assert_eq!(target.state_pool().counters().ran(), 2, "both changes written by the state pool");
     }
     // A new target (a restart) finds the registration and the reservation.
     let target = Target::new(target_params(), vec![params()]).unwrap();
