@@ -3,7 +3,8 @@
 //! host daemon's second `connect` to the subsystem joins the first's NBD export as a path; `list` shows both
 //! paths with their ANA states; data written through the export is read back while (a) A's listener is made
 //! inaccessible (I/O moves to B) and (b) A is killed with SIGKILL (I/O goes on through B); each phase's
-//! writes land on the node the ANA states say.
+//! writes land on the node the ANA states say. And a path whose target fails every command (a proxy rewrites each
+//! I/O status to a path error) fails a read after `path_retries`, not never.
 
 mod target_support;
 
@@ -312,4 +313,96 @@ fn a_controller_table_with_a_further_path_serves_one_export() {
     qemu_io(&sock, &["write -P 0x77 0 1M", "read -P 0x77 0 1M"]);
     assert!(bytes_written(d, "a") >= 1 << 20, "the optimized path took the writes");
     assert_eq!(bytes_written(d, "b"), 0, "the non-optimized path took writes");
+}
+
+/// A proxy in front of `to` that, once `armed`, answers every I/O queue command with Internal Path Error (a
+/// path-related status without DNR) instead of the target's status: a target that fails every command on its path,
+/// forever. NVMe/TCP without digests; the host's bytes pass as they are.
+fn path_error_proxy(to: u16, armed: std::sync::Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for host in listener.incoming().flatten() {
+            let target = std::net::TcpStream::connect(("127.0.0.1", to)).expect("the node behind the proxy");
+            let (mut host_in, mut target_out) = (host.try_clone().unwrap(), target.try_clone().unwrap());
+            std::thread::spawn(move || std::io::copy(&mut host_in, &mut target_out));
+            let (mut target_in, mut host_out, armed) = (target, host, std::sync::Arc::clone(&armed));
+            std::thread::spawn(move || -> std::io::Result<()> {
+                loop {
+                    let mut header = [0u8; 8];
+                    target_in.read_exact(&mut header)?;
+                    let plen = u32::from_le_bytes(header[4..8].try_into().unwrap()) as usize;
+                    let mut pdu = header.to_vec();
+                    pdu.resize(plen.max(8), 0);
+                    target_in.read_exact(&mut pdu[8..])?;
+                    // CapsuleResp (type 5): the CQE's SQID at bytes 10-11, its status word at 14-15.
+                    let sqid =
+                        u16::from_le_bytes([pdu.get(18).copied().unwrap_or(0), pdu.get(19).copied().unwrap_or(0)]);
+                    if pdu[0] == 5 && pdu.len() >= 24 && sqid != 0 && armed.load(std::sync::atomic::Ordering::Relaxed) {
+                        let phase = pdu[22] & 1;
+                        pdu[22..24].copy_from_slice(&(0x0600u16 | u16::from(phase)).to_le_bytes());
+                    }
+                    host_out.write_all(&pdu)?;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A target that answers every command with a path error costs a bounded time: each command goes again
+/// `path_retries` times, later retries slower, then fails; the path counts it. (Without the bound the export's
+/// thread resent the command forever.)
+#[test]
+fn a_path_that_fails_every_command_fails_it_after_path_retries() {
+    if Command::new("qemu-io").arg("--version").stdout(Stdio::null()).status().is_err() {
+        eprintln!("SKIPPED: qemu-io is not installed (Debian package qemu-utils)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("disk.img")).unwrap().set_len(64 << 20).unwrap();
+    let node_port = free_port();
+    let _node = start_node(d, "a", node_port, "optimized", "1-99");
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = path_error_proxy(node_port, std::sync::Arc::clone(&armed));
+    let control = d.join("host.sock").display().to_string();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sock = d.join("disk.sock");
+    std::fs::write(
+        d.join("host.toml"),
+        format!(
+            "[host]\nstate_dir = \"{state}\"\ncontrol_socket = \"{control}\"\n[metrics]\nlisten = \"{metrics}\"\n\
+             [[controller]]\naddress = \"127.0.0.1\"\nport = {proxy}\nnqn = \"{NQN}\"\npath_retries = 2\n\
+             [[controller.export]]\nnsid = 1\nnbd = \"unix:{sock}\"\n",
+            state = d.join("state").display(),
+            sock = sock.display(),
+        ),
+    )
+    .unwrap();
+    let _daemon = HostDaemon::start(d);
+    wait_for("the path live", || Path::new(&control).exists() && paths(&control).len() == 1);
+    qemu_io(&sock, &["write -P 0x5a 0 64k", "read -P 0x5a 0 64k"]);
+
+    armed.store(true, std::sync::atomic::Ordering::Relaxed);
+    let started = Instant::now();
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    // Bounded, so that a host that resends forever fails the test instead of hanging it.
+    let out = Command::new("timeout")
+        .args(["30", "qemu-io", "-f", "raw", "-c", "read 0 4k", &uri])
+        .output()
+        .expect("qemu-io");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let took = started.elapsed();
+    assert!(text.contains("error") || text.contains("Input/output"), "the read failed: {text}");
+    assert!(took < Duration::from_secs(20), "the failing read took {took:?}");
+    let scrape = http_get(&metrics);
+    let exhausted = scrape
+        .lines()
+        .find(|l| l.starts_with("nvmf_host_path_retries_exhausted_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(exhausted.is_some_and(|n| n >= 1), "retries exhausted counted:\n{scrape}");
+    eprintln!("a read on a path that fails every command failed after {took:?}");
 }
