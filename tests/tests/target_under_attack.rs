@@ -245,7 +245,8 @@ fn failed_authentication(from: &str, to: SocketAddr, group: DhGroup, wrong: &Dhc
         Ok(done) if done.cqe.status.is_success() => {}
         _ => return,
     }
-    let creds = HostCredentials { secret: wrong, controller_secret: None, hostnqn: KEYED, subnqn: target_support::SUBNQN };
+    let creds =
+        HostCredentials { secret: wrong, controller_secret: None, hostnqn: KEYED, subnqn: target_support::SUBNQN };
     let mut t = HostTransaction::new(creds, 1);
     let _ = t.negotiate();
     let dhchap = ProtocolDescriptor { hashes: vec![HashFunction::Sha256], dh_groups: vec![group] };
@@ -287,7 +288,8 @@ fn register_fresh_host(to: SocketAddr, n: u8) -> Status {
     let (mut admin, cntlid) = client(0, 0xFFFF);
     target_support::enable(&mut admin);
     let (mut io, _) = client(1, cntlid);
-    let register = ReservationRegister { nsid: 1, action: RegisterAction::Register, iekey: false, cptpl: Cptpl::NoChange };
+    let register =
+        ReservationRegister { nsid: 1, action: RegisterAction::Register, iekey: false, cptpl: Cptpl::NoChange };
     let keys = ReservationKeys { crkey: 0, second: u64::from(n) + 1 }.to_bytes();
     io.command(register.to_sqe(), Some(&keys), 0).expect("Register answered").cqe.status
 }
