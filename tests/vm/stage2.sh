@@ -1,6 +1,6 @@
 # Stage 2 of the test VM (tests/src/vm): runs as root inside the guest, chrooted into the overlay of the host's
 # root, stdio on the second serial port. /run/nvmf-vm is the run's control folder (shared with the host):
-#   env       settings written by the harness (NVMF_VM_MODULES, NVMF_VM_RXE, NVMF_VM_CWD, exported variables)
+#   env       settings written by the harness (NVMF_VM_MODULES, NVMF_VM_RXE, NVMF_VM_SIW, NVMF_VM_CWD, exported variables)
 #   cmd       the scenario (a bash script; absent for an interactive shell)
 #   stderr    where the scenario's stderr goes (stdout goes to the serial port)
 #   t-*       guest uptime at each stage, for the boot/run times the harness reports
@@ -24,6 +24,10 @@ if [ -n "$NVMF_VM_MODULES" ]; then
   for m in $NVMF_VM_MODULES; do
     [ -d /sys/module/${m//-/_} ] || modprobe $m || setup_failed "cannot load module $m"
   done
+fi
+# Soft-iWARP: the harness's own build of siw.ko (tests/src/vm/siw.rs), its dependencies loaded above.
+if [ -n "${NVMF_VM_SIW:-}" ] && [ ! -d /sys/module/siw ]; then
+  insmod "$NVMF_VM_SIW" || setup_failed "cannot load $NVMF_VM_SIW"
 fi
 # configfs is a module on Debian kernels: mount it once nvmet or null_blk has pulled it in.
 if [ -d /sys/kernel/config ] && ! mountpoint -q /sys/kernel/config; then
@@ -56,20 +60,22 @@ _links_up() {
     ip link set "$cur" name "$ifname" && ip link set "$ifname" up && ip addr add "$addr" dev "$ifname" || return 2
     echo "$peer_addr $peer" >> /etc/hosts
     if [ "$NVMF_VM_RXE" = 1 ]; then rdma link add "rxe$k" type rxe netdev "$ifname" || return 3; fi
+    if [ -n "${NVMF_VM_SIW:-}" ]; then rdma link add "siw$k" type siw netdev "$ifname" || return 3; fi
     [ $k = 0 ] && export NVMF_RDMA_ADDR=${addr%/*}
     k=$((k + 1))
   done < $ctl/links
 }
 export NVMF_RDMA_ADDR=10.77.0.1
 if [ -s $ctl/links ]; then
-  [ "$NVMF_VM_RXE" = 1 ] && ulimit -l unlimited
+  [ "$NVMF_VM_RXE" = 1 ] || [ -n "${NVMF_VM_SIW:-}" ] && ulimit -l unlimited
   for _ in $(seq 50); do _links_up && break; rc=$?; [ $rc -gt 1 ] && setup_failed "cannot set up the links (step $rc)"; read -t 0.2 <> /run/nvmf-nap; done
   [ -n "$(ip -o addr show eth0 2>/dev/null)" ] || setup_failed "the link NICs did not appear: $(ls /sys/class/net | tr '\n' ' ')"
-elif [ "$NVMF_VM_RXE" = 1 ]; then
-  # Soft-RoCE on a guest-only dummy netdev: rdma_cm does not work over loopback (ENODEV on 127.0.0.1).
+elif [ "$NVMF_VM_RXE" = 1 ] || [ -n "${NVMF_VM_SIW:-}" ]; then
+  # Soft-RoCE (Soft-iWARP) on a guest-only dummy netdev: rdma_cm does not work over loopback (ENODEV on 127.0.0.1).
   ip link add dummy0 mtu 9000 type dummy && ip addr add $NVMF_RDMA_ADDR/24 dev dummy0 && ip link set dummy0 up ||
     setup_failed "cannot create dummy0"
-  rdma link add rxe0 type rxe netdev dummy0 || setup_failed "cannot create rxe0 on dummy0"
+  if [ "$NVMF_VM_RXE" = 1 ]; then rdma link add rxe0 type rxe netdev dummy0 || setup_failed "cannot create rxe0 on dummy0"; fi
+  if [ -n "${NVMF_VM_SIW:-}" ]; then rdma link add siw0 type siw netdev dummy0 || setup_failed "cannot create siw0 on dummy0"; fi
   ulimit -l unlimited
 fi
 

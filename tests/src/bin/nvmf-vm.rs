@@ -20,6 +20,8 @@ usage: nvmf-vm [OPTIONS] [--] [COMMAND...]
   --bare            no Soft-RoCE and no modules beyond --modules (default: the lab set, see below)
   --modules A,B     load these kernel modules too
   --rxe / --no-rxe  Soft-RoCE: rxe0 on dummy0, 10.77.0.1/24; on a lab node rxeK on each link ethK (default on)
+  --siw             Soft-iWARP: siw0 on dummy0 (with --no-rxe alone on it), on a lab node siwK on each ethK;
+                    siw.ko is built for the kernel once (tests/src/vm/siw.rs)
   --nvme SIZE       attach a QEMU-emulated NVMe drive (e.g. 1G, 512M)
   --share DIR       mount this host folder read-write at the same path (repeatable)
   --logs DIR        $NVMF_VM_LOGS in the guest, shared; logs are collected there after COMMAND (a lab: DIR/NODE)
@@ -148,6 +150,7 @@ fn parse(args: Vec<String>) -> Result<Request, String> {
             "--bare" => lab = false,
             "--rxe" => rxe = Some(true),
             "--no-rxe" => rxe = Some(false),
+            "--siw" => vm = vm.siw(true),
             "--modules" => vm = vm.modules(value("--modules")?.split(',').filter(|m| !m.is_empty()).map(String::from)),
             "--nvme" => vm = vm.nvme_drive(parse_size(&value("--nvme")?)?),
             "--share" => vm = vm.share(value("--share")?),

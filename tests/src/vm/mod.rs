@@ -27,6 +27,7 @@ pub mod initramfs;
 pub mod kernel;
 pub mod lab;
 mod lock;
+pub mod siw;
 mod transcript;
 
 use std::collections::VecDeque;
@@ -55,6 +56,8 @@ const STAGE2: &str = include_str!("../../vm/stage2.sh");
 const AGENT: &str = include_str!("../../vm/agent.sh");
 /// Modules that make `rxe0` and let user space use it (verbs and rdma_cm).
 const RXE_MODULES: [&str; 4] = ["rdma_rxe", "ib_uverbs", "rdma_ucm", "dummy"];
+/// What `siw.ko` (built by [`siw::module`]) depends on, and what lets user space use `siw0`.
+const SIW_MODULES: [&str; 4] = ["ib_uverbs", "rdma_ucm", "libcrc32c", "dummy"];
 /// Lines of the kernel console kept in [`VmOutput::console_tail`].
 const CONSOLE_TAIL_LINES: usize = 40;
 
@@ -67,6 +70,7 @@ pub struct Vm {
     memory_mib: u32,
     modules: Vec<String>,
     rxe: bool,
+    siw: bool,
     nvme_drive_bytes: Option<u64>,
     /// Shared host folders, and whether each bypasses the guest's page cache.
     shares: Vec<(PathBuf, bool)>,
@@ -168,6 +172,7 @@ impl Vm {
             memory_mib: 3072,
             modules: Vec::new(),
             rxe: false,
+            siw: false,
             nvme_drive_bytes: None,
             shares: Vec::new(),
             logs: None,
@@ -213,6 +218,15 @@ impl Vm {
     #[must_use]
     pub fn rxe(mut self, on: bool) -> Self {
         self.rxe = on;
+        self
+    }
+
+    /// Soft-iWARP: `siw0` on the guest-only `dummy0` with 10.77.0.1/24 (`$NVMF_RDMA_ADDR`), beside `rxe0` with
+    /// [`Vm::rxe`] (then rdma_cm binds that address to one of the two: a scenario deletes the other), or on a lab
+    /// node `siwK` on each link `ethK`. Debian's kernels have no `siw`: [`siw::module`] builds it once per kernel.
+    #[must_use]
+    pub fn siw(mut self, on: bool) -> Self {
+        self.siw = on;
         self
     }
 
@@ -421,9 +435,12 @@ impl Vm {
     ) -> Result<(), VmError> {
         let mut modules: Vec<String> = Vec::new();
         let rxe: &[&str] = if self.rxe { &RXE_MODULES } else { &[] };
+        let siw: &[&str] = if self.siw { &SIW_MODULES } else { &[] };
         let nvme: &[&str] = if self.nvme_drive_bytes.is_some() { &["nvme"] } else { &[] };
         let net: &[&str] = if wiring.is_some_and(|w| !w.nics.is_empty()) { &["virtio_net"] } else { &[] };
-        for m in rxe.iter().chain(nvme).chain(net).map(|m| (*m).to_owned()).chain(self.modules.iter().cloned()) {
+        for m in
+            rxe.iter().chain(siw).chain(nvme).chain(net).map(|m| (*m).to_owned()).chain(self.modules.iter().cloned())
+        {
             if m.is_empty() || !m.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
                 return Err(VmError::Kernel(format!("{m:?} is not a module name")));
             }
@@ -440,6 +457,10 @@ impl Vm {
             shell_quote(&cwd.to_string_lossy()),
             shell_quote(&self.name),
         );
+        if self.siw {
+            let ko = siw::module(kernel)?;
+            envfile.push_str(&format!("NVMF_VM_SIW={}\n", shell_quote(&ko.to_string_lossy())));
+        }
         if let Some(config) = &kernel.config {
             envfile.push_str(&format!("NVMF_VM_KCONFIG={}\n", shell_quote(&config.to_string_lossy())));
         }
