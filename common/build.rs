@@ -69,6 +69,7 @@ mod verbs {
 
     /// Structs the module builds or reads (what the functions take comes along anyway).
     const TYPES: &[&str] = &[
+        "ibv_device",
         "ibv_device_attr",
         "ibv_mw_bind_info",
         "ibv_qp_cap",
@@ -85,7 +86,9 @@ mod verbs {
     /// Enums the module reads and writes as plain integers: `name::Type` (a `c_uint`) and one constant per value.
     const INTEGER_ENUMS: &[&str] = &[
         "ibv_mw_type",
+        "ibv_node_type",
         "ibv_qp_type",
+        "ibv_transport_type",
         "ibv_wc_opcode",
         "ibv_wc_status",
         "ibv_wr_opcode",
@@ -98,7 +101,7 @@ mod verbs {
 
     /// Types the module never looks into: an opaque blob of the right size and alignment instead of their fields
     /// (and of everything those fields name). The provider's ops table is only called through shim.c.
-    const OPAQUE: &[&str] = &["ibv_ah", "ibv_ah_attr", "ibv_context_ops", "ibv_device", "ibv_sa_path_rec"];
+    const OPAQUE: &[&str] = &["ibv_ah", "ibv_ah_attr", "ibv_context_ops", "ibv_sa_path_rec"];
 
     /// libc's types (the module builds socket addresses with libc): ffi.rs imports them, all `Copy`.
     const FROM_LIBC: &[&str] =

@@ -77,6 +77,17 @@ impl Device {
         unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
     }
 
+    /// Whether the device speaks iWARP (`IBV_TRANSPORT_IWARP`: Chelsio T5+/cxgb4, Intel E810/irdma in iWARP
+    /// mode, Soft-iWARP `siw`) rather than InfiniBand or RoCE. iWARP differs where it matters to a target: the
+    /// RDMA READ response writes into the requester's sink buffer as a tagged (remote) write.
+    pub fn is_iwarp(&self) -> bool {
+        // SAFETY: the context is open (we hold the list); `device` is set by ibv_open_device and points at the
+        // device list's entry, which lives as long as the list; `transport_type` is set when the list is made and
+        // never changes.
+        let transport = unsafe { (*(*self.as_ptr()).device).transport_type };
+        transport == ffi::ibv_transport_type::IBV_TRANSPORT_IWARP
+    }
+
     /// Completion vectors the device offers (for [`Device::create_cq`]'s `comp_vector`).
     pub fn num_comp_vectors(&self) -> u32 {
         // SAFETY: the context is open; the field is set at open time and never changes.

@@ -427,6 +427,9 @@ impl Scratch {
                 SendOpcode::SendWithInvalidate(rkey) => {
                     w.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
                     w.__bindgen_anon_1.invalidate_rkey = rkey;
+                    // Soft-iWARP's provider (libsiw) takes the key to invalidate from `wr.rdma.rkey`, not from
+                    // `invalidate_rkey`; the other providers ignore `wr.rdma` for a SEND.
+                    w.wr.rdma.rkey = rkey;
                 }
                 SendOpcode::RdmaWrite { remote_addr, rkey } => {
                     w.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
@@ -569,6 +572,7 @@ mod tests {
         assert_eq!((seen[1].0, seen[1].1, seen[1].2), (11, IBV_WR_SEND, signaled | inline));
         assert_eq!(seen[1].3, vec![(0x3000, 512, 3)]);
         assert_eq!((seen[2].0, seen[2].1, seen[2].2, seen[2].5), (12, IBV_WR_SEND_WITH_INV, solicited, 0x99));
+        assert_eq!(seen[2].4 .1, 0x99, "the key where libsiw reads it too");
         assert!(seen[2].3.is_empty());
         assert_eq!((seen[3].0, seen[3].1, seen[3].4), (13, IBV_WR_RDMA_READ, (0xbeef_0000, 0x88)));
         assert_eq!(seen[3].3, vec![(0x3000, 512, 3)]);
