@@ -187,6 +187,10 @@ pub(crate) struct ConnectionSetup {
     pub(crate) cq_entries: u32,
     pub(crate) max_reads: u32,
     pub(crate) invalidate: bool,
+    /// A SEND with invalidate may carry its CQE inline (not on iWARP: see `DeviceContext::iwarp`).
+    pub(crate) inline_invalidate: bool,
+    /// RDMA WRITEs are signalled (Soft-iWARP: see `DeviceContext::soft_iwarp`).
+    pub(crate) signal_writes: bool,
     pub(crate) peer: Option<SocketAddr>,
 }
 
@@ -339,6 +343,11 @@ impl RdmaConnection {
                 self.reads.completed();
                 self.end_hold(engine, index);
             }
+            // Its send queue entry is freed with the SEND after it, and so is its buffer.
+            WrKind::Write => {
+                self.transfers.progress();
+                self.sends_outstanding = self.sends_outstanding.saturating_sub(1);
+            }
             WrKind::Send => {
                 self.transfers.progress();
                 self.sends_outstanding = self.sends_outstanding.saturating_sub(1);
@@ -371,6 +380,7 @@ impl RdmaConnection {
                 self.queue.release(engine, SlotId::new(index));
                 Ok(())
             }
+            WrKind::Write => Ok(()),
         };
         if let Err(e) = result {
             self.close(engine, &e);
@@ -452,7 +462,7 @@ impl RdmaConnection {
         let posted = posted_count(&result, n);
         for w in &self.pending[..posted] {
             counters.posted(w);
-            if !matches!(w, Work::Write { .. }) {
+            if !matches!(w, Work::Write { signal: None, .. }) {
                 self.sends_outstanding += 1;
             }
         }
@@ -570,7 +580,9 @@ impl RdmaConnection {
                         };
                         let len = len.min(k.length);
                         let local = self.hold(engine, slot.index(), buffer, len)?;
-                        self.pending.push(Work::Write { local, len, remote_addr: k.address, rkey: k.key });
+                        let signal =
+                            self.setup.signal_writes.then(|| wr_id(self.setup.key, WrKind::Write, slot.index()));
+                        self.pending.push(Work::Write { signal, local, len, remote_addr: k.address, rkey: k.key });
                         cost = 2;
                     }
                     self.send_cost[index] = cost;
@@ -580,7 +592,7 @@ impl RdmaConnection {
                         wr_id: wr_id(self.setup.key, WrKind::Send, slot.index()),
                         response: index * CQE_SIZE,
                         invalidate,
-                        inline: self.inline_cqe,
+                        inline: self.inline_cqe && (invalidate.is_none() || self.setup.inline_invalidate),
                     });
                     return Ok(());
                 }
@@ -715,7 +727,7 @@ mod tests {
 
     #[test]
     fn a_write_is_never_posted_without_its_send() {
-        let write = Work::Write { local: 0, len: 4096, remote_addr: 1, rkey: 2 };
+        let write = Work::Write { signal: None, local: 0, len: 4096, remote_addr: 1, rkey: 2 };
         let send = Work::Send { wr_id: 3, response: 0, invalidate: None, inline: true };
         let read = Work::Read { wr_id: 4, local: 0, len: 512, remote_addr: 5, rkey: 6 };
         let pending = [send, write, send, read, write, send];

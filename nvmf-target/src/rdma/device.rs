@@ -92,11 +92,21 @@ fn domain_for(device: &Device) -> Result<ProtectionDomain, RdmaError> {
     Ok(pd)
 }
 
+/// Soft-iWARP's vendor ID (`SIW_VENDOR_ID`, ASCII "bmt").
+const SIW_VENDOR_ID: u32 = 0x0062_6d74;
+
 /// One reactor's resources on one RDMA device.
 #[derive(Debug)]
 pub(crate) struct DeviceContext {
     pub(crate) device: Device,
     pub(crate) attrs: DeviceAttributes,
+    /// An iWARP device ([`Device::is_iwarp`]): the pool takes remote writes (RDMA READ responses), and a SEND with
+    /// invalidate is never inline (Soft-iWARP refuses inline data on anything but SEND and RDMA WRITE).
+    pub(crate) iwarp: bool,
+    /// Soft-iWARP (`siw`, vendor ID [`SIW_VENDOR_ID`]): it sends an unsignalled RDMA WRITE of a page or more
+    /// straight from our pages (zero copy into TCP), which TCP may still read after the SEND behind it completed
+    /// and its buffer went to another command; a signalled WRITE is copied when sent. So WRITEs are signalled.
+    pub(crate) soft_iwarp: bool,
     pub(crate) pd: ProtectionDomain,
     pub(crate) channel: CompletionChannel,
     pub(crate) cq: CompletionQueue,
@@ -122,12 +132,16 @@ impl DeviceContext {
         let channel = device.create_comp_channel()?;
         let cq = device.create_cq(CQ_ENTRIES.min(attrs.max_cqe), Some(&channel), 0)?;
         cq.req_notify(false)?;
-        let pool = register_pool(&pd, engine.pool())?;
-        tracing::info!(device = %device.name(), pool_bytes = pool.len(), cqe = cq.capacity(),
+        let iwarp = device.is_iwarp();
+        let soft_iwarp = iwarp && attrs.vendor_id == SIW_VENDOR_ID;
+        let pool = register_pool(&pd, engine.pool(), iwarp)?;
+        tracing::info!(device = %device.name(), iwarp, soft_iwarp, pool_bytes = pool.len(), cqe = cq.capacity(),
             send_with_invalidate = attrs.device_cap_flags.send_with_invalidate(), "RDMA device opened");
         Ok(DeviceContext {
             device,
             attrs,
+            iwarp,
+            soft_iwarp,
             pd,
             channel,
             cq,

@@ -47,12 +47,20 @@ unsafe impl RegionBuffer for PoolRegion {
     }
 }
 
-/// Register `pool`'s whole region in `pd`. Only local write access: the target reads and writes the hosts' memory,
-/// hosts never touch the pool.
-pub(crate) fn register_pool(pd: &ProtectionDomain, pool: &BufferPool) -> Result<MemoryRegion<PoolRegion>, RdmaError> {
+/// Register `pool`'s whole region in `pd`. Local write access: the target reads and writes the hosts' memory, hosts
+/// never address the pool. On an iWARP device (`iwarp`) remote write too: there an RDMA READ's response is a tagged
+/// write into the requester's sink buffer, which iWARP NICs check for remote write access (as the kernel's
+/// rdma_rw and SPDK register iWARP read sinks; Soft-iWARP checks local write only). The hosts never learn the
+/// region's key, so no peer can name it.
+pub(crate) fn register_pool(
+    pd: &ProtectionDomain,
+    pool: &BufferPool,
+    iwarp: bool,
+) -> Result<MemoryRegion<PoolRegion>, RdmaError> {
     let base = NonNull::new(pool.region_ptr())
         .ok_or_else(|| RdmaError::InvalidArgument { what: "buffer pool", detail: "no region".into() })?;
-    pd.register(PoolRegion { base, len: pool.region_len() }, AccessFlags::LOCAL_WRITE)
+    let access = if iwarp { AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE } else { AccessFlags::LOCAL_WRITE };
+    pd.register(PoolRegion { base, len: pool.region_len() }, access)
 }
 
 /// The `len` bytes at `offset` of `region`, a connection's receive region, read in place once the receive of that
@@ -90,8 +98,10 @@ pub(crate) enum Work {
         rkey: u32,
     },
     /// RDMA WRITE `len` pool bytes at `local` to (`remote_addr`, `rkey`) (unsignalled: the SEND after it completes
-    /// it).
+    /// it; signalled with this completion tag when given, which Soft-iWARP needs to copy the data when it sends it).
     Write {
+        /// Completion tag of a signalled WRITE.
+        signal: Option<u64>,
         /// Offset of the source in the pool region.
         local: usize,
         /// Bytes.
@@ -149,9 +159,10 @@ pub(crate) fn post_sends(
                 Work::Read { wr_id, remote_addr, rkey, .. } => {
                     SendWr::new(wr_id, SendOpcode::RdmaRead { remote_addr, rkey }, sge)
                 }
-                Work::Write { remote_addr, rkey, .. } => {
-                    SendWr { signaled: false, ..SendWr::new(0, SendOpcode::RdmaWrite { remote_addr, rkey }, sge) }
-                }
+                Work::Write { signal, remote_addr, rkey, .. } => SendWr {
+                    signaled: signal.is_some(),
+                    ..SendWr::new(signal.unwrap_or(0), SendOpcode::RdmaWrite { remote_addr, rkey }, sge)
+                },
                 Work::Send { wr_id, invalidate, inline, .. } => {
                     let opcode = invalidate.map_or(SendOpcode::Send, SendOpcode::SendWithInvalidate);
                     SendWr { inline, ..SendWr::new(wr_id, opcode, sge) }

@@ -136,6 +136,8 @@ impl RdmaPollGroup {
             // The event reports the host's depths from our side (see listener::validate_request).
             max_reads: u32::from(peer.initiator_depth).min(d.attrs.max_qp_init_rd_atom).max(1),
             invalidate: rdma.send_with_invalidate && d.attrs.device_cap_flags.send_with_invalidate(),
+            inline_invalidate: !d.iwarp,
+            signal_writes: d.soft_iwarp,
             peer: peer_addr,
         };
         let responder_resources = u32::from(peer.responder_resources).min(d.attrs.max_qp_rd_atom);

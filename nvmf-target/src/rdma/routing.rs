@@ -22,6 +22,9 @@ pub(crate) enum WrKind {
     Read,
     /// A response SEND (index: the slot), possibly after an RDMA WRITE.
     Send,
+    /// An RDMA WRITE signalled on Soft-iWARP (index: the slot): nothing to do, the SEND after it completes the
+    /// slot (see `DeviceContext::soft_iwarp`).
+    Write,
 }
 
 /// Bits of a [`ConnectionKey`] that number the slot; the 8 above are its generation.
@@ -69,6 +72,7 @@ pub(crate) fn wr_id(connection: ConnectionKey, kind: WrKind, index: u16) -> u64 
         WrKind::Read => 2,
         WrKind::Send => 3,
         WrKind::SharedRecv => 4,
+        WrKind::Write => 5,
     };
     (u64::from(connection.0) << 32) | (kind << 24) | u64::from(index)
 }
@@ -81,6 +85,7 @@ pub(crate) fn split_wr_id(wr_id: u64) -> Option<(ConnectionKey, WrKind, u16)> {
         2 => WrKind::Read,
         3 => WrKind::Send,
         4 => WrKind::SharedRecv,
+        5 => WrKind::Write,
         _ => return None,
     };
     Some((ConnectionKey(u32::from_le_bytes([c0, c1, c2, c3])), kind, u16::from_le_bytes([index_lo, index_hi])))
@@ -182,6 +187,7 @@ mod tests {
             (MAX_CONNECTIONS - 1, u8::MAX, WrKind::Send, u16::MAX),
             (1 << 20, 9, WrKind::Recv, 9),
             (0, 0, WrKind::SharedRecv, 4095),
+            (3, 2, WrKind::Write, 17),
         ] {
             let key = ConnectionKey::new(slot, generation);
             assert_eq!((key.slot(), key.generation()), (slot, generation));
@@ -189,7 +195,7 @@ mod tests {
             assert_eq!(split_wr_id(wr_id(key, kind, index)), Some((key, kind, index)));
         }
         assert_eq!(split_wr_id(0), None);
-        assert_eq!(split_wr_id(5 << 24), None);
+        assert_eq!(split_wr_id(6 << 24), None);
     }
 
     /// A completion of the slot's previous connection (its CQE still in the shared CQ, or its storage op) must
