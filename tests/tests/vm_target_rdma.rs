@@ -62,6 +62,7 @@ cat > $CONFIG <<'EOF'
 {config}
 EOF
 our_qps() {{ rdma resource show qp 2>/dev/null | grep -c 'comm nvmf-' || true; }}
+no_qps() {{ [ "$(our_qps)" = 0 ]; }}
 # An address of a netdev without an RDMA device: the target refuses to start, naming the address, verb and errno.
 ip link add dummy1 type dummy && ip addr add 10.78.0.1/24 dev dummy1 && ip link set dummy1 up
 if timeout 30 $NVMF_TARGET_BIN --listen rdma://10.78.0.1:4420 --namespace memory:16M > $NVMF_VM_LOGS/no-device.log 2>&1; then
@@ -81,7 +82,7 @@ step fio_rw_verify $dev 128K 32 32M
 step fio_rw_verify $dev 512 16 1M
 step fio_rw_verify $dev 1M 4 32M
 host_disconnect {NQN}
-wait_until 20 test '$(our_qps)' = 0 || true
+wait_until 20 no_qps || true
 echo "after disconnect: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs)"
 echo "host I/O errors before the load test: $(dmesg | grep -c 'I/O error' || true)"
 # Disconnect under load: fio is cut off; the target drains, frees every QP and serves the next association.
@@ -92,7 +93,7 @@ fio_pid=$!
 sleep 3
 host_disconnect {NQN}
 wait $fio_pid || true
-wait_until 20 test '$(our_qps)' = 0 || true
+wait_until 20 no_qps || true
 echo "after disconnect under load: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs)"
 # (Connected by hand: on a loaded machine the kernel's namespace scan can take longer than host_connect waits.)
 timeout 60 nvme connect -t rdma -a $NVMF_RDMA_ADDR -s 4420 -n {NQN} -i 1 >&2
@@ -100,7 +101,7 @@ wait_until 60 _has_namespace {NQN}
 dev=/dev/$(_namespace_of {NQN})
 step fio_rw_verify $dev 16K 8 4M
 host_disconnect {NQN}
-wait_until 20 test '$(our_qps)' = 0 || true
+wait_until 20 no_qps || true
 echo "after reconnect and disconnect: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs)"
 curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_rdma' || true
 inv=$(metric 'nvmf_target_rdma_work_requests_total{{opcode="send_with_invalidate"}}' || echo 0)
@@ -202,7 +203,7 @@ echo "connected: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pa
 step fio_rw_verify $dev 4K 32 8M
 step fio_rw_verify $dev 128K 32 32M
 host_disconnect {NQN}
-wait_until 20 test '$(our_qps)' = 0 || true
+wait_until 20 no_qps || true
 echo "after disconnect: target qps $(our_qps), gauge $(metric nvmf_target_rdma_queue_pairs)"
 curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_rdma' || true
 rc=0

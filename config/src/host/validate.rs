@@ -14,7 +14,8 @@ use crate::error::{KeyPath, Problem, ValueError};
 use crate::secret::secret;
 use crate::target::{check_nqn, cpu_list, int_in, ip_address, logging, metrics, socket_address, DEFAULT_PORT};
 
-/// Default `[[controller]] path_retries` (the Linux host retries a failed command up to 5 times, `nvme_core.max_retries`).
+/// Default `[[controller]] path_retries` (the Linux host retries a failed command up to 5 times,
+/// `nvme_core.max_retries`).
 pub const DEFAULT_PATH_RETRIES: u8 = 5;
 
 const NBD_ALLOWED: &str =

@@ -1,8 +1,8 @@
 //! The controller table and what changes it: [`DaemonState`] (the daemon's identity, the table of [`Entry`]s behind
-//! one mutex, and the running configuration a reload replaces: [`Reloader`]), [`connect_once`] (an association and its exports), the configured controllers' [`connector`]
-//! threads (retries every `reconnect_delay` until `ctrl_loss_tmo`; started by [`start_connectors`]), and
-//! [`end_entry`] (exports stopped, CC.SHN). The mutex is held for map updates and snapshots only: never across a
-//! connect, an admin command or a disconnect.
+//! one mutex, and the running configuration a reload replaces: [`Reloader`]), [`connect_once`] (an association and
+//! its exports), the configured controllers' [`connector`] threads (retries every `reconnect_delay` until
+//! `ctrl_loss_tmo`; started by [`start_connectors`]), and [`end_entry`] (exports stopped, CC.SHN). The mutex is held
+//! for map updates and snapshots only: never across a connect, an admin command or a disconnect.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
