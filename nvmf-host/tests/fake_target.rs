@@ -534,26 +534,12 @@ fn a_target_that_requires_authentication_is_refused_at_connect() {
 fn options(nr_io_queues: u16) -> nvmf_host::ConnectOptions {
     let id = nvmf_host::HostIdentity::generate();
     nvmf_host::ConnectOptions {
-        transport: nvmf_host::Transport::Tcp,
         hostnqn: id.hostnqn,
         hostid: id.hostid,
         nr_io_queues,
-        queue_size: 128,
         keep_alive_tmo: Duration::from_secs(2),
-        hdr_digest: false,
-        data_digest: false,
-        disable_sqflow: false,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(10),
-        reconnect_delay: Duration::from_millis(500),
-        ctrl_loss_tmo: Some(Duration::from_secs(10)),
-        fast_io_fail_tmo: None,
-        host_iface: None,
-        dhchap_secret: None,
-        dhchap_ctrl_secret: None,
-        iopolicy: nvmf_host::multipath::IoPolicy::default(),
-        path_retries: 5,
-        poll: nvmf_host::controller::PollOptions::default(),
-        queue_cpus: None,
+        ..nvmf_host::ConnectOptions::default()
     }
 }

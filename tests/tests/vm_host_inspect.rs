@@ -92,15 +92,7 @@ fn inspection_commands_answer_as_nvme_cli() {
         .logs(logs.clone())
         .modules(["nvmet", "nvmet_tcp", "null_blk", "nvme_tcp"])
         .deadline(Duration::from_secs(300));
-    let vm = match vm::enabled() {
-        Ok(()) => {
-            let host = nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
-                .unwrap_or_else(|e| panic!("nvmf-host binary: {e}"));
-            let target = nvmf_tests::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
-            vm.env("NVMF_HOST_BIN", host.to_string_lossy()).env("NVMF_TARGET_BIN", target.to_string_lossy())
-        }
-        Err(_) => vm, // run_or_skip says why and skips (or panics under NVMF_REQUIRE_VM=1)
-    };
+    let vm = vm.with_our_daemons();
     let script = format!(
         r#"
 set -eu

@@ -199,15 +199,7 @@ fn scenario(name: &str, paths: &str, modules: &[&str]) {
     let mut all = vec!["ublk_drv"];
     all.extend_from_slice(modules);
     let vm = Vm::new(name).logs(logs).modules(all).deadline(Duration::from_secs(480));
-    let vm = match vm::enabled() {
-        Ok(()) => {
-            let host = nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
-                .unwrap_or_else(|e| panic!("nvmf-host binary: {e}"));
-            let target = nvmf_tests::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
-            vm.env("NVMF_HOST_BIN", host.to_string_lossy()).env("NVMF_TARGET_BIN", target.to_string_lossy())
-        }
-        Err(_) => vm,
-    };
+    let vm = vm.with_our_daemons();
     let script = format!("set -eu\n{paths}{SCENARIO}").replace("{NQN}", NQN);
     let start = Instant::now();
     let Some(out) = vm.run_or_skip(&script) else { return };

@@ -35,15 +35,7 @@ fn nvme_rdma_over_soft_iwarp_both_ways() {
         .siw(true)
         .modules(["nvme_rdma", "nvmet_rdma", "null_blk", "nbd"])
         .deadline(Duration::from_secs(300));
-    let vm = match vm::enabled() {
-        Ok(()) => {
-            let host = nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
-                .unwrap_or_else(|e| panic!("nvmf-host binary: {e}"));
-            let target = nvmf_tests::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
-            vm.env("NVMF_HOST_BIN", host.to_string_lossy()).env("NVMF_TARGET_BIN", target.to_string_lossy())
-        }
-        Err(_) => vm, // run_or_skip says why and skips (or panics under NVMF_REQUIRE_VM=1)
-    };
+    let vm = vm.with_our_daemons();
     let script = format!(
         r#"
 set -eu

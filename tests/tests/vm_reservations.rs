@@ -245,15 +245,7 @@ fn our_host_cli_reserves_on_kernel_nvmet() {
         .logs(logs)
         .modules(["nvmet", "nvmet_tcp", "null_blk"])
         .deadline(Duration::from_secs(900));
-    let vm = match vm::enabled() {
-        Ok(()) => {
-            let host = nvmf_tests::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
-                .unwrap_or_else(|e| panic!("nvmf-host binary: {e}"));
-            let target = nvmf_tests::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
-            vm.env("NVMF_HOST_BIN", host.to_string_lossy()).env("NVMF_TARGET_BIN", target.to_string_lossy())
-        }
-        Err(_) => vm,
-    };
+    let vm = vm.with_our_daemons();
     let script = format!(
         r#"
 set -eu

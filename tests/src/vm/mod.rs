@@ -269,6 +269,19 @@ impl Vm {
         self
     }
 
+    /// Export where our two daemons are (`NVMF_HOST_BIN`, `NVMF_TARGET_BIN`), built first, when the VM can run; else
+    /// unchanged (`run_or_skip` says why it skips, or fails under `NVMF_REQUIRE_VM=1`).
+    #[must_use]
+    pub fn with_our_daemons(self) -> Self {
+        if enabled().is_err() {
+            return self;
+        }
+        let host = crate::workspace_bin::workspace_bin("nvmf-host", "nvmf-host")
+            .unwrap_or_else(|e| panic!("nvmf-host binary: {e}"));
+        let target = crate::workspace_bin::nvmf_target().unwrap_or_else(|e| panic!("nvmf-target binary: {e}"));
+        self.env("NVMF_HOST_BIN", host.to_string_lossy()).env("NVMF_TARGET_BIN", target.to_string_lossy())
+    }
+
     /// Kill the guest if the command has not finished this long after QEMU starts (boot included), scaled
     /// by `NVMF_VM_TIMEOUT_FACTOR` for slow machines.
     #[must_use]
