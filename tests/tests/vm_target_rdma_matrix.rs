@@ -7,7 +7,7 @@
 //! | `rdma_discovery_and_fio_matrix` | `nvme discover -t rdma` lists the subsystem with trtype rdma and the RDMA TSAS fields; `nvme connect -t rdma` with 1 I/O queue × queue size 32 and 4 × 128 gets exactly that; fio randwrite + randread with crc32c verification at 512 B, 4 KiB (in-capsule), 128 KiB (one keyed SGL) and 1 MiB (split transfers) on the first, 4 KiB and 1 MiB on the second |
 //! | `rdma_filesystem_and_disconnect_under_load` | ext4 written, fsck clean, checksums across a reconnect; `nvme disconnect` while fio writes, reconnect, verify again; every RDMA resource released after each disconnect |
 //! | `kernel_nvmet_rdma_answers_the_probe` | the probe against Linux nvmet-rdma gets the answers the kernel gives (so a failure below is the target's, not the probe's); needs no transport of ours |
-//! | `rdma_bad_input_and_leaks` | each malformed connect request rejected with its NVMe/RDMA code; commands before Connect, bad keyed SGL rkeys and lengths, oversize capsules answered with the right status or that QP torn down; queue pairs that never send Connect disconnected at the connect timeout, one that never takes its response at the transfer timeout; a kernel-host connection made before the attack keeps verifying; a probe killed with SIGKILL mid-command, 1000 probe connect cycles and 50 `nvme connect`/`disconnect` cycles leave no RDMA resource, fd or memory behind |
+//! | `rdma_bad_input_and_leaks` | each malformed connect request rejected with its NVMe/RDMA code; commands before Connect, bad keyed SGL rkeys and lengths, oversize capsules answered with the right status or that QP torn down; an I/O queue of a keyed host's controller that never authenticates holds no QID and its failure ends only its queue pair; queue pairs that never send Connect disconnected at the connect timeout, one that never takes its response at the transfer timeout; a kernel-host connection made before the attack keeps verifying; a probe killed with SIGKILL mid-command, 1000 probe connect cycles and 50 `nvme connect`/`disconnect` cycles leave no RDMA resource, fd or memory behind |
 //!
 //! The daemon is built like `vm_target_tcp`'s ([`nvmf_tests::workspace_bin::nvmf_target`]); the probe is this package's
 //! `nvmf-rdma-probe`. Guest helpers: `vm/guest-lib.sh` and `vm/rdma-lib.sh`. Opt-in like every VM scenario
@@ -51,6 +51,10 @@ port = 4420
 nqn = "nqn.2024-01.io.nvmf-rs:vm-rdma"
 serial = "NVMFRDMA01"
 model = "nvmf-rs rdma vm test"
+allow_any_host = true
+[[subsystem.host]]
+nqn = "nqn.2014-08.org.nvmexpress:uuid:6c1f2e3d-4b5a-4978-8a6b-5c4d3e2f1a0b"
+dhchap_key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
 [[subsystem.namespace]]
 memory = "128MiB"
 block_size = 512
@@ -283,6 +287,9 @@ probe io-before-connect io --before-connect
 probe admin-before-connect io --before-connect --qid 0
 for c in rkey rkey-read length write-length; do probe sgl-$c bad-keyed-sgl --case $c; done
 probe oversize oversize-capsule
+# A peer that knows the keyed host's NQN, host ID and CNTLID but not its key, on the RDMA transport.
+probe impostor --hostnqn nqn.2014-08.org.nvmexpress:uuid:6c1f2e3d-4b5a-4978-8a6b-5c4d3e2f1a0b impostor \
+  --key DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:
 # Queue pairs that never send their Fabrics Connect: disconnected at the connect timeout (10 s by default).
 probe silent-io silent --qid 1 --seconds 50
 probe silent-admin silent --qid 0 --seconds 50
@@ -404,6 +411,15 @@ stop_daemon target
     assert_stdout_has(&out, "connect timeouts: 2\n");
     // A queue pair whose response SEND the host never takes holds it (and its buffers) only until the transfer
     // timeout (30 s by default; not before it, and long before the probe's 60 s).
+    // The impostor holds no QID (the real I/O queue 1 connects and authenticates meanwhile) and its failed
+    // authentication ends only its own queue pair: the real queues read and keep alive.
+    let v = probe(&out, "impostor");
+    let expect = serde_json::json!({
+        "outcome": "done", "admin_authenticated": true, "impostor_connect": "SUCCESS", "real_connect": "SUCCESS",
+        "real_authenticated": "", "impostor_failure1": true, "impostor_disconnected": true, "real_read": "SUCCESS",
+        "keep_alive": "SUCCESS",
+    });
+    assert_eq!(v, expect, "impostor\n{}", out.report());
     let v = probe(&out, "stall");
     assert_eq!(v["outcome"], "disconnected", "stall: {v}\n{}", out.report());
     let after = v["seconds"].as_f64().unwrap_or(0.0);
@@ -550,6 +566,9 @@ probe admin-connect admin-connect
 probe io-before-connect io --before-connect
 for c in rkey rkey-read length write-length; do probe sgl-$c bad-keyed-sgl --case $c; done
 probe oversize oversize-capsule
+# A peer that knows the keyed host's NQN, host ID and CNTLID but not its key, on the RDMA transport.
+probe impostor --hostnqn nqn.2014-08.org.nvmexpress:uuid:6c1f2e3d-4b5a-4978-8a6b-5c4d3e2f1a0b impostor \
+  --key DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:
 probe cycles cycles 20
 "#,
     ) else {

@@ -346,6 +346,98 @@ pub(super) fn silent_many(o: &Options, qid: u16, seconds: u64, count: u64) -> Re
     }))
 }
 
+impl HostQueue {
+    /// Authentication Send of `message` (DH-HMAC-CHAP), its data fetched by the target's RDMA READ.
+    fn auth_send(&mut self, message: &[u8]) -> Result<Result<CompletionQueueEntry, Broken>, ProbeError> {
+        self.data.write_at(0, message)?;
+        let len = u32::try_from(message.len()).map_err(|_| ProbeError("message too long".into()))?;
+        let mut sqe = AuthenticationCommand::send(len).to_sqe();
+        sqe.set_sgl1(&self.keyed(len)?)?;
+        self.exec(sqe, 0)
+    }
+
+    /// Authentication Receive of 4 KiB: the message, or how the command or queue failed.
+    fn auth_receive(&mut self) -> Result<Result<Vec<u8>, String>, ProbeError> {
+        let mut sqe = AuthenticationCommand::receive(4096).to_sqe();
+        sqe.set_sgl1(&self.keyed(4096)?)?;
+        Ok(match self.exec(sqe, 0)? {
+            Ok(cqe) if cqe.status.is_success() => {
+                let mut message = vec![0u8; 4096];
+                self.data.read_at(0, &mut message)?;
+                Ok(message)
+            }
+            Ok(cqe) => Err(cqe.status.to_string()),
+            Err(b) => Err(format!("{b:?}")),
+        })
+    }
+
+    /// One DH-HMAC-CHAP transaction with `key`, as the Linux host runs it: whether it succeeded, or how it failed.
+    fn authenticate(&mut self, o: &Options, key: &DhchapSecret) -> Result<Result<(), String>, ProbeError> {
+        let creds = HostCredentials { secret: key, controller_secret: None, hostnqn: &o.hostnqn, subnqn: &o.subnqn };
+        let mut t = HostTransaction::new(creds, 1);
+        if let Err(b) = self.auth_send(&t.negotiate())? {
+            return Ok(Err(format!("Negotiate: {b:?}")));
+        }
+        let challenge = match self.auth_receive()? {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(format!("Challenge: {e}"))),
+        };
+        let reply = match t.reply(&challenge, &SequenceNumbers::new(), &mut OsRandom) {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(format!("Reply: {e}"))),
+        };
+        if let Err(b) = self.auth_send(&reply)? {
+            return Ok(Err(format!("Reply sent: {b:?}")));
+        }
+        Ok(match self.auth_receive()? {
+            Ok(success1) => t.success(&success1).map(drop).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("Success1: {e}")),
+        })
+    }
+}
+
+/// `impostor --key KEY`: the real host (`--hostnqn`, DH-HMAC-CHAP key KEY) authenticates and enables its admin
+/// queue; an impostor opens I/O queue 1 of that controller with the same host NQN, host ID and CNTLID and never
+/// authenticates; the real host's I/O queue 1 connects and authenticates meanwhile; the impostor fails its
+/// transaction (a Receive before any Negotiate) and its queue ends; the real host's queues serve on.
+pub(super) fn impostor(o: &Options, key: &str) -> Result<Value, ProbeError> {
+    let key: DhchapSecret = key.parse().map_err(|e| ProbeError(format!("--key: {e}")))?;
+    let (mut admin, cntlid) = connected_admin(o, SEND_CAPACITY)?;
+    let admin_auth = admin.authenticate(o, &key)?;
+    admin.enable()?;
+    let connect = |q: &mut HostQueue| -> Result<String, ProbeError> {
+        Ok(match q.fabrics_connect(&o.subnqn, &o.hostnqn, 1, cntlid, false)? {
+            Ok(cqe) => cqe.status.to_string(),
+            Err(b) => format!("{b:?}"),
+        })
+    };
+    let (mut impostor, _) = open_queue(o.addr, 1, SEND_CAPACITY)?;
+    let impostor_connect = connect(&mut impostor)?;
+    let (mut real, _) = open_queue(o.addr, 1, SEND_CAPACITY)?;
+    let real_connect = connect(&mut real)?;
+    let real_auth = real.authenticate(o, &key)?;
+    let failure1 = impostor.auth_receive()?.map(|m| m.get(1).copied() == Some(auth_id::FAILURE1));
+    let impostor_disconnected = impostor.wait_disconnected()?;
+    let mut sqe = Read { nsid: 1, slba: 0, nlb: 0, ..Read::default() }.to_sqe();
+    sqe.set_sgl1(&real.keyed(512)?)?;
+    let real_read = real.exec(sqe, 0)?.map(|c| c.status.to_string()).unwrap_or_else(|b| format!("{b:?}"));
+    let keep_alive =
+        admin.exec(KeepAlive.to_sqe(), 0)?.map(|c| c.status.to_string()).unwrap_or_else(|b| format!("{b:?}"));
+    real.close()?;
+    admin.close()?;
+    Ok(json!({
+        "outcome": "done",
+        "admin_authenticated": admin_auth.is_ok(),
+        "impostor_connect": impostor_connect,
+        "real_connect": real_connect,
+        "real_authenticated": real_auth.map_err(|e| e.to_string()).err().unwrap_or_default(),
+        "impostor_failure1": failure1.unwrap_or(false),
+        "impostor_disconnected": impostor_disconnected,
+        "real_read": real_read,
+        "keep_alive": keep_alive,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@
 //! | `cycles N` | N × (CM connect, Fabrics Connect admin, Property Get CAP, disconnect), as fast as it can | `done` with counts |
 //! | `hold [--seconds S]` | admin Connect, an Asynchronous Event Request the target keeps, then sleep (to be killed) | `holding` (printed before sleeping) |
 //! | `stall [--seconds S]` | admin Connect, then Property Gets without reposting a receive: once its receives are used up the target's response SEND meets RNR NAKs (this host asks for rnr_retry_count 7: retried forever); wait up to S s (default 60) for the target to disconnect | `disconnected` (`seconds` after the unanswerable command) or `still_connected` |
+//! | `impostor --key KEY` | the real host (`--hostnqn`, DH-HMAC-CHAP key KEY) authenticates its admin queue; an impostor opens I/O queue 1 of its controller (same host NQN, host ID, CNTLID) and never authenticates; the real I/O queue 1 connects and authenticates; the impostor fails a Receive before any Negotiate; the real queues read and keep alive | `done` with each step's status |
 //! | `silent [--qid N] [--seconds S] [--count N]` | RDMA CM connect (queue `qid`, default 1), then nothing: no Fabrics Connect; wait up to S s (default 60) for the target to disconnect. With `--count`: N such queue pairs from this process, one summary | `disconnected` (after `seconds`) or `still_connected`; with `--count`: counts `disconnected`, `refused` (the connect failed), `other`, and the `fastest` and `slowest` disconnects in s |
 //!
 //! `broken` lines say which work completion failed first (`wc_status`, `wc_op`) or `timeout`, and whether the
@@ -27,11 +28,17 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use nvmf_common::fabrics::auth::command::AuthenticationCommand;
+use nvmf_common::fabrics::auth::host::{HostCredentials, HostTransaction};
+use nvmf_common::fabrics::auth::message::auth_id;
+use nvmf_common::fabrics::auth::secret::DhchapSecret;
+use nvmf_common::fabrics::auth::{OsRandom, SequenceNumbers};
 use nvmf_common::fabrics::connect::{Connect, ConnectData, CNTLID_DYNAMIC};
 use nvmf_common::fabrics::nqn::Nqn;
 use nvmf_common::fabrics::property::{
     Capabilities, ControllerConfiguration, ControllerStatus, Property, PropertyGet, PropertySet, PropertySize,
 };
+use nvmf_common::nvme::admin::KeepAlive;
 use nvmf_common::nvme::identify::{cns, Identify, IdentifyController};
 use nvmf_common::nvme::io::{Read, Write};
 use nvmf_common::nvme::opcode::admin;
@@ -69,6 +76,20 @@ const DEFAULT_SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:vm-rdma";
 const DEFAULT_HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:2f6e0d4c-5a1b-4c3d-9e8f-7a6b5c4d3e2f";
 const HOSTID: [u8; 16] =
     [0x2f, 0x6e, 0x0d, 0x4c, 0x5a, 0x1b, 0x4c, 0x3d, 0x9e, 0x8f, 0x7a, 0x6b, 0x5c, 0x4d, 0x3e, 0x2f];
+
+/// The host ID a host NQN connects with: the UUID of a `nqn.2014-08.org.nvmexpress:uuid:` NQN (as nvme-cli takes
+/// it), else [`HOSTID`], so that two host NQNs of one probe run are two hosts.
+fn host_id_of(hostnqn: &str) -> [u8; 16] {
+    let hex: String = hostnqn.strip_prefix("nqn.2014-08.org.nvmexpress:uuid:").unwrap_or("").replace('-', "");
+    let mut id = [0u8; 16];
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return HOSTID;
+    }
+    for (i, byte) in id.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0);
+    }
+    id
+}
 
 /// The probe could not run (a setup step failed): not an observation about the target.
 #[derive(Debug)]
@@ -322,7 +343,7 @@ impl HostQueue {
         wrong_key: bool,
     ) -> Result<Result<CompletionQueueEntry, Broken>, ProbeError> {
         let data = ConnectData {
-            hostid: HOSTID,
+            hostid: host_id_of(hostnqn),
             cntlid,
             subnqn: Nqn::new(subnqn).map_err(|e| ProbeError(format!("--subnqn {subnqn}: {}", e.reason())))?,
             hostnqn: Nqn::new(hostnqn).map_err(|e| ProbeError(format!("--hostnqn {hostnqn}: {}", e.reason())))?,
@@ -418,7 +439,8 @@ const USAGE: &str = "usage: nvmf-rdma-probe [--addr IP:PORT] [--subnqn NQN] [--h
   cycles N
   hold [--seconds S]
   stall [--seconds S]
-  silent [--qid N] [--seconds S] [--count N]";
+  silent [--qid N] [--seconds S] [--count N]
+  impostor --key DHHC-1:...";
 
 fn run(args: &[String]) -> Result<Value, ProbeError> {
     let addr = std::env::var("NVMF_RDMA_ADDR").unwrap_or_else(|_| "10.77.0.1".into());
@@ -438,7 +460,7 @@ fn run(args: &[String]) -> Result<Value, ProbeError> {
             }
             "--subnqn" => o.subnqn = value("--subnqn")?,
             "--hostnqn" => o.hostnqn = value("--hostnqn")?,
-            "--case" | "--qid" | "--size" | "--seconds" | "--count" => {
+            "--case" | "--qid" | "--size" | "--seconds" | "--count" | "--key" => {
                 rest.push(a.clone());
                 rest.push(value(a)?);
             }
@@ -467,6 +489,7 @@ fn run(args: &[String]) -> Result<Value, ProbeError> {
             cycles(&o, n)
         }
         Some("hold") => hold(&o, number("--seconds", 600)?),
+        Some("impostor") => impostor(&o, flag("--key").ok_or_else(|| ProbeError("--key is required".into()))?),
         Some("stall") => stall(&o, number("--seconds", 60)?),
         Some("silent") => {
             let qid = u16::try_from(number("--qid", 1)?).map_err(|_| ProbeError("--qid: 0..=65535".into()))?;
