@@ -42,9 +42,10 @@ use nvmf_common::fabrics::auth::{AuthError, FailureReason, OsRandom, SequenceNum
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::{storage_tag, Plan, Queue, QueueState, SlotId, SlotState, Step};
+use super::{storage_tag, Plan, Queue, QueueState, SlotId, Step};
 use crate::backend::IoEngine;
 use crate::controller::io::{self, DataSource, Direction};
+use crate::controller::Target;
 
 /// The largest allocation length an Authentication Receive may ask for: the Linux host's (its `CHAP_BUF_SIZE`,
 /// 4 KiB; nvmet answers with the whole allocation length, zero padded, and so does this target).
@@ -78,8 +79,6 @@ pub(super) struct QueueAuth {
     expires: Option<Instant>,
     /// The slot whose DH step is at the pool or parked for room there: the transaction is with the step.
     step_slot: Option<u16>,
-    /// The step parked because the pool's queue was full.
-    parked: Option<Box<DhStep>>,
     /// The transaction of the step under way expired meanwhile: drop it when it comes back.
     step_expired: bool,
 }
@@ -268,25 +267,12 @@ impl Queue {
 
     /// Hand `step` to the target's pool; parked when its queue is full.
     fn offload_step(&mut self, engine: &mut IoEngine, id: SlotId, step: Box<DhStep>) -> Step {
-        let tag = storage_tag(self.transport.queue_key, id);
-        match engine.offload(self.target.auth_pool(), tag, step, run_step) {
-            Ok(()) => {
-                let s = self.slot(id);
-                s.state = SlotState::Executing;
-                s.ops += 1;
-                self.storage_ops += 1;
-                Step::Pending
-            }
-            Err(payload) => {
-                self.auth.parked = payload.downcast().ok();
-                self.park(id, SlotState::NeedSubmit)
-            }
-        }
+        self.offload(engine, id, Target::auth_pool, step, run_step)
     }
 
     /// A parked step's retry (the queue's poll).
     pub(super) fn resubmit_authentication_step(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
-        let Some(step) = self.auth.parked.take() else {
+        let Some(step) = self.take_parked::<DhStep>(id) else {
             return self.authentication_step_lost(engine, id);
         };
         if std::mem::take(&mut self.auth.step_expired) {

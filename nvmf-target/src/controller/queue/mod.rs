@@ -55,7 +55,7 @@ use super::target::{Target, TransportInfo};
 use super::EventNotifier;
 #[cfg(doc)]
 use crate::backend::TurnClock;
-use crate::backend::{BufferBudget, BufferId, IoEngine};
+use crate::backend::{BufferBudget, BufferId, IoEngine, Payload};
 use crate::counters::{QueueCounters, QueueRecorder};
 
 pub use authentication::MAX_RECEIVE_LEN;
@@ -422,8 +422,8 @@ pub struct Queue {
     auth: QueueAuth,
     /// A fused operation under way.
     fused: Fused,
-    /// Reservation state writes parked because the state pool's queue was full, by slot.
-    parked_writes: Vec<(u16, Box<reservation::StateWriteStep>)>,
+    /// Work parked because its pool's queue was full (a DH step, a reservation state write), by slot.
+    parked_offloads: Vec<(u16, Payload)>,
 }
 
 fn index_of(i: usize) -> u16 {
@@ -464,7 +464,7 @@ impl Queue {
             disconnected: false,
             auth: QueueAuth::default(),
             fused: Fused::None,
-            parked_writes: Vec::new(),
+            parked_offloads: Vec::new(),
         }
     }
 
@@ -794,7 +794,7 @@ impl Queue {
         self.held_aers.clear();
         self.disconnect_slot = None;
         self.fused = Fused::None;
-        self.parked_writes.clear();
+        self.parked_offloads.clear();
     }
 
     fn slot(&mut self, id: SlotId) -> &mut Slot {

@@ -18,11 +18,12 @@ use nvmf_common::nvme::reservation::{
 };
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::{storage_tag, Plan, Queue, SlotId, SlotState, Step};
+use super::{storage_tag, Plan, Queue, SlotId, Step};
 use crate::backend::IoEngine;
 use crate::controller::io::{self, DataSource, Direction};
 use crate::controller::reservation::{Access, Notices, StateWrite};
 use crate::controller::subsystem::Namespace;
+use crate::controller::Target;
 
 /// A namespace's reservation state to write, on the target's state pool.
 #[derive(Debug)]
@@ -214,32 +215,16 @@ impl Queue {
         }
     }
 
-    /// Hand `step` to the target's state pool; parked when its queue is full.
+    /// Hand `step` to the target's state pool.
     fn offload_state_write(&mut self, engine: &mut IoEngine, id: SlotId, step: Box<StateWriteStep>) -> Step {
-        let tag = storage_tag(self.transport.queue_key, id);
-        match engine.offload(self.target.state_pool(), tag, step, run_state_write) {
-            Ok(()) => {
-                let s = self.slot(id);
-                s.state = SlotState::Executing;
-                s.ops += 1;
-                self.storage_ops += 1;
-                Step::Pending
-            }
-            Err(payload) => {
-                if let Ok(step) = payload.downcast() {
-                    self.parked_writes.push((id.0, step));
-                }
-                self.park(id, SlotState::NeedSubmit)
-            }
-        }
+        self.offload(engine, id, Target::state_pool, step, run_state_write)
     }
 
     /// A parked state write's retry (the queue's poll).
     pub(super) fn resubmit_state_write(&mut self, engine: &mut IoEngine, id: SlotId) -> Step {
-        let Some(i) = self.parked_writes.iter().position(|(slot, _)| *slot == id.0) else {
+        let Some(step) = self.take_parked::<StateWriteStep>(id) else {
             return self.respond_err(engine, id, Status::INTERNAL_ERROR.with_dnr(), 0);
         };
-        let (_, step) = self.parked_writes.swap_remove(i);
         self.offload_state_write(engine, id, step)
     }
 

@@ -5,7 +5,8 @@ use nvmf_common::nvme::io::NSID_ALL;
 use nvmf_common::nvme::Status;
 
 use super::{storage_tag, Plan, Queue, Slot, SlotId, SlotState, Step};
-use crate::backend::{BufferId, IoEngine, IoOp};
+use crate::backend::{BufferId, IoEngine, IoOp, Payload, Work, WorkPool};
+use crate::controller::Target;
 
 impl Queue {
     /// The storage op at `cursor` of `s`'s plan: (next cursor, NSID, op, buffer), or `None` when the plan has
@@ -52,6 +53,39 @@ impl Queue {
             }
             _ => None,
         }
+    }
+
+    /// Hand `payload` to the target's `pool` to run `work` on as `id`'s one op: its completion comes as a storage op's
+    /// (by the slot's storage tag) and the caller takes the payload back with `take_offloaded`. When the pool's queue
+    /// is full the command parks on the retry list with its payload, which [`Queue::take_parked`] gives back.
+    pub(super) fn offload(
+        &mut self,
+        engine: &mut IoEngine,
+        id: SlotId,
+        pool: fn(&Target) -> &WorkPool,
+        payload: Payload,
+        work: Work,
+    ) -> Step {
+        let tag = storage_tag(self.transport.queue_key, id);
+        match engine.offload(pool(&self.target), tag, payload, work) {
+            Ok(()) => {
+                let s = self.slot(id);
+                s.state = SlotState::Executing;
+                s.ops += 1;
+                self.storage_ops += 1;
+                Step::Pending
+            }
+            Err(payload) => {
+                self.parked_offloads.push((id.0, payload));
+                self.park(id, SlotState::NeedSubmit)
+            }
+        }
+    }
+
+    /// The payload [`Queue::offload`] parked for `id`, if it is `T`.
+    pub(super) fn take_parked<T: 'static>(&mut self, id: SlotId) -> Option<Box<T>> {
+        let i = self.parked_offloads.iter().position(|(slot, _)| *slot == id.0)?;
+        self.parked_offloads.swap_remove(i).1.downcast().ok()
     }
 
     /// Push the plan's remaining storage ops; parks the command when the ring is full, finishes it when there
