@@ -1,6 +1,6 @@
-//! What the dashboard tests share (`target_dashboard.rs` for the target, `host_dashboard.rs` for the host): a Prometheus
-//! exposition's metric and label names, the metrics and labels a Grafana dashboard's queries use, and the problems
-//! of one against the other.
+//! What the dashboard tests share (`target_dashboard.rs` for the target, `host_dashboard.rs` for the host): a
+//! Prometheus exposition's metric and label names, the metrics and labels a Grafana dashboard's queries use, and the
+//! problems of one against the other.
 
 use std::collections::{BTreeMap, BTreeSet};
 

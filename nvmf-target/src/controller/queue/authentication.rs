@@ -11,10 +11,10 @@
 //! if that is the admin queue (nvmet ends the association, `nvmet_ctrl_fatal_error`, so a peer that knows a host's
 //! NQN, host ID and CNTLID could end it by failing on purpose); from the failure on, the queue takes no other command.
 //! Until its first transaction succeeds a queue is charged to the anonymous buffer share, and an I/O queue holds no
-//! QID (it takes it when authenticated), so such a peer cannot keep the real host's queue out either. A re-authentication
-//! that does not finish within the connect timeout is dropped with its key material and counted as a failure (nvmet
-//! expires its transactions likewise): the queue keeps its earlier authentication, and a later message of the
-//! stalled transaction fails it.
+//! QID (it takes it when authenticated), so such a peer cannot keep the real host's queue out either. A
+//! re-authentication that does not finish within the connect timeout is dropped with its key material and counted
+//! as a failure (nvmet expires its transactions likewise): the queue keeps its earlier authentication, and a later
+//! message of the stalled transaction fails it.
 //!
 //! The transactions are [`ControllerTransaction`]s, with the host's keys read from the subsystem when each
 //! starts (a reload's new keys apply to the next; a host whose keys name no DH group gets the target's,

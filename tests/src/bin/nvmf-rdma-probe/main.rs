@@ -1,6 +1,6 @@
 //! `nvmf-rdma-probe`: a raw NVMe/RDMA host (RDMA CM + verbs through `nvmf_common::transport::rdma::verbs`) that
-//! sends what a well-behaved host never would, for the VM scenarios in `tests/vm_target_rdma_matrix.rs`. Each run prints
-//! one JSON line saying what it observed and exits 0; the test decides whether that was right. Exit 1 (with a
+//! sends what a well-behaved host never would, for the VM scenarios in `tests/vm_target_rdma_matrix.rs`. Each run
+//! prints one JSON line saying what it observed and exits 0; the test decides whether that was right. Exit 1 (with a
 //! `"outcome":"probe_error"` line) only when the probe itself could not run (no RDMA device, no route).
 //!
 //!     nvmf-rdma-probe [--addr IP:PORT] [--subnqn NQN] [--hostnqn NQN] COMMAND
