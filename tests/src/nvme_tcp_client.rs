@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use nvmf_common::fabrics::auth::command::AuthenticationCommand;
 use nvmf_common::fabrics::connect::{Connect, ConnectData};
 use nvmf_common::fabrics::nqn::Nqn;
 use nvmf_common::fabrics::property::{PropertyGet, PropertySet, PropertySize};
@@ -372,6 +373,17 @@ impl TcpTestClient {
         let hostnqn = Nqn::new(hostnqn).map_err(|e| ClientError::Protocol(format!("host NQN: {e}")))?;
         let data = ConnectData { hostid, cntlid, subnqn, hostnqn }.to_bytes();
         self.command_raw(sqe, &data, &[], 0)
+    }
+
+    /// Authentication Send (DH-HMAC-CHAP) of `message`.
+    pub fn authentication_send(&mut self, message: &[u8]) -> Result<Completion, ClientError> {
+        let len = u32::try_from(message.len()).map_err(|_| ClientError::Protocol("message too long".into()))?;
+        self.command(AuthenticationCommand::send(len).to_sqe(), Some(message), 0)
+    }
+
+    /// Authentication Receive (DH-HMAC-CHAP) of 4 KiB, as the Linux host asks: the message is the data.
+    pub fn authentication_receive(&mut self) -> Result<Completion, ClientError> {
+        self.command(AuthenticationCommand::receive(4096).to_sqe(), None, 4096)
     }
 
     /// Property Get of a 4- or 8-byte property; returns the value.

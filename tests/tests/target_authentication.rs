@@ -8,7 +8,6 @@ mod target_support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use nvmf_common::fabrics::auth::command::AuthenticationCommand;
 use nvmf_common::fabrics::auth::host::{HostCredentials, HostTransaction};
 use nvmf_common::fabrics::auth::message::auth_id;
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
@@ -35,12 +34,11 @@ fn target(io: SocketIoMode) -> Target {
 }
 
 fn auth_send(q: &mut TcpTestClient, message: &[u8]) {
-    let len = u32::try_from(message.len()).unwrap();
-    ok(q.command(AuthenticationCommand::send(len).to_sqe(), Some(message), 0));
+    ok(q.authentication_send(message));
 }
 
 fn auth_receive(q: &mut TcpTestClient) -> Vec<u8> {
-    ok(q.command(AuthenticationCommand::receive(4096).to_sqe(), None, 4096)).data
+    ok(q.authentication_receive()).data
 }
 
 /// One DH-HMAC-CHAP transaction as the Linux host runs it, with `key`.

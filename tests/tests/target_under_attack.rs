@@ -25,7 +25,6 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use nvmf_common::fabrics::auth::command::AuthenticationCommand;
 use nvmf_common::fabrics::auth::dh::DhGroup;
 use nvmf_common::fabrics::auth::hash::HashFunction;
 use nvmf_common::fabrics::auth::message::{Negotiate, ProtocolDescriptor, Reply};
@@ -244,19 +243,14 @@ fn failed_authentication(from: &str, to: SocketAddr, group: DhGroup) {
     }
     let dhchap = ProtocolDescriptor { hashes: vec![HashFunction::Sha256], dh_groups: vec![group] };
     let negotiate = Negotiate { t_id: 1, sc_c: 0, dhchap }.to_bytes();
-    let send = |c: &mut TcpTestClient, m: &[u8]| {
-        let len = u32::try_from(m.len()).unwrap();
-        c.command(AuthenticationCommand::send(len).to_sqe(), Some(m), 0)
-    };
-    let receive = |c: &mut TcpTestClient| c.command(AuthenticationCommand::receive(4096).to_sqe(), None, 4096);
-    if send(&mut c, &negotiate).is_err() || receive(&mut c).is_err() {
+    if c.authentication_send(&negotiate).is_err() || c.authentication_receive().is_err() {
         return;
     }
     // A DH value the size of the group's prime, neither 0, 1 nor p-1: the target must exponentiate it.
     let dhv = vec![0x5a; group.value_len()];
     let reply = Reply { t_id: 1, rval: &[0xa5; 32], cval: None, seqnum: 0, dhv: &dhv }.to_bytes().unwrap();
-    if send(&mut c, &reply).is_ok() {
-        let _ = receive(&mut c);
+    if c.authentication_send(&reply).is_ok() {
+        let _ = c.authentication_receive();
     }
 }
 
