@@ -181,9 +181,7 @@ fn controller(
     };
     let path_retries = match raw.path_retries {
         None => DEFAULT_PATH_RETRIES,
-        Some(n) => u8::try_from(n).ok().filter(|n| *n <= 15).ok_or_else(|| {
-            Problem::new(key.key("path_retries"), format!("retry count {n} is out of range"), "0..=15")
-        })?,
+        Some(n) => int_in(n, 0..=15, &key.key("path_retries"), "retry count", "0..=15")?,
     };
     let host_iface = raw.host_iface.as_ref().map(|iface| interface_name(iface, &key.key("host_iface"))).transpose()?;
     if host_iface.is_some() && raw.transport == Some(Transport::Rdma) {
