@@ -12,7 +12,7 @@
 # which pool creation waits for). CEPH_MEMSTORE_BYTES sets the OSD's RAM (default 4 GiB; memory is used as written);
 # CEPH_ADDR the address the daemons listen on (default 127.0.0.1; a test guest's link address serves other guests);
 # CEPH_WATCH_TIMEOUT how long a silent client keeps its watches, hence its exclusive locks (default Ceph's 30 s).
-set -euo pipefail
+set -Eeuo pipefail
 
 usage() { echo "usage: $0 start|stop|status DIR [POOL]" >&2; exit 2; }
 [ $# -ge 2 ] || usage
@@ -43,6 +43,17 @@ stop() {
         done
         [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
         rm -f "$pidfile"
+    done
+}
+
+# On a failed start: what failed, and the daemons' own last words, which they write to their logs only.
+tell() {
+    local log
+    echo "$0: \`$1\` failed with exit status $2" >&2
+    for log in "$dir"/log/*.log "$dir"/log/*.out; do
+        [ -s "$log" ] || continue
+        echo "--- the end of $log:" >&2
+        { grep -E '^[0-9]{4}-' "$log" | grep -v ' rocksdb: ' || true; } | tail -n 15 >&2
     done
 }
 
@@ -83,6 +94,9 @@ mon allow pool size one = true
 mon allow pool delete = true
 mon warn on pool no redundancy = false
 mon data avail warn = 1
+# The monitor refuses to start when its folder's file system has less than 5% free; its data is small, and a
+# test machine's disk may well be that full.
+mon data avail crit = 0
 osd client watch timeout = ${CEPH_WATCH_TIMEOUT:-30}
 auth allow insecure global id reclaim = false
 [mon]
@@ -107,17 +121,17 @@ CONF
     chmod 600 "$dir/keyring"
     monmaptool --create --fsid "$fsid" --addv a "[v2:$addr:$mon_port]" "$dir/monmap" >/dev/null
     ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/keyring"
-    ceph-mon -c "$conf" -i a </dev/null >/dev/null 2>&1
+    ceph-mon -c "$conf" -i a </dev/null >"$dir/log/mon.a.out" 2>&1
     ceph-authtool --create-keyring "$dir/mgr/keyring" --gen-key -n mgr.x >/dev/null
     ceph -c "$conf" --connect-timeout 30 auth add mgr.x mon 'allow profile mgr' osd 'allow *' \
         -i "$dir/mgr/keyring" >/dev/null 2>&1
-    ceph-mgr -c "$conf" -i x </dev/null >/dev/null 2>&1
+    ceph-mgr -c "$conf" -i x </dev/null >"$dir/log/mgr.x.out" 2>&1
     local id
     id=$(ceph -c "$conf" --connect-timeout 30 osd create "$osd_uuid")
     ceph-osd -c "$conf" -i "$id" --mkfs --mkkey --osd-uuid "$osd_uuid" --no-mon-config 2>"$dir/log/osd-mkfs.err" \
         || { cat "$dir/log/osd-mkfs.err" >&2; exit 1; }
     ceph -c "$conf" auth add "osd.$id" osd 'allow *' mon 'allow profile osd' -i "$dir/osd/keyring" >/dev/null 2>&1
-    ceph-osd -c "$conf" -i "$id" </dev/null >/dev/null 2>&1
+    ceph-osd -c "$conf" -i "$id" </dev/null >"$dir/log/osd.out" 2>&1
     timeout 60 ceph -c "$conf" osd pool create "$pool" 8 8 >/dev/null 2>&1
     timeout 60 rbd -c "$conf" pool init "$pool"
     # The pool is usable once its placement groups are active.
@@ -135,7 +149,7 @@ CONF
 }
 
 case $action in
-start) trap 'stop' ERR; start ;;
+start) trap 'status=$?; tell "$BASH_COMMAND" $status; stop; exit $status' ERR; start ;;
 stop) stop ;;
 status) ceph -c "$conf" -s ;;
 *) usage ;;
