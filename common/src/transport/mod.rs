@@ -4,3 +4,5 @@
 
 pub mod rdma;
 pub mod tcp;
+#[cfg(feature = "tls")]
+pub mod tls;

@@ -1,0 +1,110 @@
+//! TLS 1.3 with an external pre-shared key on an NVMe/TCP connection (NVMe/TCP transport specification §3.6,
+//! TP 8011), as Linux (`tlshd` + kTLS) and SPDK do it: the handshake in user space with OpenSSL, then the record
+//! layer moved into the kernel (kTLS), so that both socket paths (epoll and io_uring) read and write plaintext on
+//! the same descriptor as before, and the kernel encrypts.
+//!
+//! - [`handshake`]: the client's and the server's handshake on a connected, blocking socket (the caller bounds it
+//!   with socket timeouts), offering or looking up the PSK by its identity;
+//! - `openssl`: the only code here that calls OpenSSL (`openssl-sys`, plus the TLS 1.3 PSK session calls it does not
+//!   bind), which is why it holds `unsafe`;
+//! - `ktls`: the traffic keys derived from the handshake's secrets and given to the kernel (`TCP_ULP` "tls",
+//!   `TLS_TX`/`TLS_RX`).
+//!
+//! What the PSK is and how it is derived from a configured key is [`crate::fabrics::tls`]'s business: here a PSK
+//! is an identity, key bytes and the cipher suite they belong to. Keys and traffic secrets live in
+//! [`zeroize::Zeroizing`] buffers and are never formatted.
+
+mod handshake;
+mod ktls;
+mod openssl;
+
+pub use handshake::{client_handshake, server_handshake, Secured};
+pub use ktls::ktls_available;
+
+use zeroize::Zeroizing;
+
+/// The TLS 1.3 cipher suites NVMe/TCP uses: the PSK's hash decides which (SHA-256 → AES-128-GCM, SHA-384 →
+/// AES-256-GCM); kTLS takes both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CipherSuite {
+    /// `TLS_AES_128_GCM_SHA256` (0x1301).
+    Aes128GcmSha256,
+    /// `TLS_AES_256_GCM_SHA384` (0x1302).
+    Aes256GcmSha384,
+}
+
+impl CipherSuite {
+    /// The IANA name, as OpenSSL and the logs spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CipherSuite::Aes128GcmSha256 => "TLS_AES_128_GCM_SHA256",
+            CipherSuite::Aes256GcmSha384 => "TLS_AES_256_GCM_SHA384",
+        }
+    }
+
+    /// The suite's two-byte identifier.
+    fn id(self) -> [u8; 2] {
+        match self {
+            CipherSuite::Aes128GcmSha256 => [0x13, 0x01],
+            CipherSuite::Aes256GcmSha384 => [0x13, 0x02],
+        }
+    }
+
+    /// The length of its hash (and so of its PSK and traffic secrets).
+    pub fn hash_len(self) -> usize {
+        match self {
+            CipherSuite::Aes128GcmSha256 => 32,
+            CipherSuite::Aes256GcmSha384 => 48,
+        }
+    }
+}
+
+/// A pre-shared key as the handshake uses it: the identity sent in the ClientHello, the TLS PSK and its suite.
+pub struct HandshakePsk {
+    /// The PSK identity (`NVMe0R01 …` or `NVMe1R0x …`).
+    pub identity: Vec<u8>,
+    /// The TLS PSK (as many bytes as the suite's hash).
+    pub key: Zeroizing<Vec<u8>>,
+    /// The suite the key belongs to.
+    pub suite: CipherSuite,
+}
+
+impl std::fmt::Debug for HandshakePsk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakePsk")
+            .field("identity", &String::from_utf8_lossy(&self.identity))
+            .field("suite", &self.suite)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a handshake or the move to kTLS failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The peer offered no identity we hold a key for (server), or refused ours (client).
+    #[error("no pre-shared key in common with the peer{}", identity_suffix(.0))]
+    UnknownIdentity(Option<String>),
+    /// The handshake failed: OpenSSL's reason, or the socket's error.
+    #[error("TLS handshake: {0}")]
+    Handshake(String),
+    /// The handshake did not end within the socket's timeouts.
+    #[error("TLS handshake: the peer stopped answering")]
+    TimedOut,
+    /// The kernel cannot take the records (no `tls` module, or it refused the keys).
+    #[error("kTLS: {0}")]
+    Ktls(String),
+    /// A PSK whose length is not its suite's hash length.
+    #[error("a {suite} PSK must be {expected} bytes, not {got}")]
+    KeyLength {
+        /// Its suite's name.
+        suite: &'static str,
+        /// The hash length.
+        expected: usize,
+        /// What was given.
+        got: usize,
+    },
+}
+
+fn identity_suffix(identity: &Option<String>) -> String {
+    identity.as_ref().map(|i| format!(" (it offered \"{i}\")")).unwrap_or_default()
+}

@@ -1,0 +1,395 @@
+//! The OpenSSL side of a TLS 1.3 handshake with an external PSK: a context per handshake (TLS 1.3 only, the two
+//! NVMe/TCP suites, no session tickets, no certificate), the PSK handed over as an `SSL_SESSION` from the
+//! client's use-session and the server's find-session callbacks (as SPDK does; `openssl-sys` does not bind these
+//! TLS 1.3 calls, so they are declared here), and the traffic secrets taken from the key-log callback for kTLS.
+//! Every pointer OpenSSL gives or takes stays inside this file.
+
+use std::ffi::{c_char, c_int, c_uchar, c_ulong, c_void, CStr};
+use std::os::fd::RawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+
+use openssl_sys as ffi;
+use zeroize::Zeroizing;
+
+use super::{CipherSuite, HandshakePsk, TlsError};
+
+type UseSessionCallback = unsafe extern "C" fn(
+    *mut ffi::SSL,
+    *const ffi::EVP_MD,
+    *mut *const c_uchar,
+    *mut usize,
+    *mut *mut ffi::SSL_SESSION,
+) -> c_int;
+type FindSessionCallback =
+    unsafe extern "C" fn(*mut ffi::SSL, *const c_uchar, usize, *mut *mut ffi::SSL_SESSION) -> c_int;
+
+extern "C" {
+    fn SSL_set_fd(ssl: *mut ffi::SSL, fd: c_int) -> c_int;
+    fn SSL_SESSION_new() -> *mut ffi::SSL_SESSION;
+    fn SSL_SESSION_set1_master_key(session: *mut ffi::SSL_SESSION, key: *const c_uchar, len: usize) -> c_int;
+    fn SSL_SESSION_set_cipher(session: *mut ffi::SSL_SESSION, cipher: *const ffi::SSL_CIPHER) -> c_int;
+    fn SSL_SESSION_set_protocol_version(session: *mut ffi::SSL_SESSION, version: c_int) -> c_int;
+    fn SSL_CIPHER_find(ssl: *mut ffi::SSL, id: *const c_uchar) -> *const ffi::SSL_CIPHER;
+    fn SSL_CIPHER_get_protocol_id(cipher: *const ffi::SSL_CIPHER) -> u16;
+    fn SSL_CTX_set_psk_use_session_callback(ctx: *mut ffi::SSL_CTX, cb: Option<UseSessionCallback>);
+    fn SSL_CTX_set_psk_find_session_callback(ctx: *mut ffi::SSL_CTX, cb: Option<FindSessionCallback>);
+    fn ERR_clear_error();
+}
+
+/// The longest PSK identity kept for a log line; TLS allows 65535 bytes, the NVMe identities are a few hundred.
+const MAX_IDENTITY_KEPT: usize = 1024;
+
+/// Which end of the handshake this is, with what it needs.
+pub(super) enum Role<'a> {
+    /// Offer this PSK.
+    Client(&'a HandshakePsk),
+    /// Look up the PSK of the identity the client offers.
+    Server(&'a mut dyn FnMut(&[u8]) -> Option<HandshakePsk>),
+}
+
+/// What a handshake learned: the identity used, the suite, and both directions' application traffic secrets.
+pub(super) struct Outcome {
+    pub identity: Vec<u8>,
+    pub suite: CipherSuite,
+    pub client_secret: Zeroizing<Vec<u8>>,
+    pub server_secret: Zeroizing<Vec<u8>>,
+}
+
+/// The state the callbacks reach through the `SSL`'s application data.
+struct Exchange<'a> {
+    role: Role<'a>,
+    /// The identity the client offered (server) or we offered (client).
+    offered: Option<Vec<u8>>,
+    /// The identity a session was made for, and its suite.
+    chosen: Option<(Vec<u8>, CipherSuite)>,
+    client_secret: Option<Zeroizing<Vec<u8>>>,
+    server_secret: Option<Zeroizing<Vec<u8>>>,
+}
+
+/// An owned `SSL_CTX`.
+struct Context(*mut ffi::SSL_CTX);
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from SSL_CTX_new, is not null and is freed once, here.
+        unsafe { ffi::SSL_CTX_free(self.0) }
+    }
+}
+
+/// An owned `SSL`.
+struct Connection(*mut ffi::SSL);
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from SSL_new, is not null and is freed once, here; the socket BIO does not own
+        // the descriptor, so this sends and closes nothing.
+        unsafe { ffi::SSL_free(self.0) }
+    }
+}
+
+/// Run the handshake on `fd` (connected, blocking; its timeouts bound every wait).
+pub(super) fn handshake(fd: RawFd, role: Role<'_>) -> Result<Outcome, TlsError> {
+    ffi::init();
+    let client = matches!(role, Role::Client(_));
+    let suites = match &role {
+        Role::Client(psk) => psk.suite.name(),
+        Role::Server(_) => "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384",
+    };
+    let mut exchange = Exchange { role, offered: None, chosen: None, client_secret: None, server_secret: None };
+    // SAFETY: clears this thread's OpenSSL error queue; no pointers.
+    unsafe { ERR_clear_error() };
+    let ctx = context(client, suites)?;
+    // SAFETY: ctx.0 is a live context; the result is checked for null and owned by the guard.
+    let ssl = Connection(non_null(unsafe { ffi::SSL_new(ctx.0) }, "SSL_new")?);
+    // SAFETY: `exchange` outlives the SSL (dropped at the end of this function, after `ssl`'s last use, which is
+    // the handshake below); the callbacks read it only during SSL_connect/SSL_accept, on this thread.
+    let attached = unsafe { ffi::SSL_set_ex_data(ssl.0, 0, ptr::from_mut(&mut exchange).cast::<c_void>()) };
+    // SAFETY: ssl.0 is live; SSL_set_fd only records the descriptor in a non-owning socket BIO.
+    if attached != 1 || unsafe { SSL_set_fd(ssl.0, fd) } != 1 {
+        return Err(TlsError::Handshake(openssl_reason("cannot attach the socket")));
+    }
+    // SAFETY: ssl.0 is live and set up above; both calls block on the socket, bounded by its timeouts.
+    let done = unsafe {
+        if client {
+            ffi::SSL_connect(ssl.0)
+        } else {
+            ffi::SSL_accept(ssl.0)
+        }
+    };
+    let result = if done == 1 { outcome(&ssl, &mut exchange) } else { Err(failure(&ssl, done, &exchange, client)) };
+    drop(ssl);
+    // SAFETY: as above.
+    unsafe { ERR_clear_error() };
+    result
+}
+
+/// A context for one handshake.
+fn context(client: bool, suites: &str) -> Result<Context, TlsError> {
+    // SAFETY: TLS_method returns a static method table; the context is checked for null and owned by the guard.
+    let ctx = Context(non_null(unsafe { ffi::SSL_CTX_new(ffi::TLS_method()) }, "SSL_CTX_new")?);
+    let suites = std::ffi::CString::new(suites).map_err(|_| TlsError::Handshake("bad suite list".into()))?;
+    // SAFETY: ctx.0 is live; the suite string is NUL-terminated and copied by OpenSSL; the callbacks are functions
+    // of this file with the signatures OpenSSL declares.
+    let ok = unsafe {
+        ffi::SSL_CTX_set_min_proto_version(ctx.0, ffi::TLS1_3_VERSION) == 1
+            && ffi::SSL_CTX_set_max_proto_version(ctx.0, ffi::TLS1_3_VERSION) == 1
+            && ffi::SSL_CTX_set_ciphersuites(ctx.0, suites.as_ptr()) == 1
+            // No tickets: a post-handshake record would reach kTLS as a control record the NVMe/TCP peer cannot
+            // take, and nobody resumes an NVMe/TCP session.
+            && ffi::SSL_CTX_set_num_tickets(ctx.0, 0) == 1
+    };
+    if !ok {
+        return Err(TlsError::Handshake(openssl_reason("cannot set up the context")));
+    }
+    // SAFETY: as above.
+    unsafe {
+        ffi::SSL_CTX_set_options(ctx.0, ffi::SSL_OP_NO_TICKET);
+        ffi::SSL_CTX_set_keylog_callback(ctx.0, Some(key_log));
+        if client {
+            SSL_CTX_set_psk_use_session_callback(ctx.0, Some(use_session));
+        } else {
+            SSL_CTX_set_psk_find_session_callback(ctx.0, Some(find_session));
+        }
+    }
+    Ok(ctx)
+}
+
+fn non_null<T>(p: *mut T, what: &str) -> Result<*mut T, TlsError> {
+    if p.is_null() {
+        Err(TlsError::Handshake(openssl_reason(what)))
+    } else {
+        Ok(p)
+    }
+}
+
+/// After a completed handshake: the suite and the secrets kTLS needs.
+fn outcome(ssl: &Connection, exchange: &mut Exchange<'_>) -> Result<Outcome, TlsError> {
+    // SAFETY: ssl.0 is live; the cipher pointer is OpenSSL's static table entry, read at once.
+    let id = unsafe {
+        let cipher = ffi::SSL_get_current_cipher(ssl.0);
+        if cipher.is_null() {
+            0
+        } else {
+            SSL_CIPHER_get_protocol_id(cipher)
+        }
+    };
+    let suite = match id {
+        0x1301 => CipherSuite::Aes128GcmSha256,
+        0x1302 => CipherSuite::Aes256GcmSha384,
+        other => return Err(TlsError::Handshake(format!("negotiated cipher suite {other:#06x}"))),
+    };
+    let Some((identity, psk_suite)) = exchange.chosen.take() else {
+        return Err(TlsError::Handshake("completed without a pre-shared key".into()));
+    };
+    if psk_suite != suite {
+        return Err(TlsError::Handshake(format!(
+            "the PSK is for {} but {} was negotiated",
+            psk_suite.name(),
+            suite.name()
+        )));
+    }
+    match (exchange.client_secret.take(), exchange.server_secret.take()) {
+        (Some(client_secret), Some(server_secret)) => Ok(Outcome { identity, suite, client_secret, server_secret }),
+        _ => Err(TlsError::Handshake("OpenSSL did not give the traffic secrets".into())),
+    }
+}
+
+/// Why a handshake that did not complete failed.
+fn failure(ssl: &Connection, ret: c_int, exchange: &Exchange<'_>, client: bool) -> TlsError {
+    // SAFETY: ssl.0 is live; SSL_get_error reads its state and this thread's error queue.
+    let code = unsafe { ffi::SSL_get_error(ssl.0, ret) };
+    let os = std::io::Error::last_os_error();
+    match code {
+        ffi::SSL_ERROR_WANT_READ | ffi::SSL_ERROR_WANT_WRITE => return TlsError::TimedOut,
+        ffi::SSL_ERROR_SYSCALL
+            if matches!(os.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+        {
+            return TlsError::TimedOut
+        }
+        _ => {}
+    }
+    if !client && exchange.chosen.is_none() {
+        let offered = exchange.offered.as_ref().map(|i| String::from_utf8_lossy(i).into_owned());
+        if offered.is_some() || code == ffi::SSL_ERROR_SSL {
+            return TlsError::UnknownIdentity(offered);
+        }
+    }
+    match code {
+        ffi::SSL_ERROR_SYSCALL if os.raw_os_error().is_some_and(|e| e != 0) => TlsError::Handshake(os.to_string()),
+        ffi::SSL_ERROR_SYSCALL | ffi::SSL_ERROR_ZERO_RETURN => {
+            TlsError::Handshake("the peer closed the connection".into())
+        }
+        _ => TlsError::Handshake(openssl_reason("failed")),
+    }
+}
+
+/// OpenSSL's reasons for the last failure on this thread, or `fallback`.
+fn openssl_reason(fallback: &str) -> String {
+    let mut reasons = Vec::new();
+    loop {
+        // SAFETY: pops this thread's error queue; no pointers.
+        let e: c_ulong = unsafe { ffi::ERR_get_error() };
+        if e == 0 {
+            break;
+        }
+        // SAFETY: returns a pointer to a static NUL-terminated string, or null.
+        let reason = unsafe { ffi::ERR_reason_error_string(e) };
+        if !reason.is_null() && reasons.len() < 4 {
+            // SAFETY: non-null static C string, per OpenSSL's contract.
+            reasons.push(unsafe { CStr::from_ptr(reason) }.to_string_lossy().into_owned());
+        }
+    }
+    if reasons.is_empty() {
+        fallback.to_owned()
+    } else {
+        reasons.join(": ")
+    }
+}
+
+/// The exchange attached to `ssl`.
+///
+/// # Safety
+/// `ssl` must be the live `SSL` of [`handshake`], inside one of its callbacks (the exchange is then alive and
+/// nobody else holds a reference to it).
+unsafe fn exchange<'a>(ssl: *const ffi::SSL) -> Option<&'a mut Exchange<'a>> {
+    // SAFETY: per the function's contract the application data is the exchange set by `handshake`, or null.
+    unsafe { ffi::SSL_get_ex_data(ssl, 0).cast::<Exchange<'a>>().as_mut() }
+}
+
+/// A new `SSL_SESSION` holding `psk` as a TLS 1.3 resumption-style PSK for `cipher`, or null.
+///
+/// # Safety
+/// `cipher` must be a live cipher of OpenSSL's table.
+unsafe fn psk_session(psk: &HandshakePsk, cipher: *const ffi::SSL_CIPHER) -> *mut ffi::SSL_SESSION {
+    // SAFETY: a fresh session (checked for null) set up with a key OpenSSL copies; freed on failure.
+    unsafe {
+        let session = SSL_SESSION_new();
+        if session.is_null() {
+            return session;
+        }
+        if SSL_SESSION_set1_master_key(session, psk.key.as_ptr(), psk.key.len()) != 1
+            || SSL_SESSION_set_cipher(session, cipher) != 1
+            || SSL_SESSION_set_protocol_version(session, ffi::TLS1_3_VERSION) != 1
+        {
+            ffi::SSL_SESSION_free(session);
+            return ptr::null_mut();
+        }
+        session
+    }
+}
+
+/// The client offers its PSK (for the digest OpenSSL asks about, if any).
+unsafe extern "C" fn use_session(
+    ssl: *mut ffi::SSL,
+    md: *const ffi::EVP_MD,
+    id: *mut *const c_uchar,
+    id_len: *mut usize,
+    session: *mut *mut ffi::SSL_SESSION,
+) -> c_int {
+    let offer = AssertUnwindSafe(|| {
+        // SAFETY: OpenSSL calls this during SSL_connect of `handshake`'s SSL; the out-pointers are valid.
+        unsafe {
+            *session = ptr::null_mut();
+            *id = ptr::null();
+            *id_len = 0;
+            let Some(exchange) = exchange(ssl) else { return 0 };
+            let Role::Client(psk) = &exchange.role else { return 0 };
+            let psk: &HandshakePsk = psk;
+            let cipher = SSL_CIPHER_find(ssl, psk.suite.id().as_ptr());
+            if cipher.is_null() {
+                return 0;
+            }
+            if !md.is_null() && md != ffi::SSL_CIPHER_get_handshake_digest(cipher) {
+                // A HelloRetryRequest chose another hash: nothing to offer for it.
+                return 1;
+            }
+            let s = psk_session(psk, cipher);
+            if s.is_null() {
+                return 0;
+            }
+            *session = s;
+            // The identity lives in the caller's HandshakePsk, which outlives the handshake.
+            *id = psk.identity.as_ptr();
+            *id_len = psk.identity.len();
+            exchange.offered = Some(psk.identity.clone());
+            exchange.chosen = Some((psk.identity.clone(), psk.suite));
+            1
+        }
+    });
+    catch_unwind(offer).unwrap_or(0)
+}
+
+/// The server looks up the identity the client offers; no session (and so a failed handshake) when unknown.
+unsafe extern "C" fn find_session(
+    ssl: *mut ffi::SSL,
+    identity: *const c_uchar,
+    identity_len: usize,
+    session: *mut *mut ffi::SSL_SESSION,
+) -> c_int {
+    let find = AssertUnwindSafe(|| {
+        // SAFETY: OpenSSL calls this during SSL_accept of `handshake`'s SSL with `identity_len` readable bytes at
+        // `identity` (or none) and a valid out-pointer.
+        unsafe {
+            *session = ptr::null_mut();
+            let Some(exchange) = exchange(ssl) else { return 0 };
+            let offered: &[u8] = if identity.is_null() || identity_len == 0 {
+                &[]
+            } else {
+                std::slice::from_raw_parts(identity, identity_len)
+            };
+            exchange.offered = Some(offered[..offered.len().min(MAX_IDENTITY_KEPT)].to_vec());
+            let Role::Server(lookup) = &mut exchange.role else { return 0 };
+            let Some(psk) = lookup(offered) else { return 1 };
+            if psk.key.len() != psk.suite.hash_len() {
+                return 0;
+            }
+            let cipher = SSL_CIPHER_find(ssl, psk.suite.id().as_ptr());
+            if cipher.is_null() {
+                return 0;
+            }
+            let s = psk_session(&psk, cipher);
+            if s.is_null() {
+                return 0;
+            }
+            *session = s;
+            exchange.chosen = Some((offered.to_vec(), psk.suite));
+            1
+        }
+    });
+    catch_unwind(find).unwrap_or(0)
+}
+
+/// Keeps the two application traffic secrets (`CLIENT_TRAFFIC_SECRET_0`, `SERVER_TRAFFIC_SECRET_0`) of the
+/// NSS key-log lines OpenSSL produces; nothing is written anywhere.
+unsafe extern "C" fn key_log(ssl: *const ffi::SSL, line: *const c_char) {
+    let keep = AssertUnwindSafe(|| {
+        if line.is_null() {
+            return;
+        }
+        // SAFETY: OpenSSL passes a NUL-terminated line, valid during the call, for `handshake`'s SSL.
+        let (exchange, line) = unsafe { (exchange(ssl), CStr::from_ptr(line).to_bytes()) };
+        let Some(exchange) = exchange else { return };
+        let mut fields = line.split(|&b| b == b' ');
+        let (Some(label), Some(_random), Some(hex)) = (fields.next(), fields.next(), fields.next()) else { return };
+        let slot = match label {
+            b"CLIENT_TRAFFIC_SECRET_0" => &mut exchange.client_secret,
+            b"SERVER_TRAFFIC_SECRET_0" => &mut exchange.server_secret,
+            _ => return,
+        };
+        *slot = decode_hex(hex);
+    });
+    let _ = catch_unwind(keep);
+}
+
+fn decode_hex(hex: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
+    if hex.len() % 2 != 0 || hex.len() > 128 {
+        return None;
+    }
+    let nibble = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let mut out = Zeroizing::new(Vec::with_capacity(hex.len() / 2));
+    for pair in hex.chunks_exact(2) {
+        out.push(nibble(pair[0])? << 4 | nibble(pair[1])?);
+    }
+    Some(out)
+}
