@@ -54,6 +54,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::LogLevel(_) => "log-level".to_owned(),
         Command::GenHostnqn => "gen-hostnqn".to_owned(),
         Command::GenDhchapKey(_) => "gen-dhchap-key".to_owned(),
+        Command::GenTlsKey(_) => "gen-tls-key".to_owned(),
+        Command::CheckTlsKey(_) => "check-tls-key".to_owned(),
         Command::ShowHostnqn => "show-hostnqn".to_owned(),
         Command::Doctor(_) => "doctor".to_owned(),
         Command::IdCtrl(a) => inspecting("id-ctrl", &a.controller),

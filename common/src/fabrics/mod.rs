@@ -1,6 +1,6 @@
 //! NVMe over Fabrics commands and structures (NVMe-oF 1.1): Connect and its 1024-byte data, Property
-//! Get/Set with the controller properties, Disconnect, NQN validation, the discovery log, and in-band
-//! authentication (DH-HMAC-CHAP, [`auth`]).
+//! Get/Set with the controller properties, Disconnect, NQN validation, the discovery log, in-band
+//! authentication (DH-HMAC-CHAP, [`auth`]) and the pre-shared keys of NVMe/TCP's TLS ([`tls`]).
 #![forbid(unsafe_code)]
 
 pub mod auth;
@@ -9,3 +9,4 @@ pub mod disconnect;
 pub mod discovery;
 pub mod nqn;
 pub mod property;
+pub mod tls;

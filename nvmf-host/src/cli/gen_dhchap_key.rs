@@ -51,8 +51,8 @@ pub fn run(a: &GenDhchapKeyArgs, out: &mut dyn std::io::Write) -> Result<(), Cli
     Ok(())
 }
 
-/// `len` bytes from exactly `2 * len` hex digits.
-fn decode_hex(hex: &str, len: usize) -> Result<Zeroizing<Vec<u8>>, CliError> {
+/// `len` bytes from exactly `2 * len` hex digits (also `gen-tls-key`'s `--secret`).
+pub(super) fn decode_hex(hex: &str, len: usize) -> Result<Zeroizing<Vec<u8>>, CliError> {
     let bad = |why: String| CliError::Options(format!("--secret: {why}"));
     if hex.len() != 2 * len {
         return Err(bad(format!("{} hex digits for a {len}-byte key, {} needed", hex.len(), 2 * len)));

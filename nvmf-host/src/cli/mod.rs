@@ -1,17 +1,20 @@
 //! The `nvmf-host` command line: clap definitions with nvme-cli's option names and the dispatch ([`run`]); each
 //! command in its file, run on the caller's thread with output to stdout: [`perf`], [`discover`], [`nbd`],
 //! `ublk`, the daemon's commands in [`control`] (`run`, `connect`, `connect-all`, `disconnect`,
-//! `disconnect-all`, `list`, `reload`), [`doctor`], [`gen_dhchap_key`], and nvme-cli's inspection commands in
+//! `disconnect-all`, `list`, `reload`), [`doctor`], [`gen_dhchap_key`], [`gen_tls_key`] and [`check_tls_key`] (TLS
+//! PSKs in interchange format), and nvme-cli's inspection commands in
 //! [`inspect`] (`id-ctrl`, `id-ns`, `list-ns`, `smart-log`, `error-log`, `get-log`, `ns-rescan`, `list-subsys`). The
 //! CLI calls the daemon (its control protocol, `run`), never the other way round.
 //!
 //! Every command takes `-t tcp` or `-t rdma` ([`Transport`]); the address is an IP address on both.
 
+pub mod check_tls_key;
 pub mod control;
 pub mod discover;
 pub mod discovery_conf;
 pub mod doctor;
 pub mod gen_dhchap_key;
+pub mod gen_tls_key;
 pub mod inspect;
 pub mod nbd;
 pub mod perf;
@@ -112,6 +115,12 @@ pub enum Command {
     /// Print a new DH-HMAC-CHAP secret (`DHHC-1:…`) for --dhchap-secret and nvmet's dhchap_key, as
     /// `nvme gen-dhchap-key` does.
     GenDhchapKey(gen_dhchap_key::GenDhchapKeyArgs),
+    /// Print a new TLS PSK in interchange format (`NVMeTLSkey-1:…`) for NVMe/TCP over TLS, as
+    /// `nvme gen-tls-key` does.
+    GenTlsKey(gen_tls_key::GenTlsKeyArgs),
+    /// Check a TLS PSK in interchange format and print the PSK identity it gives for a host and a subsystem, as
+    /// `nvme check-tls-key` does.
+    CheckTlsKey(check_tls_key::CheckTlsKeyArgs),
     /// Print the host NQN every command uses: /etc/nvme/hostnqn, else derived from the machine's UUID, else the
     /// one generated once for this user.
     ShowHostnqn,
@@ -251,6 +260,8 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
             Ok(())
         }
         Command::GenDhchapKey(a) => gen_dhchap_key::run(a, out),
+        Command::GenTlsKey(a) => gen_tls_key::run(a, out),
+        Command::CheckTlsKey(a) => check_tls_key::run(a, out),
         Command::ShowHostnqn => {
             writeln!(out, "{}", crate::identity::HostIdentity::from_system().hostnqn)?;
             Ok(())
