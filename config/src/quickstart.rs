@@ -64,8 +64,9 @@ const OPTIONS_ALLOWED: &str = "options uuid=UUID, nguid=32 hex digits, eui64=16 
      buffered-io=true|false, ana-group=1..128, and with rbd:POOL/IMAGE ceph-conf=PATH, ceph-id=NAME";
 const BACKEND_ALLOWED: &str = "PATH, memory:SIZE, null:SIZE or rbd:POOL/IMAGE, e.g. /dev/nvme0n1, memory:1GiB, \
      null:1TiB, rbd:rbd/disk1";
-const LISTEN_OPTIONS_ALLOWED: &str = "options ana-state=STATE (once) and ana-group-state=GROUP:STATE (each group \
-     once), GROUP 1..=128, STATE optimized|non-optimized|inaccessible|persistent-loss|change";
+const LISTEN_OPTIONS_ALLOWED: &str = "options ana-state=STATE (once), ana-group-state=GROUP:STATE (each group \
+     once), GROUP 1..=128, STATE optimized|non-optimized|inaccessible|persistent-loss|change, and tls=none|allowed|required \
+     (tcp, once)";
 const CNTLID_RANGE_ALLOWED: &str = "MIN-MAX, two controller IDs in 1..=65519, MIN <= MAX, e.g. 1-32";
 
 /// The quick-start flags, as given (clap `Args`: flatten into the binary's command line). `Debug` shows
@@ -138,6 +139,7 @@ impl QuickStart {
                             .collect(),
                     )
                 }),
+                tls: spec.tls.clone(),
                 ..RawListener::default()
             });
         }
@@ -231,20 +233,23 @@ fn parse_cntlid_range(text: &str) -> Result<(u16, u16), ValueError> {
     Ok((min, max))
 }
 
-const ALLOW_HOST_ALLOWED: &str = "NQN, or NQN,dhchap-key=DHHC-1:…: with optionally ,dhchap-ctrl-key=DHHC-1:…:";
+const ALLOW_HOST_ALLOWED: &str = "NQN, or NQN,dhchap-key=DHHC-1:…: with optionally ,dhchap-ctrl-key=DHHC-1:…:, \
+                                  and/or NQN,tls-key=NVMeTLSkey-1:…:";
 
 /// An `--allow-host` value: the NQN, and the keys when given.
 fn allow_host(text: &str) -> Result<(String, Option<RawHostKeys>), ValueError> {
     let mut parts = text.split(',');
     let nqn = parts.next().unwrap_or_default().to_owned();
-    let mut keys: Option<RawHostKeys> = None;
-    let mut ctrl = None;
+    let mut keys = RawHostKeys::default();
     for part in parts {
-        match part.split_once('=') {
-            Some(("dhchap-key", key)) if keys.is_none() => {
-                keys = Some(RawHostKeys { dhchap_key: Some(RawSecret(key.to_owned())), ..RawHostKeys::default() });
-            }
-            Some(("dhchap-ctrl-key", key)) if ctrl.is_none() => ctrl = Some(RawSecret(key.to_owned())),
+        let slot = match part.split_once('=') {
+            Some(("dhchap-key", key)) => (&mut keys.dhchap_key, key),
+            Some(("dhchap-ctrl-key", key)) => (&mut keys.dhchap_ctrl_key, key),
+            Some(("tls-key", key)) => (&mut keys.tls_key, key),
+            _ => (&mut None, ""),
+        };
+        match slot {
+            (slot @ None, key) if !key.is_empty() => *slot = Some(RawSecret(key.to_owned())),
             _ => {
                 let name = part.split_once('=').map_or(part, |(name, _)| name);
                 return Err(ValueError::new(
@@ -254,11 +259,11 @@ fn allow_host(text: &str) -> Result<(String, Option<RawHostKeys>), ValueError> {
             }
         }
     }
-    match (keys, ctrl) {
-        (None, Some(_)) => Err(ValueError::new("dhchap-ctrl-key without dhchap-key", ALLOW_HOST_ALLOWED)),
-        (Some(keys), ctrl) => Ok((nqn, Some(RawHostKeys { dhchap_ctrl_key: ctrl, ..keys }))),
-        (None, None) => Ok((nqn, None)),
+    if keys.dhchap_ctrl_key.is_some() && keys.dhchap_key.is_none() {
+        return Err(ValueError::new("dhchap-ctrl-key without dhchap-key", ALLOW_HOST_ALLOWED));
     }
+    let keyed = keys.dhchap_key.is_some() || keys.tls_key.is_some();
+    Ok((nqn, keyed.then_some(keys)))
 }
 
 /// An `--allow-host` value as errors show it: the keys elided.
@@ -287,6 +292,8 @@ pub struct ListenSpec {
     pub ana_state: Option<AnaState>,
     /// `ana-group-state=GROUP:STATE` (repeatable, each group once): groups with a state of their own.
     pub ana_group_states: BTreeMap<u32, AnaState>,
+    /// `tls=none|allowed|required` (NVMe/TCP).
+    pub tls: Option<String>,
 }
 
 impl ListenSpec {
@@ -297,6 +304,7 @@ impl ListenSpec {
         let url = parts.next().unwrap_or_default();
         let mut ana_state = None;
         let mut ana_group_states = BTreeMap::new();
+        let mut tls = None;
         let state = |name: &str| {
             AnaState::from_name(name)
                 .ok_or_else(|| ValueError::new(format!("ANA state {name:?} is unknown"), ANA_STATE_ALLOWED))
@@ -307,6 +315,10 @@ impl ListenSpec {
                     return Err(ValueError::new("option \"ana-state\" is given twice", LISTEN_OPTIONS_ALLOWED))
                 }
                 Some(("ana-state", name)) => ana_state = Some(state(name)?),
+                Some(("tls", _)) if tls.is_some() => {
+                    return Err(ValueError::new("option \"tls\" is given twice", LISTEN_OPTIONS_ALLOWED))
+                }
+                Some(("tls", mode)) => tls = Some(mode.to_owned()),
                 Some(("ana-group-state", value)) => {
                     let (group_text, name) = value.split_once(':').ok_or_else(|| {
                         ValueError::new(format!("ana-group-state {value:?} is not GROUP:STATE"), LISTEN_OPTIONS_ALLOWED)
@@ -325,7 +337,7 @@ impl ListenSpec {
                 _ => return Err(ValueError::new(format!("option {option:?} is unknown"), LISTEN_OPTIONS_ALLOWED)),
             }
         }
-        Ok(ListenSpec { ana_state, ana_group_states, ..ListenSpec::parse_url(url)? })
+        Ok(ListenSpec { ana_state, ana_group_states, tls, ..ListenSpec::parse_url(url)? })
     }
 
     /// Parse `tcp://ADDR[:PORT]` or `rdma://ADDR[:PORT]` (IPv6 in brackets) alone.
@@ -376,6 +388,7 @@ impl ListenSpec {
             address: SocketAddr::new(ip, port),
             ana_state: None,
             ana_group_states: BTreeMap::new(),
+            tls: None,
         })
     }
 }

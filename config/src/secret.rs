@@ -1,4 +1,4 @@
-//! DH-HMAC-CHAP secrets in configuration files, as both daemons take them: inline (`name = "DHHC-1:…:"`) or from
+//! DH-HMAC-CHAP secrets and TLS pre-shared keys in configuration files, as both daemons take them: inline (`name = "DHHC-1:…:"`) or from
 //! a file (`name_file = "…"`, relative to the configuration file), never both; a file must be its owner's alone,
 //! mode 0600 or 0400 and owned by the daemon's user or root (as ssh insists of its keys: [`private_file_problem`]),
 //! and no error quotes a secret. The text read is wiped once parsed.
@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
+use nvmf_common::fabrics::tls::ConfiguredPsk;
 
 use crate::error::{KeyPath, Problem};
 
@@ -29,20 +30,23 @@ impl Drop for RawSecret {
 const SECRET_ALLOWED: &str = "a secret as `nvmf-host gen-dhchap-key` (or `nvme gen-dhchap-key`) prints it: \
                               \"DHHC-1:00:<base64>:\"";
 
-/// The secret of `name` (inline) or `name_file`, with the file it came from.
-pub(crate) fn secret_with_source(
+/// A secret's text, where it was found (for errors) and the file it came from (`None`: inline).
+type SecretText = (zeroize::Zeroizing<String>, KeyPath, Option<PathBuf>);
+
+/// The text of `name` (inline) or `name_file`, where it was found (for errors) and the file it came from.
+fn secret_text(
     inline: Option<&RawSecret>,
     file: Option<&str>,
     key: &KeyPath,
     name: &str,
     base: Option<&Path>,
-) -> Result<Option<(DhchapSecret, Option<PathBuf>)>, Problem> {
+) -> Result<Option<SecretText>, Problem> {
     let file_key = key.key(&format!("{name}_file"));
-    let (text, at, path) = match (inline, file) {
+    match (inline, file) {
         (Some(_), Some(_)) => {
-            return Err(Problem::new(file_key, format!("both {name} and {name}_file are set"), "one of them"))
+            Err(Problem::new(file_key, format!("both {name} and {name}_file are set"), "one of them"))
         }
-        (Some(s), None) => (zeroize::Zeroizing::new(s.0.clone()), key.key(name), None),
+        (Some(s), None) => Ok(Some((zeroize::Zeroizing::new(s.0.clone()), key.key(name), None))),
         (None, Some(path)) => {
             if path.is_empty() {
                 return Err(Problem::new(file_key, "the path is empty", "a file holding the secret"));
@@ -51,12 +55,39 @@ pub(crate) fn secret_with_source(
                 Some(dir) if Path::new(path).is_relative() => dir.join(path),
                 _ => PathBuf::from(path),
             };
-            (read_secret_file(&path, &file_key)?, file_key, Some(path))
+            Ok(Some((read_secret_file(&path, &file_key)?, file_key, Some(path))))
         }
-        (None, None) => return Ok(None),
-    };
+        (None, None) => Ok(None),
+    }
+}
+
+/// The secret of `name` (inline) or `name_file`, with the file it came from.
+pub(crate) fn secret_with_source(
+    inline: Option<&RawSecret>,
+    file: Option<&str>,
+    key: &KeyPath,
+    name: &str,
+    base: Option<&Path>,
+) -> Result<Option<(DhchapSecret, Option<PathBuf>)>, Problem> {
+    let Some((text, at, path)) = secret_text(inline, file, key, name, base)? else { return Ok(None) };
     let secret = DhchapSecret::parse(&text).map_err(|e| Problem::new(at, e.to_string(), SECRET_ALLOWED))?;
     Ok(Some((secret, path)))
+}
+
+const TLS_KEY_ALLOWED: &str = "a PSK in the interchange format, as `nvmf-host gen-tls-key` (or `nvme gen-tls-key`) \
+                               prints it: \"NVMeTLSkey-1:01:<base64>:\"";
+
+/// The TLS PSK of `name` (inline) or `name_file` (the interchange format), with the file it came from.
+pub(crate) fn tls_key_with_source(
+    inline: Option<&RawSecret>,
+    file: Option<&str>,
+    key: &KeyPath,
+    name: &str,
+    base: Option<&Path>,
+) -> Result<Option<(ConfiguredPsk, Option<PathBuf>)>, Problem> {
+    let Some((text, at, path)) = secret_text(inline, file, key, name, base)? else { return Ok(None) };
+    let psk = ConfiguredPsk::parse(text.trim()).map_err(|e| Problem::new(at, e.to_string(), TLS_KEY_ALLOWED))?;
+    Ok(Some((psk, path)))
 }
 
 /// The secret of `name` (inline) or `name_file`.

@@ -143,6 +143,14 @@ pub enum HostError {
         /// The queue.
         qid: u16,
     },
+    /// The TLS handshake of a queue failed (the target refused the PSK, no kTLS, a timeout).
+    #[error("queue {qid}: {error}")]
+    Tls {
+        /// The queue.
+        qid: u16,
+        /// What failed.
+        error: nvmf_common::transport::tls::TlsError,
+    },
     /// The connection cannot leave through the interface asked for (`--host-iface`).
     #[error("host interface {iface}: {message}")]
     HostInterface {

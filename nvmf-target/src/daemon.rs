@@ -131,15 +131,16 @@ pub fn subsystem_auth(s: &SubsystemConfig) -> SubsystemAuth {
     let hosts = s
         .host_keys
         .iter()
-        .map(|h| {
+        .filter_map(|h| {
+            let host_key = h.dhchap_key.as_ref()?.secret.clone();
             let keys = HostKeys {
-                host_key: h.dhchap_key.secret.clone(),
+                host_key,
                 controller_key: h.dhchap_ctrl_key.as_ref().map(|k| k.secret.clone()),
                 hashes: h.dhchap_hashes.clone(),
                 dh_groups: h.dhchap_dhgroups.clone(),
                 hostid: h.hostid.map(|id| *id.as_bytes()),
             };
-            (h.nqn.clone(), Arc::new(keys))
+            Some((h.nqn.clone(), Arc::new(keys)))
         })
         .collect();
     SubsystemAuth { required: s.auth_required, hosts }

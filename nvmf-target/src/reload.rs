@@ -749,11 +749,13 @@ mod tests {
         let key = |byte: u8| SecretConfig { secret: DhchapSecret::new(None, &[byte; 32]).unwrap(), file: None };
         let entry = |byte: u8| HostKeysConfig {
             nqn: HOST.to_owned(),
-            dhchap_key: key(byte),
+            dhchap_key: Some(key(byte)),
             dhchap_ctrl_key: None,
             dhchap_hashes: Vec::new(),
             dhchap_dhgroups: Vec::new(),
             hostid: None,
+            tls_key: None,
+            tls_key_compat: false,
         };
         // The host gets a key: allowed (the only host now) and must authenticate.
         let mut new = old.clone();

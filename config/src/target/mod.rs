@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use nvmf_common::fabrics::auth::dh::DhGroup;
 use nvmf_common::fabrics::auth::hash::HashFunction;
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
+use nvmf_common::fabrics::tls::ConfiguredPsk;
 use nvmf_common::nvme::log_page::AnaState;
 use serde::{Deserialize, Serialize};
 
@@ -288,11 +289,43 @@ pub struct TcpOptions {
     pub header_digest: bool,
     /// Grant a data digest (DDGST) when the host's ICReq asks for one. Default true.
     pub data_digest: bool,
+    /// TLS 1.3 with pre-shared keys (`[[listener]] tls`): `none`, `allowed` (TLS and plaintext connections) or
+    /// `required` (plaintext ones are closed), as nvmet's `addr_tsas` and `addr_treq`; the discovery log says so.
+    /// Default `none`.
+    pub tls: TlsMode,
 }
 
 impl Default for TcpOptions {
     fn default() -> Self {
-        TcpOptions { header_digest: true, data_digest: true }
+        TcpOptions { header_digest: true, data_digest: true, tls: TlsMode::None }
+    }
+}
+
+/// Whether an NVMe/TCP listener secures its connections with TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    /// Plaintext only (a TLS ClientHello is not NVMe/TCP: the connection fails).
+    #[default]
+    None,
+    /// Both: a connection that starts with a TLS handshake is secured, one that starts with an ICReq is not.
+    Allowed,
+    /// TLS only: a plaintext connection is closed.
+    Required,
+}
+
+impl TlsMode {
+    /// `none`, `allowed`, `required`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsMode::None => "none",
+            TlsMode::Allowed => "allowed",
+            TlsMode::Required => "required",
+        }
+    }
+
+    /// The mode named `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [TlsMode::None, TlsMode::Allowed, TlsMode::Required].into_iter().find(|m| m.name() == name)
     }
 }
 
@@ -340,8 +373,8 @@ pub struct HostKeysConfig {
     /// The host NQN (names as for `nqn`).
     pub nqn: String,
     /// The host's key (`dhchap_key` or `dhchap_key_file`): the host proves it holds it (nvme-cli's
-    /// `--dhchap-secret`). Required.
-    pub dhchap_key: SecretConfig,
+    /// `--dhchap-secret`). A host entry has this key, a `tls_key`, or both.
+    pub dhchap_key: Option<SecretConfig>,
     /// The controller's key (`dhchap_ctrl_key` or `dhchap_ctrl_key_file`): the target proves it holds it when the
     /// host asks (nvme-cli's `--dhchap-ctrl-secret`, bidirectional authentication). Default none.
     pub dhchap_ctrl_key: Option<SecretConfig>,
@@ -353,6 +386,23 @@ pub struct HostKeysConfig {
     /// may use. Default none: the host ID of the host's first authenticated queue is bound to it until the target
     /// restarts.
     pub hostid: Option<Uuid>,
+    /// The host's NVMe/TCP pre-shared key (`tls_key` or `tls_key_file`) in the interchange format
+    /// (`NVMeTLSkey-1:01:…:`, nvme-cli's `gen-tls-key`): the TLS PSK of its connections to this subsystem is
+    /// derived from it, the host NQN and the subsystem NQN, for identity version 0 or 1 (whichever the host
+    /// offers). Default none: the host cannot connect over TLS.
+    pub tls_key: Option<TlsKeyConfig>,
+    /// Derive the PSK as libnvme did before 1.16 (nvme-cli's `--compat`), for keys set up with older tools: a
+    /// version 1 identity tells the two apart by its digest, a version 0 one cannot. Default false.
+    pub tls_key_compat: bool,
+}
+
+/// A TLS pre-shared key of the configuration and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsKeyConfig {
+    /// The configured PSK (wiped when dropped; `Debug` shows its length only).
+    pub key: ConfiguredPsk,
+    /// The file it was read from (`None`: written inline).
+    pub file: Option<PathBuf>,
 }
 
 /// A secret of the configuration and where it came from.

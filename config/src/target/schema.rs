@@ -107,6 +107,8 @@ pub(crate) struct RawListener {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ana_group_states: Option<RawGroupStates>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<RawTcp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma: Option<RawRdma>,
@@ -178,6 +180,12 @@ pub(crate) struct RawHostKeys {
     pub dhchap_dhgroups: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<RawSecret>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_compat: Option<bool>,
 }
 
 /// `[[subsystem.namespace]]`.

@@ -361,7 +361,10 @@ fn defaults_are_filled_in() {
     assert_eq!(listener.in_capsule_data_size, 16384);
     assert_eq!(listener.max_connections, 4096);
     assert_eq!(listener.ana_state, AnaState::Optimized);
-    assert_eq!(listener.transport, ListenerTransport::Tcp(TcpOptions { header_digest: true, data_digest: true }));
+    assert_eq!(
+        listener.transport,
+        ListenerTransport::Tcp(TcpOptions { header_digest: true, data_digest: true, tls: TlsMode::None })
+    );
     let subsystem = &config.subsystems[0];
     assert_eq!(subsystem.serial, crate::ids::derive_serial("nqn.2024-01.io.example:disk"));
     assert_eq!(subsystem.model, "nvmf-rs");
@@ -483,7 +486,7 @@ eui64 = "0123456789ABCDEF"
     assert_eq!(config.listeners[1].max_queue_size, 64);
     assert_eq!(
         config.listeners[1].transport,
-        ListenerTransport::Tcp(TcpOptions { header_digest: true, data_digest: false })
+        ListenerTransport::Tcp(TcpOptions { header_digest: true, data_digest: false, tls: TlsMode::None })
     );
     let subsystem = &config.subsystems[0];
     assert!(!subsystem.allow_any_host);
@@ -683,7 +686,7 @@ fn subsystem_hosts_with_keys() {
     assert!(!s.auth_required);
     assert_eq!(s.allowed_hosts(), ["nqn.2024-01.io.example:h1"]);
     let h = &s.host_keys[0];
-    assert_eq!(h.dhchap_key.secret.len(), 32);
+    assert_eq!(h.dhchap_key.as_ref().unwrap().secret.len(), 32);
     assert!(h.dhchap_ctrl_key.is_some());
     use nvmf_common::fabrics::auth::{dh::DhGroup, hash::HashFunction};
     assert_eq!(h.dhchap_hashes, [HashFunction::Sha512, HashFunction::Sha256]);
@@ -782,7 +785,7 @@ fn key_files_must_be_private_and_print_as_their_path() {
     TargetConfig::from_file(&path).unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let config = TargetConfig::from_file(&path).unwrap();
-    assert_eq!(config.subsystems[0].host_keys[0].dhchap_key.file.as_deref(), Some(key.as_path()));
+    assert_eq!(config.subsystems[0].host_keys[0].dhchap_key.as_ref().unwrap().file.as_deref(), Some(key.as_path()));
     let printed = config.to_string();
     assert!(printed.contains(&format!("dhchap_key_file = \"{}\"", key.display())) && !printed.contains("AAEC"));
 }

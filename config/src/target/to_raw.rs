@@ -75,6 +75,10 @@ pub(crate) fn to_raw(config: &TargetConfig, redact: bool) -> RawTargetConfig {
                             .collect(),
                     )
                 }),
+                tls: match listener.transport {
+                    ListenerTransport::Tcp(TcpOptions { tls: TlsMode::None, .. }) | ListenerTransport::Rdma(_) => None,
+                    ListenerTransport::Tcp(tcp) => Some(tcp.tls.name().to_owned()),
+                },
                 tcp: match listener.transport {
                     ListenerTransport::Tcp(tcp) => {
                         Some(RawTcp { header_digest: Some(tcp.header_digest), data_digest: Some(tcp.data_digest) })
@@ -154,7 +158,13 @@ fn secret_to_raw(secret: &SecretConfig, redact: bool) -> (Option<crate::secret::
 }
 
 fn host_keys_to_raw(h: &HostKeysConfig, redact: bool) -> RawHostKeys {
-    let (dhchap_key, dhchap_key_file) = secret_to_raw(&h.dhchap_key, redact);
+    let (dhchap_key, dhchap_key_file) = h.dhchap_key.as_ref().map(|k| secret_to_raw(k, redact)).unwrap_or_default();
+    let (tls_key, tls_key_file) = match &h.tls_key {
+        None => (None, None),
+        Some(TlsKeyConfig { file: Some(path), .. }) => (None, Some(path.to_string_lossy().into_owned())),
+        Some(_) if redact => (Some(crate::secret::RawSecret(REDACTED.to_owned())), None),
+        Some(TlsKeyConfig { key, .. }) => (Some(crate::secret::RawSecret(key.interchange().to_string())), None),
+    };
     let (dhchap_ctrl_key, dhchap_ctrl_key_file) =
         h.dhchap_ctrl_key.as_ref().map(|k| secret_to_raw(k, redact)).unwrap_or_default();
     RawHostKeys {
@@ -168,5 +178,8 @@ fn host_keys_to_raw(h: &HostKeysConfig, redact: bool) -> RawHostKeys {
         dhchap_dhgroups: (!h.dhchap_dhgroups.is_empty())
             .then(|| h.dhchap_dhgroups.iter().map(|x| x.name().to_owned()).collect()),
         hostid: h.hostid.map(|id| id.hyphenated().to_string()),
+        tls_key,
+        tls_key_file,
+        tls_key_compat: h.tls_key_compat.then_some(true),
     }
 }

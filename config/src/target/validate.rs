@@ -411,10 +411,20 @@ fn listener(raw: &RawListener, limits: &ControllerLimits, key: &KeyPath) -> Resu
     let transport = match (raw.transport.unwrap_or(Transport::Tcp), &raw.tcp, &raw.rdma) {
         (Transport::Tcp, tcp, None) => {
             let tcp = tcp.clone().unwrap_or_default();
+            let tls = match &raw.tls {
+                None => TlsMode::None,
+                Some(name) => TlsMode::from_name(name).ok_or_else(|| {
+                    Problem::new(key.key("tls"), format!("TLS mode {name:?} is unknown"), "none, allowed or required")
+                })?,
+            };
             ListenerTransport::Tcp(TcpOptions {
                 header_digest: tcp.header_digest.unwrap_or(true),
                 data_digest: tcp.data_digest.unwrap_or(true),
+                tls,
             })
+        }
+        (Transport::Rdma, None, _) if raw.tls.is_some() => {
+            return Err(Problem::new(key.key("tls"), "TLS on an rdma listener", "tls only with transport = \"tcp\""))
         }
         (Transport::Rdma, None, rdma) => {
             let rdma = rdma.clone().unwrap_or_default();
@@ -678,14 +688,18 @@ fn host_keys_entry(raw: &RawHostKeys, key: &KeyPath, base: Option<&Path>) -> Res
                 .map(|(secret, file)| SecretConfig { secret, file }),
         )
     };
-    let dhchap_key =
-        source(raw.dhchap_key.as_ref(), raw.dhchap_key_file.as_deref(), "dhchap_key")?.ok_or_else(|| {
-            Problem::new(
-                key.key("dhchap_key"),
-                "the host has no key",
-                "dhchap_key = \"DHHC-1:…\" or dhchap_key_file (a host without keys belongs in hosts)",
-            )
-        })?;
+    let dhchap_key = source(raw.dhchap_key.as_ref(), raw.dhchap_key_file.as_deref(), "dhchap_key")?;
+    let tls_key =
+        crate::secret::tls_key_with_source(raw.tls_key.as_ref(), raw.tls_key_file.as_deref(), key, "tls_key", base)?
+            .map(|(key, file)| TlsKeyConfig { key, file });
+    if dhchap_key.is_none() && tls_key.is_none() {
+        return Err(Problem::new(
+            key.key("dhchap_key"),
+            "the host has no key",
+            "dhchap_key = \"DHHC-1:…\", tls_key = \"NVMeTLSkey-1:…\" or their _file forms (a host without keys \
+             belongs in hosts)",
+        ));
+    }
     let dhchap_ctrl_key = source(raw.dhchap_ctrl_key.as_ref(), raw.dhchap_ctrl_key_file.as_deref(), "dhchap_ctrl_key")?;
     let dhchap_hashes = match &raw.dhchap_hashes {
         None => Vec::new(),
@@ -699,7 +713,16 @@ fn host_keys_entry(raw: &RawHostKeys, key: &KeyPath, base: Option<&Path>) -> Res
         None => None,
         Some(text) => Some(ids::parse_uuid(text).map_err(|error| error.at(key.key("hostid")))?),
     };
-    Ok(HostKeysConfig { nqn: raw.nqn.clone(), dhchap_key, dhchap_ctrl_key, dhchap_hashes, dhchap_dhgroups, hostid })
+    Ok(HostKeysConfig {
+        nqn: raw.nqn.clone(),
+        dhchap_key,
+        dhchap_ctrl_key,
+        dhchap_hashes,
+        dhchap_dhgroups,
+        hostid,
+        tls_key,
+        tls_key_compat: raw.tls_key_compat.unwrap_or(false),
+    })
 }
 
 fn namespace(

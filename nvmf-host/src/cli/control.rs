@@ -85,6 +85,20 @@ pub struct ConnectOptionArgs {
     /// DH-HMAC-CHAP controller secret: the host authenticates the controller too (bidirectional); needs -S.
     #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "SECRET")]
     pub dhchap_ctrl_secret: Option<String>,
+    /// NVMe/TCP over TLS 1.3 with a pre-shared key (needs --tls-key: nvmf-host keeps no kernel keyring).
+    #[arg(long = "tls")]
+    pub tls: bool,
+    /// The configured PSK in the interchange format (`NVMeTLSkey-1:01:…:`, as `nvmf-host gen-tls-key` or nvme-cli
+    /// prints it); implies --tls.
+    #[arg(long = "tls-key", value_name = "KEY")]
+    pub tls_key: Option<String>,
+    /// The PSK identity's version: 0 (`NVMe0R0x host subsystem`) or 1 (with the PSK digest), as the key was
+    /// inserted on the target (`nvme gen-tls-key --identity`).
+    #[arg(long = "tls-identity-version", value_name = "0|1")]
+    pub tls_identity_version: Option<u8>,
+    /// Derive the TLS PSK as libnvme did before 1.16 (nvme-cli's `--compat`).
+    #[arg(long = "tls-compat")]
+    pub tls_compat: bool,
 }
 
 impl ConnectOptionArgs {
@@ -107,6 +121,10 @@ impl ConnectOptionArgs {
             disable_sqflow: self.disable_sqflow || d.disable_sqflow,
             dhchap_secret: self.dhchap_secret.or(d.dhchap_secret),
             dhchap_ctrl_secret: self.dhchap_ctrl_secret.or(d.dhchap_ctrl_secret),
+            tls: self.tls || d.tls,
+            tls_key: self.tls_key.or(d.tls_key),
+            tls_identity_version: self.tls_identity_version.or(d.tls_identity_version),
+            tls_compat: self.tls_compat || d.tls_compat,
         }
     }
 }
@@ -231,6 +249,10 @@ pub(super) fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> R
         duplicate_connect: false,
         dhchap_secret: o.dhchap_secret.as_deref().map(SecretText::from),
         dhchap_ctrl_secret: o.dhchap_ctrl_secret.as_deref().map(SecretText::from),
+        tls: o.tls,
+        tls_key: o.tls_key.as_deref().map(SecretText::from),
+        tls_identity_version: o.tls_identity_version,
+        tls_compat: o.tls_compat,
     })
 }
 

@@ -6,7 +6,9 @@
 //! Runs on the thread that connects ([`super::Controller::connect`]) or reconnects (the supervisor), and blocks
 //! on every command it sends, each bounded by the connect or I/O timeout.
 
+use nvmf_common::transport::tls::HandshakePsk;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::connect::{
@@ -190,6 +192,7 @@ pub(super) fn open_queue(
     depth: u16,
     icd: u32,
     cntlid: u16,
+    tls: Option<&Arc<HandshakePsk>>,
 ) -> Result<QueueHandle, HostError> {
     match options.transport {
         Transport::Tcp => {
@@ -204,6 +207,7 @@ pub(super) fn open_queue(
                 connect_timeout: options.connect_timeout,
                 command_timeout: options.io_timeout,
                 host_iface: options.host_iface.clone(),
+                tls: tls.cloned(),
             };
             QueueHandle::spawn_with(TcpQueue::connect(addr, &qopts)?, options.poll.poller(), options.queue_cpu(qid))
         }
@@ -279,7 +283,8 @@ pub(super) fn associate(
 ) -> Result<Association, HostError> {
     let t = options.io_timeout;
     let kato_ms = u32::try_from(options.keep_alive_tmo.as_millis()).unwrap_or(u32::MAX);
-    let admin = open_queue(addr, options, 0, ADMIN_QUEUE_SIZE - 1, 0, CNTLID_DYNAMIC)?;
+    let tls = options.tls.as_ref().map(|t| t.handshake_psk(&options.hostnqn, subnqn)).transpose()?;
+    let admin = open_queue(addr, options, 0, ADMIN_QUEUE_SIZE - 1, 0, CNTLID_DYNAMIC, tls.as_ref())?;
     let a = admin.submitter();
     let cntlid = fabrics_connect(&a, options, subnqn, ADMIN_QUEUE_SIZE - 1, CNTLID_DYNAMIC, kato_ms)?;
 
@@ -323,7 +328,8 @@ pub(super) fn associate(
         let entries = u32::from(options.queue_size).clamp(2, cap.max_queue_entries());
         let sqsize = u16::try_from(entries - 1).unwrap_or(u16::MAX);
         for qid in 1..=granted {
-            let q = open_queue(addr, options, qid, sqsize.min(MAX_QUEUE_DEPTH), in_capsule_data, cntlid)?;
+            let depth = sqsize.min(MAX_QUEUE_DEPTH);
+            let q = open_queue(addr, options, qid, depth, in_capsule_data, cntlid, tls.as_ref())?;
             fabrics_connect(&q.submitter(), options, subnqn, sqsize, cntlid, 0)?;
             io.push(q);
         }

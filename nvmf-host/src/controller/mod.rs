@@ -83,7 +83,7 @@ use association::{
     associate, connect_request, connect_response, finish, number_of_queues, property_get, property_set, run, wait_csts,
 };
 pub use events::NamespaceInfo;
-pub use options::{ConnectOptions, IoPolicy, PollMode, PollOptions, Transport};
+pub use options::{ConnectOptions, IoPolicy, PollMode, PollOptions, TlsKeyOptions, Transport};
 use supervision::{supervise, Status, Supervision};
 pub use supervision::{ControllerState, IoTraffic};
 

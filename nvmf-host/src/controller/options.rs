@@ -1,9 +1,12 @@
 //! [`ConnectOptions`]: how a [`super::Controller`] connects and recovers (nvme-cli's options), and the
 //! [`Transport`] every queue of the association uses.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
+use nvmf_common::fabrics::tls::{derive_tls_psk, ConfiguredPsk, IdentityVersion, PskDerivation};
+use nvmf_common::transport::tls::{CipherSuite, HandshakePsk};
 /// How a multipath export spreads commands over its best paths (the configuration's type: Linux's names).
 pub use nvmf_config::host::IoPolicy;
 pub use nvmf_config::PollMode;
@@ -105,6 +108,9 @@ pub struct ConnectOptions {
     /// The controller's DH-HMAC-CHAP secret (`--dhchap-ctrl-secret`): given, the host also authenticates the
     /// controller (bidirectional), whether or not it asked; needs `dhchap_secret`.
     pub dhchap_ctrl_secret: Option<DhchapSecret>,
+    /// NVMe/TCP over TLS 1.3 with this pre-shared key (`--tls --tls-key`): every queue's connection is secured
+    /// before its ICReq.
+    pub tls: Option<TlsKeyOptions>,
     /// How a multipath namespace this controller is the first path of spreads commands over its paths.
     pub iopolicy: IoPolicy,
     /// How many times a multipath namespace this controller is the first path of sends a command again after it
@@ -153,6 +159,27 @@ impl ConnectOptions {
     }
 }
 
+/// The host's TLS pre-shared key and how the TLS PSK is derived from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsKeyOptions {
+    /// The configured PSK (`--tls-key`, interchange format).
+    pub key: ConfiguredPsk,
+    /// The PSK identity's version: 0 (`NVMe0R0x`) or 1 (`NVMe1R0x`, with the PSK digest).
+    pub identity_version: IdentityVersion,
+    /// libnvme's derivation, or its older one (`--compat`).
+    pub derivation: PskDerivation,
+}
+
+impl TlsKeyOptions {
+    /// The identity and TLS PSK of this key between `hostnqn` and `subnqn`.
+    pub fn handshake_psk(&self, hostnqn: &str, subnqn: &str) -> Result<Arc<HandshakePsk>, HostError> {
+        let derived = derive_tls_psk(&self.key, hostnqn, subnqn, self.identity_version, self.derivation)
+            .map_err(|e| HostError::InvalidRequest(format!("--tls-key: {e}")))?;
+        let suite = CipherSuite::from(derived.hash);
+        Ok(Arc::new(HandshakePsk { identity: derived.identity.into_bytes(), key: derived.key, suite }))
+    }
+}
+
 impl Default for ConnectOptions {
     fn default() -> Self {
         let id = HostIdentity::from_system();
@@ -175,6 +202,7 @@ impl Default for ConnectOptions {
             host_iface: None,
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
+            tls: None,
             iopolicy: IoPolicy::default(),
             path_retries: nvmf_config::host::DEFAULT_PATH_RETRIES,
             poll: PollOptions::default(),

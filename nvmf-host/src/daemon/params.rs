@@ -5,12 +5,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use nvmf_common::fabrics::tls::{IdentityVersion, PskDerivation};
 use nvmf_config::host::ControllerConfig;
 use nvmf_config::target::Transport as ConfigTransport;
 
 use super::exports::ExportSpec;
 use super::protocol::ConnectParams;
-use crate::controller::{ConnectOptions, PollOptions, Transport};
+use crate::controller::{ConnectOptions, PollOptions, TlsKeyOptions, Transport};
 use crate::endpoint::Endpoint;
 use crate::identity::HostIdentity;
 use crate::nbd::NbdListen;
@@ -143,8 +144,33 @@ pub(crate) fn apply_connect_params(options: &mut ConnectOptions, p: &ConnectPara
     if let Some(text) = &p.dhchap_ctrl_secret {
         options.dhchap_ctrl_secret = Some(text.expose().parse().map_err(|e| format!("--dhchap-ctrl-secret: {e}"))?);
     }
+    options.tls = tls_options(p)?;
     options.check_host_iface().and_then(|()| options.check_dhchap()).map_err(|e| e.to_string())
 }
+
+/// `--tls`, `--tls-key`, `--tls-identity-version` and `--tls-compat` as the controller's TLS settings.
+fn tls_options(p: &ConnectParams) -> Result<Option<TlsKeyOptions>, String> {
+    let Some(text) = &p.tls_key else {
+        if p.tls {
+            return Err("--tls needs --tls-key NVMeTLSkey-1:…: (nvmf-host reads keys from its options and \
+                        configuration, not from a kernel keyring)"
+                .into());
+        }
+        return Ok(None);
+    };
+    if p.transport != "tcp" {
+        return Err(format!("--tls is NVMe/TCP's; not for transport {}", p.transport));
+    }
+    let key = text.expose().trim().parse().map_err(|e| format!("--tls-key: {e}"))?;
+    let version = p.tls_identity_version.unwrap_or(DEFAULT_TLS_IDENTITY_VERSION);
+    let identity_version =
+        IdentityVersion::from_number(version).ok_or_else(|| format!("--tls-identity-version {version}: 0 or 1"))?;
+    let derivation = if p.tls_compat { PskDerivation::Compat } else { PskDerivation::Rfc8446 };
+    Ok(Some(TlsKeyOptions { key, identity_version, derivation }))
+}
+
+/// The PSK identity version when none is asked for.
+const DEFAULT_TLS_IDENTITY_VERSION: u8 = 0;
 
 /// A `connect` request's parameters, as `host` says for every controller unless the request says otherwise.
 pub(super) fn params_from_request(p: &ConnectParams, host: &HostDefaults) -> Result<Params, String> {

@@ -98,6 +98,18 @@ pub struct ConnectParams {
     /// `--dhchap-ctrl-secret`: the controller's DH-HMAC-CHAP secret, for bidirectional authentication.
     #[serde(default)]
     pub dhchap_ctrl_secret: Option<SecretText>,
+    /// `--tls`: NVMe/TCP over TLS 1.3.
+    #[serde(default)]
+    pub tls: bool,
+    /// `--tls-key`: the configured PSK (`NVMeTLSkey-1:…`).
+    #[serde(default)]
+    pub tls_key: Option<SecretText>,
+    /// `--tls-identity-version`: 0 or 1.
+    #[serde(default)]
+    pub tls_identity_version: Option<u8>,
+    /// `--tls-compat`: libnvme's older derivation.
+    #[serde(default)]
+    pub tls_compat: bool,
 }
 
 /// A secret on its way to the daemon (the control socket is the daemon user's and root's only): serialized as the

@@ -329,6 +329,10 @@ mod tests {
             duplicate_connect: false,
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
+            tls: false,
+            tls_key: None,
+            tls_identity_version: None,
+            tls_compat: false,
         };
         let allowed = entry_request(&asked, &record(TransportType::Rdma, treq::NOT_REQUIRED | treq::DISABLE_SQFLOW));
         assert!(allowed.disable_sqflow);

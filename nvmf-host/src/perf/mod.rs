@@ -317,6 +317,7 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
     let depth = options.queue_depth;
     match ctrl.transport() {
         Transport::Tcp => {
+            let tls = o.tls.as_ref().map(|t| t.handshake_psk(&o.hostnqn, &info.subnqn)).transpose()?;
             let queues = connect_queues(ctrl, options, |qid| {
                 let qopts = TcpQueueOptions {
                     qid,
@@ -328,6 +329,7 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
                     connect_timeout: o.connect_timeout,
                     command_timeout: o.io_timeout,
                     host_iface: o.host_iface.clone(),
+                    tls: tls.clone(),
                 };
                 TcpQueue::connect(options.addr, &qopts)
             })?;

@@ -41,6 +41,7 @@ use nvmf_common::transport::tcp::{
     decode, C2hData, CommonHeader, Decoded, DecoderConfig, DigestTypes, Direction, Framing, IcReq, Pdu, PduDecoder,
     PduError, PduType, TermReq,
 };
+use nvmf_common::transport::tls::{client_handshake, HandshakePsk};
 
 use super::commands::{CommandState, Commands, Slot};
 use crate::error::HostError;
@@ -71,6 +72,8 @@ pub struct TcpQueueOptions {
     pub command_timeout: Duration,
     /// The network interface the connection leaves through (`--host-iface`, `SO_BINDTODEVICE`).
     pub host_iface: Option<String>,
+    /// Secure the connection with TLS 1.3 and this PSK before the ICReq.
+    pub tls: Option<Arc<HandshakePsk>>,
 }
 
 impl Default for TcpQueueOptions {
@@ -85,6 +88,7 @@ impl Default for TcpQueueOptions {
             connect_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(30),
             host_iface: None,
+            tls: None,
         }
     }
 }
@@ -166,6 +170,9 @@ impl<T> TcpQueue<T> {
         stream.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
         stream.set_read_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
         stream.set_write_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
+        if let Some(psk) = &options.tls {
+            client_handshake(&stream, psk).map_err(|error| HostError::Tls { qid, error })?;
+        }
 
         let dgst = DigestTypes { hdgst_enable: options.hdr_digest, ddgst_enable: options.data_digest };
         let icreq = Pdu::IcReq(IcReq { pfv: 0, hpda: 0, dgst, maxr2t: 0 });

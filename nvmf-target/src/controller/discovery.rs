@@ -45,7 +45,7 @@ pub(crate) fn discovery_log_page(
             trtype: listener.trtype,
             adrfam: listener.adrfam,
             subtype: SubsystemType::CurrentDiscovery,
-            treq: treq::NOT_SPECIFIED | treq::DISABLE_SQFLOW,
+            treq: listener.secure_channel | treq::DISABLE_SQFLOW,
             portid: listener.port_id,
             cntlid: nvmf_common::fabrics::connect::CNTLID_DYNAMIC,
             asqsz,

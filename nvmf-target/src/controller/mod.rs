@@ -45,8 +45,8 @@ pub use association::{Controller, QueueSnapshot};
 pub use queue::{split_storage_tag, storage_tag, Queue, QueueError, SlotId, Step};
 pub use subsystem::{Namespace, NamespaceParams, NamespaceTable, Subsystem, SubsystemError, SubsystemParams};
 pub use target::{
-    ConnectLimit, KatoMinimum, ListenerParams, Stalled, Target, TargetError, TargetParams, TransportInfo,
-    DISCOVERY_KATO_MS,
+    ConnectLimit, KatoMinimum, ListenerParams, SecureChannel, Stalled, Target, TargetError, TargetParams,
+    TransportInfo, DISCOVERY_KATO_MS,
 };
 
 /// A callback that wakes the reactor owning a queue (e.g. `mio::Waker::wake`). Called from any thread, with

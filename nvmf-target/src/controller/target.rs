@@ -80,6 +80,8 @@ pub struct ListenerParams {
     pub trsvcid: String,
     /// Transport specific address subtype (RDMA QP/provider/CM, TCP security type).
     pub tsas: Tsas,
+    /// TREQ's secure channel field ([`nvmf_common::fabrics::discovery::treq`]): whether TLS is required.
+    pub secure_channel: u8,
 }
 
 impl ListenerParams {
@@ -92,6 +94,7 @@ impl ListenerParams {
             traddr: local.ip().to_string(),
             trsvcid: local.port().to_string(),
             tsas,
+            secure_channel: nvmf_common::fabrics::discovery::treq::NOT_SPECIFIED,
         }
     }
 }
@@ -288,7 +291,7 @@ impl TargetParams {
 }
 
 /// What a transport tells the controller about a connection, at [`Queue::new`](super::Queue::new).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportInfo {
     /// Transport type: TCP accepts Transport SGL Data Blocks, RDMA Keyed SGL Data Blocks.
     pub trtype: TransportType,
@@ -304,6 +307,20 @@ pub struct TransportInfo {
     /// The reactor's key for this queue: storage tags are `(queue_key << 16) | slot` (see
     /// [`storage_tag`](super::storage_tag)).
     pub queue_key: u64,
+    /// The TLS session that secures the connection, if one does: its Connect commands must name its host.
+    pub secure_channel: Option<Arc<SecureChannel>>,
+}
+
+/// A connection secured by TLS with a pre-shared key: the PSK identity names the host and the subsystem the key
+/// was derived for, which binds the connection to them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecureChannel {
+    /// The host NQN of the PSK identity.
+    pub hostnqn: String,
+    /// The subsystem NQN of the PSK identity.
+    pub subnqn: String,
+    /// The negotiated cipher suite's name.
+    pub suite: &'static str,
 }
 
 impl TransportInfo {
@@ -316,6 +333,7 @@ impl TransportInfo {
             local_address: None,
             peer_address: None,
             queue_key,
+            secure_channel: None,
         }
     }
 }

@@ -128,6 +128,7 @@ fn transport_config(bits: u8) -> TcpTransportConfig {
         max_send_backlog: if bit(6) { 16 << 10 } else { 1 << 20 },
         // Set on the socket by the acceptor thread, which the harness stands in for.
         keepalive_ms: 0,
+        tls: nvmf_config::target::TlsMode::None,
     }
 }
 

@@ -19,6 +19,7 @@ use crate::controller::Target;
 use crate::reactor::WaitCounters;
 use crate::tcp::placement::IncomingCpuPlacement;
 use crate::tcp::TcpSocketPath;
+use crate::tcp::TlsCounters;
 use crate::transport::{Admission, BufferGauge, TransportCounters, TransportListeners};
 
 /// Live connections of one transport, as a reactor counts them.
@@ -37,6 +38,8 @@ pub struct TargetCollector {
     connections: Vec<ConnectionCounter>,
     /// The listeners' connection caps (refusals), once listeners serve.
     admission: Option<Arc<Admission>>,
+    /// What the TLS gate did, once listeners serve.
+    tls: Option<Arc<TlsCounters>>,
     /// Every reactor's data buffers, by reactor index.
     buffers: Vec<Arc<BufferGauge>>,
     /// Every reactor's waits, by reactor index.
@@ -60,6 +63,7 @@ impl TargetCollector {
             .collect();
         let collector = TargetCollector::new(target, connections)
             .with_admission(Arc::clone(listeners.admission()))
+            .with_tls(Arc::clone(listeners.tls_counters()))
             .with_buffers(counters.iter().map(|c| Arc::clone(&c.buffers)).collect())
             .with_socket_paths(counters.iter().map(|c| Arc::clone(&c.tcp_socket_path)).collect());
         #[cfg(feature = "rdma")]
@@ -77,6 +81,7 @@ impl TargetCollector {
             target,
             connections,
             admission: None,
+            tls: None,
             buffers: Vec::new(),
             waits: Vec::new(),
             socket_paths: Vec::new(),
@@ -107,6 +112,12 @@ impl TargetCollector {
     /// Also export the NVMe/TCP connections `placement` moved to another reactor.
     pub fn with_placement(mut self, placement: Option<Arc<IncomingCpuPlacement>>) -> Self {
         self.placement = placement;
+        self
+    }
+
+    /// Also export what the TLS gate did to connections.
+    pub fn with_tls(mut self, tls: Arc<TlsCounters>) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -152,6 +163,7 @@ impl Collector for TargetCollector {
         controller::auth_pool(e, target)?;
         storage::blkdiscard(e, target)?;
         transport::rejected_connections(e, self.admission.as_deref())?;
+        transport::tls_connections(e, self.tls.as_deref())?;
         reactors::data_buffers(e, &self.buffers)?;
         reactors::waits(e, &self.waits)?;
         transport::tcp_socket_io(e, &self.socket_paths)?;

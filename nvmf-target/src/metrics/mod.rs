@@ -27,6 +27,7 @@
 //!   keep_alive_min_ms`.
 //! - `nvmf_target_timeouts_total{state="connect|transfer"}` — queue pairs ended because their peer stalled.
 //! - `nvmf_target_rejected_connections_total{reason="listener_limit|address_limit"}` — connections refused at accept.
+//! - `nvmf_target_tls_connections_total{result}` — what the TLS gate did to connections of `tls` listeners.
 //! - `nvmf_target_refused_connects_total{reason="controllers_per_host|discovery_kato|host_id"}` — Connects refused
 //!   by a limit or a host ID binding.
 //! - `nvmf_target_buffer_budget_waits_total{budget="queue|anonymous"}` — commands that waited for a buffer a budget

@@ -10,7 +10,7 @@ use prometheus_client::metrics::MetricType;
 use super::encode::{count, counters_by, gauge, single_counter};
 use crate::controller::{Stalled, Target};
 use crate::tcp::placement::IncomingCpuPlacement;
-use crate::tcp::TcpSocketPath;
+use crate::tcp::{TcpSocketPath, TlsCounters};
 use crate::transport::{Admission, Refusal};
 
 /// `nvmf_target_connections{transport}`: `by_transport` as the collector sums it.
@@ -46,6 +46,19 @@ pub(super) fn rejected_connections(encoder: &mut DescriptorEncoder<'_>, admissio
         "Transport connections (queue pairs) refused at accept, by the cap that refused them.",
         "reason",
         Refusal::ALL.map(|reason| (reason.label(), admission.map_or(0, |a| a.rejected(reason)))),
+    )
+}
+
+/// `nvmf_target_tls_connections{result}` (0 before the listeners serve).
+pub(super) fn tls_connections(encoder: &mut DescriptorEncoder<'_>, tls: Option<&TlsCounters>) -> fmt::Result {
+    let by_result = tls.map_or_else(|| TlsCounters::default().by_result(), TlsCounters::by_result);
+    counters_by(
+        encoder,
+        "nvmf_target_tls_connections",
+        "Connections to listeners with tls = allowed or required, by what the TLS gate did: secured, plaintext \
+         (allowed), plaintext_refused, failed (unknown identity, wrong key, no kTLS), timed_out, queue_full.",
+        "result",
+        by_result,
     )
 }
 

@@ -148,6 +148,7 @@ impl RdmaPollGroup {
             local_address: local.map(|a: SocketAddr| a.ip()),
             peer_address: peer_addr,
             queue_key: 0,
+            secure_channel: None,
         };
         let queue = cx.new_queue(info, key.to_raw());
         let max_reads = setup.max_reads;

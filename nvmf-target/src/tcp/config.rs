@@ -41,6 +41,8 @@ pub struct TcpTransportConfig {
     /// TCP keepalive: probe a peer silent this long (ms), close after three unanswered probes a tenth of it
     /// apart; 0: no probes.
     pub keepalive_ms: u32,
+    /// TLS 1.3 on the listener's connections: none, allowed or required.
+    pub tls: nvmf_config::target::TlsMode,
 }
 
 impl Default for TcpTransportConfig {
@@ -57,6 +59,7 @@ impl Default for TcpTransportConfig {
             receive_buffer_size: 256 * 1024,
             max_send_backlog: 8 * 1024 * 1024,
             keepalive_ms: 60_000,
+            tls: nvmf_config::target::TlsMode::None,
         }
     }
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -18,9 +18,10 @@ use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use socket2::{SockRef, TcpKeepalive};
 
-use nvmf_common::fabrics::discovery::{TcpSecurityType, TransportType, Tsas};
-use nvmf_config::target::{ControllerLimits, ListenerConfig, ListenerTransport};
+use nvmf_common::fabrics::discovery::{treq, TcpSecurityType, TransportType, Tsas};
+use nvmf_config::target::{ControllerLimits, ListenerConfig, ListenerTransport, TlsMode};
 
+use super::tls_gate::{HandOver, TlsCounters, TlsGate, TlsKeyring};
 use super::{AcceptedConnection, TcpTransportConfig};
 use crate::controller::ListenerParams;
 use crate::transport::Admission;
@@ -52,6 +53,7 @@ impl TcpListenerSpec {
             data_digest: options.data_digest,
             keepalive_ms: limits.tcp_keepalive_ms,
             max_send_backlog: usize::try_from(limits.tcp_send_backlog).unwrap_or(usize::MAX),
+            tls: options.tls,
             ..TcpTransportConfig::default()
         };
         Some(TcpListenerSpec { address: l.address, port_id, tcp: Arc::new(tcp), max_connections: l.max_connections })
@@ -59,7 +61,15 @@ impl TcpListenerSpec {
 
     /// The discovery log's entry for this listener, bound at `local`.
     pub fn discovery_entry(&self, local: SocketAddr) -> ListenerParams {
-        ListenerParams::ip(self.port_id, TransportType::Tcp, local, Tsas::Tcp { sectype: TcpSecurityType::None })
+        let (sectype, secure_channel) = match self.tcp.tls {
+            TlsMode::None => (TcpSecurityType::None, treq::NOT_SPECIFIED),
+            TlsMode::Allowed => (TcpSecurityType::Tls13, treq::NOT_REQUIRED),
+            TlsMode::Required => (TcpSecurityType::Tls13, treq::REQUIRED),
+        };
+        ListenerParams {
+            secure_channel,
+            ..ListenerParams::ip(self.port_id, TransportType::Tcp, local, Tsas::Tcp { sectype })
+        }
     }
 }
 
@@ -161,6 +171,18 @@ pub struct Acceptor {
     thread: Option<JoinHandle<()>>,
     listeners: Vec<(TcpListenerSpec, SocketAddr)>,
     local: Vec<SocketAddr>,
+    gate: Arc<TlsGate>,
+}
+
+/// What the TLS gate starts with.
+#[derive(Debug)]
+pub struct TlsGateParams {
+    /// The hosts' PSKs.
+    pub keyring: TlsKeyring,
+    /// Bound on a handshake (`connect_timeout_ms`).
+    pub timeout: Duration,
+    /// Its counters (metrics).
+    pub counters: Arc<TlsCounters>,
 }
 
 impl Acceptor {
@@ -169,6 +191,7 @@ impl Acceptor {
     pub fn start(
         bound: BoundListeners,
         admission: Arc<Admission>,
+        tls: TlsGateParams,
         hand_over: impl FnMut(AcceptedConnection) -> Result<(), AcceptedConnection> + Send + 'static,
     ) -> Result<Self, ListenerError> {
         let BoundListeners { poll, waker, listeners, local } = bound;
@@ -176,12 +199,24 @@ impl Acceptor {
         let served = listeners.iter().map(|l| (l.spec.clone(), l.local)).collect();
         let sockets: HashMap<Token, (TcpListener, TcpListenerSpec)> =
             listeners.into_iter().map(|l| (Token(usize::from(l.spec.port_id)), (l.listener, l.spec))).collect();
+        // The acceptor and the TLS gate's threads both hand connections over, one at a time.
+        let hand_over: Arc<Mutex<HandOver>> = Arc::new(Mutex::new(Box::new(hand_over)));
+        let gate = Arc::new(
+            TlsGate::start(tls.keyring, tls.timeout, tls.counters, Arc::clone(&hand_over))
+                .map_err(ListenerError::Os)?,
+        );
         let (commands, received) = mpsc::channel();
+        let acceptor_gate = Arc::clone(&gate);
         let thread = std::thread::Builder::new()
             .name("nvmf-acceptor".into())
-            .spawn(move || accept_loop(poll, sockets, &received, &admission, hand_over))
+            .spawn(move || accept_loop(poll, sockets, &received, &admission, &acceptor_gate, &hand_over))
             .map_err(ListenerError::Os)?;
-        Ok(Acceptor { waker, registry, commands, thread: Some(thread), listeners: served, local })
+        Ok(Acceptor { waker, registry, commands, thread: Some(thread), listeners: served, local, gate })
+    }
+
+    /// The TLS gate (a reload gives it new keys).
+    pub fn tls_gate(&self) -> &TlsGate {
+        &self.gate
     }
 
     /// The bound addresses, in configuration order (a port 0 in a spec is replaced by the port chosen).
@@ -249,7 +284,8 @@ fn accept_loop(
     mut listeners: HashMap<Token, (TcpListener, TcpListenerSpec)>,
     commands: &Receiver<Command>,
     admission: &Arc<Admission>,
-    mut hand_over: impl FnMut(AcceptedConnection) -> Result<(), AcceptedConnection>,
+    gate: &TlsGate,
+    hand_over: &Mutex<HandOver>,
 ) {
     let mut events = Events::with_capacity(64);
     loop {
@@ -272,7 +308,7 @@ fn accept_loop(
                             // readiness already: accept what is queued.
                             for token in added {
                                 if let Some((listener, spec)) = listeners.get(&token) {
-                                    accept_all(listener, spec, admission, &mut hand_over);
+                                    accept_all(listener, spec, admission, gate, hand_over);
                                 }
                             }
                             let _ = done.send(());
@@ -282,7 +318,7 @@ fn accept_loop(
                 continue;
             }
             let Some((listener, spec)) = listeners.get(&event.token()) else { continue };
-            accept_all(listener, spec, admission, &mut hand_over);
+            accept_all(listener, spec, admission, gate, hand_over);
         }
     }
 }
@@ -315,7 +351,8 @@ fn accept_all(
     listener: &TcpListener,
     spec: &TcpListenerSpec,
     admission: &Arc<Admission>,
-    hand_over: &mut impl FnMut(AcceptedConnection) -> Result<(), AcceptedConnection>,
+    gate: &TlsGate,
+    hand_over: &Mutex<HandOver>,
 ) {
     loop {
         match listener.accept() {
@@ -331,8 +368,20 @@ fn accept_all(
                     tracing::warn!(traddr = %peer, error = %e, "cannot set TCP keepalive");
                 }
                 let tcp = Arc::clone(&spec.tcp);
-                let connection =
-                    AcceptedConnection { stream, peer, port_id: spec.port_id, tcp, admitted, initialized: None };
+                let connection = AcceptedConnection {
+                    stream,
+                    peer,
+                    port_id: spec.port_id,
+                    tcp,
+                    admitted,
+                    initialized: None,
+                    tls: None,
+                };
+                if spec.tcp.tls != TlsMode::None {
+                    gate.admit(connection);
+                    continue;
+                }
+                let mut hand_over = hand_over.lock().unwrap_or_else(|e| e.into_inner());
                 if hand_over(connection).is_err() {
                     tracing::warn!(traddr = %peer, listener = %spec.address, "no reactor takes connections; closed");
                     return;

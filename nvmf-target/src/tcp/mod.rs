@@ -34,13 +34,17 @@ mod outgoing;
 pub mod placement;
 mod poll_group;
 mod send;
+mod tls_gate;
 mod transfer;
 
 pub use config::TcpTransportConfig;
 pub use connection::{Initialized, SocketIo, TcpConnection};
 pub use error::ConnectionError;
-pub use listener::{Acceptor, BoundListener, BoundListeners, ListenerError, ListenerSlot, TcpListenerSpec};
+pub use listener::{
+    Acceptor, BoundListener, BoundListeners, ListenerError, ListenerSlot, TcpListenerSpec, TlsGateParams,
+};
 pub use poll_group::{AcceptedConnection, TcpPollGroup, TcpSocketPath};
+pub use tls_gate::{TlsCounters, TlsGate, TlsKeyring};
 pub use transfer::ProtocolViolation;
 
 #[cfg(test)]

@@ -44,6 +44,8 @@ pub struct AcceptedConnection {
     pub admitted: Admitted,
     /// Past ICReq on another reactor, which placed it here ([`IncomingCpuPlacement`]); `None` from the listener.
     pub initialized: Option<Initialized>,
+    /// Secured by TLS: the PSK identity's host and subsystem, which its Connect commands must name.
+    pub tls: Option<Arc<crate::controller::SecureChannel>>,
 }
 
 /// Which way a reactor drives its NVMe/TCP sockets, for metrics: unknown until the reactor starts.
@@ -78,6 +80,8 @@ struct Slot {
     peer: SocketAddr,
     port_id: u16,
     config: Arc<TcpTransportConfig>,
+    /// The TLS session securing it, kept for a move to another reactor.
+    tls: Option<Arc<crate::controller::SecureChannel>>,
     /// The reactor it leaves for once its socket ops completed.
     moving_to: Option<usize>,
     /// Tells this connection's timer entries from those of the slot's earlier occupants.
@@ -287,6 +291,7 @@ impl TcpPollGroup {
             tcp: c.config,
             admitted: c.admitted,
             initialized: Some(initialized),
+            tls: c.tls,
         };
         tracing::debug!(reactor = self.index, to, traddr = %moved.peer, "connection moves to the reactor on its CPU");
         if !placement.hand_off(to, moved) {
@@ -368,6 +373,7 @@ impl PollGroup for TcpPollGroup {
         let mut info = TransportInfo::tcp(accepted.port_id, accepted.tcp.in_capsule_data_size, 0);
         info.local_address = local;
         info.peer_address = Some(accepted.peer);
+        info.secure_channel.clone_from(&accepted.tls);
         let queue = cx.new_queue(info, key);
         tracing::debug!(reactor = self.index, traddr = %accepted.peer, slot, "connection accepted");
         let mut tcp = TcpConnection::new(stream, queue, &accepted.tcp, io);
@@ -390,6 +396,7 @@ impl PollGroup for TcpPollGroup {
             peer: accepted.peer,
             port_id: accepted.port_id,
             config: accepted.tcp,
+            tls: accepted.tls,
             moving_to: None,
             id,
             timer: None,

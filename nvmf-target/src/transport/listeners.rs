@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use nvmf_config::TargetConfig;
 
@@ -14,7 +15,7 @@ use crate::controller::ListenerParams;
 #[cfg(feature = "rdma")]
 use crate::rdma::{BoundRdmaListeners, RdmaCmThread, RdmaListenerError, RdmaListenerSpec};
 use crate::reactor::ReactorHandle;
-use crate::tcp::{Acceptor, BoundListeners, ListenerError, TcpListenerSpec};
+use crate::tcp::{Acceptor, BoundListeners, ListenerError, TcpListenerSpec, TlsCounters, TlsGateParams, TlsKeyring};
 
 /// Why listeners could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +40,7 @@ pub struct BoundTransportListeners {
     #[cfg(feature = "rdma")]
     rdma: Option<(Vec<RdmaListenerSpec>, BoundRdmaListeners)>,
     admission: Arc<Admission>,
+    tls: TlsGateParams,
 }
 
 impl BoundTransportListeners {
@@ -77,6 +79,11 @@ impl BoundTransportListeners {
                 config.limits.address_prefix_v4,
                 config.limits.address_prefix_v6,
             ),
+            tls: TlsGateParams {
+                keyring: TlsKeyring::from_config(&config.subsystems),
+                timeout: Duration::from_millis(u64::from(config.limits.connect_timeout_ms.max(1))),
+                counters: Arc::new(TlsCounters::default()),
+            },
         })
     }
 
@@ -96,7 +103,8 @@ impl BoundTransportListeners {
     /// Serve the listeners: every new queue pair the caps admit goes to the next of `reactors`.
     pub fn start(self, reactors: &Arc<Vec<ReactorHandle<NewQueuePair>>>) -> Result<TransportListeners, ListenError> {
         let admission = self.admission;
-        let tcp = Acceptor::start(self.tcp, Arc::clone(&admission), round_robin(reactors))?;
+        let tls_counters = Arc::clone(&self.tls.counters);
+        let tcp = Acceptor::start(self.tcp, Arc::clone(&admission), self.tls, round_robin(reactors))?;
         #[cfg(feature = "rdma")]
         let rdma =
             self.rdma.map(|(_, bound)| RdmaCmThread::start(bound, Arc::clone(&admission), round_robin(reactors)));
@@ -113,6 +121,7 @@ impl BoundTransportListeners {
             #[cfg(feature = "rdma")]
             rdma,
             admission,
+            tls_counters,
         })
     }
 }
@@ -124,6 +133,7 @@ pub struct TransportListeners {
     #[cfg(feature = "rdma")]
     rdma: Option<RdmaCmThread>,
     admission: Arc<Admission>,
+    tls_counters: Arc<TlsCounters>,
 }
 
 impl TransportListeners {
@@ -135,6 +145,11 @@ impl TransportListeners {
     /// The connection caps every listener thread applies.
     pub fn admission(&self) -> &Arc<Admission> {
         &self.admission
+    }
+
+    /// What the TLS gate did to the connections of `tls` listeners.
+    pub fn tls_counters(&self) -> &Arc<TlsCounters> {
+        &self.tls_counters
     }
 
     /// The NVMe/TCP acceptor, to change its listeners (reload).

@@ -102,6 +102,7 @@ pub fn options(nr_io_queues: u16) -> ConnectOptions {
         host_iface: None,
         dhchap_secret: None,
         dhchap_ctrl_secret: None,
+        tls: None,
         iopolicy: nvmf_host::multipath::IoPolicy::default(),
         path_retries: 5,
         poll: nvmf_host::controller::PollOptions::default(),

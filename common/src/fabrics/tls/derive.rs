@@ -103,7 +103,7 @@ fn tls(retained: &[u8], identity: &PskIdentity, derivation: PskDerivation) -> Re
 
 /// The `info` of HKDF-Expand-Label(secret, `label`, `context`, `len`): RFC 8446 §7.1's HkdfLabel, or libnvme's
 /// compat encoding of it. `None` when the context is longer than the encoding takes.
-fn expand_label_info(derivation: PskDerivation, len: usize, label: &str, context: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn expand_label_info(derivation: PskDerivation, len: usize, label: &str, context: &[u8]) -> Option<Vec<u8>> {
     let len = u16::try_from(len).ok()?;
     let mut info = Vec::with_capacity(2 + 1 + 6 + label.len() + 1 + context.len());
     match derivation {

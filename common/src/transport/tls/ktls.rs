@@ -11,6 +11,8 @@ use sha2::{Sha256, Sha384};
 use zeroize::{Zeroize, Zeroizing};
 
 use super::{CipherSuite, TlsError};
+use crate::fabrics::tls::derive::expand_label_info;
+use crate::fabrics::tls::PskDerivation;
 
 /// `TLS_1_3_VERSION` of `linux/tls.h`.
 const TLS_1_3_VERSION: u16 = 0x0304;
@@ -56,12 +58,8 @@ pub fn ktls_available() -> bool {
 
 /// HKDF-Expand-Label(secret, label, "", len) of TLS 1.3.
 fn expand_label(suite: CipherSuite, secret: &[u8], label: &str, out: &mut [u8]) -> Result<(), TlsError> {
-    let full = format!("tls13 {label}");
-    let mut info = Vec::with_capacity(4 + full.len());
-    info.extend_from_slice(&u16::try_from(out.len()).unwrap_or(u16::MAX).to_be_bytes());
-    info.push(u8::try_from(full.len()).unwrap_or(u8::MAX));
-    info.extend_from_slice(full.as_bytes());
-    info.push(0);
+    let info = expand_label_info(PskDerivation::Rfc8446, out.len(), label, &[])
+        .ok_or_else(|| TlsError::Ktls("key derivation".into()))?;
     let bad = |_| TlsError::Ktls("a traffic secret of the wrong length".into());
     match suite {
         CipherSuite::Aes128GcmSha256 => Hkdf::<Sha256>::from_prk(secret).map_err(bad)?.expand(&info, out),

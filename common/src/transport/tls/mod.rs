@@ -59,6 +59,16 @@ impl CipherSuite {
     }
 }
 
+impl From<crate::fabrics::tls::PskHash> for CipherSuite {
+    /// The suite a PSK of this hash belongs to.
+    fn from(hash: crate::fabrics::tls::PskHash) -> Self {
+        match hash {
+            crate::fabrics::tls::PskHash::Sha256 => CipherSuite::Aes128GcmSha256,
+            crate::fabrics::tls::PskHash::Sha384 => CipherSuite::Aes256GcmSha384,
+        }
+    }
+}
+
 /// A pre-shared key as the handshake uses it: the identity sent in the ClientHello, the TLS PSK and its suite.
 pub struct HandshakePsk {
     /// The PSK identity (`NVMe0R01 …` or `NVMe1R0x …`).
@@ -79,7 +89,7 @@ impl std::fmt::Debug for HandshakePsk {
 }
 
 /// Why a handshake or the move to kTLS failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TlsError {
     /// The peer offered no identity we hold a key for (server), or refused ours (client).
     #[error("no pre-shared key in common with the peer{}", identity_suffix(.0))]

@@ -9,6 +9,7 @@ use nvmf_common::fabrics::connect::{
     connect_error_response, data_offset, sqe_offset, Connect, ConnectData, ConnectResponse, InvalidParameter,
     CNTLID_DYNAMIC,
 };
+use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
@@ -128,6 +129,29 @@ impl Queue {
             tracing::debug!(subnqn = data.subnqn.as_str(), hostnqn = hostnqn, "Connect to an unknown subsystem");
             return Err(invalid_parameter(InvalidParameter::in_data(data_offset::SUBNQN)));
         };
+        if let Some(channel) = &self.transport.secure_channel {
+            // A TLS connection speaks for the host and subsystem its PSK was derived for (the discovery subsystem
+            // may be reached with any of the host's keys).
+            if channel.hostnqn != hostnqn {
+                tracing::debug!(
+                    hostnqn,
+                    tls_hostnqn = channel.hostnqn.as_str(),
+                    "Connect from another host than TLS's"
+                );
+                return Err((
+                    Status::CONNECT_INVALID_HOST.with_dnr(),
+                    InvalidParameter::in_data(data_offset::HOSTNQN).to_dw0(),
+                ));
+            }
+            if channel.subnqn != subsystem.nqn() && channel.subnqn != DISCOVERY_NQN {
+                tracing::debug!(
+                    subnqn = subsystem.nqn(),
+                    tls_subnqn = channel.subnqn.as_str(),
+                    "Connect to another subsystem than TLS's"
+                );
+                return Err(invalid_parameter(InvalidParameter::in_data(data_offset::SUBNQN)));
+            }
+        }
         let keys = subsystem.host_keys(hostnqn);
         if keys.is_none() && subsystem.auth_required() {
             tracing::debug!(

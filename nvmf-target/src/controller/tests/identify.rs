@@ -54,6 +54,7 @@ fn identify_controller_over_rdma_reports_keyed_sgls() {
             local_address: None,
             peer_address: None,
             queue_key: 5,
+            secure_channel: None,
         },
         Instant::now(),
     );

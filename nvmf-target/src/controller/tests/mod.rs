@@ -91,6 +91,7 @@ fn listener() -> ListenerParams {
         traddr: "0.0.0.0".to_owned(),
         trsvcid: "4420".to_owned(),
         tsas: Tsas::Tcp { sectype: TcpSecurityType::None },
+        secure_channel: 0,
     }
 }
 

@@ -1,0 +1,265 @@
+//! TLS on NVMe/TCP listeners (`tls = "allowed"|"required"`): the connections those listeners accept pass through
+//! here before any reactor sees them. A gate thread reads the first byte (a TLS handshake record, or an ICReq),
+//! runs the TLS 1.3 handshake with the PSK the host's identity names ([`TlsKeyring`]), moves the records into the
+//! kernel (kTLS) and hands the connection over; the reactors then read and write plaintext as on any connection.
+//! The handshake is blocking and bounded by `connect_timeout_ms`, on a few threads of its own, so a slow or silent
+//! peer costs one of them at most that long and never a reactor; connections beyond the gate's queue are closed.
+
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
+use nvmf_common::fabrics::tls::{derive_tls_psk, ConfiguredPsk, PskDerivation, PskIdentity, PskType};
+use nvmf_common::transport::tls::{server_handshake, CipherSuite, HandshakePsk, Secured, TlsError};
+use nvmf_config::target::{SubsystemConfig, TlsMode};
+
+use super::AcceptedConnection;
+use crate::controller::authentication::FailureLog;
+use crate::controller::SecureChannel;
+
+/// Gate threads: handshakes are a few milliseconds of CPU, and a silent peer holds one thread until its timeout.
+const GATE_THREADS: usize = 2;
+/// Connections waiting for a gate thread; more are closed (and counted).
+const GATE_QUEUE_DEPTH: usize = 64;
+/// The first byte of a TLS handshake record (ContentType handshake).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// The hosts' configured PSKs, by subsystem NQN and host NQN, with the derivation each uses.
+#[derive(Debug, Default)]
+pub struct TlsKeyring {
+    keys: HashMap<(String, String), (ConfiguredPsk, PskDerivation)>,
+    /// For the discovery subsystem: a host's key of any subsystem (its first).
+    discovery: HashMap<String, (ConfiguredPsk, PskDerivation)>,
+}
+
+impl TlsKeyring {
+    /// The keys of `subsystems`' `[[subsystem.host]] tls_key` entries.
+    pub fn from_config(subsystems: &[SubsystemConfig]) -> Self {
+        let mut ring = TlsKeyring::default();
+        for s in subsystems {
+            for h in &s.host_keys {
+                let Some(key) = &h.tls_key else { continue };
+                let derivation = if h.tls_key_compat { PskDerivation::Compat } else { PskDerivation::Rfc8446 };
+                let entry = (key.key.clone(), derivation);
+                ring.discovery.entry(h.nqn.clone()).or_insert_with(|| entry.clone());
+                ring.keys.insert((s.nqn.clone(), h.nqn.clone()), entry);
+            }
+        }
+        ring
+    }
+
+    /// Whether no host has a key.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The TLS PSK for the identity a host offers: known host and subsystem, the key's hash, and (version 1) the
+    /// digest the key gives.
+    pub fn lookup(&self, offered: &[u8]) -> Option<HandshakePsk> {
+        let identity = PskIdentity::parse(offered).ok()?;
+        if identity.psk_type() != PskType::Retained {
+            return None;
+        }
+        let (configured, derivation) = if identity.subnqn() == DISCOVERY_NQN {
+            self.discovery.get(identity.hostnqn())?
+        } else {
+            self.keys.get(&(identity.subnqn().to_owned(), identity.hostnqn().to_owned()))?
+        };
+        if configured.hash() != identity.hash() {
+            return None;
+        }
+        let derived =
+            derive_tls_psk(configured, identity.hostnqn(), identity.subnqn(), identity.version(), *derivation).ok()?;
+        if derived.identity.as_bytes() != offered {
+            return None;
+        }
+        Some(HandshakePsk { identity: offered.to_vec(), key: derived.key, suite: CipherSuite::from(derived.hash) })
+    }
+}
+
+/// How the gate's connections ended (`nvmf_target_tls_connections_total{result}`).
+#[derive(Debug, Default)]
+pub struct TlsCounters {
+    /// Secured and handed over.
+    pub secured: AtomicU64,
+    /// Plaintext on an `allowed` listener, handed over.
+    pub plaintext: AtomicU64,
+    /// Plaintext on a `required` listener: closed.
+    pub plaintext_refused: AtomicU64,
+    /// The handshake failed (unknown identity, wrong key, a protocol error, no kTLS): closed.
+    pub failed: AtomicU64,
+    /// The peer did not finish within `connect_timeout_ms`: closed.
+    pub timed_out: AtomicU64,
+    /// The gate's queue was full: closed.
+    pub queue_full: AtomicU64,
+}
+
+impl TlsCounters {
+    /// Every result with its label, in label order.
+    pub fn by_result(&self) -> [(&'static str, u64); 6] {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("failed", get(&self.failed)),
+            ("plaintext", get(&self.plaintext)),
+            ("plaintext_refused", get(&self.plaintext_refused)),
+            ("queue_full", get(&self.queue_full)),
+            ("secured", get(&self.secured)),
+            ("timed_out", get(&self.timed_out)),
+        ]
+    }
+}
+
+/// Where the acceptor and the gate hand connections over (the reactors, round robin).
+pub type HandOver = Box<dyn FnMut(AcceptedConnection) -> Result<(), AcceptedConnection> + Send>;
+
+/// The gate: its queue and what its threads share.
+pub struct TlsGate {
+    queue: SyncSender<AcceptedConnection>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for TlsGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsGate").finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    keyring: RwLock<Arc<TlsKeyring>>,
+    counters: Arc<TlsCounters>,
+    hand_over: Arc<Mutex<HandOver>>,
+    timeout: Duration,
+    refusals: FailureLog,
+}
+
+impl TlsGate {
+    /// Start the gate threads; connections they secure go to `hand_over` (shared with the acceptor).
+    pub fn start(
+        keyring: TlsKeyring,
+        timeout: Duration,
+        counters: Arc<TlsCounters>,
+        hand_over: Arc<Mutex<HandOver>>,
+    ) -> std::io::Result<Self> {
+        let (queue, waiting) = mpsc::sync_channel(GATE_QUEUE_DEPTH);
+        let waiting = Arc::new(Mutex::new(waiting));
+        let shared = Arc::new(Shared {
+            keyring: RwLock::new(Arc::new(keyring)),
+            counters,
+            hand_over,
+            timeout,
+            refusals: FailureLog::default(),
+        });
+        for i in 0..GATE_THREADS {
+            let (waiting, shared) = (Arc::clone(&waiting), Arc::clone(&shared));
+            std::thread::Builder::new().name(format!("nvmf-tls-{i}")).spawn(move || gate_loop(&waiting, &shared))?;
+        }
+        Ok(TlsGate { queue, shared })
+    }
+
+    /// Queue `connection` for its handshake; closed (dropped) when the queue is full.
+    pub fn admit(&self, connection: AcceptedConnection) {
+        match self.queue.try_send(connection) {
+            Ok(()) => {}
+            Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => {
+                self.shared.counters.queue_full.fetch_add(1, Ordering::Relaxed);
+                self.shared.refuse(&c, "closed: too many TLS handshakes at once");
+            }
+        }
+    }
+
+    /// New connections use `keyring` (a reload); connections already secured keep their keys.
+    pub fn set_keyring(&self, keyring: TlsKeyring) {
+        *self.shared.keyring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keyring);
+    }
+}
+
+impl Shared {
+    /// One rate-limited line per peer address.
+    fn refuse(&self, c: &AcceptedConnection, why: &str) {
+        if let Some(suppressed) = self.refusals.admit(&c.peer.ip().to_string(), Instant::now()) {
+            tracing::warn!(traddr = %c.peer, suppressed, "TLS: {why}");
+        }
+    }
+}
+
+fn gate_loop(waiting: &Mutex<Receiver<AcceptedConnection>>, shared: &Shared) {
+    loop {
+        // The lock is held only while waiting for the next connection; the handshake runs without it.
+        let next = waiting.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        let Ok(mut connection) = next else { return };
+        match secure(&mut connection, shared) {
+            Ok(()) => {
+                let mut hand_over = shared.hand_over.lock().unwrap_or_else(|e| e.into_inner());
+                if hand_over(connection).is_err() {
+                    tracing::warn!("no reactor takes connections; closed");
+                }
+            }
+            Err(why) => {
+                // Dropping the connection closes it.
+                shared.refuse(&connection, &why);
+            }
+        }
+    }
+}
+
+/// Secure `c` (or let it through as plaintext where allowed); the reason it is refused otherwise.
+fn secure(c: &mut AcceptedConnection, shared: &Shared) -> Result<(), String> {
+    let stream: &TcpStream = &c.stream;
+    let io = |e: std::io::Error| format!("socket: {e}");
+    stream.set_nonblocking(false).map_err(io)?;
+    stream.set_read_timeout(Some(shared.timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(shared.timeout)).map_err(io)?;
+    let mut first = [0u8; 1];
+    let peeked = stream.peek(&mut first);
+    let counters = &shared.counters;
+    let result = match peeked {
+        Ok(0) => Err("the peer closed the connection".to_owned()),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            counters.timed_out.fetch_add(1, Ordering::Relaxed);
+            return Err("the peer sent nothing within connect_timeout_ms".into());
+        }
+        Err(e) => Err(io(e)),
+        Ok(_) if first[0] != TLS_HANDSHAKE_RECORD => {
+            if c.tcp.tls == TlsMode::Required {
+                counters.plaintext_refused.fetch_add(1, Ordering::Relaxed);
+                return Err("a plaintext connection on a listener that requires TLS; closed".into());
+            }
+            counters.plaintext.fetch_add(1, Ordering::Relaxed);
+            Ok(None)
+        }
+        Ok(_) => {
+            let keyring = Arc::clone(&shared.keyring.read().unwrap_or_else(|e| e.into_inner()));
+            let mut lookup = |offered: &[u8]| keyring.lookup(offered);
+            match server_handshake(stream, &mut lookup) {
+                Ok(secured) => Ok(Some(secured)),
+                Err(TlsError::TimedOut) => {
+                    counters.timed_out.fetch_add(1, Ordering::Relaxed);
+                    return Err("the handshake did not finish within connect_timeout_ms".into());
+                }
+                Err(e) => {
+                    counters.failed.fetch_add(1, Ordering::Relaxed);
+                    return Err(e.to_string());
+                }
+            }
+        }
+    };
+    let secured = result?;
+    stream.set_read_timeout(None).map_err(io)?;
+    stream.set_write_timeout(None).map_err(io)?;
+    stream.set_nonblocking(true).map_err(io)?;
+    if let Some(Secured { identity, suite }) = secured {
+        let identity = PskIdentity::parse(&identity).map_err(|e| e.to_string())?;
+        tracing::debug!(traddr = %c.peer, hostnqn = identity.hostnqn(), suite = suite.name(), "TLS secured");
+        counters.secured.fetch_add(1, Ordering::Relaxed);
+        c.tls = Some(Arc::new(SecureChannel {
+            hostnqn: identity.hostnqn().to_owned(),
+            subnqn: identity.subnqn().to_owned(),
+            suite: suite.name(),
+        }));
+    }
+    Ok(())
+}
