@@ -900,3 +900,35 @@ fn rbd_ceph_conf_is_relative_to_the_configuration_file() {
     let config = load(&BASE.replace("memory = \"1GiB\"", relative)).unwrap();
     assert_eq!(rbd_backend(&config).ceph_conf, Path::new("ceph/ceph.conf"));
 }
+
+const TLS_KEY: &str = "NVMeTLSkey-1:01:QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl9YjiZe:";
+
+#[test]
+fn tls_listeners_and_host_psks() {
+    let text = BASE.replace("address = \"127.0.0.1\"\n", "address = \"127.0.0.1\"\ntls = \"required\"\n")
+        + &format!("[[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h1\"\ntls_key = \"{TLS_KEY}\"\n");
+    let config = load(&text).unwrap();
+    assert_eq!(
+        config.listeners[0].transport,
+        ListenerTransport::Tcp(TcpOptions { tls: TlsMode::Required, ..TcpOptions::default() })
+    );
+    let h = &config.subsystems[0].host_keys[0];
+    assert!(h.dhchap_key.is_none() && !h.tls_key_compat);
+    assert_eq!(h.tls_key.as_ref().unwrap().key.interchange().as_str(), TLS_KEY);
+    // Printed back (keys redacted) and read again: the same configuration.
+    let printed = config.to_string();
+    assert!(printed.contains("tls = \"required\"") && printed.contains(TLS_KEY), "{printed}");
+    assert!(!config.to_string_redacted().contains("QEFC"), "a redacted print shows no key");
+    assert_eq!(load(&printed).unwrap(), config);
+
+    let e = |text: &str| load(text).unwrap_err().to_string();
+    let mode = e(&BASE.replace("address = \"127.0.0.1\"\n", "address = \"127.0.0.1\"\ntls = \"on\"\n"));
+    assert!(mode.contains("listener[0].tls: TLS mode \"on\" is unknown; allowed: none, allowed or required"), "{mode}");
+    let rdma = e(&BASE
+        .replace("address = \"127.0.0.1\"\n", "address = \"127.0.0.1\"\ntransport = \"rdma\"\ntls = \"allowed\"\n"));
+    assert!(rdma.contains("listener[0].tls: TLS on an rdma listener"), "{rdma}");
+    let bad = e(&format!(
+        "{BASE}[[subsystem.host]]\nnqn = \"nqn.2024-01.io.example:h1\"\ntls_key = \"NVMeTLSkey-1:01:AAAA:\"\n"
+    ));
+    assert!(bad.contains("subsystem[0].host[0].tls_key: ") && !bad.contains("AAAA"), "{bad}");
+}
