@@ -3,8 +3,8 @@
 //! layer moved into the kernel (kTLS), so that both socket paths (epoll and io_uring) read and write plaintext on
 //! the same descriptor as before, and the kernel encrypts.
 //!
-//! - [`handshake`]: the client's and the server's handshake on a connected, blocking socket (the caller bounds it
-//!   with socket timeouts), offering or looking up the PSK by its identity;
+//! - [`client_handshake`], [`server_handshake`]: each end's handshake on a connected, blocking socket (the caller
+//!   bounds it with socket timeouts), offering or looking up the PSK by its identity;
 //! - `openssl`: the only code here that calls OpenSSL (`openssl-sys`, plus the TLS 1.3 PSK session calls it does not
 //!   bind), which is why it holds `unsafe`;
 //! - `ktls`: the traffic keys derived from the handshake's secrets and given to the kernel (`TCP_ULP` "tls",
