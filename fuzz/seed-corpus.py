@@ -56,6 +56,14 @@ write("rdma_private_data", "request", struct.pack("<HHHH", 0, 1, 128, 127) + byt
 write("rdma_private_data", "accept", struct.pack("<HH", 0, 128) + bytes(28))
 write("rdma_private_data", "reject", struct.pack("<HH", 0, 3))
 
+# TLS PSK identities as Linux hosts offer them: version 0, version 1 with a SHA-256 digest (libnvme's test/psk.c), and a
+# version 1 generated PSK's with a SHA-384 digest.
+PSK_HOST, PSK_SUB = "nqn.psk-test-host", "nqn.psk-test-subsys"
+write("psk_identity", "v0", f"NVMe0R01 {PSK_HOST} {PSK_SUB}".encode())
+write("psk_identity", "v1-sha256", f"NVMe1R01 {PSK_HOST} {PSK_SUB} iSbjiStwJ/1TrTvDlt2fjFmzvsytOJelidNnA+X5lEU=".encode())
+write("psk_identity", "v1-sha384-generated",
+      f"NVMe1G02 {PSK_HOST} {PSK_SUB} QhW2+Rp6RzHlNtCslyRxMnwJ11tKKhz8JCAQpQ+XUD8f9td1VeH5h53yz2wKJG1a".encode())
+
 # tcp_connection: scripts for nvmf_target::fuzzing (its module docs give the format). Byte 0 picks the port's settings,
 # then records: (connection | action << 2) and, for "send", a u16 length and the bytes the host sends.
 SUBNQN = b"nqn.2024-01.io.nvmf-rs:fixture"  # the kernel captures' subsystem, so they replay as they are

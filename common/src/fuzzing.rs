@@ -8,6 +8,7 @@ use crate::fabrics::connect::{Connect, ConnectData, CONNECT_DATA_SIZE};
 use crate::fabrics::disconnect::Disconnect;
 use crate::fabrics::discovery::DiscoveryLogPage;
 use crate::fabrics::property::{PropertyGet, PropertySet};
+use crate::fabrics::tls::PskIdentity;
 use crate::nvme::admin::{Abort, AsyncEvent, AsyncEventRequest, KeepAlive};
 use crate::nvme::features::{
     AsyncEventConfiguration, GetFeatures, HostIdentifier, KeepAliveTimer, NumberOfQueues, SetFeatures,
@@ -119,6 +120,15 @@ pub fn discovery_log(data: &[u8]) {
         let again = crate::fabrics::discovery::DiscoveryLogEntry::parse(&bytes).expect("entry re-parses");
         assert_eq!(again, entry);
     }
+}
+
+/// A TLS PSK identity, as a target reads the one a host offers in its ClientHello: whatever parses prints back to
+/// exactly the bytes it came from.
+pub fn psk_identity(data: &[u8]) {
+    let Ok(identity) = PskIdentity::parse(data) else { return };
+    let text = identity.to_string();
+    assert_eq!(text.as_bytes(), data, "a PSK identity prints back as it was received");
+    assert_eq!(PskIdentity::parse(text.as_bytes()), Ok(identity));
 }
 
 /// RDMA CM private data: request, accept and reject.

@@ -53,3 +53,8 @@ fn admin_data() {
 fn auth_messages() {
     replay("auth_messages", nvmf_common::fuzzing::auth_messages);
 }
+
+#[test]
+fn psk_identity() {
+    replay("psk_identity", nvmf_common::fuzzing::psk_identity);
+}
