@@ -92,8 +92,8 @@ pub struct ConnectOptionArgs {
     /// prints it); implies --tls.
     #[arg(long = "tls-key", value_name = "KEY")]
     pub tls_key: Option<String>,
-    /// The PSK identity's version: 0 (`NVMe0R0x host subsystem`) or 1 (with the PSK digest), as the key was
-    /// inserted on the target (`nvme gen-tls-key --identity`).
+    /// The PSK identity's version: 1 (`NVMe1R0x host subsystem digest`, the default, as `nvme connect --tls-key`)
+    /// or 0 (`NVMe0R0x host subsystem`), as the key was inserted for the target (`nvme gen-tls-key --identity`).
     #[arg(long = "tls-identity-version", value_name = "0|1")]
     pub tls_identity_version: Option<u8>,
     /// Derive the TLS PSK as libnvme did before 1.16 (nvme-cli's `--compat`).

@@ -169,8 +169,9 @@ fn tls_options(p: &ConnectParams) -> Result<Option<TlsKeyOptions>, String> {
     Ok(Some(TlsKeyOptions { key, identity_version, derivation }))
 }
 
-/// The PSK identity version when none is asked for.
-const DEFAULT_TLS_IDENTITY_VERSION: u8 = 0;
+/// The PSK identity version when none is asked for: 1, as `nvme connect --tls-key` makes (libnvme passes the
+/// interchange format's version); the kernel host tries version 1 identities first since Linux 6.12.
+const DEFAULT_TLS_IDENTITY_VERSION: u8 = 1;
 
 /// A `connect` request's parameters, as `host` says for every controller unless the request says otherwise.
 pub(super) fn params_from_request(p: &ConnectParams, host: &HostDefaults) -> Result<Params, String> {
