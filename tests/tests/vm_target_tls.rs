@@ -76,10 +76,10 @@ perf() {{
   done
 }}
 tls() {{ metric "nvmf_target_tls_connections_total{{result=\"$1\"}}" || echo 0; }}
-echo "h1 v0 sha256 (required): $(perf 4420 {H1} --tls-key '{K1}' | tr '\n' ' ')"
-echo "h1 v1 sha256 (required): $(perf 4420 {H1} --tls-key '{K1}' --tls-identity-version 1 | tr '\n' ' ')"
+echo "h1 v0 sha256 (required): $(perf 4420 {H1} --tls-key '{K1}' --tls-identity-version 0 | tr '\n' ' ')"
+echo "h1 v1 sha256 (required): $(perf 4420 {H1} --tls-key '{K1}' | tr '\n' ' ')"
 echo "h2 v1 sha384 (allowed): $(perf 4421 {H2} --tls-key '{K2}' --tls-identity-version 1 | tr '\n' ' ')"
-echo "h2 v0 sha384 (allowed): $(perf 4421 {H2} --tls-key '{K2}' | tr '\n' ' ')"
+echo "h2 v0 sha384 (allowed): $(perf 4421 {H2} --tls-key '{K2}' --tls-identity-version 0 | tr '\n' ' ')"
 echo "plaintext (allowed): $(perf 4421 {H1} | tr '\n' ' ')"
 echo "count secured=$(tls secured) plaintext=$(tls plaintext)"
 refused() {{
