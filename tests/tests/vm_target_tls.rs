@@ -1,8 +1,11 @@
 //! NVMe/TCP over TLS 1.3 with pre-shared keys between our host and our target, in a guest (kTLS needs the kernel's
 //! `tls` module, which the machine running the tests may lack): listeners with `tls = "required"` and `"allowed"`,
 //! two hosts with keys in `[[subsystem.host]]` (SHA-256 and SHA-384, identity versions 0 and 1), `nvmf-host perf`
-//! with `--tls-key` writing and reading over each, refusals (a wrong key, plaintext on the required port, a key of
-//! another host's NQN), and `nvmf_target_tls_connections_total` counting each outcome.
+//! with `--tls-key` writing and reading over each (with header and data digests once), refusals (a wrong key,
+//! plaintext on the required port, a key of another host's NQN), and `nvmf_target_tls_connections_total` counting
+//! each outcome; on both socket paths (`[reactors] socket_io = "epoll"` and `"io_uring"`, one target each). A capture
+//! of one TLS connection (tcpdump on lo) shows nothing in the clear after the hellos: only TLS records, and neither
+//! NQN past the ClientHello (`tests/vm/tls-records.py`).
 //!
 //!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_target_tls -- --nocapture
 
@@ -19,11 +22,12 @@ const K1: &str = "NVMeTLSkey-1:01:QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl9Yji
 /// 48 bytes 0x40..0x6f, hash 02 (SHA-384).
 const K2: &str = "NVMeTLSkey-1:02:QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl9gYWJjZGVmZ2hpamtsbW5voBXMjQ==:";
 
-fn config() -> String {
+fn config(socket_io: &str) -> String {
     format!(
         r#"
 [reactors]
 threads = 2
+socket_io = "{socket_io}"
 [metrics]
 listen = "127.0.0.1:9420"
 [logging]
@@ -55,62 +59,93 @@ fn our_host_and_target_over_tls() {
     let name = "our_host_and_target_over_tls";
     let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
     let _ = std::fs::remove_dir_all(&logs);
-    let vm = Vm::new(name).logs(logs).modules(["tls"]).cpus(2).deadline(Duration::from_secs(600)).with_our_daemons();
+    let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vm");
+    let vm = Vm::new(name)
+        .logs(logs)
+        .modules(["tls"])
+        .cpus(2)
+        .env("VM_SCRIPTS", scripts.to_string_lossy())
+        .deadline(Duration::from_secs(900))
+        .with_our_daemons();
     let script = format!(
         r#"
 set -eu
-CONFIG=/tmp/nvmf-target.toml
-cat > $CONFIG <<'EOF'
-{config}
+cat > /tmp/epoll.toml <<'EOF'
+{epoll}
+EOF
+cat > /tmp/io_uring.toml <<'EOF'
+{io_uring}
 EOF
 printf '%s\n' '{K2}' > /tmp/h2.tls
 chmod 600 /tmp/h2.tls
-nvmf_target_start target $CONFIG
-# perf PORT HOSTNQN [OPTIONS]: a write pass then a read pass of 2 s each.
+# perf PORT HOSTNQN [OPTIONS]: a write pass then a read pass of 2 s each; prints the passes' IOPS.
 perf() {{
   local port=$1 host=$2; shift 2
   for w in randwrite randread; do
     timeout 60 "$NVMF_HOST_BIN" perf -t tcp -a 127.0.0.1 -s $port -n {NQN} --hostnqn $host -c 1 -q 4 -o 4096 \
       -w $w -T 2 "$@" > /tmp/perf.out 2>&1 || {{ cat /tmp/perf.out; return 1; }}
-    tail -1 /tmp/perf.out | tr -s ' '
+    printf '%s %s IOPS ' $w "$(sed -n 's/^Total *: *\([0-9.]*\).*/\1/p' /tmp/perf.out)"
   done
 }}
 tls() {{ metric "nvmf_target_tls_connections_total{{result=\"$1\"}}" || echo 0; }}
-echo "h1 v0 sha256 (required): $(perf 4420 {H1} --tls-key '{K1}' --tls-identity-version 0 | tr '\n' ' ')"
-echo "h1 v1 sha256 (required): $(perf 4420 {H1} --tls-key '{K1}' | tr '\n' ' ')"
-echo "h2 v1 sha384 (allowed): $(perf 4421 {H2} --tls-key '{K2}' --tls-identity-version 1 | tr '\n' ' ')"
-echo "h2 v0 sha384 (allowed): $(perf 4421 {H2} --tls-key '{K2}' --tls-identity-version 0 | tr '\n' ' ')"
-echo "plaintext (allowed): $(perf 4421 {H1} | tr '\n' ' ')"
-echo "count secured=$(tls secured) plaintext=$(tls plaintext)"
 refused() {{
   if perf "$@" > /tmp/refused.out 2>&1; then fail "perf $* succeeded"; exit 1; fi
   echo "refused: $(grep -m1 -iE 'error|fail|refused|closed' /tmp/refused.out | cut -c1-160)"
 }}
-echo "wrong key: $(refused 4420 {H1} --tls-key '{K2}')"
-echo "another host's key: $(refused 4420 {H2} --tls-key '{K1}')"
-echo "plaintext (required): $(refused 4420 {H1})"
-echo "count failed=$(tls failed) plaintext_refused=$(tls plaintext_refused)"
-echo "refusal log lines: $(grep -c 'TLS: ' "$(daemon_log target)")"
+round() {{
+  local io=$1
+  nvmf_target_start tls-$io /tmp/$io.toml
+  echo "$io h1 v0 sha256 (required): $(perf 4420 {H1} --tls-key '{K1}' --tls-identity-version 0)"
+  echo "$io h1 v1 sha256 (required): $(perf 4420 {H1} --tls-key '{K1}')"
+  echo "$io h2 v1 sha384 (allowed): $(perf 4421 {H2} --tls-key '{K2}' --tls-identity-version 1)"
+  echo "$io h2 v0 sha384 digests (allowed): $(perf 4421 {H2} --tls-key '{K2}' --tls-identity-version 0 -g -G)"
+  echo "$io plaintext (allowed): $(perf 4421 {H1})"
+  echo "$io wrong key: $(refused 4420 {H1} --tls-key '{K2}')"
+  echo "$io another host's key: $(refused 4420 {H2} --tls-key '{K1}')"
+  echo "$io plaintext (required): $(refused 4420 {H1})"
+  echo "$io counts secured=$(tls secured) plaintext=$(tls plaintext) failed=$(tls failed) plaintext_refused=$(tls plaintext_refused)"
+  echo "$io refusal log lines: $(grep -c 'TLS: ' "$(daemon_log tls-$io)")"
+  if [ $io = epoll ]; then
+    tcpdump -i lo -s 0 -U -w /tmp/tls.pcap tcp port 4420 2>/tmp/tcpdump.log & tp=$!
+    sleep 1.5
+    perf 4420 {H1} --tls-key '{K1}' > /dev/null
+    sleep 0.5; kill -INT $tp; wait $tp || true
+    mkdir -p /tmp/streams
+    python3 "$VM_SCRIPTS/pcap-streams.py" /tmp/tls.pcap /tmp/streams tls --port 4420
+    for f in /tmp/streams/tls-*.bin; do
+      echo "capture: $(python3 "$VM_SCRIPTS/tls-records.py" "$f" --forbid {NQN} --forbid {H1})"
+    done
+  fi
+  stop_daemon tls-$io
+}}
+round epoll
+round io_uring
 collect_logs || true
 "#,
-        config = config()
+        epoll = config("epoll"),
+        io_uring = config("io_uring"),
     );
     let Some(out) = vm.run_or_skip(&script) else { return };
     println!("{}", out.report());
     out.assert_success();
-    out.assert_lines(&["wrong key: refused: ", "another host's key: refused: ", "plaintext (required): refused: "]);
-    let count = |label: &str| -> u64 {
-        let key = format!("{label}=");
-        out.stdout
-            .split_whitespace()
-            .filter_map(|w| w.strip_prefix(&key))
-            .filter_map(|v| v.parse().ok())
-            .next_back()
-            .unwrap_or(0)
-    };
-    // Each perf run connects an admin queue and one I/O queue: 4 TLS hosts, 2 passes each.
-    assert!(count("secured") >= 16, "secured connections: {}", out.stdout);
-    assert!(count("plaintext") >= 4, "plaintext connections on the allowed port: {}", out.stdout);
-    assert!(count("failed") >= 2, "failed handshakes (a wrong key, another host's key): {}", out.stdout);
-    assert!(count("plaintext_refused") >= 1, "plaintext refused on the required port: {}", out.stdout);
+    for io in ["epoll", "io_uring"] {
+        out.assert_lines(&[
+            &format!("{io} wrong key: refused: "),
+            &format!("{io} another host's key: refused: "),
+            &format!("{io} plaintext (required): refused: "),
+        ]);
+        let line = out.stdout.lines().find(|l| l.starts_with(&format!("{io} counts "))).unwrap_or_default();
+        let count = |label: &str| -> u64 {
+            let key = format!("{label}=");
+            line.split_whitespace().find_map(|w| w.strip_prefix(&key)).and_then(|v| v.parse().ok()).unwrap_or(0)
+        };
+        // Each perf pass connects an admin queue and one I/O queue: 4 TLS runs of 2 passes.
+        assert!(count("secured") >= 16, "{io}: secured connections: {line}");
+        assert!(count("plaintext") >= 4, "{io}: plaintext connections on the allowed port: {line}");
+        assert!(count("failed") >= 2, "{io}: failed handshakes (a wrong key, another host's key): {line}");
+        assert!(count("plaintext_refused") >= 1, "{io}: plaintext refused on the required port: {line}");
+    }
+    // Two connections (admin, I/O) per pass, two passes, both directions.
+    let captured = out.stdout.lines().filter(|l| l.starts_with("capture: ")).count();
+    assert!(captured >= 8, "a stream per connection and direction: {}", out.stdout);
 }
