@@ -169,3 +169,20 @@ pub fn derive_tls_psk(
     };
     Ok(TlsPsk { identity: identity.to_string(), hash, key })
 }
+
+/// The PSK identity and TLS PSK of secure channel concatenation, from the `generated` PSK of a DH-HMAC-CHAP
+/// transaction ([`derive::generated_psk`]) between host `hostnqn` and subsystem `subnqn`, as both Linux sides make
+/// them (`nvme_auth_generate_digest`, `nvme_auth_derive_tls_psk`, `nvme_tls_psk_refresh`): the PSK digest of the
+/// generated PSK, the version 1 identity `NVMe1G<hash> <hostnqn> <subnqn> <digest>`, and the TLS PSK
+/// HKDF-Expand-Label(HKDF-Extract(0, generated PSK), "nvme-tls-psk", "<hash> <digest>", L).
+pub fn derive_generated_tls_psk(
+    hash: PskHash,
+    generated: &[u8],
+    hostnqn: &str,
+    subnqn: &str,
+) -> Result<TlsPsk, PskError> {
+    let digest = derive::psk_digest(hash, generated, hostnqn, subnqn);
+    let identity = PskIdentity::new(IdentityVersion::V1, PskType::Generated, hash, hostnqn, subnqn, Some(&digest))?;
+    let key = derive::tls_psk(generated, &identity)?;
+    Ok(TlsPsk { identity: identity.to_string(), hash, key })
+}
