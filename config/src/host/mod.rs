@@ -14,7 +14,7 @@ mod schema;
 mod tests;
 mod validate;
 
-pub use validate::DEFAULT_PATH_RETRIES;
+pub use validate::{DEFAULT_PATH_RETRIES, DEFAULT_TLS_IDENTITY_VERSION};
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
+use nvmf_common::fabrics::tls::{ConfiguredPsk, IdentityVersion, PskDerivation};
 
 use crate::error::ConfigError;
 use crate::target::{place, read_file, syntax_error, LoggingConfig, MetricsConfig, Transport};
@@ -116,6 +117,14 @@ pub struct ControllerConfig {
     /// The controller's DH-HMAC-CHAP secret for bidirectional authentication (`dhchap_ctrl_secret` or
     /// `dhchap_ctrl_secret_file`; needs the host's). Default none.
     pub dhchap_ctrl_secret: Option<DhchapSecret>,
+    /// NVMe/TCP over TLS 1.3 with this pre-shared key (`tls_key` or `tls_key_file`, the interchange format;
+    /// `--tls --tls-key`): every queue's connection is secured before its ICReq. Default none: plaintext.
+    pub tls_key: Option<ConfiguredPsk>,
+    /// The PSK identity's version (`tls_identity_version`, `--tls-identity-version`). Default 1, as
+    /// `nvme connect --tls-key` makes.
+    pub tls_identity_version: IdentityVersion,
+    /// Derive the TLS PSK as libnvme did before 1.16 (`tls_compat`, nvme-cli's `--compat`). Default false.
+    pub tls_compat: bool,
     /// `[[controller.export]]`: namespaces served as block devices (NSIDs unique).
     pub exports: Vec<ExportConfig>,
 }
@@ -124,6 +133,15 @@ impl ControllerConfig {
     /// The controller's socket address.
     pub fn socket_addr(&self) -> SocketAddr {
         SocketAddr::new(self.address, self.port)
+    }
+
+    /// How the TLS PSK is derived from `tls_key`.
+    pub fn tls_derivation(&self) -> PskDerivation {
+        if self.tls_compat {
+            PskDerivation::Compat
+        } else {
+            PskDerivation::Rfc8446
+        }
     }
 }
 

@@ -83,6 +83,16 @@ pub(crate) struct RawController {
     pub dhchap_ctrl_secret: Option<RawSecret>,
     #[serde(default)]
     pub dhchap_ctrl_secret_file: Option<String>,
+    #[serde(default)]
+    pub tls: Option<bool>,
+    #[serde(default)]
+    pub tls_key: Option<RawSecret>,
+    #[serde(default)]
+    pub tls_key_file: Option<String>,
+    #[serde(default)]
+    pub tls_identity_version: Option<i64>,
+    #[serde(default)]
+    pub tls_compat: Option<bool>,
     #[serde(default, rename = "export")]
     pub exports: Vec<RawExport>,
     #[serde(default, rename = "path")]

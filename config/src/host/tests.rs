@@ -19,7 +19,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("unknown_section", "[hosts]\n",
         "h.toml:1:2: hosts: unknown field `hosts`, expected one of `host`, `metrics`, `logging`, `controller`"),
     ("unknown_key", "@@queue_depth = 3\n",
-        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `iopolicy`, `path_retries`, `hdr_digest`, `data_digest`, `disable_sqflow`, `host_iface`, `dhchap_secret`, `dhchap_secret_file`, `dhchap_ctrl_secret`, `dhchap_ctrl_secret_file`, `export`, `path`"),
+        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `iopolicy`, `path_retries`, `hdr_digest`, `data_digest`, `disable_sqflow`, `host_iface`, `dhchap_secret`, `dhchap_secret_file`, `dhchap_ctrl_secret`, `dhchap_ctrl_secret_file`, `tls`, `tls_key`, `tls_key_file`, `tls_identity_version`, `tls_compat`, `export`, `path`"),
     ("missing_nqn", "[[controller]]\naddress = \"::1\"\n",
         "h.toml:1:1: controller[0]: missing field `nqn`"),
     ("bad_transport", "@@transport = \"fc\"\n",
@@ -104,6 +104,32 @@ const CASES: &[(&str, &str, &str)] = &[
         "h.toml:4:22: controller[0].dhchap_ctrl_secret: a controller secret without the host's; allowed: dhchap_secret (or dhchap_secret_file) as well: the controller is authenticated in the host's transaction"),
     ("dhchap_missing_file", "@@dhchap_secret_file = \"/nonexistent/host.key\"\n",
         "h.toml:4:22: controller[0].dhchap_secret_file: cannot read /nonexistent/host.key: No such file or directory (os error 2); allowed: a file holding the secret"),
+    ("tls_key", "@@tls_key = \"NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:\"\ntls = true\n",
+        "accepted"),
+    ("tls_without_key", "@@tls = true\n",
+        "h.toml:4:7: controller[0].tls: TLS without a key; allowed: tls_key = \"NVMeTLSkey-1:…\" or tls_key_file as well (nvmf-host reads its keys from its configuration, not from a kernel keyring)"),
+    ("tls_false_with_key", "@@tls = false\ntls_key = \"NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:\"\n",
+        "h.toml:4:7: controller[0].tls: tls = false with a TLS key; allowed: no tls_key for a plaintext controller (a key means TLS)"),
+    ("tls_key_crc", "@@tls_key = \"NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrA:\"\n",
+        "h.toml:4:11: controller[0].tls_key: the key's CRC-32 does not match: the key was mistyped or cut; allowed: a PSK in the interchange format, as `nvmf-host gen-tls-key` (or `nvme gen-tls-key`) prints it: \"NVMeTLSkey-1:01:<base64>:\""),
+    ("tls_key_short", "@@tls_key = \"NVMeTLSkey-1:01:AAAA:\"\n",
+        "h.toml:4:11: controller[0].tls_key: the key field holds 3 bytes; a PSK of 32 or 48 bytes and its 4-byte CRC-32 are 36 or 52; allowed: a PSK in the interchange format, as `nvmf-host gen-tls-key` (or `nvme gen-tls-key`) prints it: \"NVMeTLSkey-1:01:<base64>:\""),
+    ("tls_key_prefix", "@@tls_key = \"DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\"\n",
+        "h.toml:4:11: controller[0].tls_key: a TLS PSK in interchange format is \"NVMeTLSkey-1:<hash>:<base64 key and CRC-32>:\"; allowed: a PSK in the interchange format, as `nvmf-host gen-tls-key` (or `nvme gen-tls-key`) prints it: \"NVMeTLSkey-1:01:<base64>:\""),
+    ("tls_key_both", "@@tls_key = \"x\"\ntls_key_file = \"/x\"\n",
+        "h.toml:5:16: controller[0].tls_key_file: both tls_key and tls_key_file are set; allowed: one of them"),
+    ("tls_key_missing_file", "@@tls_key_file = \"/nonexistent/host.tls\"\n",
+        "h.toml:4:16: controller[0].tls_key_file: cannot read /nonexistent/host.tls: No such file or directory (os error 2); allowed: a file holding the secret"),
+    ("tls_rdma", "@@transport = \"rdma\"\ntls_key = \"NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:\"\n",
+        "h.toml:5:11: controller[0].tls_key: a TLS key for an NVMe/RDMA controller; allowed: TLS on NVMe/TCP controllers only"),
+    ("tls_identity_version", "@@tls_identity_version = 2\n",
+        "h.toml:4:24: controller[0].tls_identity_version: PSK identity version 2 is out of range; allowed: 0 (NVMe0R0x <hostnqn> <subnqn>) or 1 (NVMe1R0x <hostnqn> <subnqn> <digest>; the default)"),
+    ("tls_identity_version_type", "@@tls_identity_version = \"1\"\n",
+        "h.toml:4:24: controller[0].tls_identity_version: invalid type: string \"1\", expected an integer"),
+    ("tls_compat_type", "@@tls_compat = \"yes\"\n",
+        "h.toml:4:14: controller[0].tls_compat: invalid type: string \"yes\", expected a boolean"),
+    ("tls_options_without_key", "@@tls_identity_version = 0\ntls_compat = true\n",
+        "accepted"),
     ("digest_type", "@@hdr_digest = 1\n",
         "h.toml:4:14: controller[0].hdr_digest: invalid type: integer `1`, expected a boolean"),
     ("export_nsid", "@@[[controller.export]]\nnsid = 0\nnbd = \"unix:/run/a.sock\"\n",
@@ -267,4 +293,49 @@ fn secret_files_must_be_private() {
     let secret = config.controllers[0].dhchap_secret.as_ref().unwrap();
     assert_eq!((secret.hmac(), secret.len()), (None, 32));
     assert_eq!(config.controllers[0].dhchap_ctrl_secret, None);
+}
+
+const TLS_KEY: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+
+#[test]
+fn tls_keys_and_how_they_derive() {
+    use nvmf_common::fabrics::tls::{IdentityVersion, PskDerivation, PskHash};
+    let plain = &load(BASE).unwrap().controllers[0];
+    assert_eq!(
+        (plain.tls_key.as_ref(), plain.tls_identity_version, plain.tls_compat),
+        (None, IdentityVersion::V1, false)
+    );
+    let c = &load(&format!("{BASE}tls_key = \"{TLS_KEY}\"\n")).unwrap().controllers[0];
+    let key = c.tls_key.as_ref().unwrap();
+    assert_eq!((key.hash(), key.interchange().as_str()), (PskHash::Sha256, TLS_KEY));
+    assert_eq!((c.tls_identity_version, c.tls_derivation()), (DEFAULT_TLS_IDENTITY_VERSION, PskDerivation::Rfc8446));
+    // What the daemon logs of a controller (its Debug) shows no key material.
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("VRLbtnN9") && shown.contains("<32 bytes>"), "{shown}");
+    let text = format!("{BASE}tls = true\ntls_key = \"{TLS_KEY}\"\ntls_identity_version = 0\ntls_compat = true\n");
+    let c = &load(&text).unwrap().controllers[0];
+    assert_eq!((c.tls_identity_version, c.tls_derivation()), (IdentityVersion::V0, PskDerivation::Compat));
+    // Each further path takes the table's key.
+    let paths = load(&format!("{text}[[controller.path]]\naddress = \"10.0.0.2\"\n")).unwrap().controllers;
+    assert_eq!(paths[1].tls_key, paths[0].tls_key);
+    // A rejected key is never quoted.
+    let bad = load(&format!("{BASE}tls_key = \"{}\"\n", TLS_KEY.replace("LrZ", "LrA"))).unwrap_err().to_string();
+    assert!(bad.starts_with("h.toml:4:11: controller[0].tls_key: ") && !bad.contains("VRLbtnN9"), "{bad}");
+}
+
+#[test]
+fn tls_key_files_must_be_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("host.tls");
+    std::fs::write(&key, format!("{TLS_KEY}\n")).unwrap();
+    let path = dir.path().join("host.toml");
+    std::fs::write(&path, format!("{BASE}tls_key_file = \"host.tls\"\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = HostConfig::from_file(&path).unwrap_err().to_string();
+    assert!(err.contains("controller[0].tls_key_file: ") && err.contains("has mode 0644"), "{err}");
+    assert!(!err.contains("VRLbtnN9"), "{err}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+    let config = HostConfig::from_file(&path).unwrap();
+    assert_eq!(config.controllers[0].tls_key.as_ref().unwrap().interchange().as_str(), TLS_KEY);
 }

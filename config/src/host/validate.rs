@@ -7,16 +7,22 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
+use nvmf_common::fabrics::tls::{ConfiguredPsk, IdentityVersion};
 
 use super::schema::{RawController, RawExport, RawHost, RawHostConfig};
 use super::*;
 use crate::error::{KeyPath, Problem, ValueError};
-use crate::secret::secret;
+use crate::secret::{secret, tls_key_with_source};
 use crate::target::{check_nqn, cpu_list, int_in, ip_address, logging, metrics, socket_address, DEFAULT_PORT};
 
 /// Default `[[controller]] path_retries` (the Linux host retries a failed command up to 5 times,
 /// `nvme_core.max_retries`).
 pub const DEFAULT_PATH_RETRIES: u8 = 5;
+
+/// Default `[[controller]] tls_identity_version` (and `--tls-identity-version`): 1, as `nvme connect --tls-key`
+/// makes (libnvme passes the interchange format's version); the kernel host tries version 1 identities first since
+/// Linux 6.12.
+pub const DEFAULT_TLS_IDENTITY_VERSION: IdentityVersion = IdentityVersion::V1;
 
 const NBD_ALLOWED: &str =
     "\"unix:/absolute/or/relative/path\" or a loopback \"ADDRESS:PORT\" such as \"127.0.0.1:10809\" or \"[::1]:10809\"";
@@ -208,6 +214,16 @@ fn controller(
             "dhchap_secret (or dhchap_secret_file) as well: the controller is authenticated in the host's transaction",
         ));
     }
+    let transport = raw.transport.unwrap_or(Transport::Tcp);
+    let tls_key = tls(raw, transport, key, base)?;
+    let tls_identity_version = match raw.tls_identity_version {
+        None => DEFAULT_TLS_IDENTITY_VERSION,
+        Some(n) => {
+            let allowed = "0 (NVMe0R0x <hostnqn> <subnqn>) or 1 (NVMe1R0x <hostnqn> <subnqn> <digest>; the default)";
+            let number = int_in(n, 0..=1, &key.key("tls_identity_version"), "PSK identity version", allowed)?;
+            IdentityVersion::from_number(number).unwrap_or(DEFAULT_TLS_IDENTITY_VERSION)
+        }
+    };
     let mut exports = Vec::with_capacity(raw.exports.len());
     let mut nsids: HashMap<u32, usize> = HashMap::new();
     for (j, re) in raw.exports.iter().enumerate() {
@@ -232,7 +248,7 @@ fn controller(
         exports.push(e);
     }
     Ok(ControllerConfig {
-        transport: raw.transport.unwrap_or(Transport::Tcp),
+        transport,
         address,
         port,
         nqn: raw.nqn.clone(),
@@ -250,8 +266,41 @@ fn controller(
         host_iface,
         dhchap_secret,
         dhchap_ctrl_secret,
+        tls_key,
+        tls_identity_version,
+        tls_compat: raw.tls_compat.unwrap_or(false),
         exports,
     })
+}
+
+/// The controller's TLS key (`tls_key` or `tls_key_file`), checked against `tls` and the transport. A key means
+/// TLS, as `--tls-key` does; `tls = true` alone is refused, as nvmf-host reads no kernel keyring.
+fn tls(
+    raw: &RawController,
+    transport: Transport,
+    key: &KeyPath,
+    base: Option<&Path>,
+) -> Result<Option<ConfiguredPsk>, Problem> {
+    let tls_key = tls_key_with_source(raw.tls_key.as_ref(), raw.tls_key_file.as_deref(), key, "tls_key", base)?;
+    match (raw.tls, &tls_key) {
+        (Some(true), None) => Err(Problem::new(
+            key.key("tls"),
+            "TLS without a key",
+            "tls_key = \"NVMeTLSkey-1:…\" or tls_key_file as well (nvmf-host reads its keys from its configuration, \
+             not from a kernel keyring)",
+        )),
+        (Some(false), Some(_)) => Err(Problem::new(
+            key.key("tls"),
+            "tls = false with a TLS key",
+            "no tls_key for a plaintext controller (a key means TLS)",
+        )),
+        (_, Some(_)) if transport == Transport::Rdma => Err(Problem::new(
+            key.key(if raw.tls_key.is_some() { "tls_key" } else { "tls_key_file" }),
+            "a TLS key for an NVMe/RDMA controller",
+            "TLS on NVMe/TCP controllers only",
+        )),
+        _ => Ok(tls_key.map(|(psk, _)| psk)),
+    }
 }
 
 fn export(raw: &RawExport, key: &KeyPath, base: Option<&Path>) -> Result<ExportConfig, Problem> {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use nvmf_common::fabrics::tls::{IdentityVersion, PskDerivation};
-use nvmf_config::host::ControllerConfig;
+use nvmf_config::host::{ControllerConfig, DEFAULT_TLS_IDENTITY_VERSION};
 use nvmf_config::target::Transport as ConfigTransport;
 
 use super::exports::ExportSpec;
@@ -79,6 +79,11 @@ fn options_from_config(c: &ControllerConfig, host: &HostDefaults) -> ConnectOpti
         host_iface: c.host_iface.clone(),
         dhchap_secret: c.dhchap_secret.clone(),
         dhchap_ctrl_secret: c.dhchap_ctrl_secret.clone(),
+        tls: c.tls_key.clone().map(|key| TlsKeyOptions {
+            key,
+            identity_version: c.tls_identity_version,
+            derivation: c.tls_derivation(),
+        }),
         poll: host.poll,
         queue_cpus: host.queue_cpus.clone(),
         ..ConnectOptions::default()
@@ -162,16 +167,13 @@ fn tls_options(p: &ConnectParams) -> Result<Option<TlsKeyOptions>, String> {
         return Err(format!("--tls is NVMe/TCP's; not for transport {}", p.transport));
     }
     let key = text.expose().trim().parse().map_err(|e| format!("--tls-key: {e}"))?;
-    let version = p.tls_identity_version.unwrap_or(DEFAULT_TLS_IDENTITY_VERSION);
-    let identity_version =
-        IdentityVersion::from_number(version).ok_or_else(|| format!("--tls-identity-version {version}: 0 or 1"))?;
+    let identity_version = match p.tls_identity_version {
+        None => DEFAULT_TLS_IDENTITY_VERSION,
+        Some(v) => IdentityVersion::from_number(v).ok_or_else(|| format!("--tls-identity-version {v}: 0 or 1"))?,
+    };
     let derivation = if p.tls_compat { PskDerivation::Compat } else { PskDerivation::Rfc8446 };
     Ok(Some(TlsKeyOptions { key, identity_version, derivation }))
 }
-
-/// The PSK identity version when none is asked for: 1, as `nvme connect --tls-key` makes (libnvme passes the
-/// interchange format's version); the kernel host tries version 1 identities first since Linux 6.12.
-const DEFAULT_TLS_IDENTITY_VERSION: u8 = 1;
 
 /// A `connect` request's parameters, as `host` says for every controller unless the request says otherwise.
 pub(super) fn params_from_request(p: &ConnectParams, host: &HostDefaults) -> Result<Params, String> {
@@ -233,6 +235,32 @@ mod tests {
         assert_eq!(p.options.poll, busy, "[host] poll reaches the controller's queues");
         assert_eq!(p.options.queue_cpus, Some(vec![1]), "[host] cpus too");
         assert_eq!(p.endpoint().resolve().unwrap(), "10.77.0.1:4420".parse().unwrap());
+    }
+
+    #[test]
+    fn a_configured_tls_key_reaches_the_options_and_never_debug() {
+        use nvmf_common::fabrics::tls::PskHash;
+        let key = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let table = format!(
+            "[[controller]]\naddress = \"10.77.0.1\"\nnqn = \"nqn.2024-01.io.example:a\"\ntls_key = \"{key}\"\n"
+        );
+        let config = HostConfig::from_str(&table, "<test>").unwrap();
+        let tls = config_params(&config.controllers[0], &host()).options.tls.unwrap();
+        assert_eq!(
+            (tls.key.hash(), tls.identity_version, tls.derivation),
+            (PskHash::Sha256, IdentityVersion::V1, PskDerivation::Rfc8446)
+        );
+        let psk = tls.handshake_psk("nqn.2024-01.io.example:h", "nqn.2024-01.io.example:a").unwrap();
+        assert!(psk.identity.starts_with(b"NVMe1R01 nqn.2024-01.io.example:h nqn.2024-01.io.example:a "));
+        let v0 = format!("{table}tls_identity_version = 0\ntls_compat = true\n");
+        let config = HostConfig::from_str(&v0, "<test>").unwrap();
+        let p = config_params(&config.controllers[0], &host());
+        assert!(!format!("{p:?}").contains("VRLbtnN9"), "{p:?}");
+        let tls = p.options.tls.unwrap();
+        assert_eq!((tls.identity_version, tls.derivation), (IdentityVersion::V0, PskDerivation::Compat));
+        let plain = "[[controller]]\naddress = \"10.77.0.1\"\nnqn = \"nqn.2024-01.io.example:a\"\n";
+        let config = HostConfig::from_str(plain, "<test>").unwrap();
+        assert!(config_params(&config.controllers[0], &host()).options.tls.is_none());
     }
 
     fn request(transport: &str) -> ConnectParams {

@@ -132,6 +132,8 @@ fn changed_options(old: &ControllerConfig, new: &ControllerConfig) -> Vec<&'stat
     check(old.disable_sqflow != new.disable_sqflow, "disable_sqflow");
     check(old.iopolicy != new.iopolicy, "iopolicy");
     check(old.path_retries != new.path_retries, "path_retries");
+    let tls = |c: &ControllerConfig| (c.tls_key.clone(), c.tls_identity_version, c.tls_compat);
+    check(tls(old) != tls(new), "tls");
     // A key added to the schema but not to the list above still counts as a change.
     let without_exports = |c: &ControllerConfig| ControllerConfig { exports: Vec::new(), ..c.clone() };
     if changed.is_empty() && without_exports(old) != without_exports(new) {
@@ -353,6 +355,12 @@ mod tests {
         let exports_only = config(&format!("{ONE}[[controller.export]]\nnsid = 1\nublk = true\n"));
         assert!(changed_options(a, &exports_only.controllers[0]).is_empty());
         assert_ne!(*a, exports_only.controllers[0]);
+        // A TLS key added, rotated or derived differently reconnects the controller with it.
+        let key = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let tls = config(&format!("{ONE}tls_key = \"{key}\"\n"));
+        assert_eq!(changed_options(a, &tls.controllers[0]), ["tls"]);
+        let v0 = config(&format!("{ONE}tls_key = \"{key}\"\ntls_identity_version = 0\n"));
+        assert_eq!(changed_options(&tls.controllers[0], &v0.controllers[0]), ["tls"]);
         let elsewhere = config(&ONE.replace("127.0.0.1", "127.0.0.2"));
         assert!(!same_controller(a, &elsewhere.controllers[0]));
         let other_port = config(&format!("{ONE}port = 4421\n"));
