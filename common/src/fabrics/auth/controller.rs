@@ -37,7 +37,10 @@ use super::message::{
 };
 use super::response::{augmented_challenge, Responder, Transcript};
 use super::secret::DhchapSecret;
+use super::secure_channel;
 use super::{AuthError, FailureReason, RandomSource, SequenceNumbers};
+use crate::fabrics::tls::derive::generated_psk;
+use crate::fabrics::tls::PskHash;
 use crate::wire::WireError;
 
 /// The hash functions a controller allows by default, in its order of preference (nvmet's default is
@@ -70,6 +73,20 @@ pub struct ControllerCredentials {
     pub dh_groups: Vec<DhGroup>,
 }
 
+/// Which secure channel concatenation (AUTH_Negotiate's SC_C) a controller takes on this queue, as nvmet: only on
+/// an admin queue, of a listener that offers TLS; a new PSK on a plaintext connection, a replacement on one
+/// secured with TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SecureChannelPolicy {
+    /// None (an I/O queue, a listener without TLS): an SC_C other than 0 fails with reason 03h.
+    #[default]
+    Refused,
+    /// A plaintext admin queue on a listener that allows TLS: [`secure_channel::NEW_TLS_PSK`].
+    Plaintext,
+    /// An admin queue secured with TLS: [`secure_channel::REPLACE_TLS_PSK`].
+    Tls,
+}
+
 /// Where the transaction stands, as its caller needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
@@ -88,6 +105,8 @@ struct Exchange {
     c1: Zeroizing<Vec<u8>>,
     s1: u32,
     pair: Option<DhKeyPair>,
+    /// The host asked for secure channel concatenation.
+    concat: bool,
 }
 
 enum State {
@@ -118,6 +137,10 @@ pub struct ControllerTransaction {
     state: State,
     /// The hash and group chosen, kept after the transaction ends (for metrics).
     chosen: Option<(HashFunction, DhGroup)>,
+    /// The secure channel concatenation this queue takes.
+    secure_channel: SecureChannelPolicy,
+    /// The generated PSK, once the Reply of a concatenating transaction verified (handed out once done).
+    generated: Option<Zeroizing<Vec<u8>>>,
 }
 
 impl std::fmt::Debug for ControllerTransaction {
@@ -139,7 +162,28 @@ impl std::fmt::Debug for ControllerTransaction {
 impl ControllerTransaction {
     /// A transaction waiting for the host's AUTH_Negotiate.
     pub fn new(credentials: ControllerCredentials) -> Self {
-        ControllerTransaction { credentials, t_id: 0, state: State::AwaitNegotiate, chosen: None }
+        ControllerTransaction {
+            credentials,
+            t_id: 0,
+            state: State::AwaitNegotiate,
+            chosen: None,
+            secure_channel: SecureChannelPolicy::Refused,
+            generated: None,
+        }
+    }
+
+    /// Take secure channel concatenation as `policy` says (by default none).
+    pub fn set_secure_channel(&mut self, policy: SecureChannelPolicy) {
+        self.secure_channel = policy;
+    }
+
+    /// The generated PSK and its hash, once a transaction that asked for secure channel concatenation succeeded:
+    /// HMAC(KS, C1 || C2), what [`derive_generated_tls_psk`](crate::fabrics::tls::derive_generated_tls_psk) takes.
+    pub fn generated_psk(&self) -> Option<(HashFunction, &[u8])> {
+        match (&self.state, &self.generated) {
+            (State::Done(n), Some(psk)) => Some((n.hash, psk.as_slice())),
+            _ => None,
+        }
     }
 
     /// The transaction identifier (the host's, from its AUTH_Negotiate).
@@ -317,15 +361,24 @@ impl ControllerTransaction {
     ) -> Result<(), AuthError> {
         self.state = State::AwaitNegotiate;
         self.chosen = None;
+        self.generated = None;
         // The t_id first: a Failure1 for a Negotiate that does not parse names the host's transaction.
         if let Ok(h) = Header::parse(message) {
             self.t_id = h.t_id;
         }
         let n = Negotiate::parse(message)?;
-        if n.sc_c != 0 {
+        let concat = match (n.sc_c, self.secure_channel) {
+            (secure_channel::NONE, _) => false,
+            (secure_channel::NEW_TLS_PSK, SecureChannelPolicy::Plaintext)
+            | (secure_channel::REPLACE_TLS_PSK, SecureChannelPolicy::Tls) => true,
+            (other, _) => return Err(AuthError::ConcatenationUnsupported(other)),
+        };
+        let (hash, group) = self.choose(&n)?;
+        if concat && (group == DhGroup::Null || hash == HashFunction::Sha512) {
+            // nvmet: the NULL group gives no session key to generate the PSK from; and a TLS PSK's hash is
+            // SHA-256 or SHA-384.
             return Err(AuthError::ConcatenationUnsupported(n.sc_c));
         }
-        let (hash, group) = self.choose(&n)?;
         self.chosen = Some((hash, group));
         let mut c1 = Zeroizing::new(vec![0u8; hash.digest_len()]);
         rng.fill(&mut c1)?;
@@ -337,7 +390,7 @@ impl ControllerTransaction {
         let dhv = pair.as_ref().map_or(&[][..], DhKeyPair::public);
         let message = Challenge { t_id: self.t_id, hashid: hash.id(), dhgid: group.id(), seqnum: s1, cval: &c1, dhv }
             .to_bytes()?;
-        self.state = State::ChallengeReady { exchange: Exchange { hash, group, c1, s1, pair }, message };
+        self.state = State::ChallengeReady { exchange: Exchange { hash, group, c1, s1, pair, concat }, message };
         Ok(())
     }
 
@@ -346,6 +399,11 @@ impl ControllerTransaction {
         let creds = &self.credentials;
         let hashes: &[HashFunction] = if creds.hashes.is_empty() { &DEFAULT_HASHES } else { &creds.hashes };
         let groups: &[DhGroup] = if creds.dh_groups.is_empty() { &DEFAULT_DH_GROUPS } else { &creds.dh_groups };
+        // Secure channel concatenation needs a session key and a TLS hash: pass over the NULL group and SHA-512.
+        let concat = n.sc_c != secure_channel::NONE;
+        let hashes: Vec<HashFunction> =
+            hashes.iter().copied().filter(|h| !concat || *h != HashFunction::Sha512).collect();
+        let groups: Vec<DhGroup> = groups.iter().copied().filter(|g| !concat || *g != DhGroup::Null).collect();
         let names = |v: Vec<&'static str>| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
         let hash = hashes.iter().copied().find(|h| n.dhchap.hashes.contains(h)).ok_or_else(|| {
             AuthError::NoCommonHash { offered: names(n.dhchap.hashes.iter().map(|h| h.name()).collect()) }
@@ -399,8 +457,15 @@ impl ControllerTransaction {
             return Err(AuthError::HostNotAuthenticated);
         }
         let hl = u8::try_from(hash.digest_len()).unwrap_or(u8::MAX);
-        // A C2 with sequence number 0 is not a request to authenticate the controller (it seeds a secure
-        // channel's PSK, which this controller does not do): nvmet ignores it likewise.
+        if exchange.concat {
+            // nvmet: a concatenating host must send C2; the PSK is HMAC(KS, C1 || C2) of the challenges as sent.
+            let (Some(c2), Some(s), Some(psk_hash)) = (r.cval, &session, PskHash::from_id(hash.id())) else {
+                return Err(AuthError::NoConcatenationChallenge);
+            };
+            self.generated = Some(generated_psk(psk_hash, s, &exchange.c1, c2));
+        }
+        // A C2 with sequence number 0 is not a request to authenticate the controller: it seeds the secure
+        // channel's PSK (nvmet ignores it likewise without concatenation).
         let c2 = r.cval.filter(|_| r.seqnum != 0);
         let (message, bidirectional) = match c2 {
             None => (Success1 { t_id: self.t_id, hl, rval: None }.to_bytes(), false),

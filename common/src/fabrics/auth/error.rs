@@ -130,6 +130,9 @@ pub enum AuthError {
     /// The host asked for secure channel concatenation, which this controller does not do.
     #[error("the host asked for secure channel concatenation (sc_c {0:#04x}), which is not supported")]
     ConcatenationUnsupported(u8),
+    /// The host asked for secure channel concatenation but sent no challenge C2 to generate the PSK from.
+    #[error("the host asked for secure channel concatenation but its reply has no challenge")]
+    NoConcatenationChallenge,
     /// The host's response did not verify with the host secret the controller holds for it.
     #[error("the host's response did not verify: the host does not hold the secret configured for it")]
     HostNotAuthenticated,
@@ -147,9 +150,10 @@ impl AuthError {
     pub fn failure_reason(&self) -> Option<FailureReason> {
         Some(match self {
             AuthError::Refused(_) | AuthError::HostNotAccepted => return None,
-            AuthError::ControllerNotAuthenticated | AuthError::HostNotAuthenticated | AuthError::NoControllerSecret => {
-                FailureReason::Failed
-            }
+            AuthError::ControllerNotAuthenticated
+            | AuthError::HostNotAuthenticated
+            | AuthError::NoControllerSecret
+            | AuthError::NoConcatenationChallenge => FailureReason::Failed,
             AuthError::NoCommonHash { .. } => FailureReason::HashUnusable,
             AuthError::NoCommonDhGroup { .. } => FailureReason::DhGroupUnusable,
             AuthError::ConcatenationUnsupported(_) => FailureReason::ConcatenationMismatch,

@@ -24,6 +24,8 @@ use super::message::{
 use super::response::{augmented_challenge, Responder, Transcript};
 use super::secret::DhchapSecret;
 use super::{AuthError, FailureReason, RandomSource, SequenceNumbers};
+use crate::fabrics::tls::derive::generated_psk;
+use crate::fabrics::tls::PskHash;
 use crate::wire::WireError;
 
 /// What the host authenticates with.
@@ -68,6 +70,10 @@ pub struct HostTransaction<'a> {
     credentials: HostCredentials<'a>,
     t_id: u16,
     state: State,
+    /// AUTH_Negotiate's SC_C ([`secure_channel`](super::secure_channel)): not 0 asks for a generated PSK.
+    sc_c: u8,
+    /// The generated PSK of secure channel concatenation, once the Reply is sent (handed out once done).
+    generated: Option<Zeroizing<Vec<u8>>>,
 }
 
 impl std::fmt::Debug for HostTransaction<'_> {
@@ -86,7 +92,28 @@ impl std::fmt::Debug for HostTransaction<'_> {
 impl<'a> HostTransaction<'a> {
     /// A transaction with identifier `t_id`.
     pub fn new(credentials: HostCredentials<'a>, t_id: u16) -> Self {
-        HostTransaction { credentials, t_id, state: State::Start }
+        HostTransaction { credentials, t_id, state: State::Start, sc_c: 0, generated: None }
+    }
+
+    /// Ask for secure channel concatenation with `sc_c` ([`secure_channel::NEW_TLS_PSK`] on a plaintext admin
+    /// queue, [`secure_channel::REPLACE_TLS_PSK`] on one secured with a generated PSK), as Linux's `--concat`
+    /// does: the host sends a challenge C2 with sequence number 0, which asks for no controller response (the
+    /// controller is not authenticated, even with a controller secret, as with Linux), the group must not be
+    /// NULL, and once done [`HostTransaction::generated_psk`] gives HMAC(KS, C1 || C2).
+    ///
+    /// [`secure_channel::NEW_TLS_PSK`]: super::secure_channel::NEW_TLS_PSK
+    /// [`secure_channel::REPLACE_TLS_PSK`]: super::secure_channel::REPLACE_TLS_PSK
+    pub fn with_secure_channel(mut self, sc_c: u8) -> Self {
+        self.sc_c = sc_c;
+        self
+    }
+
+    /// The generated PSK and its hash, once a transaction that asked for secure channel concatenation succeeded.
+    pub fn generated_psk(&self) -> Option<(HashFunction, &[u8])> {
+        match (&self.state, &self.generated) {
+            (State::Done(n), Some(psk)) => Some((n.hash, psk.as_slice())),
+            _ => None,
+        }
     }
 
     /// The transaction identifier.
@@ -99,7 +126,7 @@ impl<'a> HostTransaction<'a> {
         self.state = State::AwaitChallenge;
         Negotiate {
             t_id: self.t_id,
-            sc_c: 0,
+            sc_c: self.sc_c,
             dhchap: ProtocolDescriptor { hashes: ALL_HASHES.to_vec(), dh_groups: ALL_GROUPS.to_vec() },
         }
         .to_bytes()
@@ -169,7 +196,24 @@ impl<'a> HostTransaction<'a> {
             subnqn: creds.subnqn,
         };
         let response = transcript.response(Responder::Host, &creds.secret.transform(creds.hostnqn));
+        if self.sc_c != 0 {
+            // The generated PSK needs a session key, and is a TLS PSK's input: SHA-256 or SHA-384 only.
+            if session.is_none() {
+                return Err(AuthError::ConcatenationUnsupported(self.sc_c));
+            }
+            if hash == HashFunction::Sha512 {
+                return Err(AuthError::HashUnusable(hash.id()));
+            }
+        }
         let (c2, seqnum) = match creds.controller_secret {
+            _ if self.sc_c != 0 => {
+                let mut c2 = Zeroizing::new(vec![0u8; hash.digest_len()]);
+                rng.fill(&mut c2)?;
+                if let (Some(s), Some(psk_hash)) = (&session, PskHash::from_id(hash.id())) {
+                    self.generated = Some(generated_psk(psk_hash, s, c.cval, &c2));
+                }
+                (Some(c2), 0)
+            }
             Some(_) => {
                 let mut c2 = Zeroizing::new(vec![0u8; hash.digest_len()]);
                 rng.fill(&mut c2)?;
@@ -181,7 +225,7 @@ impl<'a> HostTransaction<'a> {
         let reply =
             Reply { t_id: self.t_id, rval: &response, cval: c2.as_deref().map(Vec::as_slice), seqnum, dhv: public }
                 .to_bytes()?;
-        let controller_challenge = c2.map(|c2| {
+        let controller_challenge = c2.filter(|_| seqnum != 0).map(|c2| {
             let augmented = match &session {
                 Some(s) => augmented_challenge(hash, s, &c2),
                 None => c2,

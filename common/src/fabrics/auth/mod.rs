@@ -31,4 +31,14 @@ pub mod response;
 pub mod secret;
 
 pub use error::{AuthError, FailureReason};
+
+/// AUTH_Negotiate's SC_C field (secure channel concatenation), as Linux names its values (`NVME_AUTH_SECP_*`).
+pub mod secure_channel {
+    /// 00h: no secure channel concatenation.
+    pub const NONE: u8 = 0x00;
+    /// 02h: generate a PSK for a new TLS connection (on a plaintext admin queue).
+    pub const NEW_TLS_PSK: u8 = 0x02;
+    /// 03h: generate a PSK to replace the one securing this connection (on an admin queue secured with TLS).
+    pub const REPLACE_TLS_PSK: u8 = 0x03;
+}
 pub use random::{OsRandom, RandomSource, SequenceNumbers};

@@ -349,3 +349,107 @@ fn a_refused_negotiate_gets_failure1_without_a_choice() {
     assert_eq!(c.receive(), [0, 0xF1, 0, 0, 0x77, 0, 1, 0x01]);
     assert_eq!(c.progress(), Progress::Failed(FailureReason::Failed));
 }
+
+/// A concatenating exchange: the host asks with `sc_c`; both sides' generated PSKs, or the host's error.
+fn run_concat(
+    controller: &mut ControllerTransaction,
+    sc_c: u8,
+    host_ctrl: Option<&DhchapSecret>,
+) -> Result<(Vec<u8>, Vec<u8>), AuthError> {
+    let host_secret = secret(1, None);
+    let creds =
+        HostCredentials { secret: &host_secret, controller_secret: host_ctrl, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let mut host = HostTransaction::new(creds, 7).with_secure_channel(sc_c);
+    let seq = SequenceNumbers::new();
+    let _ = controller.send(&host.negotiate(), &seq, &mut OsRandom);
+    let reply = host.reply(&controller.receive(), &seq, &mut OsRandom)?;
+    let _ = controller.send(&reply, &seq, &mut OsRandom);
+    assert_eq!(host.success(&controller.receive())?, None, "no Success2: the controller is not authenticated");
+    let (hash, ours) = host.generated_psk().expect("the host's generated PSK");
+    let (theirs_hash, theirs) = controller.generated_psk().expect("the controller's generated PSK");
+    assert_eq!(hash, theirs_hash);
+    assert_eq!(ours.len(), hash.digest_len());
+    Ok((ours.to_vec(), theirs.to_vec()))
+}
+
+#[test]
+fn secure_channel_concatenation_generates_the_same_psk_on_both_sides() {
+    use crate::fabrics::auth::secure_channel::{NEW_TLS_PSK, REPLACE_TLS_PSK};
+    for (policy, sc_c) in [(SecureChannelPolicy::Plaintext, NEW_TLS_PSK), (SecureChannelPolicy::Tls, REPLACE_TLS_PSK)] {
+        for ctrl in [None, Some(secret(2, None))] {
+            // Defaults prefer the NULL group: concatenation passes over it (and over SHA-512).
+            let mut c = ControllerTransaction::new(credentials(&secret(1, None), ctrl.as_ref()));
+            c.set_secure_channel(policy);
+            let (host, controller) = run_concat(&mut c, sc_c, ctrl.as_ref()).unwrap();
+            assert_eq!(host, controller);
+            assert_eq!(c.chosen(), Some((HashFunction::Sha256, DhGroup::Ffdhe2048)));
+            assert!(matches!(c.progress(), Progress::Authenticated(n) if !n.bidirectional));
+            // Each transaction its own key.
+            let mut again = ControllerTransaction::new(credentials(&secret(1, None), None));
+            again.set_secure_channel(policy);
+            assert_ne!(run_concat(&mut again, sc_c, None).unwrap().0, host);
+        }
+    }
+}
+
+#[test]
+fn secure_channel_concatenation_refusals_are_failure1_concat_mismatch() {
+    use crate::fabrics::auth::secure_channel::{NEW_TLS_PSK, REPLACE_TLS_PSK};
+    let mismatch = AuthError::Refused(FailureReason::ConcatenationMismatch);
+    let cases = [
+        // No TLS here (an I/O queue, a listener without TLS), a replacement asked on plaintext, a new PSK on TLS.
+        (SecureChannelPolicy::Refused, NEW_TLS_PSK, Vec::new()),
+        (SecureChannelPolicy::Plaintext, REPLACE_TLS_PSK, Vec::new()),
+        (SecureChannelPolicy::Tls, NEW_TLS_PSK, Vec::new()),
+        (SecureChannelPolicy::Plaintext, 0x01, Vec::new()),
+        // Only the NULL group allowed: no session key.
+        (SecureChannelPolicy::Plaintext, NEW_TLS_PSK, vec![DhGroup::Null]),
+    ];
+    for (policy, sc_c, dh_groups) in cases {
+        let mut c = ControllerTransaction::new(ControllerCredentials {
+            dh_groups: dh_groups.clone(),
+            ..credentials(&secret(1, None), None)
+        });
+        c.set_secure_channel(policy);
+        let e = run_concat(&mut c, sc_c, None).unwrap_err();
+        let expected =
+            if dh_groups.is_empty() { mismatch.clone() } else { AuthError::Refused(FailureReason::DhGroupUnusable) };
+        assert_eq!(e, expected, "{policy:?} {sc_c}");
+        assert_eq!(c.generated_psk(), None);
+    }
+    // SHA-512 only: no TLS hash.
+    let mut c = ControllerTransaction::new(ControllerCredentials {
+        hashes: vec![HashFunction::Sha512],
+        ..credentials(&secret(1, None), None)
+    });
+    c.set_secure_channel(SecureChannelPolicy::Plaintext);
+    assert_eq!(run_concat(&mut c, NEW_TLS_PSK, None).unwrap_err(), AuthError::Refused(FailureReason::HashUnusable));
+    // Without concatenation nothing is generated.
+    let host = secret(1, None);
+    let mut c = ControllerTransaction::new(ControllerCredentials {
+        dh_groups: vec![DhGroup::Ffdhe2048],
+        ..credentials(&host, None)
+    });
+    c.set_secure_channel(SecureChannelPolicy::Plaintext);
+    run(&mut c, &host, None).unwrap();
+    assert_eq!(c.generated_psk(), None);
+}
+
+#[test]
+fn a_concatenating_reply_without_c2_fails() {
+    use crate::fabrics::auth::secure_channel::NEW_TLS_PSK;
+    let host_secret = secret(1, None);
+    let creds = HostCredentials { secret: &host_secret, controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let mut c = ControllerTransaction::new(credentials(&host_secret, None));
+    c.set_secure_channel(SecureChannelPolicy::Plaintext);
+    let seq = SequenceNumbers::new();
+    // The host's Negotiate asks for concatenation; its Reply (that of a host that did not) has no C2.
+    let mut concat = HostTransaction::new(creds, 7).with_secure_channel(NEW_TLS_PSK);
+    c.send(&concat.negotiate(), &seq, &mut OsRandom).unwrap();
+    let challenge = c.receive();
+    let mut plain = HostTransaction::new(creds, 7);
+    plain.negotiate();
+    let reply = plain.reply(&challenge, &seq, &mut OsRandom).unwrap();
+    assert_eq!(c.send(&reply, &seq, &mut OsRandom), Err(AuthError::NoConcatenationChallenge));
+    assert_eq!(plain.success(&c.receive()), Err(AuthError::HostNotAccepted));
+}
