@@ -174,7 +174,7 @@ pub fn derive_tls_psk(
 /// transaction ([`derive::generated_psk`]) between host `hostnqn` and subsystem `subnqn`, as both Linux sides make
 /// them (`nvme_auth_generate_digest`, `nvme_auth_derive_tls_psk`, `nvme_tls_psk_refresh`): the PSK digest of the
 /// generated PSK, the version 1 identity `NVMe1G<hash> <hostnqn> <subnqn> <digest>`, and the TLS PSK
-/// HKDF-Expand-Label(HKDF-Extract(0, generated PSK), "nvme-tls-psk", "<hash> <digest>", L).
+/// HKDF-Expand-Label(HKDF-Extract(0, generated PSK), "nvme-tls-psk", `"<hash> <digest>"`, L).
 pub fn derive_generated_tls_psk(
     hash: PskHash,
     generated: &[u8],
