@@ -4,7 +4,8 @@
 //! `ana_group_states`) is applied when it differs from the file the target runs with (a state set since by `nvmf-target
 //! ana-state` stays otherwise); a namespace whose `ana_group` changed is replaced, like any changed namespace. Changes
 //! that need a restart (RDMA listeners, `[target]`, `[reactors]`, …) are logged, reported in [`ReloadSummary::ignored`]
-//! and left as they run.
+//! and left as they run. Hosts' keys (DH-HMAC-CHAP keys, TLS PSKs) and a listener's `tls` mode apply to the next
+//! transactions and connections; secured connections keep the TLS keys they were secured with.
 //!
 //! Runs on the main thread between requests; it may block on opening storage, binding listeners and flushing
 //! removed namespaces, never on a reactor. Everything that can fail (reading, validating, opening new storage,
@@ -29,7 +30,7 @@ use crate::daemon::{
     discovery_auth, listener_ana_states, namespace_params, subsystem_auth, subsystem_params, RunningTarget, StartError,
 };
 use crate::notify::ServiceNotifier;
-use crate::tcp::{ListenerSlot, TcpListenerSpec};
+use crate::tcp::{ListenerSlot, TcpListenerSpec, TlsKeyring};
 use crate::transport::ListenError;
 
 /// What a reload did: counts of applied changes, and the keys it left alone.
@@ -203,6 +204,9 @@ impl Reloader {
         }
         let changes = self.prepare(new, running.state_dir())?;
         let listeners = self.prepare_listeners(new, running)?;
+        // The hosts' TLS keys before the listeners: one that starts requiring TLS below finds the new keys. Only the
+        // next handshakes use them; secured connections keep theirs.
+        running.acceptor().tls_gate().set_keyring(TlsKeyring::from_config(&new.subsystems));
         let target = Arc::clone(running.target());
         if let Some(plan) = listeners {
             self.apply_listeners(plan, new, running, &mut summary);
@@ -773,6 +777,83 @@ mod tests {
         assert_eq!(summary, ReloadSummary { auth_changed: 1, ..ReloadSummary::default() });
         assert_eq!(one.host_keys(HOST).unwrap().host_key, key(2).secret);
         assert_eq!(reloader.current(), &rotated);
+        running.shutdown();
+    }
+
+    #[test]
+    fn apply_rotates_tls_keys_and_tls_modes_for_the_next_connections() {
+        use std::io::{Read, Write};
+
+        use nvmf_common::fabrics::discovery::{treq, TcpSecurityType, Tsas};
+        use nvmf_common::fabrics::tls::{derive_tls_psk, ConfiguredPsk, IdentityVersion, PskDerivation};
+        use nvmf_config::target::{ListenerTransport, TcpOptions, TlsKeyConfig, TlsMode};
+
+        const K01: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        const K02: &str = "NVMeTLSkey-1:02:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwP/w0S89ELi3W2LxIcLXVsDn8kXZQ==:";
+        let psk = |key: &str| ConfiguredPsk::parse(key).unwrap();
+        let entry = |key: &str| HostKeysConfig {
+            nqn: HOST.to_owned(),
+            dhchap_key: None,
+            dhchap_ctrl_key: None,
+            dhchap_hashes: Vec::new(),
+            dhchap_dhgroups: Vec::new(),
+            hostid: None,
+            tls_key: Some(TlsKeyConfig { key: psk(key), file: None }),
+            tls_key_compat: false,
+        };
+        let identity = |key: &str| {
+            derive_tls_psk(&psk(key), HOST, ONE, IdentityVersion::V1, PskDerivation::Rfc8446).unwrap().identity
+        };
+        let mut old = config();
+        old.subsystems[0].host_keys = vec![entry(K01)];
+        let mut running = crate::daemon::start(&old).unwrap();
+        let mut reloader = Reloader::new(None, old.clone());
+        let finds = |running: &RunningTarget, key: &str| {
+            running.acceptor().tls_gate().lookup(identity(key).as_bytes()).is_some()
+        };
+        assert!(finds(&running, K01) && !finds(&running, K02));
+
+        // The key rotated: the next handshakes take the new one only.
+        let mut rotated = old.clone();
+        rotated.subsystems[0].host_keys = vec![entry(K02)];
+        let summary = reloader.apply(&rotated, &mut running).unwrap();
+        assert_eq!(summary, ReloadSummary { auth_changed: 1, ..ReloadSummary::default() });
+        assert!(!finds(&running, K01) && finds(&running, K02));
+
+        // The listener starts requiring TLS: its discovery log entry says so and a plaintext connection is closed.
+        let listener = running.local_addrs()[0];
+        let mut required = rotated.clone();
+        required.listeners[0].transport =
+            ListenerTransport::Tcp(TcpOptions { tls: TlsMode::Required, ..TcpOptions::default() });
+        let summary = reloader.apply(&required, &mut running).unwrap();
+        assert_eq!(summary, ReloadSummary { listeners_changed: 1, ..ReloadSummary::default() });
+        assert_eq!(running.acceptor().listeners()[0].0.tcp.tls, TlsMode::Required);
+        let entry = &running.target().listeners()[0];
+        assert_eq!((entry.tsas, entry.secure_channel), (Tsas::Tcp { sectype: TcpSecurityType::Tls13 }, treq::REQUIRED));
+        let read_after_icreq_byte = || {
+            let mut plaintext = std::net::TcpStream::connect(listener).unwrap();
+            plaintext.set_read_timeout(Some(std::time::Duration::from_millis(500))).unwrap();
+            plaintext.write_all(&[0]).unwrap();
+            plaintext.read(&mut [0u8; 8])
+        };
+        // Closed with our byte unread: a reset, or an end of stream if the close raced the byte.
+        let closed = read_after_icreq_byte();
+        assert!(
+            matches!(&closed, Ok(0)) || matches!(&closed, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{closed:?}"
+        );
+        assert!(finds(&running, K02), "the keys stay");
+
+        // Back to plaintext: the next connection reaches a reactor, which waits for the rest of its ICReq.
+        let summary = reloader.apply(&rotated, &mut running).unwrap();
+        assert_eq!(summary.listeners_changed, 1);
+        let waiting = read_after_icreq_byte().unwrap_err();
+        assert!(matches!(waiting.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "{waiting}");
+        let entry = &running.target().listeners()[0];
+        assert_eq!(
+            (entry.tsas, entry.secure_channel),
+            (Tsas::Tcp { sectype: TcpSecurityType::None }, treq::NOT_SPECIFIED)
+        );
         running.shutdown();
     }
 
