@@ -248,7 +248,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
     }
 
     // Bind before building the model so that the discovery log reports the ports the sockets really got.
-    let bound = BoundTransportListeners::bind(config)?;
+    let mut bound = BoundTransportListeners::bind(config)?;
 
     let limits = &config.limits;
     let target_params = TargetParams {
@@ -277,6 +277,7 @@ pub fn start(config: &TargetConfig) -> Result<RunningTarget, StartError> {
         ..TargetParams::default()
     };
     let target = Target::new(target_params, subsystems)?;
+    bound.share_generated_psks(Arc::clone(target.generated_psks()));
     for subsystem in target.subsystems() {
         for ns in subsystem.namespaces().iter() {
             watch_namespace_resize(&subsystem, ns.nsid(), ns.storage());

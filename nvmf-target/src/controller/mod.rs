@@ -28,6 +28,7 @@
 pub mod ana;
 pub mod association;
 pub mod authentication;
+pub mod generated_psks;
 pub mod queue;
 pub mod reservation;
 pub mod reservation_file;
@@ -42,6 +43,7 @@ mod io;
 mod tests;
 
 pub use association::{Controller, QueueSnapshot};
+pub use generated_psks::GeneratedPsks;
 pub use queue::{split_storage_tag, storage_tag, Queue, QueueError, SlotId, Step};
 pub use subsystem::{Namespace, NamespaceParams, NamespaceTable, Subsystem, SubsystemError, SubsystemParams};
 pub use target::{

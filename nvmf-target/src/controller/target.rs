@@ -18,6 +18,7 @@ use nvmf_common::nvme::log_page::AnaState;
 
 use super::ana::{AnaGroups, AnaTable, PortStates};
 use super::authentication::{AttemptRate, AuthCounters, FailureLog};
+use super::generated_psks::GeneratedPsks;
 use super::subsystem::{Subsystem, SubsystemError, SubsystemParams};
 use crate::backend::{BudgetLimit, DiscardCounters, WorkPool};
 use nvmf_common::fabrics::auth::controller::DEFAULT_DH_GROUPS;
@@ -321,6 +322,9 @@ pub struct SecureChannel {
     pub subnqn: String,
     /// The negotiated cipher suite's name.
     pub suite: &'static str,
+    /// The PSK is a generated one (identity type `G`, secure channel concatenation): the host authenticated to
+    /// make it, so its queues are not asked to authenticate again (as nvmet).
+    pub generated: bool,
 }
 
 impl TransportInfo {
@@ -399,6 +403,8 @@ pub struct Target {
     state_pool: WorkPool,
     /// AUTH_Negotiates by peer address prefix.
     auth_attempts: AttemptRate,
+    /// Secure channel concatenation's generated PSKs, for the TLS gate.
+    generated_psks: Arc<GeneratedPsks>,
 }
 
 impl Target {
@@ -445,8 +451,15 @@ impl Target {
                 params.address_prefix_v4,
                 params.address_prefix_v6,
             ),
+            generated_psks: Arc::default(),
             params,
         }))
+    }
+
+    /// Secure channel concatenation's generated PSKs: the authentication that makes one keeps it here, the TLS
+    /// gate looks up the identities hosts offer here.
+    pub fn generated_psks(&self) -> &Arc<GeneratedPsks> {
+        &self.generated_psks
     }
 
     /// The target's limits (its `listeners` are moved out at start: see [`Target::listeners`]).

@@ -23,7 +23,7 @@ use nvmf_config::target::{ControllerLimits, ListenerConfig, ListenerTransport, T
 
 use super::tls_gate::{HandOver, TlsCounters, TlsGate, TlsKeyring};
 use super::{AcceptedConnection, TcpTransportConfig};
-use crate::controller::ListenerParams;
+use crate::controller::{GeneratedPsks, ListenerParams};
 use crate::transport::Admission;
 
 /// The waker's token; listeners use their port ID as token, which never reaches it.
@@ -183,6 +183,8 @@ pub struct TlsGateParams {
     pub timeout: Duration,
     /// Its counters (metrics).
     pub counters: Arc<TlsCounters>,
+    /// Where secure channel concatenation keeps its generated PSKs ([`TlsGate::set_generated_psks`]).
+    pub generated: Arc<GeneratedPsks>,
 }
 
 impl Acceptor {
@@ -205,6 +207,7 @@ impl Acceptor {
             TlsGate::start(tls.keyring, tls.timeout, tls.counters, Arc::clone(&hand_over))
                 .map_err(ListenerError::Os)?,
         );
+        gate.set_generated_psks(tls.generated);
         let (commands, received) = mpsc::channel();
         let acceptor_gate = Arc::clone(&gate);
         let thread = std::thread::Builder::new()

@@ -11,7 +11,7 @@ use nvmf_config::TargetConfig;
 
 use super::admission::Admission;
 use super::set::{round_robin, NewQueuePair};
-use crate::controller::ListenerParams;
+use crate::controller::{GeneratedPsks, ListenerParams};
 #[cfg(feature = "rdma")]
 use crate::rdma::{BoundRdmaListeners, RdmaCmThread, RdmaListenerError, RdmaListenerSpec};
 use crate::reactor::ReactorHandle;
@@ -83,8 +83,16 @@ impl BoundTransportListeners {
                 keyring: TlsKeyring::from_config(&config.subsystems),
                 timeout: Duration::from_millis(u64::from(config.limits.connect_timeout_ms.max(1))),
                 counters: Arc::new(TlsCounters::default()),
+                generated: Arc::default(),
             },
         })
+    }
+
+    /// The TLS gate looks generated PSK identities up in `store` (the target's: [`Target::generated_psks`]).
+    ///
+    /// [`Target::generated_psks`]: crate::controller::Target::generated_psks
+    pub fn share_generated_psks(&mut self, store: Arc<GeneratedPsks>) {
+        self.tls.generated = store;
     }
 
     /// The discovery log's entries for these listeners, by port ID.

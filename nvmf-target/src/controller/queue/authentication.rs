@@ -16,6 +16,12 @@
 //! as a failure (nvmet expires its transactions likewise): the queue keeps its earlier authentication, and a later
 //! message of the stalled transaction fails it.
 //!
+//! Secure channel concatenation (SC_C, as nvmet): an admin queue takes SC_C 02h on a plaintext connection to a
+//! listener that offers TLS (`tls = "allowed"`; a `required` one takes no plaintext connection), 03h on one secured
+//! with TLS; anything else fails with reason 03h. Once such a transaction succeeds, the generated PSK's TLS PSK is
+//! kept in [`Target::generated_psks`] under its `NVMe1G..` identity for the TLS gate, and a connection secured
+//! with it is not asked to authenticate (see `connect`). The plaintext association stays usable, as nvmet's.
+//!
 //! The transactions are [`ControllerTransaction`]s, with the host's keys read from the subsystem when each
 //! starts (a reload's new keys apply to the next; a host whose keys name no DH group gets the target's,
 //! `[target] dhchap_dhgroups`). Messages are bounded: an Authentication Send carries at most
@@ -36,13 +42,18 @@ use std::any::Any;
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::auth::command::{AuthenticationCommand, Direction as AuthDirection};
-use nvmf_common::fabrics::auth::controller::{ControllerTransaction, Progress, MAX_HOST_MESSAGE_LEN};
+use nvmf_common::fabrics::auth::controller::{
+    ControllerTransaction, Progress, SecureChannelPolicy, MAX_HOST_MESSAGE_LEN,
+};
+use nvmf_common::fabrics::auth::hash::HashFunction;
 use nvmf_common::fabrics::auth::message::{auth_id, Header, AUTH_TYPE_COMMON};
 use nvmf_common::fabrics::auth::{AuthError, FailureReason, OsRandom, SequenceNumbers};
+use nvmf_common::fabrics::discovery::{TcpSecurityType, Tsas};
+use nvmf_common::fabrics::tls::{derive_generated_tls_psk, PskHash};
 use nvmf_common::nvme::opcode::{fctype, FABRICS};
 use nvmf_common::nvme::{Status, SubmissionQueueEntry};
 
-use super::{storage_tag, Plan, Queue, QueueState, SlotId, Step};
+use super::{storage_tag, Plan, Queue, QueueKind, QueueState, SlotId, Step};
 use crate::backend::IoEngine;
 use crate::controller::io::{self, DataSource, Direction};
 use crate::controller::Target;
@@ -237,7 +248,9 @@ impl Queue {
             if credentials.dh_groups.is_empty() {
                 credentials.dh_groups.clone_from(&self.target.params().dhchap_dhgroups);
             }
-            self.auth.transaction = Some(Box::new(ControllerTransaction::new(credentials)));
+            let mut transaction = ControllerTransaction::new(credentials);
+            transaction.set_secure_channel(self.secure_channel_policy());
+            self.auth.transaction = Some(Box::new(transaction));
             self.auth.failure_counted = false;
             let timeout = Duration::from_millis(u64::from(self.target.params().connect_timeout_ms));
             self.auth.expires = self.auth.authenticated.then(|| now + timeout);
@@ -381,6 +394,9 @@ impl Queue {
         self.auth.negotiations = 0;
         self.target.auth_counters().record(true, transaction.chosen());
         let hostnqn = self.controller().map(|c| c.hostnqn().to_owned()).unwrap_or_default();
+        if let Some((hash, psk)) = transaction.generated_psk() {
+            self.keep_generated_psk(hash, psk);
+        }
         tracing::debug!(hostnqn, qid = ?self.qid(), hash = n.hash.name(), dhgroup = n.group.name(),
             bidirectional = n.bidirectional, reauthentication = again, "queue authenticated");
         if let Err(refusal) = self.authenticated() {
@@ -389,6 +405,48 @@ impl Queue {
             tracing::debug!(hostnqn, qid = ?self.qid(), ?refusal, "authenticated I/O queue refused: queue ends");
             self.auth.authenticated = false;
             self.disconnect_slot = Some(id.0);
+        }
+    }
+
+    /// Which secure channel concatenation this queue takes (see the module docs).
+    fn secure_channel_policy(&self) -> SecureChannelPolicy {
+        let QueueState::Connected(a) = &self.state else { return SecureChannelPolicy::Refused };
+        if a.kind != QueueKind::Admin || a.controller.is_discovery() {
+            return SecureChannelPolicy::Refused;
+        }
+        if self.transport.secure_channel.is_some() {
+            return SecureChannelPolicy::Tls;
+        }
+        let port = self.transport.port_id;
+        let tls = Tsas::Tcp { sectype: TcpSecurityType::Tls13 };
+        match self.target.listeners().iter().any(|l| l.port_id == port && l.tsas == tls) {
+            true => SecureChannelPolicy::Plaintext,
+            false => SecureChannelPolicy::Refused,
+        }
+    }
+
+    /// Keep the TLS PSK of the `generated` PSK of a transaction that asked for secure channel concatenation,
+    /// where the TLS gate finds the identity the host offers next.
+    fn keep_generated_psk(&self, hash: HashFunction, generated: &[u8]) {
+        let Some(controller) = self.controller() else { return };
+        let (hostnqn, subnqn) = (controller.hostnqn(), controller.subsystem().nqn());
+        let derived = PskHash::from_id(hash.id())
+            .ok_or_else(|| format!("{} is not a TLS hash", hash.name()))
+            .and_then(|h| derive_generated_tls_psk(h, generated, hostnqn, subnqn).map_err(|e| e.to_string()));
+        match derived {
+            Ok(psk) => {
+                tracing::info!(
+                    hostnqn,
+                    subnqn,
+                    hash = hash.name(),
+                    cntlid = controller.cntlid(),
+                    "secure channel concatenation: generated PSK kept for the host's TLS connections"
+                );
+                self.target.generated_psks().insert(hostnqn, subnqn, psk, Instant::now());
+            }
+            Err(reason) => {
+                tracing::warn!(hostnqn, subnqn, reason, "secure channel concatenation: no TLS PSK generated");
+            }
         }
     }
 

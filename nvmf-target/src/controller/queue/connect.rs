@@ -165,7 +165,10 @@ impl Queue {
                 InvalidParameter::in_data(data_offset::HOSTNQN).to_dw0(),
             ));
         }
-        let atr = keys.is_some();
+        // A connection secured with a generated PSK was made by a host that authenticated (secure channel
+        // concatenation): its queues are not asked again, as nvmet asks no queue secured with TLS.
+        let generated = self.transport.secure_channel.as_ref().is_some_and(|c| c.generated);
+        let atr = keys.is_some() && !generated;
         if !subsystem.host_allowed(hostnqn) {
             tracing::debug!(subnqn = subsystem.nqn(), hostnqn = hostnqn, "Connect from a host not allowed");
             return Err((

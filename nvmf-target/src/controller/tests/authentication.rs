@@ -650,3 +650,69 @@ fn dh_groups_default_to_the_targets() {
         assert_eq!(target.auth_counters().snapshot(), vec![(true, Some(HashFunction::Sha256), Some(expected), 1)]);
     }
 }
+
+/// One transaction asking for secure channel concatenation `sc_c`; the host's generated PSK, or its error.
+fn concatenate(admin: &mut Host, engine: &mut IoEngine, sc_c: u8) -> Result<Vec<u8>, AuthError> {
+    let host = secret(1);
+    let creds = HostCredentials { secret: &host, controller_secret: None, hostnqn: HOSTNQN, subnqn: SUBNQN };
+    let mut t = HostTransaction::new(creds, 9).with_secure_channel(sc_c);
+    let seq = SequenceNumbers::new();
+    admin.auth_send(engine, &t.negotiate(), Carry::InCapsule).ok();
+    let reply = t.reply(&admin.auth_receive(engine, 4096).ok().data, &seq, &mut OsRandom)?;
+    admin.auth_send(engine, &reply, Carry::InCapsule).ok();
+    assert_eq!(t.success(&admin.auth_receive(engine, 4096).ok().data)?, None);
+    Ok(t.generated_psk().unwrap().1.to_vec())
+}
+
+#[test]
+fn secure_channel_concatenation_keeps_the_generated_psk_for_the_tls_gate() {
+    use nvmf_common::fabrics::auth::secure_channel::NEW_TLS_PSK;
+    use nvmf_common::fabrics::discovery::{TcpSecurityType, Tsas};
+    use nvmf_common::fabrics::tls::{derive_generated_tls_psk, PskHash};
+    // The host's listener (port 1) offers TLS: a plaintext admin queue may ask for a PSK.
+    let tls = ListenerParams { tsas: Tsas::Tcp { sectype: TcpSecurityType::Tls13 }, ..listener() };
+    let target =
+        target_with(TargetParams { listeners: vec![tls], ..target_params() }, auth(false, Some(keys(1, None))));
+    let mut engine = engine();
+    let mut admin = Host::new(&target);
+    assert!(admin.connect_admin(&mut engine).atr);
+    let psk = concatenate(&mut admin, &mut engine, NEW_TLS_PSK).unwrap();
+    // The plaintext association stays usable, as nvmet's (the Linux host enables it before starting over).
+    admin.enable(&mut engine);
+    let derived = derive_generated_tls_psk(PskHash::Sha256, &psk, HOSTNQN, SUBNQN).unwrap();
+    let now = std::time::Instant::now();
+    let found = target.generated_psks().lookup(derived.identity.as_bytes(), now).expect("kept for the TLS gate");
+    assert_eq!(found.key, derived.key);
+    assert_eq!(target.generated_psks().counts(), (1, 1));
+
+    // An admin queue on a listener without TLS may not ask (reason 03h; the association ends).
+    let target = target_with(target_params(), auth(false, Some(keys(1, None))));
+    let mut admin = Host::new(&target);
+    assert!(admin.connect_admin(&mut engine).atr);
+    let refused = concatenate(&mut admin, &mut engine, NEW_TLS_PSK).unwrap_err();
+    assert_eq!(refused, AuthError::Refused(nvmf_common::fabrics::auth::FailureReason::ConcatenationMismatch));
+    assert!(target.generated_psks().is_empty());
+}
+
+#[test]
+fn a_connection_secured_with_a_generated_psk_is_not_asked_to_authenticate() {
+    let target = target_with(target_params(), auth(true, Some(keys(1, None))));
+    let mut engine = engine();
+    let channel = |generated| {
+        let mut info = TransportInfo::tcp(1, IN_CAPSULE, 4242);
+        info.secure_channel = Some(Arc::new(crate::controller::SecureChannel {
+            hostnqn: HOSTNQN.into(),
+            subnqn: SUBNQN.into(),
+            suite: "TLS_AES_128_GCM_SHA256",
+            generated,
+        }));
+        info
+    };
+    let mut generated = Host::on(&target, channel(true));
+    let r = generated.connect_admin(&mut engine);
+    assert!(!r.atr, "the host authenticated to make the PSK");
+    generated.enable(&mut engine);
+    // A configured PSK does not stand for DH-HMAC-CHAP.
+    let mut configured = Host::on(&target, channel(false));
+    assert!(configured.connect_admin(&mut engine).atr);
+}
