@@ -183,9 +183,19 @@ impl TlsGate {
     pub fn set_generated_psks(&self, store: Arc<GeneratedPsks>) {
         *self.shared.generated.write().unwrap_or_else(|e| e.into_inner()) = store;
     }
+
+    /// The TLS PSK the next handshake would find for the identity `offered` ([`TlsKeyring::lookup`]).
+    pub fn lookup(&self, offered: &[u8]) -> Option<HandshakePsk> {
+        self.shared.keyring().lookup(offered)
+    }
 }
 
 impl Shared {
+    /// The keys in force: a handshake holds on to the ones it started with while a reload swaps them.
+    fn keyring(&self) -> Arc<TlsKeyring> {
+        Arc::clone(&self.keyring.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// One rate-limited line per peer address.
     fn refuse(&self, c: &AcceptedConnection, why: &str) {
         if let Some(suppressed) = self.refusals.admit(&c.peer.ip().to_string(), Instant::now()) {
@@ -240,7 +250,7 @@ fn secure(c: &mut AcceptedConnection, shared: &Shared) -> Result<(), String> {
             Ok(None)
         }
         Ok(_) => {
-            let keyring = Arc::clone(&shared.keyring.read().unwrap_or_else(|e| e.into_inner()));
+            let keyring = shared.keyring();
             // A configured PSK's identity (type R), or one secure channel concatenation generated (type G).
             let mut lookup = |offered: &[u8]| {
                 keyring.lookup(offered).or_else(|| {
@@ -277,4 +287,118 @@ fn secure(c: &mut AcceptedConnection, shared: &Shared) -> Result<(), String> {
         }));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use nvmf_common::fabrics::tls::{IdentityVersion, PskHash, TlsPsk};
+    use nvmf_config::TargetConfig;
+
+    use super::*;
+
+    const H1: &str = "nqn.2024-01.io.example:host-1";
+    const H2: &str = "nqn.2024-01.io.example:host-2";
+    const S1: &str = "nqn.2024-01.io.example:disk-1";
+    const S2: &str = "nqn.2024-01.io.example:disk-2";
+    // libnvme test/psk.c's configured PSKs: SHA-256 and SHA-384.
+    const K01: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+    const K02: &str = "NVMeTLSkey-1:02:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwP/w0S89ELi3W2LxIcLXVsDn8kXZQ==:";
+
+    /// A subsystem's hosts: `(host NQN, TLS key, tls_key_compat)`.
+    type Hosts<'a> = &'a [(&'a str, &'a str, bool)];
+
+    /// A hand-over that takes every connection (and closes it).
+    fn take_all<T>() -> impl FnMut(T) -> Result<(), T> + Send {
+        |_| Ok(())
+    }
+
+    /// `[[subsystem]]`s with their hosts' TLS keys.
+    fn subsystems(entries: &[(&str, Hosts<'_>)]) -> Vec<SubsystemConfig> {
+        let mut text = String::from("[[listener]]\naddress = \"127.0.0.1\"\n");
+        for (nqn, hosts) in entries {
+            text += &format!("[[subsystem]]\nnqn = \"{nqn}\"\n[[subsystem.namespace]]\nmemory = \"1MiB\"\n");
+            for (host, key, compat) in *hosts {
+                text +=
+                    &format!("[[subsystem.host]]\nnqn = \"{host}\"\ntls_key = \"{key}\"\ntls_key_compat = {compat}\n");
+            }
+        }
+        TargetConfig::from_str(&text, "<test>").unwrap().subsystems
+    }
+
+    /// The identity a host offers with `key` (and the TLS PSK it keys TLS with).
+    fn offered(key: &str, host: &str, sub: &str, version: IdentityVersion, derivation: PskDerivation) -> TlsPsk {
+        derive_tls_psk(&ConfiguredPsk::parse(key).unwrap(), host, sub, version, derivation).unwrap()
+    }
+
+    /// Whether `ring` finds the host's key for `psk`'s identity: the same TLS PSK, restricted to the key's suite.
+    fn finds(ring: &TlsKeyring, psk: &TlsPsk) -> bool {
+        let Some(found) = ring.lookup(psk.identity.as_bytes()) else { return false };
+        assert_eq!(found.identity, psk.identity.as_bytes());
+        assert_eq!((found.key, found.suite), (psk.key.clone(), CipherSuite::from(psk.hash)));
+        true
+    }
+
+    #[test]
+    fn lookup_finds_only_the_key_the_identity_names() {
+        use IdentityVersion::{V0, V1};
+        use PskDerivation::{Compat, Rfc8446};
+        let ring = TlsKeyring::from_config(&subsystems(&[
+            (S1, &[(H1, K01, false), (H2, K02, true)]),
+            (S2, &[(H1, K02, false)]),
+        ]));
+        assert!(!ring.is_empty());
+        // The right identity, either version, and each subsystem's own key and derivation.
+        for version in [V0, V1] {
+            assert!(finds(&ring, &offered(K01, H1, S1, version, Rfc8446)), "{version:?}");
+            assert!(finds(&ring, &offered(K02, H2, S1, version, Compat)), "{version:?}");
+            assert!(finds(&ring, &offered(K02, H1, S2, version, Rfc8446)), "{version:?}");
+        }
+        assert_eq!(
+            ring.lookup(offered(K02, H1, S2, V1, Rfc8446).identity.as_bytes()).unwrap().suite.name(),
+            PskHash::Sha384.cipher_suite()
+        );
+        // An unknown host, an unknown subsystem, the other key's hash.
+        assert!(!finds(&ring, &offered(K01, "nqn.2024-01.io.example:host-3", S1, V1, Rfc8446)));
+        assert!(!finds(&ring, &offered(K01, H1, "nqn.2024-01.io.example:disk-3", V1, Rfc8446)));
+        assert!(!finds(&ring, &offered(K02, H1, S1, V1, Rfc8446)));
+        assert!(!finds(&ring, &offered(K01, H2, S1, V0, Compat)));
+        // Version 1 with the other derivation: a digest the configured key does not give.
+        assert!(!finds(&ring, &offered(K01, H1, S1, V1, Compat)));
+        assert!(!finds(&ring, &offered(K02, H2, S1, V1, Rfc8446)));
+        // A generated PSK's identity (secure channel concatenation) names no configured key.
+        let retained = offered(K01, H1, S1, V1, Rfc8446);
+        let digest = retained.identity.rsplit(' ').next().unwrap();
+        let generated = PskIdentity::new(V1, PskType::Generated, PskHash::Sha256, H1, S1, Some(digest)).unwrap();
+        assert!(ring.lookup(generated.to_string().as_bytes()).is_none());
+        assert!(ring.lookup(b"NVMe1R01 not an identity").is_none());
+        // The discovery subsystem takes the host's first key: H1's of S1 (SHA-256), not its S2 one.
+        for version in [V0, V1] {
+            assert!(finds(&ring, &offered(K01, H1, DISCOVERY_NQN, version, Rfc8446)), "{version:?}");
+            assert!(finds(&ring, &offered(K02, H2, DISCOVERY_NQN, version, Compat)), "{version:?}");
+        }
+        assert!(!finds(&ring, &offered(K02, H1, DISCOVERY_NQN, V1, Rfc8446)));
+        assert!(TlsKeyring::from_config(&subsystems(&[(S1, &[])])).is_empty());
+    }
+
+    #[test]
+    fn a_new_keyring_serves_the_next_handshakes() {
+        use IdentityVersion::V1;
+        let hand_over: Arc<Mutex<HandOver>> = Arc::new(Mutex::new(Box::new(take_all())));
+        let counters = Arc::new(TlsCounters::default());
+        let before = TlsKeyring::from_config(&subsystems(&[(S1, &[(H1, K01, false)])]));
+        let gate = TlsGate::start(before, Duration::from_secs(1), counters, hand_over).unwrap();
+        let old = offered(K01, H1, S1, V1, PskDerivation::Rfc8446);
+        let new = offered(K02, H1, S1, V1, PskDerivation::Compat);
+        let added = offered(K01, H2, S2, V1, PskDerivation::Rfc8446);
+        assert_eq!(gate.lookup(old.identity.as_bytes()).map(|p| p.key), Some(old.key.clone()));
+        assert!(gate.lookup(new.identity.as_bytes()).is_none() && gate.lookup(added.identity.as_bytes()).is_none());
+        // Rotated (another key, its other derivation) and a host added: the old key opens nothing any more.
+        gate.set_keyring(TlsKeyring::from_config(&subsystems(&[(S1, &[(H1, K02, true)]), (S2, &[(H2, K01, false)])])));
+        assert!(gate.lookup(old.identity.as_bytes()).is_none());
+        assert_eq!(gate.lookup(new.identity.as_bytes()).map(|p| p.key), Some(new.key.clone()));
+        assert_eq!(gate.lookup(added.identity.as_bytes()).map(|p| p.suite), Some(CipherSuite::from(PskHash::Sha256)));
+        // Every key removed: TLS connections are refused at the handshake.
+        gate.set_keyring(TlsKeyring::default());
+        assert!(gate.lookup(new.identity.as_bytes()).is_none());
+    }
 }
