@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use nvmf_common::fabrics::discovery::{treq, SubsystemType, TransportType};
+use nvmf_common::fabrics::discovery::{treq, SubsystemType, TcpSecurityType, TransportType, Tsas};
 
 use super::params::params_from_request;
 use super::protocol::{
@@ -192,13 +192,14 @@ fn connect_all(shared: &DaemonState, p: &ConnectParams) -> ControlReply {
                 entry.name = Some(name);
                 entry.outcome = "already connected".into();
             } else {
-                match connect(shared, &entry_request(p, r)) {
-                    ControlReply::Connected { name, .. } => {
+                match entry_request(p, r).map(|request| connect(shared, &request)) {
+                    Err(skipped) => entry.outcome = skipped,
+                    Ok(ControlReply::Connected { name, .. }) => {
                         entry.name = Some(name);
                         entry.outcome = "connected".into();
                     }
-                    ControlReply::Error { message } => entry.outcome = format!("failed: {message}"),
-                    other => entry.outcome = format!("failed: unexpected {other:?}"),
+                    Ok(ControlReply::Error { message }) => entry.outcome = format!("failed: {message}"),
+                    Ok(other) => entry.outcome = format!("failed: unexpected {other:?}"),
                 }
             }
         }
@@ -208,9 +209,11 @@ fn connect_all(shared: &DaemonState, p: &ConnectParams) -> ControlReply {
 }
 
 /// What `connect-all` asks for one discovery log entry: its address and subsystem with the request's options; SQ
-/// flow control disabled when the entry allows it (TREQ bit 2), as nvme-cli does.
-fn entry_request(p: &ConnectParams, r: &DiscoveryRecord) -> ConnectParams {
-    ConnectParams {
+/// flow control disabled when the entry allows it (TREQ bit 2), as nvme-cli does; TLS as [`entry_tls`] says.
+/// `Err`: the entry is skipped, and why.
+fn entry_request(p: &ConnectParams, r: &DiscoveryRecord) -> Result<ConnectParams, String> {
+    let tls = entry_tls(p, r)?;
+    Ok(ConnectParams {
         transport: if r.trtype == TransportType::Rdma { "rdma" } else { "tcp" }.into(),
         traddr: r.traddr.clone(),
         trsvcid: r.trsvcid.clone(),
@@ -219,7 +222,39 @@ fn entry_request(p: &ConnectParams, r: &DiscoveryRecord) -> ConnectParams {
         nbd: None,
         ublk: false,
         export_nsid: None,
+        tls: tls && p.tls,
+        tls_key: if tls { p.tls_key.clone() } else { None },
         ..p.clone()
+    })
+}
+
+/// Whether `connect-all` secures its connection to entry `r` with TLS, from the entry's TSAS and TREQ as libnvme
+/// reads them (`nvmf_connect_disc_entry`, for NVMe/TCP entries whose security type is not none):
+/// - TLS 1.3 with a secure channel required: TLS with the `--tls-key` given; without one the entry is skipped
+///   (libnvme lets the kernel look a PSK up in its keyring, which nvmf-host has not);
+/// - TLS 1.3 with a secure channel not required (or not specified): TLS when a key was given, else plaintext
+///   (libnvme asks for secure channel concatenation there);
+/// - TLS 1.2, which nvmf-host does not speak: skipped where required, else plaintext;
+/// - a plaintext or NVMe/RDMA entry: plaintext, whatever the request says (libnvme would keep a `--tls` asked for,
+///   and its handshake would fail on a listener without TLS).
+fn entry_tls(p: &ConnectParams, r: &DiscoveryRecord) -> Result<bool, String> {
+    let Tsas::Tcp { sectype } = r.tsas else { return Ok(false) };
+    if r.trtype != TransportType::Tcp {
+        return Ok(false);
+    }
+    let required = r.treq & treq::SECURE_CHANNEL_MASK == treq::REQUIRED;
+    let subnqn = &r.subnqn;
+    match sectype {
+        TcpSecurityType::None => Ok(false),
+        TcpSecurityType::Tls13 if required && p.tls_key.is_none() => Err(format!(
+            "skipped: {subnqn} requires TLS 1.3 (TREQ: secure channel required): give --tls-key, this host's \
+             pre-shared key for it"
+        )),
+        TcpSecurityType::Tls13 => Ok(p.tls_key.is_some()),
+        TcpSecurityType::Tls12 if required => {
+            Err(format!("skipped: {subnqn} requires TLS 1.2, which nvmf-host does not speak (TLS 1.3 only)"))
+        }
+        TcpSecurityType::Tls12 => Ok(false),
     }
 }
 
@@ -303,9 +338,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn connect_all_disables_sq_flow_control_where_the_entry_allows_it() {
-        let asked = ConnectParams {
+    /// A `connect-all` request to 10.0.0.1:8009 asking for 2 I/O queues.
+    fn asked() -> ConnectParams {
+        ConnectParams {
             transport: "tcp".into(),
             traddr: "10.0.0.1".into(),
             trsvcid: "8009".into(),
@@ -333,16 +368,79 @@ mod tests {
             tls_key: None,
             tls_identity_version: None,
             tls_compat: false,
-        };
-        let allowed = entry_request(&asked, &record(TransportType::Rdma, treq::NOT_REQUIRED | treq::DISABLE_SQFLOW));
+        }
+    }
+
+    #[test]
+    fn connect_all_disables_sq_flow_control_where_the_entry_allows_it() {
+        let asked = asked();
+        let allowed =
+            entry_request(&asked, &record(TransportType::Rdma, treq::NOT_REQUIRED | treq::DISABLE_SQFLOW)).unwrap();
         assert!(allowed.disable_sqflow);
         assert_eq!(
             (allowed.transport.as_str(), allowed.traddr.as_str(), allowed.trsvcid.as_str(), allowed.nr_io_queues),
             ("rdma", "10.0.0.2", "4421", Some(2))
         );
         assert_eq!(allowed.nqn, "nqn.2024-01.io.example:a");
-        assert!(!entry_request(&asked, &record(TransportType::Tcp, treq::NOT_REQUIRED)).disable_sqflow);
+        assert!(!entry_request(&asked, &record(TransportType::Tcp, treq::NOT_REQUIRED)).unwrap().disable_sqflow);
         let forced = ConnectParams { disable_sqflow: true, ..asked };
-        assert!(entry_request(&forced, &record(TransportType::Tcp, treq::NOT_SPECIFIED)).disable_sqflow);
+        assert!(entry_request(&forced, &record(TransportType::Tcp, treq::NOT_SPECIFIED)).unwrap().disable_sqflow);
+    }
+
+    /// A TCP entry with this security type.
+    fn tcp(sectype: TcpSecurityType, treq: u8) -> DiscoveryRecord {
+        DiscoveryRecord { tsas: Tsas::Tcp { sectype }, ..record(TransportType::Tcp, treq) }
+    }
+
+    /// Whether the request for `entry` asks for TLS, as the daemon reads it (`--tls-key` means TLS).
+    fn over_tls(asked: &ConnectParams, entry: &DiscoveryRecord) -> Result<bool, String> {
+        let r = entry_request(asked, entry)?;
+        assert_eq!(r.tls, r.tls_key.is_some() && asked.tls, "--tls only with the key");
+        Ok(r.tls_key.is_some())
+    }
+
+    #[test]
+    fn connect_all_follows_each_entrys_tls_requirement() {
+        use TcpSecurityType::{None as Plaintext, Tls12, Tls13};
+        let plain = asked();
+        let key = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let keyed = ConnectParams {
+            tls: true,
+            tls_key: Some(key.into()),
+            tls_identity_version: Some(0),
+            tls_compat: true,
+            ..asked()
+        };
+        // TLS 1.3 required: TLS with the key given, the entry skipped without one.
+        let required = tcp(Tls13, treq::REQUIRED | treq::DISABLE_SQFLOW);
+        assert_eq!(over_tls(&keyed, &required), Ok(true));
+        let r = entry_request(&keyed, &required).unwrap();
+        assert_eq!(
+            (r.tls_key.as_ref().map(|k| k.expose()), r.tls_identity_version, r.tls_compat),
+            (Some(key), Some(0), true)
+        );
+        assert!(r.disable_sqflow);
+        let skipped = over_tls(&plain, &required).unwrap_err();
+        assert_eq!(
+            skipped,
+            "skipped: nqn.2024-01.io.example:a requires TLS 1.3 (TREQ: secure channel required): give --tls-key, \
+             this host's pre-shared key for it"
+        );
+        // TLS 1.3 not required (or not specified): TLS only with a key.
+        for treq in [treq::NOT_REQUIRED, treq::NOT_SPECIFIED] {
+            assert_eq!(over_tls(&keyed, &tcp(Tls13, treq)), Ok(true), "{treq}");
+            assert_eq!(over_tls(&plain, &tcp(Tls13, treq)), Ok(false), "{treq}");
+        }
+        // Plaintext and RDMA entries: never TLS, key or not.
+        for entry in
+            [tcp(Plaintext, treq::NOT_SPECIFIED), tcp(Plaintext, treq::REQUIRED), record(TransportType::Rdma, 0)]
+        {
+            assert_eq!(over_tls(&keyed, &entry), Ok(false), "{entry:?}");
+            assert_eq!(over_tls(&plain, &entry), Ok(false), "{entry:?}");
+        }
+        // TLS 1.2, which nvmf-host does not speak: plaintext where allowed, skipped where required.
+        assert_eq!(over_tls(&keyed, &tcp(Tls12, treq::NOT_REQUIRED)), Ok(false));
+        let skipped = over_tls(&keyed, &tcp(Tls12, treq::REQUIRED)).unwrap_err();
+        assert!(skipped.contains("nqn.2024-01.io.example:a requires TLS 1.2"), "{skipped}");
     }
 }
