@@ -99,6 +99,10 @@ pub struct ConnectOptionArgs {
     /// Derive the TLS PSK as libnvme did before 1.16 (nvme-cli's `--compat`).
     #[arg(long = "tls-compat")]
     pub tls_compat: bool,
+    /// Secure channel concatenation (NVMe/TCP, as `nvme connect --concat`): authenticate the admin queue with -S on
+    /// a plaintext connection, then connect again with TLS keyed by the PSK that authentication generated.
+    #[arg(long = "concat")]
+    pub concat: bool,
 }
 
 impl ConnectOptionArgs {
@@ -125,6 +129,7 @@ impl ConnectOptionArgs {
             tls_key: self.tls_key.or(d.tls_key),
             tls_identity_version: self.tls_identity_version.or(d.tls_identity_version),
             tls_compat: self.tls_compat || d.tls_compat,
+            concat: self.concat || d.concat,
         }
     }
 }
@@ -253,6 +258,7 @@ pub(super) fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> R
         tls_key: o.tls_key.as_deref().map(SecretText::from),
         tls_identity_version: o.tls_identity_version,
         tls_compat: o.tls_compat,
+        concat: o.concat,
     })
 }
 

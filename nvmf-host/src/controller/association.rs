@@ -22,7 +22,7 @@ use nvmf_common::nvme::features::{NumberOfQueues, SetFeatures};
 use nvmf_common::nvme::identify::{cns, Identify, IdentifyController, IDENTIFY_DATA_SIZE};
 use nvmf_common::nvme::{CompletionQueueEntry, SglDescriptor, SglSubtype, SubmissionQueueEntry};
 
-use super::authentication::authenticate;
+use super::authentication::{authenticate, authenticate_concatenated};
 use super::events::MAX_AERS;
 use super::options::{ConnectOptions, Transport};
 use crate::error::HostError;
@@ -274,6 +274,27 @@ pub(super) fn wait_csts(
     }
 }
 
+/// Secure channel concatenation (`--concat`): a plaintext admin queue, its Connect and an authentication that
+/// generates a PSK, then the queue is closed (Linux restarts its admin queue likewise); the PSK to connect with.
+fn concatenate(
+    addr: SocketAddr,
+    subnqn: &str,
+    options: &ConnectOptions,
+    kato_ms: u32,
+) -> Result<Arc<HandshakePsk>, HostError> {
+    let admin = open_queue(addr, options, 0, ADMIN_QUEUE_SIZE - 1, 0, CNTLID_DYNAMIC, None)?;
+    let a = admin.submitter();
+    let request = connect_request(0, options, subnqn, ADMIN_QUEUE_SIZE - 1, CNTLID_DYNAMIC, kato_ms, ())?;
+    let reply = a.submit(request)?.wait(options.connect_timeout)?;
+    let response = connect_response(0, &reply.result?)?;
+    let mut exchange = |command, sqe, direction, data| {
+        run(&a, command, sqe, direction, data, options.connect_timeout).map(|reply| reply.data)
+    };
+    let psk = authenticate_concatenated(&response, options, subnqn, &mut exchange)?;
+    drop(admin);
+    Ok(psk)
+}
+
 /// Bring a whole association up (see the module docs); `io_queues` overrides the I/O queues asked for.
 pub(super) fn associate(
     addr: SocketAddr,
@@ -283,7 +304,10 @@ pub(super) fn associate(
 ) -> Result<Association, HostError> {
     let t = options.io_timeout;
     let kato_ms = u32::try_from(options.keep_alive_tmo.as_millis()).unwrap_or(u32::MAX);
-    let tls = options.tls.as_ref().map(|t| t.handshake_psk(&options.hostnqn, subnqn)).transpose()?;
+    let tls = match options.concat {
+        true => Some(concatenate(addr, subnqn, options, kato_ms)?),
+        false => options.tls.as_ref().map(|t| t.handshake_psk(&options.hostnqn, subnqn)).transpose()?,
+    };
     let admin = open_queue(addr, options, 0, ADMIN_QUEUE_SIZE - 1, 0, CNTLID_DYNAMIC, tls.as_ref())?;
     let a = admin.submitter();
     let cntlid = fabrics_connect(&a, options, subnqn, ADMIN_QUEUE_SIZE - 1, CNTLID_DYNAMIC, kato_ms)?;

@@ -8,16 +8,25 @@
 //! Authentication Send and Receive commands by the caller's `exchange` (the queue's I/O thread, or a bare queue
 //! polled on the caller's thread); on an error this side found, it sends AUTH_Failure2 before giving up.
 //!
+//! Secure channel concatenation (`--concat`, [`authenticate_concatenated`]): the admin queue of a plaintext connection
+//! authenticates asking for a generated PSK (SC_C 02h); the caller then connects again over TLS with it, and those
+//! queues authenticate only if the controller asks (nvmet does not).
+//!
 //! Blocks the connecting thread for the four or five commands, each bounded by the caller's timeout. The host secret,
 //! the controller secret and what is derived from them are never logged.
 
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
 
 use nvmf_common::fabrics::auth::command::AuthenticationCommand;
+use nvmf_common::fabrics::auth::hash::HashFunction;
 use nvmf_common::fabrics::auth::host::{HostCredentials, HostTransaction};
-use nvmf_common::fabrics::auth::{AuthError, OsRandom, SequenceNumbers};
+use nvmf_common::fabrics::auth::{secure_channel, AuthError, OsRandom, SequenceNumbers};
 use nvmf_common::fabrics::connect::ConnectResponse;
+use nvmf_common::fabrics::tls::{derive_generated_tls_psk, PskHash};
 use nvmf_common::nvme::SubmissionQueueEntry;
+use nvmf_common::transport::tls::{CipherSuite, HandshakePsk};
+use zeroize::Zeroizing;
 
 use super::options::ConnectOptions;
 use crate::error::HostError;
@@ -49,12 +58,54 @@ pub(super) fn authenticate(
     if response.ascr {
         return Err(HostError::AuthenticationRequired { qid, secure_channel: true });
     }
-    if !response.atr && options.dhchap_ctrl_secret.is_none() {
+    // Concatenation: the connection is secured with the PSK the admin queue's authentication generated; nothing
+    // more to prove unless the controller asks (nvmet does not).
+    if !response.atr && (options.dhchap_ctrl_secret.is_none() || options.concat) {
         if options.dhchap_secret.is_some() {
             tracing::debug!(subnqn, qid, "DH-HMAC-CHAP: queue not asked to authenticate (AUTHREQ clear)");
         }
         return Ok(());
     }
+    transaction(qid, options, subnqn, exchange, secure_channel::NONE).map(|_| ())
+}
+
+/// Secure channel concatenation on a plaintext admin queue (`--concat`): authenticate asking for a new PSK
+/// (SC_C 02h, as Linux), and return the identity and TLS PSK to connect again with.
+pub(super) fn authenticate_concatenated(
+    response: &ConnectResponse,
+    options: &ConnectOptions,
+    subnqn: &str,
+    exchange: &mut Exchange<'_>,
+) -> Result<Arc<HandshakePsk>, HostError> {
+    if !response.atr {
+        return Err(HostError::Controller(
+            "--concat: the controller did not ask the admin queue to authenticate (AUTHREQ ATR clear), so no PSK can \
+             be generated: has the host a DH-HMAC-CHAP key there?"
+                .into(),
+        ));
+    }
+    let generated = transaction(0, options, subnqn, exchange, secure_channel::NEW_TLS_PSK)?;
+    let concat = |reason: String| HostError::Controller(format!("--concat: {reason}"));
+    let (hash, psk) = generated.ok_or_else(|| concat("the transaction generated no PSK".into()))?;
+    let psk_hash = PskHash::from_id(hash.id()).ok_or_else(|| concat(format!("{} is not a TLS hash", hash.name())))?;
+    let derived =
+        derive_generated_tls_psk(psk_hash, &psk, &options.hostnqn, subnqn).map_err(|e| concat(e.to_string()))?;
+    tracing::info!(subnqn, hash = hash.name(), "secure channel concatenation: TLS PSK generated; connecting over TLS");
+    let suite = CipherSuite::from(derived.hash);
+    Ok(Arc::new(HandshakePsk { identity: derived.identity.into_bytes(), key: derived.key, suite }))
+}
+
+/// A generated PSK and the hash of the transaction that generated it.
+type GeneratedPsk = (HashFunction, Zeroizing<Vec<u8>>);
+
+/// One transaction on queue `qid` asking for secure channel concatenation `sc_c`; the generated PSK when it did.
+fn transaction(
+    qid: u16,
+    options: &ConnectOptions,
+    subnqn: &str,
+    exchange: &mut Exchange<'_>,
+    sc_c: u8,
+) -> Result<Option<GeneratedPsk>, HostError> {
     let Some(secret) = &options.dhchap_secret else {
         return Err(HostError::AuthenticationRequired { qid, secure_channel: false });
     };
@@ -64,7 +115,8 @@ pub(super) fn authenticate(
         hostnqn: &options.hostnqn,
         subnqn,
     };
-    let mut t = HostTransaction::new(credentials, TRANSACTION.fetch_add(1, Ordering::Relaxed));
+    let mut t =
+        HostTransaction::new(credentials, TRANSACTION.fetch_add(1, Ordering::Relaxed)).with_secure_channel(sc_c);
     send(exchange, t.negotiate())?;
     let challenge = receive(exchange)?;
     let reply = t.reply(&challenge, &SEQUENCE, &mut OsRandom);
@@ -87,7 +139,7 @@ pub(super) fn authenticate(
             tracing::debug!(subnqn, qid, "DH-HMAC-CHAP: queue authenticated");
         }
     }
-    Ok(())
+    Ok(t.generated_psk().map(|(hash, psk)| (hash, Zeroizing::new(psk.to_vec()))))
 }
 
 /// `result`, or its error after sending the AUTH_Failure2 it calls for (best effort: the error is what counts).
@@ -210,5 +262,63 @@ mod tests {
         let e = r.unwrap_err().to_string();
         assert_eq!(e, "queue 3: DH-HMAC-CHAP authentication failed: the peer refused: no usable DH group");
         assert_eq!(log.len(), 2, "negotiate and one receive: {log:?}");
+    }
+
+    #[test]
+    fn concatenation_generates_the_psk_the_controller_keeps() {
+        use nvmf_common::fabrics::auth::controller::{
+            ControllerCredentials, ControllerTransaction, SecureChannelPolicy,
+        };
+        use nvmf_common::fabrics::tls::{derive_generated_tls_psk, PskHash};
+        let subnqn = "nqn.2024-01.io.nvmf-rs:auth";
+        let mut o = options(true, false);
+        o.concat = true;
+        let mut controller = ControllerTransaction::new(ControllerCredentials {
+            host_secret: o.dhchap_secret.clone().unwrap(),
+            controller_secret: None,
+            hostnqn: o.hostnqn.clone(),
+            subnqn: subnqn.into(),
+            hashes: Vec::new(),
+            dh_groups: Vec::new(),
+        });
+        controller.set_secure_channel(SecureChannelPolicy::Plaintext);
+        let seq = SequenceNumbers::new();
+        let mut exchange = |_: &'static str, sqe: SubmissionQueueEntry, _: DataDirection, data: Vec<u8>| {
+            match AuthenticationCommand::from_sqe(&sqe).unwrap().direction {
+                Direction::Send => controller.send(&data, &seq, &mut OsRandom).map(|()| Vec::new()).or(Ok(Vec::new())),
+                Direction::Receive => Ok(controller.receive()),
+            }
+        };
+        let psk = authenticate_concatenated(&ATR, &o, subnqn, &mut exchange).unwrap();
+        let (hash, generated) = controller.generated_psk().expect("the controller's generated PSK");
+        let expected = derive_generated_tls_psk(PskHash::from_id(hash.id()).unwrap(), generated, &o.hostnqn, subnqn);
+        let expected = expected.unwrap();
+        assert_eq!(psk.identity, expected.identity.as_bytes());
+        assert!(expected.identity.starts_with("NVMe1G01 "), "{}", expected.identity);
+        assert_eq!(psk.key, expected.key);
+        // A controller that does not ask to authenticate generates nothing.
+        let e = authenticate_concatenated(&NONE, &o, subnqn, &mut |_, _, _, _| Ok(Vec::new())).unwrap_err();
+        assert!(e.to_string().contains("AUTHREQ ATR clear"), "{e}");
+        // Over a connection so secured, queues authenticate only when asked, controller secret or not.
+        let mut both = options(true, true);
+        both.concat = true;
+        let (r, log) = run(NONE, &both, Vec::new());
+        assert!(r.is_ok() && log.is_empty(), "{r:?} {log:?}");
+    }
+
+    #[test]
+    fn concat_options_are_checked_as_the_kernel_checks_them() {
+        let mut o = options(false, false);
+        o.concat = true;
+        assert!(o.check_dhchap().unwrap_err().to_string().contains("needs DH-HMAC-CHAP"));
+        let mut o = options(true, false);
+        o.concat = true;
+        assert!(o.check_dhchap().is_ok());
+        o.tls = Some(crate::controller::options::TlsKeyOptions {
+            key: "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:".parse().unwrap(),
+            identity_version: nvmf_common::fabrics::tls::IdentityVersion::V1,
+            derivation: nvmf_common::fabrics::tls::PskDerivation::Rfc8446,
+        });
+        assert!(o.check_dhchap().unwrap_err().to_string().contains("no --tls"));
     }
 }

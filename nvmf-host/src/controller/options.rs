@@ -111,6 +111,11 @@ pub struct ConnectOptions {
     /// NVMe/TCP over TLS 1.3 with this pre-shared key (`--tls --tls-key`): every queue's connection is secured
     /// before its ICReq.
     pub tls: Option<TlsKeyOptions>,
+    /// Secure channel concatenation (`--concat`, NVMe/TCP): each association authenticates its admin queue on a
+    /// plaintext connection asking for a generated PSK (SC_C 02h), closes it, and connects every queue again over
+    /// TLS with the generated PSK's identity (`NVMe1G..`), as the Linux host does; needs `dhchap_secret`, and no
+    /// `tls` (the key is generated). A reconnect authenticates again and so generates a new key.
+    pub concat: bool,
     /// How a multipath namespace this controller is the first path of spreads commands over its paths.
     pub iopolicy: IoPolicy,
     /// How many times a multipath namespace this controller is the first path of sends a command again after it
@@ -154,6 +159,21 @@ impl ConnectOptions {
                 "a DH-HMAC-CHAP controller secret (--dhchap-ctrl-secret) needs the host secret too (--dhchap-secret)"
                     .into(),
             ));
+        }
+        if self.concat {
+            // As the kernel refuses them (nvmf_parse_options).
+            let refusal = if self.dhchap_secret.is_none() {
+                Some("secure channel concatenation (--concat) needs DH-HMAC-CHAP (--dhchap-secret)")
+            } else if self.tls.is_some() {
+                Some("--concat generates its TLS key: no --tls or --tls-key with it")
+            } else if self.transport != Transport::Tcp {
+                Some("--concat is NVMe/TCP's")
+            } else {
+                None
+            };
+            if let Some(refusal) = refusal {
+                return Err(HostError::InvalidRequest(refusal.into()));
+            }
         }
         Ok(())
     }
@@ -203,6 +223,7 @@ impl Default for ConnectOptions {
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
             tls: None,
+            concat: false,
             iopolicy: IoPolicy::default(),
             path_retries: nvmf_config::host::DEFAULT_PATH_RETRIES,
             poll: PollOptions::default(),

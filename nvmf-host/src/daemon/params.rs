@@ -150,6 +150,7 @@ pub(crate) fn apply_connect_params(options: &mut ConnectOptions, p: &ConnectPara
         options.dhchap_ctrl_secret = Some(text.expose().parse().map_err(|e| format!("--dhchap-ctrl-secret: {e}"))?);
     }
     options.tls = tls_options(p)?;
+    options.concat = p.concat;
     options.check_host_iface().and_then(|()| options.check_dhchap()).map_err(|e| e.to_string())
 }
 

@@ -110,6 +110,9 @@ pub struct ConnectParams {
     /// `--tls-compat`: libnvme's older derivation.
     #[serde(default)]
     pub tls_compat: bool,
+    /// `--concat`: secure channel concatenation (TLS keyed by the PSK DH-HMAC-CHAP generates).
+    #[serde(default)]
+    pub concat: bool,
 }
 
 /// A secret on its way to the daemon (the control socket is the daemon user's and root's only): serialized as the

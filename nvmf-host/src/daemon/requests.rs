@@ -368,6 +368,7 @@ mod tests {
             tls_key: None,
             tls_identity_version: None,
             tls_compat: false,
+            concat: false,
         }
     }
 

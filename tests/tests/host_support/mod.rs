@@ -103,6 +103,7 @@ pub fn options(nr_io_queues: u16) -> ConnectOptions {
         dhchap_secret: None,
         dhchap_ctrl_secret: None,
         tls: None,
+        concat: false,
         iopolicy: nvmf_host::multipath::IoPolicy::default(),
         path_retries: 5,
         poll: nvmf_host::controller::PollOptions::default(),
