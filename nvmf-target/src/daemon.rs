@@ -393,6 +393,11 @@ impl RunningTarget {
         self.listeners.tcp_mut()
     }
 
+    /// What the TLS gate did to the connections of `tls` listeners so far.
+    pub fn tls_counters(&self) -> &Arc<crate::tcp::TlsCounters> {
+        self.listeners.tls_counters()
+    }
+
     /// Connections every transport's listeners refused so far for `reason` (connection caps).
     pub fn rejected_connections(&self, reason: Refusal) -> u64 {
         self.listeners.admission().rejected(reason)

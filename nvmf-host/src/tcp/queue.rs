@@ -41,7 +41,7 @@ use nvmf_common::transport::tcp::{
     decode, C2hData, CommonHeader, Decoded, DecoderConfig, DigestTypes, Direction, Framing, IcReq, Pdu, PduDecoder,
     PduError, PduType, TermReq,
 };
-use nvmf_common::transport::tls::{client_handshake, HandshakePsk};
+use nvmf_common::transport::tls::{client_handshake, HandshakePsk, RecordLayer};
 
 use super::commands::{CommandState, Commands, Slot};
 use crate::error::HostError;
@@ -171,7 +171,13 @@ impl<T> TcpQueue<T> {
         stream.set_read_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
         stream.set_write_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
         if let Some(psk) = &options.tls {
-            client_handshake(&stream, psk).map_err(|error| HostError::Tls { qid, error })?;
+            let secured = client_handshake(&stream, psk).map_err(|error| HostError::Tls { qid, error })?;
+            if let RecordLayer::UserSpace(plain) = secured.records {
+                // No kTLS here: the queue speaks plaintext to the relay thread that carries the records.
+                plain.set_read_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
+                plain.set_write_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
+                stream = plain;
+            }
         }
 
         let dgst = DigestTypes { hdgst_enable: options.hdr_digest, ddgst_enable: options.data_digest };

@@ -56,7 +56,8 @@ pub(super) fn tls_connections(encoder: &mut DescriptorEncoder<'_>, tls: Option<&
         encoder,
         "nvmf_target_tls_connections",
         "Connections to listeners with tls = allowed or required, by what the TLS gate did: secured, plaintext \
-         (allowed), plaintext_refused, failed (unknown identity, wrong key, no kTLS), timed_out, queue_full.",
+         (allowed), plaintext_refused, failed (unknown identity, wrong key), timed_out, queue_full; \
+         secured_user_space: secured, its records relayed through user space for want of kTLS.",
         "result",
         by_result,
     )

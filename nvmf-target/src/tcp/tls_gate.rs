@@ -14,12 +14,15 @@ use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 use nvmf_common::fabrics::tls::{derive_tls_psk, ConfiguredPsk, PskDerivation, PskIdentity, PskType};
-use nvmf_common::transport::tls::{server_handshake, CipherSuite, HandshakePsk, Secured, TlsError};
+use nvmf_common::transport::tls::{server_handshake, CipherSuite, HandshakePsk, RecordLayer, Secured, TlsError};
 use nvmf_config::target::{SubsystemConfig, TlsMode};
 
 use super::AcceptedConnection;
 use crate::controller::authentication::FailureLog;
 use crate::controller::{GeneratedPsks, SecureChannel};
+
+/// Whether the warning that records go through user space was logged (once per process).
+static USER_SPACE_RECORDS_LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Gate threads: handshakes are a few milliseconds of CPU, and a silent peer holds one thread until its timeout.
 const GATE_THREADS: usize = 2;
@@ -96,11 +99,13 @@ pub struct TlsCounters {
     pub timed_out: AtomicU64,
     /// The gate's queue was full: closed.
     pub queue_full: AtomicU64,
+    /// Secured, the records in user space (no kTLS), and handed over.
+    pub user_space: AtomicU64,
 }
 
 impl TlsCounters {
     /// Every result with its label, in label order.
-    pub fn by_result(&self) -> [(&'static str, u64); 6] {
+    pub fn by_result(&self) -> [(&'static str, u64); 7] {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("failed", get(&self.failed)),
@@ -108,6 +113,7 @@ impl TlsCounters {
             ("plaintext_refused", get(&self.plaintext_refused)),
             ("queue_full", get(&self.queue_full)),
             ("secured", get(&self.secured)),
+            ("secured_user_space", get(&self.user_space)),
             ("timed_out", get(&self.timed_out)),
         ]
     }
@@ -275,10 +281,23 @@ fn secure(c: &mut AcceptedConnection, shared: &Shared) -> Result<(), String> {
     stream.set_read_timeout(None).map_err(io)?;
     stream.set_write_timeout(None).map_err(io)?;
     stream.set_nonblocking(true).map_err(io)?;
-    if let Some(Secured { identity, suite }) = secured {
+    if let Some(Secured { identity, suite, records }) = secured {
+        let user_space = matches!(records, RecordLayer::UserSpace(_));
+        if let RecordLayer::UserSpace(plain) = records {
+            plain.set_nonblocking(true).map_err(io)?;
+            if !USER_SPACE_RECORDS_LOGGED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "TLS: no kTLS in this kernel (modprobe tls): records are relayed in user space (slower)"
+                );
+            }
+            counters.user_space.fetch_add(1, Ordering::Relaxed);
+            c.stream = plain;
+        }
         let identity = PskIdentity::parse(&identity).map_err(|e| e.to_string())?;
         tracing::debug!(traddr = %c.peer, hostnqn = identity.hostnqn(), suite = suite.name(), "TLS secured");
-        counters.secured.fetch_add(1, Ordering::Relaxed);
+        if !user_space {
+            counters.secured.fetch_add(1, Ordering::Relaxed);
+        }
         c.tls = Some(Arc::new(SecureChannel {
             hostnqn: identity.hostnqn().to_owned(),
             subnqn: identity.subnqn().to_owned(),

@@ -1,26 +1,39 @@
 //! The two ends of an NVMe/TCP TLS handshake: before the ICReq, on the connection's own socket (blocking, its
 //! timeouts bounding every wait), then the records moved into the kernel.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
-use super::openssl::{handshake, Outcome, Role};
+use super::openssl::{handshake, Outcome, Role, Session};
 use super::{ktls, CipherSuite, HandshakePsk, TlsError};
 
-/// A connection whose records the kernel now encrypts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A secured connection.
+#[derive(Debug)]
 pub struct Secured {
     /// The PSK identity the handshake used (what binds the connection to a host and a subsystem).
     pub identity: Vec<u8>,
     /// The negotiated suite.
     pub suite: CipherSuite,
+    /// Where its records are encrypted.
+    pub records: RecordLayer,
+}
+
+/// Where a secured connection's records are encrypted and decrypted.
+#[derive(Debug)]
+pub enum RecordLayer {
+    /// In the kernel (kTLS): the connection's own socket now reads and writes plaintext.
+    Kernel,
+    /// In user space, because this kernel has no kTLS: a relay thread owns the TLS socket and exchanges plaintext
+    /// with this loopback connection, which the caller uses instead of its socket (a thread hop per transfer: the
+    /// slow path; `modprobe tls` gives the kernel's).
+    UserSpace(std::net::TcpStream),
 }
 
 /// The host's side: offer `psk` and, once the handshake completes, move the records into the kernel.
 pub fn client_handshake(socket: &impl AsFd, psk: &HandshakePsk) -> Result<Secured, TlsError> {
     check_length(psk)?;
-    let fd = socket.as_fd().as_raw_fd();
-    let outcome = handshake(fd, Role::Client(psk))?;
-    secure(fd, outcome, true)
+    let outcome = handshake(socket.as_fd().as_raw_fd(), Role::Client(psk))?;
+    secure(socket.as_fd(), outcome, true)
 }
 
 /// The controller's side: `lookup` gives the PSK of the identity the host offers (`None`: unknown, the handshake
@@ -29,9 +42,8 @@ pub fn server_handshake(
     socket: &impl AsFd,
     lookup: &mut dyn FnMut(&[u8]) -> Option<HandshakePsk>,
 ) -> Result<Secured, TlsError> {
-    let fd = socket.as_fd().as_raw_fd();
-    let outcome = handshake(fd, Role::Server(lookup))?;
-    secure(fd, outcome, false)
+    let outcome = handshake(socket.as_fd().as_raw_fd(), Role::Server(lookup))?;
+    secure(socket.as_fd(), outcome, false)
 }
 
 fn check_length(psk: &HandshakePsk) -> Result<(), TlsError> {
@@ -42,14 +54,35 @@ fn check_length(psk: &HandshakePsk) -> Result<(), TlsError> {
     }
 }
 
-fn secure(fd: std::os::fd::RawFd, outcome: Outcome, client: bool) -> Result<Secured, TlsError> {
+fn secure(socket: BorrowedFd<'_>, outcome: Outcome, client: bool) -> Result<Secured, TlsError> {
     let (tx, rx) = if client {
         (&outcome.client_secret, &outcome.server_secret)
     } else {
         (&outcome.server_secret, &outcome.client_secret)
     };
-    ktls::install(fd, outcome.suite, tx, rx)?;
-    Ok(Secured { identity: outcome.identity, suite: outcome.suite })
+    let records = match ktls::install(socket.as_raw_fd(), outcome.suite, tx, rx) {
+        Ok(()) => RecordLayer::Kernel,
+        Err(TlsError::NoKtls) => RecordLayer::UserSpace(relay(socket, outcome.session)?),
+        Err(e) => return Err(e),
+    };
+    Ok(Secured { identity: outcome.identity, suite: outcome.suite, records })
+}
+
+/// Start a relay thread carrying `session`'s records between `socket` (a duplicate of it, which the thread owns)
+/// and one end of a new loopback connection; the other end, for the caller.
+fn relay(socket: BorrowedFd<'_>, session: Session) -> Result<TcpStream, TlsError> {
+    let failed = |e: std::io::Error| TlsError::Handshake(format!("user-space records: {e}"));
+    let tls = TcpStream::from(socket.try_clone_to_owned().map_err(failed)?);
+    let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).map_err(failed)?;
+    let caller = TcpStream::connect(listener.local_addr().map_err(failed)?).map_err(failed)?;
+    let (relay_end, _) = listener.accept().map_err(failed)?;
+    let _ = caller.set_nodelay(true);
+    let _ = relay_end.set_nodelay(true);
+    std::thread::Builder::new()
+        .name("nvmf-tls-relay".into())
+        .spawn(move || session.relay(&tls, &relay_end))
+        .map_err(failed)?;
+    Ok(caller)
 }
 
 #[cfg(test)]
@@ -141,6 +174,49 @@ mod tests {
         let outcome = handshake(server.as_raw_fd(), Role::Server(&mut lookup));
         assert!(matches!(outcome, Err(TlsError::TimedOut)), "{:?}", outcome.err());
         drop(client);
+    }
+
+    /// The plaintext stream of a secured connection: its own socket (kTLS) or the relay's loopback end.
+    fn plaintext(socket: TcpStream, secured: Secured) -> TcpStream {
+        match secured.records {
+            RecordLayer::Kernel => socket,
+            RecordLayer::UserSpace(plain) => plain,
+        }
+    }
+
+    #[test]
+    fn records_carry_bytes_both_ways_and_a_close() {
+        use std::io::{Read, Write};
+        for suite in [CipherSuite::Aes128GcmSha256, CipherSuite::Aes256GcmSha384] {
+            let (client, server) = pair();
+            let held = psk("NVMe1R01 h s digest", 3, suite);
+            let server_side = std::thread::spawn(move || {
+                let mut lookup = |id: &[u8]| (id == held.identity.as_slice()).then(|| psk_copy(&held));
+                let secured = server_handshake(&server, &mut lookup).unwrap();
+                assert_eq!(secured.suite, suite);
+                let mut plain = plaintext(server, secured);
+                // Echo everything back, then close.
+                let mut buf = vec![0u8; 1 << 20];
+                plain.read_exact(&mut buf).unwrap();
+                plain.write_all(&buf).unwrap();
+            });
+            let secured = client_handshake(&client, &psk("NVMe1R01 h s digest", 3, suite)).unwrap();
+            let mut plain = plaintext(client, secured);
+            let sent: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096).to_le_bytes()[0]).collect();
+            let writer = {
+                let mut w = plain.try_clone().unwrap();
+                let sent = sent.clone();
+                std::thread::spawn(move || w.write_all(&sent).unwrap())
+            };
+            let mut back = vec![0u8; sent.len()];
+            plain.read_exact(&mut back).unwrap();
+            writer.join().unwrap();
+            assert!(back == sent, "the echo differs");
+            server_side.join().unwrap();
+            let mut rest = Vec::new();
+            plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            assert_eq!(plain.read_to_end(&mut rest).unwrap(), 0, "the server's close reaches the client");
+        }
     }
 
     #[test]

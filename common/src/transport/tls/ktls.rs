@@ -100,7 +100,8 @@ fn set_option<T>(fd: RawFd, level: c_int, name: c_int, value: &T, what: &str) ->
 
 /// Give `fd`'s records to the kernel: `tx` encrypts what we send, `rx` decrypts what we receive.
 pub(super) fn install(fd: RawFd, suite: CipherSuite, tx: &[u8], rx: &[u8]) -> Result<(), TlsError> {
-    set_option(fd, libc::SOL_TCP, libc::TCP_ULP, b"tls", "the kernel has no TLS support (modprobe tls)")?;
+    // Without the `tls` module the ULP is unknown (ENOENT) and nothing has changed on the socket.
+    set_option(fd, libc::SOL_TCP, libc::TCP_ULP, b"tls", "TCP_ULP").map_err(|_| TlsError::NoKtls)?;
     for (direction, secret, what) in [(TLS_TX, tx, "TLS_TX"), (TLS_RX, rx, "TLS_RX")] {
         match suite {
             CipherSuite::Aes128GcmSha256 => {

@@ -18,7 +18,7 @@ mod handshake;
 mod ktls;
 mod openssl;
 
-pub use handshake::{client_handshake, server_handshake, Secured};
+pub use handshake::{client_handshake, server_handshake, RecordLayer, Secured};
 pub use ktls::ktls_available;
 
 use zeroize::Zeroizing;
@@ -100,9 +100,12 @@ pub enum TlsError {
     /// The handshake did not end within the socket's timeouts.
     #[error("TLS handshake: the peer stopped answering")]
     TimedOut,
-    /// The kernel cannot take the records (no `tls` module, or it refused the keys).
+    /// The kernel refused the keys of its TLS layer.
     #[error("kTLS: {0}")]
     Ktls(String),
+    /// The kernel has no TLS layer (the `tls` module): the records go through user space.
+    #[error("kTLS: the kernel has no TLS support (modprobe tls)")]
+    NoKtls,
     /// A PSK whose length is not its suite's hash length.
     #[error("a {suite} PSK must be {expected} bytes, not {got}")]
     KeyLength {

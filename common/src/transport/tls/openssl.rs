@@ -48,13 +48,25 @@ pub(super) enum Role<'a> {
     Server(&'a mut dyn FnMut(&[u8]) -> Option<HandshakePsk>),
 }
 
-/// What a handshake learned: the identity used, the suite, and both directions' application traffic secrets.
+/// What a handshake learned: the identity used, the suite, both directions' application traffic secrets, and the
+/// OpenSSL session (for user-space records where the kernel has no kTLS).
 pub(super) struct Outcome {
     pub identity: Vec<u8>,
     pub suite: CipherSuite,
     pub client_secret: Zeroizing<Vec<u8>>,
     pub server_secret: Zeroizing<Vec<u8>>,
+    pub session: Session,
 }
+
+/// A completed TLS session kept in OpenSSL: its records can be read and written in user space ([`Session::relay`]).
+pub(super) struct Session {
+    ssl: Connection,
+    _ctx: Context,
+}
+
+// SAFETY: the SSL and its context are owned by this value alone (nothing else holds their pointers once the
+// handshake returned), and OpenSSL objects may move between threads as long as one thread uses them at a time.
+unsafe impl Send for Session {}
 
 /// The state the callbacks reach through the `SSL`'s application data.
 struct Exchange<'a> {
@@ -118,10 +130,12 @@ pub(super) fn handshake(fd: RawFd, role: Role<'_>) -> Result<Outcome, TlsError> 
         }
     };
     let result = if done == 1 { outcome(&ssl, &mut exchange) } else { Err(failure(&ssl, done, &exchange, client)) };
-    drop(ssl);
+    // SAFETY: ssl.0 is live; the exchange is about to go: no callback may reach it later (they find null).
+    unsafe { ffi::SSL_set_ex_data(ssl.0, 0, ptr::null_mut()) };
     // SAFETY: as above.
     unsafe { ERR_clear_error() };
-    result
+    let (identity, suite, client_secret, server_secret) = result?;
+    Ok(Outcome { identity, suite, client_secret, server_secret, session: Session { ssl, _ctx: ctx } })
 }
 
 /// A context for one handshake.
@@ -163,8 +177,11 @@ fn non_null<T>(p: *mut T, what: &str) -> Result<*mut T, TlsError> {
     }
 }
 
+/// The identity, suite and traffic secrets of a completed handshake.
+type Learned = (Vec<u8>, CipherSuite, Zeroizing<Vec<u8>>, Zeroizing<Vec<u8>>);
+
 /// After a completed handshake: the suite and the secrets kTLS needs.
-fn outcome(ssl: &Connection, exchange: &mut Exchange<'_>) -> Result<Outcome, TlsError> {
+fn outcome(ssl: &Connection, exchange: &mut Exchange<'_>) -> Result<Learned, TlsError> {
     // SAFETY: ssl.0 is live; the cipher pointer is OpenSSL's static table entry, read at once.
     let id = unsafe {
         let cipher = ffi::SSL_get_current_cipher(ssl.0);
@@ -190,8 +207,180 @@ fn outcome(ssl: &Connection, exchange: &mut Exchange<'_>) -> Result<Outcome, Tls
         )));
     }
     match (exchange.client_secret.take(), exchange.server_secret.take()) {
-        (Some(client_secret), Some(server_secret)) => Ok(Outcome { identity, suite, client_secret, server_secret }),
+        (Some(client_secret), Some(server_secret)) => Ok((identity, suite, client_secret, server_secret)),
         _ => Err(TlsError::Handshake("OpenSSL did not give the traffic secrets".into())),
+    }
+}
+
+/// Bytes on their way from one socket to the other.
+struct Pending {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Pending {
+    fn new() -> Self {
+        Pending { buf: vec![0; RELAY_BUFFER].into_boxed_slice(), start: 0, end: 0 }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// Whether more can come in ([`Pending::room`] makes the room).
+    fn has_room(&self) -> bool {
+        self.end - self.start < self.buf.len()
+    }
+
+    /// Room at the end (after moving what is left to the front).
+    fn room(&mut self) -> &mut [u8] {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        &mut self.buf[self.end..]
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+}
+
+/// Each direction's relay buffer: four TLS records.
+const RELAY_BUFFER: usize = 64 * 1024;
+
+/// What one step of OpenSSL I/O came to.
+enum Step {
+    /// This many bytes.
+    Moved(usize),
+    /// Wait for the socket to be readable (`false`) or writable (`true`).
+    Wait(bool),
+    /// The peer closed the session.
+    Closed,
+}
+
+impl Session {
+    /// Carry the session's records in user space: decrypt what arrives on `tls` and write it to `plain`, encrypt
+    /// what arrives on `plain` and send it on `tls`, until either side closes (then the other is shut down). Both
+    /// sockets are made non-blocking; runs on the calling thread.
+    pub(super) fn relay(self, tls: &std::net::TcpStream, plain: &std::net::TcpStream) {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        if tls.set_nonblocking(true).is_err() || plain.set_nonblocking(true).is_err() {
+            return;
+        }
+        // SAFETY: self.ssl.0 is live; the new socket BIO does not own `tls`'s descriptor, which outlives the
+        // session (both are this function's until it returns). The handshake's descriptor may be closed by now.
+        if unsafe { SSL_set_fd(self.ssl.0, tls.as_raw_fd()) } != 1 {
+            return;
+        }
+        // SAFETY: self.ssl.0 is live; partial writes and a moved buffer are allowed from now on.
+        unsafe {
+            ffi::SSL_ctrl(
+                self.ssl.0,
+                ffi::SSL_CTRL_MODE,
+                ffi::SSL_MODE_ENABLE_PARTIAL_WRITE | ffi::SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER,
+                ptr::null_mut(),
+            )
+        };
+        let (mut to_plain, mut to_tls) = (Pending::new(), Pending::new());
+        let (mut tls_closed, mut plain_closed) = (false, false);
+        let (mut plain_out, mut plain_in) = (plain, plain);
+        loop {
+            let mut tls_wants_write = false;
+            // Records in, plaintext out.
+            while !tls_closed && to_plain.has_room() {
+                match self.read_records(to_plain.room()) {
+                    Step::Moved(n) => to_plain.end += n,
+                    Step::Wait(write) => {
+                        tls_wants_write |= write;
+                        break;
+                    }
+                    Step::Closed => tls_closed = true,
+                }
+            }
+            while !to_plain.is_empty() {
+                match plain_out.write(to_plain.data()) {
+                    Ok(0) => return,
+                    Ok(n) => to_plain.start += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
+            }
+            // Plaintext in, records out.
+            while !plain_closed && to_tls.has_room() {
+                match plain_in.read(to_tls.room()) {
+                    Ok(0) => plain_closed = true,
+                    Ok(n) => to_tls.end += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
+            }
+            while !to_tls.is_empty() {
+                match self.write_records(to_tls.data()) {
+                    Step::Moved(n) => to_tls.start += n,
+                    Step::Wait(write) => {
+                        tls_wants_write |= write;
+                        break;
+                    }
+                    Step::Closed => return,
+                }
+            }
+            if (tls_closed && to_plain.is_empty()) || (plain_closed && to_tls.is_empty()) {
+                // One side is done and all it sent went through: the other learns by its socket closing.
+                let _ = plain.shutdown(std::net::Shutdown::Both);
+                let _ = tls.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            let tls_events = (if !tls_closed && to_plain.has_room() { libc::POLLIN } else { 0 })
+                | (if tls_wants_write || !to_tls.is_empty() { libc::POLLOUT } else { 0 });
+            let plain_events = (if !plain_closed && to_tls.has_room() { libc::POLLIN } else { 0 })
+                | (if to_plain.is_empty() { 0 } else { libc::POLLOUT });
+            let mut fds = [
+                libc::pollfd { fd: tls.as_raw_fd(), events: tls_events, revents: 0 },
+                libc::pollfd { fd: plain.as_raw_fd(), events: plain_events, revents: 0 },
+            ];
+            // SAFETY: two initialized pollfd entries, valid for the call.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if rc < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return;
+            }
+        }
+    }
+
+    /// One SSL_read into `buf`.
+    fn read_records(&self, buf: &mut [u8]) -> Step {
+        let len = c_int::try_from(buf.len()).unwrap_or(c_int::MAX);
+        // SAFETY: self.ssl.0 is live and used by this thread only; `buf` has room for `len` bytes.
+        let n = unsafe { ffi::SSL_read(self.ssl.0, buf.as_mut_ptr().cast::<c_void>(), len) };
+        self.step(n)
+    }
+
+    /// One SSL_write of `buf` (partial writes allowed).
+    fn write_records(&self, buf: &[u8]) -> Step {
+        let len = c_int::try_from(buf.len()).unwrap_or(c_int::MAX);
+        // SAFETY: self.ssl.0 is live and used by this thread only; `buf` holds `len` bytes.
+        let n = unsafe { ffi::SSL_write(self.ssl.0, buf.as_ptr().cast::<c_void>(), len) };
+        self.step(n)
+    }
+
+    fn step(&self, n: c_int) -> Step {
+        if n > 0 {
+            return Step::Moved(usize::try_from(n).unwrap_or(0));
+        }
+        // SAFETY: self.ssl.0 is live; reads its state and this thread's error queue.
+        let code = unsafe { ffi::SSL_get_error(self.ssl.0, n) };
+        // SAFETY: clears this thread's error queue; no pointers.
+        unsafe { ERR_clear_error() };
+        match code {
+            ffi::SSL_ERROR_WANT_READ => Step::Wait(false),
+            ffi::SSL_ERROR_WANT_WRITE => Step::Wait(true),
+            _ => Step::Closed,
+        }
     }
 }
 
