@@ -7,7 +7,10 @@
 #   nvmet_subsys_nullblk NQN [SIZE_MIB]       the same, backed by a fresh memory-backed null_blk
 #   nvmet_tcp_port ID ADDR SVCID NQN...       kernel target port (tcp / rdma), exporting the subsystems
 #   nvmet_rdma_port ID ADDR SVCID NQN...
-#   nvmet_teardown                            remove every port, subsystem and namespace
+#   nvmet_tls_port ID ADDR SVCID NQN...       a tcp port with addr_tsas tls1.3 (TLS required; the handshakes are
+#                                             tlshd's: debian13-lib.sh)
+#   nvmet_allow_host NQN HOSTNQN              the subsystem allows this host only (a configfs host entry)
+#   nvmet_teardown                            remove every port, subsystem, namespace and host entry
 #   host_connect TRTYPE ADDR SVCID NQN [ARGS] kernel host connect (nvme-cli) -> the namespace's /dev/nvmeXnY
 #   host_disconnect NQN
 #   fio_verify DEV [SECONDS] [ENGINE]         random writes with crc32c verification (default 10 s, libaio)
@@ -18,6 +21,8 @@
 #   stop_daemon NAME [SECONDS]                SIGTERM, then SIGKILL after SECONDS (10); returns its status
 #   wait_until SECONDS CMD...                 retry CMD every 0.2 s until it succeeds or SECONDS pass
 #   wait_tcp_listen PORT [SECONDS]            until something listens on TCP PORT
+#   netns_link NETNS HERE_ADDR THERE_ADDR     network namespace NETNS, its eth0 (THERE_ADDR/24) a veth peer of
+#                                             v-NETNS here (HERE_ADDR/24): a second machine on a link
 #   collect_logs [DIR]                        dmesg, nvmet configfs, nvme/rdma state -> DIR ($NVMF_VM_LOGS)
 #   now_ms                                    Unix-epoch milliseconds (the clock of fio's --log_unix_epoch=1)
 #   fio_completions LOG                       fio's per-I/O completion log (--write_lat_log=P --log_unix_epoch=1:
@@ -44,6 +49,10 @@
 #   metric SERIES [ADDR:PORT] [NETNS]         one value of its Prometheus endpoint (default 127.0.0.1:9420)
 #   fio_rw_verify DEV BS QD SIZE [ENGINE]     randwrite with crc32c verification of SIZE bytes, then a randread
 #                                             pass verifying the same blocks; prints the verified block counts
+#                                             (fio: the array _FIO if a caller sets it, as fio13_rw_verify does)
+#
+# With the Debian 13 user space (Vm::debian13_userspace, $NVMF_DEBIAN13_ROOT): debian13-lib.sh beside this file,
+# sourced below (nvme13, tlshd_start, host_connect_tls, the TLS keys).
 #
 # Environment: NVMF_RDMA_ADDR (10.77.0.1, rxe0's address on dummy0; a lab node's address on its first link), NVMF_VM_LOGS (a folder shared with the
 # host when the harness was given one, else /run/nvmf-logs).
@@ -92,6 +101,15 @@ wait_until() {
 wait_tcp_listen() { wait_until "${2:-10}" _tcp_listening "$1"; }
 _tcp_listening() { [ -n "$(ss -Hltn "sport = :$1")" ]; }
 
+netns_link() {
+  local ns=$1 here=$2 there=$3
+  ip netns add "$ns" && ip link add "v-$ns" type veth peer name eth0 netns "$ns" &&
+    ip addr add "$here/24" dev "v-$ns" && ip link set "v-$ns" up &&
+    ip -n "$ns" addr add "$there/24" dev eth0 && ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up ||
+    { fail "cannot link network namespace $ns ($there) to this one ($here)"; return 1; }
+  log "network namespace $ns: $there on eth0, linked to $here on v-$ns"
+}
+
 nullblk_create() {
   local name=$1 size=$2 d=$NULLB/$1
   [ -d $NULLB ] || modprobe null_blk || { fail "null_blk unavailable"; return 1; }
@@ -126,16 +144,28 @@ _nvmet_port() {
   mkdir "$p" && echo "$trtype" > "$p/addr_trtype" && echo ipv4 > "$p/addr_adrfam" &&
     echo "$addr" > "$p/addr_traddr" && echo "$svcid" > "$p/addr_trsvcid" ||
     { fail "cannot create nvmet port $id ($trtype $addr:$svcid)"; return 1; }
+  # Before the port is enabled (its first subsystem): tls1.3 makes addr_treq "required".
+  if [ -n "${_NVMET_TSAS:-}" ]; then
+    echo "$_NVMET_TSAS" > "$p/addr_tsas" || { fail "nvmet port $id: addr_tsas $_NVMET_TSAS refused"; return 1; }
+  fi
   for nqn in "$@"; do
     ln -s "$NVMET/subsystems/$nqn" "$p/subsystems/$nqn" || { fail "cannot export $nqn on port $id"; return 1; }
   done
-  log "nvmet port $id: $trtype $addr:$svcid exports ${*:-nothing}"
+  log "nvmet port $id: $trtype $addr:$svcid${_NVMET_TSAS:+ ($_NVMET_TSAS)} exports ${*:-nothing}"
 }
 nvmet_tcp_port() { _nvmet_port "$1" tcp "$2" "$3" "${@:4}"; }
 nvmet_rdma_port() { _nvmet_port "$1" rdma "$2" "$3" "${@:4}"; }
+nvmet_tls_port() { _NVMET_TSAS=tls1.3 _nvmet_port "$1" tcp "$2" "$3" "${@:4}"; }
+
+nvmet_allow_host() {
+  local s=$NVMET/subsystems/$1 h=$NVMET/hosts/$2
+  mkdir -p "$h" && echo 0 > "$s/attr_allow_any_host" && ln -s "$h" "$s/allowed_hosts/$2" ||
+    { fail "cannot restrict nvmet subsystem $1 to host $2"; return 1; }
+  log "nvmet subsystem $1 allows host $2 only"
+}
 
 nvmet_teardown() {
-  local p s n
+  local p s n h
   for p in "$NVMET"/ports/*; do
     [ -d "$p" ] || continue
     rm -f "$p"/subsystems/* 2>/dev/null
@@ -143,6 +173,7 @@ nvmet_teardown() {
   done
   for s in "$NVMET"/subsystems/*; do
     [ -d "$s" ] || continue
+    rm -f "$s"/allowed_hosts/* 2>/dev/null
     for n in "$s"/namespaces/*; do
       [ -d "$n" ] || continue
       echo 0 > "$n/enable"
@@ -150,6 +181,10 @@ nvmet_teardown() {
     done
     rmdir "$s"
   done
+  for h in "$NVMET"/hosts/*; do
+    [ -d "$h" ] && rmdir "$h"
+  done
+  return 0
 }
 
 # The block device of namespace NSID (default: the lowest NSID) of the connected subsystem NQN. Found by NSID,
@@ -164,12 +199,14 @@ _namespace_of() {
   done
 }
 
+# nvme-cli is the array _NVME_CLI when a caller sets it (debian13-lib.sh's host_connect_tls: nvme-cli 2.13 in the
+# Debian 13 root), else this machine's.
 host_connect() {
   local trtype=$1 addr=$2 svcid=$3 nqn=$4 ns=""
   shift 4
   modprobe "nvme_$trtype" || { fail "nvme_$trtype unavailable"; return 1; }
-  timeout 60 nvme connect -t "$trtype" -a "$addr" -s "$svcid" -n "$nqn" "$@" >&2 ||
-    { fail "nvme connect -t $trtype -a $addr -s $svcid -n $nqn failed"; return 1; }
+  timeout 60 "${_NVME_CLI[@]:-nvme}" connect -t "$trtype" -a "$addr" -s "$svcid" -n "$nqn" "$@" >&2 ||
+    { fail "nvme connect -t $trtype -a $addr -s $svcid -n $nqn $* failed"; return 1; }
   wait_until 10 _has_namespace "$nqn" || { fail "no namespace of $nqn appeared"; return 1; }
   ns=$(_namespace_of "$nqn")
   log "connected $nqn over $trtype $addr:$svcid: /dev/$ns"
@@ -410,10 +447,10 @@ fio_rw_verify() {
   out=$NVMF_VM_LOGS/fio-$(basename "$dev")-$bs-qd$qd
   local common=(--filename="$dev" --ioengine="$engine" --direct=1 --bs="$bs" --iodepth="$qd" --size="$size"
     --verify=crc32c --verify_fatal=1 --group_reporting)
-  timeout 600 fio --name=write "${common[@]}" --rw=randwrite --do_verify=1 > "$out-write.log" 2>&1
+  timeout 600 "${_FIO[@]:-fio}" --name=write "${common[@]}" --rw=randwrite --do_verify=1 > "$out-write.log" 2>&1
   rc=$?
   [ $rc = 0 ] || { cat "$out-write.log" >&2; fail "fio randwrite+verify bs=$bs qd=$qd on $dev: rc=$rc"; return 1; }
-  timeout 600 fio --name=read "${common[@]}" --rw=randread > "$out-read.log" 2>&1
+  timeout 600 "${_FIO[@]:-fio}" --name=read "${common[@]}" --rw=randread > "$out-read.log" 2>&1
   rc=$?
   [ $rc = 0 ] || { cat "$out-read.log" >&2; fail "fio randread+verify bs=$bs qd=$qd on $dev: rc=$rc"; return 1; }
   # total=READS,WRITES: the write job's reads are its verification.
@@ -470,3 +507,9 @@ copy_to_user_rate() {
   rm -f "$f"
   echo "$rate (erms: $erms)"
 }
+
+# --- the Debian 13 user space ----------------------------------------------------------------------------
+
+if [ -n "${NVMF_DEBIAN13_ROOT:-}" ]; then
+  . "${BASH_SOURCE[0]%/*}/debian13-lib.sh"
+fi

@@ -1,6 +1,7 @@
 # Stage 2 of the test VM (tests/src/vm): runs as root inside the guest, chrooted into the overlay of the host's
 # root, stdio on the second serial port. /run/nvmf-vm is the run's control folder (shared with the host):
-#   env       settings written by the harness (NVMF_VM_MODULES, NVMF_VM_RXE, NVMF_VM_SIW, NVMF_VM_CWD, exported variables)
+#   env       settings written by the harness (NVMF_VM_MODULES, NVMF_VM_RXE, NVMF_VM_SIW, NVMF_VM_CWD,
+#             NVMF_DEBIAN13_ROOT, exported variables)
 #   cmd       the scenario (a bash script; absent for an interactive shell)
 #   stderr    where the scenario's stderr goes (stdout goes to the serial port)
 #   t-*       guest uptime at each stage, for the boot/run times the harness reports
@@ -88,6 +89,10 @@ if [ "${NVMF_VM_AGENT:-}" = 1 ]; then
 fi
 [ -s /etc/nvme/hostnqn ] || nvme gen-hostnqn > /etc/nvme/hostnqn 2>/dev/null
 [ -s /etc/nvme/hostid ] || cat /proc/sys/kernel/random/uuid > /etc/nvme/hostid
+# The Debian 13 user space (Vm::debian13_userspace): its chroot's mounts and host identity (debian13-lib.sh).
+if [ -n "${NVMF_DEBIAN13_ROOT:-}" ]; then
+  (. $NVMF_GUEST_LIB && deb13_up) || setup_failed "cannot set up the Debian 13 user space in $NVMF_DEBIAN13_ROOT"
+fi
 cd "$NVMF_VM_CWD" 2>/dev/null || cd /
 
 read -r t _ </proc/uptime && echo "$t" > $ctl/t-command
@@ -98,6 +103,8 @@ if [ "${NVMF_VM_AGENT:-}" = 1 ]; then
 elif [ -f $ctl/cmd ]; then
   bash $ctl/cmd
   status=$?
+  # tlshd stopped first, so that its whole log is collected.
+  [ -z "${NVMF_DEBIAN13_ROOT:-}" ] || (. $NVMF_GUEST_LIB && deb13_down) >/dev/null 2>&1
   if [ -n "${NVMF_VM_LOGS:-}" ]; then
     (. $NVMF_GUEST_LIB && collect_logs) >/dev/null 2>&1
   fi
@@ -110,5 +117,6 @@ else
   setsid -w bash -c 'exec bash -i <>/dev/ttyS1 >&0 2>&1' 
   status=$?
 fi
+[ -z "${NVMF_DEBIAN13_ROOT:-}" ] || (. $NVMF_GUEST_LIB && deb13_down) >/dev/null 2>&1
 read -r t _ </proc/uptime && echo "$t" > $ctl/t-end
 exit $status

@@ -23,6 +23,8 @@ usage: nvmf-vm [OPTIONS] [--] [COMMAND...]
   --siw             Soft-iWARP: siw0 on dummy0 (with --no-rxe alone on it), on a lab node siwK on each ethK;
                     siw.ko is built for the kernel once (tests/src/vm/siw.rs)
   --nvme SIZE       attach a QEMU-emulated NVMe drive (e.g. 1G, 512M)
+  --debian13        the Debian 13 user space (nvme-cli 2.13, tlshd; built once): nvme13, tlshd_start, ...
+                    (tests/vm/debian13-lib.sh)
   --share DIR       mount this host folder read-write at the same path (repeatable)
   --logs DIR        $NVMF_VM_LOGS in the guest, shared; logs are collected there after COMMAND (a lab: DIR/NODE)
   --env KEY=VALUE   export to COMMAND (repeatable)
@@ -151,6 +153,7 @@ fn parse(args: Vec<String>) -> Result<Request, String> {
             "--rxe" => rxe = Some(true),
             "--no-rxe" => rxe = Some(false),
             "--siw" => vm = vm.siw(true),
+            "--debian13" => vm = vm.debian13_userspace(),
             "--modules" => vm = vm.modules(value("--modules")?.split(',').filter(|m| !m.is_empty()).map(String::from)),
             "--nvme" => vm = vm.nvme_drive(parse_size(&value("--nvme")?)?),
             "--share" => vm = vm.share(value("--share")?),

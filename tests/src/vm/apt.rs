@@ -135,7 +135,7 @@ impl Apt {
 
 /// The Debian archive this machine's apt sources name (not its security archive): deb822 `URIs:` of a stanza
 /// whose suites are not `-security` ones, or the URI of such a one-line `deb` entry.
-fn system_mirror() -> Result<String, VmError> {
+pub(crate) fn system_mirror() -> Result<String, VmError> {
     let mut texts = Vec::new();
     if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
         let mut files: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).collect();

@@ -22,6 +22,7 @@
 //! plain `cargo test` on a developer's machine does not spend minutes booting guests.
 
 mod apt;
+pub mod debian13;
 mod error;
 pub mod initramfs;
 pub mod kernel;
@@ -54,6 +55,8 @@ const GUEST_LIB: &str = include_str!("../../vm/guest-lib.sh");
 const STAGE2: &str = include_str!("../../vm/stage2.sh");
 /// A lab node's job runner (`stage2.sh` runs it instead of a scenario).
 const AGENT: &str = include_str!("../../vm/agent.sh");
+/// The guest side of [`Vm::debian13_userspace`]: the chroot, `nvme13`, `tlshd_start`, the TLS helpers.
+const DEBIAN13_LIB: &str = include_str!("../../vm/debian13-lib.sh");
 /// Modules that make `rxe0` and let user space use it (verbs and rdma_cm).
 const RXE_MODULES: [&str; 4] = ["rdma_rxe", "ib_uverbs", "rdma_ucm", "dummy"];
 /// What `siw.ko` (built by [`siw::module`]) depends on, and what lets user space use `siw0`.
@@ -72,6 +75,7 @@ pub struct Vm {
     rxe: bool,
     siw: bool,
     nvme_drive_bytes: Option<u64>,
+    debian13: bool,
     /// Shared host folders, and whether each bypasses the guest's page cache.
     shares: Vec<(PathBuf, bool)>,
     logs: Option<PathBuf>,
@@ -174,6 +178,7 @@ impl Vm {
             rxe: false,
             siw: false,
             nvme_drive_bytes: None,
+            debian13: false,
             shares: Vec::new(),
             logs: None,
             env: Vec::new(),
@@ -235,6 +240,17 @@ impl Vm {
     #[must_use]
     pub fn nvme_drive(mut self, bytes: u64) -> Self {
         self.nvme_drive_bytes = Some(bytes);
+        self
+    }
+
+    /// The Debian 13 user space beside this machine's: nvme-cli 2.13 and ktls-utils' `tlshd` (NVMe/TCP over TLS),
+    /// keyutils, fio, built once into the cache ([`debian13`]) and chrooted into with `/dev`, `/proc` and `/sys`
+    /// bound, its `/run` and `/tmp` in tmpfs and the guest's host NQN and host ID; `tests/vm/debian13-lib.sh` has
+    /// the helpers (`deb13 CMD`, `nvme13`, `keyctl13`, `tlshd_start`, `host_connect_tls`, …). NVMe/TCP over TLS
+    /// needs Linux 6.7 or later (6.12 and 7.x have it).
+    #[must_use]
+    pub fn debian13_userspace(mut self) -> Self {
+        self.debian13 = true;
         self
     }
 
@@ -477,6 +493,10 @@ impl Vm {
         if let Some(config) = &kernel.config {
             envfile.push_str(&format!("NVMF_VM_KCONFIG={}\n", shell_quote(&config.to_string_lossy())));
         }
+        if self.debian13 {
+            let root = debian13::root()?;
+            envfile.push_str(&format!("export NVMF_DEBIAN13_ROOT={}\n", shell_quote(&root.to_string_lossy())));
+        }
         if let Some(w) = wiring {
             envfile.push_str(&format!(
                 "NVMF_VM_AGENT=1\nexport NVMF_NODE={}\nexport NVMF_LAB_NODES={}\n",
@@ -523,6 +543,7 @@ impl Vm {
             ("stage2.sh", STAGE2.to_owned()),
             ("agent.sh", AGENT.to_owned()),
             ("guest-lib.sh", GUEST_LIB.to_owned()),
+            ("debian13-lib.sh", DEBIAN13_LIB.to_owned()),
             ("stderr", String::new()),
         ];
         for (name, text) in files {
