@@ -392,3 +392,60 @@ mod tests {
         assert!(derive_generated_tls_psk(PskHash::Sha384, &[0; 32], host, sub).is_err());
     }
 }
+
+/// What nvme-cli 2.13 (libnvme 1.13, Debian 13) put in the kernel's keyring for these keys, printed by
+/// `tests/tests/vm_tls.rs` (`keyctl` of the inserted key): its only derivation is [`PskDerivation::Compat`].
+#[cfg(test)]
+mod nvme_cli_2_13 {
+    use super::super::{derive_tls_psk, ConfiguredPsk, IdentityVersion, PskDerivation};
+
+    const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:5f8e3a52-6c1d-4b7e-9a20-3d4c5b6a7e81";
+    const SUBNQN: &str = "nqn.2024-01.io.nvmf-rs:vm-tls";
+    const KEY_SHA256: &str = "NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+    const KEY_SHA384: &str =
+        "NVMeTLSkey-1:02:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vcSEgBQ==:";
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn the_keyring_holds_what_compat_derives() {
+        let cases = [
+            (
+                KEY_SHA256,
+                IdentityVersion::V0,
+                "NVMe0R01",
+                "be2ff922d98c0f8d4cf5bc55ddfe6b982452e98b461710eb789a91b6f3a5d37e",
+            ),
+            (
+                KEY_SHA384,
+                IdentityVersion::V0,
+                "NVMe0R02",
+                "3a3b62dcd643875e98702da9caebbfbc7915d5edf98e8086e0bcf2e55918c5b3d3100a5d5e2210d7b5f8169befcc1695",
+            ),
+            (
+                KEY_SHA256,
+                IdentityVersion::V1,
+                "NVMe1R01 MJ7/dQWBBwgiFQcA6pMtknmOZO2QLkv3sQwkTJ3eyu4=",
+                "27f3310c8db5e13abadc6083f9036db28612ae71a85bf33692002f0dfb93165f",
+            ),
+            (
+                KEY_SHA384,
+                IdentityVersion::V1,
+                "NVMe1R02 AbYtPwbd59SJPiBa8Ckgpyych+rGXjtGfE5QP7gwB8K7hzyMIImXNjuD4JS6dQ3Z",
+                "3b7c1c3a78f0383c10d469a9c32bd425eb715f366b073e309edb6b208b4df9d4f5c2bebce4acdadd177b9ce419e90a29",
+            ),
+        ];
+        for (key, version, short, psk) in cases {
+            let configured: ConfiguredPsk = key.parse().unwrap();
+            let derived = derive_tls_psk(&configured, HOSTNQN, SUBNQN, version, PskDerivation::Compat).unwrap();
+            let identity = match short.split_once(' ') {
+                Some((prefix, digest)) => format!("{prefix} {HOSTNQN} {SUBNQN} {digest}"),
+                None => format!("{short} {HOSTNQN} {SUBNQN}"),
+            };
+            assert_eq!(derived.identity, identity);
+            assert_eq!(hex(&derived.key), psk, "{short}");
+        }
+    }
+}
