@@ -41,7 +41,7 @@ use nvmf_common::transport::tcp::{
     decode, C2hData, CommonHeader, Decoded, DecoderConfig, DigestTypes, Direction, Framing, IcReq, Pdu, PduDecoder,
     PduError, PduType, TermReq,
 };
-use nvmf_common::transport::tls::{client_handshake, HandshakePsk, RecordLayer};
+use nvmf_common::transport::tls::{client_handshake, CipherSuite, HandshakePsk, RecordLayer, TlsError};
 
 use super::commands::{CommandState, Commands, Slot};
 use crate::error::HostError;
@@ -159,26 +159,60 @@ fn open_stream(addr: SocketAddr, options: &TcpQueueOptions) -> Result<std::net::
     Ok(socket.into())
 }
 
+/// A connection to `addr`, blocking, its waits bounded by the connect timeout.
+fn open_blocking(addr: SocketAddr, options: &TcpQueueOptions) -> Result<std::net::TcpStream, HostError> {
+    let qid = options.qid;
+    let io = |what| move |e: std::io::Error| HostError::io(qid, what, &e);
+    let stream = open_stream(addr, options)?;
+    stream.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
+    stream.set_read_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
+    stream.set_write_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
+    Ok(stream)
+}
+
+/// A connection to `addr` secured with `psk` (the plaintext end of the relay where the kernel has no kTLS). A
+/// SHA-384 key is offered as Linux's `tlshd` takes it first (SHA-256 binder and suites), then, on a new connection,
+/// as the NVMe/TCP specification pairs it (TLS_AES_256_GCM_SHA384).
+fn open_secured(
+    addr: SocketAddr,
+    options: &TcpQueueOptions,
+    psk: &HandshakePsk,
+) -> Result<std::net::TcpStream, HostError> {
+    let qid = options.qid;
+    let io = |what| move |e: std::io::Error| HostError::io(qid, what, &e);
+    let mut as_linux = psk.clone();
+    as_linux.suite = CipherSuite::Aes128GcmSha256;
+    let offers = if psk.suite == CipherSuite::Aes256GcmSha384 { vec![&as_linux, psk] } else { vec![psk] };
+    for (i, offer) in offers.iter().enumerate() {
+        let stream = open_blocking(addr, options)?;
+        match client_handshake(&stream, offer) {
+            Ok(secured) => {
+                let RecordLayer::UserSpace(plain) = secured.records else { return Ok(stream) };
+                // No kTLS here: the queue speaks plaintext to the relay thread that carries the records.
+                plain.set_read_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
+                plain.set_write_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
+                return Ok(plain);
+            }
+            Err(TlsError::Handshake(why)) if i + 1 < offers.len() => {
+                tracing::debug!(qid, %why, "TLS with SHA-256 binders refused; offering the key with SHA-384 ones");
+            }
+            Err(error) => return Err(HostError::Tls { qid, error }),
+        }
+    }
+    Err(HostError::Tls { qid, error: TlsError::Handshake("no offer was taken".into()) })
+}
+
 impl<T> TcpQueue<T> {
     /// Open a TCP connection to `addr` and exchange ICReq/ICResp (blocking, bounded by
     /// `options.connect_timeout`). Fails if a digest asked for is not granted (or one not asked for is).
     pub fn connect(addr: SocketAddr, options: &TcpQueueOptions) -> Result<Self, HostError> {
         let qid = options.qid;
         command_id::check_depth(options.depth)?;
-        let mut stream = open_stream(addr, options)?;
         let io = |what| move |e: std::io::Error| HostError::io(qid, what, &e);
-        stream.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
-        stream.set_read_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
-        stream.set_write_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
-        if let Some(psk) = &options.tls {
-            let secured = client_handshake(&stream, psk).map_err(|error| HostError::Tls { qid, error })?;
-            if let RecordLayer::UserSpace(plain) = secured.records {
-                // No kTLS here: the queue speaks plaintext to the relay thread that carries the records.
-                plain.set_read_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
-                plain.set_write_timeout(Some(options.connect_timeout)).map_err(io("socket timeout"))?;
-                stream = plain;
-            }
-        }
+        let mut stream = match &options.tls {
+            None => open_blocking(addr, options)?,
+            Some(psk) => open_secured(addr, options, psk)?,
+        };
 
         let dgst = DigestTypes { hdgst_enable: options.hdr_digest, ddgst_enable: options.data_digest };
         let icreq = Pdu::IcReq(IcReq { pfv: 0, hpda: 0, dgst, maxr2t: 0 });

@@ -47,10 +47,9 @@ pub fn server_handshake(
 }
 
 fn check_length(psk: &HandshakePsk) -> Result<(), TlsError> {
-    if psk.key.len() == psk.suite.hash_len() {
-        Ok(())
-    } else {
-        Err(TlsError::KeyLength { suite: psk.suite.name(), expected: psk.suite.hash_len(), got: psk.key.len() })
+    match psk.key.len() {
+        32 | 48 => Ok(()),
+        other => Err(TlsError::KeyLength(other)),
     }
 }
 
@@ -148,6 +147,21 @@ mod tests {
     }
 
     #[test]
+    fn a_sha384_key_with_sha256_binders_is_taken_as_linux_sends_it() {
+        // The host offers a 48-byte key as GnuTLS does (SHA-256 binder and suites); the server's lookup names the
+        // NVMe/TCP suite of a SHA-384 key, and follows the binder.
+        let identity = "NVMe1R02 h s digest";
+        let mut offered = psk(identity, 5, CipherSuite::Aes128GcmSha256);
+        offered.key = Zeroizing::new(vec![5; 48]);
+        let mut held = psk(identity, 5, CipherSuite::Aes256GcmSha384);
+        held.key = Zeroizing::new(vec![5; 48]);
+        let (client, server) = run(offered, vec![held]);
+        let (client, server) = (client.unwrap(), server.unwrap());
+        assert_eq!((client.suite.hash_len(), server.suite.hash_len()), (32, 32));
+        assert_eq!(client.client_secret, server.client_secret);
+    }
+
+    #[test]
     fn an_unknown_identity_is_refused_by_name() {
         let suite = CipherSuite::Aes128GcmSha256;
         let (client, server) = run(psk("NVMe0R01 stranger", 7, suite), vec![psk("NVMe0R01 friend", 7, suite)]);
@@ -223,8 +237,8 @@ mod tests {
     fn a_key_of_the_wrong_length_is_refused_before_any_byte() {
         let (client, _server) = pair();
         let mut short = psk("NVMe0R01 h s", 1, CipherSuite::Aes256GcmSha384);
-        short.key.truncate(32);
+        short.key.truncate(16);
         let err = client_handshake(&client, &short).unwrap_err();
-        assert_eq!(err.to_string(), "a TLS_AES_256_GCM_SHA384 PSK must be 48 bytes, not 32");
+        assert_eq!(err.to_string(), "a TLS PSK must be 32 or 48 bytes, not 16");
     }
 }

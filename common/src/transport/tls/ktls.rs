@@ -20,6 +20,8 @@ const TLS_1_3_VERSION: u16 = 0x0304;
 const TLS_CIPHER_AES_GCM_128: u16 = 51;
 /// `TLS_CIPHER_AES_GCM_256`.
 const TLS_CIPHER_AES_GCM_256: u16 = 52;
+/// `TLS_CIPHER_CHACHA20_POLY1305`.
+const TLS_CIPHER_CHACHA20_POLY1305: u16 = 54;
 /// `SOL_TLS`.
 const SOL_TLS: c_int = 282;
 /// `TLS_TX` / `TLS_RX`.
@@ -61,9 +63,9 @@ fn expand_label(suite: CipherSuite, secret: &[u8], label: &str, out: &mut [u8]) 
     let info = expand_label_info(PskDerivation::Rfc8446, out.len(), label, &[])
         .ok_or_else(|| TlsError::Ktls("key derivation".into()))?;
     let bad = |_| TlsError::Ktls("a traffic secret of the wrong length".into());
-    match suite {
-        CipherSuite::Aes128GcmSha256 => Hkdf::<Sha256>::from_prk(secret).map_err(bad)?.expand(&info, out),
-        CipherSuite::Aes256GcmSha384 => Hkdf::<Sha384>::from_prk(secret).map_err(bad)?.expand(&info, out),
+    match suite.hash_len() {
+        32 => Hkdf::<Sha256>::from_prk(secret).map_err(bad)?.expand(&info, out),
+        _ => Hkdf::<Sha384>::from_prk(secret).map_err(bad)?.expand(&info, out),
     }
     .map_err(|_| TlsError::Ktls("key derivation".into()))
 }
@@ -83,6 +85,39 @@ fn crypto_info<const KEY: usize>(suite: CipherSuite, secret: &[u8]) -> Result<Cr
     expand_label(suite, secret, "iv", iv.as_mut_slice())?;
     info.salt.copy_from_slice(&iv[..4]);
     info.iv.copy_from_slice(&iv[4..]);
+    Ok(info)
+}
+
+/// `struct tls12_crypto_info_chacha20_poly1305`: the whole 12-byte IV, no salt.
+#[repr(C)]
+struct ChachaInfo {
+    version: u16,
+    cipher_type: u16,
+    iv: [u8; 12],
+    key: [u8; 32],
+    rec_seq: [u8; 8],
+}
+
+const _: () = assert!(std::mem::size_of::<ChachaInfo>() == 56);
+
+impl Drop for ChachaInfo {
+    fn drop(&mut self) {
+        self.key.zeroize();
+        self.iv.zeroize();
+    }
+}
+
+/// The ChaCha20-Poly1305 crypto info of one direction, from its traffic secret.
+fn chacha20_info(secret: &[u8]) -> Result<ChachaInfo, TlsError> {
+    let mut info = ChachaInfo {
+        version: TLS_1_3_VERSION,
+        cipher_type: TLS_CIPHER_CHACHA20_POLY1305,
+        iv: [0; 12],
+        key: [0; 32],
+        rec_seq: [0; 8],
+    };
+    expand_label(CipherSuite::Chacha20Poly1305Sha256, secret, "key", &mut info.key)?;
+    expand_label(CipherSuite::Chacha20Poly1305Sha256, secret, "iv", &mut info.iv)?;
     Ok(info)
 }
 
@@ -109,6 +144,9 @@ pub(super) fn install(fd: RawFd, suite: CipherSuite, tx: &[u8], rx: &[u8]) -> Re
             }
             CipherSuite::Aes256GcmSha384 => {
                 set_option(fd, SOL_TLS, direction, &crypto_info::<32>(suite, secret)?, what)?;
+            }
+            CipherSuite::Chacha20Poly1305Sha256 => {
+                set_option(fd, SOL_TLS, direction, &chacha20_info(secret)?, what)?;
             }
         }
     }

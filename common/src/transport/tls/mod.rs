@@ -23,14 +23,19 @@ pub use ktls::ktls_available;
 
 use zeroize::Zeroizing;
 
-/// The TLS 1.3 cipher suites NVMe/TCP uses: the PSK's hash decides which (SHA-256 → AES-128-GCM, SHA-384 →
-/// AES-256-GCM); kTLS takes both.
+/// The TLS 1.3 cipher suites of NVMe/TCP; kTLS takes all three. The NVMe/TCP specification pairs a PSK's hash with
+/// one (SHA-256 → AES-128-GCM, SHA-384 → AES-256-GCM). Linux's `tlshd` (GnuTLS) takes every external PSK to be a
+/// SHA-256 one, whatever its length, and ends up with ChaCha20-Poly1305 for SHA-384 keys; so a server here follows
+/// the hash of the binder the client sent, and a host offers SHA-384 keys both ways ([`CipherSuite::Aes128GcmSha256`]
+/// first, as Linux).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CipherSuite {
     /// `TLS_AES_128_GCM_SHA256` (0x1301).
     Aes128GcmSha256,
     /// `TLS_AES_256_GCM_SHA384` (0x1302).
     Aes256GcmSha384,
+    /// `TLS_CHACHA20_POLY1305_SHA256` (0x1303): what GnuTLS negotiates for a SHA-384 PSK.
+    Chacha20Poly1305Sha256,
 }
 
 impl CipherSuite {
@@ -39,7 +44,23 @@ impl CipherSuite {
         match self {
             CipherSuite::Aes128GcmSha256 => "TLS_AES_128_GCM_SHA256",
             CipherSuite::Aes256GcmSha384 => "TLS_AES_256_GCM_SHA384",
+            CipherSuite::Chacha20Poly1305Sha256 => "TLS_CHACHA20_POLY1305_SHA256",
         }
+    }
+
+    /// The suites offered (client) or taken (server) with a PSK of this suite's hash, in order of preference.
+    fn with_same_hash(self) -> &'static str {
+        match self.hash_len() {
+            32 => "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256",
+            _ => "TLS_AES_256_GCM_SHA384",
+        }
+    }
+
+    /// The suite of this two-byte identifier.
+    fn from_id(id: u16) -> Option<Self> {
+        [CipherSuite::Aes128GcmSha256, CipherSuite::Aes256GcmSha384, CipherSuite::Chacha20Poly1305Sha256]
+            .into_iter()
+            .find(|s| u16::from_be_bytes(s.id()) == id)
     }
 
     /// The suite's two-byte identifier.
@@ -47,13 +68,14 @@ impl CipherSuite {
         match self {
             CipherSuite::Aes128GcmSha256 => [0x13, 0x01],
             CipherSuite::Aes256GcmSha384 => [0x13, 0x02],
+            CipherSuite::Chacha20Poly1305Sha256 => [0x13, 0x03],
         }
     }
 
-    /// The length of its hash (and so of its PSK and traffic secrets).
+    /// The length of its hash (and so of its binders and traffic secrets).
     pub fn hash_len(self) -> usize {
         match self {
-            CipherSuite::Aes128GcmSha256 => 32,
+            CipherSuite::Aes128GcmSha256 | CipherSuite::Chacha20Poly1305Sha256 => 32,
             CipherSuite::Aes256GcmSha384 => 48,
         }
     }
@@ -70,12 +92,14 @@ impl From<crate::fabrics::tls::PskHash> for CipherSuite {
 }
 
 /// A pre-shared key as the handshake uses it: the identity sent in the ClientHello, the TLS PSK and its suite.
+#[derive(Clone)]
 pub struct HandshakePsk {
     /// The PSK identity (`NVMe0R01 …` or `NVMe1R0x …`).
     pub identity: Vec<u8>,
     /// The TLS PSK (as many bytes as the suite's hash).
     pub key: Zeroizing<Vec<u8>>,
-    /// The suite the key belongs to.
+    /// The suite of the PSK's session, whose hash is the binder's: [`CipherSuite::Aes128GcmSha256`] or
+    /// [`CipherSuite::Aes256GcmSha384`] (a server follows the client's binder instead).
     pub suite: CipherSuite,
 }
 
@@ -106,16 +130,9 @@ pub enum TlsError {
     /// The kernel has no TLS layer (the `tls` module): the records go through user space.
     #[error("kTLS: the kernel has no TLS support (modprobe tls)")]
     NoKtls,
-    /// A PSK whose length is not its suite's hash length.
-    #[error("a {suite} PSK must be {expected} bytes, not {got}")]
-    KeyLength {
-        /// Its suite's name.
-        suite: &'static str,
-        /// The hash length.
-        expected: usize,
-        /// What was given.
-        got: usize,
-    },
+    /// A PSK of another length than NVMe/TCP's (32 or 48 bytes).
+    #[error("a TLS PSK must be 32 or 48 bytes, not {0}")]
+    KeyLength(usize),
 }
 
 fn identity_suffix(identity: &Option<String>) -> String {

@@ -4,7 +4,7 @@
 //! TLS 1.3 calls, so they are declared here), and the traffic secrets taken from the key-log callback for kTLS.
 //! Every pointer OpenSSL gives or takes stays inside this file.
 
-use std::ffi::{c_char, c_int, c_uchar, c_ulong, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ulong, c_void, CStr};
 use std::os::fd::RawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -23,6 +23,7 @@ type UseSessionCallback = unsafe extern "C" fn(
 ) -> c_int;
 type FindSessionCallback =
     unsafe extern "C" fn(*mut ffi::SSL, *const c_uchar, usize, *mut *mut ffi::SSL_SESSION) -> c_int;
+type ClientHelloCallback = unsafe extern "C" fn(*mut ffi::SSL, *mut c_int, *mut c_void) -> c_int;
 
 extern "C" {
     fn SSL_set_fd(ssl: *mut ffi::SSL, fd: c_int) -> c_int;
@@ -35,7 +36,13 @@ extern "C" {
     fn SSL_CTX_set_psk_use_session_callback(ctx: *mut ffi::SSL_CTX, cb: Option<UseSessionCallback>);
     fn SSL_CTX_set_psk_find_session_callback(ctx: *mut ffi::SSL_CTX, cb: Option<FindSessionCallback>);
     fn ERR_clear_error();
+    fn SSL_CTX_set_client_hello_cb(ctx: *mut ffi::SSL_CTX, cb: Option<ClientHelloCallback>, arg: *mut c_void);
+    fn SSL_client_hello_get0_ext(ssl: *mut ffi::SSL, ext: c_uint, out: *mut *const c_uchar, len: *mut usize) -> c_int;
+    fn SSL_set_ciphersuites(ssl: *mut ffi::SSL, suites: *const c_char) -> c_int;
 }
+
+/// The ClientHello's `pre_shared_key` extension (RFC 8446 §4.2.11).
+const PRE_SHARED_KEY: c_uint = 41;
 
 /// The longest PSK identity kept for a log line; TLS allows 65535 bytes, the NVMe identities are a few hundred.
 const MAX_IDENTITY_KEPT: usize = 1024;
@@ -77,6 +84,8 @@ struct Exchange<'a> {
     chosen: Option<(Vec<u8>, CipherSuite)>,
     client_secret: Option<Zeroizing<Vec<u8>>>,
     server_secret: Option<Zeroizing<Vec<u8>>>,
+    /// Server: the suite whose hash the client's first binder has (from its ClientHello).
+    binder: Option<CipherSuite>,
 }
 
 /// An owned `SSL_CTX`.
@@ -105,10 +114,12 @@ pub(super) fn handshake(fd: RawFd, role: Role<'_>) -> Result<Outcome, TlsError> 
     ffi::init();
     let client = matches!(role, Role::Client(_));
     let suites = match &role {
-        Role::Client(psk) => psk.suite.name(),
-        Role::Server(_) => "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384",
+        Role::Client(psk) => psk.suite.with_same_hash(),
+        // Narrowed to the binder's hash by the ClientHello callback.
+        Role::Server(_) => "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256",
     };
-    let mut exchange = Exchange { role, offered: None, chosen: None, client_secret: None, server_secret: None };
+    let mut exchange =
+        Exchange { role, offered: None, chosen: None, client_secret: None, server_secret: None, binder: None };
     // SAFETY: clears this thread's OpenSSL error queue; no pointers.
     unsafe { ERR_clear_error() };
     let ctx = context(client, suites)?;
@@ -164,6 +175,7 @@ fn context(client: bool, suites: &str) -> Result<Context, TlsError> {
             SSL_CTX_set_psk_use_session_callback(ctx.0, Some(use_session));
         } else {
             SSL_CTX_set_psk_find_session_callback(ctx.0, Some(find_session));
+            SSL_CTX_set_client_hello_cb(ctx.0, Some(client_hello), ptr::null_mut());
         }
     }
     Ok(ctx)
@@ -191,15 +203,13 @@ fn outcome(ssl: &Connection, exchange: &mut Exchange<'_>) -> Result<Learned, Tls
             SSL_CIPHER_get_protocol_id(cipher)
         }
     };
-    let suite = match id {
-        0x1301 => CipherSuite::Aes128GcmSha256,
-        0x1302 => CipherSuite::Aes256GcmSha384,
-        other => return Err(TlsError::Handshake(format!("negotiated cipher suite {other:#06x}"))),
+    let Some(suite) = CipherSuite::from_id(id) else {
+        return Err(TlsError::Handshake(format!("negotiated cipher suite {id:#06x}")));
     };
     let Some((identity, psk_suite)) = exchange.chosen.take() else {
         return Err(TlsError::Handshake("completed without a pre-shared key".into()));
     };
-    if psk_suite != suite {
+    if psk_suite.hash_len() != suite.hash_len() {
         return Err(TlsError::Handshake(format!(
             "the PSK is for {} but {} was negotiated",
             psk_suite.name(),
@@ -528,11 +538,14 @@ unsafe extern "C" fn find_session(
                 std::slice::from_raw_parts(identity, identity_len)
             };
             exchange.offered = Some(offered[..offered.len().min(MAX_IDENTITY_KEPT)].to_vec());
+            let binder = exchange.binder;
             let Role::Server(lookup) = &mut exchange.role else { return 0 };
-            let Some(psk) = lookup(offered) else { return 1 };
-            if psk.key.len() != psk.suite.hash_len() {
+            let Some(mut psk) = lookup(offered) else { return 1 };
+            if !matches!(psk.key.len(), 32 | 48) {
                 return 0;
             }
+            // The session's hash must be the binder's (GnuTLS sends SHA-256 binders for SHA-384 keys).
+            psk.suite = binder.unwrap_or(psk.suite);
             let cipher = SSL_CIPHER_find(ssl, psk.suite.id().as_ptr());
             if cipher.is_null() {
                 return 0;
@@ -547,6 +560,49 @@ unsafe extern "C" fn find_session(
         }
     });
     catch_unwind(find).unwrap_or(0)
+}
+
+/// The server reads the hash of the client's first PSK binder (its length: 32 bytes SHA-256, 48 SHA-384) and takes
+/// only suites of that hash, so that the PSK found for the identity verifies whichever convention the client has.
+unsafe extern "C" fn client_hello(ssl: *mut ffi::SSL, _alert: *mut c_int, _arg: *mut c_void) -> c_int {
+    const SUCCESS: c_int = 1;
+    let read = AssertUnwindSafe(|| {
+        let mut data: *const c_uchar = ptr::null();
+        let mut len = 0usize;
+        // SAFETY: OpenSSL calls this during SSL_accept of `handshake`'s SSL; on success `data` points to `len`
+        // bytes of the extension, valid during the callback.
+        let ext = unsafe {
+            if SSL_client_hello_get0_ext(ssl, PRE_SHARED_KEY, &mut data, &mut len) != 1 || data.is_null() {
+                return SUCCESS;
+            }
+            std::slice::from_raw_parts(data, len)
+        };
+        let Some(binder) = first_binder_len(ext).and_then(|n| match n {
+            32 => Some(CipherSuite::Aes128GcmSha256),
+            48 => Some(CipherSuite::Aes256GcmSha384),
+            _ => None,
+        }) else {
+            return SUCCESS;
+        };
+        let Ok(suites) = std::ffi::CString::new(binder.with_same_hash()) else { return SUCCESS };
+        // SAFETY: as above; the exchange is `handshake`'s; the suite string is NUL-terminated and copied.
+        unsafe {
+            if let Some(exchange) = exchange(ssl) {
+                exchange.binder = Some(binder);
+            }
+            SSL_set_ciphersuites(ssl, suites.as_ptr());
+        }
+        SUCCESS
+    });
+    catch_unwind(read).unwrap_or(0)
+}
+
+/// The length of the first binder of a `pre_shared_key` extension: `identities<7..2^16-1>` (each an identity
+/// `<1..2^16-1>` and a 4-byte ticket age), then `binders<33..2^16-1>` (each `<32..255>`). `None` when malformed.
+fn first_binder_len(ext: &[u8]) -> Option<usize> {
+    let identities = usize::from(u16::from_be_bytes([*ext.first()?, *ext.get(1)?]));
+    let binders = ext.get(2 + identities..)?;
+    binders.get(2).map(|&n| usize::from(n))
 }
 
 /// Keeps the two application traffic secrets (`CLIENT_TRAFFIC_SECRET_0`, `SERVER_TRAFFIC_SECRET_0`) of the
