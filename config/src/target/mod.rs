@@ -391,8 +391,9 @@ pub struct HostKeysConfig {
     /// derived from it, the host NQN and the subsystem NQN, for identity version 0 or 1 (whichever the host
     /// offers). Default none: the host cannot connect over TLS.
     pub tls_key: Option<TlsKeyConfig>,
-    /// Derive the PSK as libnvme did before 1.16 (nvme-cli's `--compat`), for keys set up with older tools: a
-    /// version 1 identity tells the two apart by its digest, a version 0 one cannot. Default false.
+    /// Derive the PSK of version 0 identities as libnvme did before 1.16 (nvme-cli's `--compat`; nvme-cli 2.13
+    /// knows only that one), for keys set up with older tools. A version 1 identity's digest says which derivation
+    /// its host used, and either is taken. Default false.
     pub tls_key_compat: bool,
 }
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
-use nvmf_common::fabrics::tls::{derive_tls_psk, ConfiguredPsk, PskDerivation, PskIdentity, PskType};
+use nvmf_common::fabrics::tls::{derive_tls_psk, ConfiguredPsk, IdentityVersion, PskDerivation, PskIdentity, PskType};
 use nvmf_common::transport::tls::{server_handshake, CipherSuite, HandshakePsk, RecordLayer, Secured, TlsError};
 use nvmf_config::target::{SubsystemConfig, TlsMode};
 
@@ -75,11 +75,19 @@ impl TlsKeyring {
         if configured.hash() != identity.hash() {
             return None;
         }
-        let derived =
-            derive_tls_psk(configured, identity.hostnqn(), identity.subnqn(), identity.version(), *derivation).ok()?;
-        if derived.identity.as_bytes() != offered {
-            return None;
-        }
+        // A version 1 identity's digest tells the derivations apart: the configured one first, then the other
+        // (nvme-cli before 2.16 knows only the compat one). Version 0 takes the configured one.
+        let other = match derivation {
+            PskDerivation::Rfc8446 => PskDerivation::Compat,
+            PskDerivation::Compat => PskDerivation::Rfc8446,
+        };
+        let tries: &[PskDerivation] =
+            if identity.version() == IdentityVersion::V1 { &[*derivation, other] } else { &[*derivation] };
+        let derived = tries.iter().find_map(|&d| {
+            derive_tls_psk(configured, identity.hostnqn(), identity.subnqn(), identity.version(), d)
+                .ok()
+                .filter(|derived| derived.identity.as_bytes() == offered)
+        })?;
         Some(HandshakePsk { identity: offered.to_vec(), key: derived.key, suite: CipherSuite::from(derived.hash) })
     }
 }
@@ -381,9 +389,16 @@ mod tests {
         assert!(!finds(&ring, &offered(K01, H1, "nqn.2024-01.io.example:disk-3", V1, Rfc8446)));
         assert!(!finds(&ring, &offered(K02, H1, S1, V1, Rfc8446)));
         assert!(!finds(&ring, &offered(K01, H2, S1, V0, Compat)));
-        // Version 1 with the other derivation: a digest the configured key does not give.
-        assert!(!finds(&ring, &offered(K01, H1, S1, V1, Compat)));
-        assert!(!finds(&ring, &offered(K02, H2, S1, V1, Rfc8446)));
+        // Version 1 with the other derivation: its digest says so, and the key it gives is the one found.
+        for (key, host, derivation) in [(K01, H1, Compat), (K02, H2, Rfc8446)] {
+            let other = offered(key, host, S1, V1, derivation);
+            assert_eq!(ring.lookup(other.identity.as_bytes()).map(|p| p.key), Some(other.key.clone()));
+        }
+        // A digest neither derivation gives.
+        let mut forged = offered(K01, H1, S1, V1, Rfc8446).identity;
+        forged.truncate(forged.len() - 4);
+        forged.push_str("AAA=");
+        assert!(ring.lookup(forged.as_bytes()).is_none());
         // A generated PSK's identity (secure channel concatenation) names no configured key.
         let retained = offered(K01, H1, S1, V1, Rfc8446);
         let digest = retained.identity.rsplit(' ').next().unwrap();
