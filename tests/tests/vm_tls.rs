@@ -34,6 +34,14 @@
 //! once on first use (root and debootstrap; about 70 s). Logs (both `tlshd`s, fio, dmesg, the nvmet configfs tree)
 //! in `target/tmp/vm-logs/tls_kernel_host_and_nvmet/`.
 //!
+//! `our_target_and_our_host_with_the_kernel` (another boot) holds ours to that baseline, with the same keys made by
+//! the same nvme-cli (whose 2.13 derives PSKs the compat way only): the kernel host (`nvme connect --tls`, its own
+//! keyring and `tlshd`) connects to our target (`tls = "required"`, each host key in a `[[subsystem.host]]`) with
+//! identity versions 0 and 1 and both hashes, and fio verifies through it; another PSK is refused; then our host
+//! (`nvmf-host ublk --tls-key … --tls-compat`, in the host machine's namespace) connects to nvmet with the keys
+//! `nvme check-tls-key --insert` put in `.nvme`, and data written through `/dev/ublkbN` reads back there and from
+//! nvmet's null_blk.
+//!
 //!     NVMF_VM=1 cargo test -p nvmf-tests --test vm_tls -- --nocapture                            # ~4 min
 //!     NVMF_VM=1 NVMF_VM_KERNEL=backports cargo test -p nvmf-tests --test vm_tls -- --nocapture   # on Linux 7.x
 
@@ -280,4 +288,129 @@ fn tls_kernel_host_and_nvmet() {
         "refused-plain: connect failed: ",
         "refused-plain: controllers created 0\n",
     ]);
+}
+
+/// Our target on the target machine (the guest's namespace), the kernel host on the host machine.
+const OUR_TARGET: &str = r#"
+[reactors]
+threads = 2
+[metrics]
+listen = "127.0.0.1:9420"
+[[listener]]
+address = "10.99.0.1"
+port = 4420
+tls = "required"
+[[subsystem]]
+nqn = "nqn.2024-01.io.nvmf-rs:vm-tls"
+[[subsystem.host]]
+nqn = "nqn.2014-08.org.nvmexpress:uuid:5f8e3a52-6c1d-4b7e-9a20-3d4c5b6a7e81"
+tls_key = "NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
+tls_key_compat = true
+[[subsystem.namespace]]
+memory = "64MiB"
+[[subsystem]]
+nqn = "nqn.2024-01.io.nvmf-rs:vm-tls-sha384"
+[[subsystem.host]]
+nqn = "nqn.2014-08.org.nvmexpress:uuid:5f8e3a52-6c1d-4b7e-9a20-3d4c5b6a7e81"
+tls_key = "NVMeTLSkey-1:02:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vcSEgBQ==:"
+tls_key_compat = true
+[[subsystem.namespace]]
+memory = "64MiB"
+"#;
+
+const WITH_OURS: &str = r#"
+tls_host_machine host $HOST_ADDR $TARGET_ADDR nvmf-host
+NQN384=nqn.2024-01.io.nvmf-rs:vm-tls-sha384
+cat > /tmp/target.toml <<EOF
+$OUR_TARGET
+EOF
+nvmf_target_start ours /tmp/target.toml
+tls() { metric "nvmf_target_tls_connections_total{result=\"$1\"}" || echo 0; }
+
+# The kernel host to our target: its key in its own keyring, named by serial.
+for variant in "v0-sha256 $NQN $KEY_SHA256 0" "v1-sha256 $NQN $KEY_SHA256 1" \
+  "v0-sha384 $NQN384 $KEY_SHA384 0" "v1-sha384 $NQN384 $KEY_SHA384 1"; do
+  read -r name sub key v <<< "$variant"
+  tls_keyring_clear nvmf-host
+  read -r serial ident <<< "$(tls_psk_insert $key $HOSTNQN $sub --identity=$v --keyring=nvmf-host)"
+  dev=$(DEB13_NETNS=host host_connect_tls $TARGET_ADDR 4420 $sub --hostnqn=$HOSTNQN --hostid=$HOSTID \
+    --tls-key=$((16#$serial)) 2> /tmp/connect.err) || { cat /tmp/connect.err >&2; fail "$name: no connect"; exit 1; }
+  say "ours-$name" "identity $ident"
+  say "ours-$name" "$(fio13_rw_verify $dev 4K 8 4M)"
+  DEB13_NETNS=host nvme13 disconnect -n $sub >&2
+done
+say ours "secured $(tls secured) failed $(tls failed)"
+tls_keyring_clear nvmf-host
+read -r serial ident <<< "$(tls_psk_insert $KEY_OTHER $HOSTNQN $NQN --identity=0 --keyring=nvmf-host)"
+if DEB13_NETNS=host host_connect_tls $TARGET_ADDR 4420 $NQN --hostnqn=$HOSTNQN --hostid=$HOSTID \
+  --tls-key=$((16#$serial)) > /dev/null 2>&1; then
+  fail "ours: another PSK connected"; exit 1
+fi
+say ours "another psk refused, failed $(tls failed)"
+stop_daemon ours
+
+# Our host to nvmet: nvmet's key in .nvme (nvme-cli's compat derivation), our host with --tls-compat.
+nvmet_subsys_nullblk $NQN 64
+nvmet_allow_host $NQN $HOSTNQN
+nvmet_tls_port 1 $TARGET_ADDR 4420 $NQN
+tlshd_start tlshd-target
+nb=$(cat $NVMET/subsystems/$NQN/namespaces/1/device_path)
+for variant in "v0-sha256 $KEY_SHA256 0" "v1-sha256 $KEY_SHA256 1" "v0-sha384 $KEY_SHA384 0" "v1-sha384 $KEY_SHA384 1"; do
+  read -r name key v <<< "$variant"
+  tls_keyring_clear
+  tls_psk_insert $key $HOSTNQN $NQN --identity=$v > /dev/null
+  start_daemon host-$name timeout 300 ip netns exec host "$NVMF_HOST_BIN" ublk -t tcp -a $TARGET_ADDR -s 4420 -n $NQN \
+    --hostnqn $HOSTNQN --hostid $HOSTID --tls-key $key --tls-identity-version $v --tls-compat -i 1
+  wait_until 90 grep -q '^/dev/ublkb' "$(daemon_log host-$name)" ||
+    { cat "$(daemon_log host-$name)" >&2; fail "nvmet-$name: no ublk device"; exit 1; }
+  ublk=$(grep -m1 '^/dev/ublkb' "$(daemon_log host-$name)")
+  wait_until 30 test -b $ublk
+  head -c 1048576 /dev/urandom > /tmp/pattern
+  dd if=/tmp/pattern of=$ublk bs=1M seek=$v oflag=direct status=none
+  dd if=$ublk of=/tmp/back bs=1M skip=$v count=1 iflag=direct status=none
+  dd if=$nb of=/tmp/nvmet bs=1M skip=$v count=1 iflag=direct status=none
+  cmp /tmp/pattern /tmp/back && cmp /tmp/pattern /tmp/nvmet && say "nvmet-$name" "1 MiB read back through ublk and from nvmet"
+  stop_daemon host-$name || true
+done
+"#;
+
+#[test]
+fn our_target_and_our_host_with_the_kernel() {
+    let name = "our_target_and_our_host_with_the_kernel";
+    let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
+    let _ = std::fs::remove_dir_all(&logs);
+    let vm = Vm::new(name)
+        .debian13_userspace()
+        .logs(logs)
+        .modules(["nvmet", "nvmet_tcp", "nvme_tcp", "null_blk", "tls", "veth", "ublk_drv"])
+        .env("NQN", NQN)
+        .env("HOSTNQN", HOSTNQN)
+        .env("HOSTID", HOSTID)
+        .env("TARGET_ADDR", TARGET_ADDR)
+        .env("HOST_ADDR", HOST_ADDR)
+        .env("KEY_SHA256", KEY_SHA256)
+        .env("KEY_SHA384", KEY_SHA384)
+        .env("KEY_OTHER", KEY_OTHER)
+        .deadline(Duration::from_secs(900))
+        .with_our_daemons();
+    let start = Instant::now();
+    let script = format!("{HELPERS}\n{}", WITH_OURS.replace("$OUR_TARGET", OUR_TARGET.trim()));
+    let Some(out) = vm.run_or_skip(&script) else { return };
+    vm::note(&format!("{name}: scenario took {:.1} s", start.elapsed().as_secs_f64()));
+    println!("{}", out.stdout);
+    out.assert_success();
+    for (step, short, _) in EXPECTED {
+        // The SHA-384 key is our target's for another subsystem (a key per host and subsystem): its identity names
+        // that one, and a version 1 digest differs from the baseline's.
+        let prefix = short.split(' ').next().unwrap_or(short);
+        let sub = if step.ends_with("sha384") { "nqn.2024-01.io.nvmf-rs:vm-tls-sha384" } else { NQN };
+        out.assert_lines(&[
+            &format!("ours-{step}: identity {prefix} {HOSTNQN} {sub}"),
+            &format!(
+                "ours-{step}: fio bs=4K qd=8: wrote 1024, verified 1024 after writing, 1024 on randread (of 1024)"
+            ),
+            &format!("nvmet-{step}: 1 MiB read back through ublk and from nvmet"),
+        ]);
+    }
+    out.assert_lines(&["ours: another psk refused"]);
 }
