@@ -90,6 +90,8 @@ pub(super) struct Association {
     pub(super) io: Vec<QueueHandle>,
     /// Asynchronous Event Requests to keep outstanding (AERL + 1, capped).
     pub(super) aers: usize,
+    /// The PSK its TCP queues are secured with (`--tls-key`'s, or the one `--concat` generated).
+    pub(super) tls: Option<Arc<HandshakePsk>>,
 }
 
 pub(super) fn property_get(admin: &Submitter, p: Property, timeout: Duration) -> Result<u64, HostError> {
@@ -361,5 +363,5 @@ pub(super) fn associate(
     }
     // A discovery controller reports its log changes differently; the host does not wait for its events.
     let aers = if subnqn == DISCOVERY_NQN { 0 } else { (usize::from(id.aerl) + 1).min(MAX_AERS) };
-    Ok(Association { info, admin, io, aers })
+    Ok(Association { info, admin, io, aers, tls })
 }

@@ -74,6 +74,7 @@ use std::time::Duration;
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 use nvmf_common::fabrics::property::{ControllerConfiguration, Property, ShutdownNotification, ShutdownStatus};
 use nvmf_common::nvme::SubmissionQueueEntry;
+use nvmf_common::transport::tls::HandshakePsk;
 
 use crate::error::HostError;
 use crate::queue::handle::{QueueHandle, Recovery, Reply};
@@ -102,6 +103,8 @@ struct Inner {
     traffic_based_keep_alive: AtomicBool,
     /// Commands on I/O queues connected outside the controller ([`Controller::bare_io_traffic`]).
     bare_io: Arc<IoTraffic>,
+    /// The current association's TLS PSK ([`Controller::tls_psk`]).
+    tls: CurrentPsk,
     namespaces: RwLock<HashMap<u32, NamespaceInfo>>,
     /// Bumped on each namespace change; waiters sleep on `namespace_changed`.
     namespace_generation: Mutex<u64>,
@@ -109,6 +112,28 @@ struct Inner {
     /// The ANA groups' states on this path.
     ana: ana::AnaTable,
     supervision: Arc<Supervision>,
+}
+
+/// The current association's TLS PSK, replaced by a reconnect; `Debug` shows the identity only.
+struct CurrentPsk(Mutex<Option<Arc<HandshakePsk>>>);
+
+impl CurrentPsk {
+    fn get(&self) -> Option<Arc<HandshakePsk>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    fn set(&self, psk: Option<Arc<HandshakePsk>>) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = psk;
+    }
+}
+
+impl std::fmt::Debug for CurrentPsk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.get() {
+            Some(psk) => write!(f, "CurrentPsk({})", String::from_utf8_lossy(&psk.identity)),
+            None => f.write_str("CurrentPsk(none)"),
+        }
+    }
 }
 
 /// An association with one controller (see the module docs).
@@ -184,6 +209,7 @@ impl Controller {
             cntlid: AtomicU16::new(assoc.info.cntlid),
             traffic_based_keep_alive: AtomicBool::new(assoc.info.traffic_based_keep_alive),
             bare_io: Arc::default(),
+            tls: CurrentPsk(Mutex::new(assoc.tls)),
             namespaces: RwLock::new(HashMap::new()),
             namespace_generation: Mutex::new(0),
             namespace_changed: Condvar::new(),
@@ -246,6 +272,12 @@ impl Controller {
     /// The transport of every queue.
     pub fn transport(&self) -> Transport {
         self.inner.options.transport
+    }
+
+    /// The PSK the current association's NVMe/TCP queues are secured with: `--tls-key`'s, or the one `--concat`
+    /// generated for this association (a reconnect generates another). Bare I/O queues connect with it.
+    pub fn tls_psk(&self) -> Option<Arc<HandshakePsk>> {
+        self.inner.tls.get()
     }
 
     /// The admin queue.

@@ -272,6 +272,7 @@ impl Inner {
         }
         let sup = &self.supervision;
         let epoch = sup.lock().epoch + 1;
+        self.tls.set(assoc.tls);
         self.admin.replace(assoc.admin, epoch);
         for (q, new) in self.io.iter().zip(assoc.io) {
             q.replace(new, epoch);

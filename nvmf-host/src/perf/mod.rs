@@ -317,7 +317,8 @@ fn run_on(ctrl: &Controller, options: &PerfOptions) -> Result<PerfReport, PerfEr
     let depth = options.queue_depth;
     match ctrl.transport() {
         Transport::Tcp => {
-            let tls = o.tls.as_ref().map(|t| t.handshake_psk(&o.hostnqn, &info.subnqn)).transpose()?;
+            // The association's: `--tls-key`'s, or the PSK `--concat` generated for it.
+            let tls = ctrl.tls_psk();
             let queues = connect_queues(ctrl, options, |qid| {
                 let qopts = TcpQueueOptions {
                     qid,
