@@ -149,3 +149,124 @@ collect_logs || true
     let captured = out.stdout.lines().filter(|l| l.starts_with("capture: ")).count();
     assert!(captured >= 8, "a stream per connection and direction: {}", out.stdout);
 }
+
+const CONCAT_NQN: &str = "nqn.2024-01.io.nvmf-rs:vm-concat";
+/// A host with a DH-HMAC-CHAP key at the target, which asks for secure channel concatenation.
+const HC: &str = "nqn.2024-01.io.nvmf-rs:concat-host";
+/// A host allowed without keys: nothing to authenticate, so nothing to generate a PSK from.
+const HP: &str = "nqn.2024-01.io.nvmf-rs:plain-host";
+/// 32 bytes 0x00..0x1f, not transformed (`DHHC-1:00:`).
+const DHCHAP_KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+/// Another 32 bytes: a secret the target does not hold.
+const WRONG_KEY: &str = "DHHC-1:00:AQECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8ge/xg:";
+
+/// Secure channel concatenation ours↔ours (`--concat`, as Linux 6.15's `nvme connect --concat`): the host
+/// authenticates a plaintext admin queue asking for a generated PSK, then connects every queue again over TLS with
+/// the `NVMe1G01` identity the target keeps for it; `nvmf-host perf` writes and reads over that. Refused: a host
+/// without a key at the target, a wrong secret, a listener without TLS (concatenation mismatch) and one that
+/// requires TLS from the first byte (the plaintext authentication cannot happen).
+///
+///     NVMF_VM=1 cargo test -p nvmf-tests --test vm_target_tls -- --nocapture secure_channel_concatenation
+#[test]
+fn our_host_and_target_with_secure_channel_concatenation() {
+    let name = "our_host_and_target_with_secure_channel_concatenation";
+    let logs = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-logs").join(name);
+    let _ = std::fs::remove_dir_all(&logs);
+    let vm = Vm::new(name).logs(logs).modules(["tls"]).cpus(2).deadline(Duration::from_secs(600)).with_our_daemons();
+    let config = format!(
+        r#"
+[reactors]
+threads = 2
+[metrics]
+listen = "127.0.0.1:9420"
+[logging]
+level = "info"
+[[listener]]
+address = "127.0.0.1"
+port = 4420
+tls = "allowed"
+[[listener]]
+address = "127.0.0.1"
+port = 4421
+[[listener]]
+address = "127.0.0.1"
+port = 4422
+tls = "required"
+[[subsystem]]
+nqn = "{CONCAT_NQN}"
+hosts = ["{HP}"]
+[[subsystem.host]]
+nqn = "{HC}"
+dhchap_key = "{DHCHAP_KEY}"
+[[subsystem.namespace]]
+memory = "64MiB"
+"#
+    );
+    let script = format!(
+        r#"
+set -eu
+cat > /tmp/concat.toml <<'EOF'
+{config}
+EOF
+perf() {{
+  local port=$1 host=$2; shift 2
+  for w in randwrite randread; do
+    timeout 60 "$NVMF_HOST_BIN" perf -t tcp -a 127.0.0.1 -s $port -n {CONCAT_NQN} --hostnqn $host -c 1 -q 4 \
+      -o 4096 -w $w -T 2 "$@" > /tmp/perf.out 2>&1 || {{ cat /tmp/perf.out; return 1; }}
+    printf '%s %s IOPS ' $w "$(sed -n 's/^Total *: *\([0-9.]*\).*/\1/p' /tmp/perf.out)"
+  done
+}}
+tls() {{ metric "nvmf_target_tls_connections_total{{result=\"$1\"}}" || echo 0; }}
+refused() {{
+  if perf "$@" > /tmp/refused.out 2>&1; then fail "perf $* succeeded"; exit 1; fi
+  echo "refused: $(grep -m1 -iE 'error|fail|refused|closed|concat' /tmp/refused.out | cut -c1-200)"
+}}
+nvmf_target_start concat /tmp/concat.toml
+echo "concat: $(perf 4420 {HC} --dhchap-secret '{DHCHAP_KEY}' --concat)"
+echo "concat counts secured=$(tls secured) plaintext=$(tls plaintext) failed=$(tls failed)"
+echo "generated PSKs logged: $(grep -c 'generated PSK kept' "$(daemon_log concat)" || true)"
+echo "dhchap without concat: $(perf 4420 {HC} --dhchap-secret '{DHCHAP_KEY}')"
+echo "no key at the target: $(refused 4420 {HP} --dhchap-secret '{DHCHAP_KEY}' --concat)"
+echo "listener without TLS: $(refused 4421 {HC} --dhchap-secret '{DHCHAP_KEY}' --concat)"
+echo "mismatch at the host: $(grep -ci 'concatenation mismatch' /tmp/refused.out || true)"
+echo "mismatch logged: $(grep -c 'sc_c 0x02' "$(daemon_log concat)" || true)"
+echo "wrong secret: $(refused 4420 {HC} --dhchap-secret '{WRONG_KEY}' --concat)"
+echo "listener requiring TLS: $(refused 4422 {HC} --dhchap-secret '{DHCHAP_KEY}' --concat)"
+echo "without a secret: $(refused 4420 {HC} --concat)"
+stop_daemon concat
+collect_logs || true
+"#
+    );
+    let Some(out) = vm.run_or_skip(&script) else { return };
+    println!("{}", out.report());
+    out.assert_success();
+    out.assert_lines(&[
+        "concat: randwrite ",
+        "dhchap without concat: randwrite ",
+        "no key at the target: refused: ",
+        "wrong secret: refused: ",
+        "listener without TLS: refused: ",
+        "listener requiring TLS: refused: ",
+        "without a secret: refused: ",
+    ]);
+    let line = |prefix: &str| out.stdout.lines().find(|l| l.starts_with(prefix)).unwrap_or_default().to_owned();
+    let concat = line("concat: ");
+    assert!(concat.contains("randread ") && !concat.contains("randwrite  IOPS"), "{concat}");
+    let counts = line("concat counts ");
+    let count = |label: &str| -> u64 {
+        let key = format!("{label}=");
+        counts.split_whitespace().find_map(|w| w.strip_prefix(&key)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    // Each pass: a plaintext admin queue that authenticates, then the admin queue and one I/O queue over TLS.
+    assert!(count("secured") >= 4, "TLS connections with the generated PSKs: {counts}");
+    assert_eq!(count("plaintext"), 2, "only the authentications in the clear: {counts}");
+    assert_eq!(count("failed"), 0, "{counts}");
+    let generated: u64 = line("generated PSKs logged: ").rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(generated >= 2, "a generated PSK per pass: {}", out.stdout);
+    assert!(line("without a secret: ").contains("--dhchap-secret"), "{}", out.stdout);
+    // The listener without TLS refuses concatenation with AUTH_Failure1 reason 03h, and says why in its log.
+    for what in ["mismatch at the host: ", "mismatch logged: "] {
+        let n: u64 = line(what).rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        assert!(n >= 1, "{what}{n}: {}", out.stdout);
+    }
+}
