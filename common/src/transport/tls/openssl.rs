@@ -638,3 +638,33 @@ fn decode_hex(hex: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::first_binder_len;
+
+    /// A `pre_shared_key` extension with one identity of `id_len` bytes and one binder of `binder_len`.
+    fn extension(id_len: usize, binder_len: u8) -> Vec<u8> {
+        let identities = 2 + id_len + 4;
+        let mut ext = u16::try_from(identities).unwrap().to_be_bytes().to_vec();
+        ext.extend_from_slice(&u16::try_from(id_len).unwrap().to_be_bytes());
+        ext.extend(std::iter::repeat_n(b'x', id_len));
+        ext.extend_from_slice(&[0; 4]);
+        ext.extend_from_slice(&(u16::from(binder_len) + 1).to_be_bytes());
+        ext.push(binder_len);
+        ext.extend(std::iter::repeat_n(7, usize::from(binder_len)));
+        ext
+    }
+
+    #[test]
+    fn the_first_binder_length_is_read_and_garbage_is_none() {
+        assert_eq!(first_binder_len(&extension(100, 32)), Some(32));
+        assert_eq!(first_binder_len(&extension(500, 48)), Some(48));
+        for cut in 0..10 {
+            let ext = extension(3, 32);
+            assert_eq!(first_binder_len(&ext[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(first_binder_len(&[0xff, 0xff, 1, 2, 3]), None);
+        assert_eq!(first_binder_len(&[]), None);
+    }
+}
