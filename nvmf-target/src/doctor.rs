@@ -7,9 +7,10 @@
 
 use std::path::Path;
 
-use nvmf_config::target::NamespaceBackend;
+use nvmf_config::target::{ListenerTransport, NamespaceBackend, TlsMode};
 use nvmf_config::TargetConfig;
 use nvmf_service::doctor::memory::size;
+use nvmf_service::doctor::modules::ModuleNeed;
 use nvmf_service::doctor::report::{Finding, Level};
 use nvmf_service::doctor::{self, Cpus, HugePagesWanted, Needs, Pinned, RdmaUse, Report};
 
@@ -34,8 +35,20 @@ pub fn needs(config: &TargetConfig) -> Needs {
         }),
         hugepages: Some(HugePagesWanted { regions: reactors, bytes: pool }),
         io_uring: (true, "storage I/O"),
-        modules: Vec::new(),
+        modules: tls_listeners(config)
+            .then_some(ModuleNeed {
+                name: "tls",
+                what: "kTLS for listeners with tls (without it their records are relayed in user space, slower)",
+                missing: Level::Warn,
+            })
+            .into_iter()
+            .collect(),
     }
+}
+
+/// Whether a listener secures connections with TLS.
+fn tls_listeners(config: &TargetConfig) -> bool {
+    config.listeners.iter().any(|l| matches!(l.transport, ListenerTransport::Tcp(t) if t.tls != TlsMode::None))
 }
 
 /// Check the machine under `root` (`/`) for `config`.
@@ -109,5 +122,10 @@ mod tests {
 
         let tcp = TargetConfig::from_str("[[listener]]\naddress = \"127.0.0.1\"\n", "t.toml").unwrap();
         assert_eq!(needs(&tcp).rdma, RdmaUse::None);
+        assert!(needs(&tcp).modules.is_empty(), "no TLS listener: no tls module");
+        let tls =
+            TargetConfig::from_str("[[listener]]\naddress = \"127.0.0.1\"\ntls = \"allowed\"\n", "t.toml").unwrap();
+        let modules = needs(&tls).modules;
+        assert_eq!(modules.iter().map(|m| (m.name, m.missing)).collect::<Vec<_>>(), [("tls", Level::Warn)]);
     }
 }

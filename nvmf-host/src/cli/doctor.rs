@@ -45,6 +45,7 @@ pub fn needs(config: Option<&HostConfig>) -> Needs {
     let exports = |kind: fn(&ExportKind) -> bool| controllers.iter().flat_map(|c| &c.exports).any(|e| kind(&e.kind));
     let ublk = exports(|k| matches!(k, ExportKind::Ublk));
     let nbd = exports(|k| matches!(k, ExportKind::Nbd(_)));
+    let tls = controllers.iter().any(|c| c.tls_key.is_some());
     let slots: u64 = rdma.iter().map(|c| (u64::from(c.nr_io_queues) + 1) * u64::from(c.queue_size)).sum();
     let per_slot = SLOT_OVERHEAD + LARGEST_TRANSFER;
     Needs {
@@ -72,6 +73,11 @@ pub fn needs(config: Option<&HostConfig>) -> Needs {
                 name: "nbd",
                 what: "NBD exports' kernel clients (nbd-client)",
                 missing: if nbd { Level::Warn } else { Level::Info },
+            },
+            ModuleNeed {
+                name: "tls",
+                what: "kTLS for controllers over TLS (without it their records are relayed in user space, slower)",
+                missing: if tls { Level::Warn } else { Level::Info },
             },
         ],
     }
