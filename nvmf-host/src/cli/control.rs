@@ -96,6 +96,10 @@ pub struct ConnectOptionArgs {
     /// or 0 (`NVMe0R0x host subsystem`), as the key was inserted for the target (`nvme gen-tls-key --identity`).
     #[arg(long = "tls-identity-version", value_name = "0|1")]
     pub tls_identity_version: Option<u8>,
+    /// The PSK identity to use, as nvme-cli names a key of its keyring (`NVMe1R01 <hostnqn> <subnqn> <digest>`):
+    /// the identity --tls-key gives for this host and subsystem must be this one (it also sets the version).
+    #[arg(long = "tls-key-identity", value_name = "IDENTITY")]
+    pub tls_key_identity: Option<String>,
     /// Derive the TLS PSK as libnvme did before 1.16 (nvme-cli's `--compat`).
     #[arg(long = "tls-compat")]
     pub tls_compat: bool,
@@ -128,6 +132,7 @@ impl ConnectOptionArgs {
             tls: self.tls || d.tls,
             tls_key: self.tls_key.or(d.tls_key),
             tls_identity_version: self.tls_identity_version.or(d.tls_identity_version),
+            tls_key_identity: self.tls_key_identity.or(d.tls_key_identity),
             tls_compat: self.tls_compat || d.tls_compat,
             concat: self.concat || d.concat,
         }
@@ -257,6 +262,7 @@ pub(super) fn params(endpoint: &Endpoint, nqn: &str, o: &ConnectOptionArgs) -> R
         tls: o.tls,
         tls_key: o.tls_key.as_deref().map(SecretText::from),
         tls_identity_version: o.tls_identity_version,
+        tls_key_identity: o.tls_key_identity.clone(),
         tls_compat: o.tls_compat,
         concat: o.concat,
     })

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use nvmf_common::fabrics::tls::{IdentityVersion, PskDerivation};
+use nvmf_common::fabrics::tls::{derive_tls_psk, IdentityVersion, PskDerivation, PskIdentity};
 use nvmf_config::host::{ControllerConfig, DEFAULT_TLS_IDENTITY_VERSION};
 use nvmf_config::target::Transport as ConfigTransport;
 
@@ -150,14 +150,37 @@ pub(crate) fn apply_connect_params(options: &mut ConnectOptions, p: &ConnectPara
         options.dhchap_ctrl_secret = Some(text.expose().parse().map_err(|e| format!("--dhchap-ctrl-secret: {e}"))?);
     }
     options.tls = tls_options(p)?;
+    if let (Some(identity), Some(tls)) = (&p.tls_key_identity, &options.tls) {
+        check_identity(identity, tls, &options.hostnqn, &p.nqn)?;
+    }
     options.concat = p.concat;
     options.check_host_iface().and_then(|()| options.check_dhchap()).map_err(|e| e.to_string())
 }
 
-/// `--tls`, `--tls-key`, `--tls-identity-version` and `--tls-compat` as the controller's TLS settings.
+/// `--tls-key-identity` (nvme-cli's name for the identity of the key to use): the identity the key gives for this
+/// host and subsystem must be that one; a connect-all (no subsystem yet) checks its version and hash only.
+fn check_identity(identity: &str, tls: &TlsKeyOptions, hostnqn: &str, subnqn: &str) -> Result<(), String> {
+    let wrong = |why: String| format!("--tls-key-identity {identity:?}: {why}");
+    let parsed = PskIdentity::parse(identity.as_bytes()).map_err(|e| wrong(e.to_string()))?;
+    if parsed.version() != tls.identity_version || parsed.hash() != tls.key.hash() {
+        return Err(wrong("another version or hash than --tls-key and --tls-identity-version give".into()));
+    }
+    if subnqn.is_empty() {
+        return Ok(());
+    }
+    let derived = derive_tls_psk(&tls.key, hostnqn, subnqn, tls.identity_version, tls.derivation)
+        .map_err(|e| format!("--tls-key: {e}"))?;
+    if derived.identity != identity {
+        return Err(wrong(format!("the key gives {:?} for this host and subsystem", derived.identity)));
+    }
+    Ok(())
+}
+
+/// `--tls`, `--tls-key`, `--tls-key-identity`, `--tls-identity-version` and `--tls-compat` as the controller's TLS
+/// settings.
 fn tls_options(p: &ConnectParams) -> Result<Option<TlsKeyOptions>, String> {
     let Some(text) = &p.tls_key else {
-        if p.tls {
+        if p.tls || p.tls_key_identity.is_some() {
             return Err("--tls needs --tls-key NVMeTLSkey-1:…: (nvmf-host reads keys from its options and \
                         configuration, not from a kernel keyring)"
                 .into());
@@ -168,8 +191,10 @@ fn tls_options(p: &ConnectParams) -> Result<Option<TlsKeyOptions>, String> {
         return Err(format!("--tls is NVMe/TCP's; not for transport {}", p.transport));
     }
     let key = text.expose().trim().parse().map_err(|e| format!("--tls-key: {e}"))?;
+    // The identity asked for says its version.
+    let asked = p.tls_key_identity.as_deref().and_then(|i| PskIdentity::parse(i.as_bytes()).ok()).map(|i| i.version());
     let identity_version = match p.tls_identity_version {
-        None => DEFAULT_TLS_IDENTITY_VERSION,
+        None => asked.unwrap_or(DEFAULT_TLS_IDENTITY_VERSION),
         Some(v) => IdentityVersion::from_number(v).ok_or_else(|| format!("--tls-identity-version {v}: 0 or 1"))?,
     };
     let derivation = if p.tls_compat { PskDerivation::Compat } else { PskDerivation::Rfc8446 };
@@ -215,6 +240,7 @@ pub(super) fn params_from_request(p: &ConnectParams, host: &HostDefaults) -> Res
 
 #[cfg(test)]
 mod tests {
+    use nvmf_common::fabrics::tls::ConfiguredPsk;
     use nvmf_config::host::HostConfig;
 
     use super::*;
@@ -301,5 +327,37 @@ mod tests {
         r.dhchap_secret = Some("DHHC-1:00:AAAA:".into());
         let e = params_from_request(&r, &host()).unwrap_err();
         assert_eq!(e, "--dhchap-secret: the key field holds 3 bytes; a secret of 32, 48 or 64 bytes and its 4-byte CRC-32 are 36, 52 or 68");
+    }
+
+    #[test]
+    fn a_tls_key_identity_must_be_the_one_the_key_gives() {
+        let key = "NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+        let defaults = host();
+        let hostnqn = defaults.identity.hostnqn.clone();
+        let mut r = request("tcp");
+        r.nqn = "nqn.2024-01.io.example:disk".into();
+        r.tls_key = Some(key.into());
+        let derived = |v| {
+            let configured: ConfiguredPsk = key.parse().unwrap();
+            derive_tls_psk(&configured, &hostnqn, &r.nqn, v, PskDerivation::Rfc8446).unwrap().identity
+        };
+        // The version 0 identity: its version is taken.
+        r.tls_key_identity = Some(derived(IdentityVersion::V0));
+        let p = params_from_request(&r, &defaults).unwrap();
+        assert_eq!(p.options.tls.unwrap().identity_version, IdentityVersion::V0);
+        r.tls_key_identity = Some(derived(IdentityVersion::V1));
+        assert_eq!(
+            params_from_request(&r, &defaults).unwrap().options.tls.unwrap().identity_version,
+            IdentityVersion::V1
+        );
+        // Another subsystem's identity, and a made-up one.
+        r.tls_key_identity = Some(derived(IdentityVersion::V1).replace("disk", "other"));
+        let e = params_from_request(&r, &defaults).unwrap_err();
+        assert!(e.starts_with("--tls-key-identity ") && e.contains("the key gives"), "{e}");
+        r.tls_key_identity = Some("NVMe9Z01 x y".into());
+        assert!(params_from_request(&r, &defaults).unwrap_err().starts_with("--tls-key-identity "));
+        // Without a key: nvmf-host keeps no keyring.
+        r.tls_key = None;
+        assert!(params_from_request(&r, &defaults).unwrap_err().contains("--tls needs --tls-key"));
     }
 }

@@ -107,6 +107,9 @@ pub struct ConnectParams {
     /// `--tls-identity-version`: 0 or 1.
     #[serde(default)]
     pub tls_identity_version: Option<u8>,
+    /// `--tls-key-identity`: the PSK identity the key must give (nvme-cli's option).
+    #[serde(default)]
+    pub tls_key_identity: Option<String>,
     /// `--tls-compat`: libnvme's older derivation.
     #[serde(default)]
     pub tls_compat: bool,

@@ -367,6 +367,7 @@ mod tests {
             tls: false,
             tls_key: None,
             tls_identity_version: None,
+            tls_key_identity: None,
             tls_compat: false,
             concat: false,
         }
@@ -409,6 +410,7 @@ mod tests {
             tls: true,
             tls_key: Some(key.into()),
             tls_identity_version: Some(0),
+            tls_key_identity: None,
             tls_compat: true,
             ..asked()
         };
