@@ -78,12 +78,12 @@ cat > /tmp/io_uring.toml <<'EOF'
 EOF
 printf '%s\n' '{K2}' > /tmp/h2.tls
 chmod 600 /tmp/h2.tls
-# perf PORT HOSTNQN [OPTIONS]: a write pass then a read pass of 2 s each; prints the passes' IOPS.
+# perf PORT HOSTNQN [OPTIONS]: a write pass then a read pass of 1 s each; prints the passes' IOPS.
 perf() {{
   local port=$1 host=$2; shift 2
   for w in randwrite randread; do
     timeout 60 "$NVMF_HOST_BIN" perf -t tcp -a 127.0.0.1 -s $port -n {NQN} --hostnqn $host -c 1 -q 4 -o 4096 \
-      -w $w -T 2 "$@" > /tmp/perf.out 2>&1 || {{ cat /tmp/perf.out; return 1; }}
+      -w $w -T 1 "$@" > /tmp/perf.out 2>&1 || {{ cat /tmp/perf.out; return 1; }}
     printf '%s %s IOPS ' $w "$(sed -n 's/^Total *: *\([0-9.]*\).*/\1/p' /tmp/perf.out)"
   done
 }}
@@ -212,7 +212,7 @@ perf() {{
   local port=$1 host=$2; shift 2
   for w in randwrite randread; do
     timeout 60 "$NVMF_HOST_BIN" perf -t tcp -a 127.0.0.1 -s $port -n {CONCAT_NQN} --hostnqn $host -c 1 -q 4 \
-      -o 4096 -w $w -T 2 "$@" > /tmp/perf.out 2>&1 || {{ cat /tmp/perf.out; return 1; }}
+      -o 4096 -w $w -T 1 "$@" > /tmp/perf.out 2>&1 || {{ cat /tmp/perf.out; return 1; }}
     printf '%s %s IOPS ' $w "$(sed -n 's/^Total *: *\([0-9.]*\).*/\1/p' /tmp/perf.out)"
   done
 }}

@@ -114,7 +114,8 @@ run() {
   cpu_pct "$s0" "$s1" | awk '{ print $1 }'
 }
 
-workloads=("1 4096 32 randread" "$host_cpus 4096 32 randread" "1 131072 8 read" "$host_cpus 131072 8 read")
+workloads=("1 4096 32 randread" "1 131072 8 read")
+((host_cpus > 1)) && workloads+=("$host_cpus 4096 32 randread" "$host_cpus 131072 8 read")
 declare -A sum
 {
   echo "| workload | I/O queues | mode | IOPS | MiB/s | mean latency (µs) | target node CPU % |"
