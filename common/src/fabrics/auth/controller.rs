@@ -105,8 +105,8 @@ struct Exchange {
     c1: Zeroizing<Vec<u8>>,
     s1: u32,
     pair: Option<DhKeyPair>,
-    /// The host asked for secure channel concatenation.
-    concat: bool,
+    /// AUTH_Negotiate's SC_C (not 0: the host asked for secure channel concatenation).
+    sc_c: u8,
 }
 
 enum State {
@@ -390,7 +390,7 @@ impl ControllerTransaction {
         let dhv = pair.as_ref().map_or(&[][..], DhKeyPair::public);
         let message = Challenge { t_id: self.t_id, hashid: hash.id(), dhgid: group.id(), seqnum: s1, cval: &c1, dhv }
             .to_bytes()?;
-        self.state = State::ChallengeReady { exchange: Exchange { hash, group, c1, s1, pair, concat }, message };
+        self.state = State::ChallengeReady { exchange: Exchange { hash, group, c1, s1, pair, sc_c: n.sc_c }, message };
         Ok(())
     }
 
@@ -452,12 +452,13 @@ impl ControllerTransaction {
             t_id: self.t_id,
             hostnqn: &creds.hostnqn,
             subnqn: &creds.subnqn,
+            sc_c: exchange.sc_c,
         };
         if !transcript.verify(Responder::Host, &creds.host_secret.transform(&creds.hostnqn), r.rval) {
             return Err(AuthError::HostNotAuthenticated);
         }
         let hl = u8::try_from(hash.digest_len()).unwrap_or(u8::MAX);
-        if exchange.concat {
+        if exchange.sc_c != secure_channel::NONE {
             // nvmet: a concatenating host must send C2; the PSK is HMAC(KS, C1 || C2) of the challenges as sent.
             let (Some(c2), Some(s), Some(psk_hash)) = (r.cval, &session, PskHash::from_id(hash.id())) else {
                 return Err(AuthError::NoConcatenationChallenge);

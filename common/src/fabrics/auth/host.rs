@@ -194,6 +194,7 @@ impl<'a> HostTransaction<'a> {
             t_id: self.t_id,
             hostnqn: creds.hostnqn,
             subnqn: creds.subnqn,
+            sc_c: self.sc_c,
         };
         let response = transcript.response(Responder::Host, &creds.secret.transform(creds.hostnqn));
         if self.sc_c != 0 {
@@ -268,6 +269,7 @@ impl<'a> HostTransaction<'a> {
             t_id: self.t_id,
             hostnqn: creds.hostnqn,
             subnqn: creds.subnqn,
+            sc_c: self.sc_c,
         };
         if !transcript.verify(Responder::Controller, &secret.transform(creds.subnqn), rval) {
             return Err(AuthError::ControllerNotAuthenticated);

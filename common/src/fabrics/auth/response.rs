@@ -2,7 +2,9 @@
 //! (`nvme_auth_dhchap_setup_host_response`, `…_ctrl_response`) and nvmet (`nvmet_auth_host_hash`,
 //! `nvmet_auth_ctrl_hash`) compute them, for either side to send or check:
 //!
-//! - the host's: HMAC(Kh, C1' || S1 || TID || 00h || "HostHost" || NQNh || 00h || NQNc);
+//! - the host's: HMAC(Kh, C1' || S1 || TID || SC_C || "HostHost" || NQNh || 00h || NQNc), SC_C the transaction's
+//!   AUTH_Negotiate asked for (00h unless secure channel concatenation: Linux's host and nvmet since their fix
+//!   "nvme-auth: update sc_c in host response"; before it, Linux wrote 00h there whatever SC_C was);
 //! - the controller's: HMAC(Kc, C2' || S2 || TID || 00h || "Controller" || NQNc || 00h || NQNh);
 //!
 //! with the negotiated hash, Kh/Kc the host/controller secret transformed with NQNh/NQNc
@@ -38,6 +40,8 @@ pub struct Transcript<'a> {
     pub hostnqn: &'a str,
     /// NQNc.
     pub subnqn: &'a str,
+    /// AUTH_Negotiate's SC_C, in the host's response (the controller's has 00h there, as Linux computes it).
+    pub sc_c: u8,
 }
 
 impl Transcript<'_> {
@@ -54,11 +58,11 @@ impl Transcript<'_> {
     }
 
     fn parts<'p>(&'p self, who: Responder, seqnum: &'p [u8; 4], t_id: &'p [u8; 2]) -> [&'p [u8]; 8] {
-        let (label, first, second): (&[u8], &str, &str) = match who {
-            Responder::Host => (b"HostHost", self.hostnqn, self.subnqn),
-            Responder::Controller => (b"Controller", self.subnqn, self.hostnqn),
+        let (label, first, second, sc_c): (&[u8], &str, &str, &[u8]) = match who {
+            Responder::Host => (b"HostHost", self.hostnqn, self.subnqn, std::slice::from_ref(&self.sc_c)),
+            Responder::Controller => (b"Controller", self.subnqn, self.hostnqn, &[0]),
         };
-        [self.challenge, seqnum, t_id, &[0], label, first.as_bytes(), &[0], second.as_bytes()]
+        [self.challenge, seqnum, t_id, sc_c, label, first.as_bytes(), &[0], second.as_bytes()]
     }
 }
 
@@ -100,6 +104,7 @@ mod tests {
             t_id: 0x0506,
             hostnqn: HOSTNQN,
             subnqn: SUBNQN,
+            sc_c: 0,
         };
         let host = t.response(Responder::Host, &key);
         assert_eq!(hex(&host), HOST_SHA256);
@@ -114,8 +119,15 @@ mod tests {
     fn every_input_matters() {
         let key = [7u8; 48];
         let c = [9u8; 48];
-        let base =
-            Transcript { hash: HashFunction::Sha384, challenge: &c, seqnum: 1, t_id: 1, hostnqn: "h", subnqn: "s" };
+        let base = Transcript {
+            hash: HashFunction::Sha384,
+            challenge: &c,
+            seqnum: 1,
+            t_id: 1,
+            hostnqn: "h",
+            subnqn: "s",
+            sc_c: 0,
+        };
         let r = base.response(Responder::Host, &key);
         assert_eq!(r.len(), 48);
         let c2 = [8u8; 48];
@@ -125,9 +137,13 @@ mod tests {
             Transcript { hostnqn: "h2", ..base },
             Transcript { subnqn: "s2", ..base },
             Transcript { challenge: &c2, ..base },
+            // Secure channel concatenation's SC_C is in the host's response (not in the controller's).
+            Transcript { sc_c: 2, ..base },
         ] {
             assert!(!other.verify(Responder::Host, &key, &r));
         }
+        let controller = base.response(Responder::Controller, &key);
+        assert!(Transcript { sc_c: 3, ..base }.verify(Responder::Controller, &key, &controller));
         assert!(!base.verify(Responder::Host, &[6u8; 48], &r));
     }
 }

@@ -443,13 +443,22 @@ fn a_concatenating_reply_without_c2_fails() {
     let mut c = ControllerTransaction::new(credentials(&host_secret, None));
     c.set_secure_channel(SecureChannelPolicy::Plaintext);
     let seq = SequenceNumbers::new();
-    // The host's Negotiate asks for concatenation; its Reply (that of a host that did not) has no C2.
-    let mut concat = HostTransaction::new(creds, 7).with_secure_channel(NEW_TLS_PSK);
+    let mut host = HostTransaction::new(creds, 7).with_secure_channel(NEW_TLS_PSK);
+    c.send(&host.negotiate(), &seq, &mut OsRandom).unwrap();
+    let reply = host.reply(&c.receive(), &seq, &mut OsRandom).unwrap();
+    // The same Reply (its response covers SC_C 02h) without C2.
+    let r = Reply::parse(&reply).unwrap();
+    let stripped = Reply { cval: None, ..r }.to_bytes().unwrap();
+    assert_eq!(c.send(&stripped, &seq, &mut OsRandom), Err(AuthError::NoConcatenationChallenge));
+    assert_eq!(host.success(&c.receive()), Err(AuthError::HostNotAccepted));
+    // A response computed with SC_C 00h does not verify in a transaction that asked for concatenation.
+    let mut c = ControllerTransaction::new(credentials(&host_secret, None));
+    c.set_secure_channel(SecureChannelPolicy::Plaintext);
+    let mut concat = HostTransaction::new(creds, 8).with_secure_channel(NEW_TLS_PSK);
     c.send(&concat.negotiate(), &seq, &mut OsRandom).unwrap();
     let challenge = c.receive();
-    let mut plain = HostTransaction::new(creds, 7);
+    let mut plain = HostTransaction::new(creds, 8);
     plain.negotiate();
     let reply = plain.reply(&challenge, &seq, &mut OsRandom).unwrap();
-    assert_eq!(c.send(&reply, &seq, &mut OsRandom), Err(AuthError::NoConcatenationChallenge));
-    assert_eq!(plain.success(&c.receive()), Err(AuthError::HostNotAccepted));
+    assert_eq!(c.send(&reply, &seq, &mut OsRandom), Err(AuthError::HostNotAuthenticated));
 }

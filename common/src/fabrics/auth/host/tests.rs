@@ -83,6 +83,7 @@ impl Controller {
             t_id: self.t_id,
             hostnqn: HOSTNQN,
             subnqn: SUBNQN,
+            sc_c: 0,
         };
         if !t.verify(Responder::Host, &self.host_secret.transform(HOSTNQN), r.rval) {
             return Failure { kind: FailureKind::Failure1, t_id: self.t_id, reason: FailureReason::Failed }.to_bytes();
