@@ -138,8 +138,8 @@ fn listeners_take_a_state_per_ana_group() {
         &nvmf_target(&["--listen", twice, "--check"]),
         &format!(
             "nvmf-target: --listen \"{twice}\": option \"ana-group-state\" names group 2 twice; allowed: options \
-             ana-state=STATE (once) and ana-group-state=GROUP:STATE (each group once), GROUP 1..=128, STATE \
-             optimized|non-optimized|inaccessible|persistent-loss|change"
+             ana-state=STATE (once), ana-group-state=GROUP:STATE (each group once), GROUP 1..=128, STATE \
+             optimized|non-optimized|inaccessible|persistent-loss|change, and tls=none|allowed|required (tcp, once)"
         ),
     );
     std::fs::write(

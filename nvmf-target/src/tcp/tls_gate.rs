@@ -132,8 +132,21 @@ pub type HandOver = Box<dyn FnMut(AcceptedConnection) -> Result<(), AcceptedConn
 
 /// The gate: its queue and what its threads share.
 pub struct TlsGate {
-    queue: SyncSender<AcceptedConnection>,
+    /// `None` once dropping: the threads see the queue closed and end.
+    queue: Option<SyncSender<AcceptedConnection>>,
     shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for TlsGate {
+    /// Close the queue and wait for the threads (a handshake in flight ends within its timeout): once the gate is
+    /// gone nothing holds the reactors' hand-over, so the daemon can stop them.
+    fn drop(&mut self) {
+        self.queue = None;
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for TlsGate {
@@ -169,16 +182,22 @@ impl TlsGate {
             timeout,
             refusals: FailureLog::default(),
         });
+        let mut threads = Vec::with_capacity(GATE_THREADS);
         for i in 0..GATE_THREADS {
             let (waiting, shared) = (Arc::clone(&waiting), Arc::clone(&shared));
-            std::thread::Builder::new().name(format!("nvmf-tls-{i}")).spawn(move || gate_loop(&waiting, &shared))?;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("nvmf-tls-{i}"))
+                    .spawn(move || gate_loop(&waiting, &shared))?,
+            );
         }
-        Ok(TlsGate { queue, shared })
+        Ok(TlsGate { queue: Some(queue), shared, threads })
     }
 
     /// Queue `connection` for its handshake; closed (dropped) when the queue is full.
     pub fn admit(&self, connection: AcceptedConnection) {
-        match self.queue.try_send(connection) {
+        let Some(queue) = &self.queue else { return };
+        match queue.try_send(connection) {
             Ok(()) => {}
             Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => {
                 self.shared.counters.queue_full.fetch_add(1, Ordering::Relaxed);
