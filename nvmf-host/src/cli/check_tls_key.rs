@@ -13,19 +13,16 @@ use std::io::BufRead;
 use clap::Args;
 use nvmf_common::fabrics::tls::{derive_tls_psk, ConfiguredPsk, PskDerivation};
 
-use super::gen_tls_key::{identity_version, INSERT_UNSUPPORTED};
+use super::gen_tls_key::{identity_version, KeyringArgs};
 use super::CliError;
 use crate::identity::HostIdentity;
 
 /// `nvmf-host check-tls-key`.
 #[derive(Debug, Clone, Args)]
 pub struct CheckTlsKeyArgs {
-    /// Keyring for the retained key (with --insert only).
-    #[arg(short = 'k', long = "keyring", default_value = ".nvme")]
-    pub keyring: String,
-    /// Key type of the retained key (with --insert only).
-    #[arg(short = 't', long = "keytype", default_value = "psk")]
-    pub keytype: String,
+    /// The kernel keyring's options, accepted as nvme-cli takes them.
+    #[command(flatten)]
+    pub keyring: KeyringArgs,
     /// Host NQN of the identity (default: this host's, as `show-hostnqn` prints it).
     #[arg(short = 'n', long = "hostnqn")]
     pub hostnqn: Option<String>,
@@ -35,15 +32,9 @@ pub struct CheckTlsKeyArgs {
     /// The TLS key in interchange format (`NVMeTLSkey-1:…:`; default: the first line of standard input).
     #[arg(short = 'd', long = "keydata", value_name = "KEY")]
     pub keydata: Option<String>,
-    /// Key file to append the derived TLS PSK to (needs --insert).
-    #[arg(short = 'f', long = "keyfile")]
-    pub keyfile: Option<std::path::PathBuf>,
     /// PSK identity version: 0 (NVMe/TCP 1.0c), 1 (TP 8018, with the PSK digest).
     #[arg(short = 'I', long = "identity", default_value_t = 0)]
     pub identity: u8,
-    /// Insert the derived key into the kernel keyring: not supported by nvmf-host.
-    #[arg(short = 'i', long = "insert")]
-    pub insert: bool,
     /// Derive as libnvme did before 1.16 (its `--compat`; changes version 1 digests).
     #[arg(short = 'C', long = "compat")]
     pub compat: bool,
@@ -57,12 +48,7 @@ pub fn run(a: &CheckTlsKeyArgs, out: &mut dyn std::io::Write) -> Result<(), CliE
 /// `check-tls-key` with the key from `input` when `--keydata` is not given.
 fn check(a: &CheckTlsKeyArgs, input: &mut dyn BufRead, out: &mut dyn std::io::Write) -> Result<(), CliError> {
     let version = identity_version(a.identity)?;
-    if a.insert {
-        return Err(CliError::Options(INSERT_UNSUPPORTED.into()));
-    }
-    if a.keyfile.is_some() {
-        return Err(CliError::Options("--keyfile needs --insert, which nvmf-host does not support".into()));
-    }
+    a.keyring.refuse()?;
     let text = match &a.keydata {
         Some(k) => zeroize::Zeroizing::new(k.clone()),
         None => {
@@ -167,7 +153,7 @@ mod tests {
         );
         assert_eq!(check_key(&[]).unwrap_err(), "no key data: give --keydata or a key on standard input");
         assert!(check_key(&["-d", K01, "-I", "2"]).unwrap_err().starts_with("invalid TLS identity version 2"));
-        assert_eq!(check_key(&["-d", K01, "-i"]).unwrap_err(), INSERT_UNSUPPORTED);
+        assert_eq!(check_key(&["-d", K01, "-i"]).unwrap_err(), super::super::gen_tls_key::INSERT_UNSUPPORTED);
         assert_eq!(
             check_key(&["-d", K01, "-n", "nqn.a b", "-c", "nqn.s"]).unwrap_err(),
             "the PSK identity's host NQN: NQN contains a space, which separates the identity's fields"

@@ -22,12 +22,9 @@ pub(super) const INSERT_UNSUPPORTED: &str =
 /// `nvmf-host gen-tls-key`.
 #[derive(Debug, Clone, Args)]
 pub struct GenTlsKeyArgs {
-    /// Keyring for the retained key (with --insert only).
-    #[arg(short = 'k', long = "keyring", default_value = ".nvme")]
-    pub keyring: String,
-    /// Key type of the retained key (with --insert only).
-    #[arg(short = 't', long = "keytype", default_value = "psk")]
-    pub keytype: String,
+    /// The kernel keyring's options, accepted as nvme-cli takes them.
+    #[command(flatten)]
+    pub keyring: KeyringArgs,
     /// Host NQN for the retained key (with --insert only).
     #[arg(short = 'n', long = "hostnqn")]
     pub hostnqn: Option<String>,
@@ -37,18 +34,12 @@ pub struct GenTlsKeyArgs {
     /// The key in hexadecimal characters (default: random bytes from the OS).
     #[arg(short = 's', long = "secret", value_name = "HEX")]
     pub secret: Option<String>,
-    /// Key file to append the derived TLS PSK to (needs --insert).
-    #[arg(short = 'f', long = "keyfile")]
-    pub keyfile: Option<std::path::PathBuf>,
     /// Hash of the key and of its cipher suite: 1 SHA-256 (32 bytes), 2 SHA-384 (48 bytes).
     #[arg(short = 'm', long = "hmac", default_value_t = 1)]
     pub hmac: u8,
     /// PSK identity version for --insert: 0 (NVMe/TCP 1.0c), 1 (TP 8018, with the PSK digest).
     #[arg(short = 'I', long = "identity", default_value_t = 0)]
     pub identity: u8,
-    /// Insert the derived key into the kernel keyring: not supported by nvmf-host.
-    #[arg(short = 'i', long = "insert")]
-    pub insert: bool,
     /// Derive as libnvme did before 1.16 (with --insert only).
     #[arg(short = 'C', long = "compat")]
     pub compat: bool,
@@ -60,12 +51,7 @@ pub fn run(a: &GenTlsKeyArgs, out: &mut dyn std::io::Write) -> Result<(), CliErr
         CliError::Options(format!("invalid HMAC identifier {}; allowed: 1 (SHA-256), 2 (SHA-384)", a.hmac))
     })?;
     identity_version(a.identity)?;
-    if a.insert {
-        return Err(CliError::Options(INSERT_UNSUPPORTED.into()));
-    }
-    if a.keyfile.is_some() {
-        return Err(CliError::Options("--keyfile needs --insert, which nvmf-host does not support".into()));
-    }
+    a.keyring.refuse()?;
     let psk = match &a.secret {
         Some(hex) => ConfiguredPsk::new(Some(hash), &decode_hex(hex, hash.digest_len())?),
         None => ConfiguredPsk::generate(hash, &mut OsRandom),
@@ -73,6 +59,37 @@ pub fn run(a: &GenTlsKeyArgs, out: &mut dyn std::io::Write) -> Result<(), CliErr
     .map_err(|e| CliError::Options(e.to_string()))?;
     writeln!(out, "{}", psk.interchange().as_str())?;
     Ok(())
+}
+
+/// The options of nvme-cli's TLS key commands that concern the kernel keyring: accepted as nvme-cli spells them,
+/// refused when they would act (nvmf-host reads keys from files, it keeps no keyring).
+#[derive(Debug, Clone, Args)]
+pub struct KeyringArgs {
+    /// Keyring for the retained key (with --insert only).
+    #[arg(short = 'k', long = "keyring", default_value = ".nvme")]
+    pub keyring: String,
+    /// Key type of the retained key (with --insert only).
+    #[arg(short = 't', long = "keytype", default_value = "psk")]
+    pub keytype: String,
+    /// Key file to append the derived TLS PSK to (needs --insert).
+    #[arg(short = 'f', long = "keyfile")]
+    pub keyfile: Option<std::path::PathBuf>,
+    /// Insert the derived key into the kernel keyring: not supported by nvmf-host.
+    #[arg(short = 'i', long = "insert")]
+    pub insert: bool,
+}
+
+impl KeyringArgs {
+    /// One line of refusal when `--insert` or `--keyfile` is asked for.
+    pub(super) fn refuse(&self) -> Result<(), CliError> {
+        if self.insert {
+            return Err(CliError::Options(INSERT_UNSUPPORTED.into()));
+        }
+        if self.keyfile.is_some() {
+            return Err(CliError::Options("--keyfile needs --insert, which nvmf-host does not support".into()));
+        }
+        Ok(())
+    }
 }
 
 /// `--identity`: 0 or 1, as nvme-cli checks it.
