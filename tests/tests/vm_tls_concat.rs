@@ -5,8 +5,8 @@
 //! - the kernel host (`nvme connect --dhchap-secret … --concat`, its `tlshd` in network namespace `host`) to our
 //!   target (a `tls = "allowed"` listener, the host's `dhchap_key`): fio verifies through it, the kernel's
 //!   controller names a generated key, our target counts the plaintext authentication and the TLS connections
-//!   (not here: `nvme reset`, after which Linux 7.3's host authenticated again and got a new key, then opened TLS
-//!   connections it closed before its ClientHello, every reconnect delay; not understood yet);
+//!   (not `nvme reset` here: Linux 7.3's host authenticates again and gets a new key, but then reconnects from a
+//!   kernel worker in the initial network namespace, where no `tlshd` runs in this setup: "failed to start TLS: -3");
 //! - our host (`nvmf-host perf --dhchap-secret … --concat`) to nvmet (a `tls1.3` port with `addr_treq` "not
 //!   required", the host's `dhchap_key` and `ffdhe2048`, its `tlshd` here): nvmet's `tlshd` selects the generated
 //!   identity and perf writes and reads.
