@@ -4,9 +4,9 @@
 //!
 //! - the kernel host (`nvme connect --dhchap-secret … --concat`, its `tlshd` in network namespace `host`) to our
 //!   target (a `tls = "allowed"` listener, the host's `dhchap_key`): fio verifies through it, the kernel's
-//!   controller names a generated key, our target counts the plaintext authentication and the TLS connections
-//!   (not `nvme reset` here: Linux 7.3's host authenticates again and gets a new key, but then reconnects from a
-//!   kernel worker in the initial network namespace, where no `tlshd` runs in this setup: "failed to start TLS: -3");
+//!   controller names a generated key, our target counts the plaintext authentication and the TLS connections;
+//!   `nvme reset` authenticates again, generates another key and fio verifies again (the reset reconnects from a
+//!   kernel worker in the initial network namespace, so a second `tlshd` runs there);
 //! - our host (`nvmf-host perf --dhchap-secret … --concat`) to nvmet (a `tls1.3` port with `addr_treq` "not
 //!   required", the host's `dhchap_key` and `ffdhe2048`, its `tlshd` here): nvmet's `tlshd` selects the generated
 //!   identity and perf writes and reads.
@@ -71,6 +71,15 @@ say kernel "identity $ident"
 say kernel "$(fio13_rw_verify $dev 4K 8 4M)"
 say kernel "secured $(tls secured) plaintext $(tls plaintext) failed $(tls failed)"
 say kernel "generated $(grep -c 'generated PSK kept' "$(daemon_log ours)" || true)"
+# A reset reconnects from a kernel worker, in this (the initial) network namespace: its handshakes go to a tlshd here.
+tlshd_start tlshd-init "" .nvme
+nvme13 reset /dev/$ctrl >&2 || true
+wait_until 60 grep -qx live /sys/class/nvme/$ctrl/state ||
+  { dmesg | tail -20 >&2; fail "no live controller after reset"; }
+again=$(tls_identity $ctrl)
+[ "$again" != "$ident" ] && [ "$again" != none ] && say kernel "reset: another generated key"
+say kernel "after reset: generated $(grep -c 'generated PSK kept' "$(daemon_log ours)" || true)"
+say kernel "after reset: $(fio13_rw_verify $dev 4K 8 4M)"
 ip netns exec host chroot "$D13" nvme disconnect -n $NQN >&2
 stop_daemon ours
 
@@ -124,6 +133,9 @@ fn secure_channel_concatenation_with_the_kernel() {
         &format!("kernel: identity NVMe1G01 {HOSTNQN} {NQN} "),
         "kernel: fio bs=4K qd=8: wrote 1024, verified 1024 after writing, 1024 on randread (of 1024)",
         "kernel: generated 1\n",
+        "kernel: reset: another generated key",
+        "kernel: after reset: generated 2\n",
+        "kernel: after reset: fio bs=4K qd=8: wrote 1024, verified 1024 after writing, 1024 on randread (of 1024)",
         "ours: randwrite ",
         "ours: randread ",
         "nvmet: TLS controllers: 2\n",
