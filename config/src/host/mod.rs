@@ -125,6 +125,10 @@ pub struct ControllerConfig {
     pub tls_identity_version: IdentityVersion,
     /// Derive the TLS PSK as libnvme did before 1.16 (`tls_compat`, nvme-cli's `--compat`). Default false.
     pub tls_compat: bool,
+    /// Secure channel concatenation (`concat`, `--concat`): the admin queue's DH-HMAC-CHAP generates the PSK every
+    /// queue is then secured with (TLS 1.3), as `nvme connect --concat`; needs `dhchap_secret`, no `tls_key`, TCP.
+    /// Default false.
+    pub concat: bool,
     /// `[[controller.export]]`: namespaces served as block devices (NSIDs unique).
     pub exports: Vec<ExportConfig>,
 }

@@ -93,6 +93,8 @@ pub(crate) struct RawController {
     pub tls_identity_version: Option<i64>,
     #[serde(default)]
     pub tls_compat: Option<bool>,
+    #[serde(default)]
+    pub concat: Option<bool>,
     #[serde(default, rename = "export")]
     pub exports: Vec<RawExport>,
     #[serde(default, rename = "path")]

@@ -19,7 +19,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("unknown_section", "[hosts]\n",
         "h.toml:1:2: hosts: unknown field `hosts`, expected one of `host`, `metrics`, `logging`, `controller`"),
     ("unknown_key", "@@queue_depth = 3\n",
-        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `iopolicy`, `path_retries`, `hdr_digest`, `data_digest`, `disable_sqflow`, `host_iface`, `dhchap_secret`, `dhchap_secret_file`, `dhchap_ctrl_secret`, `dhchap_ctrl_secret_file`, `tls`, `tls_key`, `tls_key_file`, `tls_identity_version`, `tls_compat`, `export`, `path`"),
+        "h.toml:4:1: controller[0].queue_depth: unknown field `queue_depth`, expected one of `transport`, `address`, `port`, `nqn`, `nr_io_queues`, `queue_size`, `keep_alive_tmo`, `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, `iopolicy`, `path_retries`, `hdr_digest`, `data_digest`, `disable_sqflow`, `host_iface`, `dhchap_secret`, `dhchap_secret_file`, `dhchap_ctrl_secret`, `dhchap_ctrl_secret_file`, `tls`, `tls_key`, `tls_key_file`, `tls_identity_version`, `tls_compat`, `concat`, `export`, `path`"),
     ("missing_nqn", "[[controller]]\naddress = \"::1\"\n",
         "h.toml:1:1: controller[0]: missing field `nqn`"),
     ("bad_transport", "@@transport = \"fc\"\n",
@@ -338,4 +338,18 @@ fn tls_key_files_must_be_private() {
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
     let config = HostConfig::from_file(&path).unwrap();
     assert_eq!(config.controllers[0].tls_key.as_ref().unwrap().interchange().as_str(), TLS_KEY);
+}
+
+#[test]
+fn concatenation_needs_a_dhchap_secret_and_no_tls_key() {
+    let secret = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+    let c = &load(&format!("{BASE}dhchap_secret = \"{secret}\"\nconcat = true\n")).unwrap().controllers[0];
+    assert!(c.concat && c.tls_key.is_none());
+    assert!(!load(&format!("{BASE}dhchap_secret = \"{secret}\"\n")).unwrap().controllers[0].concat);
+    let e = |extra: &str| load(&format!("{BASE}{extra}concat = true\n")).unwrap_err().to_string();
+    assert!(e("").contains("controller[0].concat: concatenation without dhchap_secret"), "{}", e(""));
+    let with_key = e(&format!("dhchap_secret = \"{secret}\"\ntls_key = \"{TLS_KEY}\"\n"));
+    assert!(with_key.contains("controller[0].concat: concatenation with a tls_key"), "{with_key}");
+    let rdma = e(&format!("transport = \"rdma\"\ndhchap_secret = \"{secret}\"\n"));
+    assert!(rdma.contains("controller[0].concat: concatenation over RDMA"), "{rdma}");
 }

@@ -224,6 +224,21 @@ fn controller(
             IdentityVersion::from_number(number).unwrap_or(DEFAULT_TLS_IDENTITY_VERSION)
         }
     };
+    let concat = raw.concat.unwrap_or(false);
+    if concat {
+        let why = if dhchap_secret.is_none() {
+            Some("concatenation without dhchap_secret (the PSK comes from its DH-HMAC-CHAP transaction)")
+        } else if tls_key.is_some() {
+            Some("concatenation with a tls_key (the PSK is generated, not configured)")
+        } else if transport != Transport::Tcp {
+            Some("concatenation over RDMA (TLS is NVMe/TCP's)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(Problem::new(key.key("concat"), why, "dhchap_secret, no tls_key, transport = \"tcp\""));
+        }
+    }
     let mut exports = Vec::with_capacity(raw.exports.len());
     let mut nsids: HashMap<u32, usize> = HashMap::new();
     for (j, re) in raw.exports.iter().enumerate() {
@@ -269,6 +284,7 @@ fn controller(
         tls_key,
         tls_identity_version,
         tls_compat: raw.tls_compat.unwrap_or(false),
+        concat,
         exports,
     })
 }

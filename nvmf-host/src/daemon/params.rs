@@ -84,6 +84,7 @@ fn options_from_config(c: &ControllerConfig, host: &HostDefaults) -> ConnectOpti
             identity_version: c.tls_identity_version,
             derivation: c.tls_derivation(),
         }),
+        concat: c.concat,
         poll: host.poll,
         queue_cpus: host.queue_cpus.clone(),
         ..ConnectOptions::default()

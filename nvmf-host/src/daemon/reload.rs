@@ -134,6 +134,7 @@ fn changed_options(old: &ControllerConfig, new: &ControllerConfig) -> Vec<&'stat
     check(old.path_retries != new.path_retries, "path_retries");
     let tls = |c: &ControllerConfig| (c.tls_key.clone(), c.tls_identity_version, c.tls_compat);
     check(tls(old) != tls(new), "tls");
+    check(old.concat != new.concat, "concat");
     // A key added to the schema but not to the list above still counts as a change.
     let without_exports = |c: &ControllerConfig| ControllerConfig { exports: Vec::new(), ..c.clone() };
     if changed.is_empty() && without_exports(old) != without_exports(new) {
