@@ -166,6 +166,10 @@ pub struct ControllerLimits {
     /// DH steps the authentication threads may have queued, 1..=65536; one more waits (its command retries).
     /// Default 64.
     pub auth_queue_depth: u32,
+    /// Threads that run the TLS handshakes of listeners with `tls`, off the reactors, 1..=64. Default 2.
+    pub tls_threads: u16,
+    /// Connections waiting for a TLS handshake thread, 1..=65536; more are closed. Default 64.
+    pub tls_queue_depth: u32,
     /// AUTH_Negotiates (authentication attempts, each a DH key pair and shared secret) one peer address prefix
     /// ([`address_prefix_v4`](Self::address_prefix_v4), `_v6`) may send per second, in bursts of as many,
     /// 1..=1000000; one more fails its transaction. Default 256.

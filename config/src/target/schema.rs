@@ -74,6 +74,10 @@ pub(crate) struct RawLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_queue_depth: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_threads: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_queue_depth: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_attempts_per_second: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive_ms: Option<i64>,

@@ -346,6 +346,8 @@ fn defaults_are_filled_in() {
             dhchap_dhgroups: vec![DhGroup::Null, DhGroup::Ffdhe2048, DhGroup::Ffdhe3072, DhGroup::Ffdhe4096],
             auth_threads: 2,
             auth_queue_depth: 64,
+            tls_threads: 2,
+            tls_queue_depth: 64,
             auth_attempts_per_second: 256,
             tcp_keepalive_ms: 60_000,
             tcp_send_backlog: 8 << 20,

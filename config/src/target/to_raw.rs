@@ -30,6 +30,8 @@ pub(crate) fn to_raw(config: &TargetConfig, redact: bool) -> RawTargetConfig {
             dhchap_dhgroups: Some(limits.dhchap_dhgroups.iter().map(|g| g.name().to_owned()).collect()),
             auth_threads: Some(i64::from(limits.auth_threads)),
             auth_queue_depth: Some(i64::from(limits.auth_queue_depth)),
+            tls_threads: Some(i64::from(limits.tls_threads)),
+            tls_queue_depth: Some(i64::from(limits.tls_queue_depth)),
             auth_attempts_per_second: Some(i64::from(limits.auth_attempts_per_second)),
             tcp_keepalive_ms: Some(i64::from(limits.tcp_keepalive_ms)),
             tcp_send_backlog: Some(RawSize::Text(format_size(u64::from(limits.tcp_send_backlog)))),

@@ -55,6 +55,10 @@ pub(crate) const DEFAULT_MAX_CONTROLLERS_PER_HOST: u16 = 64;
 pub(crate) const DEFAULT_AUTH_THREADS: u16 = 2;
 /// Default `[target] auth_queue_depth`.
 pub(crate) const DEFAULT_AUTH_QUEUE_DEPTH: u32 = 64;
+/// Default `[target] tls_threads`.
+pub(crate) const DEFAULT_TLS_THREADS: u16 = 2;
+/// Default `[target] tls_queue_depth`.
+pub(crate) const DEFAULT_TLS_QUEUE_DEPTH: u32 = 64;
 /// Default `[target] auth_attempts_per_second`.
 pub(crate) const DEFAULT_AUTH_ATTEMPTS_PER_SECOND: u32 = 256;
 /// Default `[target] max_registrants`.
@@ -296,6 +300,14 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         None => DEFAULT_AUTH_QUEUE_DEPTH,
         Some(value) => int_in(value, 1..=65536, &key.key("auth_queue_depth"), "queue depth", "1..=65536")?,
     };
+    let tls_threads = match raw.tls_threads {
+        None => DEFAULT_TLS_THREADS,
+        Some(value) => int_in(value, 1..=64, &key.key("tls_threads"), "thread count", "1..=64")?,
+    };
+    let tls_queue_depth = match raw.tls_queue_depth {
+        None => DEFAULT_TLS_QUEUE_DEPTH,
+        Some(value) => int_in(value, 1..=65536, &key.key("tls_queue_depth"), "queue depth", "1..=65536")?,
+    };
     let auth_attempts_per_second = match raw.auth_attempts_per_second {
         None => DEFAULT_AUTH_ATTEMPTS_PER_SECOND,
         Some(value) => {
@@ -356,6 +368,8 @@ fn limits(raw: RawLimits, key: &KeyPath) -> Result<ControllerLimits, Problem> {
         dhchap_dhgroups,
         auth_threads,
         auth_queue_depth,
+        tls_threads,
+        tls_queue_depth,
         auth_attempts_per_second,
         tcp_keepalive_ms,
         tcp_send_backlog,

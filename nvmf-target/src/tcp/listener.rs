@@ -181,6 +181,10 @@ pub struct TlsGateParams {
     pub keyring: TlsKeyring,
     /// Bound on a handshake (`connect_timeout_ms`).
     pub timeout: Duration,
+    /// Handshake threads (`[target] tls_threads`).
+    pub threads: usize,
+    /// Connections waiting for one (`[target] tls_queue_depth`).
+    pub queue_depth: usize,
     /// Its counters (metrics).
     pub counters: Arc<TlsCounters>,
     /// Where secure channel concatenation keeps its generated PSKs ([`TlsGate::set_generated_psks`]).
@@ -204,8 +208,14 @@ impl Acceptor {
         // The acceptor and the TLS gate's threads both hand connections over, one at a time.
         let hand_over: Arc<Mutex<HandOver>> = Arc::new(Mutex::new(Box::new(hand_over)));
         let gate = Arc::new(
-            TlsGate::start(tls.keyring, tls.timeout, tls.counters, Arc::clone(&hand_over))
-                .map_err(ListenerError::Os)?,
+            TlsGate::start(
+                tls.keyring,
+                tls.timeout,
+                (tls.threads, tls.queue_depth),
+                tls.counters,
+                Arc::clone(&hand_over),
+            )
+            .map_err(ListenerError::Os)?,
         );
         gate.set_generated_psks(tls.generated);
         let (commands, received) = mpsc::channel();

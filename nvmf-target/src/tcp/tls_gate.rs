@@ -24,10 +24,6 @@ use crate::controller::{GeneratedPsks, SecureChannel};
 /// Whether the warning that records go through user space was logged (once per process).
 static USER_SPACE_RECORDS_LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Gate threads: handshakes are a few milliseconds of CPU, and a silent peer holds one thread until its timeout.
-const GATE_THREADS: usize = 2;
-/// Connections waiting for a gate thread; more are closed (and counted).
-const GATE_QUEUE_DEPTH: usize = 64;
 /// The first byte of a TLS handshake record (ContentType handshake).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
@@ -169,10 +165,11 @@ impl TlsGate {
     pub fn start(
         keyring: TlsKeyring,
         timeout: Duration,
+        (threads, depth): (usize, usize),
         counters: Arc<TlsCounters>,
         hand_over: Arc<Mutex<HandOver>>,
     ) -> std::io::Result<Self> {
-        let (queue, waiting) = mpsc::sync_channel(GATE_QUEUE_DEPTH);
+        let (queue, waiting) = mpsc::sync_channel(depth);
         let waiting = Arc::new(Mutex::new(waiting));
         let shared = Arc::new(Shared {
             keyring: RwLock::new(Arc::new(keyring)),
@@ -182,8 +179,9 @@ impl TlsGate {
             timeout,
             refusals: FailureLog::default(),
         });
-        let mut threads = Vec::with_capacity(GATE_THREADS);
-        for i in 0..GATE_THREADS {
+        let count = threads;
+        let mut threads = Vec::with_capacity(count);
+        for i in 0..count {
             let (waiting, shared) = (Arc::clone(&waiting), Arc::clone(&shared));
             threads.push(
                 std::thread::Builder::new()
@@ -439,7 +437,7 @@ mod tests {
         let hand_over: Arc<Mutex<HandOver>> = Arc::new(Mutex::new(Box::new(take_all())));
         let counters = Arc::new(TlsCounters::default());
         let before = TlsKeyring::from_config(&subsystems(&[(S1, &[(H1, K01, false)])]));
-        let gate = TlsGate::start(before, Duration::from_secs(1), counters, hand_over).unwrap();
+        let gate = TlsGate::start(before, Duration::from_secs(1), (2, 64), counters, hand_over).unwrap();
         let old = offered(K01, H1, S1, V1, PskDerivation::Rfc8446);
         let new = offered(K02, H1, S1, V1, PskDerivation::Compat);
         let added = offered(K01, H2, S2, V1, PskDerivation::Rfc8446);

@@ -82,6 +82,8 @@ impl BoundTransportListeners {
             tls: TlsGateParams {
                 keyring: TlsKeyring::from_config(&config.subsystems),
                 timeout: Duration::from_millis(u64::from(config.limits.connect_timeout_ms.max(1))),
+                threads: usize::from(config.limits.tls_threads.max(1)),
+                queue_depth: usize::try_from(config.limits.tls_queue_depth.max(1)).unwrap_or(usize::MAX),
                 counters: Arc::new(TlsCounters::default()),
                 generated: Arc::default(),
             },
