@@ -25,7 +25,7 @@ use nvmf_common::fabrics::auth::{secure_channel, AuthError, OsRandom, SequenceNu
 use nvmf_common::fabrics::connect::ConnectResponse;
 use nvmf_common::fabrics::tls::{derive_generated_tls_psk, PskHash};
 use nvmf_common::nvme::SubmissionQueueEntry;
-use nvmf_common::transport::tls::{CipherSuite, HandshakePsk};
+use nvmf_common::transport::tls::HandshakePsk;
 use zeroize::Zeroizing;
 
 use super::options::ConnectOptions;
@@ -91,8 +91,7 @@ pub(super) fn authenticate_concatenated(
     let derived =
         derive_generated_tls_psk(psk_hash, &psk, &options.hostnqn, subnqn).map_err(|e| concat(e.to_string()))?;
     tracing::info!(subnqn, hash = hash.name(), "secure channel concatenation: TLS PSK generated; connecting over TLS");
-    let suite = CipherSuite::from(derived.hash);
-    Ok(Arc::new(HandshakePsk { identity: derived.identity.into_bytes(), key: derived.key, suite }))
+    Ok(Arc::new(HandshakePsk::from(derived)))
 }
 
 /// A generated PSK and the hash of the transaction that generated it.

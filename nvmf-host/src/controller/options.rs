@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use nvmf_common::fabrics::auth::secret::DhchapSecret;
 use nvmf_common::fabrics::tls::{derive_tls_psk, ConfiguredPsk, IdentityVersion, PskDerivation};
-use nvmf_common::transport::tls::{CipherSuite, HandshakePsk};
+use nvmf_common::transport::tls::HandshakePsk;
 /// How a multipath export spreads commands over its best paths (the configuration's type: Linux's names).
 pub use nvmf_config::host::IoPolicy;
 pub use nvmf_config::PollMode;
@@ -195,8 +195,7 @@ impl TlsKeyOptions {
     pub fn handshake_psk(&self, hostnqn: &str, subnqn: &str) -> Result<Arc<HandshakePsk>, HostError> {
         let derived = derive_tls_psk(&self.key, hostnqn, subnqn, self.identity_version, self.derivation)
             .map_err(|e| HostError::InvalidRequest(format!("--tls-key: {e}")))?;
-        let suite = CipherSuite::from(derived.hash);
-        Ok(Arc::new(HandshakePsk { identity: derived.identity.into_bytes(), key: derived.key, suite }))
+        Ok(Arc::new(HandshakePsk::from(derived)))
     }
 }
 

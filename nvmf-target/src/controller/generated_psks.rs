@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::tls::{PskIdentity, PskType, TlsPsk};
-use nvmf_common::transport::tls::{CipherSuite, HandshakePsk};
+use nvmf_common::transport::tls::HandshakePsk;
 
 /// How long a generated PSK stays usable after it was made or last secured a connection.
 pub const GENERATED_PSK_IDLE: Duration = Duration::from_secs(600);
@@ -90,11 +90,8 @@ impl GeneratedPsks {
         let entry = entries.get_mut(key).filter(|e| e.expires > now)?;
         entry.expires = now + GENERATED_PSK_IDLE;
         self.used.fetch_add(1, Ordering::Relaxed);
-        Some(HandshakePsk {
-            identity: offered.to_vec(),
-            key: entry.psk.key.clone(),
-            suite: CipherSuite::from(entry.psk.hash),
-        })
+        // The entry's identity is its key, the one offered.
+        Some(HandshakePsk::from(entry.psk.clone()))
     }
 
     /// Entries kept now (expired ones included until the next insert).

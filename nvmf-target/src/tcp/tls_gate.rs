@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use nvmf_common::fabrics::nqn::DISCOVERY_NQN;
 use nvmf_common::fabrics::tls::{derive_tls_psk, ConfiguredPsk, IdentityVersion, PskDerivation, PskIdentity, PskType};
-use nvmf_common::transport::tls::{server_handshake, CipherSuite, HandshakePsk, RecordLayer, Secured, TlsError};
+use nvmf_common::transport::tls::{server_handshake, HandshakePsk, RecordLayer, Secured, TlsError};
 use nvmf_config::target::{SubsystemConfig, TlsMode};
 
 use super::AcceptedConnection;
@@ -84,7 +84,8 @@ impl TlsKeyring {
                 .ok()
                 .filter(|derived| derived.identity.as_bytes() == offered)
         })?;
-        Some(HandshakePsk { identity: offered.to_vec(), key: derived.key, suite: CipherSuite::from(derived.hash) })
+        // The identity derived is the one offered (checked above).
+        Some(HandshakePsk::from(derived))
     }
 }
 
@@ -336,6 +337,7 @@ fn secure(c: &mut AcceptedConnection, shared: &Shared) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use nvmf_common::fabrics::tls::{IdentityVersion, PskHash, TlsPsk};
+    use nvmf_common::transport::tls::CipherSuite;
     use nvmf_config::TargetConfig;
 
     use super::*;

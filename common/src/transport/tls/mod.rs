@@ -103,6 +103,13 @@ pub struct HandshakePsk {
     pub suite: CipherSuite,
 }
 
+impl From<crate::fabrics::tls::TlsPsk> for HandshakePsk {
+    /// A derived PSK (configured or generated) as the handshake offers or expects it, with its hash's suite.
+    fn from(psk: crate::fabrics::tls::TlsPsk) -> Self {
+        HandshakePsk { identity: psk.identity.into_bytes(), key: psk.key, suite: CipherSuite::from(psk.hash) }
+    }
+}
+
 impl std::fmt::Debug for HandshakePsk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HandshakePsk")
