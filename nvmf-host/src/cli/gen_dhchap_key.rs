@@ -70,17 +70,7 @@ mod tests {
     use super::*;
 
     fn gen(args: &[&str]) -> Result<String, String> {
-        let mut argv = vec!["gen"];
-        argv.extend_from_slice(args);
-        #[derive(clap::Parser)]
-        struct P {
-            #[command(flatten)]
-            a: GenDhchapKeyArgs,
-        }
-        let p = <P as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
-        run(&p.a, &mut out).map_err(|e| e.to_string())?;
-        Ok(String::from_utf8(out).unwrap())
+        super::super::run_args::<GenDhchapKeyArgs>(args, run)
     }
 
     const HEX32: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";

@@ -106,17 +106,7 @@ mod tests {
     use super::*;
 
     fn gen(args: &[&str]) -> Result<String, String> {
-        let mut argv = vec!["gen"];
-        argv.extend_from_slice(args);
-        #[derive(clap::Parser)]
-        struct P {
-            #[command(flatten)]
-            a: GenTlsKeyArgs,
-        }
-        let p = <P as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
-        run(&p.a, &mut out).map_err(|e| e.to_string())?;
-        Ok(String::from_utf8(out).unwrap())
+        super::super::run_args::<GenTlsKeyArgs>(args, run)
     }
 
     // libnvme test/psk.c's configured PSK, 32 and 48 bytes.

@@ -281,3 +281,22 @@ pub fn run(cli: &Cli, out: &mut dyn std::io::Write) -> Result<(), CliError> {
         Command::ResvReport(a) => resv::report(a, out),
     }
 }
+
+/// Tests of the commands that print from their options alone: parse `args` as `A` and run it, its output or the error
+/// it says.
+#[cfg(test)]
+pub(super) fn run_args<A: clap::Args + clap::FromArgMatches>(
+    args: &[&str],
+    run: fn(&A, &mut dyn std::io::Write) -> Result<(), CliError>,
+) -> Result<String, String> {
+    #[derive(clap::Parser)]
+    struct P<A: clap::Args> {
+        #[command(flatten)]
+        a: A,
+    }
+    let argv = std::iter::once("cmd").chain(args.iter().copied());
+    let p = <P<A> as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    run(&p.a, &mut out).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8(out).unwrap_or_default())
+}
