@@ -180,9 +180,9 @@ fn open_secured(
 ) -> Result<std::net::TcpStream, HostError> {
     let qid = options.qid;
     let io = |what| move |e: std::io::Error| HostError::io(qid, what, &e);
-    let mut as_linux = psk.clone();
-    as_linux.suite = CipherSuite::Aes128GcmSha256;
-    let offers = if psk.suite == CipherSuite::Aes256GcmSha384 { vec![&as_linux, psk] } else { vec![psk] };
+    let as_linux = (psk.suite == CipherSuite::Aes256GcmSha384)
+        .then(|| HandshakePsk { suite: CipherSuite::Aes128GcmSha256, ..psk.clone() });
+    let offers: Vec<&HandshakePsk> = as_linux.iter().chain(std::iter::once(psk)).collect();
     for (i, offer) in offers.iter().enumerate() {
         let stream = open_blocking(addr, options)?;
         match client_handshake(&stream, offer) {

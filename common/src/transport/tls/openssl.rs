@@ -300,12 +300,16 @@ impl Session {
         let (mut plain_out, mut plain_in) = (plain, plain);
         loop {
             let mut tls_wants_write = false;
+            // Whether OpenSSL has read all it holds: a record larger than the room left stays partly in OpenSSL,
+            // where no socket readiness will announce it.
+            let mut tls_drained = false;
             // Records in, plaintext out.
             while !tls_closed && to_plain.has_room() {
                 match self.read_records(to_plain.room()) {
                     Step::Moved(n) => to_plain.end += n,
                     Step::Wait(write) => {
                         tls_wants_write |= write;
+                        tls_drained = true;
                         break;
                     }
                     Step::Closed => tls_closed = true,
@@ -345,6 +349,10 @@ impl Session {
                 let _ = plain.shutdown(std::net::Shutdown::Both);
                 let _ = tls.shutdown(std::net::Shutdown::Both);
                 return;
+            }
+            if !tls_closed && !tls_drained && to_plain.has_room() {
+                // Room again after a full buffer: read what OpenSSL still holds before waiting on the socket.
+                continue;
             }
             let tls_events = (if !tls_closed && to_plain.has_room() { libc::POLLIN } else { 0 })
                 | (if tls_wants_write || !to_tls.is_empty() { libc::POLLOUT } else { 0 });
