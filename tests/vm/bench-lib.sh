@@ -28,6 +28,8 @@
 #   cpu_pct SNAP0 SNAP1                  those columns' cells: busy % of the nodes between two snapshots
 #   cpu_us SNAP0 SNAP1 IOS               "T H" (one guest: "G G"): each node's busy CPU µs per I/O
 #   bench_setting                        a sentence for the table's footer: mode, vCPUs, kernels, date
+#   node_perf_start NAME / node_perf_stop NAME   (where the targets run) `perf record -a` of the whole node; the stop
+#                                        prints where its busy time went, by command and function
 
 # No exec here: on_target jobs source this file each time, and an exec costs 0.3-1 s under TCG.
 _bench_lib_dir=.
@@ -124,4 +126,50 @@ bench_setting() {
   else
     echo "One guest (QEMU TCG), target and host over loopback (RDMA: rxe0 on dummy0), $(nproc) vCPUs; kernel $(uname -r); $when."
   fi
+}
+
+# node_perf_start NAME / node_perf_stop NAME: `perf record -a` of the whole target node (kernel threads, softirqs and
+# our daemon alike: nvmet runs only in the kernel). node_perf_stop prints where the node's busy time went (idle
+# left out): by command, then the hottest functions, each in % of the busy samples; the reports stay in
+# $NVMF_VM_LOGS/perf-node-NAME.txt.
+node_perf_start() {
+  local ctl=/tmp/perf-node-$1.ctl ack=/tmp/perf-node-$1.ack c a line
+  command -v perf > /dev/null || return 0
+  rm -f "$ctl" "$ack"
+  mkfifo "$ctl" "$ack"
+  # Started with its events disabled, and enabled once it has described every process (seconds under TCG, more
+  # the first time): the samples are those of the run that follows, not of perf's own start.
+  start_daemon "perf-node-$1" timeout 120 perf record -q -a -e cpu-clock -F 999 -D -1 --control "fifo:$ctl,$ack" \
+    -o "/tmp/perf-node-$1.data"
+  exec {c}<> "$ctl" {a}<> "$ack"
+  echo enable >&"$c"
+  read -r -t 60 -u "$a" line || log "perf record on the target node did not start"
+  exec {c}>&- {a}>&-
+}
+node_perf_stop() {
+  local pid f=$NVMF_VM_LOGS/perf-node-$1.txt
+  [ -f "/run/nvmf-daemons/perf-node-$1.pid" ] || { echo "(no perf)"; return 0; }
+  pid=$(cat "/run/nvmf-daemons/perf-node-$1.pid")
+  kill -INT "$pid"
+  wait_until 60 _gone "$pid" || true
+  stop_daemon "perf-node-$1" || true
+  perf report -i "/tmp/perf-node-$1.data" --stdio --no-children --sort comm,sym 2> /dev/null |
+    grep -v '^#' | grep -v '^$' > "$f" || true
+  # "PCT% COMM [k] SYM": idle is the idle task's halt; kernel threads' names lose their instance numbers.
+  awk '$1 ~ /%$/ {
+      p = $1 + 0; c = $2; $1 = ""; $2 = ""; $3 = ""; sym = $0; sub(/^ +/, "", sym)
+      if (sym ~ /safe_halt|default_idle|cpu_idle|poll_idle/) next
+      sub(/\/[0-9:]+(-.*)?$/, "", c); sub(/-[0-9]+$/, "", c)
+      busy += p; bycomm[c] += p; bysym[c " " sym] += p
+    }
+    END {
+      if (busy == 0) exit
+      for (c in bycomm) printf "C %.3f %s\n", bycomm[c] * 100 / busy, c
+      for (k in bysym) printf "S %.3f %s\n", bysym[k] * 100 / busy, k
+    }' "$f" > "$f.busy"
+  [ -s "$f.busy" ] || { echo "(no samples)"; return 0; }
+  printf 'by command: %s; functions: %s\n' \
+    "$(grep '^C ' "$f.busy" | sort -k2 -nr | head -5 | awk '{ printf "%s%s %.0f %%", (NR > 1 ? ", " : ""), $3, $2 }')" \
+    "$(grep '^S ' "$f.busy" | sort -k2 -nr | head -8 |
+      awk '{ p = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "%s%s %.1f %%", (NR > 1 ? ", " : ""), $0, p }')"
 }

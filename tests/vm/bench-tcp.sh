@@ -24,7 +24,8 @@
 # nvmf-target binary, e.g. a build of an older commit: also benchmarked, as "baseline", with each reactor count, to
 # measure a change in the same run), BENCH_PROFILE=1 (after the rounds, with one host I/O queue: each target's
 # CPU per I/O on each node over a 5 s randread run, and ours under `strace -c -f`: system calls per I/O by call;
-# in profile.md), BENCH_POLL (variants of our target to try, each its own instance: a `[reactors] poll` mode,
+# then a 5 s randread and randwrite run each under `perf record -a` of the target node: where its busy time goes,
+# by command and function; in profile.md), BENCH_POLL (variants of our target to try, each its own instance: a `[reactors] poll` mode,
 # optionally with `,SOCKET_IO` for `socket_io`, `,CPUS` (`+`-separated) for `cpus`, one per reactor, and `,PLACEMENT`
 # for `placement`, e.g. "adaptive sleep adaptive,io_uring adaptive,epoll,1 adaptive,epoll,0+1,incoming_cpu"; default
 # "adaptive"), BENCH_PERF=1 (perf record our daemon during one more randread run; report in the target's logs),
@@ -178,19 +179,26 @@ queues=${BENCH_QUEUES:-$(nproc)}
 addr=$(bench_addr tcp)
 table=$NVMF_VM_LOGS/bench.md
 
-# _key LABEL QUEUES RW: the results file of a target, queue count and workload.
+# The workloads: "NAME FIO_RW BS QD" each, 4 KiB random at the benchmark's depth, then 128 KiB sequential reads at
+# QD8 (BENCH_SEQREAD=0 leaves those out).
+workloads=("randread randread 4k $qd" "randwrite randwrite 4k $qd")
+[ "${BENCH_SEQREAD:-1}" = 0 ] || workloads+=("seqread read 128k 8")
+
+# _key LABEL QUEUES WORKLOAD: the results file of a target, queue count and workload.
 _key() { local l=${1// /_}; l=${l//[()]/}; echo "$NVMF_VM_LOGS/iops-$l-q$2-$3"; }
 
-# run_fio LABEL QUEUES ROUND DEV RW [PID]: one fio run; appends a table row, and its IOPS to the results file.
+# run_fio LABEL QUEUES ROUND DEV WORKLOAD [PID]: one fio run of WORKLOAD ("NAME FIO_RW BS QD"); appends a table row,
+# and its IOPS to the results file.
 run_fio() {
-  local label=$1 q=$2 round=$3 dev=$4 rw=$5 pid=${6:-} key out s0 s1 a b iops p99 cpu proc dir
-  key=$(_key "$label" "$q" "$rw")
+  local label=$1 q=$2 round=$3 dev=$4 pid=${6:-} name rw bs depth key out s0 s1 a b iops p99 cpu proc dir
+  read -r name rw bs depth <<< "$5"
+  key=$(_key "$label" "$q" "$name")
   out=$NVMF_VM_LOGS/fio-${key#"$NVMF_VM_LOGS"/iops-}-$round.json
   dir=${rw#rand}
   s0=$(cpu_snap "$pid")
-  timeout $((runtime + ramp + 60)) fio --name="$rw" --filename="$dev" --ioengine=io_uring --direct=1 \
-    --rw="$rw" --bs=4k --iodepth="$qd" --numjobs=1 --time_based --runtime="$runtime" --ramp_time="$ramp" \
-    --output-format=json > "$out" 2> "$out.err" || { cat "$out.err" >&2; fail "fio $label $rw"; return 1; }
+  timeout $((runtime + ramp + 60)) fio --name="$name" --filename="$dev" --ioengine=io_uring --direct=1 \
+    --rw="$rw" --bs="$bs" --iodepth="$depth" --numjobs=1 --time_based --runtime="$runtime" --ramp_time="$ramp" \
+    --output-format=json > "$out" 2> "$out.err" || { cat "$out.err" >&2; fail "fio $label $name"; return 1; }
   s1=$(cpu_snap "$pid")
   iops=$(jq -r ".jobs[0].$dir.iops | floor" "$out")
   p99=$(jq -r ".jobs[0].$dir.clat_ns.percentile[\"99.000000\"] / 1000 | floor" "$out")
@@ -200,8 +208,8 @@ run_fio() {
   read -r -a a <<< "$s0"
   read -r -a b <<< "$s1"
   [ -n "$pid" ] && proc=$(((b[2] - a[2]) * 100 * b[3] / (b[1] - a[1] > 0 ? b[1] - a[1] : 1)))
-  echo "| $label | $q | 4 KiB $rw QD$qd | $round | $iops | $p99 | $cpu | $proc |" >> "$table"
-  log "$label, $q I/O queue(s), $rw ($round): $iops IOPS, p99 $p99 µs, CPU % $cpu, target process CPU $proc %"
+  echo "| $label | $q | ${bs%k} KiB $rw QD$depth | $round | $iops | $p99 | $cpu | $proc |" >> "$table"
+  log "$label, $q I/O queue(s), $name ($round): $iops IOPS, p99 $p99 µs, CPU % $cpu, target process CPU $proc %"
   echo "$iops" >> "$key"
 }
 
@@ -226,19 +234,21 @@ for round in $(seq "$rounds"); do
       IFS='|' read -r label port nqn daemon pid <<< "$t"
       _wake "$pid"
       dev=$(host_connect tcp "$addr" "$port" "$nqn" -i "$q")
-      run_fio "$label" "$q" "$round" "$dev" randread "$pid"
-      run_fio "$label" "$q" "$round" "$dev" randwrite "$pid"
+      for w in "${workloads[@]}"; do
+        run_fio "$label" "$q" "$round" "$dev" "$w" "$pid"
+      done
       host_disconnect "$nqn"
       _rest "$pid"
     done
   done
 done
 
-# _fio5 DEV OUT: a 5 s 4 KiB randread run at the benchmark's queue depth; its I/O count.
+# _fio5 DEV OUT [RW]: a 5 s 4 KiB random run (randread by default) at the benchmark's queue depth; its I/O count.
 _fio5() {
-  timeout 60 fio --name=profile --filename="$1" --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth="$qd" \
+  local rw=${3:-randread}
+  timeout 60 fio --name=profile --filename="$1" --ioengine=io_uring --direct=1 --rw="$rw" --bs=4k --iodepth="$qd" \
     --time_based --runtime=5 --output-format=json > "$2" 2> /dev/null || true
-  jq -r '.jobs[0].read.total_ios // 0' "$2" 2> /dev/null || echo 0
+  jq -r ".jobs[0].${rw#rand}.total_ios // 0" "$2" 2> /dev/null || echo 0
 }
 
 if [ "${BENCH_PROFILE:-0}" = 1 ]; then
@@ -273,10 +283,18 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
       IFS='|' read -r calls top <<< "$summary"
     fi
     echo "| $label | $((ios / 5)) | $busy | $proc | $calls | $top |" >> "$prof"
+    # Where the target node's time goes, by command and function, for every target (nvmet has no process).
+    for rw in randread randwrite; do
+      name=${daemon:-nvmet}-$rw
+      on_target "node_perf_start $name"
+      _fio5 "$dev" "$NVMF_VM_LOGS/perf-node-$name.json" "$rw" > /dev/null
+      echo "- $label, 4 KiB $rw, the target node's busy time (perf record -a): $(on_target "node_perf_stop $name")" >> "$prof.perf"
+    done
     host_disconnect "$nqn"
     _rest "$pid"
   done
   cat "$prof" >> "$table"
+  [ -f "$prof.perf" ] && { echo; cat "$prof.perf"; } >> "$table"
 fi
 
 if [ "${BENCH_PERF:-0}" = 1 ]; then
@@ -311,7 +329,8 @@ _ratio() {
 {
   echo
   for q in $queues; do
-    for rw in randread randwrite; do
+    for w in "${workloads[@]}"; do
+      rw=${w%% *}
       for t in "${targets[@]:1}"; do
         IFS='|' read -r label _ <<< "$t"
         echo "- $q I/O queue(s), $rw: $label / nvmet-tcp = $(_ratio "$(_key "$label" "$q" "$rw")" "$(_key nvmet-tcp "$q" "$rw")")"
