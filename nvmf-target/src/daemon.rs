@@ -234,6 +234,7 @@ pub fn engine_config(config: &TargetConfig) -> EngineConfig {
         buffer_size: usize::try_from(config.limits.mdts).unwrap_or(usize::MAX).max(EngineConfig::default().buffer_size),
         discard_queue_depth: config.reactors.discard_queue_depth,
         defer_task_work: config.reactors.socket_io == nvmf_config::target::SocketIoMode::IoUring,
+        send_zero_copy_bytes: config.reactors.send_zero_copy_bytes,
         ..EngineConfig::default()
     }
 }

@@ -253,6 +253,8 @@ pub(crate) struct RawReactors {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_io: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_zero_copy_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<String>,
 }
 

@@ -391,6 +391,7 @@ fn defaults_are_filled_in() {
             poll: PollMode::Adaptive,
             poll_window_us: 200,
             socket_io: SocketIoMode::Epoll,
+            send_zero_copy_bytes: 32768,
             placement: QueuePlacement::RoundRobin,
         }
     );
@@ -473,6 +474,7 @@ eui64 = "0123456789ABCDEF"
             poll: PollMode::Adaptive,
             poll_window_us: 200,
             socket_io: SocketIoMode::Epoll,
+            send_zero_copy_bytes: 32768,
             placement: QueuePlacement::RoundRobin,
         }
     );

@@ -52,6 +52,7 @@ pub(crate) fn to_raw(config: &TargetConfig, redact: bool) -> RawTargetConfig {
             poll: Some(config.reactors.poll.name().to_string()),
             poll_window_us: Some(i64::from(config.reactors.poll_window_us)),
             socket_io: Some(config.reactors.socket_io.name().to_string()),
+            send_zero_copy_bytes: Some(i64::from(config.reactors.send_zero_copy_bytes)),
             placement: Some(config.reactors.placement.name().to_string()),
         }),
         metrics: config.metrics.listen.map(|listen| RawMetrics { listen: Some(listen.to_string()) }),

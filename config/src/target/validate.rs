@@ -73,6 +73,9 @@ pub(crate) const DEFAULT_TCP_SEND_BACKLOG: u32 = 8 << 20;
 pub(crate) const DEFAULT_LISTENER_MAX_CONNECTIONS: u32 = 4096;
 pub(crate) const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 16 << 10;
 pub(crate) const DEFAULT_DISCARD_QUEUE_DEPTH: usize = 64;
+/// `[reactors] send_zero_copy_bytes` when not set: where zero copy starts to pay (the kernel's MSG_ZEROCOPY
+/// documentation: around 10 KB; a 4 KiB read stays a copy, a 32 KiB one goes zero copy).
+pub(crate) const DEFAULT_SEND_ZERO_COPY_BYTES: u32 = 32 << 10;
 /// `[reactors] poll_window_us` when not set.
 pub(crate) const DEFAULT_POLL_WINDOW_US: u32 = 200;
 pub(crate) const DEFAULT_MODEL: &str = "nvmf-rs";
@@ -917,6 +920,10 @@ fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<Reactor
             ))
         }
     };
+    let send_zero_copy_bytes = match raw.send_zero_copy_bytes {
+        None => DEFAULT_SEND_ZERO_COPY_BYTES,
+        Some(value) => int_in(value, 0..=16 << 20, &key.key("send_zero_copy_bytes"), "size", "0..=16777216 bytes")?,
+    };
     let placement = match raw.placement.as_deref() {
         None | Some("round_robin") => QueuePlacement::RoundRobin,
         Some("incoming_cpu") if cpus.len() >= 2 => QueuePlacement::IncomingCpu,
@@ -935,7 +942,16 @@ fn reactors(raw: RawReactors, key: &KeyPath, available: usize) -> Result<Reactor
             ))
         }
     };
-    Ok(ReactorConfig { threads, cpus, discard_queue_depth, poll, poll_window_us, socket_io, placement })
+    Ok(ReactorConfig {
+        threads,
+        cpus,
+        discard_queue_depth,
+        poll,
+        poll_window_us,
+        socket_io,
+        send_zero_copy_bytes,
+        placement,
+    })
 }
 
 /// Parse `ADDR:PORT` (IPv6 in brackets), port 1..=65535.

@@ -5,9 +5,11 @@
 //! transport registers the same region with the NIC (see [`BufferPool::region_len`] and
 //! [`BufferPool::buffer_offset`]; the base address is crate-internal).
 //!
-//! A buffer is in one of three states: free, owned by the caller (readable/writable through
-//! [`BufferPool::get`]/[`BufferPool::get_mut`]), or in flight (the kernel may be reading or writing it: the accessors
-//! return an empty slice, and a release is deferred until the I/O finishes).
+//! A buffer is in one of four states: free, owned by the caller (readable/writable through
+//! [`BufferPool::get`]/[`BufferPool::get_mut`]), in flight (the kernel may be reading or writing it: the accessors
+//! return an empty slice, and a release is deferred until the I/O finishes), or being sent (the kernel only reads
+//! it, for one or more socket sends at once: a zero-copy send holds its pages until the kernel's notification, and
+//! the rest of a partly sent buffer may go in another send before that; as in flight otherwise).
 
 use std::io;
 use std::ptr::NonNull;
@@ -43,7 +45,14 @@ impl BufferId {
 enum State {
     Free,
     Owned,
-    InFlight { released: bool },
+    InFlight {
+        released: bool,
+    },
+    /// Read by `sends` socket sends in flight (see the module docs).
+    Sending {
+        released: bool,
+        sends: u16,
+    },
 }
 
 #[derive(Debug)]
@@ -281,7 +290,8 @@ impl BufferPool {
         match slot.state {
             State::Owned => self.free(id),
             State::InFlight { released: false } => slot.state = State::InFlight { released: true },
-            State::InFlight { released: true } | State::Free => {
+            State::Sending { released: false, sends } => slot.state = State::Sending { released: true, sends },
+            State::InFlight { released: true } | State::Sending { released: true, .. } | State::Free => {
                 tracing::warn!(?id, "double release of a buffer ignored");
             }
         }
@@ -302,7 +312,7 @@ impl BufferPool {
         let slot = self.slots.get_mut(id.index()).ok_or(StartIoError::NotAllocated)?;
         match slot.state {
             State::Owned => {}
-            State::InFlight { .. } => return Err(StartIoError::Busy),
+            State::InFlight { .. } | State::Sending { .. } => return Err(StartIoError::Busy),
             State::Free => return Err(StartIoError::NotAllocated),
         }
         if len as usize > slot.len {
@@ -320,6 +330,40 @@ impl BufferPool {
             Some(State::InFlight { released: true }) => self.free(id),
             Some(State::InFlight { released: false }) => self.slots[id.index()].state = State::Owned,
             _ => debug_assert!(false, "finish_io of a buffer not in flight"),
+        }
+    }
+
+    /// Marks `id` read by one more socket send: an owned buffer, or one other sends are reading already (never one a
+    /// storage op has in flight).
+    pub(crate) fn start_send(&mut self, id: BufferId) -> Result<(), StartIoError> {
+        let slot = self.slots.get_mut(id.index()).ok_or(StartIoError::NotAllocated)?;
+        slot.state = match slot.state {
+            State::Owned => State::Sending { released: false, sends: 1 },
+            State::Sending { released: false, sends } if sends < u16::MAX => {
+                State::Sending { released: false, sends: sends + 1 }
+            }
+            State::Sending { .. } | State::InFlight { .. } => return Err(StartIoError::Busy),
+            State::Free => return Err(StartIoError::NotAllocated),
+        };
+        Ok(())
+    }
+
+    /// The allocated length of `id` when a send may read it (owned, or being sent already).
+    pub(crate) fn sendable_len(&self, id: BufferId) -> Option<usize> {
+        let slot = self.slots.get(id.index())?;
+        matches!(slot.state, State::Owned | State::Sending { released: false, .. }).then_some(slot.len)
+    }
+
+    /// One send reading `id` is done with it: when it was the last, back to the caller, or to the free list if it
+    /// was released meanwhile.
+    pub(crate) fn finish_send(&mut self, id: BufferId) {
+        match self.slots.get(id.index()).map(|s| s.state) {
+            Some(State::Sending { released, sends }) if sends > 1 => {
+                self.slots[id.index()].state = State::Sending { released, sends: sends - 1 };
+            }
+            Some(State::Sending { released: true, .. }) => self.free(id),
+            Some(State::Sending { released: false, .. }) => self.slots[id.index()].state = State::Owned,
+            _ => debug_assert!(false, "finish_send of a buffer not being sent"),
         }
     }
 
@@ -508,6 +552,27 @@ mod tests {
         assert_eq!(pool.alloc(4096), None);
         pool.finish_io(id);
         assert_eq!(pool.alloc(4096), Some(id));
+    }
+
+    #[test]
+    fn sends_share_a_buffer_and_the_last_one_releases_it() {
+        let mut pool = BufferPool::new(&[(4096, 1)]).unwrap();
+        let id = pool.alloc(4096).unwrap();
+        pool.start_send(id).unwrap();
+        pool.start_send(id).unwrap(); // the rest of a partly sent buffer, before the first send's notification
+        assert!(pool.get(id).is_empty(), "no writes while the kernel reads it");
+        assert_eq!(pool.start_io(id, 4096).unwrap_err(), StartIoError::Busy, "no storage op into a buffer being sent");
+        pool.release(id);
+        pool.finish_send(id);
+        assert_eq!(pool.alloc(4096), None, "one send still reads it");
+        pool.finish_send(id);
+        assert_eq!(pool.alloc(4096), Some(id));
+        // Unreleased, it goes back to its owner, and a storage op in flight keeps sends out.
+        pool.start_send(id).unwrap();
+        pool.finish_send(id);
+        assert_eq!(pool.get(id).len(), 4096);
+        pool.start_io(id, 4096).unwrap();
+        assert_eq!(pool.start_send(id).unwrap_err(), StartIoError::Busy);
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! receive memory, and a receive costs no SQE once armed); and it queues sends of a gather list whose header bytes
 //! the engine copies (a few dozen bytes a PDU) and whose data pieces point into pool buffers the engine marks in
 //! flight until the send completes. So nothing the kernel may still read or write can be freed, resized or reused
-//! by safe code.
+//! by safe code. A send with enough pool data, to a peer off loopback, goes zero copy (`IORING_OP_SENDMSG_ZC`):
+//! the NIC reads the pool's pages in place, so its buffers stay in flight past the send's completion, until the
+//! kernel's notification CQE; the rest of a partly sent buffer may meanwhile go in the next send (the pool counts
+//! the sends reading a buffer).
 //!
 //! Each op is a slot of a slab (boxed, so the `msghdr` a send points the kernel at never moves); the CQE's user
 //! data is [`NET_USER_DATA`] with the slot's index, and the slot's tag, kind and buffers make its
@@ -136,8 +139,10 @@ struct NetSlot {
     stage: Vec<u8>,
     iov: Vec<libc::iovec>,
     msg: libc::msghdr,
-    /// Pool buffers a send's pieces point into, in flight until its CQE.
+    /// Pool buffers a send's pieces point into, in flight until its CQE (a zero-copy send's: its notification).
     buffers: Vec<BufferId>,
+    /// A zero-copy send whose result came and whose notification has not.
+    awaiting_notification: bool,
 }
 
 // SAFETY: the raw pointers in `iov` and `msg` point into this slot's own `stage`/`iov` or into the engine's pool,
@@ -156,6 +161,13 @@ pub(crate) struct NetOps {
     done: Vec<NetCompletion>,
     /// The receives' buffers, once [`NetOps::start`] set them up.
     receive: Option<ReceiveBuffers>,
+    /// Sends with at least this many data bytes go zero copy where allowed (0: never); the kernel's support.
+    zero_copy_bytes: usize,
+    zero_copy_supported: bool,
+    /// Sends that went zero copy, since the start (for metrics).
+    zero_copy_sends: u64,
+    /// Zero-copy sends whose result came and whose notification has not.
+    awaiting_notification: usize,
 }
 
 impl std::fmt::Debug for NetOps {
@@ -165,9 +177,31 @@ impl std::fmt::Debug for NetOps {
 }
 
 impl NetOps {
+    /// Socket ops whose sends of `zero_copy_bytes` data bytes or more may go zero copy (0: never).
+    pub(crate) fn new(zero_copy_bytes: u32) -> Self {
+        NetOps { zero_copy_bytes: usize::try_from(zero_copy_bytes).unwrap_or(usize::MAX), ..NetOps::default() }
+    }
+
+    /// Whether the kernel has zero-copy sends (known once [`NetOps::start`] succeeded).
+    pub(crate) fn zero_copy_supported(&self) -> bool {
+        self.zero_copy_supported
+    }
+
+    /// Sends that went zero copy, since the start.
+    pub(crate) fn zero_copy_sends(&self) -> u64 {
+        self.zero_copy_sends
+    }
+
     /// Ops queued whose CQE has not been reaped.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Of those, zero-copy sends that wait only for their notification: the kernel holds references to the pages
+    /// it still sends from and no longer reads the op's `msghdr`, so the engine need not wait for them at drop (the
+    /// notification comes when the socket's data is freed, which a peer that stopped reading can put off).
+    pub(crate) fn awaiting_notification(&self) -> usize {
+        self.awaiting_notification
     }
 
     fn take_slot(&mut self) -> usize {
@@ -183,6 +217,7 @@ impl NetOps {
             // SAFETY: `msghdr` is plain data; all-zero is its empty value.
             msg: unsafe { std::mem::zeroed() },
             buffers: Vec::new(),
+            awaiting_notification: false,
         }));
         self.slots.len() - 1
     }
@@ -198,6 +233,9 @@ impl NetOps {
         match ReceiveBuffers::new(ring, RECEIVE_BUFFERS, RECEIVE_BUFFER_SIZE) {
             Ok(buffers) => {
                 self.receive = Some(buffers);
+                let mut probe = Probe::new();
+                self.zero_copy_supported =
+                    ring.register_probe(&mut probe).is_ok() && probe.is_supported(opcode::SendMsgZc::CODE);
                 SocketOps::Supported
             }
             Err(e) => {
@@ -253,9 +291,9 @@ impl NetOps {
         }
     }
 
-    /// Queue one `sendmsg` of `pieces` (at most [`MAX_SEND_PIECES`]) on `fd`. Data pieces must lie inside their
-    /// pool buffers, which must be owned (not in flight for another op); `Err` names the problem, or says the SQ is
-    /// full (`WouldBlock`).
+    /// Queue one `sendmsg` of `pieces` (at most [`MAX_SEND_PIECES`]) on `fd`, zero copy when `zero_copy` allows it
+    /// and the data is large enough. Data pieces must lie inside their pool buffers, which must be owned or being
+    /// sent (not in flight for a storage op); `Err` names the problem, or says the SQ is full (`WouldBlock`).
     pub(crate) fn send<'a>(
         &mut self,
         ring: &mut Ring,
@@ -263,6 +301,7 @@ impl NetOps {
         tag: u64,
         fd: RawFd,
         pieces: impl IntoIterator<Item = SendPiece<'a>>,
+        zero_copy: bool,
     ) -> io::Result<()> {
         if ring.sq_full() {
             return Err(io::ErrorKind::WouldBlock.into());
@@ -276,6 +315,7 @@ impl NetOps {
         // (start in stage or in buffer, len, which buffer) per piece.
         let mut layout: [(usize, usize, Option<BufferId>); MAX_SEND_PIECES] = [(0, 0, None); MAX_SEND_PIECES];
         let mut n = 0;
+        let mut data_bytes = 0;
         let mut failed = None;
         for piece in pieces {
             if n == MAX_SEND_PIECES {
@@ -288,21 +328,23 @@ impl NetOps {
                     slot.stage.extend_from_slice(bytes);
                 }
                 SendPiece::Data { buffer, start, len } => {
-                    let fits = start.checked_add(len).is_some_and(|end| end <= pool.get(buffer).len());
+                    let fits = start
+                        .checked_add(len)
+                        .is_some_and(|end| pool.sendable_len(buffer).is_some_and(|allocated| end <= allocated));
                     let reserved = slot.buffers.contains(&buffer);
                     if !reserved && !fits {
                         failed = Some(io::Error::other("send piece outside its buffer (or the buffer is busy)"));
                         break;
                     }
                     if !reserved {
-                        let whole = u32::try_from(pool.get(buffer).len()).unwrap_or(u32::MAX);
-                        if pool.start_io(buffer, whole).is_err() {
+                        if pool.start_send(buffer).is_err() {
                             failed = Some(io::Error::other("send piece's buffer is busy"));
                             break;
                         }
                         slot.buffers.push(buffer);
                     }
                     layout[n] = (start, len, Some(buffer));
+                    data_bytes += len;
                 }
             }
             n += 1;
@@ -321,17 +363,23 @@ impl NetOps {
         }
         slot.msg.msg_iov = slot.iov.as_mut_ptr();
         slot.msg.msg_iovlen = slot.iov.len();
-        let entry = opcode::SendMsg::new(types::Fd(fd), &raw const slot.msg)
-            .flags(libc::MSG_NOSIGNAL as u32)
-            .build()
-            .user_data(NET_USER_DATA | i as u64);
+        let zero_copy =
+            zero_copy && self.zero_copy_supported && self.zero_copy_bytes > 0 && data_bytes >= self.zero_copy_bytes;
+        let entry = if zero_copy {
+            opcode::SendMsgZc::new(types::Fd(fd), &raw const slot.msg).flags(libc::MSG_NOSIGNAL as u32).build()
+        } else {
+            opcode::SendMsg::new(types::Fd(fd), &raw const slot.msg).flags(libc::MSG_NOSIGNAL as u32).build()
+        }
+        .user_data(NET_USER_DATA | i as u64);
         // SAFETY: the SQE names this slot's boxed `msghdr`, whose iovecs point into the slot's `stage` and `iov`
-        // (not touched again until `complete`) and into pool buffers reserved in flight above (`start..start+len`
-        // checked inside each); all stay valid until the CQE is reaped, and the engine waits for or cancels every
-        // socket op before dropping the slab or unmapping the pool.
+        // (not touched again until `complete`) and into pool buffers reserved for sending above (`start..start+len`
+        // checked inside each); all stay valid until the op's last CQE (a zero-copy send's notification) is
+        // reaped, and the engine waits for or cancels every socket op before dropping the slab or unmapping the
+        // pool.
         match unsafe { ring.push_entry(&entry) } {
             Ok(()) => {
                 self.started(i, tag, NetKind::Send);
+                self.zero_copy_sends += u64::from(zero_copy);
                 Ok(())
             }
             Err(()) => {
@@ -354,7 +402,7 @@ impl NetOps {
     fn abandon(&mut self, i: usize, pool: &mut BufferPool) {
         let slot = &mut self.slots[i];
         for &b in &slot.buffers {
-            pool.finish_io(b);
+            pool.finish_send(b);
         }
         slot.buffers.clear();
         self.free.push(i);
@@ -371,19 +419,42 @@ impl NetOps {
             tracing::error!(user_data, "socket completion for no op in flight");
             return;
         };
+        if slot.awaiting_notification {
+            // A zero-copy send's notification (IORING_CQE_F_NOTIF): the kernel no longer reads its buffers.
+            slot.awaiting_notification = false;
+            self.awaiting_notification -= 1;
+            self.finish(pool, index);
+            return;
+        }
         let result = u32::try_from(res).map_err(|_| io::Error::from_raw_os_error(res.saturating_neg()));
         let more = cqueue::more(flags);
+        if slot.kind == NetKind::Send {
+            // A zero-copy send's result with `more` has its notification to come: the send is done for its
+            // connection, its buffers are not.
+            slot.awaiting_notification = more;
+            self.awaiting_notification += usize::from(more);
+            self.done.push(NetCompletion { tag: slot.tag, kind: NetKind::Send, result, received: None, more: false });
+            if !more {
+                self.finish(pool, index);
+            }
+            return;
+        }
         let received = match (slot.kind, cqueue::buffer_select(flags), &self.receive) {
             (NetKind::Recv, Some(bid), Some(buffers)) => buffers.take(bid, result.as_ref().map_or(0, |&n| n as usize)),
             _ => None,
         };
         self.done.push(NetCompletion { tag: slot.tag, kind: slot.kind, result, received, more });
-        if more {
-            return;
+        if !more {
+            self.finish(pool, index);
         }
+    }
+
+    /// Slot `index`'s op has ended: its buffers go back to the pool, the slot to the free list.
+    fn finish(&mut self, pool: &mut BufferPool, index: usize) {
+        let slot = &mut self.slots[index];
         slot.in_use = false;
         for &b in &slot.buffers {
-            pool.finish_io(b);
+            pool.finish_send(b);
         }
         slot.buffers.clear();
         self.in_flight -= 1;
@@ -399,7 +470,7 @@ impl NetOps {
     /// Ask the kernel to cancel every op in flight (at drop: their CQEs still come, and are waited for).
     pub(crate) fn cancel_all(&mut self, ring: &mut Ring) {
         for (i, slot) in self.slots.iter().enumerate() {
-            if slot.in_use {
+            if slot.in_use && !slot.awaiting_notification {
                 let entry = opcode::AsyncCancel::new(NET_USER_DATA | i as u64).build().user_data(CANCEL_USER_DATA);
                 // SAFETY: a cancellation names no memory, only the user data of the op to cancel.
                 if unsafe { ring.push_entry(&entry) }.is_err() {

@@ -108,6 +108,7 @@ fn new_engine() -> IoEngine {
         max_files: 1,
         discard_queue_depth: 1,
         defer_task_work: false,
+        send_zero_copy_bytes: 0,
     })
     .expect("an io_uring engine (io_uring must be available)")
 }

@@ -167,6 +167,7 @@ impl Collector for TargetCollector {
         reactors::data_buffers(e, &self.buffers)?;
         reactors::waits(e, &self.waits)?;
         transport::tcp_socket_io(e, &self.socket_paths)?;
+        transport::tcp_zero_copy_sends(e, &self.socket_paths)?;
         transport::tcp_connections_moved(e, self.placement.as_deref())?;
         reactors::buffer_budget_waits(e, target)?;
         transport::tcp_send_backlog_pauses(e, target)?;

@@ -36,6 +36,7 @@
 //!   `tcp_send_backlog`.
 //! - `nvmf_target_tcp_connections_moved_total` — NVMe/TCP connections moved to the reactor of their CPU at Connect.
 //! - `nvmf_target_tcp_socket_io{reactor,path}` — 1 for how each reactor drives its sockets (`io_uring`, `epoll`).
+//! - `nvmf_target_tcp_zero_copy_sends_total{reactor}` — sends that went zero copy (`send_zero_copy_bytes`).
 //! - `nvmf_target_data_buffers{reactor,state="free|total"}` — each reactor's buffer pool at its last turn.
 //! - `nvmf_target_reactor_waits_total{reactor,wait="poll|sleep"}` — how each reactor waited after a turn.
 //! - `nvmf_target_auth_total{result,hash,dhgroup}` — DH-HMAC-CHAP transactions.

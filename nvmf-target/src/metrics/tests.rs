@@ -430,16 +430,16 @@ fn exposition_is_well_formed_in_both_formats() {
     let _ = io.io(&mut engine, read(1, 1 << 40, 1), 512, &[]);
 
     let text = scrape(&target, 1, Format::Prometheus);
-    assert_eq!(check_exposition(&text, false), 28, "{text}");
+    assert_eq!(check_exposition(&text, false), 29, "{text}");
     // With an RDMA listener, the four RNIC families of the devices behind it.
     let sysfs = tempfile::tempdir().unwrap();
     let text = scrape_with(&target, 1, Format::Prometheus, rnic(sysfs.path(), "10.77.0.1"));
-    assert_eq!(check_exposition(&text, false), 32, "{text}");
+    assert_eq!(check_exposition(&text, false), 33, "{text}");
     assert!(text.contains("# TYPE nvmf_target_commands_total counter\n"));
     assert!(text.contains("# TYPE nvmf_target_command_latency_seconds histogram\n"));
     assert!(text.contains("# TYPE nvmf_target_rnic_hw_counters_total counter\n"));
     let om = scrape_with(&target, 1, Format::OpenMetrics, rnic(sysfs.path(), "10.77.0.1"));
-    assert_eq!(check_exposition(&om, true), 32, "{om}");
+    assert_eq!(check_exposition(&om, true), 33, "{om}");
     assert!(om.contains("# TYPE nvmf_target_commands counter\n"));
     assert!(om.contains("# TYPE nvmf_target_build info\n"));
     if !promtool(&text) {

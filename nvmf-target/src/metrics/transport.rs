@@ -80,6 +80,24 @@ pub(super) fn tcp_socket_io(encoder: &mut DescriptorEncoder<'_>, paths: &[Arc<Tc
     Ok(())
 }
 
+/// `nvmf_target_tcp_zero_copy_sends_total{reactor}`: each reactor's sends that went zero copy.
+pub(super) fn tcp_zero_copy_sends(encoder: &mut DescriptorEncoder<'_>, paths: &[Arc<TcpSocketPath>]) -> fmt::Result {
+    let started: Vec<(String, u64)> = paths
+        .iter()
+        .enumerate()
+        .filter(|(_, path)| path.name().is_some())
+        .map(|(reactor, path)| (reactor.to_string(), path.zero_copy_sends()))
+        .collect();
+    counters_by(
+        encoder,
+        "nvmf_target_tcp_zero_copy_sends",
+        "NVMe/TCP sends that went zero copy (socket_io = \"io_uring\", at least [reactors] send_zero_copy_bytes of \
+         data, a host off loopback): the NIC read the data from the reactor's buffer in place.",
+        "reactor",
+        started.iter().map(|(reactor, n)| (reactor.as_str(), *n)),
+    )
+}
+
 /// `nvmf_target_tcp_connections_moved`, only with `[reactors] placement = "incoming_cpu"`.
 pub(super) fn tcp_connections_moved(
     encoder: &mut DescriptorEncoder<'_>,

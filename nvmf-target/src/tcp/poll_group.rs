@@ -13,7 +13,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,7 +25,7 @@ use nvmf_config::target::SocketIoMode;
 
 use super::placement::IncomingCpuPlacement;
 use super::{ConnectionError, Initialized, SocketIo, TcpConnection, TcpTransportConfig};
-use crate::backend::{IoEngine, NetCompletion, SocketOps};
+use crate::backend::{IoEngine, NetCompletion, NetKind, SocketOps};
 use crate::controller::{SlotId, TransportInfo};
 use crate::transport::{Admitted, GroupContext, PollGroup, RETRY_AFTER};
 
@@ -48,9 +48,10 @@ pub struct AcceptedConnection {
     pub tls: Option<Arc<crate::controller::SecureChannel>>,
 }
 
-/// Which way a reactor drives its NVMe/TCP sockets, for metrics: unknown until the reactor starts.
+/// Which way a reactor drives its NVMe/TCP sockets, for metrics: unknown until the reactor starts; and how many of
+/// its sends went zero copy.
 #[derive(Debug, Default)]
-pub struct TcpSocketPath(AtomicU8);
+pub struct TcpSocketPath(AtomicU8, AtomicU64);
 
 impl TcpSocketPath {
     const EPOLL: u8 = 1;
@@ -67,6 +68,11 @@ impl TcpSocketPath {
 
     fn set(&self, ring: bool) {
         self.0.store(if ring { Self::IO_URING } else { Self::EPOLL }, Ordering::Relaxed);
+    }
+
+    /// Sends that went zero copy (`[reactors] send_zero_copy_bytes`).
+    pub fn zero_copy_sends(&self) -> u64 {
+        self.1.load(Ordering::Relaxed)
     }
 }
 
@@ -327,7 +333,11 @@ impl PollGroup for TcpPollGroup {
         self.ring = why_not.is_none();
         self.path.set(self.ring);
         match why_not {
-            None => tracing::info!(reactor = self.index, "NVMe/TCP sockets through io_uring"),
+            None => tracing::info!(
+                reactor = self.index,
+                zero_copy_sends = cx.engine.zero_copy_supported(),
+                "NVMe/TCP sockets through io_uring"
+            ),
             Some(reason) => tracing::info!(reactor = self.index, reason, "NVMe/TCP sockets through epoll"),
         }
     }
@@ -344,6 +354,10 @@ impl PollGroup for TcpPollGroup {
         if !conn.touched {
             conn.touched = true;
             self.touched.push(slot);
+        }
+        if completion.kind == NetKind::Send {
+            // The reactor's own counter, published for the metrics (one writer: a plain store).
+            self.path.1.store(cx.engine.zero_copy_sends(), Ordering::Relaxed);
         }
         // Not through `run`: a closed connection still takes its last completions (and its buffer back).
         if let Err(e) = conn.tcp.net_completed(cx.engine, completion) {

@@ -144,6 +144,9 @@ pub struct EngineConfig {
     /// that is polling. For reactors whose sockets are on the ring (`[reactors] socket_io = "io_uring"`). Default
     /// false.
     pub defer_task_work: bool,
+    /// A socket send carrying at least this many bytes of pool data goes zero copy when its caller allows it and
+    /// the kernel can (`IORING_OP_SENDMSG_ZC`); 0 never (`[reactors] send_zero_copy_bytes`). Default 32 KiB.
+    pub send_zero_copy_bytes: u32,
 }
 
 impl Default for EngineConfig {
@@ -157,6 +160,7 @@ impl Default for EngineConfig {
             max_files: 64,
             discard_queue_depth: 64,
             defer_task_work: false,
+            send_zero_copy_bytes: 32 << 10,
         }
     }
 }
@@ -307,7 +311,7 @@ impl IoEngine {
         tracing::debug!(?ring, buffers = pool.capacity(), huge_pages = pool.huge_pages(), "I/O engine created");
         Ok(IoEngine {
             ring,
-            net: NetOps::default(),
+            net: NetOps::new(config.send_zero_copy_bytes),
             epoll: EpollPoll::default(),
             pool,
             in_flight,
@@ -616,6 +620,22 @@ impl IoEngine {
         self.epoll.ready = true;
     }
 
+    /// Whether the kernel's io_uring sends zero copy (known once [`IoEngine::start_socket_io`] succeeded).
+    pub fn zero_copy_supported(&self) -> bool {
+        self.net.zero_copy_supported()
+    }
+
+    /// Sends that went zero copy since the start ([`IoEngine::send`]).
+    pub fn zero_copy_sends(&self) -> u64 {
+        self.net.zero_copy_sends()
+    }
+
+    /// The socket ops, for their tests.
+    #[cfg(test)]
+    pub(crate) fn net_ops(&self) -> &NetOps {
+        &self.net
+    }
+
     /// Whether [`IoEngine::start_socket_io`] succeeded: socket ops run on the ring.
     pub fn socket_io_started(&self) -> bool {
         self.net.is_started()
@@ -625,8 +645,14 @@ impl IoEngine {
     /// copied, data pieces are sent from their pool buffers, which stay in flight (a release is deferred) until
     /// its [`NetCompletion`] (tag `tag`). `Err` of kind `WouldBlock` when the ring is full; another error for a
     /// piece outside its buffer or a buffer already in flight.
-    pub fn send<'a>(&mut self, tag: u64, fd: RawFd, pieces: impl IntoIterator<Item = SendPiece<'a>>) -> io::Result<()> {
-        self.net.send(&mut self.ring, &mut self.pool, tag, fd, pieces)
+    pub fn send<'a>(
+        &mut self,
+        tag: u64,
+        fd: RawFd,
+        pieces: impl IntoIterator<Item = SendPiece<'a>>,
+        zero_copy: bool,
+    ) -> io::Result<()> {
+        self.net.send(&mut self.ring, &mut self.pool, tag, fd, pieces, zero_copy)
     }
 
     /// Move the socket ops finished by [`IoEngine::reap`] into `into`.
@@ -689,7 +715,7 @@ impl Drop for IoEngine {
         self.wait_for_rbd();
         // Socket ops wait for their peers: cancel them; their CQEs come back like any other.
         self.net.cancel_all(&mut self.ring);
-        while self.in_flight.len() > 0 || self.net.in_flight() > 0 {
+        while self.in_flight.len() > 0 || self.net.in_flight() > self.net.awaiting_notification() {
             match self.ring.submit_and_wait_one() {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

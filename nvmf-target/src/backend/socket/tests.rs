@@ -1,9 +1,11 @@
 //! Socket ops on a real ring over a Unix socket pair: a multishot receive brings each chunk in a receive buffer
 //! until the peer closes, the buffers run out or it is cancelled, a send
-//! gathers copied bytes and pool data in order and holds the pool buffer until its completion, bad pieces are
-//! refused without leaving a buffer in flight, and an engine dropped with a receive waiting does not hang.
+//! gathers copied bytes and pool data in order and holds the pool buffer until its completion (a zero-copy send's,
+//! over TCP, until its notification; the rest of a partly sent buffer may go meanwhile), bad pieces are refused
+//! without leaving a buffer in flight, and an engine dropped with a receive waiting does not hang.
 
 use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -114,7 +116,7 @@ fn a_send_gathers_bytes_and_pool_data_and_holds_the_buffer_until_done() {
         SendPiece::Bytes(b"|"),
         SendPiece::Data { buffer: id, start: 0, len: 2 },
     ];
-    engine.send(9, ours.as_raw_fd(), pieces).expect("queued");
+    engine.send(9, ours.as_raw_fd(), pieces, false).expect("queued");
     assert!(engine.buffer(id).is_empty(), "the buffer is in flight until the send completes");
     let c = next_completion(&mut engine);
     assert_eq!((c.tag, c.kind, c.result.unwrap()), (9, NetKind::Send, 10));
@@ -125,11 +127,64 @@ fn a_send_gathers_bytes_and_pool_data_and_holds_the_buffer_until_done() {
 
     // A piece past its buffer's end, or of a buffer not allocated, is refused and leaves nothing in flight.
     let past = [SendPiece::Bytes(b"x"), SendPiece::Data { buffer: id, start: 4090, len: 7 }];
-    assert!(engine.send(10, ours.as_raw_fd(), past).is_err());
+    assert!(engine.send(10, ours.as_raw_fd(), past, false).is_err());
     assert_eq!(engine.buffer(id).len(), 4096);
     engine.release(id);
     let freed = [SendPiece::Data { buffer: id, start: 0, len: 1 }];
-    assert!(engine.send(11, ours.as_raw_fd(), freed).is_err());
+    assert!(engine.send(11, ours.as_raw_fd(), freed, false).is_err());
+}
+
+#[test]
+fn a_large_send_goes_zero_copy_and_holds_its_buffer_until_the_notification() {
+    let Some(mut engine) = engine() else { return };
+    if !engine.zero_copy_supported() {
+        eprintln!("skipped: this kernel's io_uring has no IORING_OP_SENDMSG_ZC");
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ours = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    let id = engine.alloc(64 << 10).unwrap();
+    engine.buffer_mut(id).copy_from_slice(&pattern(0, 64 << 10));
+    let expected: Vec<u8> = b"hdr".iter().copied().chain(pattern(0, 40_000)).collect();
+    // 40,000 bytes of data, over the 32 KiB default: zero copy. Then the buffer's next bytes go in a second send
+    // (as the rest of a partly sent buffer would) while the first may still await its notification.
+    let pieces = [SendPiece::Bytes(b"hdr"), SendPiece::Data { buffer: id, start: 0, len: 40_000 }];
+    engine.send(1, ours.as_raw_fd(), pieces, true).expect("queued");
+    let c = next_completion(&mut engine);
+    assert_eq!((c.tag, c.kind, c.result.unwrap(), c.more), (1, NetKind::Send, 40_003, false));
+    assert_eq!(engine.net_ops().zero_copy_sends(), 1);
+    let small = [SendPiece::Data { buffer: id, start: 40_000, len: 100 }];
+    engine.send(2, ours.as_raw_fd(), small, true).expect("a buffer being sent can be sent again");
+    let c = next_completion(&mut engine);
+    assert_eq!((c.tag, c.result.unwrap()), (2, 100));
+    assert_eq!(engine.net_ops().zero_copy_sends(), 1, "100 bytes go as a copy");
+    let mut got = vec![0u8; expected.len() + 100];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got[..expected.len()], &expected[..]);
+    assert_eq!(&got[expected.len()..], &pattern(40_000, 100)[..]);
+    // The notification comes once the kernel has let go of the pages: then the buffer is its owner's again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.buffer(id).is_empty() {
+        assert!(Instant::now() < deadline, "no zero-copy notification within 10 s");
+        engine.submit().unwrap();
+        engine.reap(|c| panic!("unexpected storage completion {}", c.tag));
+        let mut done = Vec::new();
+        engine.take_net_completions(&mut done);
+        assert!(done.is_empty(), "a notification is not a completion for the caller: {done:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!((engine.net_ops().in_flight(), engine.net_ops().awaiting_notification()), (0, 0));
+    // Not allowed by the caller (a host on loopback), a large send is a copy.
+    let pieces = [SendPiece::Data { buffer: id, start: 0, len: 40_000 }];
+    engine.send(3, ours.as_raw_fd(), pieces, false).expect("queued");
+    assert_eq!(next_completion(&mut engine).result.unwrap(), 40_000);
+    assert_eq!(engine.net_ops().zero_copy_sends(), 1);
+}
+
+/// The test pattern's bytes `start..start+len`.
+fn pattern(start: usize, len: usize) -> Vec<u8> {
+    (start..start + len).map(|i| u8::try_from(i % 251).expect("below 251")).collect()
 }
 
 #[test]

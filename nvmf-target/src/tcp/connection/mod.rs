@@ -73,6 +73,8 @@ struct RingOps {
     /// Its cancel was queued (reading paused).
     recv_cancelled: bool,
     send_in_flight: bool,
+    /// The host is not on loopback: large sends may go zero copy (on loopback the kernel copies them anyway).
+    zero_copy: bool,
     /// A receive or send could not be queued (the ring was full): try again at the next poll.
     retry: bool,
 }
@@ -191,6 +193,7 @@ impl TcpConnection {
         // Until ICReq only a 128-byte ICReq is legitimate: accept no PDU data at all.
         let decoder = PduDecoder::new(DecoderConfig::new(Direction::HostToController, 0));
         let transfers = TransferTable::new(config.max_r2t_len, config.maxh2cdata);
+        let zero_copy = stream.peer_addr().is_ok_and(|peer| !peer.ip().to_canonical().is_loopback());
         TcpConnection {
             stream,
             decoder,
@@ -201,7 +204,7 @@ impl TcpConnection {
             read_paused: false,
             placement: Placement::Settled,
             io,
-            ring: RingOps::default(),
+            ring: RingOps { zero_copy, ..RingOps::default() },
             stalled: None,
             session: Session {
                 config,

@@ -150,6 +150,7 @@ impl TcpConnection {
             return Ok(());
         }
         let fd = self.stream.as_raw_fd();
+        let zero_copy = self.ring.zero_copy;
         let s = &mut self.session;
         let (queued, result) = {
             let mut pieces = s
@@ -161,7 +162,7 @@ impl TcpConnection {
                 })
                 .peekable();
             let queued = pieces.peek().is_some();
-            (queued, if queued { engine.send(tag, fd, pieces) } else { Ok(()) })
+            (queued, if queued { engine.send(tag, fd, pieces, zero_copy) } else { Ok(()) })
         };
         s.release_done(engine);
         match result {
