@@ -27,8 +27,9 @@
 # BENCH_PROFILE=1 (also profile: per workload one more run of each target, with each node's busy CPU time per I/O
 # and for ours the reactors' context switches, user and system CPU time per I/O and RDMA counters, in
 # $BENCH_LOGS/profile.md; then, per reactor count, one extra 5 s run of each 4 KiB workload under `strace -c -f`
-# (syscalls per I/O) and one under `perf record -g` (perf-*.txt in the target's logs); those runs are slowed by
-# the tracing and count for nothing in the table).
+# (syscalls per I/O) and one under `perf record -g` (perf-*.txt in the target's logs), and for every target one
+# of each under `perf record -a` of the target node (where its busy time goes, by command and function:
+# profile-node.md); those runs are slowed by the tracing and count for nothing in the table).
 # The table is also written to $BENCH_LOGS/bench.md, beside every fio JSON. `--guest` is the half that runs on node
 # host (or in the one guest); `--lib` (sourced) defines the target side's functions for its on_target jobs.
 #
@@ -283,6 +284,19 @@ traced_runs() {
   done
 }
 
+# node_profile LABEL DEV NAME: a 5 s run of each 4 KiB workload under `perf record -a` on the target node; where its
+# busy time went, a line each in profile-node.md.
+node_profile() {
+  local w name rw bs qd
+  for w in "${workloads[@]:0:2}"; do
+    read -r name rw bs qd <<< "$w"
+    on_target "node_perf_start $3-$name"
+    fio --name="$name" --filename="$2" --ioengine=io_uring --direct=1 --rw="$rw" --bs="$bs" --iodepth="$qd" \
+      --numjobs=1 --time_based --runtime=5 --output-format=json > "$NVMF_VM_LOGS/perf-node-$3-$name.json" 2> /dev/null || true
+    echo "- $1, $name, the target node's busy time (perf record -a): $(on_target "node_perf_stop $3-$name")" >> "$NVMF_VM_LOGS/profile-node.md"
+  done
+}
+
 if [ "$profile" = 1 ]; then
   busy_header="guest busy µs / I/O"
   bench_two_nodes && busy_header="target node busy µs / I/O | host node busy µs / I/O"
@@ -325,6 +339,7 @@ if [ "$profile" = 1 ]; then
     [ -z "$daemon" ] || on_target ". $bench_dir/bench-rdma.sh --lib; reactor_idle '$label' ${pids[$daemon]}" >> "$NVMF_VM_LOGS/profile.md"
     for w in "${workloads[@]}"; do profiled_fio "$label" "${dev_of[$label]}" "$w" "$daemon"; done
     [ -z "$daemon" ] || traced_runs "$label" "${dev_of[$label]}" "$daemon"
+    node_profile "$label" "${dev_of[$label]}" "${daemon:-nvmet}"
   done
 fi
 
@@ -361,6 +376,8 @@ cat "$table"
 if [ "$profile" = 1 ]; then
   echo
   cat "$NVMF_VM_LOGS/profile.md"
+  echo
+  cat "$NVMF_VM_LOGS/profile-node.md"
   on_target 'for f in "$NVMF_VM_LOGS"/strace-*.txt; do echo "== $f"; head -n 25 "$f"; done'
   cat "$NVMF_VM_LOGS"/counters-*
 fi
