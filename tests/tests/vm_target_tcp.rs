@@ -244,12 +244,12 @@ echo "basics: ok"
 
 /// fio randwrite with crc32c verification, then randread verifying the same blocks, at 4 KiB and 128 KiB ×
 /// QD 1 and 32, over 2 I/O queues; then QD 32 again against a target whose sockets run on io_uring
-/// (`socket_io = "io_uring"`), and against one whose reactors are pinned and take each queue at its Connect from
+/// (`socket_io = "io_uring"`, on an address off loopback: its 128 KiB reads go zero copy), and against one whose reactors are pinned and take each queue at its Connect from
 /// the reactor the listener dealt it to (`placement = "incoming_cpu"`).
 #[test]
 fn fio_verify() {
     let config = config("127.0.0.1", "[[subsystem.namespace]]\nmemory = \"128MiB\"\n", "");
-    let vm = vm("fio_verify").deadline(Duration::from_secs(300));
+    let vm = vm("fio_verify").modules(["dummy"]).deadline(Duration::from_secs(300));
     let Some(out) = run(
         "fio_verify",
         vm,
@@ -274,14 +274,20 @@ fi
 host_disconnect {NQN}
 curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_errors_total' || true
 stop_daemon target
-# The same target with its sockets on the reactors' io_uring.
-sed -e 's/^port = 4420/port = 4421/' -e 's/^threads = 2/threads = 2\nsocket_io = "io_uring"/' $CONFIG > /tmp/uring.toml
+# The same target with its sockets on the reactors' io_uring, on an address off loopback (a dummy link's), so
+# that its 128 KiB reads go zero copy (the kernel still copies them on local delivery, but the sends, their
+# notifications and the buffers held until then are the real ones).
+ip link add zc0 type dummy && ip addr add 10.66.0.1/24 dev zc0 && ip link set zc0 up
+sed -e 's/^port = 4420/port = 4421/' -e 's/^address = "127.0.0.1"/address = "10.66.0.1"/' \
+  -e 's/^threads = 2/threads = 2\nsocket_io = "io_uring"/' $CONFIG > /tmp/uring.toml
 nvmf_target_start uring /tmp/uring.toml
 curl -sf http://127.0.0.1:9420/metrics | grep '^nvmf_target_tcp_socket_io' | sed 's/^/socket path: /'
-dev=$(host_connect tcp 127.0.0.1 4421 {NQN} -i 2)
+dev=$(host_connect tcp 10.66.0.1 4421 {NQN} -i 2)
 step fio_rw_verify $dev 4K 32 8M
 step fio_rw_verify $dev 128K 32 32M
 host_disconnect {NQN}
+echo "zero-copy sends: $(curl -sf http://127.0.0.1:9420/metrics |
+  awk '/^nvmf_target_tcp_zero_copy_sends_total/ {{ n += $2 }} END {{ print n + 0 }}')"
 stop_daemon uring
 # The same target with each queue served by the reactor on the vCPU the kernel host's queue sends from.
 sed -e 's/^port = 4420/port = 4422/' -e 's/^threads = 2/cpus = [0, 1]\nplacement = "incoming_cpu"/' $CONFIG > /tmp/placed.toml
@@ -310,6 +316,10 @@ echo "fio: ok"
     }
     assert_stdout_has(&out, "corrupted block: detected");
     assert_stdout_has(&out, r#"socket path: nvmf_target_tcp_socket_io{reactor="0",path="io_uring"} 1"#);
+    // 256 reads of 128 KiB (and the write pass's verify reads), each over `send_zero_copy_bytes`.
+    let zero_copy =
+        out.stdout.lines().find_map(|l| l.strip_prefix("zero-copy sends: ")).and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(zero_copy.is_some_and(|n| n >= 256), "zero-copy sends: {zero_copy:?}\n{}", out.report());
     for (bs, blocks) in [("4K", 2048), ("128K", 256)] {
         let line = format!("fio bs={bs} qd=32: wrote {blocks}, verified {blocks} after writing, {blocks} on randread");
         assert_eq!(out.stdout.matches(&line).count(), 3, "{line:?} on both socket paths and placed\n{}", out.report());
