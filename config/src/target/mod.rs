@@ -592,7 +592,8 @@ pub struct ReactorConfig {
     pub socket_io: SocketIoMode,
     /// With `socket_io = "io_uring"`: a send carrying at least this many bytes of data goes zero copy
     /// (`IORING_OP_SENDMSG_ZC`: the NIC reads the pool's pages, held until the kernel's notification) to a host
-    /// that is not on loopback (where the kernel copies anyway); 0 never. 0..=16 MiB. Default 32768.
+    /// that is not on loopback (where the kernel copies anyway) over a connection without TLS; 0 never. 0..=16 MiB.
+    /// Default 32768.
     pub send_zero_copy_bytes: u32,
     /// Which reactor serves an NVMe/TCP queue. Default round_robin.
     pub placement: QueuePlacement,

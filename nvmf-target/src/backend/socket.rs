@@ -6,7 +6,7 @@
 //! receive memory, and a receive costs no SQE once armed); and it queues sends of a gather list whose header bytes
 //! the engine copies (a few dozen bytes a PDU) and whose data pieces point into pool buffers the engine marks in
 //! flight until the send completes. So nothing the kernel may still read or write can be freed, resized or reused
-//! by safe code. A send with enough pool data, to a peer off loopback, goes zero copy (`IORING_OP_SENDMSG_ZC`):
+//! by safe code. A send with enough pool data, when its caller allows it, goes zero copy (`IORING_OP_SENDMSG_ZC`):
 //! the NIC reads the pool's pages in place, so its buffers stay in flight past the send's completion, until the
 //! kernel's notification CQE; the rest of a partly sent buffer may meanwhile go in the next send (the pool counts
 //! the sends reading a buffer).

@@ -391,6 +391,10 @@ impl PollGroup for TcpPollGroup {
         let queue = cx.new_queue(info, key);
         tracing::debug!(reactor = self.index, traddr = %accepted.peer, slot, "connection accepted");
         let mut tcp = TcpConnection::new(stream, queue, &accepted.tcp, io);
+        if accepted.tls.is_some() {
+            // kTLS encrypts into records of its own: a zero-copy send would save nothing, and is not its to take.
+            tcp.copy_sends();
+        }
         let resumed = match accepted.initialized {
             Some(initialized) => tcp.resume(cx.engine, initialized),
             None => {

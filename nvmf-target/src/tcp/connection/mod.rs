@@ -262,6 +262,11 @@ impl TcpConnection {
         Some((self.stream, Initialized { icreq: icreq?, received }))
     }
 
+    /// Never send zero copy (a connection secured by TLS).
+    pub fn copy_sends(&mut self) {
+        self.ring.zero_copy = false;
+    }
+
     /// Take up a connection another reactor initialized (a connection made by [`TcpConnection::new`] here, on its
     /// socket): accept its ICReq without answering it again, and handle what it received. Same return values as
     /// [`TcpConnection::on_readable`].
