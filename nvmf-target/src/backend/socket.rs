@@ -98,12 +98,9 @@ pub enum SocketOps {
 }
 
 impl SocketOps {
-    /// Ask the ring which ops the kernel supports, and the kernel's release for what the probe cannot tell.
-    fn probe(ring: &Ring) -> Self {
-        let mut probe = Probe::new();
-        if ring.register_probe(&mut probe).is_err() {
-            return SocketOps::Missing("io_uring probe");
-        }
+    /// Whether the ops the ring's `probe` found are enough, and the kernel's release for what it cannot tell.
+    fn of(probe: Option<&Probe>) -> Self {
+        let Some(probe) = probe else { return SocketOps::Missing("io_uring probe") };
         for (code, name) in [
             (opcode::Recv::CODE, "IORING_OP_RECV"),
             (opcode::SendMsg::CODE, "IORING_OP_SENDMSG"),
@@ -166,8 +163,6 @@ pub(crate) struct NetOps {
     zero_copy_supported: bool,
     /// Sends that went zero copy, since the start (for metrics).
     zero_copy_sends: u64,
-    /// Zero-copy sends whose result came and whose notification has not.
-    awaiting_notification: usize,
 }
 
 impl std::fmt::Debug for NetOps {
@@ -201,7 +196,7 @@ impl NetOps {
     /// it still sends from and no longer reads the op's `msghdr`, so the engine need not wait for them at drop (the
     /// notification comes when the socket's data is freed, which a peer that stopped reading can put off).
     pub(crate) fn awaiting_notification(&self) -> usize {
-        self.awaiting_notification
+        self.slots.iter().filter(|s| s.awaiting_notification).count()
     }
 
     fn take_slot(&mut self) -> usize {
@@ -227,15 +222,15 @@ impl NetOps {
         if self.receive.is_some() {
             return SocketOps::Supported;
         }
-        if let SocketOps::Missing(what) = SocketOps::probe(ring) {
+        let mut probe = Probe::new();
+        let probe = ring.register_probe(&mut probe).is_ok().then_some(&probe);
+        if let SocketOps::Missing(what) = SocketOps::of(probe) {
             return SocketOps::Missing(what);
         }
         match ReceiveBuffers::new(ring, RECEIVE_BUFFERS, RECEIVE_BUFFER_SIZE) {
             Ok(buffers) => {
                 self.receive = Some(buffers);
-                let mut probe = Probe::new();
-                self.zero_copy_supported =
-                    ring.register_probe(&mut probe).is_ok() && probe.is_supported(opcode::SendMsgZc::CODE);
+                self.zero_copy_supported = probe.is_some_and(|p| p.is_supported(opcode::SendMsgZc::CODE));
                 SocketOps::Supported
             }
             Err(e) => {
@@ -328,15 +323,16 @@ impl NetOps {
                     slot.stage.extend_from_slice(bytes);
                 }
                 SendPiece::Data { buffer, start, len } => {
+                    // Every piece, also a second one of a buffer this send reserved already (which the pool
+                    // still reports sendable).
                     let fits = start
                         .checked_add(len)
                         .is_some_and(|end| pool.sendable_len(buffer).is_some_and(|allocated| end <= allocated));
-                    let reserved = slot.buffers.contains(&buffer);
-                    if !reserved && !fits {
+                    if !fits {
                         failed = Some(io::Error::other("send piece outside its buffer (or the buffer is busy)"));
                         break;
                     }
-                    if !reserved {
+                    if !slot.buffers.contains(&buffer) {
                         if pool.start_send(buffer).is_err() {
                             failed = Some(io::Error::other("send piece's buffer is busy"));
                             break;
@@ -422,7 +418,6 @@ impl NetOps {
         if slot.awaiting_notification {
             // A zero-copy send's notification (IORING_CQE_F_NOTIF): the kernel no longer reads its buffers.
             slot.awaiting_notification = false;
-            self.awaiting_notification -= 1;
             self.finish(pool, index);
             return;
         }
@@ -432,7 +427,6 @@ impl NetOps {
             // A zero-copy send's result with `more` has its notification to come: the send is done for its
             // connection, its buffers are not.
             slot.awaiting_notification = more;
-            self.awaiting_notification += usize::from(more);
             self.done.push(NetCompletion { tag: slot.tag, kind: NetKind::Send, result, received: None, more: false });
             if !more {
                 self.finish(pool, index);

@@ -129,6 +129,11 @@ fn a_send_gathers_bytes_and_pool_data_and_holds_the_buffer_until_done() {
     let past = [SendPiece::Bytes(b"x"), SendPiece::Data { buffer: id, start: 4090, len: 7 }];
     assert!(engine.send(10, ours.as_raw_fd(), past, false).is_err());
     assert_eq!(engine.buffer(id).len(), 4096);
+    // So is a second piece of a buffer the send already took, past its end.
+    let second_past =
+        [SendPiece::Data { buffer: id, start: 0, len: 8 }, SendPiece::Data { buffer: id, start: 4090, len: 7 }];
+    assert!(engine.send(12, ours.as_raw_fd(), second_past, false).is_err());
+    assert_eq!(engine.buffer(id).len(), 4096);
     engine.release(id);
     let freed = [SendPiece::Data { buffer: id, start: 0, len: 1 }];
     assert!(engine.send(11, ours.as_raw_fd(), freed, false).is_err());
