@@ -92,7 +92,7 @@ pub(super) fn tcp_zero_copy_sends(encoder: &mut DescriptorEncoder<'_>, paths: &[
         encoder,
         "nvmf_target_tcp_zero_copy_sends",
         "NVMe/TCP sends that went zero copy (socket_io = \"io_uring\", at least [reactors] send_zero_copy_bytes of \
-         data, a host off loopback): the NIC read the data from the reactor's buffer in place.",
+         data, a host off loopback, no TLS): the NIC read the data from the reactor's buffer in place.",
         "reactor",
         started.iter().map(|(reactor, n)| (reactor.as_str(), *n)),
     )

@@ -51,7 +51,10 @@ pub struct AcceptedConnection {
 /// Which way a reactor drives its NVMe/TCP sockets, for metrics: unknown until the reactor starts; and how many of
 /// its sends went zero copy.
 #[derive(Debug, Default)]
-pub struct TcpSocketPath(AtomicU8, AtomicU64);
+pub struct TcpSocketPath {
+    path: AtomicU8,
+    zero_copy_sends: AtomicU64,
+}
 
 impl TcpSocketPath {
     const EPOLL: u8 = 1;
@@ -59,7 +62,7 @@ impl TcpSocketPath {
 
     /// `io_uring`, `epoll`, or `None` before the reactor started.
     pub fn name(&self) -> Option<&'static str> {
-        match self.0.load(Ordering::Relaxed) {
+        match self.path.load(Ordering::Relaxed) {
             Self::EPOLL => Some("epoll"),
             Self::IO_URING => Some("io_uring"),
             _ => None,
@@ -67,12 +70,12 @@ impl TcpSocketPath {
     }
 
     fn set(&self, ring: bool) {
-        self.0.store(if ring { Self::IO_URING } else { Self::EPOLL }, Ordering::Relaxed);
+        self.path.store(if ring { Self::IO_URING } else { Self::EPOLL }, Ordering::Relaxed);
     }
 
     /// Sends that went zero copy (`[reactors] send_zero_copy_bytes`).
     pub fn zero_copy_sends(&self) -> u64 {
-        self.1.load(Ordering::Relaxed)
+        self.zero_copy_sends.load(Ordering::Relaxed)
     }
 }
 
@@ -357,7 +360,7 @@ impl PollGroup for TcpPollGroup {
         }
         if completion.kind == NetKind::Send {
             // The reactor's own counter, published for the metrics (one writer: a plain store).
-            self.path.1.store(cx.engine.zero_copy_sends(), Ordering::Relaxed);
+            self.path.zero_copy_sends.store(cx.engine.zero_copy_sends(), Ordering::Relaxed);
         }
         // Not through `run`: a closed connection still takes its last completions (and its buffer back).
         if let Err(e) = conn.tcp.net_completed(cx.engine, completion) {

@@ -73,7 +73,8 @@ struct RingOps {
     /// Its cancel was queued (reading paused).
     recv_cancelled: bool,
     send_in_flight: bool,
-    /// The host is not on loopback: large sends may go zero copy (on loopback the kernel copies them anyway).
+    /// Large sends may go zero copy: the host is not on loopback (where the kernel copies them anyway) and the
+    /// connection has no TLS ([`TcpConnection::copy_sends`]).
     zero_copy: bool,
     /// A receive or send could not be queued (the ring was full): try again at the next poll.
     retry: bool,
