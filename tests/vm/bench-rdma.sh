@@ -260,24 +260,30 @@ profiled_fio() {
   echo "| $label | $name | $(((v1 - v0) * 1000 / ios)) | $(((n1 - n0) * 1000 / ios)) | $(((u1 - u0) * 1000000 / hz / ios)) | $(((s1 - s0) * 1000000 / hz / ios)) | $busy | $(jq -r '.jobs[0].ctx' "$out") |" >> "$NVMF_VM_LOGS/profile.md"
 }
 
+# _fio5 WORKLOAD DEV OUT: a 5 s run of WORKLOAD ("NAME RW BS QD") on DEV, fio's JSON in OUT (not in the table).
+_fio5() {
+  local name rw bs qd
+  read -r name rw bs qd <<< "$1"
+  fio --name="$name" --filename="$2" --ioengine=io_uring --direct=1 --rw="$rw" --bs="$bs" --iodepth="$qd" \
+    --numjobs=1 --time_based --runtime=5 --output-format=json > "$3" 2> /dev/null || true
+}
+
 # traced_runs LABEL DEV DAEMON: one short run of each 4 KiB workload with our target under strace -c, then one
 # with it under perf record.
 traced_runs() {
-  local label=$1 dev=$2 pid=${pids[$3]} name rw bs qd w out file=${1// /_}
+  local label=$1 dev=$2 pid=${pids[$3]} name w out file=${1// /_}
   file=${file//[()]/}
   for w in "${workloads[@]:0:2}"; do
-    read -r name rw bs qd <<< "$w"
+    name=${w%% *}
     out=strace-$file-$name
     on_target ". $bench_dir/bench-rdma.sh --lib; trace_start $out 600 strace -c -f -p $pid -o \$NVMF_VM_LOGS/$out.txt"
-    fio --name="$name" --filename="$dev" --ioengine=io_uring --direct=1 --rw="$rw" --bs="$bs" --iodepth="$qd" \
-      --numjobs=1 --time_based --runtime=5 --output-format=json > "$NVMF_VM_LOGS/$out.json" 2> /dev/null || true
+    _fio5 "$w" "$dev" "$NVMF_VM_LOGS/$out.json"
     on_target ". $bench_dir/bench-rdma.sh --lib; trace_stop $out INT"
     echo "strace $label $name: $(_ios "$NVMF_VM_LOGS/$out.json") I/Os" >> "$NVMF_VM_LOGS/profile.md"
     # perf records for longer than fio runs: starting it, on two nodes, takes a job on the target.
     out=perf-$file-$name
     on_target ". $bench_dir/bench-rdma.sh --lib; trace_start $out 60 perf record -q -g -F 499 -p $pid -o /tmp/$out.data -- sleep 8"
-    fio --name="$name" --filename="$dev" --ioengine=io_uring --direct=1 --rw="$rw" --bs="$bs" --iodepth="$qd" \
-      --numjobs=1 --time_based --runtime=5 --output-format=json > "$NVMF_VM_LOGS/$out.json" 2> /dev/null || true
+    _fio5 "$w" "$dev" "$NVMF_VM_LOGS/$out.json"
     on_target ". $bench_dir/bench-rdma.sh --lib; trace_stop $out
       perf report -i /tmp/$out.data --stdio --no-children --percent-limit 1 > \$NVMF_VM_LOGS/$out.txt 2> /dev/null || true
       rm -f /tmp/$out.data"
@@ -287,12 +293,11 @@ traced_runs() {
 # node_profile LABEL DEV NAME: a 5 s run of each 4 KiB workload under `perf record -a` on the target node; where its
 # busy time went, a line each in profile-node.md.
 node_profile() {
-  local w name rw bs qd
+  local w name
   for w in "${workloads[@]:0:2}"; do
-    read -r name rw bs qd <<< "$w"
+    name=${w%% *}
     on_target "node_perf_start $3-$name"
-    fio --name="$name" --filename="$2" --ioengine=io_uring --direct=1 --rw="$rw" --bs="$bs" --iodepth="$qd" \
-      --numjobs=1 --time_based --runtime=5 --output-format=json > "$NVMF_VM_LOGS/perf-node-$3-$name.json" 2> /dev/null || true
+    _fio5 "$w" "$2" "$NVMF_VM_LOGS/perf-node-$3-$name.json"
     echo "- $1, $name, the target node's busy time (perf record -a): $(on_target "node_perf_stop $3-$name")" >> "$NVMF_VM_LOGS/profile-node.md"
   done
 }
